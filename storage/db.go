@@ -1,0 +1,138 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// ErrUnavailable is returned (wrapped) by every operation once the store has
+// seen an I/O failure it cannot vouch for. Authenticated endpoints answer 503
+// storage_unavailable while Available reports false.
+var ErrUnavailable = errors.New("storage unavailable")
+
+// ErrNotFound is returned when a record does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Options configure Open. The zero value works.
+type Options struct {
+	// FS overrides the filesystem (tests use vfs.NewMem or an error-injecting FS).
+	FS vfs.FS
+	// CacheBytes is the block cache size; 0 means 64 MiB. Pebble's default leaves
+	// the cache effectively empty (the memtables take it), so it is always explicit.
+	CacheBytes int64
+	// Logger receives Pebble's own log lines; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DB is the service's store. It is safe for concurrent use; Pebble serialises
+// writes internally, and each entity's writes come from its one owning actor.
+type DB struct {
+	db     *pebble.DB
+	cache  interface{ Unref() }
+	failed atomic.Bool
+	log    *slog.Logger
+}
+
+// Open opens (or creates) the store in dir.
+func Open(dir string, o Options) (*DB, error) {
+	if o.CacheBytes == 0 {
+		o.CacheBytes = 64 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	cache := pebble.NewCache(o.CacheBytes)
+	opts := &pebble.Options{
+		Cache:  cache,
+		FS:     o.FS,
+		Logger: pebbleLogger{o.Logger.With("component", "pebble")},
+	}
+	pdb, err := pebble.Open(dir, opts)
+	if err != nil {
+		cache.Unref()
+		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
+	}
+	return &DB{db: pdb, cache: cache, log: o.Logger}, nil
+}
+
+// Close flushes and closes the store. The DB must not be used afterwards.
+func (d *DB) Close() error {
+	err := d.db.Close()
+	d.cache.Unref()
+	if err != nil {
+		return fmt.Errorf("close pebble: %w", err)
+	}
+	return nil
+}
+
+// Available reports whether the store is readable and writable as far as the
+// last operations could tell.
+func (d *DB) Available() bool { return !d.failed.Load() }
+
+// Probe writes and reads back a marker record with Sync, and records the
+// outcome in Available. Start-up code runs it periodically, so an unreadable
+// store is noticed even when no request has touched it yet.
+func (d *DB) Probe() error {
+	k := []byte{prefixMeta, 'p', 'r', 'o', 'b', 'e'}
+	if err := d.db.Set(k, []byte{1}, pebble.Sync); err != nil {
+		return d.fail(fmt.Errorf("probe write: %w", err))
+	}
+	v, closer, err := d.db.Get(k)
+	if err != nil {
+		return d.fail(fmt.Errorf("probe read: %w", err))
+	}
+	ok := len(v) == 1 && v[0] == 1
+	closer.Close()
+	if !ok {
+		return d.fail(errors.New("probe read back a different value"))
+	}
+	d.failed.Store(false)
+	return nil
+}
+
+// fail marks the store unavailable and wraps err with ErrUnavailable.
+func (d *DB) fail(err error) error {
+	if !d.failed.Swap(true) {
+		d.log.Error("storage marked unavailable", "err", err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// get reads one value, copied out of Pebble's buffer.
+func (d *DB) get(key []byte) ([]byte, error) {
+	v, closer, err := d.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, d.fail(fmt.Errorf("get: %w", err))
+	}
+	out := append([]byte(nil), v...)
+	closer.Close()
+	return out, nil
+}
+
+// commit applies a batch durably (fsync) and closes it.
+func (d *DB) commit(b *pebble.Batch) error {
+	defer b.Close()
+	if err := b.Commit(pebble.Sync); err != nil {
+		return d.fail(fmt.Errorf("commit: %w", err))
+	}
+	return nil
+}
+
+// pebbleLogger routes Pebble's printf-style logging into slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any)  { p.l.Debug(fmt.Sprintf(format, args...)) }
+func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Error(fmt.Sprintf(format, args...)) }
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	// Pebble calls Fatalf on invariant violations; it expects the process to end.
+	p.l.Error(fmt.Sprintf(format, args...), "fatal", true)
+	panic(fmt.Sprintf(format, args...))
+}
