@@ -1,0 +1,532 @@
+// Package accounts owns account records and API keys. One actor serialises every
+// change (admin traffic is rare) and writes it to storage before publishing it;
+// requests authenticate against a read-only directory the actor keeps current,
+// so the hot path never waits on the actor or on Pebble.
+package accounts
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"hash"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// KeyKind says which of an account's keys a credential is.
+type KeyKind uint8
+
+const (
+	KeyLive     KeyKind = iota + 1 // current live key
+	KeyLivePrev                    // previous live key, in its 24-hour grace
+	KeyTest                        // personal test key
+)
+
+// String names the kind as the usage endpoint reports it (live or test).
+func (k KeyKind) String() string {
+	if k == KeyTest {
+		return "test"
+	}
+	return "live"
+}
+
+// Grace is how long a rotated live key keeps working.
+const Grace = 24 * time.Hour
+
+// Key prefixes (ARCHITECTURE.md: Identity and secrets).
+const (
+	PrefixLive        = "sk_live_"
+	PrefixTest        = "sk_test_"
+	PrefixPublishable = "pk_live_"
+	PrefixWebhook     = "whsec_"
+)
+
+// Plans accepted by the admin API.
+var Plans = []string{"free", "starter", "growth", "scale", "custom", "public_interest"}
+
+// ValidPlan reports whether p is a known plan name.
+func ValidPlan(p string) bool {
+	for _, x := range Plans {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Errors the admin surface maps to statuses.
+var (
+	ErrNotFound = errors.New("account not found")
+	ErrExists   = errors.New("email already registered")
+	ErrNoPrev   = errors.New("no previous live key")
+)
+
+// View is an immutable snapshot of one account as requests see it. A change
+// replaces the whole View; nobody mutates one in place.
+type View struct {
+	storage.Account
+	AllowPrefixes []netip.Prefix
+	Rules         []storage.Rule
+	Pins          []storage.Pin
+	// Policy is derived by the caller-supplied compiler (see Config.Compile) from
+	// Rules and Pins once per change, so requests never re-parse them.
+	Policy any
+}
+
+// Allowed reports whether addr may use the live key (true when no allowlist).
+func (v *View) Allowed(addr netip.Addr) bool {
+	if len(v.AllowPrefixes) == 0 {
+		return true
+	}
+	for _, p := range v.AllowPrefixes {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// binding maps a key hash to its account.
+type binding struct {
+	accountID string
+	kind      KeyKind
+}
+
+// Config wires the service.
+type Config struct {
+	DB     *storage.DB
+	Master secrets.Master
+	Clock  clock.Clock
+	// Compile turns rules and pins into the engine's policy form; nil keeps none.
+	Compile func(rules []storage.Rule, pins []storage.Pin) any
+}
+
+// Service is the typed client of the accounts actor plus the read directory.
+type Service struct {
+	cfg    Config
+	root   *actor.RootContext
+	pid    *actor.PID
+	pepper []byte
+	sealer *secrets.Sealer
+	hashes sync.Pool
+
+	byKey sync.Map // [32]byte → binding; written only by the actor
+	byID  sync.Map // account id → *View; written only by the actor
+}
+
+// call is the one message kind: the actor runs do, so every change happens in
+// its single goroutine, in arrival order.
+type call struct {
+	do    func() (any, error)
+	reply chan result
+}
+
+type result struct {
+	v   any
+	err error
+}
+
+// Start loads every account from storage and spawns the actor.
+func Start(root *actor.RootContext, cfg Config) (*Service, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	sealer, err := secrets.NewSealer(cfg.Master, "webhook-secret")
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, root: root, pepper: cfg.Master.Derive("api-key-pepper"), sealer: sealer}
+	s.hashes.New = func() any { return hmac.New(sha256.New, s.pepper) }
+	err = cfg.DB.Accounts(func(a *storage.Account) error {
+		rules, err := cfg.DB.GetRules(a.ID)
+		if err != nil {
+			return err
+		}
+		pins, err := cfg.DB.GetPins(a.ID)
+		if err != nil {
+			return err
+		}
+		s.publish(a, rules, pins, nil)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load accounts: %w", err)
+	}
+	s.pid = root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if m, ok := c.Message().(*call); ok {
+			v, err := m.do()
+			m.reply <- result{v, err}
+		}
+	}))
+	return s, nil
+}
+
+// Stop ends the actor after the changes already queued.
+func (s *Service) Stop() {
+	_ = s.root.PoisonFuture(s.pid).Wait()
+}
+
+func (s *Service) run(do func() (any, error)) (any, error) {
+	ch := make(chan result, 1)
+	s.root.Send(s.pid, &call{do: do, reply: ch})
+	r := <-ch
+	return r.v, r.err
+}
+
+// HashKey is the keyed hash under which a key is stored.
+func (s *Service) HashKey(key string) [32]byte {
+	h := s.hashes.Get().(hash.Hash)
+	h.Reset()
+	h.Write([]byte(key))
+	var out [32]byte
+	h.Sum(out[:0])
+	s.hashes.Put(h)
+	return out
+}
+
+// Auth is what a credential resolves to.
+type Auth struct {
+	View       *View
+	Kind       KeyKind
+	Generation uint32
+}
+
+// Authenticate resolves an API key at time now. The previous live key works
+// until its grace ends.
+func (s *Service) Authenticate(key string, now time.Time) (Auth, bool) {
+	h := s.HashKey(key)
+	b, ok := s.byKey.Load(h)
+	if !ok {
+		return Auth{}, false
+	}
+	bd := b.(binding)
+	v := s.Get(bd.accountID)
+	if v == nil {
+		return Auth{}, false
+	}
+	var rec *storage.KeyRecord
+	switch bd.kind {
+	case KeyLive:
+		rec = &v.Live
+	case KeyTest:
+		rec = &v.Test
+	case KeyLivePrev:
+		rec = v.PrevLive
+		if rec == nil || !now.Before(rec.ValidUntil) {
+			return Auth{}, false
+		}
+	}
+	// The map lookup already matched the hash; the constant-time compare guards
+	// against a binding left over from a record that has since changed.
+	if rec == nil || subtle.ConstantTimeCompare(rec.Hash[:], h[:]) != 1 {
+		return Auth{}, false
+	}
+	return Auth{View: v, Kind: bd.kind, Generation: rec.Generation}, true
+}
+
+// Get returns the current view of an account, or nil.
+func (s *Service) Get(id string) *View {
+	v, ok := s.byID.Load(id)
+	if !ok {
+		return nil
+	}
+	return v.(*View)
+}
+
+// ByPublishableKey finds the account of a publishable key, or nil.
+func (s *Service) ByPublishableKey(pk string) *View {
+	var out *View
+	// Publishable keys are looked up by hash like secret ones.
+	if b, ok := s.byKey.Load(s.HashKey(pk)); ok {
+		out = s.Get(b.(binding).accountID)
+	}
+	return out
+}
+
+// Range calls fn for every account until it returns false.
+func (s *Service) Range(fn func(*View) bool) {
+	s.byID.Range(func(_, v any) bool { return fn(v.(*View)) })
+}
+
+// publish makes a stored account visible to requests. old is the view it
+// replaces (nil when new): key bindings that no longer exist are removed.
+func (s *Service) publish(a *storage.Account, rules []storage.Rule, pins []storage.Pin, old *View) *View {
+	v := &View{Account: *a, Rules: rules, Pins: pins}
+	for _, p := range a.Allowlist {
+		if pr, err := netip.ParsePrefix(p); err == nil {
+			v.AllowPrefixes = append(v.AllowPrefixes, pr)
+		}
+	}
+	if s.cfg.Compile != nil {
+		v.Policy = s.cfg.Compile(rules, pins)
+	}
+	s.byID.Store(a.ID, v)
+	s.byKey.Store(a.Live.Hash, binding{a.ID, KeyLive})
+	s.byKey.Store(a.Test.Hash, binding{a.ID, KeyTest})
+	if a.PrevLive != nil {
+		s.byKey.Store(a.PrevLive.Hash, binding{a.ID, KeyLivePrev})
+	}
+	if a.PublishableKey != "" {
+		s.byKey.Store(s.HashKey(a.PublishableKey), binding{a.ID, 0})
+	}
+	if old != nil {
+		keep := map[[32]byte]bool{a.Live.Hash: true, a.Test.Hash: true}
+		if a.PrevLive != nil {
+			keep[a.PrevLive.Hash] = true
+		}
+		for _, h := range []*storage.KeyRecord{&old.Live, &old.Test, old.PrevLive} {
+			if h != nil && !keep[h.Hash] {
+				s.byKey.Delete(h.Hash)
+			}
+		}
+	}
+	return v
+}
+
+func (s *Service) newKey(prefix string, gen uint32, now time.Time) (string, storage.KeyRecord) {
+	k := prefix + secrets.Random62(32)
+	return k, storage.KeyRecord{Hash: s.HashKey(k), Prefix: prefix, Last4: k[len(k)-4:], Generation: gen, CreatedAt: now}
+}
+
+// NewAccount is the input of Create.
+type NewAccount struct {
+	Email        string
+	Plan         string
+	CreatedAt    time.Time // zero = now
+	HourlyLimit  *int64
+	MonthlyLimit *int64
+}
+
+// Created is an account with its secrets, shown once.
+type Created struct {
+	View           *View
+	LiveKey        string
+	TestKey        string
+	PublishableKey string
+	WebhookSecret  string
+}
+
+// Create makes an account with fresh keys. The email must be unused.
+func (s *Service) Create(in NewAccount) (*Created, error) {
+	v, err := s.run(func() (any, error) {
+		now := s.cfg.Clock.Now()
+		created := in.CreatedAt
+		if created.IsZero() {
+			created = now
+		}
+		a := &storage.Account{
+			ID: "acc_" + secrets.Random62(12), Email: in.Email, Plan: in.Plan, CreatedAt: created.UTC(),
+			HourlyLimit: in.HourlyLimit, MonthlyLimit: in.MonthlyLimit,
+		}
+		out := &Created{}
+		out.LiveKey, a.Live = s.newKey(PrefixLive, 1, now)
+		out.TestKey, a.Test = s.newKey(PrefixTest, 1, now)
+		out.PublishableKey = PrefixPublishable + secrets.Random62(24)
+		a.PublishableKey = out.PublishableKey
+		out.WebhookSecret = PrefixWebhook + secrets.Random62(24)
+		a.WebhookSecret = s.sealer.Seal([]byte(out.WebhookSecret))
+		if err := s.cfg.DB.CreateAccount(a); err != nil {
+			if errors.Is(err, storage.ErrExists) {
+				return nil, ErrExists
+			}
+			return nil, fmt.Errorf("create account: %w", err)
+		}
+		out.View = s.publish(a, nil, nil, nil)
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Created), nil
+}
+
+// update runs change on a copy of the account, stores it, and publishes it.
+func (s *Service) update(id string, change func(a *storage.Account, now time.Time) (any, error)) (any, error) {
+	return s.run(func() (any, error) {
+		old := s.Get(id)
+		if old == nil {
+			return nil, ErrNotFound
+		}
+		a := old.Account // copy; slices are replaced, never mutated
+		if a.PrevLive != nil {
+			p := *a.PrevLive
+			a.PrevLive = &p
+		}
+		out, err := change(&a, s.cfg.Clock.Now())
+		if err != nil {
+			return nil, err
+		}
+		if err := s.cfg.DB.PutAccount(&a); err != nil {
+			return nil, fmt.Errorf("store account: %w", err)
+		}
+		v := s.publish(&a, old.Rules, old.Pins, old)
+		if out == nil {
+			out = v
+		}
+		return out, nil
+	})
+}
+
+// Patch is a partial account update; nil fields are left alone.
+type Patch struct {
+	Plan               *string
+	HourlyLimit        **int64
+	MonthlyLimit       **int64
+	Suspended          *bool
+	Allowlist          *[]string
+	Origins            *[]string
+	DeviceEvidenceBeta *bool
+}
+
+// Update applies a patch and returns the new view.
+func (s *Service) Update(id string, p Patch) (*View, error) {
+	_, err := s.update(id, func(a *storage.Account, _ time.Time) (any, error) {
+		if p.Plan != nil {
+			a.Plan = *p.Plan
+		}
+		if p.HourlyLimit != nil {
+			a.HourlyLimit = *p.HourlyLimit
+		}
+		if p.MonthlyLimit != nil {
+			a.MonthlyLimit = *p.MonthlyLimit
+		}
+		if p.Suspended != nil {
+			a.Suspended = *p.Suspended
+		}
+		if p.Allowlist != nil {
+			a.Allowlist = *p.Allowlist
+		}
+		if p.Origins != nil {
+			a.Origins = *p.Origins
+		}
+		if p.DeviceEvidenceBeta != nil {
+			a.DeviceEvidenceBeta = *p.DeviceEvidenceBeta
+		}
+		return nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.Get(id), nil
+}
+
+// Rotated is the answer of a live-key rotation.
+type Rotated struct {
+	Key                string
+	PreviousValidUntil time.Time
+}
+
+// RotateLive issues a new live key; the old one enters a 24-hour grace, and a
+// key already in grace from an earlier rotation ends at once.
+func (s *Service) RotateLive(id string) (Rotated, error) {
+	v, err := s.update(id, func(a *storage.Account, now time.Time) (any, error) {
+		prev := a.Live
+		prev.ValidUntil = now.Add(Grace)
+		a.PrevLive = &prev
+		var key string
+		key, a.Live = s.newKey(PrefixLive, prev.Generation+1, now)
+		return Rotated{Key: key, PreviousValidUntil: prev.ValidUntil}, nil
+	})
+	if err != nil {
+		return Rotated{}, err
+	}
+	return v.(Rotated), nil
+}
+
+// RevokePrevious ends the previous live key's grace at once.
+func (s *Service) RevokePrevious(id string) error {
+	_, err := s.update(id, func(a *storage.Account, _ time.Time) (any, error) {
+		a.PrevLive = nil
+		return nil, nil
+	})
+	return err
+}
+
+// RotateTest replaces the test key; the old one stops at once.
+func (s *Service) RotateTest(id string) (string, error) {
+	v, err := s.update(id, func(a *storage.Account, now time.Time) (any, error) {
+		var key string
+		key, a.Test = s.newKey(PrefixTest, a.Test.Generation+1, now)
+		return key, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return v.(string), nil
+}
+
+// SetWebhookURL sets or clears (empty string) the webhook URL.
+func (s *Service) SetWebhookURL(id, url string) (*View, error) {
+	_, err := s.update(id, func(a *storage.Account, _ time.Time) (any, error) {
+		a.WebhookURL = url
+		return nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.Get(id), nil
+}
+
+// RotateWebhookSecret replaces the signing secret; deliveries use it at once.
+func (s *Service) RotateWebhookSecret(id string) (string, error) {
+	v, err := s.update(id, func(a *storage.Account, _ time.Time) (any, error) {
+		sec := PrefixWebhook + secrets.Random62(24)
+		a.WebhookSecret = s.sealer.Seal([]byte(sec))
+		return sec, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return v.(string), nil
+}
+
+// WebhookSecret returns the account's current signing secret in clear.
+func (s *Service) WebhookSecret(v *View) (string, error) {
+	b, err := s.sealer.Open(v.WebhookSecret)
+	if err != nil {
+		return "", fmt.Errorf("webhook secret of %s: %w", v.ID, err)
+	}
+	return string(b), nil
+}
+
+// SetRules replaces the account's rule set (already validated by the caller).
+func (s *Service) SetRules(id string, rules []storage.Rule) (*View, error) {
+	return s.setPolicy(id, func(v *View) ([]storage.Rule, []storage.Pin, error) {
+		return rules, v.Pins, s.cfg.DB.PutRules(id, rules)
+	})
+}
+
+// SetPins replaces the account's exception pins (already validated).
+func (s *Service) SetPins(id string, pins []storage.Pin) (*View, error) {
+	return s.setPolicy(id, func(v *View) ([]storage.Rule, []storage.Pin, error) {
+		return v.Rules, pins, s.cfg.DB.PutPins(id, pins)
+	})
+}
+
+func (s *Service) setPolicy(id string, put func(*View) ([]storage.Rule, []storage.Pin, error)) (*View, error) {
+	v, err := s.run(func() (any, error) {
+		old := s.Get(id)
+		if old == nil {
+			return nil, ErrNotFound
+		}
+		rules, pins, err := put(old)
+		if err != nil {
+			return nil, fmt.Errorf("store policy: %w", err)
+		}
+		a := old.Account
+		return s.publish(&a, rules, pins, old), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*View), nil
+}

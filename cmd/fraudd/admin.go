@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// adminCommand is one `fraudd admin` subcommand: an HTTP call to the admin API.
+type adminCommand struct {
+	name   string
+	args   string // positional arguments, for usage
+	help   string
+	method string
+	// path builds the URL path from the positional arguments.
+	path func(pos []string) string
+	// flags adds the command's own flags and returns a body builder.
+	flags func(fs *flag.FlagSet) func() (any, error)
+	npos  int
+}
+
+func idPath(suffix string) func([]string) string {
+	return func(pos []string) string { return "/admin/v1/accounts/" + pos[0] + suffix }
+}
+
+// jsonFlag reads a JSON document given inline or as @file.
+func jsonFlag(fs *flag.FlagSet, name, help string) func() (any, error) {
+	v := fs.String(name, "", help+" (inline JSON or @file)")
+	return func() (any, error) {
+		s := *v
+		if s == "" {
+			return nil, fmt.Errorf("--%s is required", name)
+		}
+		if strings.HasPrefix(s, "@") {
+			b, err := os.ReadFile(s[1:])
+			if err != nil {
+				return nil, err
+			}
+			s = string(b)
+		}
+		var out any
+		if err := json.Unmarshal([]byte(s), &out); err != nil {
+			return nil, fmt.Errorf("--%s: %w", name, err)
+		}
+		return out, nil
+	}
+}
+
+var adminCommands = []adminCommand{
+	{name: "create-account", help: "create an account and print its keys (shown once)", method: "POST",
+		path: func([]string) string { return "/admin/v1/accounts" },
+		flags: func(fs *flag.FlagSet) func() (any, error) {
+			email := fs.String("email", "", "owner email (required)")
+			plan := fs.String("plan", "free", "free, starter, growth, scale, custom or public_interest")
+			created := fs.String("created-at", "", "RFC 3339 creation time (imports, grandfathering)")
+			hourly := fs.String("hourly-limit", "", "custom plan: hourly limit or 'null'")
+			monthly := fs.String("monthly-limit", "", "custom plan: monthly limit or 'null'")
+			return func() (any, error) {
+				if *email == "" {
+					return nil, errors.New("--email is required")
+				}
+				body := map[string]any{"email": *email, "plan": *plan}
+				if *created != "" {
+					body["created_at"] = *created
+				}
+				for k, v := range map[string]string{"hourly_limit": *hourly, "monthly_limit": *monthly} {
+					if v == "" {
+						continue
+					}
+					if v == "null" {
+						body[k] = nil
+						continue
+					}
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						return nil, fmt.Errorf("--%s: %w", strings.ReplaceAll(k, "_", "-"), err)
+					}
+					body[k] = n
+				}
+				return body, nil
+			}
+		}},
+	{name: "get-account", args: "ID", npos: 1, help: "show an account (no secrets)", method: "GET", path: idPath("")},
+	{name: "patch-account", args: "ID", npos: 1, help: "change plan, limits, suspended, allowlist, origins, device_evidence_beta", method: "PATCH", path: idPath(""),
+		flags: func(fs *flag.FlagSet) func() (any, error) {
+			return jsonFlag(fs, "json", `fields to change, e.g. '{"suspended": true}'`)
+		}},
+	{name: "rotate-live", args: "ID", npos: 1, help: "issue a new live key; the old one works 24 more hours", method: "POST", path: idPath("/keys/live/rotate")},
+	{name: "revoke-previous", args: "ID", npos: 1, help: "end the previous live key's grace now", method: "POST", path: idPath("/keys/live/revoke-previous")},
+	{name: "rotate-test", args: "ID", npos: 1, help: "replace the test key (the old one stops at once)", method: "POST", path: idPath("/keys/test/rotate")},
+	{name: "get-rules", args: "ID", npos: 1, help: "show custom rules", method: "GET", path: idPath("/rules")},
+	{name: "set-rules", args: "ID", npos: 1, help: "replace custom rules", method: "PUT", path: idPath("/rules"),
+		flags: func(fs *flag.FlagSet) func() (any, error) {
+			return jsonFlag(fs, "json", `rules, e.g. '[{"signal":"vpn","action":"block"}]'`)
+		}},
+	{name: "get-exceptions", args: "ID", npos: 1, help: "show exception pins", method: "GET", path: idPath("/exceptions")},
+	{name: "set-exceptions", args: "ID", npos: 1, help: "replace exception pins", method: "PUT", path: idPath("/exceptions"),
+		flags: func(fs *flag.FlagSet) func() (any, error) {
+			return jsonFlag(fs, "json", `pins, e.g. '[{"ip":"203.0.113.0/24","action":"allow","label":"office"}]'`)
+		}},
+	{name: "set-webhook", args: "ID", npos: 1, help: "set the webhook URL (--url '' clears it)", method: "PUT", path: idPath("/webhook"),
+		flags: func(fs *flag.FlagSet) func() (any, error) {
+			u := fs.String("url", "", "https:// receiver; empty clears")
+			return func() (any, error) {
+				if *u == "" {
+					return map[string]any{"url": nil}, nil
+				}
+				return map[string]any{"url": *u}, nil
+			}
+		}},
+	{name: "rotate-webhook-secret", args: "ID", npos: 1, help: "replace the webhook signing secret", method: "POST", path: idPath("/webhook/secret/rotate")},
+	{name: "test-webhook", args: "ID", npos: 1, help: "send a test event", method: "POST", path: idPath("/webhook/test")},
+	{name: "deliveries", args: "ID", npos: 1, help: "list recent webhook deliveries", method: "GET", path: idPath("/webhook/deliveries")},
+	{name: "devices", args: "ID", npos: 1, help: "list recently seen devices", method: "GET", path: idPath("/devices")},
+	{name: "mail", help: "show the mail outbox", method: "GET", path: func([]string) string { return "/admin/v1/mail" }},
+	{name: "clock", help: "move the test clock (server started with --test-clock)", method: "POST",
+		path: func([]string) string { return "/admin/v1/clock" },
+		flags: func(fs *flag.FlagSet) func() (any, error) {
+			adv := fs.String("advance", "", "Go duration or seconds to move forward")
+			set := fs.String("set", "", "RFC 3339 time to jump to")
+			return func() (any, error) {
+				body := map[string]any{}
+				if *adv != "" {
+					body["advance"] = *adv
+				}
+				if *set != "" {
+					body["set"] = *set
+				}
+				return body, nil
+			}
+		}},
+}
+
+func adminUsage(w io.Writer) {
+	fmt.Fprint(w, "usage: fraudd admin [--url URL] [--admin-token T | --data-dir DIR] <command> [flags] [args]\n\ncommands:\n")
+	for _, c := range adminCommands {
+		fmt.Fprintf(w, "  %-22s %s\n", strings.TrimSpace(c.name+" "+c.args), c.help)
+	}
+}
+
+func runAdmin(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fraudd admin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("url", env("FRAUDD_URL", "http://127.0.0.1:8080"), "service base URL (env FRAUDD_URL)")
+	token := fs.String("admin-token", env("FRAUDD_ADMIN_TOKEN", ""), "operator token (env FRAUDD_ADMIN_TOKEN)")
+	dataDir := fs.String("data-dir", env("FRAUDD_DATA_DIR", "./data"), "read the token from <data-dir>/admin-token when --admin-token is empty")
+	fs.Usage = func() { adminUsage(stderr); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	var cmd *adminCommand
+	for i := range adminCommands {
+		if adminCommands[i].name == fs.Arg(0) {
+			cmd = &adminCommands[i]
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "fraudd admin: unknown command %q\n", fs.Arg(0))
+		adminUsage(stderr)
+		return 2
+	}
+	cfs := flag.NewFlagSet("fraudd admin "+cmd.name, flag.ContinueOnError)
+	cfs.SetOutput(stderr)
+	var body func() (any, error)
+	if cmd.flags != nil {
+		body = cmd.flags(cfs)
+	}
+	if err := cfs.Parse(fs.Args()[1:]); err != nil {
+		return 2
+	}
+	// Positional arguments may come before or after the flags.
+	pos := cfs.Args()
+	if len(pos) > cmd.npos && cmd.flags != nil {
+		if err := cfs.Parse(pos[cmd.npos:]); err != nil {
+			return 2
+		}
+		pos = append(pos[:cmd.npos:cmd.npos], cfs.Args()...)
+	}
+	if len(pos) != cmd.npos {
+		fmt.Fprintf(stderr, "fraudd admin %s: want %d argument(s): %s\n", cmd.name, cmd.npos, cmd.args)
+		return 2
+	}
+	tok := *token
+	if tok == "" {
+		b, err := os.ReadFile(filepath.Join(*dataDir, "admin-token"))
+		if err != nil {
+			fmt.Fprintf(stderr, "fraudd admin: no --admin-token and cannot read %s: %v\n", filepath.Join(*dataDir, "admin-token"), err)
+			return 2
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	var payload io.Reader
+	if body != nil {
+		v, err := body()
+		if err != nil {
+			fmt.Fprintf(stderr, "fraudd admin %s: %v\n", cmd.name, err)
+			return 2
+		}
+		b, _ := json.Marshal(v)
+		payload = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(cmd.method, strings.TrimRight(*base, "/")+cmd.path(pos), payload)
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudd admin: %v\n", err)
+		return 2
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("User-Agent", "fraudd-admin/"+version)
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudd admin: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, out, "", "  ") == nil {
+		out = append(pretty.Bytes(), '\n')
+	}
+	if resp.StatusCode >= 300 {
+		fmt.Fprintf(stderr, "fraudd admin %s: HTTP %d\n%s", cmd.name, resp.StatusCode, out)
+		return 1
+	}
+	if cmd.name == "create-account" {
+		fmt.Fprintln(stderr, "Keep these secrets now: the live, test and webhook secrets are not shown again.")
+	}
+	stdout.Write(out)
+	return 0
+}

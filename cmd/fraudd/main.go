@@ -1,0 +1,56 @@
+// Command fraudd is the fraud detection service: `fraudd serve` runs it,
+// `fraudd admin …` drives its operator API, `fraudd feeds …` builds and
+// refreshes the intelligence feeds.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		// The one-command start: `fraudd` alone serves on its defaults.
+		return runServe(nil, stderr)
+	}
+	switch args[0] {
+	case "serve":
+		return runServe(args[1:], stderr)
+	case "admin":
+		return runAdmin(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, version)
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		if code, ok := runExtra(args, stdout, stderr); ok {
+			return code
+		}
+		fmt.Fprintf(stderr, "fraudd: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: fraudd <command> [flags]
+
+commands:
+  serve    run the service (the default when no command is given)
+  admin    call the operator API (create-account, rotate-live, set-rules, …)
+  feeds    build, update and inspect the intelligence feeds
+  version  print the version
+
+Run 'fraudd <command> -h' for a command's flags.
+`)
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/fastapi"
+	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// serveConfig is everything `fraudd serve` reads from flags and environment.
+type serveConfig struct {
+	addr            string
+	dataDir         string
+	adminToken      string
+	secret          string
+	trustedProxies  []netip.Prefix
+	testClock       bool
+	logLevel        slog.Level
+	edgeBlock       bool
+	edgeBlockAgents []string
+}
+
+// env returns the FRAUDD_* variable or def.
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func envBool(name string, def bool) bool {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def
+	}
+	return b
+}
+
+func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
+	fs := flag.NewFlagSet("fraudd serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &serveConfig{}
+	fs.StringVar(&c.addr, "addr", env("FRAUDD_ADDR", ":8080"), "listen address (env FRAUDD_ADDR)")
+	fs.StringVar(&c.dataDir, "data-dir", env("FRAUDD_DATA_DIR", "./data"), "data directory (env FRAUDD_DATA_DIR)")
+	fs.StringVar(&c.adminToken, "admin-token", env("FRAUDD_ADMIN_TOKEN", ""), "operator API token; generated into <data-dir>/admin-token when empty (env FRAUDD_ADMIN_TOKEN)")
+	fs.StringVar(&c.secret, "secret", env("FRAUDD_SECRET", ""), "master secret; generated into <data-dir>/master-secret when empty (env FRAUDD_SECRET)")
+	trusted := fs.String("trusted-proxies", env("FRAUDD_TRUSTED_PROXIES", ""), "comma-separated CIDRs whose X-Forwarded-For is believed (env FRAUDD_TRUSTED_PROXIES)")
+	fs.BoolVar(&c.testClock, "test-clock", envBool("FRAUDD_TEST_CLOCK", false), "enable POST /admin/v1/clock (tests only; env FRAUDD_TEST_CLOCK)")
+	level := fs.String("log-level", env("FRAUDD_LOG_LEVEL", "info"), "debug, info, warn or error (env FRAUDD_LOG_LEVEL)")
+	fs.BoolVar(&c.edgeBlock, "edge-block", envBool("FRAUDD_EDGE_BLOCK", true), "answer 403 `error code: 1010` to requests with no User-Agent or a bare library default (env FRAUDD_EDGE_BLOCK)")
+	agents := fs.String("edge-block-agents", env("FRAUDD_EDGE_BLOCK_AGENTS", strings.Join(fastapi.DefaultEdgeBlockAgents, ",")), "comma-separated User-Agent prefixes the edge block rejects (env FRAUDD_EDGE_BLOCK_AGENTS)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	for _, p := range splitList(*trusted) {
+		pr, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return nil, fmt.Errorf("--trusted-proxies: %q is not a CIDR", p)
+			}
+			pr = netip.PrefixFrom(a, a.BitLen())
+		}
+		c.trustedProxies = append(c.trustedProxies, pr.Masked())
+	}
+	c.edgeBlockAgents = splitList(*agents)
+	return c, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func runServe(args []string, stderr io.Writer) int {
+	cfg, err := parseServe(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "fraudd serve: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	slog.SetDefault(log)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("fraudd stopped with an error", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// serve starts everything in order, serves until ctx ends, then stops in
+// reverse: stop accepting and drain requests, stop actors, close Pebble.
+func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
+	if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	master, err := loadMaster(cfg, log)
+	if err != nil {
+		return err
+	}
+	adminToken, err := loadAdminToken(cfg, log)
+	if err != nil {
+		return err
+	}
+	var clk clock.Clock = clock.Real{}
+	var testClock *clock.Offset
+	if cfg.testClock {
+		testClock = clock.NewOffset()
+		clk = testClock
+		log.Warn("test clock enabled: POST /admin/v1/clock moves time; never use this in production")
+	}
+
+	db, err := storage.Open(filepath.Join(cfg.dataDir, "pebble"), storage.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			log.Error("close storage", "err", err)
+		}
+		log.Info("storage closed")
+	}()
+	if err := db.Probe(); err != nil {
+		return fmt.Errorf("storage probe: %w", err)
+	}
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
+	go probeLoop(probeCtx, db, log)
+
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(s *actor.ActorSystem) *slog.Logger {
+		return log.With("lib", "protoactor")
+	}))
+	defer func() {
+		system.Shutdown()
+		log.Info("actor system stopped")
+	}()
+	accts, err := accounts.Start(system.Root, accounts.Config{DB: db, Master: master, Clock: clk})
+	if err != nil {
+		return err
+	}
+	defer accts.Stop()
+
+	srv := fastapi.New(fastapi.Config{
+		AdminToken:      adminToken,
+		TrustedProxies:  cfg.trustedProxies,
+		EdgeBlock:       cfg.edgeBlock,
+		EdgeBlockAgents: cfg.edgeBlockAgents,
+		Version:         version,
+		StartedAt:       clk.Now(),
+		Logger:          log,
+	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock})
+
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
+	}
+	log.Info("fraudd listening", "addr", ln.Addr().String(), "version", version, "data_dir", cfg.dataDir)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining requests")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		log.Error("drain requests", "err", err)
+	}
+	log.Info("http server stopped")
+	return nil
+}
+
+// probeLoop re-checks the store so an unreadable disk turns into 503s (and a
+// recovered one back into service) without waiting for a failed request.
+func probeLoop(ctx context.Context, db *storage.DB, log *slog.Logger) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := db.Probe(); err != nil {
+				log.Debug("storage probe failed", "err", err)
+			}
+		}
+	}
+}
+
+// loadMaster returns the master secret from --secret, or from the data dir's
+// master-secret file, creating it (0600) on first start.
+func loadMaster(cfg *serveConfig, log *slog.Logger) (secrets.Master, error) {
+	if cfg.secret != "" {
+		return secrets.FromBytes([]byte(cfg.secret)), nil
+	}
+	b, created, err := readOrCreate(filepath.Join(cfg.dataDir, "master-secret"), func() string { return secrets.RandomHex(32) })
+	if err != nil {
+		return secrets.Master{}, fmt.Errorf("master secret: %w", err)
+	}
+	if created {
+		log.Info("generated master secret", "path", filepath.Join(cfg.dataDir, "master-secret"))
+	}
+	return secrets.FromBytes(b), nil
+}
+
+// loadAdminToken returns --admin-token, or the data dir's admin-token file,
+// creating it (0600) on first start. Only the file's path is ever logged.
+func loadAdminToken(cfg *serveConfig, log *slog.Logger) (string, error) {
+	if cfg.adminToken != "" {
+		return cfg.adminToken, nil
+	}
+	path := filepath.Join(cfg.dataDir, "admin-token")
+	b, created, err := readOrCreate(path, func() string { return "adm_" + secrets.Random62(32) })
+	if err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	if created {
+		log.Info("generated admin token", "path", path)
+	} else {
+		log.Info("admin token", "path", path)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func readOrCreate(path string, gen func() string) ([]byte, bool, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if len(strings.TrimSpace(string(b))) == 0 {
+			return nil, false, fmt.Errorf("%s is empty", path)
+		}
+		return []byte(strings.TrimSpace(string(b))), false, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	v := gen()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("create %s: %w", path, err)
+	}
+	if _, err := f.WriteString(v + "\n"); err != nil {
+		f.Close()
+		return nil, false, fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, false, fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, false, fmt.Errorf("close %s: %w", path, err)
+	}
+	return []byte(v), true, nil
+}

@@ -1,0 +1,545 @@
+package fastapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/fastapi/wire"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// decodeStrict reads a JSON body into v, rejecting unknown fields so an
+// operator's typo is an error rather than a silent no-op.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+func (s *Server) badRequest(ctx *fasthttp.RequestCtx, format string, args ...any) {
+	s.writeError(ctx, fasthttp.StatusBadRequest, fmt.Sprintf(format, args...), "", "")
+}
+
+// adminFailure maps an accounts error to its status.
+func (s *Server) adminFailure(ctx *fasthttp.RequestCtx, where string, err error) {
+	switch {
+	case errors.Is(err, accounts.ErrNotFound):
+		s.writeError(ctx, fasthttp.StatusNotFound, "Account not found.", "", "")
+	case errors.Is(err, accounts.ErrExists):
+		s.writeError(ctx, fasthttp.StatusConflict, "An account with this email already exists.", "", "")
+	case errors.Is(err, storage.ErrUnavailable):
+		s.storageUnavailable(ctx)
+	default:
+		s.serverError(ctx, where, err)
+	}
+}
+
+func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// accountView renders an account without secrets.
+func accountView(v *accounts.View) *wire.Account {
+	out := &wire.Account{
+		ID: v.ID, Email: v.Email, Plan: v.Plan, CreatedAt: fmtTime(v.CreatedAt),
+		HourlyLimit: v.HourlyLimit, MonthlyLimit: v.MonthlyLimit, Suspended: v.Suspended,
+		Allowlist: nonNil(v.Allowlist), Origins: nonNil(v.Origins), DeviceEvidenceBeta: v.DeviceEvidenceBeta,
+		PublishableKey: v.PublishableKey,
+		LiveKey:        wire.KeyInfo{Prefix: v.Live.Prefix, Last4: v.Live.Last4, CreatedAt: fmtTime(v.Live.CreatedAt)},
+		TestKey:        wire.KeyInfo{Prefix: v.Test.Prefix, Last4: v.Test.Last4, CreatedAt: fmtTime(v.Test.CreatedAt)},
+	}
+	if v.WebhookURL != "" {
+		u := v.WebhookURL
+		out.WebhookURL = &u
+	}
+	if p := v.PrevLive; p != nil {
+		until := fmtTime(p.ValidUntil)
+		out.PreviousLiveKey = &wire.KeyInfo{Prefix: p.Prefix, Last4: p.Last4, CreatedAt: fmtTime(p.CreatedAt), ValidUntil: &until}
+	}
+	return out
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// optLimit decodes a limit that may be an integer or null.
+func optLimit(raw json.RawMessage, name string) (*int64, error) {
+	if string(raw) == "null" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || n < 0 {
+		return nil, fmt.Errorf("%s must be a non-negative integer or null", name)
+	}
+	return &n, nil
+}
+
+func (s *Server) adminCreateAccount(ctx *fasthttp.RequestCtx, r *request) {
+	var in struct {
+		Email        string          `json:"email"`
+		Plan         string          `json:"plan"`
+		CreatedAt    string          `json:"created_at"`
+		HourlyLimit  json.RawMessage `json:"hourly_limit"`
+		MonthlyLimit json.RawMessage `json:"monthly_limit"`
+	}
+	if err := decodeStrict(ctx.PostBody(), &in); err != nil {
+		s.badRequest(ctx, "Invalid JSON body: %v.", err)
+		return
+	}
+	if err := validEmail(in.Email); err != nil {
+		s.badRequest(ctx, "%v", err)
+		return
+	}
+	if in.Plan == "" {
+		in.Plan = "free"
+	}
+	if !accounts.ValidPlan(in.Plan) {
+		s.badRequest(ctx, "plan must be one of %s.", strings.Join(accounts.Plans, ", "))
+		return
+	}
+	na := accounts.NewAccount{Email: in.Email, Plan: in.Plan}
+	if in.CreatedAt != "" {
+		t, err := time.Parse(time.RFC3339, in.CreatedAt)
+		if err != nil {
+			s.badRequest(ctx, "created_at must be an RFC 3339 date-time.")
+			return
+		}
+		na.CreatedAt = t
+	}
+	for _, l := range []struct {
+		raw  json.RawMessage
+		name string
+		dst  **int64
+	}{{in.HourlyLimit, "hourly_limit", &na.HourlyLimit}, {in.MonthlyLimit, "monthly_limit", &na.MonthlyLimit}} {
+		if l.raw == nil {
+			continue
+		}
+		if in.Plan != "custom" {
+			s.badRequest(ctx, "%s is only for the custom plan.", l.name)
+			return
+		}
+		v, err := optLimit(l.raw, l.name)
+		if err != nil {
+			s.badRequest(ctx, "%v.", err)
+			return
+		}
+		*l.dst = v
+	}
+	c, err := s.deps.Accounts.Create(na)
+	if err != nil {
+		s.adminFailure(ctx, "create account", err)
+		return
+	}
+	v := c.View
+	s.writeJSON(ctx, fasthttp.StatusCreated, &wire.CreatedAccount{
+		ID: v.ID, Email: v.Email, Plan: v.Plan, CreatedAt: fmtTime(v.CreatedAt),
+		HourlyLimit: v.HourlyLimit, MonthlyLimit: v.MonthlyLimit,
+		LiveKey: c.LiveKey, TestKey: c.TestKey, PublishableKey: c.PublishableKey, WebhookSecret: c.WebhookSecret,
+	})
+}
+
+func validEmail(e string) error {
+	at := strings.LastIndexByte(e, '@')
+	if e == "" || len(e) > 254 || at <= 0 || at == len(e)-1 || strings.ContainsAny(e, " \t\r\n") {
+		return errors.New("email must be a valid address of at most 254 characters")
+	}
+	return nil
+}
+
+// account fetches the {id} account or answers 404.
+func (s *Server) account(ctx *fasthttp.RequestCtx, r *request) *accounts.View {
+	v := s.deps.Accounts.Get(r.param(0))
+	if v == nil {
+		s.writeError(ctx, fasthttp.StatusNotFound, "Account not found.", "", "")
+	}
+	return v
+}
+
+func (s *Server) adminGetAccount(ctx *fasthttp.RequestCtx, r *request) {
+	if v := s.account(ctx, r); v != nil {
+		s.writeJSON(ctx, fasthttp.StatusOK, accountView(v))
+	}
+}
+
+func (s *Server) adminPatchAccount(ctx *fasthttp.RequestCtx, r *request) {
+	var in struct {
+		Plan               *string         `json:"plan"`
+		HourlyLimit        json.RawMessage `json:"hourly_limit"`
+		MonthlyLimit       json.RawMessage `json:"monthly_limit"`
+		Suspended          *bool           `json:"suspended"`
+		Allowlist          *[]string       `json:"allowlist"`
+		Origins            *[]string       `json:"origins"`
+		DeviceEvidenceBeta *bool           `json:"device_evidence_beta"`
+	}
+	if err := decodeStrict(ctx.PostBody(), &in); err != nil {
+		s.badRequest(ctx, "Invalid JSON body: %v.", err)
+		return
+	}
+	cur := s.account(ctx, r)
+	if cur == nil {
+		return
+	}
+	var p accounts.Patch
+	if in.Plan != nil {
+		if !accounts.ValidPlan(*in.Plan) {
+			s.badRequest(ctx, "plan must be one of %s.", strings.Join(accounts.Plans, ", "))
+			return
+		}
+		p.Plan = in.Plan
+	}
+	for _, l := range []struct {
+		raw  json.RawMessage
+		name string
+		dst  ***int64
+	}{{in.HourlyLimit, "hourly_limit", &p.HourlyLimit}, {in.MonthlyLimit, "monthly_limit", &p.MonthlyLimit}} {
+		if l.raw == nil {
+			continue
+		}
+		v, err := optLimit(l.raw, l.name)
+		if err != nil {
+			s.badRequest(ctx, "%v.", err)
+			return
+		}
+		*l.dst = &v
+	}
+	p.Suspended = in.Suspended
+	p.DeviceEvidenceBeta = in.DeviceEvidenceBeta
+	if in.Allowlist != nil {
+		list, err := canonicalPrefixes(*in.Allowlist)
+		if err != nil {
+			s.badRequest(ctx, "allowlist: %v.", err)
+			return
+		}
+		p.Allowlist = &list
+	}
+	if in.Origins != nil {
+		list, err := canonicalOrigins(*in.Origins)
+		if err != nil {
+			s.badRequest(ctx, "origins: %v.", err)
+			return
+		}
+		p.Origins = &list
+	}
+	v, err := s.deps.Accounts.Update(cur.ID, p)
+	if err != nil {
+		s.adminFailure(ctx, "patch account", err)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, accountView(v))
+}
+
+// canonicalPrefixes turns IPs and CIDRs into masked prefixes ("203.0.113.7/32").
+func canonicalPrefixes(in []string) ([]string, error) {
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		s = strings.TrimSpace(s)
+		var p netip.Prefix
+		if strings.Contains(s, "/") {
+			pp, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, fmt.Errorf("%q is not an IP or CIDR", s)
+			}
+			p = pp.Masked()
+		} else {
+			a, err := netip.ParseAddr(s)
+			if err != nil || a.Zone() != "" {
+				return nil, fmt.Errorf("%q is not an IP or CIDR", s)
+			}
+			a = a.Unmap()
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.String())
+	}
+	return out, nil
+}
+
+// canonicalOrigins keeps scheme://host[:port] of each origin.
+func canonicalOrigins(in []string) ([]string, error) {
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return nil, fmt.Errorf("%q is not an origin like https://shop.example", s)
+		}
+		out = append(out, strings.ToLower(u.Scheme+"://"+u.Host))
+	}
+	return out, nil
+}
+
+func (s *Server) adminRotateLive(ctx *fasthttp.RequestCtx, r *request) {
+	rot, err := s.deps.Accounts.RotateLive(r.param(0))
+	if err != nil {
+		s.adminFailure(ctx, "rotate live key", err)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, &wire.RotatedLive{LiveKey: rot.Key, PreviousValidUntil: fmtTime(rot.PreviousValidUntil)})
+}
+
+func (s *Server) adminRevokePrevious(ctx *fasthttp.RequestCtx, r *request) {
+	if err := s.deps.Accounts.RevokePrevious(r.param(0)); err != nil {
+		s.adminFailure(ctx, "revoke previous key", err)
+		return
+	}
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+}
+
+func (s *Server) adminRotateTest(ctx *fasthttp.RequestCtx, r *request) {
+	k, err := s.deps.Accounts.RotateTest(r.param(0))
+	if err != nil {
+		s.adminFailure(ctx, "rotate test key", err)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, &wire.RotatedTest{TestKey: k})
+}
+
+func (s *Server) adminGetRules(ctx *fasthttp.RequestCtx, r *request) {
+	if v := s.account(ctx, r); v != nil {
+		s.writeJSON(ctx, fasthttp.StatusOK, rulesWire(v.Rules))
+	}
+}
+
+func rulesWire(rules []storage.Rule) []wire.Rule {
+	out := make([]wire.Rule, 0, len(rules))
+	for _, x := range rules {
+		out = append(out, wire.Rule{Signal: x.Signal, Action: x.Action})
+	}
+	return out
+}
+
+func pinsWire(pins []storage.Pin) []wire.Pin {
+	out := make([]wire.Pin, 0, len(pins))
+	for _, p := range pins {
+		out = append(out, wire.Pin{IP: p.IP, VisitorID: p.VisitorID, Action: p.Action, Label: p.Label})
+	}
+	return out
+}
+
+// Rule signals of ADMIN.md.
+var ruleSignals = []string{"vpn", "proxy", "tor", "datacenter", "anonymous", "automation", "antidetect", "emulator",
+	"virtual_machine", "incognito", "privacy_mode", "ip_blocklisted", "high_activity", "multi_account",
+	"disposable_email", "timezone_mismatch"}
+
+func validAction(a string) bool { return a == "allow" || a == "review" || a == "block" }
+
+func (s *Server) adminPutRules(ctx *fasthttp.RequestCtx, r *request) {
+	var in []wire.Rule
+	if err := decodeStrict(ctx.PostBody(), &in); err != nil {
+		s.badRequest(ctx, "Body must be a JSON array of {\"signal\", \"action\"}: %v.", err)
+		return
+	}
+	rules := make([]storage.Rule, 0, len(in))
+	seen := map[string]bool{}
+	for i, x := range in {
+		known := false
+		for _, sg := range ruleSignals {
+			known = known || sg == x.Signal
+		}
+		if !known {
+			s.badRequest(ctx, "rules[%d]: signal must be one of %s.", i, strings.Join(ruleSignals, ", "))
+			return
+		}
+		if !validAction(x.Action) {
+			s.badRequest(ctx, "rules[%d]: action must be allow, review or block.", i)
+			return
+		}
+		if seen[x.Signal] {
+			s.badRequest(ctx, "rules[%d]: signal %s appears twice.", i, x.Signal)
+			return
+		}
+		seen[x.Signal] = true
+		rules = append(rules, storage.Rule{Signal: x.Signal, Action: x.Action})
+	}
+	if s.account(ctx, r) == nil {
+		return
+	}
+	v, err := s.deps.Accounts.SetRules(r.param(0), rules)
+	if err != nil {
+		s.adminFailure(ctx, "set rules", err)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, rulesWire(v.Rules))
+}
+
+func (s *Server) adminGetPins(ctx *fasthttp.RequestCtx, r *request) {
+	if v := s.account(ctx, r); v != nil {
+		s.writeJSON(ctx, fasthttp.StatusOK, pinsWire(v.Pins))
+	}
+}
+
+func (s *Server) adminPutPins(ctx *fasthttp.RequestCtx, r *request) {
+	var in []wire.Pin
+	if err := decodeStrict(ctx.PostBody(), &in); err != nil {
+		s.badRequest(ctx, "Body must be a JSON array of exception pins: %v.", err)
+		return
+	}
+	pins := make([]storage.Pin, 0, len(in))
+	for i, p := range in {
+		if (p.IP == "") == (p.VisitorID == "") {
+			s.badRequest(ctx, "exceptions[%d]: set exactly one of ip and visitor_id.", i)
+			return
+		}
+		if !validAction(p.Action) {
+			s.badRequest(ctx, "exceptions[%d]: action must be allow, review or block.", i)
+			return
+		}
+		if len(p.Label) > 200 || len(p.VisitorID) > 200 {
+			s.badRequest(ctx, "exceptions[%d]: label and visitor_id are at most 200 characters.", i)
+			return
+		}
+		sp := storage.Pin{VisitorID: p.VisitorID, Action: p.Action, Label: p.Label}
+		if p.IP != "" {
+			list, err := canonicalPrefixes([]string{p.IP})
+			if err != nil {
+				s.badRequest(ctx, "exceptions[%d]: %v.", i, err)
+				return
+			}
+			sp.IP = list[0]
+		}
+		pins = append(pins, sp)
+	}
+	if s.account(ctx, r) == nil {
+		return
+	}
+	v, err := s.deps.Accounts.SetPins(r.param(0), pins)
+	if err != nil {
+		s.adminFailure(ctx, "set exceptions", err)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, pinsWire(v.Pins))
+}
+
+func (s *Server) adminPutWebhook(ctx *fasthttp.RequestCtx, r *request) {
+	var in struct {
+		URL *string `json:"url"`
+	}
+	if err := decodeStrict(ctx.PostBody(), &in); err != nil {
+		s.badRequest(ctx, "Invalid JSON body: %v.", err)
+		return
+	}
+	u := ""
+	if in.URL != nil {
+		pu, err := url.Parse(*in.URL)
+		if err != nil || pu.Host == "" || (pu.Scheme != "https" && pu.Scheme != "http") {
+			s.badRequest(ctx, "url must be an absolute https:// URL or null.")
+			return
+		}
+		u = pu.String()
+	}
+	v, err := s.deps.Accounts.SetWebhookURL(r.param(0), u)
+	if err != nil {
+		s.adminFailure(ctx, "set webhook", err)
+		return
+	}
+	out := &wire.Webhook{}
+	if v.WebhookURL != "" {
+		out.URL = &v.WebhookURL
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+func (s *Server) adminRotateWebhookSecret(ctx *fasthttp.RequestCtx, r *request) {
+	sec, err := s.deps.Accounts.RotateWebhookSecret(r.param(0))
+	if err != nil {
+		s.adminFailure(ctx, "rotate webhook secret", err)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, &wire.WebhookSecret{WebhookSecret: sec})
+}
+
+func (s *Server) adminWebhookTest(ctx *fasthttp.RequestCtx, r *request) {
+	v := s.account(ctx, r)
+	if v == nil {
+		return
+	}
+	if v.WebhookURL == "" {
+		s.writeError(ctx, fasthttp.StatusConflict, "No webhook URL is set for this account.", "", "")
+		return
+	}
+	// Delivery arrives with the webhook issue; until then the request is
+	// accepted and nothing is sent.
+	ctx.SetStatusCode(fasthttp.StatusAccepted)
+}
+
+// adminEmptyList serves views whose data arrives with later features.
+func (s *Server) adminEmptyList(ctx *fasthttp.RequestCtx, r *request) {
+	if r.nparams > 0 && s.account(ctx, r) == nil {
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, []struct{}{})
+}
+
+func (s *Server) adminClock(ctx *fasthttp.RequestCtx, r *request) {
+	if s.deps.TestClock == nil {
+		s.writeError(ctx, fasthttp.StatusNotFound, msgNotFound, "", "")
+		return
+	}
+	var in struct {
+		Advance json.RawMessage `json:"advance"`
+		Set     *string         `json:"set"`
+	}
+	if err := decodeStrict(ctx.PostBody(), &in); err != nil {
+		s.badRequest(ctx, "Invalid JSON body: %v.", err)
+		return
+	}
+	var now time.Time
+	switch {
+	case in.Set != nil && in.Advance != nil:
+		s.badRequest(ctx, "Send either advance or set, not both.")
+		return
+	case in.Set != nil:
+		t, err := time.Parse(time.RFC3339Nano, *in.Set)
+		if err != nil {
+			s.badRequest(ctx, "set must be an RFC 3339 date-time.")
+			return
+		}
+		now = s.deps.TestClock.Set(t)
+	case in.Advance != nil:
+		d, err := parseAdvance(in.Advance)
+		if err != nil {
+			s.badRequest(ctx, "%v.", err)
+			return
+		}
+		now = s.deps.TestClock.Advance(d)
+	default:
+		now = s.deps.TestClock.Now()
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, &wire.ClockNow{Now: now.UTC().Format(time.RFC3339Nano)})
+}
+
+// parseAdvance reads a Go duration string ("25h") or whole seconds (90 or "90").
+func parseAdvance(raw json.RawMessage) (time.Duration, error) {
+	var sv string
+	if err := json.Unmarshal(raw, &sv); err != nil {
+		var n int64
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return 0, errors.New("advance must be a Go duration like \"25h\" or whole seconds")
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	if n, err := strconv.ParseInt(sv, 10, 64); err == nil {
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(sv)
+	if err != nil {
+		return 0, errors.New("advance must be a Go duration like \"25h\" or whole seconds")
+	}
+	return d, nil
+}

@@ -1,0 +1,31 @@
+package fastapi
+
+import (
+	"sync"
+
+	"github.com/bytedance/sonic/encoder"
+	"github.com/valyala/fasthttp"
+)
+
+// bufPool holds encode buffers so a response costs no buffer allocation.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// writeJSON encodes v with sonic into a pooled buffer and sets it as the body.
+func (s *Server) writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	bp := bufPool.Get().(*[]byte)
+	buf := (*bp)[:0]
+	if err := encoder.EncodeInto(&buf, v, 0); err != nil {
+		*bp = buf
+		bufPool.Put(bp)
+		s.log.Error("encode response", "err", err)
+		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+		ctx.SetContentType(contentTypeJSON)
+		ctx.SetBodyString(`{"error":"Server error."}`)
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType(contentTypeJSON)
+	ctx.SetBody(buf) // copies
+	*bp = buf
+	bufPool.Put(bp)
+}

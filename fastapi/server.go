@@ -1,0 +1,368 @@
+package fastapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/internal/clock"
+)
+
+// Config is the HTTP surface's configuration. The zero value serves, with no
+// admin API (empty AdminToken) and the edge block off.
+type Config struct {
+	AdminToken     string
+	TrustedProxies []netip.Prefix
+	// EdgeBlock turns on the 403 `error code: 1010` for requests with no
+	// User-Agent or one starting with an entry of EdgeBlockAgents.
+	EdgeBlock       bool
+	EdgeBlockAgents []string
+	Version         string
+	StartedAt       time.Time
+	Logger          *slog.Logger
+	ReadTimeout     time.Duration
+	WriteTimeout    time.Duration
+	IdleTimeout     time.Duration
+}
+
+// DefaultEdgeBlockAgents are bare library defaults that real integrations do
+// not send. curl, browsers and Go's net/http default are never on it.
+var DefaultEdgeBlockAgents = []string{defaultUserAgentUA}
+
+// StoreHealth tells whether the account store can be read.
+type StoreHealth interface {
+	Available() bool
+}
+
+// Lockout is the invalid-credential lockout (CLARIFICATIONS: 20 failures in 15
+// minutes lock an address out for 15 minutes).
+type Lockout interface {
+	// Locked reports whether addr is locked out, and for how many seconds.
+	Locked(addr netip.Addr, now time.Time) (retryAfter int, locked bool)
+	// Fail records one invalid credential from addr.
+	Fail(addr netip.Addr, now time.Time)
+}
+
+// Deps are the state owners the handlers talk to.
+type Deps struct {
+	Accounts *accounts.Service
+	Store    StoreHealth
+	Clock    clock.Clock
+	// TestClock, when set, enables POST /admin/v1/clock.
+	TestClock *clock.Offset
+	Lockout   Lockout
+}
+
+// Server is the HTTP surface.
+type Server struct {
+	cfg    Config
+	deps   Deps
+	log    *slog.Logger
+	routes []*route
+	srv    *fasthttp.Server
+	reqs   sync.Pool
+
+	idPrefix [8]byte
+}
+
+// authKind is how a route authenticates its caller.
+type authKind uint8
+
+const (
+	authNone   authKind = iota
+	authAdmin           // operator token
+	authAPI             // secret key, live-key allowlist enforced
+	authAPIAny          // secret key, allowlist not enforced (/v1/usage)
+)
+
+type handlerFunc func(ctx *fasthttp.RequestCtx, r *request)
+
+// route is one line of the route table.
+type route struct {
+	method  string
+	pattern string
+	auth    authKind
+	handler handlerFunc
+	segs    []string
+}
+
+// request is the per-request state handlers share; pooled.
+type request struct {
+	now     time.Time
+	client  netip.Addr
+	params  [2]string
+	nparams int
+	auth    accounts.Auth
+	sandbox bool
+}
+
+func (r *request) param(i int) string { return r.params[i] }
+
+// New builds the server and its route table.
+func New(cfg Config, deps Deps) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.Real{}
+	}
+	if cfg.StartedAt.IsZero() {
+		cfg.StartedAt = deps.Clock.Now()
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 10 * time.Second
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 60 * time.Second
+	}
+	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger}
+	s.reqs.New = func() any { return new(request) }
+	const hexd = "0123456789abcdef"
+	for i := range s.idPrefix {
+		s.idPrefix[i] = hexd[rand.IntN(16)]
+	}
+	s.routes = s.routeTable()
+	for _, rt := range s.routes {
+		rt.segs = strings.Split(strings.Trim(rt.pattern, "/"), "/")
+	}
+	s.srv = &fasthttp.Server{
+		Handler:                       s.Handle,
+		ErrorHandler:                  s.handleParseError,
+		Name:                          "fraudd",
+		ReadTimeout:                   cfg.ReadTimeout,
+		WriteTimeout:                  cfg.WriteTimeout,
+		IdleTimeout:                   cfg.IdleTimeout,
+		MaxRequestBodySize:            maxAPIBody,
+		DisableHeaderNamesNormalizing: false,
+		NoDefaultContentType:          true,
+		Logger:                        fasthttpLogger{cfg.Logger},
+	}
+	return s
+}
+
+// routeTable lists every route with its auth. Body limits are the server-wide
+// 64 KiB cap.
+func (s *Server) routeTable() []*route {
+	rs := []*route{
+		{method: "GET", pattern: "/api/status", auth: authNone, handler: s.handleStatus},
+
+		{method: "POST", pattern: "/admin/v1/accounts", auth: authAdmin, handler: s.adminCreateAccount},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}", auth: authAdmin, handler: s.adminGetAccount},
+		{method: "PATCH", pattern: "/admin/v1/accounts/{id}", auth: authAdmin, handler: s.adminPatchAccount},
+		{method: "POST", pattern: "/admin/v1/accounts/{id}/keys/live/rotate", auth: authAdmin, handler: s.adminRotateLive},
+		{method: "POST", pattern: "/admin/v1/accounts/{id}/keys/live/revoke-previous", auth: authAdmin, handler: s.adminRevokePrevious},
+		{method: "POST", pattern: "/admin/v1/accounts/{id}/keys/test/rotate", auth: authAdmin, handler: s.adminRotateTest},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/rules", auth: authAdmin, handler: s.adminGetRules},
+		{method: "PUT", pattern: "/admin/v1/accounts/{id}/rules", auth: authAdmin, handler: s.adminPutRules},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/exceptions", auth: authAdmin, handler: s.adminGetPins},
+		{method: "PUT", pattern: "/admin/v1/accounts/{id}/exceptions", auth: authAdmin, handler: s.adminPutPins},
+		{method: "PUT", pattern: "/admin/v1/accounts/{id}/webhook", auth: authAdmin, handler: s.adminPutWebhook},
+		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/secret/rotate", auth: authAdmin, handler: s.adminRotateWebhookSecret},
+		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/test", auth: authAdmin, handler: s.adminWebhookTest},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/webhook/deliveries", auth: authAdmin, handler: s.adminEmptyList},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/devices", auth: authAdmin, handler: s.adminEmptyList},
+		{method: "GET", pattern: "/admin/v1/mail", auth: authAdmin, handler: s.adminEmptyList},
+		{method: "POST", pattern: "/admin/v1/clock", auth: authAdmin, handler: s.adminClock},
+
+		{method: "GET", pattern: "/v1/whoami", auth: authAPIAny, handler: s.handleWhoami},
+	}
+	return append(rs, s.extraRoutes()...)
+}
+
+// extraRoutes is where endpoint groups add their lines.
+func (s *Server) extraRoutes() []*route { return nil }
+
+// Serve serves on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting, waits for in-flight requests, and closes idle
+// keep-alive connections.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+
+// Handle is the fasthttp handler: request id, edge block, routing, auth.
+func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
+	s.setRequestID(ctx)
+	path := ctx.Path()
+	if s.cfg.EdgeBlock && !bytes.Equal(path, []byte("/mcp")) && s.edgeBlocked(ctx.UserAgent()) {
+		ctx.SetStatusCode(edgeBlockStatus)
+		ctx.SetContentType(contentTypeText)
+		ctx.SetBodyString(edgeBlockBody)
+		return
+	}
+	r := s.reqs.Get().(*request)
+	*r = request{now: s.deps.Clock.Now()}
+	defer s.reqs.Put(r)
+	rt, allow := s.match(ctx.Method(), path, r)
+	if rt == nil {
+		if allow != "" {
+			ctx.Response.Header.Set("Allow", allow)
+			s.writeError(ctx, fasthttp.StatusMethodNotAllowed, msgMethod, "", "")
+			return
+		}
+		s.writeError(ctx, fasthttp.StatusNotFound, msgNotFound, "", "")
+		return
+	}
+	r.client = s.clientAddr(ctx)
+	switch rt.auth {
+	case authAdmin:
+		if !s.adminAuthorized(ctx) {
+			s.writeError(ctx, fasthttp.StatusUnauthorized, msgAdminAuth, "", "")
+			return
+		}
+	case authAPI, authAPIAny:
+		if !s.authenticate(ctx, r, rt.auth == authAPI) {
+			return
+		}
+	}
+	rt.handler(ctx, r)
+}
+
+// match finds the route for method and path. When the path exists under other
+// methods only, it returns nil and the Allow header value.
+func (s *Server) match(method, path []byte, r *request) (*route, string) {
+	p := strings.Trim(string(path), "/")
+	var allow []string
+	for _, rt := range s.routes {
+		if !matchSegs(rt.segs, p, r) {
+			continue
+		}
+		if rt.method == string(method) || (rt.method == "GET" && string(method) == "HEAD") {
+			return rt, ""
+		}
+		allow = append(allow, rt.method)
+	}
+	r.nparams = 0
+	return nil, strings.Join(allow, ", ")
+}
+
+// matchSegs matches a split pattern against a trimmed path, filling params.
+func matchSegs(segs []string, p string, r *request) bool {
+	r.nparams = 0
+	for i, seg := range segs {
+		var part string
+		if j := strings.IndexByte(p, '/'); j >= 0 {
+			part, p = p[:j], p[j+1:]
+		} else {
+			part, p = p, ""
+			if i != len(segs)-1 {
+				return false
+			}
+		}
+		if len(seg) > 1 && seg[0] == '{' {
+			if part == "" || r.nparams == len(r.params) {
+				return false
+			}
+			r.params[r.nparams] = part
+			r.nparams++
+			continue
+		}
+		if seg != part {
+			return false
+		}
+	}
+	return p == ""
+}
+
+func (s *Server) edgeBlocked(ua []byte) bool {
+	if len(bytes.TrimSpace(ua)) == 0 {
+		return true
+	}
+	for _, a := range s.cfg.EdgeBlockAgents {
+		if bytes.HasPrefix(ua, []byte(a)) {
+			return true
+		}
+	}
+	return false
+}
+
+// setRequestID stamps X-Request-Id: a per-process random prefix plus 16 random
+// hex digits, without allocating.
+func (s *Server) setRequestID(ctx *fasthttp.RequestCtx) {
+	const hexd = "0123456789abcdef"
+	var b [4 + 8 + 16]byte
+	copy(b[:], "req_")
+	copy(b[4:], s.idPrefix[:])
+	x := rand.Uint64()
+	for i := 0; i < 16; i++ {
+		b[12+i] = hexd[x&15]
+		x >>= 4
+	}
+	ctx.Response.Header.SetBytesV(headerRequestID, b[:])
+}
+
+// handleParseError maps fasthttp's request-parsing failures to JSON; an
+// oversized body is 413, not fasthttp's default 400.
+func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	s.setRequestID(ctx)
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		s.writeError(ctx, fasthttp.StatusRequestEntityTooLarge, msgTooLarge, "", "")
+		return
+	}
+	var te interface{ Timeout() bool }
+	if errors.As(err, &te) && te.Timeout() {
+		s.writeError(ctx, fasthttp.StatusRequestTimeout, "Request timeout.", "", "")
+		return
+	}
+	s.writeError(ctx, fasthttp.StatusBadRequest, msgBadRequest, "", "")
+}
+
+// clientAddr is the connection's address, or — when the peer is a trusted
+// proxy — the right-most X-Forwarded-For hop that is not itself trusted.
+func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) netip.Addr {
+	var peer netip.Addr
+	if ta, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		peer = ta.AddrPort().Addr().Unmap()
+	}
+	if !s.trusted(peer) {
+		return peer
+	}
+	xff := ctx.Request.Header.Peek("X-Forwarded-For")
+	for len(xff) > 0 {
+		var hop []byte
+		if i := bytes.LastIndexByte(xff, ','); i >= 0 {
+			hop, xff = xff[i+1:], xff[:i]
+		} else {
+			hop, xff = xff, nil
+		}
+		a, err := netip.ParseAddr(string(bytes.TrimSpace(hop)))
+		if err != nil {
+			// A garbled hop ends the walk: everything left of it is unverifiable.
+			return peer
+		}
+		a = a.Unmap()
+		if !s.trusted(a) {
+			return a
+		}
+		peer = a
+	}
+	return peer
+}
+
+func (s *Server) trusted(a netip.Addr) bool {
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// fasthttpLogger routes fasthttp's printf logging into slog.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Warn("fasthttp", "msg", sprintf(format, args...))
+}

@@ -1,0 +1,60 @@
+package fastapi
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/fastapi/wire"
+)
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// handleStatus answers /api/status; tests use it as the readiness probe.
+func (s *Server) handleStatus(ctx *fasthttp.RequestCtx, r *request) {
+	up := r.now.Sub(s.cfg.StartedAt)
+	if up < 0 {
+		up = 0
+	}
+	health := func(ok bool) wire.ServiceHealth {
+		if ok {
+			return wire.ServiceHealth{Status: "operational", UptimePct: 100}
+		}
+		return wire.ServiceHealth{Status: "degraded", UptimePct: 0}
+	}
+	storeOK := s.deps.Store == nil || s.deps.Store.Available()
+	st := wire.Status{
+		Status: "operational",
+		Uptime: wire.Uptime{
+			Days:    int(up / (24 * time.Hour)),
+			Hours:   int(up/time.Hour) % 24,
+			Minutes: int(up/time.Minute) % 60,
+			Started: s.cfg.StartedAt.UTC().Format(time.RFC3339),
+		},
+		Services: wire.Services{
+			API: health(true), Storage: health(storeOK), Authentication: health(storeOK), Feeds: health(true),
+		},
+		LastProbe: r.now.UTC().Format(time.RFC3339),
+		Version:   s.cfg.Version,
+	}
+	if !storeOK {
+		st.Status = "degraded"
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, &st)
+}
+
+// handleWhoami tells an authenticated caller which account and key it used.
+func (s *Server) handleWhoami(ctx *fasthttp.RequestCtx, r *request) {
+	if r.sandbox {
+		s.writeJSON(ctx, fasthttp.StatusOK, &struct {
+			Sandbox bool `json:"sandbox"`
+		}{true})
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, &struct {
+		AccountID string `json:"account_id"`
+		KeyType   string `json:"key_type"`
+		Plan      string `json:"plan"`
+	}{r.auth.View.ID, r.auth.Kind.String(), r.auth.View.Plan})
+}

@@ -1,0 +1,131 @@
+// Package wire holds the JSON shapes of every response the service sends. They
+// are plain structs (never maps) so the encoder's output is stable field by
+// field, and golden files in testdata/ pin them.
+package wire
+
+// Error is the error body of SPEC §7.
+type Error struct {
+	Error string `json:"error"`
+	Code  string `json:"code,omitempty"`
+	Hint  string `json:"hint,omitempty"`
+}
+
+// OAuthError is the token endpoint's error body.
+type OAuthError struct {
+	Error            string `json:"error"`
+	ErrorDescription string `json:"error_description"`
+	Code             string `json:"code,omitempty"`
+}
+
+// Uptime is the status payload's uptime block.
+type Uptime struct {
+	Days    int    `json:"days"`
+	Hours   int    `json:"hours"`
+	Minutes int    `json:"minutes"`
+	Started string `json:"started"`
+}
+
+// ServiceHealth is one entry of the status payload's services object.
+type ServiceHealth struct {
+	Status    string  `json:"status"`
+	UptimePct float64 `json:"uptime_pct"`
+}
+
+// Services are the per-service health entries of /api/status.
+type Services struct {
+	API            ServiceHealth `json:"api"`
+	Storage        ServiceHealth `json:"storage"`
+	Authentication ServiceHealth `json:"authentication"`
+	Feeds          ServiceHealth `json:"feeds"`
+}
+
+// Status is the /api/status payload (SPEC 2.4).
+type Status struct {
+	Status    string   `json:"status"`
+	Uptime    Uptime   `json:"uptime"`
+	Services  Services `json:"services"`
+	LastProbe string   `json:"last_probe"`
+	Version   string   `json:"version"`
+}
+
+// KeyInfo shows a key without its secret part.
+type KeyInfo struct {
+	Prefix     string  `json:"prefix"`
+	Last4      string  `json:"last4"`
+	CreatedAt  string  `json:"created_at,omitempty"`
+	ValidUntil *string `json:"valid_until,omitempty"`
+}
+
+// Account is the admin view of an account (no secrets).
+type Account struct {
+	ID                 string   `json:"id"`
+	Email              string   `json:"email"`
+	Plan               string   `json:"plan"`
+	CreatedAt          string   `json:"created_at"`
+	HourlyLimit        *int64   `json:"hourly_limit"`
+	MonthlyLimit       *int64   `json:"monthly_limit"`
+	Suspended          bool     `json:"suspended"`
+	Allowlist          []string `json:"allowlist"`
+	Origins            []string `json:"origins"`
+	DeviceEvidenceBeta bool     `json:"device_evidence_beta"`
+	WebhookURL         *string  `json:"webhook_url"`
+	PublishableKey     string   `json:"publishable_key"`
+	LiveKey            KeyInfo  `json:"live_key"`
+	PreviousLiveKey    *KeyInfo `json:"previous_live_key"`
+	TestKey            KeyInfo  `json:"test_key"`
+}
+
+// CreatedAccount is the answer of account creation: the only time the secrets
+// are shown.
+type CreatedAccount struct {
+	ID             string `json:"id"`
+	Email          string `json:"email"`
+	Plan           string `json:"plan"`
+	CreatedAt      string `json:"created_at"`
+	HourlyLimit    *int64 `json:"hourly_limit,omitempty"`
+	MonthlyLimit   *int64 `json:"monthly_limit,omitempty"`
+	LiveKey        string `json:"live_key"`
+	TestKey        string `json:"test_key"`
+	PublishableKey string `json:"publishable_key"`
+	WebhookSecret  string `json:"webhook_secret"`
+}
+
+// RotatedLive is the answer of a live-key rotation.
+type RotatedLive struct {
+	LiveKey            string `json:"live_key"`
+	PreviousValidUntil string `json:"previous_valid_until"`
+}
+
+// RotatedTest is the answer of a test-key rotation.
+type RotatedTest struct {
+	TestKey string `json:"test_key"`
+}
+
+// WebhookSecret is the answer of a webhook secret rotation.
+type WebhookSecret struct {
+	WebhookSecret string `json:"webhook_secret"`
+}
+
+// Webhook is the answer of setting the webhook URL.
+type Webhook struct {
+	URL *string `json:"url"`
+}
+
+// Rule is one custom rule.
+type Rule struct {
+	Signal string `json:"signal"`
+	Action string `json:"action"`
+}
+
+// Pin is one exception pin; exactly one of IP and VisitorID is set.
+type Pin struct {
+	IP        string `json:"ip,omitempty"`
+	VisitorID string `json:"visitor_id,omitempty"`
+	Action    string `json:"action"`
+	Label     string `json:"label,omitempty"`
+}
+
+// ClockNow is the answer of the test clock.
+type ClockNow struct {
+	Now string `json:"now"`
+}
