@@ -177,7 +177,7 @@ func (s *Server) routeTable() []*route {
 		{method: "GET", pattern: "/admin/v1/mail", auth: authAdmin, handler: s.adminEmptyList},
 		{method: "POST", pattern: "/admin/v1/clock", auth: authAdmin, handler: s.adminClock},
 
-		{method: "GET", pattern: "/v1/whoami", auth: authAPIAny, handler: s.handleWhoami},
+		{method: "GET", pattern: "/v1/whoami", auth: authAPI, handler: s.handleWhoami},
 	}
 	return append(rs, s.extraRoutes()...)
 }

@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// authProbe is an authenticated endpoint that enforces the live-key allowlist.
+const authProbe = "/v1/whoami"
+
+func TestAuthentication(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "auth@example.com", "plan": "starter"})
+
+	for _, c := range []struct {
+		name, header string
+		status       int
+		msg, hint    string
+	}{
+		{"no header", "", 401, "Missing Key.", "Bearer"},
+		{"empty bearer", "Bearer", 401, "Missing Key.", "nothing after it"},
+		{"bearer and spaces", "Bearer    ", 401, "Missing Key.", "nothing after it"},
+		{"undefined", "Bearer undefined", 401, "Invalid API Key.", "undefined"},
+		{"publishable key", "Bearer " + a.PublishableKey, 401, "Invalid API Key.", "publishable"},
+		{"wrong prefix", "Bearer key_123", 401, "Invalid API Key.", "sk_live_"},
+		{"unknown live key", "Bearer sk_live_" + strings.Repeat("x", 43), 401, "Invalid API Key.", "not recognised"},
+		{"whitespace inside", "Bearer sk_live_abc def", 401, "Invalid API Key.", "whitespace"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := map[string]string{}
+			if c.header != "" {
+				h["Authorization"] = c.header
+			}
+			r := s.Do(t, Req{Path: authProbe, Header: h})
+			m := r.JSON(t)
+			if r.Status != c.status || m["error"] != c.msg || !strings.Contains(m["hint"].(string), c.hint) {
+				t.Fatalf("got %d %s", r.Status, r.Body)
+			}
+		})
+	}
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
+		r := s.Do(t, Req{Path: authProbe, Header: map[string]string{"Authorization": scheme + " " + a.LiveKey}})
+		if r.Status != 200 || r.JSON(t)["key_type"] != "live" {
+			t.Fatalf("scheme %q: %d %s", scheme, r.Status, r.Body)
+		}
+	}
+	if r := s.Do(t, Req{Path: authProbe, Bearer: a.TestKey}); r.Status != 200 || r.JSON(t)["key_type"] != "test" {
+		t.Fatalf("test key: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do(t, Req{Path: authProbe, Bearer: "sk_test_sandbox"}); r.Status != 200 || r.JSON(t)["sandbox"] != true {
+		t.Fatalf("sandbox key: %d %s", r.Status, r.Body)
+	}
+	if strings.Contains(s.Logs(), a.LiveKey) || strings.Contains(s.Logs(), a.TestKey) {
+		t.Fatal("a key appears in the server log")
+	}
+}
+
+func TestSuspensionAndAllowlist(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "allow@example.com"})
+	base := "/admin/v1/accounts/" + a.ID
+	s.Admin(t, "PATCH", base, map[string]any{"allowlist": []string{"198.51.100.0/24"}})
+
+	from := func(ip string) map[string]string { return map[string]string{"X-Forwarded-For": ip} }
+	if r := s.Do(t, Req{Path: authProbe, Bearer: a.LiveKey, Header: from("198.51.100.9")}); r.Status != 200 {
+		t.Fatalf("allowlisted caller: %d %s", r.Status, r.Body)
+	}
+	r := s.Do(t, Req{Path: authProbe, Bearer: a.LiveKey, Header: from("192.0.2.1")})
+	if r.Status != 403 || !strings.Contains(r.JSON(t)["hint"].(string), "192.0.2.1") {
+		t.Fatalf("caller off the allowlist: %d %s", r.Status, r.Body)
+	}
+	// The right-most untrusted hop is the caller; a spoofed left-most one is ignored.
+	r = s.Do(t, Req{Path: authProbe, Bearer: a.LiveKey, Header: from("198.51.100.9, 192.0.2.1, 127.0.0.5")})
+	if r.Status != 403 || !strings.Contains(r.JSON(t)["hint"].(string), "192.0.2.1") {
+		t.Fatalf("X-Forwarded-For walk: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do(t, Req{Path: authProbe, Bearer: a.TestKey, Header: from("192.0.2.1")}); r.Status != 200 {
+		t.Fatalf("test key must be exempt from the allowlist: %d %s", r.Status, r.Body)
+	}
+
+	s.Admin(t, "PATCH", base, map[string]any{"suspended": true})
+	for _, k := range []string{a.LiveKey, a.TestKey} {
+		r := s.Do(t, Req{Path: authProbe, Bearer: k, Header: from("198.51.100.9")})
+		if r.Status != 403 || r.JSON(t)["error"] != "Account suspended." {
+			t.Fatalf("suspended: %d %s", r.Status, r.Body)
+		}
+	}
+	s.Admin(t, "PATCH", base, map[string]any{"suspended": false, "allowlist": []string{}})
+	if r := s.Do(t, Req{Path: authProbe, Bearer: a.LiveKey, Header: from("192.0.2.1")}); r.Status != 200 {
+		t.Fatalf("after lifting suspension and allowlist: %d %s", r.Status, r.Body)
+	}
+}
+
+func TestKeyRotation(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "rot@example.com"})
+	base := "/admin/v1/accounts/" + a.ID
+	ok := func(key string) bool { return s.Do(t, Req{Path: authProbe, Bearer: key}).Status == 200 }
+
+	r := s.Admin(t, "POST", base+"/keys/live/rotate", nil)
+	if r.Status != 200 {
+		t.Fatalf("rotate: %d %s", r.Status, r.Body)
+	}
+	live2 := r.JSON(t)["live_key"].(string)
+	if r.JSON(t)["previous_valid_until"] == "" || live2 == a.LiveKey {
+		t.Fatalf("rotate body: %s", r.Body)
+	}
+	if !ok(live2) || !ok(a.LiveKey) {
+		t.Fatal("after rotation both the new key and the old one (in grace) must work")
+	}
+	if g := s.Admin(t, "GET", base, nil).JSON(t); g["previous_live_key"] == nil {
+		t.Fatal("GET account does not show the previous key in grace")
+	}
+	s.Advance(t, "23h59m")
+	if !ok(a.LiveKey) {
+		t.Fatal("old key stopped before 24 hours")
+	}
+	s.Advance(t, "2m")
+	if ok(a.LiveKey) || !ok(live2) {
+		t.Fatal("old key still works after 24 hours, or the new one stopped")
+	}
+
+	// A second rotation ends the earlier grace at once.
+	live3 := s.Admin(t, "POST", base+"/keys/live/rotate", nil).JSON(t)["live_key"].(string)
+	if !ok(live2) {
+		t.Fatal("live2 should be in grace after the first rotation of it")
+	}
+	live4 := s.Admin(t, "POST", base+"/keys/live/rotate", nil).JSON(t)["live_key"].(string)
+	if ok(live2) || !ok(live3) || !ok(live4) {
+		t.Fatal("second rotation: live2 must stop, live3 in grace, live4 current")
+	}
+	if r := s.Admin(t, "POST", base+"/keys/live/revoke-previous", nil); r.Status != 204 {
+		t.Fatalf("revoke-previous: %d", r.Status)
+	}
+	if ok(live3) || !ok(live4) {
+		t.Fatal("revoke-previous must end live3 at once and keep live4")
+	}
+
+	test2 := s.Admin(t, "POST", base+"/keys/test/rotate", nil).JSON(t)["test_key"].(string)
+	if ok(a.TestKey) || !ok(test2) {
+		t.Fatal("test rotation must stop the old test key at once")
+	}
+	// Keys survive a restart; the grace state does too.
+	live5 := s.Admin(t, "POST", base+"/keys/live/rotate", nil).JSON(t)["live_key"].(string)
+	s.Restart()
+	if !ok(live5) || !ok(live4) || !ok(test2) || ok(live3) {
+		t.Fatal("keys after restart")
+	}
+}
