@@ -35,6 +35,11 @@ type DB struct {
 	db     *pebble.DB
 	cache  interface{ Unref() }
 	failed atomic.Bool
+	// broken is set when Pebble hit a fatal write error. Its commit pipeline is
+	// unusable from then on ("horked", in its own words), so the store stays
+	// unavailable until the process restarts instead of crashing it: the
+	// service keeps answering 503 storage_unavailable and /api/status says why.
+	broken atomic.Bool
 	log    *slog.Logger
 }
 
@@ -60,8 +65,13 @@ func Open(dir string, o Options) (*DB, error) {
 	return &DB{db: pdb, cache: cache, log: o.Logger}, nil
 }
 
-// Close flushes and closes the store. The DB must not be used afterwards.
+// Close flushes and closes the store. The DB must not be used afterwards. A
+// broken store is left to the process exit: closing it could wait forever on
+// its stalled commit pipeline.
 func (d *DB) Close() error {
+	if d.broken.Load() {
+		return errors.New("storage was broken by a fatal write error; not flushed")
+	}
 	err := d.db.Close()
 	d.cache.Unref()
 	if err != nil {
@@ -72,14 +82,17 @@ func (d *DB) Close() error {
 
 // Available reports whether the store is readable and writable as far as the
 // last operations could tell.
-func (d *DB) Available() bool { return !d.failed.Load() }
+func (d *DB) Available() bool { return !d.failed.Load() && !d.broken.Load() }
 
 // Probe writes and reads back a marker record with Sync, and records the
 // outcome in Available. Start-up code runs it periodically, so an unreadable
 // store is noticed even when no request has touched it yet.
 func (d *DB) Probe() error {
+	if d.broken.Load() {
+		return fmt.Errorf("%w: broken by an earlier fatal write error; restart required", ErrUnavailable)
+	}
 	k := []byte{prefixMeta, 'p', 'r', 'o', 'b', 'e'}
-	if err := d.db.Set(k, []byte{1}, pebble.Sync); err != nil {
+	if err := d.guard(func() error { return d.db.Set(k, []byte{1}, pebble.Sync) }); err != nil {
 		return d.fail(fmt.Errorf("probe write: %w", err))
 	}
 	v, closer, err := d.db.Get(k)
@@ -103,8 +116,26 @@ func (d *DB) fail(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
+// errFatal marks an error that came from Pebble's Fatalf.
+var errFatal = errors.New("pebble fatal error")
+
+// guard runs a Pebble write and turns its Fatalf panic into an error that
+// breaks the store for good (see DB.broken).
+func (d *DB) guard(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			d.broken.Store(true)
+			err = fmt.Errorf("%w: %v", errFatal, r)
+		}
+	}()
+	return fn()
+}
+
 // get reads one value, copied out of Pebble's buffer.
 func (d *DB) get(key []byte) ([]byte, error) {
+	if d.broken.Load() {
+		return nil, fmt.Errorf("%w: broken", ErrUnavailable)
+	}
 	v, closer, err := d.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrNotFound
@@ -119,10 +150,15 @@ func (d *DB) get(key []byte) ([]byte, error) {
 
 // commit applies a batch durably (fsync) and closes it.
 func (d *DB) commit(b *pebble.Batch) error {
-	defer b.Close()
-	if err := b.Commit(pebble.Sync); err != nil {
+	if d.broken.Load() {
+		return fmt.Errorf("%w: broken", ErrUnavailable)
+	}
+	if err := d.guard(func() error { return b.Commit(pebble.Sync) }); err != nil {
 		return d.fail(fmt.Errorf("commit: %w", err))
 	}
+	// A batch whose commit panicked is left unclosed: it may still be in the
+	// stalled pipeline.
+	_ = b.Close()
 	return nil
 }
 
