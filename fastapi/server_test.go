@@ -1,0 +1,158 @@
+package fastapi
+
+import (
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// fixedNow is the clock of every unit test and golden file.
+var fixedNow = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+type fakeStore struct{ down bool }
+
+func (f *fakeStore) Available() bool { return !f.down }
+
+type fakeLockout struct {
+	mu    sync.Mutex
+	fails map[netip.Addr]int
+}
+
+func (f *fakeLockout) Locked(a netip.Addr, _ time.Time) (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return 900, f.fails[a] >= 20
+}
+
+func (f *fakeLockout) Fail(a netip.Addr, _ time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails[a]++
+}
+
+type testEnv struct {
+	srv   *Server
+	store *fakeStore
+	accts *accounts.Service
+	acct  *accounts.Created
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem()
+	clk := clock.Fixed{T: fixedNow}
+	accts, err := accounts.Start(sys.Root, accounts.Config{DB: db, Master: secrets.FromBytes([]byte("unit")), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { accts.Stop(); sys.Shutdown(); db.Close() })
+	c, err := accts.Create(accounts.NewAccount{Email: "unit@example.com", Plan: "starter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &fakeStore{}
+	srv := New(Config{AdminToken: "adm", EdgeBlock: true, EdgeBlockAgents: DefaultEdgeBlockAgents, Version: "test", StartedAt: fixedNow},
+		Deps{Accounts: accts, Store: st, Clock: clk, Lockout: &fakeLockout{fails: map[netip.Addr]int{}}})
+	return &testEnv{srv: srv, store: st, accts: accts, acct: c}
+}
+
+// do runs one request through the handler without a network.
+func (e *testEnv) do(method, uri, auth string, body []byte) *fasthttp.RequestCtx {
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Request.Header.SetMethod(method)
+	ctx.Request.SetRequestURI(uri)
+	ctx.Request.Header.Set("User-Agent", "unit-test/1")
+	if auth != "" {
+		ctx.Request.Header.Set("Authorization", auth)
+	}
+	if body != nil {
+		ctx.Request.SetBody(body)
+	}
+	e.srv.Handle(ctx)
+	return ctx
+}
+
+func TestStorageUnavailableAnswers503(t *testing.T) {
+	e := newTestEnv(t)
+	e.store.down = true
+	ctx := e.do("GET", "/v1/whoami", "Bearer "+e.acct.LiveKey, nil)
+	if ctx.Response.StatusCode() != 503 || string(ctx.Response.Header.Peek("Retry-After")) != "30" {
+		t.Fatalf("got %d Retry-After=%q %s", ctx.Response.StatusCode(), ctx.Response.Header.Peek("Retry-After"), ctx.Response.Body())
+	}
+	golden(t, "error_storage_unavailable", ctx.Response.Body())
+	// Unauthenticated endpoints keep answering; status reports the degradation.
+	ctx = e.do("GET", "/api/status", "", nil)
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("status while store down: %d", ctx.Response.StatusCode())
+	}
+	golden(t, "status_storage_down", ctx.Response.Body())
+}
+
+func TestErrorShapes(t *testing.T) {
+	e := newTestEnv(t)
+	for _, c := range []struct {
+		name, method, uri, auth string
+		status                  int
+	}{
+		{"error_missing_key", "GET", "/v1/whoami", "", 401},
+		{"error_empty_bearer", "GET", "/v1/whoami", "Bearer", 401},
+		{"error_invalid_key_undefined", "GET", "/v1/whoami", "Bearer undefined", 401},
+		{"error_not_found", "GET", "/nope", "", 404},
+		{"error_method", "PUT", "/api/status", "", 405},
+		{"error_admin_auth", "GET", "/admin/v1/mail", "Bearer wrong", 401},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := e.do(c.method, c.uri, c.auth, nil)
+			if ctx.Response.StatusCode() != c.status {
+				t.Fatalf("status %d, want %d: %s", ctx.Response.StatusCode(), c.status, ctx.Response.Body())
+			}
+			if len(ctx.Response.Header.Peek("X-Request-Id")) == 0 {
+				t.Fatal("no X-Request-Id")
+			}
+			golden(t, c.name, ctx.Response.Body())
+		})
+	}
+}
+
+func TestLockoutAfterTwentyFailures(t *testing.T) {
+	e := newTestEnv(t)
+	for i := 0; i < 20; i++ {
+		if ctx := e.do("GET", "/v1/whoami", "Bearer sk_live_bad", nil); ctx.Response.StatusCode() != 401 {
+			t.Fatalf("failure %d: %d", i, ctx.Response.StatusCode())
+		}
+	}
+	ctx := e.do("GET", "/v1/whoami", "Bearer "+e.acct.LiveKey, nil)
+	if ctx.Response.StatusCode() != 429 || string(ctx.Response.Header.Peek("Retry-After")) != "900" {
+		t.Fatalf("after 20 failures: %d %q", ctx.Response.StatusCode(), ctx.Response.Header.Peek("Retry-After"))
+	}
+	golden(t, "error_lockout", ctx.Response.Body())
+}
+
+func TestRouteMatching(t *testing.T) {
+	e := newTestEnv(t)
+	r := &request{}
+	rt, _ := e.srv.match([]byte("GET"), []byte("/admin/v1/accounts/acc_1/rules"), r)
+	if rt == nil || rt.pattern != "/admin/v1/accounts/{id}/rules" || r.param(0) != "acc_1" {
+		t.Fatalf("match: %+v %q", rt, r.param(0))
+	}
+	if rt, allow := e.srv.match([]byte("DELETE"), []byte("/admin/v1/accounts/acc_1/rules"), r); rt != nil || allow != "GET, PUT" {
+		t.Fatalf("405 allow: %q", allow)
+	}
+	if rt, allow := e.srv.match([]byte("GET"), []byte("/admin/v1/accounts//rules"), r); rt != nil || allow != "" {
+		t.Fatal("empty parameter matched")
+	}
+}
