@@ -1,0 +1,220 @@
+package fastapi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/bytedance/sonic"
+)
+
+// Field bounds of SPEC 2.1, counted in characters.
+const (
+	maxAccountID = 256
+	maxEmail     = 254
+	maxTZ        = 64
+	maxEventID   = 200
+)
+
+// evalRequest is the evaluate body after aliases are resolved. Every string is
+// its own copy, never a view of the request buffer, so it may outlive the
+// handler (sent to actors, kept in events).
+type evalRequest struct {
+	Token              string
+	TokenSent          bool // a non-empty token was sent
+	FingerprintEventID string
+	AccountID          string
+	Email              string
+	EmailSent          bool
+	TZ                 string
+	TZSent             bool
+	GPUEvidence        []byte // raw JSON object, nil when absent
+	BrowserEvidence    []byte // raw JSON object, nil when absent
+}
+
+// errInvalidToken is the one token error clients see (SPEC 4.1).
+var errInvalidToken = errors.New("Invalid token.")
+
+// evalJSON mirrors the accepted JSON fields. Raw values let us tell null,
+// string and wrong types apart, per field.
+type evalJSON struct {
+	Token              sonic.NoCopyRawMessage `json:"token"`
+	Netcheck           sonic.NoCopyRawMessage `json:"netcheck"`
+	FingerprintEventID sonic.NoCopyRawMessage `json:"fingerprintEventId"`
+	ServiceFP          sonic.NoCopyRawMessage `json:"service_fp"`
+	AccountID          sonic.NoCopyRawMessage `json:"accountId"`
+	Email              sonic.NoCopyRawMessage `json:"email"`
+	TZ                 sonic.NoCopyRawMessage `json:"tz"`
+	ServiceTZ          sonic.NoCopyRawMessage `json:"service_tz"`
+	GPUEvidence        sonic.NoCopyRawMessage `json:"gpuEvidence"`
+	BrowserEvidence    sonic.NoCopyRawMessage `json:"browserEvidence"`
+}
+
+// bodyKind says how a Content-Type's body is read (SPEC 4.1).
+type bodyKind uint8
+
+const (
+	bodyIgnored bodyKind = iota // multipart and unknown types: not read
+	bodyJSON                    // JSON object
+	bodyJSONOrForm              // form type: a JSON object, or form fields
+)
+
+func classifyContentType(ct []byte) bodyKind {
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	ct = bytes.ToLower(bytes.TrimSpace(ct))
+	switch {
+	case len(ct) == 0, bytes.Equal(ct, []byte("application/json")), bytes.Equal(ct, []byte("text/plain")):
+		return bodyJSON
+	case bytes.HasPrefix(ct, []byte("application/")) && bytes.HasSuffix(ct, []byte("+json")):
+		return bodyJSON
+	case bytes.Equal(ct, []byte("application/x-www-form-urlencoded")):
+		return bodyJSONOrForm
+	default:
+		return bodyIgnored
+	}
+}
+
+// decodeEvaluate reads an evaluate body. A body that is absent, empty or of a
+// type that is not read gives the zero request (the degraded path).
+func decodeEvaluate(contentType, body []byte, out *evalRequest) error {
+	*out = evalRequest{}
+	kind := classifyContentType(contentType)
+	trimmed := bytes.TrimSpace(body)
+	if kind == bodyIgnored || len(trimmed) == 0 {
+		return nil
+	}
+	if kind == bodyJSONOrForm && trimmed[0] != '{' {
+		return decodeEvaluateForm(trimmed, out)
+	}
+	if trimmed[0] != '{' {
+		return errors.New("The request body must be a JSON object.")
+	}
+	var j evalJSON
+	if err := sonic.ConfigStd.Unmarshal(trimmed, &j); err != nil {
+		return errors.New("The request body is not valid JSON.")
+	}
+	tok := j.Token
+	if isAbsent(tok) {
+		tok = j.Netcheck
+	}
+	if !isAbsent(tok) {
+		s, ok := jsonString(tok)
+		if !ok {
+			return errInvalidToken
+		}
+		out.Token = s
+	}
+	var err error
+	fp := j.FingerprintEventID
+	if isAbsent(fp) {
+		fp = j.ServiceFP
+	}
+	if out.FingerprintEventID, err = stringField(fp, "fingerprintEventId"); err != nil {
+		return err
+	}
+	if out.AccountID, err = stringField(j.AccountID, "accountId"); err != nil {
+		return err
+	}
+	if out.Email, err = stringField(j.Email, "email"); err != nil {
+		return err
+	}
+	out.EmailSent = !isAbsent(j.Email)
+	tz := j.TZ
+	if isAbsent(tz) {
+		tz = j.ServiceTZ
+	}
+	if out.TZ, err = stringField(tz, "tz"); err != nil {
+		return err
+	}
+	out.TZSent = out.TZ != ""
+	for _, ev := range []struct {
+		raw  sonic.NoCopyRawMessage
+		name string
+		dst  *[]byte
+	}{{j.GPUEvidence, "gpuEvidence", &out.GPUEvidence}, {j.BrowserEvidence, "browserEvidence", &out.BrowserEvidence}} {
+		if isAbsent(ev.raw) {
+			continue
+		}
+		if ev.raw[0] != '{' {
+			return fmt.Errorf("%s must be a JSON object.", ev.name)
+		}
+		*ev.dst = bytes.Clone(ev.raw)
+	}
+	return out.finish()
+}
+
+// decodeEvaluateForm reads token=…&fingerprintEventId=…&email=…&tz=… and the
+// alias names; every value is a string.
+func decodeEvaluateForm(body []byte, out *evalRequest) error {
+	vals, err := url.ParseQuery(string(body))
+	if err != nil {
+		return errors.New("The form body could not be read.")
+	}
+	first := func(names ...string) (string, bool) {
+		for _, n := range names {
+			if v, ok := vals[n]; ok && len(v) > 0 && v[0] != "" {
+				return v[0], true
+			}
+		}
+		return "", false
+	}
+	out.Token, _ = first("token", "netcheck")
+	out.FingerprintEventID, _ = first("fingerprintEventId", "service_fp")
+	out.AccountID, _ = first("accountId")
+	out.Email, out.EmailSent = first("email")
+	out.TZ, out.TZSent = first("tz", "service_tz")
+	return out.finish()
+}
+
+// finish checks bounds and derived flags.
+func (r *evalRequest) finish() error {
+	r.TokenSent = r.Token != ""
+	switch {
+	case utf8.RuneCountInString(r.AccountID) > maxAccountID:
+		return fmt.Errorf("accountId is longer than %d characters.", maxAccountID)
+	case utf8.RuneCountInString(r.Email) > maxEmail:
+		return fmt.Errorf("email is longer than %d characters.", maxEmail)
+	case utf8.RuneCountInString(r.TZ) > maxTZ:
+		return fmt.Errorf("tz is longer than %d characters.", maxTZ)
+	case utf8.RuneCountInString(r.FingerprintEventID) > maxEventID:
+		return fmt.Errorf("fingerprintEventId is longer than %d characters.", maxEventID)
+	}
+	r.EmailSent = r.EmailSent && r.Email != ""
+	return nil
+}
+
+func isAbsent(raw sonic.NoCopyRawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// jsonString unquotes a raw JSON string into a fresh Go string.
+func jsonString(raw sonic.NoCopyRawMessage) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	// Fast path: no escapes; the conversion copies.
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	if err := sonic.ConfigStd.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return strings.Clone(s), true
+}
+
+func stringField(raw sonic.NoCopyRawMessage, name string) (string, error) {
+	if isAbsent(raw) {
+		return "", nil
+	}
+	s, ok := jsonString(raw)
+	if !ok {
+		return "", fmt.Errorf("%s must be a string.", name)
+	}
+	return s, nil
+}
