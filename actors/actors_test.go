@@ -1,0 +1,189 @@
+package actors
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/internal/clock"
+)
+
+func quiet() *actor.ActorSystem {
+	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+}
+
+func TestShardCount(t *testing.T) {
+	for in, want := range map[int]int{1: 1, 2: 2, 3: 4, 8: 8, 9: 16, 5000: MaxShards} {
+		if got := ShardCount(in); got != want {
+			t.Errorf("ShardCount(%d) = %d, want %d", in, got, want)
+		}
+	}
+	if n := ShardCount(0); n < 2*runtime.GOMAXPROCS(0) || n&(n-1) != 0 {
+		t.Errorf("ShardCount(0) = %d", n)
+	}
+}
+
+func TestHashSpread(t *testing.T) {
+	const shards = 16
+	var byStr, byAddr [shards]int
+	for i := 0; i < 16000; i++ {
+		byStr[HashString("acc_"+string(rune('a'+i%26))+string(rune(i)))%shards]++
+		// Addresses that differ only in their /64 prefix must still spread.
+		a := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, byte(i >> 8), byte(i), 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})
+		byAddr[HashAddr(a)%shards]++
+	}
+	for i := range byStr {
+		if byStr[i] < 700 || byAddr[i] < 700 {
+			t.Fatalf("uneven spread: strings %v addrs %v", byStr, byAddr)
+		}
+	}
+	v4 := netip.MustParseAddr("192.0.2.1")
+	if HashAddr(v4) != HashAddr(netip.MustParseAddr("::ffff:192.0.2.1")) {
+		t.Fatal("mapped address hashes apart from its IPv4 form")
+	}
+	if HashString("a") == HashString("b") {
+		t.Fatal("collision")
+	}
+}
+
+type counter struct{ n *int }
+
+type probe = Call[int, int]
+
+func (c counter) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *probe:
+		*c.n += m.Req
+		m.Reply(*c.n, nil)
+	case Tick:
+		*c.n = 0
+	}
+}
+
+func TestShardsRouteAndCall(t *testing.T) {
+	sys := quiet()
+	counts := make([]int, 4)
+	s := SpawnShards(sys.Root, 3, func(i int) actor.Actor { return counter{&counts[i]} })
+	if s.Len() != 4 {
+		t.Fatalf("len %d", s.Len())
+	}
+	calls := NewCalls[int, int](time.Second)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				c := calls.Get(1)
+				s.Send(uint64(i), c)
+				if _, err := calls.Wait(c); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for h := uint64(0); h < 4; h++ {
+		c := calls.Get(0)
+		s.Send(h, c)
+		n, _ := calls.Wait(c)
+		total += n
+	}
+	if total != 800 {
+		t.Fatalf("total %d", total)
+	}
+	s.Tick(clock.Fixed{T: time.Unix(1, 0)}, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range counts {
+		if n != 0 {
+			t.Fatalf("shard %d not ticked: %d", i, n)
+		}
+	}
+}
+
+func TestCallTimeout(t *testing.T) {
+	calls := NewCalls[int, int](10 * time.Millisecond)
+	c := calls.Get(1)
+	if _, err := calls.Wait(c); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("want timeout, got %v", err)
+	}
+	c.Reply(1, nil) // a late reply must not block or panic
+	c = calls.Get(2)
+	c.Reply(3, nil)
+	if v, err := calls.Wait(c); v != 3 || err != nil {
+		t.Fatalf("%d %v", v, err)
+	}
+}
+
+func TestTableSweepShrinks(t *testing.T) {
+	tb := NewTable[int, [4]int64](0)
+	for i := 0; i < 100000; i++ {
+		tb.Put(i, [4]int64{int64(i)})
+	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	full := ms.HeapAlloc
+	if n := tb.Sweep(func(k int, _ [4]int64) bool { return k >= 10 }); n != 99990 || tb.Len() != 10 {
+		t.Fatalf("swept %d, left %d", n, tb.Len())
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	if ms.HeapAlloc > full/4 {
+		t.Fatalf("heap %d after sweep, %d before: the map did not shrink", ms.HeapAlloc, full)
+	}
+	if v, ok := tb.Get(3); !ok || v[0] != 3 {
+		t.Fatal("survivor lost")
+	}
+	runtime.KeepAlive(tb)
+}
+
+func TestGroupCommitter(t *testing.T) {
+	var mu sync.Mutex
+	var applied []int
+	fail := errors.New("x")
+	var failed int
+	release := make(chan struct{})
+	g := NewGroupCommitter(GroupConfig{Queue: 1024, MaxGroup: 100}, func(items []int) error {
+		<-release
+		if items[0] < 0 {
+			return fail
+		}
+		mu.Lock()
+		applied = append(applied, items...)
+		mu.Unlock()
+		return nil
+	}, func(items []int, err error) {
+		if err != nil {
+			failed += len(items)
+		}
+	})
+	g.Add(1) // the first group holds one item while it "syncs"...
+	for i := 2; i <= 301; i++ {
+		g.Add(i) // ...and the rest gather behind it
+	}
+	close(release)
+	g.Close()
+	groups, items := g.Stats()
+	if items != 301 || groups > 5 || len(applied) != 301 || failed != 0 {
+		t.Fatalf("groups %d items %d applied %d", groups, items, len(applied))
+	}
+	for i, v := range applied {
+		if v != i+1 {
+			t.Fatalf("order broken at %d: %d", i, v)
+		}
+	}
+}

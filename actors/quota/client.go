@@ -1,0 +1,180 @@
+package quota
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/internal/clock"
+)
+
+// ErrUnavailable wraps every store failure: the handler answers 503
+// storage_unavailable, and nothing was charged.
+var ErrUnavailable = errors.New("quota: usage store unavailable")
+
+// ErrStopped is returned after Stop.
+var ErrStopped = errors.New("quota: stopped")
+
+// Config configures New. The zero value works (memory only, no warnings).
+type Config struct {
+	// Shards is the number of shard actors (rounded up to a power of two);
+	// 0 means 2×GOMAXPROCS.
+	Shards int
+	// Store keeps monthly counters and totals. Nil: memory only, nothing
+	// survives a restart (tests and benchmarks).
+	Store Store
+	// Notifier receives usage warnings; nil drops them.
+	Notifier Notifier
+	// Clock stamps the periodic eviction tick; nil: no automatic sweeps (Sweep
+	// can still be called).
+	Clock clock.Clock
+	// Timeout bounds one Charge or Usage round trip; 0 means 5 s.
+	Timeout time.Duration
+	// IdleAfter is how long an account stays in memory untouched; 0 means 2 h,
+	// and never less than one hourly Window.
+	IdleAfter time.Duration
+	// SweepEvery is the eviction tick interval; 0 means one minute.
+	SweepEvery time.Duration
+	// Group tunes the group committer.
+	Group actors.GroupConfig
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Client is the typed quota client. It hides the shards' PIDs; every method
+// is safe for concurrent use.
+type Client struct {
+	root    *actor.RootContext
+	shards  *actors.Shards
+	commit  *actors.GroupCommitter[pending]
+	charges *actors.Calls[Charge, ChargeResult]
+	usages  *actors.Calls[Usage, UsageView]
+	log     *slog.Logger
+	stopped atomic.Bool
+}
+
+// New spawns the quota shards (and the group committer when there is a store).
+func New(root *actor.RootContext, cfg Config) *Client {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.IdleAfter == 0 {
+		cfg.IdleAfter = 2 * time.Hour
+	}
+	cfg.IdleAfter = max(cfg.IdleAfter, Window)
+	if cfg.SweepEvery == 0 {
+		cfg.SweepEvery = time.Minute
+	}
+	c := &Client{
+		root:    root,
+		charges: actors.NewCalls[Charge, ChargeResult](cfg.Timeout),
+		usages:  actors.NewCalls[Usage, UsageView](cfg.Timeout),
+		log:     cfg.Logger,
+	}
+	if cfg.Store != nil {
+		c.commit = newCommitter(root, cfg.Store, cfg.Group, cfg.Logger)
+	}
+	var warn func(Warning)
+	if cfg.Notifier != nil {
+		warn = cfg.Notifier.Warn
+	}
+	n := actors.ShardCount(cfg.Shards)
+	states := make([]*shardState, n)
+	for i := range states {
+		states[i] = &shardState{
+			accounts:  actors.NewTable[string, *account](64),
+			store:     cfg.Store,
+			commit:    c.commit,
+			idleAfter: cfg.IdleAfter,
+			log:       cfg.Logger,
+			warnFn:    warn,
+		}
+	}
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
+	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
+	return c
+}
+
+// Charge checks and charges one call in a single hop to the account's shard.
+// When the call counts toward the month or the totals, the answer comes only
+// after that increment is durable. Any error means: answer 503
+// storage_unavailable (ErrUnavailable, ErrStopped, actors.ErrTimeout).
+func (c *Client) Charge(m Charge) (ChargeResult, error) {
+	if c.stopped.Load() {
+		return ChargeResult{}, ErrStopped
+	}
+	call := c.charges.Get(m)
+	c.shards.Send(actors.HashString(m.Account), call)
+	return c.charges.Wait(call)
+}
+
+// Usage reports an account's usage without consuming anything.
+func (c *Client) Usage(m Usage) (UsageView, error) {
+	if c.stopped.Load() {
+		return UsageView{}, ErrStopped
+	}
+	call := c.usages.Get(m)
+	c.shards.Send(actors.HashString(m.Account), call)
+	return c.usages.Wait(call)
+}
+
+// CountTotal adds one to the account's total_evaluations, fire-and-forget,
+// without any check: for a degraded evaluation charged with Total=false that
+// turned out not to be the bare non-suspicious allow. It rides the next group
+// commit; nobody waits for it.
+func (c *Client) CountTotal(account string, now time.Time) {
+	if c.stopped.Load() {
+		return
+	}
+	c.shards.Send(actors.HashString(account), &countTotal{account: account, now: now})
+}
+
+// Sweep asks every shard to evict idle accounts as of now (the periodic tick
+// does this by itself when Config.Clock is set).
+func (c *Client) Sweep(now time.Time) {
+	if !c.stopped.Load() {
+		c.shards.Broadcast(actors.Tick{Now: now})
+	}
+}
+
+// Stats reports the group committer's work so far: synced batches and deltas.
+func (c *Client) Stats() (groups, deltas uint64) {
+	if c.commit == nil {
+		return 0, 0
+	}
+	return c.commit.Stats()
+}
+
+// resident counts the accounts held in memory over all shards, after every
+// message sent before it was handled (tests).
+func (c *Client) resident() int {
+	ch := make(lenProbe, c.shards.Len())
+	c.shards.Broadcast(ch)
+	n := 0
+	for range c.shards.Len() {
+		n += <-ch
+	}
+	return n
+}
+
+// Stop refuses new calls, lets the shards finish their mailboxes, then commits
+// everything still pending and releases its waiters. Call it after the HTTP
+// server stopped sending.
+func (c *Client) Stop() error {
+	if c.stopped.Swap(true) {
+		return nil
+	}
+	err := c.shards.Stop()
+	if c.commit != nil {
+		c.commit.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("quota: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,257 @@
+package quota
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fraudd/fraudd/storage"
+)
+
+type flakyStore struct {
+	Store
+	failApply, failLoad atomic.Bool
+}
+
+var errDisk = errors.New("disk on fire")
+
+func (f *flakyStore) ApplyUsage(d []storage.UsageDelta) error {
+	if f.failApply.Load() {
+		return errDisk
+	}
+	return f.Store.ApplyUsage(d)
+}
+
+func (f *flakyStore) LoadUsage(a string, m storage.Month) (storage.MonthCounts, storage.Totals, error) {
+	if f.failLoad.Load() {
+		return storage.MonthCounts{}, storage.Totals{}, errDisk
+	}
+	return f.Store.LoadUsage(a, m)
+}
+
+func openMem(t testing.TB, fs vfs.FS) *storage.DB {
+	t.Helper()
+	db, err := storage.Open("q", storage.Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func TestQuotaStoreFailureChargesNothing(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	fl := &flakyStore{Store: db}
+	c := New(quietSystem().Root, Config{Shards: 2, Store: fl})
+	defer c.Stop()
+	l := custom(10, 100)
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+	if r, err := c.Charge(ch); err != nil || !r.Allowed {
+		t.Fatalf("first: %+v %v", r, err)
+	}
+	fl.failApply.Store(true)
+	if _, err := c.Charge(ch); !errors.Is(err, ErrUnavailable) || !errors.Is(err, errDisk) {
+		t.Fatalf("failed commit: %v", err)
+	}
+	u, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0})
+	if err != nil || u.MonthUsed != 1 || u.TotalEvaluations != 1 || u.UsedThisHour != 1 {
+		t.Fatalf("after failure: %+v %v", u, err)
+	}
+	fl.failApply.Store(false)
+	if r, err := c.Charge(ch); err != nil || r.Remaining != 8 {
+		t.Fatalf("after recovery: %+v %v", r, err)
+	}
+	fl.failLoad.Store(true)
+	if _, err := c.Charge(Charge{Account: "new", Limits: l, Hourly: true, Now: t0}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("failed load: %v", err)
+	}
+	if _, err := c.Usage(Usage{Account: "new", Limits: l, Now: t0}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("failed load usage: %v", err)
+	}
+	if c, tot, _ := db.LoadUsage("a", storage.MonthOf(t0)); c.Used != 2 || tot.Evaluations != 2 {
+		t.Fatalf("stored: %+v %+v", c, tot)
+	}
+}
+
+func TestQuotaCountTotalAndStop(t *testing.T) {
+	fs := vfs.NewMem()
+	db := openMem(t, fs)
+	c := New(quietSystem().Root, Config{Shards: 4, Store: db})
+	l := custom(-1, -1)
+	for i := 0; i < 5; i++ {
+		c.CountTotal("a", t0)
+	}
+	// A refusal's limit hit is not waited for; Stop must still flush it.
+	if r, err := c.Charge(Charge{Account: "b", Limits: custom(0, -1), Hourly: true, Now: t0}); err != nil || r.Refusal != RefusedHourly {
+		t.Fatalf("refusal: %+v %v", r, err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Charge(Charge{Account: "a", Limits: l, Now: t0}); !errors.Is(err, ErrStopped) {
+		t.Fatalf("after stop: %v", err)
+	}
+	db.Close()
+	db = openMem(t, fs)
+	defer db.Close()
+	if _, tot, _ := db.LoadUsage("a", storage.MonthOf(t0)); tot.Evaluations != 5 {
+		t.Fatalf("totals %+v", tot)
+	}
+	if _, tot, _ := db.LoadUsage("b", storage.MonthOf(t0)); tot.LimitHits != 1 {
+		t.Fatalf("limit hits %+v", tot)
+	}
+}
+
+// TestQuotaExactlyLimitAdmitted: 256 clients race on one account; exactly
+// the limit gets through, hourly (memory) and monthly (durable).
+func TestQuotaExactlyLimitAdmitted(t *testing.T) {
+	const clients, each, limit = 256, 8, 1000
+	for _, tc := range []struct {
+		name    string
+		limits  Limits
+		monthly bool
+	}{
+		{"hourly", custom(limit, -1), false},
+		{"monthly-durable", custom(-1, limit), true},
+		{"lookups-durable", custom(-1, limit/LookupFactor), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			db := openMem(t, fs)
+			c := New(quietSystem().Root, Config{Shards: 8, Store: db})
+			kind := Evaluate
+			if tc.name == "lookups-durable" {
+				kind = Lookup
+			}
+			var admitted, refused atomic.Int64
+			var wg sync.WaitGroup
+			for g := 0; g < clients; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < each; i++ {
+						r, err := c.Charge(Charge{Account: "hot", Kind: kind, Limits: tc.limits, Hourly: true, Monthly: tc.monthly, Total: true, Now: t0})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if r.Allowed {
+							admitted.Add(1)
+						} else {
+							refused.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if admitted.Load() != limit || refused.Load() != clients*each-limit {
+				t.Fatalf("admitted %d refused %d, want %d and %d", admitted.Load(), refused.Load(), limit, clients*each-limit)
+			}
+			if err := c.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			db = openMem(t, fs)
+			defer db.Close()
+			mc, tot, err := db.LoadUsage("hot", storage.MonthOf(t0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tot.Evaluations != limit || tot.LimitHits != clients*each-limit {
+				t.Fatalf("stored totals %+v", tot)
+			}
+			if tc.monthly && mc.Used+mc.Lookups != limit {
+				t.Fatalf("stored month %+v", mc)
+			}
+		})
+	}
+}
+
+// TestQuotaCrashLosesNoAcknowledgedCharge takes a crash image of the store
+// (only what was synced survives) while clients charge, and checks that every
+// charge acknowledged before the image is in it.
+func TestQuotaCrashLosesNoAcknowledgedCharge(t *testing.T) {
+	rounds := 5
+	if testing.Short() {
+		rounds = 2
+	}
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for r := 0; r < rounds; r++ {
+		fs := vfs.NewCrashableMem()
+		db := openMem(t, fs)
+		c := New(quietSystem().Root, Config{Shards: 4, Store: db})
+		const clients = 64
+		var acked atomic.Int64
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		l := custom(-1, -1)
+		for g := 0; g < clients; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				for !stop.Load() {
+					res, err := c.Charge(Charge{Account: "acct", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0})
+					if err != nil || !res.Allowed {
+						t.Errorf("charge: %+v %v", res, err)
+						return
+					}
+					acked.Add(1)
+				}
+			}(g)
+		}
+		time.Sleep(time.Duration(5+rng.IntN(30)) * time.Millisecond)
+		before := acked.Load()
+		crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+		after := acked.Load()
+		stop.Store(true)
+		wg.Wait()
+		c.Stop()
+		db.Close()
+		db2 := openMem(t, crashed)
+		mc, tot, err := db2.LoadUsage("acct", storage.MonthOf(t0))
+		db2.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mc.Used < before || mc.Used > after+clients || tot.Evaluations != mc.Used {
+			t.Fatalf("seed %d round %d: crash image has month_used %d totals %d; acknowledged %d before the crash, %d after",
+				seed, r, mc.Used, tot.Evaluations, before, after)
+		}
+		t.Logf("round %d: acknowledged %d before crash, %d stored", r, before, mc.Used)
+	}
+}
+
+func TestQuotaEvictionReloads(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	c := New(quietSystem().Root, Config{Shards: 1, Store: db, IdleAfter: time.Hour})
+	defer c.Stop()
+	l := custom(5, 50)
+	for i := 0; i < 3; i++ {
+		if _, err := c.Charge(Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Charge(Charge{Account: "b", Limits: l, Hourly: true, Now: t0.Add(80 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	c.Sweep(t0.Add(59 * time.Minute)) // window still running: nothing goes
+	if n := c.resident(); n != 2 {
+		t.Fatalf("resident %d, want 2", n)
+	}
+	later := t0.Add(90 * time.Minute)
+	c.Sweep(later) // a is idle; b was touched 10 minutes ago
+	if n := c.resident(); n != 1 {
+		t.Fatalf("resident after sweep %d, want 1", n)
+	}
+	u, err := c.Usage(Usage{Account: "a", Limits: l, Now: later})
+	if err != nil || u.MonthUsed != 3 || u.TotalEvaluations != 3 || u.UsedThisHour != 0 {
+		t.Fatalf("after eviction: %+v %v", u, err)
+	}
+}

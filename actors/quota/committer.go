@@ -1,0 +1,55 @@
+package quota
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// newCommitter returns the group committer shared by all quota shards: it
+// writes every delta queued since the last fsync as one synced batch, then
+// answers the charges that waited for them. On failure each waiting charge
+// gets ErrUnavailable and its shard is told to undo the increment, so the
+// shard's memory stays "stored + in flight".
+func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, log *slog.Logger) *actors.GroupCommitter[pending] {
+	var deltas []storage.UsageDelta
+	apply := func(ps []pending) error {
+		deltas = deltas[:0]
+		for i := range ps {
+			deltas = append(deltas, ps[i].delta)
+		}
+		err := store.ApplyUsage(deltas)
+		clear(deltas) // drop account strings for the GC
+		return err
+	}
+	done := func(ps []pending, err error) {
+		if err == nil {
+			for i := range ps {
+				p := &ps[i]
+				p.ent.inflight.Add(-1)
+				if p.call != nil {
+					p.call.Reply(p.res, nil)
+				}
+			}
+			return
+		}
+		log.Error("quota: usage not stored; charges refused with 503", "deltas", len(ps), "err", err)
+		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		for i := range ps {
+			p := ps[i]
+			call := p.call
+			p.call = nil
+			// Undo first: the rollback is in the shard's mailbox before the
+			// caller can send its next message there.
+			root.Send(p.shard, &rollback{p: p})
+			if call != nil {
+				call.Reply(ChargeResult{}, err)
+			}
+		}
+	}
+	return actors.NewGroupCommitter(cfg, apply, done)
+}

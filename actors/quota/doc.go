@@ -1,0 +1,65 @@
+// Package quota owns every account's allowances: the hourly windows (live and
+// test apart), the monthly visitor-check and lookup allowances, lifetime
+// totals and limit hits (SPEC 2.4, §3, §8). Accounts are spread over shard
+// actors by account id; one Charge message checks and charges atomically in
+// the owning shard, so under any concurrency exactly the limit is admitted.
+//
+// # What the handler passes
+//
+// The caller decides what a call counts toward; the actor only enforces it.
+// Stamp now once per request; use the bucket of the key that authenticated
+// (a previous live key in grace uses Live); compute Limits with LimitsFor from
+// the account record at that now.
+//
+//	call                                           Bucket  Hourly Monthly Total
+//	evaluate, live key, real token, 200            Live    yes    yes     yes
+//	evaluate, personal test key (sk_test_…), 200   Test    yes    yes     no
+//	evaluate with a fixed test_* token (own key)   key's   yes    no      no
+//	evaluate answered 400 (bad token)              key's   yes    no      no
+//	evaluate, degraded (no token), live key        Live    yes    yes     no, then CountTotal unless
+//	                                                                      it is the bare non-suspicious allow
+//	lookup / MCP lookup_ip (Kind: Lookup), live    Live    yes    yes     yes
+//	lookup / MCP lookup_ip, test key               Test    yes    yes     no
+//	lookup answered 400 (not one public IP)        key's   yes    no      no
+//	console check                                  Live    no     yes     no
+//	sandbox key sk_test_sandbox                    — never call quota —
+//	GET /v1/usage                                  Usage message; consumes nothing
+//
+// Readings behind the table: SPEC §8 and 2.8.6 say every evaluate attempt,
+// 400s and degraded answers included, uses the hourly allowance; test tokens
+// and the sandbox never count toward the month; test-key calls and console
+// checks do; total_evaluations excludes test-key calls, console checks, test
+// tokens, 400s and the bare degraded allow. We read a degraded answer as a
+// visitor check for month_used (only its total is named as omitted).
+//
+// Charge before doing the work (before device history, events, webhooks), so
+// a refused call costs nothing else. Map the answer:
+//   - Allowed: send X-RateLimit-Limit/-Remaining/-Reset from Limit, Remaining
+//     and Reset when Capped (omit them when not: public-interest accounts).
+//   - Refusal RefusedHourly: 429, Retry-After = RetryAfter.
+//   - Refusal RefusedMonthly: 429, code monthly_quota_exceeded, Retry-After =
+//     RetryAfter (until 00:00 UTC on the 1st).
+//   - any error: 503 storage_unavailable; nothing was charged.
+//
+// A refusal increments limit_hits (refused requests, hourly or monthly) and
+// charges nothing else. Monthly checks refuse a counted call once the month's
+// count has reached the allowance; the hourly check refuses once the window's
+// count has reached the hourly limit. When both are exhausted, the monthly
+// refusal wins (its Retry-After is the one that helps).
+//
+// # Durability
+//
+// Monthly counters and totals live in the store (storage.DB.ApplyUsage). A
+// charge that increments them is answered only after the increment is synced:
+// shards hand their deltas to one group committer, which writes everything
+// queued meanwhile as one pebble.Sync batch and then releases all those
+// answers, so many charges share one fsync. A shard counts in memory at once
+// (the next charge sees it) and undoes the increment if the batch fails, so
+// memory is always "stored + in flight". Refusals and CountTotal ride the next
+// batch without anyone waiting. Hourly windows are memory only and reset on
+// restart (SPEC §8: advisory). An account is loaded from the store on its
+// first touch and on a month change, then served from memory; idle accounts
+// with nothing in flight are evicted by the periodic sweep.
+//
+// Usage warnings (SPEC §6) go to the Notifier; see its doc for the rules.
+package quota

@@ -1,0 +1,107 @@
+package quota
+
+import "time"
+
+// NoLimit marks a limit that does not apply (JSON null in SPEC 2.4).
+const NoLimit int64 = -1
+
+// Plans (SPEC 2.4 usage.plan).
+const (
+	PlanFree           = "free"
+	PlanStarter        = "starter"
+	PlanGrowth         = "growth"
+	PlanScale          = "scale"
+	PlanCustom         = "custom"
+	PlanPublicInterest = "public_interest"
+)
+
+// Grandfathering (SPEC §8, CLARIFICATIONS): accounts created before
+// GrandfatherCutoff keep GrandfatherHourly checks an hour and no monthly cap
+// up to and including GrandfatheredUntil.
+var (
+	GrandfatherCutoff  = time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	GrandfatheredUntil = time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC)
+)
+
+// GrandfatherHourly is the previous hourly allowance kept while grandfathered.
+const GrandfatherHourly int64 = 1000
+
+// LookupFactor: the monthly lookup allowance is this many times the plan's
+// monthly visitor checks (SPEC §8).
+const LookupFactor = 10
+
+// Limits are one account's allowances at one instant. NoLimit means none.
+type Limits struct {
+	Plan           string
+	Hourly         int64     // requests per hourly window, evaluate and lookup together
+	Monthly        int64     // counted visitor checks per UTC month
+	MonthlyLookups int64     // counted lookups (and MCP lookup_ip) per UTC month
+	Grandfathered  time.Time // GrandfatheredUntil while it applies, else zero
+}
+
+// Uncapped reports that neither an hourly nor a monthly limit applies (SPEC 2.4 uncapped).
+func (l Limits) Uncapped() bool { return l.Hourly == NoLimit && l.Monthly == NoLimit }
+
+// monthlyFor is the monthly allowance that applies to kind.
+func (l Limits) monthlyFor(k Kind) int64 {
+	if k == Lookup {
+		return l.MonthlyLookups
+	}
+	return l.Monthly
+}
+
+type planRow struct{ monthly, hourly int64 }
+
+var plans = map[string]planRow{
+	PlanFree:    {10_000, 1_000},
+	PlanStarter: {50_000, 5_000},
+	PlanGrowth:  {250_000, 20_000},
+	PlanScale:   {1_000_000, 50_000},
+}
+
+func lookupsFor(monthly int64) int64 {
+	if monthly == NoLimit {
+		return NoLimit
+	}
+	return monthly * LookupFactor
+}
+
+// LimitsFor computes an account's limits at now.
+//
+//   - free, starter, growth, scale: the SPEC §8 table; lookups 10× the monthly checks.
+//   - custom (and "enterprise", stored as custom): the account's own figures;
+//     a nil hourly limit means no hourly cap, a nil monthly limit no monthly
+//     allowance (and so no lookup allowance); uncapped only when both are nil.
+//   - public_interest: uncapped.
+//   - an unknown plan name is treated as free (never fail open).
+//
+// Grandfathering applies to the four standard plans: an account created before
+// 2026-10-01 has, until 2026-11-30T23:59:59Z inclusive, no monthly or lookup
+// cap and an hourly cap of 1,000 — or its plan's own hourly cap when that is
+// higher, so an upgrade never lowers it. Custom and public-interest accounts
+// have their agreed limits and no grandfathered_until.
+func LimitsFor(plan string, customHourly, customMonthly *int64, createdAt, now time.Time) Limits {
+	switch plan {
+	case PlanPublicInterest:
+		return Limits{Plan: plan, Hourly: NoLimit, Monthly: NoLimit, MonthlyLookups: NoLimit}
+	case PlanCustom, "enterprise":
+		l := Limits{Plan: PlanCustom, Hourly: NoLimit, Monthly: NoLimit}
+		if customHourly != nil {
+			l.Hourly = max(*customHourly, 0)
+		}
+		if customMonthly != nil {
+			l.Monthly = max(*customMonthly, 0)
+		}
+		l.MonthlyLookups = lookupsFor(l.Monthly)
+		return l
+	}
+	row, ok := plans[plan]
+	if !ok {
+		plan, row = PlanFree, plans[PlanFree]
+	}
+	if createdAt.Before(GrandfatherCutoff) && !now.After(GrandfatheredUntil) {
+		return Limits{Plan: plan, Hourly: max(GrandfatherHourly, row.hourly),
+			Monthly: NoLimit, MonthlyLookups: NoLimit, Grandfathered: GrandfatheredUntil}
+	}
+	return Limits{Plan: plan, Hourly: row.hourly, Monthly: row.monthly, MonthlyLookups: lookupsFor(row.monthly)}
+}

@@ -1,0 +1,158 @@
+package quota
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// Store is where monthly counters and lifetime totals live; *storage.DB
+// implements it. ApplyUsage must be durable when it returns nil and write
+// nothing when it fails.
+type Store interface {
+	LoadUsage(account string, m storage.Month) (storage.MonthCounts, storage.Totals, error)
+	ApplyUsage(deltas []storage.UsageDelta) error
+}
+
+type (
+	chargeCall = actors.Call[Charge, ChargeResult]
+	usageCall  = actors.Call[Usage, UsageView]
+)
+
+// countTotal adds one to total_evaluations without a check (fire-and-forget).
+type countTotal struct {
+	account string
+	now     time.Time
+}
+
+// pending is one delta on its way to the store, with whoever waits for it.
+type pending struct {
+	call   *chargeCall // nil when nobody waits
+	res    ChargeResult
+	ent    *account
+	delta  storage.UsageDelta
+	shard  *actor.PID
+	bucket Bucket
+	hourly bool // the charge used an hourly request (undone on failure)
+	wstart time.Time
+}
+
+// lenProbe asks a shard how many accounts it holds (tests).
+type lenProbe chan int
+
+// rollback tells a shard that a delta failed to reach the store.
+type rollback struct{ p pending }
+
+// shardState outlives the shard's actor value, so a restart after a panic
+// (protoactor's default supervisor recreates the actor from its producer)
+// keeps the accounts and the in-flight bookkeeping.
+type shardState struct {
+	accounts  *actors.Table[string, *account]
+	store     Store
+	commit    *actors.GroupCommitter[pending]
+	idleAfter time.Duration
+	log       *slog.Logger
+	warnFn    func(Warning)
+}
+
+type shard struct{ *shardState }
+
+func (s shard) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *chargeCall:
+		s.charge(ctx, m)
+	case *usageCall:
+		a, err := s.account(m.Req.Account, m.Req.Now)
+		if err != nil {
+			m.Reply(UsageView{}, err)
+			return
+		}
+		m.Reply(a.usage(m.Req.Bucket, m.Req.Limits, m.Req.Now), nil)
+	case *countTotal:
+		a, err := s.account(m.account, m.now)
+		if err != nil {
+			s.log.Warn("quota: total not counted", "account", m.account, "err", err)
+			return
+		}
+		a.totals.Evaluations++
+		s.persist(ctx, pending{ent: a, delta: storage.UsageDelta{Account: a.id, Month: a.month, Totals: storage.Totals{Evaluations: 1}}})
+	case *rollback:
+		p := &m.p
+		p.ent.rollback(&p.delta, p.bucket, p.hourly, p.wstart)
+		p.ent.inflight.Add(-1)
+	case lenProbe:
+		m <- s.accounts.Len()
+	case actors.Tick:
+		if s.store == nil {
+			return // memory only: an evicted account would lose its month
+		}
+		s.accounts.Sweep(func(_ string, a *account) bool { return a.idle(m.Now, s.idleAfter) })
+	}
+}
+
+func (s shard) charge(ctx actor.Context, call *chargeCall) {
+	c := &call.Req
+	a, err := s.account(c.Account, c.Now)
+	if err != nil {
+		call.Reply(ChargeResult{}, err)
+		return
+	}
+	res, d := a.charge(c, s.warnFn)
+	if s.commit == nil || (d.Counts == storage.MonthCounts{} && d.Totals == storage.Totals{}) {
+		call.Reply(res, nil)
+		return
+	}
+	p := pending{res: res, ent: a, delta: d, bucket: c.Bucket}
+	if res.Allowed {
+		// The answer waits for the increment to be durable.
+		p.call, p.hourly, p.wstart = call, c.Hourly, a.hour[c.Bucket&1].start
+	} else {
+		// A refusal only adds a limit hit; nobody pays for losing it in a crash.
+		call.Reply(res, nil)
+	}
+	s.persist(ctx, p)
+}
+
+func (s shard) persist(ctx actor.Context, p pending) {
+	if s.commit == nil {
+		return
+	}
+	p.shard = ctx.Self()
+	p.ent.inflight.Add(1)
+	s.commit.Add(p)
+}
+
+// account returns the account's state with its month rolled to MonthOf(now),
+// loading it from the store on first touch (and the new month's counters on
+// a month change).
+func (s shard) account(id string, now time.Time) (*account, error) {
+	m := storage.MonthOf(now)
+	a, ok := s.accounts.Get(id)
+	if !ok {
+		a = &account{id: id, month: m}
+		if s.store != nil {
+			c, t, err := s.store.LoadUsage(id, m)
+			if err != nil {
+				return nil, fmt.Errorf("%w: load %q: %w", ErrUnavailable, id, err)
+			}
+			a.counts, a.totals = c, t
+		}
+		s.accounts.Put(id, a)
+	} else if a.month != m {
+		var c storage.MonthCounts
+		if s.store != nil {
+			var err error
+			if c, _, err = s.store.LoadUsage(id, m); err != nil {
+				return nil, fmt.Errorf("%w: load %q month %d: %w", ErrUnavailable, id, m, err)
+			}
+		}
+		a.month, a.counts = m, c
+	}
+	a.touch(now)
+	return a, nil
+}

@@ -1,0 +1,380 @@
+package quota
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/fraudd/fraudd/storage"
+)
+
+// Bucket is the hourly bucket a charge uses: live and test keys have separate
+// hourly windows; a previous live key in grace uses Live.
+type Bucket uint8
+
+const (
+	Live Bucket = iota
+	Test
+)
+
+// String is the SPEC 2.4 key_type.
+func (b Bucket) String() string {
+	if b == Test {
+		return "test"
+	}
+	return "live"
+}
+
+// Kind is what a charge pays for: the two have separate monthly allowances
+// and share the hourly window.
+type Kind uint8
+
+const (
+	Evaluate Kind = iota // POST /v1/evaluate (and console checks)
+	Lookup               // GET /v1/lookup and authenticated MCP lookup_ip
+)
+
+// Refusal says why a charge was refused.
+type Refusal uint8
+
+const (
+	NotRefused Refusal = iota
+	RefusedHourly
+	RefusedMonthly // answer 429 with code monthly_quota_exceeded
+)
+
+// Window is the length of an hourly window, which starts at its first request.
+const Window = time.Hour
+
+// Charge is one check-and-charge, done atomically by the account's shard.
+// The flags say what the call counts toward; the caller decides (package doc).
+type Charge struct {
+	Account string
+	Bucket  Bucket
+	Kind    Kind
+	Limits  Limits
+	Hourly  bool // uses one request of the hourly window
+	Monthly bool // counts toward month_used (Evaluate) or month_lookups_used (Lookup)
+	Total   bool // counts toward total_evaluations
+	Now     time.Time
+}
+
+// ChargeResult is the answer to a Charge.
+type ChargeResult struct {
+	Allowed bool
+	Refusal Refusal
+	// Capped: a limit applies, so the X-RateLimit-* headers are sent. False for
+	// uncapped (public-interest) accounts, whose answers omit them.
+	Capped bool
+	// Limit, Remaining and Reset feed X-RateLimit-Limit, -Remaining and -Reset.
+	// They describe the hourly window (Reset: Unix seconds at its end, rounded
+	// up; a window not yet started would end an hour from now). An account with
+	// no hourly cap but a monthly allowance gets the monthly figures instead
+	// (Reset: 00:00 UTC on the 1st of next month).
+	Limit     int64
+	Remaining int64
+	Reset     int64
+	// RetryAfter is set on a refusal, in whole seconds (≥ 1): until the end of
+	// the hourly window, or until 00:00 UTC on the 1st of next month.
+	RetryAfter int64
+}
+
+// Usage asks for an account's usage (GET /v1/usage). It consumes nothing.
+type Usage struct {
+	Account string
+	Bucket  Bucket // the bucket of the key that asks
+	Limits  Limits
+	Now     time.Time
+}
+
+// UsageView holds every SPEC 2.4 usage field; nil pointers are JSON null.
+type UsageView struct {
+	KeyType            string // "live" or "test"
+	HourlyLimit        *int64
+	UsedThisHour       int64
+	Remaining          *int64
+	Uncapped           bool
+	ResetsAt           *time.Time // end of the current window; nil when nothing used in it
+	TotalEvaluations   int64
+	LimitHits          int64
+	Plan               string
+	MonthlyLimit       *int64
+	MonthUsed          int64
+	MonthlyLookupLimit *int64
+	MonthLookupsUsed   int64
+	MonthResetsAt      time.Time
+	GrandfatheredUntil *time.Time
+}
+
+// WarnKind names a usage-warning threshold (SPEC §6).
+type WarnKind uint8
+
+const (
+	WarnHourly80 WarnKind = iota
+	WarnHourlyCap
+	WarnMonthly80
+	WarnMonthlyCap
+	WarnLookups80
+	WarnLookupsCap
+)
+
+// String names the threshold for logs and mail templates.
+func (k WarnKind) String() string {
+	return [...]string{"hourly_80", "hourly_cap", "monthly_80", "monthly_cap", "lookups_80", "lookups_cap"}[k]
+}
+
+// Warning is a usage threshold just reached.
+type Warning struct {
+	Account string
+	Kind    WarnKind
+	Bucket  Bucket
+	Limit   int64
+	Used    int64
+	At      time.Time
+}
+
+// Notifier receives usage warnings. Warn is called on the shard's goroutine:
+// it must return at once (queue the mail, don't send it). Hourly warnings come
+// for the live bucket only, at most once per threshold per 24 hours per
+// account (remembered in memory: a restart may repeat one); monthly ones for
+// either bucket, once per threshold per account and month (remembered in the
+// store with the month's counters).
+type Notifier interface {
+	Warn(Warning)
+}
+
+// hourlyWarnEvery is the minimum spacing of one hourly warning per account.
+const hourlyWarnEvery = 24 * time.Hour
+
+type window struct {
+	start time.Time
+	n     int64
+}
+
+func (w *window) end() time.Time { return w.start.Add(Window) }
+
+// account is one account's quota state, owned by its shard. Everything but
+// inflight is touched only by the shard; inflight counts deltas handed to the
+// group committer and not yet settled, and the account is not evicted while
+// it is above zero. In memory, counts and totals = stored + in flight.
+type account struct {
+	id         string
+	month      storage.Month
+	counts     storage.MonthCounts
+	totals     storage.Totals
+	hour       [2]window
+	hourWarned [2]time.Time // last WarnHourly80 / WarnHourlyCap
+	lastSeen   time.Time
+	inflight   atomic.Int32
+}
+
+func (a *account) touch(now time.Time) {
+	if now.After(a.lastSeen) {
+		a.lastSeen = now
+	}
+}
+
+// win returns b's window as of now, emptied when it has run out (or when the
+// clock went back before its start).
+func (a *account) win(b Bucket, now time.Time) *window {
+	w := &a.hour[b&1]
+	if w.n > 0 && (!now.Before(w.end()) || now.Before(w.start)) {
+		*w = window{}
+	}
+	return w
+}
+
+// warnBit is the storage.MonthCounts.Warned bit of a monthly threshold.
+func warnBit(k WarnKind) uint8 { return 1 << (k - WarnMonthly80) }
+
+// threshold80 is the count at which "about 80%" is reached: ⌈0.8·limit⌉, at least 1.
+func threshold80(limit int64) int64 { return max((limit*8+9)/10, 1) }
+
+// secondsUntil is t−now in whole seconds, rounded up, at least 1.
+func secondsUntil(t, now time.Time) int64 {
+	d := t.Sub(now)
+	return max(int64((d+time.Second-1)/time.Second), 1)
+}
+
+// unixCeil is t in Unix seconds, rounded up.
+func unixCeil(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+// charge checks c against the account and, when allowed, charges it. The
+// month must already be MonthOf(c.Now). It returns the answer and the durable
+// part of the change (zero when nothing needs storing); warn receives the
+// thresholds crossed.
+func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.UsageDelta) {
+	l := &c.Limits
+	w := a.win(c.Bucket, c.Now)
+	monthly := l.monthlyFor(c.Kind)
+	used := &a.counts.Used
+	if c.Kind == Lookup {
+		used = &a.counts.Lookups
+	}
+	var r ChargeResult
+	switch {
+	case c.Monthly && monthly != NoLimit && *used >= monthly:
+		r.Refusal = RefusedMonthly
+		r.RetryAfter = secondsUntil(a.month.End(), c.Now)
+	case c.Hourly && l.Hourly != NoLimit && w.n >= l.Hourly:
+		r.Refusal = RefusedHourly
+		r.RetryAfter = secondsUntil(w.end(), c.Now)
+	}
+	d := storage.UsageDelta{Account: a.id, Month: a.month}
+	if r.Refusal != NotRefused {
+		a.totals.LimitHits++
+		d.Totals.LimitHits = 1
+		a.headers(&r, c, w, monthly, *used)
+		return r, d
+	}
+	r.Allowed = true
+	if c.Hourly {
+		if w.n == 0 {
+			w.start = c.Now
+		}
+		w.n++
+		if c.Bucket == Live && l.Hourly != NoLimit && warn != nil {
+			a.warnHourly(w.n, l.Hourly, c.Now, warn)
+		}
+	}
+	if c.Monthly {
+		*used++
+		if c.Kind == Lookup {
+			d.Counts.Lookups = 1
+		} else {
+			d.Counts.Used = 1
+		}
+		if monthly != NoLimit {
+			k80 := WarnMonthly80
+			if c.Kind == Lookup {
+				k80 = WarnLookups80
+			}
+			for _, t := range [2]struct {
+				k   WarnKind
+				lim int64
+			}{{k80, threshold80(monthly)}, {k80 + 1, monthly}} {
+				if *used >= t.lim && a.counts.Warned&warnBit(t.k) == 0 {
+					a.counts.Warned |= warnBit(t.k)
+					d.Counts.Warned |= warnBit(t.k)
+					if warn != nil {
+						warn(Warning{Account: a.id, Kind: t.k, Bucket: c.Bucket, Limit: monthly, Used: *used, At: c.Now})
+					}
+				}
+			}
+		}
+	}
+	if c.Total {
+		a.totals.Evaluations++
+		d.Totals.Evaluations = 1
+	}
+	a.headers(&r, c, w, monthly, *used)
+	return r, d
+}
+
+func (a *account) warnHourly(n, limit int64, now time.Time, warn func(Warning)) {
+	for i, t := range [2]int64{threshold80(limit), limit} {
+		if n < t {
+			continue
+		}
+		if last := a.hourWarned[i]; !last.IsZero() && now.Sub(last) < hourlyWarnEvery && !now.Before(last) {
+			continue
+		}
+		a.hourWarned[i] = now
+		warn(Warning{Account: a.id, Kind: WarnHourly80 + WarnKind(i), Bucket: Live, Limit: limit, Used: n, At: now})
+	}
+}
+
+func (a *account) headers(r *ChargeResult, c *Charge, w *window, monthly, used int64) {
+	switch {
+	case c.Limits.Hourly != NoLimit:
+		r.Capped = true
+		r.Limit = c.Limits.Hourly
+		r.Remaining = max(c.Limits.Hourly-w.n, 0)
+		end := c.Now.Add(Window)
+		if w.n > 0 {
+			end = w.end()
+		}
+		r.Reset = unixCeil(end)
+	case monthly != NoLimit:
+		r.Capped = true
+		r.Limit = monthly
+		r.Remaining = max(monthly-used, 0)
+		r.Reset = a.month.End().Unix()
+	}
+}
+
+// usage reports the SPEC 2.4 fields. The month must be MonthOf(now).
+func (a *account) usage(b Bucket, l Limits, now time.Time) UsageView {
+	w := a.win(b, now)
+	v := UsageView{
+		KeyType:          b.String(),
+		UsedThisHour:     w.n,
+		Uncapped:         l.Uncapped(),
+		TotalEvaluations: a.totals.Evaluations,
+		LimitHits:        a.totals.LimitHits,
+		Plan:             l.Plan,
+		MonthUsed:        a.counts.Used,
+		MonthLookupsUsed: a.counts.Lookups,
+		MonthResetsAt:    a.month.End(),
+	}
+	if l.Hourly != NoLimit {
+		h, rem := l.Hourly, max(l.Hourly-w.n, 0)
+		v.HourlyLimit, v.Remaining = &h, &rem
+	}
+	if w.n > 0 {
+		t := w.end()
+		v.ResetsAt = &t
+	}
+	if l.Monthly != NoLimit {
+		m := l.Monthly
+		v.MonthlyLimit = &m
+	}
+	if l.MonthlyLookups != NoLimit {
+		m := l.MonthlyLookups
+		v.MonthlyLookupLimit = &m
+	}
+	if !l.Grandfathered.IsZero() {
+		g := l.Grandfathered
+		v.GrandfatheredUntil = &g
+	}
+	return v
+}
+
+// rollback undoes a charge whose delta could not be made durable.
+func (a *account) rollback(d *storage.UsageDelta, b Bucket, hourly bool, wstart time.Time) {
+	if d.Month == a.month {
+		a.counts.Used = max(a.counts.Used-d.Counts.Used, 0)
+		a.counts.Lookups = max(a.counts.Lookups-d.Counts.Lookups, 0)
+		// Warned bits stay: the warning went out.
+	}
+	a.totals.Evaluations = max(a.totals.Evaluations-d.Totals.Evaluations, 0)
+	a.totals.LimitHits = max(a.totals.LimitHits-d.Totals.LimitHits, 0)
+	if w := &a.hour[b&1]; hourly && w.n > 0 && w.start.Equal(wstart) {
+		w.n--
+	}
+}
+
+// idle reports whether the account can be evicted at now: untouched for
+// idleAfter, no hourly window running, no hourly warning within 24 hours to
+// remember, and nothing in flight to the store.
+func (a *account) idle(now time.Time, idleAfter time.Duration) bool {
+	if a.inflight.Load() != 0 || now.Sub(a.lastSeen) < idleAfter {
+		return false
+	}
+	for i := range a.hour {
+		if w := &a.hour[i]; w.n > 0 && now.Before(w.end()) && !now.Before(w.start) {
+			return false
+		}
+	}
+	for _, t := range a.hourWarned {
+		if !t.IsZero() && now.Sub(t) < hourlyWarnEvery {
+			return false
+		}
+	}
+	return true
+}
