@@ -23,12 +23,12 @@ const (
 	wDatacenter              = 35
 	wAnonymous               = 30 // Network.Anonymous only: VPN/proxy/Tor carry their own weight
 	wDeviceManyAccounts      = 30
-	wTimezoneMismatch        = 25
+	wTimezoneMismatch        = 20
 	wMultiAccount            = 25
 	wGPUInconsistent         = 25
 	wHighActivity            = 20
 	wAccountManyDevices      = 20
-	wIPManyAccounts          = 20
+	wIPManyAccounts          = 15
 	wAccountNewDevice        = 10
 	wIncognito               = 10
 	wPrivacyMode             = 5
@@ -76,21 +76,22 @@ func keep(k int64, on bool, w int64) int64 {
 // emulator 80, VPN 60, virtual machine 50, privacy relay 40, blocklisted
 // address 40, disposable email 40, antidetect randomization 40, antidetect
 // profile burst 40, datacenter 35, unclassified anonymous network 30,
-// device_many_accounts 30, time-zone mismatch 25, multi-account device 25,
-// GPU inconsistent 25, high activity 20, account_many_devices 20,
-// ip_many_accounts 20, account_new_device 10, incognito 10, privacy mode 5.
+// device_many_accounts 30, multi-account device 25, GPU inconsistent 25,
+// time-zone mismatch 20, high activity 20, account_many_devices 20,
+// ip_many_accounts 15, account_new_device 10, incognito 10, privacy mode 5.
 // network.anonymous adds nothing of its own when VPN, proxy or Tor already
 // carry their weight. A single component scores its own weight (Tor alone 90,
 // like the bare lookup; datacenter alone 35), no signal at all scores 0, and 100 needs
 // several strong signals agreeing. Every factor is ≤ 1, so switching a
-// component on or raising t never lowers the score. Where the spec lets one
-// reading replace another, the replacement weighs at least as much: a
-// time-zone mismatch (25) is not checked on VPN/proxy/relay/Tor/datacenter
-// exits (≥ 35), and the per-address account count (20) is ignored on those
-// shared exits (≥ 35) and on mobile carriers (not a risk signal: the spec
-// makes the count null there). A privacy relay (40) replaces the proxy weight
-// (85) because the proxy *is* the relay, a reclassification, not an extra
-// signal. Rules and pins never change the score.
+// component on or raising t never lowers the score. Where the spec turns one
+// reading off when another fires, the newcomer outweighs what it turns off:
+// any VPN, proxy, relay, Tor or datacenter exit (≥ 35) switches off both the
+// time-zone check (20) and the per-address account count (15), together
+// 1 − 0.80·0.85 = 32. A mobile carrier also withholds that count but is not a
+// risk signal (the spec makes the count null there), and a privacy relay (40)
+// replaces the proxy weight (85) only because the proxy *is* the relay, a
+// reclassification, not an extra signal. Rules and pins never change the
+// score.
 //
 // Policy (ADMIN.md, SPEC 2.2): each fired signal with a rule applies that
 // rule; the most severe applied action replaces the engine decision

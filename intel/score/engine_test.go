@@ -47,7 +47,7 @@ func TestSpecDecisionRules(t *testing.T) {
 
 		// 2.8.4 raise allow to review.
 		{"disposable email", []string{"disposable"}, Review, "disposable_email", false, 40},
-		{"time-zone mismatch", []string{"tzmismatch"}, Review, "timezone_mismatch", false, 25},
+		{"time-zone mismatch", []string{"tzmismatch"}, Review, "timezone_mismatch", false, 20},
 		{"device_many_accounts", []string{"devmany"}, Review, "device_many_accounts", false, 30},
 		{"disposable on datacenter", []string{"disposable", "dc"}, Review, "datacenter_asn,disposable_email", false, 61},
 		{"disposable on vpn stays review", []string{"disposable", "vpn"}, Review, "anonymous_network,disposable_email,vpn_detected", true, 76},
@@ -71,7 +71,7 @@ func TestSpecDecisionRules(t *testing.T) {
 		{"high activity", []string{"high"}, Allow, "high_activity_device", false, 20},
 		{"multi-account device", []string{"multi"}, Allow, "multi_account_device", false, 25},
 		{"account_many_devices", []string{"acctmany"}, Allow, "account_many_devices", false, 20},
-		{"ip_many_accounts", []string{"ipmany"}, Allow, "ip_many_accounts", false, 20},
+		{"ip_many_accounts", []string{"ipmany"}, Allow, "ip_many_accounts", false, 15},
 		{"ip_many_accounts ignored on mobile", []string{"ipmany", "mobile"}, Allow, "", false, 0},
 		{"ip_many_accounts ignored on vpn", []string{"ipmany", "vpn"}, Review, "anonymous_network,vpn_detected", true, 60},
 		{"ip_many_accounts ignored on datacenter", []string{"ipmany", "dc"}, Allow, "datacenter_asn", false, 35},
