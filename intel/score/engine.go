@@ -80,9 +80,9 @@ func keep(k int64, on bool, w int64) int64 {
 // time-zone mismatch 20, high activity 20, account_many_devices 20,
 // ip_many_accounts 15, account_new_device 10, incognito 10, privacy mode 5.
 // network.anonymous adds nothing of its own when VPN, proxy or Tor already
-// carry their weight. A single component scores its own weight (Tor alone 90,
-// like the bare lookup; datacenter alone 35), no signal at all scores 0, and 100 needs
-// several strong signals agreeing. Every factor is ≤ 1, so switching a
+// carry their weight. A single component scores its own weight (Tor alone
+// 90, like the bare lookup; datacenter alone 35), no signal at all scores 0,
+// and 100 needs several strong signals agreeing. Every factor is ≤ 1, so switching a
 // component on or raising t never lowers the score. Where the spec turns one
 // reading off when another fires, the newcomer outweighs what it turns off:
 // any VPN, proxy, relay, Tor or datacenter exit (≥ 35) switches off both the

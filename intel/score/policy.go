@@ -67,9 +67,15 @@ func (p Pin) specificity() int {
 	return 129
 }
 
-// ErrInvalidPolicy is wrapped by every error of the parse and validation
-// helpers; their messages are meant for the admin API's 400 body.
+// ErrInvalidPolicy matches (errors.Is) every error of the parse and
+// validation helpers. Their Error text carries no prefix and is meant for the
+// admin API's 400 body as is, e.g. `rules[2]: signal vpn appears twice`.
 var ErrInvalidPolicy = errors.New("invalid policy")
+
+type policyError string
+
+func (e policyError) Error() string        { return string(e) }
+func (e policyError) Is(target error) bool { return target == ErrInvalidPolicy }
 
 // Bounds on pin strings, matching the admin API's.
 const (
@@ -78,7 +84,7 @@ const (
 )
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidPolicy, fmt.Sprintf(format, args...))
+	return policyError(fmt.Sprintf(format, args...))
 }
 
 // quote shortens s before it is echoed in an error, so a huge body does not

@@ -306,3 +306,14 @@ func TestValidatePins(t *testing.T) {
 		}
 	}
 }
+
+func TestPolicyErrorText(t *testing.T) {
+	_, err := ParseAction("deny")
+	if err == nil || err.Error() != `action "deny" must be allow, review or block` || !errors.Is(err, ErrInvalidPolicy) {
+		t.Errorf("%v", err)
+	}
+	err = ValidateRules(rules("vpn", "block", "vpn", "allow"))
+	if err == nil || err.Error() != "rules[1]: signal vpn appears twice" {
+		t.Errorf("%v", err)
+	}
+}
