@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/fraudd/fraudd/intel/feeds"
+)
+
+const feedsUsage = `usage: fraudd feeds <build|update|status> [flags]
+
+  build   turn the raw snapshots into the compact embedded feed files
+          fraudd feeds build --from ../shared/data [--out intel/netlists/data]
+  update  download the refreshable feeds from upstream into the data dir
+          fraudd feeds update [--data-dir ./data] [--only tor,vpn] [--timeout 5m]
+  status  print each feed's date, entry count and origin (embedded or data dir)
+          fraudd feeds status [--data-dir ./data]
+`
+
+// runFeeds implements `fraudd feeds …`; it returns the process exit code.
+func runFeeds(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, feedsUsage)
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	fs := flag.NewFlagSet("fraudd feeds "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	defaultDataDir := os.Getenv("FRAUDD_DATA_DIR")
+	if defaultDataDir == "" {
+		defaultDataDir = "./data"
+	}
+	var err error
+	switch cmd {
+	case "build":
+		from := fs.String("from", "../shared/data", "directory of raw snapshots (see its SOURCES.md)")
+		out := fs.String("out", "intel/netlists/data", "directory to write the feed files to")
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		err = feeds.RunBuild(*from, *out, stdout)
+	case "update":
+		dataDir := fs.String("data-dir", defaultDataDir, "data directory; feeds go to <data-dir>/feeds (env FRAUDD_DATA_DIR)")
+		only := fs.String("only", "", "comma-separated feeds to refresh (default: every feed with an upstream)")
+		timeout := fs.Duration("timeout", feeds.DefaultTimeout, "limit for the whole update")
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		var names []string
+		if *only != "" {
+			names = strings.Split(*only, ",")
+		}
+		sources, serr := feeds.SelectSources(feeds.DefaultSources(), names)
+		if serr != nil {
+			fmt.Fprintf(stderr, "fraudd feeds update: %v\n", serr)
+			return 2
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		err = feeds.RunUpdate(ctx, &http.Client{Timeout: *timeout}, sources, *dataDir, stdout)
+	case "status":
+		dataDir := fs.String("data-dir", defaultDataDir, "data directory whose feeds override the embedded ones (env FRAUDD_DATA_DIR)")
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		err = feeds.RunStatus(*dataDir, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, feedsUsage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "fraudd feeds: unknown command %q\n\n%s", cmd, feedsUsage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudd feeds %s: %v\n", cmd, err)
+		return 1
+	}
+	return 0
+}
+
+// parseFlags parses args and rejects stray positional arguments. ok is
+// false when the caller should return code.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
+}

@@ -1,0 +1,292 @@
+// Package feeds turns raw intelligence snapshots into the compact feed files
+// that intel/netlists embeds, refreshes them from their public upstream
+// addresses, and reports their status.
+//
+// Build reads the raw snapshots (../shared/data, see its SOURCES.md) once,
+// when a developer regenerates intel/netlists/data. Update downloads the
+// refreshable feeds into <data-dir>/feeds, where netlists.LoadDir picks them
+// up feed by feed; Refresher runs Update on an interval and swaps the new
+// snapshot into a netlists.Store without blocking lookups.
+package feeds
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/fraudd/fraudd/intel/netlists/feedfile"
+)
+
+// FeedSummary is one feed of a Manifest.
+type FeedSummary struct {
+	Name    string           `json:"name"`
+	Kind    string           `json:"kind"`
+	Date    string           `json:"date"`
+	Entries int              `json:"entries"`
+	Bytes   int              `json:"bytes"`
+	Inputs  []feedfile.Input `json:"inputs"`
+}
+
+// Manifest lists the feeds a Build wrote. Build also writes it as
+// manifest.json next to the feed files, for people reading diffs; readers use
+// each file's own header.
+type Manifest struct {
+	Feeds []FeedSummary `json:"feeds"`
+}
+
+// ManifestFile is the name of the manifest Build writes.
+const ManifestFile = "manifest.json"
+
+// input is one input's bytes with what the feed spec says about them.
+type input struct {
+	part
+	name string // file name or URL, for the header
+	data []byte
+}
+
+// Build reads the raw snapshots under fromDir and writes one compact file
+// per feed into outDir, plus manifest.json. It stops at the first feed that
+// cannot be built: a partial set of embedded feeds would ship silently
+// reduced coverage.
+func Build(fromDir, outDir string) (Manifest, error) {
+	var m Manifest
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return m, fmt.Errorf("feeds: build: %w", err)
+	}
+	for _, sp := range specs {
+		var ins []input
+		for _, pt := range sp.parts {
+			path, err := newest(filepath.Join(fromDir, pt.path))
+			if err != nil {
+				return m, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+			}
+			data, err := readMaybeGzip(path)
+			if err != nil {
+				return m, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+			}
+			ins = append(ins, input{part: pt, name: filepath.ToSlash(rel(fromDir, path)), data: data})
+		}
+		f, err := assemble(sp, ins)
+		if err != nil {
+			return m, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+		}
+		b, err := feedfile.Marshal(nil, f)
+		if err != nil {
+			return m, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+		}
+		if err := writeAtomic(filepath.Join(outDir, sp.name+feedfile.Ext), b); err != nil {
+			return m, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+		}
+		m.Feeds = append(m.Feeds, summary(f, len(b)))
+	}
+	js, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return m, fmt.Errorf("feeds: build manifest: %w", err)
+	}
+	if err := writeAtomic(filepath.Join(outDir, ManifestFile), append(js, '\n')); err != nil {
+		return m, fmt.Errorf("feeds: build manifest: %w", err)
+	}
+	return m, nil
+}
+
+func summary(f *feedfile.File, size int) FeedSummary {
+	return FeedSummary{Name: f.Name, Kind: f.Kind.String(), Date: f.Date, Entries: f.Entries, Bytes: size, Inputs: f.Inputs}
+}
+
+// newest resolves a glob to the lexically greatest match, which for the
+// dated snapshot names (exits_onionoo_2026-08-22.txt) is the newest.
+func newest(pattern string) (string, error) {
+	matches, err := filepath.Glob(pattern)
+	if err != nil {
+		return "", fmt.Errorf("bad pattern %s: %w", pattern, err)
+	}
+	if len(matches) == 0 {
+		return "", fmt.Errorf("no input matches %s", pattern)
+	}
+	sort.Strings(matches)
+	return matches[len(matches)-1], nil
+}
+
+func rel(base, path string) string {
+	if r, err := filepath.Rel(base, path); err == nil {
+		return r
+	}
+	return filepath.Base(path)
+}
+
+// maxInput bounds one decompressed input; the largest raw table is ~40 MB.
+const maxInput = 512 << 20
+
+func readMaybeGzip(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if filepath.Ext(path) == ".gz" {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxInput+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxInput {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxInput)
+	}
+	return b, nil
+}
+
+// writeAtomic writes data to path through a temporary file and a rename, so
+// a reader (or a crash) never sees half a file.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	_, werr := tmp.Write(data)
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(name)
+		return err
+	}
+	if err := os.Chmod(name, 0o644); err != nil {
+		os.Remove(name)
+		return err
+	}
+	if err := os.Rename(name, path); err != nil {
+		os.Remove(name)
+		return err
+	}
+	return nil
+}
+
+// assemble parses a feed's inputs and builds its file.
+func assemble(sp spec, ins []input) (*feedfile.File, error) {
+	f := &feedfile.File{Header: feedfile.Header{Name: sp.name, Kind: sp.kind}}
+	var spans, excl []span
+	order := 0
+	for _, in := range ins {
+		p, err := parse(in.format, in.data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", in.name, err)
+		}
+		date := nameDate(in.name)
+		if date == "" {
+			date = p.date
+		}
+		if date == "" {
+			date = in.date
+		}
+		f.Inputs = append(f.Inputs, feedfile.Input{Name: in.name, Date: date, Entries: p.entries()})
+		if date > f.Date && !in.exclude {
+			f.Date = date
+		}
+		for i := range p.spans {
+			if in.label != "" {
+				p.spans[i].label = in.label
+			}
+			p.spans[i].order = order
+			order++
+		}
+		if in.exclude {
+			excl = append(excl, p.spans...)
+			continue
+		}
+		spans = append(spans, p.spans...)
+		f.ASNs = append(f.ASNs, p.asns...)
+		f.Domains = append(f.Domains, p.domains...)
+		f.Zones = append(f.Zones, p.zones...)
+	}
+	switch sp.kind {
+	case feedfile.KindRanges:
+		f.Entries = countDistinct(spans)
+		f.Ranges = buildRanges(spans, excl, sp.labelled)
+	case feedfile.KindASNs:
+		f.ASNs = feedfile.SortASNs(f.ASNs)
+		f.Entries = len(f.ASNs)
+	case feedfile.KindDomains:
+		f.Domains = feedfile.SortDomains(f.Domains)
+		f.Entries = len(f.Domains)
+	case feedfile.KindZones:
+		f.Zones = feedfile.SortZones(f.Zones)
+		f.Entries = len(f.Zones)
+	}
+	if f.Entries == 0 {
+		return nil, errors.New("feed is empty")
+	}
+	return f, nil
+}
+
+// countDistinct counts distinct (family, range, label) entries: the figure a
+// reader of the sources would give ("2,277 exits"), not the number of
+// merged ranges stored.
+func countDistinct(spans []span) int {
+	type key struct {
+		v4     bool
+		lo, hi feedfile.U128
+		label  string
+		value  uint32
+	}
+	seen := make(map[key]struct{}, len(spans))
+	for _, s := range spans {
+		seen[key{s.v4, s.lo, s.hi, s.label, s.value}] = struct{}{}
+	}
+	return len(seen)
+}
+
+// buildRanges normalises spans into the two tables of a Ranges body.
+func buildRanges(spans, excl []span, labelled bool) feedfile.Ranges {
+	var r feedfile.Ranges
+	index := map[string]uint32{}
+	if labelled {
+		for _, s := range spans {
+			index[s.label] = 0
+		}
+		for l := range index {
+			r.Labels = append(r.Labels, l)
+		}
+		slices.Sort(r.Labels)
+		for i, l := range r.Labels {
+			index[l] = uint32(i)
+		}
+	}
+	val := func(s span) uint32 {
+		if labelled {
+			return index[s.label]
+		}
+		return s.value
+	}
+	var s4, s6, x4, x6 []span
+	for _, s := range spans {
+		if s.v4 {
+			s4 = append(s4, s)
+		} else {
+			s6 = append(s6, s)
+		}
+	}
+	for _, s := range excl {
+		if s.v4 {
+			x4 = append(x4, s)
+		} else {
+			x6 = append(x6, s)
+		}
+	}
+	zero := func(span) uint32 { return 0 }
+	r.V4 = toTable4(subtract(flatten(s4, val), flatten(x4, zero)))
+	r.V6 = toTable6(subtract(flatten(s6, val), flatten(x6, zero)))
+	return r
+}

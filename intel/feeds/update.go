@@ -1,0 +1,259 @@
+package feeds
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fraudd/fraudd/intel/netlists"
+	"github.com/fraudd/fraudd/intel/netlists/feedfile"
+)
+
+// Source is one upstream input of a refreshable feed. Several sources may
+// feed one feed (Tor: Onionoo and the bulk exit list); they are combined in
+// the order given, as Build combines the raw snapshots. Tests point URL at a
+// loopback server.
+type Source struct {
+	Feed    string // feed name (netlists.Feed*)
+	URL     string
+	Format  Format
+	Label   string // label for every range from this source (a VPN provider)
+	Exclude bool   // ranges to remove from the feed instead of add
+}
+
+const (
+	x4bRaw   = "https://raw.githubusercontent.com/X4BNet/lists_vpn/main/"
+	userAgnt = "fraudd-feeds/1 (+https://github.com/fraudd/fraudd)"
+)
+
+// DefaultSources lists the upstream addresses of SOURCES.md for every feed
+// that has one. Feeds without an upstream here (cloud ranges, whose
+// providers each publish their own format; the AS, geo and time-zone tables;
+// the curated provider and carrier lists) stay as embedded.
+//
+// The per-provider VPN lists are taken from X4B's copies (input/vpn/ips),
+// which X4B refreshes daily from the providers' own APIs in a plain format.
+func DefaultSources() []Source {
+	return []Source{
+		{Feed: FeedTor, URL: "https://onionoo.torproject.org/details?search=flag:exit%20running:true&fields=or_addresses,exit_addresses", Format: FormatOnionoo},
+		{Feed: FeedTor, URL: "https://check.torproject.org/torbulkexitlist", Format: FormatAddrLines},
+		{Feed: FeedDatacenter, URL: x4bRaw + "output/datacenter/ipv4.txt", Format: FormatAddrLines},
+		{Feed: FeedDatacenter, URL: x4bRaw + "output/datacenter/ipv6.txt", Format: FormatAddrLines},
+		{Feed: FeedDatacenterAS, URL: "https://raw.githubusercontent.com/brianhama/bad-asn-list/master/bad-asn-list.csv", Format: FormatBadASNCSV},
+		{Feed: FeedDatacenterAS, URL: x4bRaw + "input/datacenter/ASN.txt", Format: FormatASNList},
+		{Feed: FeedVPNProvider, URL: x4bRaw + "input/vpn/ips/mullvadvpn.txt", Format: FormatAddrLines, Label: labelMullvad},
+		{Feed: FeedVPNProvider, URL: x4bRaw + "input/vpn/ips/pia.txt", Format: FormatAddrLines, Label: labelPIA},
+		{Feed: FeedVPNProvider, URL: x4bRaw + "input/vpn/ips/protonvpn.txt", Format: FormatAddrLines, Label: labelProton},
+		{Feed: FeedVPN, URL: x4bRaw + "output/vpn/ipv4.txt", Format: FormatAddrLines},
+		{Feed: FeedVPN, URL: x4bRaw + "output/vpn/ipv6.txt", Format: FormatAddrLines},
+		{Feed: FeedVPN, URL: x4bRaw + "input/vpn/ips/apple.txt", Format: FormatAddrLines, Exclude: true},
+		{Feed: FeedPrivacyRelay, URL: "https://mask-api.icloud.com/egress-ip-ranges.csv", Format: FormatGeofeed},
+		{Feed: FeedProxy, URL: "https://raw.githubusercontent.com/monosans/proxy-list/main/proxies/all.txt", Format: FormatProxyLines},
+		{Feed: FeedProxy, URL: "https://raw.githubusercontent.com/iplocate/free-proxy-list/main/all-proxies.txt", Format: FormatProxyLines},
+		{Feed: FeedBlocklist, URL: "https://raw.githubusercontent.com/stamparm/ipsum/master/ipsum.txt", Format: FormatIpsum},
+		{Feed: FeedDisposable, URL: "https://disposable.github.io/disposable-email-domains/domains.txt", Format: FormatDomains},
+		{Feed: FeedDisposable, URL: "https://raw.githubusercontent.com/disposable-email-domains/disposable-email-domains/main/disposable_email_blocklist.conf", Format: FormatDomains},
+		{Feed: FeedDisposable, URL: "https://raw.githubusercontent.com/7c/fakefilter/main/txt/data.txt", Format: FormatDomains},
+		{Feed: FeedMobileRanges, URL: "https://raw.githubusercontent.com/tmobile/tmus-geofeed/main/tmus-geo-ip.txt", Format: FormatGeofeed},
+	}
+}
+
+// Outcomes of one feed's update.
+const (
+	StatusUpdated  = "updated"  // new file written
+	StatusRejected = "rejected" // downloaded but failed validation; old feed kept
+	StatusFailed   = "failed"   // could not download or parse; old feed kept
+)
+
+// FeedResult is what happened to one feed.
+type FeedResult struct {
+	Feed    string
+	Status  string
+	Date    string // snapshot date of the new data
+	Entries int    // entries downloaded
+	Prev    int    // entries of the feed in use before
+	Path    string // file written, when updated
+	Err     error  // why not, when rejected or failed
+}
+
+// Report lists the outcome per feed, in source order.
+type Report struct {
+	Feeds []FeedResult
+}
+
+// Updated returns how many feeds got a new file.
+func (r Report) Updated() int {
+	n := 0
+	for _, f := range r.Feeds {
+		if f.Status == StatusUpdated {
+			n++
+		}
+	}
+	return n
+}
+
+// Err joins the errors of the feeds that were not updated.
+func (r Report) Err() error {
+	var errs []error
+	for _, f := range r.Feeds {
+		if f.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.Feed, f.Err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// maxShrink is the validation rule: a feed that comes back with fewer than
+// 1/maxShrink of the entries of the one in use is rejected. Upstream lists
+// move a few percent a day; losing half means a broken or truncated list,
+// and keeping the old one reads as slightly stale rather than falsely clean.
+const maxShrink = 2
+
+// Update downloads every feed named in sources, validates it against the
+// feed in use (prev; when nil, the one LoadDir would load from dataDir) and
+// writes each accepted feed to <dataDir>/feeds/<name>.fdf atomically. A feed
+// is all or nothing: if any of its sources fails, the old file stays.
+//
+// A feed's snapshot date is the date its content states (Onionoo's
+// relays_published, a "Last update" header), else the response's
+// Last-Modified, else its Date header.
+//
+// The error is non-nil only when nothing could be attempted (the directory
+// cannot be created); per-feed failures are in the report.
+func Update(ctx context.Context, client *http.Client, sources []Source, dataDir string, prev *netlists.Snapshot) (Report, error) {
+	var rep Report
+	dir := filepath.Join(dataDir, netlists.FeedsSubdir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return rep, fmt.Errorf("feeds: update: %w", err)
+	}
+	if client == nil {
+		client = http.DefaultClient
+	}
+	prevEntries := map[string]int{}
+	if prev != nil {
+		for _, f := range prev.Feeds() {
+			prevEntries[f.Name] = f.Entries
+		}
+	} else if infos, err := netlists.DirFeeds(dataDir); err == nil {
+		for _, f := range infos {
+			prevEntries[f.Name] = f.Entries
+		}
+	}
+
+	var order []string
+	byFeed := map[string][]Source{}
+	for _, s := range sources {
+		if _, ok := byFeed[s.Feed]; !ok {
+			order = append(order, s.Feed)
+		}
+		byFeed[s.Feed] = append(byFeed[s.Feed], s)
+	}
+	for _, name := range order {
+		res := updateFeed(ctx, client, name, byFeed[name], dir, prevEntries[name])
+		rep.Feeds = append(rep.Feeds, res)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return rep, nil
+}
+
+func updateFeed(ctx context.Context, client *http.Client, name string, srcs []Source, dir string, prev int) FeedResult {
+	res := FeedResult{Feed: name, Status: StatusFailed, Prev: prev}
+	sp, ok := specByName(name)
+	if !ok {
+		res.Err = fmt.Errorf("unknown feed %q", name)
+		return res
+	}
+	ins := make([]input, 0, len(srcs))
+	for _, s := range srcs {
+		data, date, err := fetch(ctx, client, s.URL)
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		ins = append(ins, input{
+			part: part{format: s.Format, label: s.Label, exclude: s.Exclude, date: date},
+			name: s.URL,
+			data: data,
+		})
+	}
+	f, err := assemble(sp, ins)
+	if err != nil {
+		res.Status, res.Err = StatusRejected, err
+		return res
+	}
+	res.Date, res.Entries = f.Date, f.Entries
+	if prev > 0 && f.Entries*maxShrink < prev {
+		res.Status = StatusRejected
+		res.Err = fmt.Errorf("shrank from %d to %d entries (more than half); keeping the old feed", prev, f.Entries)
+		return res
+	}
+	b, err := feedfile.Marshal(nil, f)
+	if err != nil {
+		res.Status, res.Err = StatusRejected, err
+		return res
+	}
+	path := filepath.Join(dir, name+feedfile.Ext)
+	if err := writeAtomic(path, b); err != nil {
+		res.Err = fmt.Errorf("writing %s: %w", path, err)
+		return res
+	}
+	res.Status, res.Path = StatusUpdated, path
+	return res
+}
+
+// fetch downloads one source and returns its (gunzipped) body and the date
+// the response gives for it.
+func fetch(ctx context.Context, client *http.Client, url string) ([]byte, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	req.Header.Set("User-Agent", userAgnt)
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return nil, "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxInput+1))
+	if err != nil {
+		return nil, "", fmt.Errorf("GET %s: reading body: %w", url, err)
+	}
+	if len(body) > maxInput {
+		return nil, "", fmt.Errorf("GET %s: body larger than %d bytes", url, maxInput)
+	}
+	if len(body) > 2 && body[0] == 0x1f && body[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, "", fmt.Errorf("GET %s: %w", url, err)
+		}
+		body, err = io.ReadAll(io.LimitReader(zr, maxInput+1))
+		if err != nil || len(body) > maxInput {
+			return nil, "", fmt.Errorf("GET %s: bad or oversized gzip body", url)
+		}
+	}
+	return body, responseDate(resp.Header), nil
+}
+
+func responseDate(h http.Header) string {
+	for _, k := range []string{"Last-Modified", "Date"} {
+		if v := h.Get(k); v != "" {
+			if t, err := http.ParseTime(v); err == nil {
+				return t.UTC().Format(time.DateOnly)
+			}
+		}
+	}
+	return ""
+}

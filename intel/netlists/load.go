@@ -1,0 +1,229 @@
+package netlists
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	"github.com/fraudd/fraudd/intel/netlists/feedfile"
+)
+
+// embedded holds the feed files built by `fraudd feeds build`.
+//
+//go:embed data/*.fdf
+var embedded embed.FS
+
+// FeedsSubdir is where, under a data directory, `fraudd feeds update` writes
+// refreshed feed files and LoadDir looks for them.
+const FeedsSubdir = "feeds"
+
+// LoadEmbedded loads the feeds built into the binary. Every feed must be
+// present and readable: a broken embedded set is a build error, not a
+// reason to serve with less coverage.
+func LoadEmbedded() (*Snapshot, error) {
+	return load(nil)
+}
+
+// LoadDir loads the embedded feeds, replacing each one for which
+// <dataDir>/feeds/<name>.fdf exists by that file, unless the embedded copy
+// has a later snapshot date (a binary built after the last refresh ships
+// newer data than the data directory holds). A missing directory is not an
+// error (nothing was ever refreshed); an unreadable or corrupt override file
+// is, naming the file: `feeds update` writes files atomically, so a bad one
+// means something else is wrong and should not pass silently.
+func LoadDir(dataDir string) (*Snapshot, error) {
+	infos, err := DirFeeds(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	over := map[string]string{}
+	for _, in := range infos {
+		if in.Source == SourceDataDir {
+			over[in.Name] = in.Path
+		}
+	}
+	return load(over)
+}
+
+// DirFeeds says, without decoding any feed body, which copy of each feed
+// LoadDir would load from dataDir and what its header says. With dataDir ""
+// it describes the embedded feeds.
+func DirFeeds(dataDir string) ([]FeedInfo, error) {
+	out := make([]FeedInfo, 0, len(FeedNames))
+	for _, name := range FeedNames {
+		info := FeedInfo{Name: name, Source: SourceEmbedded}
+		emb, eerr := ReadEmbedded(name)
+		if eerr == nil {
+			if h, err := feedfile.ReadHeader(emb); err == nil {
+				info.Date, info.Entries = h.Date, h.Entries
+			} else {
+				eerr = err
+			}
+		}
+		if eerr != nil {
+			info.Source = SourceMissing
+		}
+		if dataDir != "" {
+			p := filepath.Join(dataDir, FeedsSubdir, name+feedfile.Ext)
+			b, err := os.ReadFile(p)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+			case err != nil:
+				return nil, fmt.Errorf("netlists: %w", err)
+			default:
+				h, err := feedfile.ReadHeader(b)
+				if err != nil {
+					return nil, fmt.Errorf("netlists: %s: %w", p, err)
+				}
+				if h.Name != name {
+					return nil, fmt.Errorf("netlists: %s holds feed %q", p, h.Name)
+				}
+				if info.Source == SourceMissing || h.Date == "" || info.Date == "" || h.Date >= info.Date {
+					info = FeedInfo{Name: name, Date: h.Date, Entries: h.Entries, Source: SourceDataDir, Path: p}
+				}
+			}
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// ReadEmbedded returns the bytes of one embedded feed file.
+func ReadEmbedded(name string) ([]byte, error) {
+	b, err := embedded.ReadFile("data/" + name + feedfile.Ext)
+	if err != nil {
+		return nil, fmt.Errorf("netlists: embedded feed %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// loaded is one decoded feed and where it came from.
+type loaded struct {
+	file *feedfile.File
+	info FeedInfo
+}
+
+// load decodes every feed, in parallel since zstd and varint decoding are
+// CPU-bound and the feeds are independent.
+func load(over map[string]string) (*Snapshot, error) {
+	res := make([]loaded, len(FeedNames))
+	errs := make([]error, len(FeedNames))
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	var wg sync.WaitGroup
+	for i, name := range FeedNames {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			res[i], errs[i] = loadOne(name, over[name])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return assemble(res)
+}
+
+func loadOne(name, path string) (loaded, error) {
+	var (
+		b   []byte
+		err error
+	)
+	info := FeedInfo{Name: name, Source: SourceEmbedded}
+	if path != "" {
+		info.Source, info.Path = SourceDataDir, path
+		b, err = os.ReadFile(path)
+	} else {
+		b, err = ReadEmbedded(name)
+	}
+	if err != nil {
+		return loaded{}, fmt.Errorf("netlists: feed %s: %w", name, err)
+	}
+	f, err := feedfile.Unmarshal(b)
+	if err != nil {
+		return loaded{}, fmt.Errorf("netlists: feed %s (%s): %w", name, info.Source, err)
+	}
+	if f.Name != name {
+		return loaded{}, fmt.Errorf("netlists: feed file for %s holds feed %q", name, f.Name)
+	}
+	if want := expectedKind[name]; f.Kind != want {
+		return loaded{}, fmt.Errorf("netlists: feed %s is of kind %s, want %s", name, f.Kind, want)
+	}
+	info.Date, info.Entries = f.Date, f.Entries
+	return loaded{file: f, info: info}, nil
+}
+
+var expectedKind = map[string]feedfile.Kind{
+	FeedTor: feedfile.KindRanges, FeedCloud: feedfile.KindRanges,
+	FeedDatacenter: feedfile.KindRanges, FeedDatacenterAS: feedfile.KindASNs,
+	FeedProviderAS: feedfile.KindASNs, FeedVPNProvider: feedfile.KindRanges,
+	FeedVPN: feedfile.KindRanges, FeedPrivacyRelay: feedfile.KindRanges,
+	FeedProxy: feedfile.KindRanges, FeedBlocklist: feedfile.KindRanges,
+	FeedDisposable: feedfile.KindDomains, FeedASN: feedfile.KindRanges,
+	FeedASNInfo: feedfile.KindASNs, FeedGeo: feedfile.KindRanges,
+	FeedTZ: feedfile.KindZones, FeedMobileAS: feedfile.KindASNs,
+	FeedMobileRanges: feedfile.KindRanges,
+}
+
+// assemble builds the lookup structures from decoded feeds (in FeedNames
+// order).
+func assemble(res []loaded) (*Snapshot, error) {
+	s := &Snapshot{}
+	byName := map[string]*feedfile.File{}
+	for _, r := range res {
+		byName[r.info.Name] = r.file
+		s.feeds = append(s.feeds, r.info)
+	}
+	rng := func(name string) rangeFeed { return newRangeFeed(byName[name].Ranges) }
+	s.tor = rng(FeedTor)
+	s.cloud = rng(FeedCloud)
+	s.datacenter = rng(FeedDatacenter)
+	s.vpnProvider = rng(FeedVPNProvider)
+	s.vpn = rng(FeedVPN)
+	s.relay = rng(FeedPrivacyRelay)
+	s.proxy = rng(FeedProxy)
+	s.blocklist = rng(FeedBlocklist)
+	s.asn = rng(FeedASN)
+	s.geo = rng(FeedGeo)
+	s.mobileRanges = rng(FeedMobileRanges)
+	if len(s.asn.labels) != 0 {
+		return nil, errors.New("netlists: asn feed must carry AS numbers, not labels")
+	}
+	if len(s.geo.labels) == 0 {
+		return nil, errors.New("netlists: geo feed carries no country labels")
+	}
+
+	s.datacenterASN = newASNTable(byName[FeedDatacenterAS].ASNs, nil)
+	s.providerASN = newASNTable(byName[FeedProviderAS].ASNs, providerName)
+	s.asnInfo = newASNTable(byName[FeedASNInfo].ASNs, nil)
+	s.mobileASN = newASNTable(byName[FeedMobileAS].ASNs, nil)
+
+	s.cloudNames = make([]string, len(s.cloud.labels))
+	for i, l := range s.cloud.labels {
+		s.cloudNames[i] = providerName(l)
+	}
+	doms := byName[FeedDisposable].Domains
+	s.disposable = make(map[string]struct{}, len(doms))
+	for _, d := range doms {
+		s.disposable[d] = struct{}{}
+	}
+	zs := byName[FeedTZ].Zones
+	s.zones = make(map[string]string, len(zs))
+	for _, z := range zs {
+		s.zones[z.Name] = z.Country
+	}
+	entries := func(name string) int { return byName[name].Entries }
+	s.coverage = Coverage{
+		DCRanges:          entries(FeedDatacenter),
+		CloudProviders:    len(s.cloud.labels),
+		TorExits:          entries(FeedTor),
+		DisposableDomains: entries(FeedDisposable),
+	}
+	return s, nil
+}
