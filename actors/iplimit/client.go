@@ -1,0 +1,147 @@
+package iplimit
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/internal/clock"
+)
+
+// ErrStopped is returned after Stop.
+var ErrStopped = errors.New("iplimit: stopped")
+
+// Take asks the address's shard to take one request from each limiter in Kinds.
+type Take struct {
+	Kinds Kinds
+	Addr  netip.Addr
+	Now   time.Time
+}
+
+type takeCall = actors.Call[Take, Verdict]
+
+// failMsg records one invalid credential (fire-and-forget).
+type failMsg struct {
+	addr netip.Addr
+	now  time.Time
+}
+
+// lenProbe asks a shard for its entry count (tests).
+type lenProbe chan int
+
+type shard struct{ l *limiter }
+
+func (s shard) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *takeCall:
+		m.Reply(s.l.take(m.Req.Kinds, m.Req.Addr, m.Req.Now), nil)
+	case *failMsg:
+		s.l.fail(m.addr, m.now)
+	case actors.Tick:
+		s.l.sweep(m.Now)
+	case lenProbe:
+		m <- s.l.t.Len()
+	}
+}
+
+// Config configures New; the zero value works.
+type Config struct {
+	Shards     int           // shard actors (power of two); 0 = 2×GOMAXPROCS
+	Clock      clock.Clock   // stamps the sweep tick; nil: no automatic sweeps
+	SweepEvery time.Duration // 0 = 30 s
+	Timeout    time.Duration // one Take round trip; 0 = 5 s
+	// MaxEntries bounds the counters held over all shards (about 100 bytes
+	// each); when a shard is full it drops ended windows, then the least-used
+	// counters. 0 = 2,000,000; < 0 = no bound.
+	MaxEntries int
+}
+
+// Client is the typed per-address limiter client; safe for concurrent use.
+type Client struct {
+	shards  *actors.Shards
+	calls   *actors.Calls[Take, Verdict]
+	stopped atomic.Bool
+}
+
+// New spawns the limiter shards.
+func New(root *actor.RootContext, cfg Config) *Client {
+	if cfg.SweepEvery == 0 {
+		cfg.SweepEvery = 30 * time.Second
+	}
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = 2_000_000
+	}
+	n := actors.ShardCount(cfg.Shards)
+	per := 0
+	if cfg.MaxEntries > 0 {
+		per = max(cfg.MaxEntries/n, 64)
+	}
+	ls := make([]*limiter, n) // outlive a restarted actor
+	for i := range ls {
+		ls[i] = newLimiter(per)
+	}
+	c := &Client{
+		shards: actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{ls[i]} }),
+		calls:  actors.NewCalls[Take, Verdict](cfg.Timeout),
+	}
+	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
+	return c
+}
+
+// Take takes one request from every limiter in kinds for addr, in one hop:
+// all of them or (on a refusal) none.
+func (c *Client) Take(kinds Kinds, addr netip.Addr, now time.Time) (Verdict, error) {
+	if c.stopped.Load() {
+		return Verdict{}, ErrStopped
+	}
+	call := c.calls.Get(Take{Kinds: kinds, Addr: addr, Now: now})
+	c.shards.Send(shardHash(addr), call)
+	return c.calls.Wait(call)
+}
+
+// Check reports whether addr is locked out (Take of AuthFail alone).
+func (c *Client) Check(addr netip.Addr, now time.Time) (Verdict, error) {
+	return c.Take(Of(AuthFail), addr, now)
+}
+
+// Fail records one invalid credential from addr, fire-and-forget. A Take sent
+// afterwards by the same goroutine sees it.
+func (c *Client) Fail(addr netip.Addr, now time.Time) {
+	if !c.stopped.Load() {
+		c.shards.Send(shardHash(addr), &failMsg{addr: addr, now: now})
+	}
+}
+
+// Sweep asks every shard to drop ended windows as of now.
+func (c *Client) Sweep(now time.Time) {
+	if !c.stopped.Load() {
+		c.shards.Broadcast(actors.Tick{Now: now})
+	}
+}
+
+// entries counts the counters held over all shards (tests).
+func (c *Client) entries() int {
+	ch := make(lenProbe, c.shards.Len())
+	c.shards.Broadcast(ch)
+	n := 0
+	for range c.shards.Len() {
+		n += <-ch
+	}
+	return n
+}
+
+// Stop stops the shards after their mailboxes are handled.
+func (c *Client) Stop() error {
+	if c.stopped.Swap(true) {
+		return nil
+	}
+	if err := c.shards.Stop(); err != nil {
+		return fmt.Errorf("iplimit: %w", err)
+	}
+	return nil
+}

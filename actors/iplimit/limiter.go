@@ -1,0 +1,243 @@
+package iplimit
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/fraudd/fraudd/actors"
+)
+
+// Verdict is the answer to a Take.
+type Verdict struct {
+	Allowed bool
+	// Kind is the limiter that refused (meaningful when !Allowed).
+	Kind Kind
+	// RetryAfter is set on a refusal: whole seconds (≥ 1) until every window
+	// that refused has ended, or until the lockout ends.
+	RetryAfter int64
+}
+
+const (
+	scopeAddr uint8 = iota
+	scope64
+)
+
+// lockSlot is the window index under which a lockout's end is kept.
+const lockSlot = 0xff
+
+// slotKey names one counter: an address (or /64), a limiter and one of its windows.
+type slotKey struct {
+	hi, lo uint64
+	kind   Kind
+	win    uint8
+	scope  uint8
+}
+
+// slot is one fixed window: it began at start (Unix ns) and has n requests.
+// For a lock slot, start is when the lock ends.
+type slot struct {
+	start int64
+	n     int64
+}
+
+// addrKeys returns the address key and, for IPv6, the /64 key.
+func addrKeys(a netip.Addr) (addr slotKey, p64 slotKey, v6 bool) {
+	a = a.Unmap()
+	b := a.As16()
+	hi := be64(b[:8])
+	lo := be64(b[8:])
+	addr = slotKey{hi: hi, lo: lo, scope: scopeAddr}
+	if a.Is6() {
+		return addr, slotKey{hi: hi, scope: scope64}, true
+	}
+	return addr, slotKey{}, false
+}
+
+func be64(b []byte) uint64 {
+	_ = b[7]
+	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}
+
+// shardHash routes an address so that it and its /64 meet in one shard.
+func shardHash(a netip.Addr) uint64 {
+	k, _, v6 := addrKeys(a)
+	if v6 {
+		return actors.Mix64(k.hi)
+	}
+	return actors.Mix64(k.lo)
+}
+
+// limiter is one shard's counters. Plain struct, explicit now, no locks: the
+// shard actor owns it.
+type limiter struct {
+	t   *actors.Table[slotKey, slot]
+	max int // most counters held; 0 = no bound
+	// relieved counts counters dropped early because the table was full.
+	relieved int
+}
+
+func newLimiter(max int) *limiter {
+	return &limiter{t: actors.NewTable[slotKey, slot](1024), max: max}
+}
+
+// relieve makes room when the table is full (many distinct addresses inside
+// the longest window, e.g. an IPv6 sweep): first ended windows go, then the
+// least-used counters (1 request, then up to 16, then every counter), never
+// a running lockout. Dropping a counter only gives that address a fresh
+// window, so heavy hitters, which have high counts, are the last to lose
+// theirs. Each call frees at least a quarter of the table, so the cost is
+// amortised over the inserts that filled it.
+func (l *limiter) relieve(ns int64) {
+	target := l.max * 3 / 4
+	before := l.t.Len()
+	l.sweepNS(ns)
+	for _, most := range []int64{1, 16, 1 << 62} {
+		if l.t.Len() <= target {
+			break
+		}
+		l.t.Sweep(func(k slotKey, s slot) bool { return k.win != lockSlot && s.n <= most })
+	}
+	l.relieved += before - l.t.Len()
+}
+
+func secondsUntil(end, now int64) int64 {
+	d := end - now
+	return max((d+int64(time.Second)-1)/int64(time.Second), 1)
+}
+
+// current returns k's window as of now (empty when it has ended, or when the
+// test clock went back before its start).
+func (l *limiter) current(k slotKey, length time.Duration, now int64) slot {
+	s, ok := l.t.Get(k)
+	if !ok || now >= s.start+int64(length) || now < s.start {
+		return slot{}
+	}
+	return s
+}
+
+type probe struct {
+	k slotKey
+	s slot
+}
+
+// take checks every limiter in kinds for a; when all have room it counts the
+// request in each of their windows, else it counts nothing.
+func (l *limiter) take(kinds Kinds, a netip.Addr, now time.Time) Verdict {
+	ns := now.UnixNano()
+	ka, k64, v6 := addrKeys(a)
+	var ps [16]probe
+	np := 0
+	for kind := Kind(0); kind < NumKinds; kind++ {
+		if !kinds.Has(kind) {
+			continue
+		}
+		r := &Rules[kind]
+		var retry int64
+		if r.LockFor > 0 {
+			for _, k := range [2]slotKey{ka, k64} {
+				if k == k64 && (!v6 || r.Windows[0].Per64 == 0) {
+					continue
+				}
+				k.kind, k.win = kind, lockSlot
+				if s, ok := l.t.Get(k); ok && ns < s.start {
+					retry = max(retry, secondsUntil(s.start, ns))
+				}
+			}
+			if retry > 0 {
+				return Verdict{Kind: kind, RetryAfter: retry}
+			}
+			continue
+		}
+		for wi, w := range r.Windows {
+			for _, k := range [2]slotKey{ka, k64} {
+				lim := w.PerAddr
+				if k == k64 {
+					if !v6 || w.Per64 == 0 {
+						continue
+					}
+					lim = w.Per64
+				}
+				k.kind, k.win = kind, uint8(wi)
+				s := l.current(k, w.Len, ns)
+				if s.n >= lim {
+					retry = max(retry, secondsUntil(s.start+int64(w.Len), ns))
+				}
+				if np < len(ps) {
+					ps[np] = probe{k, s}
+					np++
+				}
+			}
+		}
+		if retry > 0 {
+			return Verdict{Kind: kind, RetryAfter: retry}
+		}
+	}
+	if l.max > 0 && l.t.Len()+np > l.max {
+		l.relieve(ns)
+	}
+	for i := range ps[:np] {
+		p := &ps[i]
+		if p.s.n == 0 {
+			p.s.start = ns
+		}
+		p.s.n++
+		l.t.Put(p.k, p.s)
+	}
+	return Verdict{Allowed: true}
+}
+
+// fail records an invalid credential from a and reports whether a is now
+// locked out. Reaching the AuthFail window's figure locks for LockFor.
+func (l *limiter) fail(a netip.Addr, now time.Time) bool {
+	ns := now.UnixNano()
+	ka, k64, v6 := addrKeys(a)
+	r := &Rules[AuthFail]
+	w := r.Windows[0]
+	locked := false
+	for _, k := range [2]slotKey{ka, k64} {
+		lim := w.PerAddr
+		if k == k64 {
+			if !v6 || w.Per64 == 0 {
+				continue
+			}
+			lim = w.Per64
+		}
+		k.kind = AuthFail
+		lk := k
+		lk.win = lockSlot
+		if s, ok := l.t.Get(lk); ok && ns < s.start {
+			locked = true // already locked: the lock is not extended
+			continue
+		}
+		s := l.current(k, w.Len, ns)
+		if s.n == 0 {
+			s.start = ns
+			if l.max > 0 && l.t.Len()+2 > l.max {
+				l.relieve(ns)
+			}
+		}
+		s.n++
+		if s.n >= lim {
+			l.t.Delete(k)
+			l.t.Put(lk, slot{start: ns + int64(r.LockFor), n: 1})
+			locked = true
+			continue
+		}
+		l.t.Put(k, s)
+	}
+	return locked
+}
+
+// sweep deletes every counter whose window has ended and every lock that has
+// run out, and reports how many went.
+func (l *limiter) sweep(now time.Time) int { return l.sweepNS(now.UnixNano()) }
+
+func (l *limiter) sweepNS(ns int64) int {
+	return l.t.Sweep(func(k slotKey, s slot) bool {
+		if k.win == lockSlot {
+			return ns >= s.start
+		}
+		return ns >= s.start+int64(Rules[k.kind].Windows[k.win].Len) || ns < s.start
+	})
+}

@@ -1,0 +1,71 @@
+package iplimit
+
+import "time"
+
+// Kind names one limiter.
+type Kind uint8
+
+// Limiters, in the order Take checks them: the first refusing one answers.
+const (
+	AuthFail          Kind = iota // invalid-credential lockout: Take refuses while locked; Fail counts
+	Protect                       // authenticated endpoints, per source address
+	LookupFree                    // POST /api/lookup and anonymous MCP lookup_ip, valid input
+	LookupFreeInvalid             // the same with invalid input (its own limit)
+	LookupBulk                    // POST /api/lookup-bulk batches
+	Sample                        // GET /v1/evaluate/sample
+	Usage                         // GET /v1/usage reads
+	OAuth                         // POST /oauth/token exchanges
+	NumKinds
+)
+
+// Window is one fixed window of a limiter.
+type Window struct {
+	Len     time.Duration
+	PerAddr int64 // requests per address in the window
+	Per64   int64 // requests per IPv6 /64 in the window, shared by its addresses; 0: no /64 limit
+}
+
+// Rule is one limiter: every window must have room for a request to pass.
+// A rule with LockFor > 0 is a lockout: Fail counts into its window, reaching
+// the window's figure locks the address (or /64) for LockFor, and Take only
+// checks the lock.
+type Rule struct {
+	Name    string
+	Windows []Window
+	LockFor time.Duration
+}
+
+// Rules is the table of SPEC §8 / §5 figures.
+var Rules = [NumKinds]Rule{
+	AuthFail:          {Name: "auth_fail", Windows: []Window{{Len: 15 * time.Minute, PerAddr: 20}}, LockFor: 15 * time.Minute},
+	Protect:           {Name: "protect", Windows: []Window{{Len: time.Hour, PerAddr: 200_000}}},
+	LookupFree:        {Name: "lookup_free", Windows: []Window{{Len: time.Minute, PerAddr: 12, Per64: 72}, {Len: 24 * time.Hour, PerAddr: 80, Per64: 480}}},
+	LookupFreeInvalid: {Name: "lookup_free_invalid", Windows: []Window{{Len: time.Minute, PerAddr: 60}}},
+	LookupBulk:        {Name: "lookup_bulk", Windows: []Window{{Len: time.Hour, PerAddr: 3, Per64: 12}}},
+	Sample:            {Name: "sample", Windows: []Window{{Len: time.Minute, PerAddr: 30}}},
+	Usage:             {Name: "usage", Windows: []Window{{Len: time.Minute, PerAddr: 120}}},
+	OAuth:             {Name: "oauth", Windows: []Window{{Len: time.Minute, PerAddr: 60}}},
+}
+
+// String is the limiter's name.
+func (k Kind) String() string {
+	if k < NumKinds {
+		return Rules[k].Name
+	}
+	return "unknown"
+}
+
+// Kinds is a set of limiters taken together.
+type Kinds uint16
+
+// Of is the set of the given limiters.
+func Of(kinds ...Kind) Kinds {
+	var s Kinds
+	for _, k := range kinds {
+		s |= 1 << k
+	}
+	return s
+}
+
+// Has reports whether k is in the set.
+func (s Kinds) Has(k Kind) bool { return s&(1<<k) != 0 }
