@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,6 +30,9 @@ const AdminToken = "adm_e2e_token_for_tests_only"
 
 // Build compiles cmd/fraudd into dir and returns the binary's path.
 func Build(dir string) (string, error) {
+	if err := statSources(".."); err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "fraudd")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/fraudd/fraudd/cmd/fraudd")
 	cmd.Stderr = os.Stderr
@@ -299,4 +303,24 @@ func (s *Server) SetClock(t testing.TB, at string) {
 	if r := s.Admin(t, "POST", "/admin/v1/clock", map[string]any{"set": at}); r.Status != 200 {
 		t.Fatalf("set clock: %d %s", r.Status, r.Body)
 	}
+}
+
+// statSources stats every file the binary is built from. `go test` caches a
+// package's result keyed on the files the test process touched; the build
+// runs in a child process, so without this an edited handler would replay a
+// stale cached pass.
+func statSources(root string) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "e2e") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		_, err = os.Stat(path)
+		return err
+	})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/fastapi/wire"
+	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -332,12 +333,6 @@ func pinsWire(pins []storage.Pin) []wire.Pin {
 	return out
 }
 
-// Rule signals of ADMIN.md.
-var ruleSignals = []string{"vpn", "proxy", "tor", "datacenter", "anonymous", "automation", "antidetect", "emulator",
-	"virtual_machine", "incognito", "privacy_mode", "ip_blocklisted", "high_activity", "multi_account",
-	"disposable_email", "timezone_mismatch"}
-
-func validAction(a string) bool { return a == "allow" || a == "review" || a == "block" }
 
 func (s *Server) adminPutRules(ctx *fasthttp.RequestCtx, r *request) {
 	var in []wire.Rule
@@ -345,27 +340,20 @@ func (s *Server) adminPutRules(ctx *fasthttp.RequestCtx, r *request) {
 		s.badRequest(ctx, "Body must be a JSON array of {\"signal\", \"action\"}: %v.", err)
 		return
 	}
+	parsed := make([]score.Rule, 0, len(in))
 	rules := make([]storage.Rule, 0, len(in))
-	seen := map[string]bool{}
 	for i, x := range in {
-		known := false
-		for _, sg := range ruleSignals {
-			known = known || sg == x.Signal
-		}
-		if !known {
-			s.badRequest(ctx, "rules[%d]: signal must be one of %s.", i, strings.Join(ruleSignals, ", "))
+		sr, err := score.ParseRule(x.Signal, x.Action)
+		if err != nil {
+			s.badRequest(ctx, "rules[%d]: %v.", i, err)
 			return
 		}
-		if !validAction(x.Action) {
-			s.badRequest(ctx, "rules[%d]: action must be allow, review or block.", i)
-			return
-		}
-		if seen[x.Signal] {
-			s.badRequest(ctx, "rules[%d]: signal %s appears twice.", i, x.Signal)
-			return
-		}
-		seen[x.Signal] = true
+		parsed = append(parsed, sr)
 		rules = append(rules, storage.Rule{Signal: x.Signal, Action: x.Action})
+	}
+	if err := score.ValidateRules(parsed); err != nil {
+		s.badRequest(ctx, "%v.", err)
+		return
 	}
 	if s.account(ctx, r) == nil {
 		return
@@ -390,30 +378,24 @@ func (s *Server) adminPutPins(ctx *fasthttp.RequestCtx, r *request) {
 		s.badRequest(ctx, "Body must be a JSON array of exception pins: %v.", err)
 		return
 	}
+	parsed := make([]score.Pin, 0, len(in))
 	pins := make([]storage.Pin, 0, len(in))
 	for i, p := range in {
-		if (p.IP == "") == (p.VisitorID == "") {
-			s.badRequest(ctx, "exceptions[%d]: set exactly one of ip and visitor_id.", i)
+		sp, err := score.ParsePin(p.IP, p.VisitorID, p.Action, p.Label)
+		if err != nil {
+			s.badRequest(ctx, "exceptions[%d]: %v.", i, err)
 			return
 		}
-		if !validAction(p.Action) {
-			s.badRequest(ctx, "exceptions[%d]: action must be allow, review or block.", i)
-			return
+		parsed = append(parsed, sp)
+		stored := storage.Pin{VisitorID: p.VisitorID, Action: p.Action, Label: p.Label}
+		if sp.IsIP() {
+			stored.IP = sp.Prefix.String()
 		}
-		if len(p.Label) > 200 || len(p.VisitorID) > 200 {
-			s.badRequest(ctx, "exceptions[%d]: label and visitor_id are at most 200 characters.", i)
-			return
-		}
-		sp := storage.Pin{VisitorID: p.VisitorID, Action: p.Action, Label: p.Label}
-		if p.IP != "" {
-			list, err := canonicalPrefixes([]string{p.IP})
-			if err != nil {
-				s.badRequest(ctx, "exceptions[%d]: %v.", i, err)
-				return
-			}
-			sp.IP = list[0]
-		}
-		pins = append(pins, sp)
+		pins = append(pins, stored)
+	}
+	if err := score.ValidatePins(parsed); err != nil {
+		s.badRequest(ctx, "%v.", err)
+		return
 	}
 	if s.account(ctx, r) == nil {
 		return

@@ -17,6 +17,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
@@ -77,9 +78,9 @@ type View struct {
 	AllowPrefixes []netip.Prefix
 	Rules         []storage.Rule
 	Pins          []storage.Pin
-	// Policy is derived by the caller-supplied compiler (see Config.Compile) from
-	// Rules and Pins once per change, so requests never re-parse them.
-	Policy any
+	// Policy is Rules and Pins parsed for the engine once per change, so
+	// requests never re-parse them.
+	Policy score.Policy
 }
 
 // Allowed reports whether addr may use the live key (true when no allowlist).
@@ -106,8 +107,6 @@ type Config struct {
 	DB     *storage.DB
 	Master secrets.Master
 	Clock  clock.Clock
-	// Compile turns rules and pins into the engine's policy form; nil keeps none.
-	Compile func(rules []storage.Rule, pins []storage.Pin) any
 }
 
 // Service is the typed client of the accounts actor plus the read directory.
@@ -266,9 +265,7 @@ func (s *Service) publish(a *storage.Account, rules []storage.Rule, pins []stora
 			v.AllowPrefixes = append(v.AllowPrefixes, pr)
 		}
 	}
-	if s.cfg.Compile != nil {
-		v.Policy = s.cfg.Compile(rules, pins)
-	}
+	v.Policy = CompilePolicy(rules, pins)
 	s.byID.Store(a.ID, v)
 	s.byKey.Store(a.Live.Hash, binding{a.ID, KeyLive})
 	s.byKey.Store(a.Test.Hash, binding{a.ID, KeyTest})
@@ -529,4 +526,22 @@ func (s *Service) setPolicy(id string, put func(*View) ([]storage.Rule, []storag
 		return nil, err
 	}
 	return v.(*View), nil
+}
+
+// CompilePolicy parses stored rules and pins into the engine's form. They were
+// validated when set, so an entry that no longer parses (a signal retired in a
+// later version) is skipped rather than failing the account.
+func CompilePolicy(rules []storage.Rule, pins []storage.Pin) score.Policy {
+	var p score.Policy
+	for _, r := range rules {
+		if sr, err := score.ParseRule(r.Signal, r.Action); err == nil {
+			p.Rules = append(p.Rules, sr)
+		}
+	}
+	for _, x := range pins {
+		if sp, err := score.ParsePin(x.IP, x.VisitorID, x.Action, x.Label); err == nil {
+			p.Pins = append(p.Pins, sp)
+		}
+	}
+	return p
 }
