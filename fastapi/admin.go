@@ -333,7 +333,6 @@ func pinsWire(pins []storage.Pin) []wire.Pin {
 	return out
 }
 
-
 func (s *Server) adminPutRules(ctx *fasthttp.RequestCtx, r *request) {
 	var in []wire.Rule
 	if err := decodeStrict(ctx.PostBody(), &in); err != nil {

@@ -57,9 +57,9 @@ type evalJSON struct {
 type bodyKind uint8
 
 const (
-	bodyIgnored bodyKind = iota // multipart and unknown types: not read
-	bodyJSON                    // JSON object
-	bodyJSONOrForm              // form type: a JSON object, or form fields
+	bodyIgnored    bodyKind = iota // multipart and unknown types: not read
+	bodyJSON                       // JSON object
+	bodyJSONOrForm                 // form type: a JSON object, or form fields
 )
 
 func classifyContentType(ct []byte) bodyKind {
