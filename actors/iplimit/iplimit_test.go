@@ -365,3 +365,12 @@ func BenchmarkTake(b *testing.B) {
 		}
 	}
 }
+
+func TestTakeAllocs(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 2})
+	defer c.Stop()
+	c.Take(Of(AuthFail, Protect), v6a, t0)
+	if n := testing.AllocsPerRun(2000, func() { c.Take(Of(AuthFail, Protect), v6a, t0) }); n > 1 {
+		t.Fatalf("%.1f allocations per take, want ≤ 1", n)
+	}
+}

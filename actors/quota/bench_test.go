@@ -94,3 +94,16 @@ func BenchmarkCharge(b *testing.B) {
 		})
 	}
 }
+
+// TestChargeAllocs pins the hop's allocations: ours are zero; protoactor
+// allocates one goroutine closure when it wakes an idle mailbox.
+func TestChargeAllocs(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 2})
+	defer c.Stop()
+	l := custom(1<<40, 1<<40)
+	ch := Charge{Account: "acc_1", Limits: l, Hourly: true, Now: t0}
+	c.Charge(ch)
+	if n := testing.AllocsPerRun(2000, func() { c.Charge(ch) }); n > 1 {
+		t.Fatalf("%.1f allocations per charge, want ≤ 1", n)
+	}
+}
