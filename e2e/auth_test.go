@@ -6,7 +6,7 @@ import (
 )
 
 // authProbe is an authenticated endpoint that enforces the live-key allowlist.
-const authProbe = "/v1/whoami"
+const authProbe = "/v1/lookup/8.8.8.8"
 
 func TestAuthentication(t *testing.T) {
 	s := Start(t, bin)
@@ -39,15 +39,16 @@ func TestAuthentication(t *testing.T) {
 		})
 	}
 	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
-		r := s.Do(t, Req{Path: authProbe, Header: map[string]string{"Authorization": scheme + " " + a.LiveKey}})
+		r := s.Do(t, Req{Path: "/v1/usage", Header: map[string]string{"Authorization": scheme + " " + a.LiveKey}})
 		if r.Status != 200 || r.JSON(t)["key_type"] != "live" {
 			t.Fatalf("scheme %q: %d %s", scheme, r.Status, r.Body)
 		}
 	}
-	if r := s.Do(t, Req{Path: authProbe, Bearer: a.TestKey}); r.Status != 200 || r.JSON(t)["key_type"] != "test" {
+	if r := s.Do(t, Req{Path: "/v1/usage", Bearer: a.TestKey}); r.Status != 200 || r.JSON(t)["key_type"] != "test" {
 		t.Fatalf("test key: %d %s", r.Status, r.Body)
 	}
-	if r := s.Do(t, Req{Path: authProbe, Bearer: "sk_test_sandbox"}); r.Status != 200 || r.JSON(t)["sandbox"] != true {
+	r := s.Do(t, Req{Method: "POST", Path: "/v1/evaluate", Bearer: "sk_test_sandbox", Body: map[string]any{"token": "test_clean"}})
+	if r.Status != 200 || r.JSON(t)["sandbox"] != true {
 		t.Fatalf("sandbox key: %d %s", r.Status, r.Body)
 	}
 	if strings.Contains(s.Logs(), a.LiveKey) || strings.Contains(s.Logs(), a.TestKey) {
@@ -145,5 +146,32 @@ func TestKeyRotation(t *testing.T) {
 	s.Restart()
 	if !ok(live5) || !ok(live4) || !ok(test2) || ok(live3) {
 		t.Fatal("keys after restart")
+	}
+}
+
+func TestInvalidKeyLockout(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "lock@example.com"})
+	from := map[string]string{"X-Forwarded-For": "198.51.100.77"}
+	for i := 0; i < 20; i++ {
+		r := s.Do(t, Req{Path: authProbe, Bearer: "sk_live_wrong", Header: from})
+		if r.Status != 401 {
+			t.Fatalf("bad key %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	// Locked out now, even with a good key, on evaluate/lookup and /v1/usage alike.
+	for _, p := range []string{authProbe, "/v1/usage"} {
+		r := s.Do(t, Req{Path: p, Bearer: a.LiveKey, Header: from})
+		if r.Status != 429 || r.Header.Get("Retry-After") != "900" || r.JSON(t)["error"] == "" {
+			t.Fatalf("%s while locked out: %d Retry-After=%q %s", p, r.Status, r.Header.Get("Retry-After"), r.Body)
+		}
+	}
+	// Another address is not affected.
+	if r := s.Do(t, Req{Path: authProbe, Bearer: a.LiveKey, Header: map[string]string{"X-Forwarded-For": "198.51.100.78"}}); r.Status != 200 {
+		t.Fatalf("other address: %d %s", r.Status, r.Body)
+	}
+	s.Advance(t, "15m1s")
+	if r := s.Do(t, Req{Path: authProbe, Bearer: a.LiveKey, Header: from}); r.Status != 200 {
+		t.Fatalf("after 15 minutes: %d %s", r.Status, r.Body)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/iplimit"
+	"github.com/fraudd/fraudd/actors/quota"
 )
 
 // SandboxKey is the public sandbox key (SPEC §5.3).
@@ -58,47 +60,80 @@ func invalidKeyHint(key string) string {
 }
 
 // authenticate resolves the caller's secret key into r.auth, or answers the
-// error itself and returns false. enforceAllow applies the live key's IP
-// allowlist (not on /v1/usage; the test key is always exempt).
-func (s *Server) authenticate(ctx *fasthttp.RequestCtx, r *request, enforceAllow bool) bool {
-	if s.deps.Lockout != nil {
-		if ra, locked := s.deps.Lockout.Locked(r.client, r.now); locked {
-			s.writeRetry(ctx, fasthttp.StatusTooManyRequests, ra, msgLockedOut, "", "")
-			return false
-		}
-	}
+// error itself and returns false. It takes the lockout check, the per-address
+// protection limit and the route's own limiters in one actor hop. The route's
+// auth kind decides whether the live key's IP allowlist applies (not on
+// /v1/usage; the test key is always exempt).
+func (s *Server) authenticate(ctx *fasthttp.RequestCtx, r *request, rt *route) bool {
 	if s.deps.Store != nil && !s.deps.Store.Available() {
 		s.storageUnavailable(ctx)
 		return false
 	}
-	key, ok, hint := bearer(ctx.Request.Header.Peek("Authorization"))
-	if !ok {
+	key, present, hint := bearer(ctx.Request.Header.Peek("Authorization"))
+	var a accounts.Auth
+	valid := false
+	if present && key == SandboxKey {
+		r.sandbox, valid = true, true
+	} else if present {
+		a, valid = s.deps.Accounts.Authenticate(key, r.now)
+	}
+	kinds := iplimit.Of(iplimit.AuthFail)
+	if valid {
+		kinds |= rt.limit
+		// Approved public-interest keys pass the per-address protection limit.
+		if r.sandbox || a.View.Plan != quota.PlanPublicInterest {
+			kinds |= iplimit.Of(iplimit.Protect)
+		}
+	}
+	if !s.takeLimits(ctx, r, kinds) {
+		return false
+	}
+	if !present {
 		s.writeError(ctx, fasthttp.StatusUnauthorized, msgMissingKey, "", hint)
 		return false
 	}
-	if key == SandboxKey {
-		r.sandbox = true
-		return true
-	}
-	a, ok := s.deps.Accounts.Authenticate(key, r.now)
-	if !ok {
-		if s.deps.Lockout != nil {
-			s.deps.Lockout.Fail(r.client, r.now)
-		}
+	if !valid {
+		s.deps.Limits.Fail(r.client, r.now)
 		s.writeError(ctx, fasthttp.StatusUnauthorized, msgInvalidKey, "", invalidKeyHint(key))
 		return false
+	}
+	if r.sandbox {
+		return true
 	}
 	if a.View.Suspended {
 		s.writeError(ctx, fasthttp.StatusForbidden, msgSuspended, "", "The account is suspended; contact the operator.")
 		return false
 	}
-	if enforceAllow && a.Kind != accounts.KeyTest && !a.View.Allowed(r.client) {
+	if rt.auth == authAPI && a.Kind != accounts.KeyTest && !a.View.Allowed(r.client) {
 		s.writeError(ctx, fasthttp.StatusForbidden, msgNotAllowlisted, "",
 			fmt.Sprintf("The calling address %s is not on this key's IP allowlist; requests from it will keep failing.", r.client))
 		return false
 	}
 	r.auth = a
 	return true
+}
+
+// takeLimits takes the given per-address limiters for the caller, answering
+// the 429 itself when one refuses.
+func (s *Server) takeLimits(ctx *fasthttp.RequestCtx, r *request, kinds iplimit.Kinds) bool {
+	v, err := s.deps.Limits.Take(kinds, r.client, r.now)
+	if err != nil {
+		s.serverError(ctx, "per-address limits", err)
+		return false
+	}
+	if v.Allowed {
+		return true
+	}
+	msg, retry := msgTooMany, int(v.RetryAfter)
+	switch v.Kind {
+	case iplimit.AuthFail:
+		// SPEC §5.6 and §4.4 name the lockout's Retry-After: 900.
+		msg, retry = msgLockedOut, retryAfterLockout
+	case iplimit.Usage:
+		retry = 60 // SPEC 4.4: the usage limiter answers Retry-After: 60
+	}
+	s.writeRetry(ctx, fasthttp.StatusTooManyRequests, retry, msg, "", "")
+	return false
 }
 
 // adminAuthorized checks the operator token in constant time.

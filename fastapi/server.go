@@ -15,6 +15,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/iplimit"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/internal/clock"
 )
 
@@ -44,15 +47,6 @@ type StoreHealth interface {
 	Available() bool
 }
 
-// Lockout is the invalid-credential lockout (CLARIFICATIONS: 20 failures in 15
-// minutes lock an address out for 15 minutes).
-type Lockout interface {
-	// Locked reports whether addr is locked out, and for how many seconds.
-	Locked(addr netip.Addr, now time.Time) (retryAfter int, locked bool)
-	// Fail records one invalid credential from addr.
-	Fail(addr netip.Addr, now time.Time)
-}
-
 // Deps are the state owners the handlers talk to.
 type Deps struct {
 	Accounts *accounts.Service
@@ -60,7 +54,12 @@ type Deps struct {
 	Clock    clock.Clock
 	// TestClock, when set, enables POST /admin/v1/clock.
 	TestClock *clock.Offset
-	Lockout   Lockout
+	// Limits owns every per-address limiter, the invalid-key lockout included.
+	Limits *iplimit.Client
+	// Quota owns per-account allowances.
+	Quota *quota.Client
+	// Feeds holds the current intelligence snapshot.
+	Feeds *netlists.Store
 }
 
 // Server is the HTTP surface.
@@ -92,6 +91,9 @@ type route struct {
 	method  string
 	pattern string
 	auth    authKind
+	// limit is the per-address limiters the route takes, in the same actor hop
+	// as authentication's lockout check.
+	limit   iplimit.Kinds
 	handler handlerFunc
 	segs    []string
 }
@@ -177,13 +179,15 @@ func (s *Server) routeTable() []*route {
 		{method: "GET", pattern: "/admin/v1/mail", auth: authAdmin, handler: s.adminEmptyList},
 		{method: "POST", pattern: "/admin/v1/clock", auth: authAdmin, handler: s.adminClock},
 
-		{method: "GET", pattern: "/v1/whoami", auth: authAPI, handler: s.handleWhoami},
+		{method: "POST", pattern: "/v1/evaluate", auth: authAPI, handler: s.handleEvaluate},
+		{method: "GET", pattern: "/v1/evaluate/sample", auth: authNone, limit: iplimit.Of(iplimit.Sample), handler: s.handleSample},
+		{method: "GET", pattern: "/v1/lookup/{ip}", auth: authAPI, handler: s.handleLookup},
+		{method: "GET", pattern: "/v1/usage", auth: authAPIAny, limit: iplimit.Of(iplimit.Usage), handler: s.handleUsage},
+		{method: "POST", pattern: "/api/lookup", auth: authNone, handler: s.handleFreeLookup},
+		{method: "POST", pattern: "/api/lookup-bulk", auth: authNone, handler: s.handleBulkLookup},
 	}
-	return append(rs, s.extraRoutes()...)
+	return rs
 }
-
-// extraRoutes is where endpoint groups add their lines.
-func (s *Server) extraRoutes() []*route { return nil }
 
 // Serve serves on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
@@ -194,6 +198,9 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWith
 
 // Handle is the fasthttp handler: request id, edge block, routing, auth.
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
+	// Response headers keep the SPEC's spelling (X-RateLimit-Limit, not
+	// fasthttp's X-Ratelimit-Limit); request headers stay case-insensitive.
+	ctx.Response.Header.DisableNormalizing()
 	s.setRequestID(ctx)
 	path := ctx.Path()
 	if s.cfg.EdgeBlock && !bytes.Equal(path, []byte("/mcp")) && s.edgeBlocked(ctx.UserAgent()) {
@@ -223,7 +230,11 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	case authAPI, authAPIAny:
-		if !s.authenticate(ctx, r, rt.auth == authAPI) {
+		if !s.authenticate(ctx, r, rt) {
+			return
+		}
+	default:
+		if rt.limit != 0 && !s.takeLimits(ctx, r, rt.limit) {
 			return
 		}
 	}

@@ -1,7 +1,6 @@
 package fastapi
 
 import (
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/iplimit"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
@@ -22,23 +24,6 @@ var fixedNow = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 type fakeStore struct{ down bool }
 
 func (f *fakeStore) Available() bool { return !f.down }
-
-type fakeLockout struct {
-	mu    sync.Mutex
-	fails map[netip.Addr]int
-}
-
-func (f *fakeLockout) Locked(a netip.Addr, _ time.Time) (int, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return 900, f.fails[a] >= 20
-}
-
-func (f *fakeLockout) Fail(a netip.Addr, _ time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.fails[a]++
-}
 
 type testEnv struct {
 	srv   *Server
@@ -65,8 +50,11 @@ func newTestEnv(t *testing.T) *testEnv {
 		t.Fatal(err)
 	}
 	st := &fakeStore{}
+	limits := iplimit.New(sys.Root, iplimit.Config{Shards: 2})
+	q := quota.New(sys.Root, quota.Config{Shards: 2})
+	t.Cleanup(func() { limits.Stop(); q.Stop() })
 	srv := New(Config{AdminToken: "adm", EdgeBlock: true, EdgeBlockAgents: DefaultEdgeBlockAgents, Version: "test", StartedAt: fixedNow},
-		Deps{Accounts: accts, Store: st, Clock: clk, Lockout: &fakeLockout{fails: map[netip.Addr]int{}}})
+		Deps{Accounts: accts, Store: st, Clock: clk, Limits: limits, Quota: q, Feeds: testFeeds(t)})
 	return &testEnv{srv: srv, store: st, accts: accts, acct: c}
 }
 
@@ -89,7 +77,7 @@ func (e *testEnv) do(method, uri, auth string, body []byte) *fasthttp.RequestCtx
 func TestStorageUnavailableAnswers503(t *testing.T) {
 	e := newTestEnv(t)
 	e.store.down = true
-	ctx := e.do("GET", "/v1/whoami", "Bearer "+e.acct.LiveKey, nil)
+	ctx := e.do("GET", "/v1/usage", "Bearer "+e.acct.LiveKey, nil)
 	if ctx.Response.StatusCode() != 503 || string(ctx.Response.Header.Peek("Retry-After")) != "30" {
 		t.Fatalf("got %d Retry-After=%q %s", ctx.Response.StatusCode(), ctx.Response.Header.Peek("Retry-After"), ctx.Response.Body())
 	}
@@ -108,9 +96,9 @@ func TestErrorShapes(t *testing.T) {
 		name, method, uri, auth string
 		status                  int
 	}{
-		{"error_missing_key", "GET", "/v1/whoami", "", 401},
-		{"error_empty_bearer", "GET", "/v1/whoami", "Bearer", 401},
-		{"error_invalid_key_undefined", "GET", "/v1/whoami", "Bearer undefined", 401},
+		{"error_missing_key", "GET", "/v1/usage", "", 401},
+		{"error_empty_bearer", "GET", "/v1/usage", "Bearer", 401},
+		{"error_invalid_key_undefined", "GET", "/v1/usage", "Bearer undefined", 401},
 		{"error_not_found", "GET", "/nope", "", 404},
 		{"error_method", "PUT", "/api/status", "", 405},
 		{"error_admin_auth", "GET", "/admin/v1/mail", "Bearer wrong", 401},
@@ -131,11 +119,11 @@ func TestErrorShapes(t *testing.T) {
 func TestLockoutAfterTwentyFailures(t *testing.T) {
 	e := newTestEnv(t)
 	for i := 0; i < 20; i++ {
-		if ctx := e.do("GET", "/v1/whoami", "Bearer sk_live_bad", nil); ctx.Response.StatusCode() != 401 {
+		if ctx := e.do("GET", "/v1/usage", "Bearer sk_live_bad", nil); ctx.Response.StatusCode() != 401 {
 			t.Fatalf("failure %d: %d", i, ctx.Response.StatusCode())
 		}
 	}
-	ctx := e.do("GET", "/v1/whoami", "Bearer "+e.acct.LiveKey, nil)
+	ctx := e.do("GET", "/v1/usage", "Bearer "+e.acct.LiveKey, nil)
 	if ctx.Response.StatusCode() != 429 || string(ctx.Response.Header.Peek("Retry-After")) != "900" {
 		t.Fatalf("after 20 failures: %d %q", ctx.Response.StatusCode(), ctx.Response.Header.Peek("Retry-After"))
 	}
@@ -155,4 +143,20 @@ func TestRouteMatching(t *testing.T) {
 	if rt, allow := e.srv.match([]byte("GET"), []byte("/admin/v1/accounts//rules"), r); rt != nil || allow != "" {
 		t.Fatal("empty parameter matched")
 	}
+}
+
+var (
+	feedsOnce sync.Once
+	feedsSnap *netlists.Snapshot
+	feedsErr  error
+)
+
+// testFeeds loads the embedded feeds once for the whole package.
+func testFeeds(t *testing.T) *netlists.Store {
+	t.Helper()
+	feedsOnce.Do(func() { feedsSnap, feedsErr = netlists.LoadEmbedded() })
+	if feedsErr != nil {
+		t.Fatal(feedsErr)
+	}
+	return netlists.NewStore(feedsSnap)
 }

@@ -43,18 +43,3 @@ func (s *Server) handleStatus(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	s.writeJSON(ctx, fasthttp.StatusOK, &st)
 }
-
-// handleWhoami tells an authenticated caller which account and key it used.
-func (s *Server) handleWhoami(ctx *fasthttp.RequestCtx, r *request) {
-	if r.sandbox {
-		s.writeJSON(ctx, fasthttp.StatusOK, &struct {
-			Sandbox bool `json:"sandbox"`
-		}{true})
-		return
-	}
-	s.writeJSON(ctx, fasthttp.StatusOK, &struct {
-		AccountID string `json:"account_id"`
-		KeyType   string `json:"key_type"`
-		Plan      string `json:"plan"`
-	}{r.auth.View.ID, r.auth.Kind.String(), r.auth.View.Plan})
-}

@@ -21,7 +21,10 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/iplimit"
+	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/fastapi"
+	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
@@ -178,6 +181,30 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	defer accts.Stop()
+	limits := iplimit.New(system.Root, iplimit.Config{Clock: clk})
+	defer func() {
+		if err := limits.Stop(); err != nil {
+			log.Error("stop per-address limiters", "err", err)
+		}
+	}()
+	quotas := quota.New(system.Root, quota.Config{Store: db, Clock: clk, Logger: log})
+	// Deferred after the limiters, so it runs before them: the quota shards
+	// flush their last group commit while Pebble is still open.
+	defer func() {
+		if err := quotas.Stop(); err != nil {
+			log.Error("stop quota actors", "err", err)
+		}
+	}()
+
+	loadStart := time.Now()
+	snap, err := netlists.LoadDir(cfg.dataDir)
+	if err != nil {
+		return fmt.Errorf("load feeds: %w", err)
+	}
+	feeds := netlists.NewStore(snap)
+	cov := snap.Coverage()
+	log.Info("feeds loaded", "took", time.Since(loadStart).Round(time.Millisecond),
+		"tor_exits", cov.TorExits, "dc_ranges", cov.DCRanges, "cloud_providers", cov.CloudProviders, "disposable_domains", cov.DisposableDomains)
 
 	srv := fastapi.New(fastapi.Config{
 		AdminToken:      adminToken,
@@ -187,7 +214,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		Version:         version,
 		StartedAt:       clk.Now(),
 		Logger:          log,
-	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock})
+	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds})
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
