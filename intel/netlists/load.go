@@ -180,34 +180,84 @@ func assemble(res []loaded) (*Snapshot, error) {
 		byName[r.info.Name] = r.file
 		s.feeds = append(s.feeds, r.info)
 	}
-	rng := func(name string) rangeFeed { return newRangeFeed(byName[name].Ranges) }
-	s.tor = rng(FeedTor)
-	s.cloud = rng(FeedCloud)
-	s.datacenter = rng(FeedDatacenter)
-	s.vpnProvider = rng(FeedVPNProvider)
-	s.vpn = rng(FeedVPN)
-	s.relay = rng(FeedPrivacyRelay)
-	s.proxy = rng(FeedProxy)
-	s.blocklist = rng(FeedBlocklist)
-	s.asn = rng(FeedASN)
-	s.geo = rng(FeedGeo)
-	s.mobileRanges = rng(FeedMobileRanges)
-	if len(s.asn.labels) != 0 {
+	rng := func(name string) *rangeFeed {
+		f := newRangeFeed(byName[name].Ranges)
+		return &f
+	}
+
+	// Address lists, merged into one table.
+	vpnProv, cloud := rng(FeedVPNProvider), rng(FeedCloud)
+	if len(vpnProv.labels) > maxLabels || len(cloud.labels) > maxLabels {
+		return nil, fmt.Errorf("netlists: more than %d VPN provider or cloud labels", maxLabels)
+	}
+	s.vpnLabels, s.cloudLabels = vpnProv.labels, cloud.labels
+	s.cloudNames = make([]string, len(cloud.labels))
+	for i, l := range cloud.labels {
+		s.cloudNames[i] = providerName(l)
+	}
+	layers := []layer{
+		flagLayer(rng(FeedTor), flagTor),
+		flagLayer(rng(FeedPrivacyRelay), flagRelay),
+		labelLayer(vpnProv, vpnLabelShift),
+		flagLayer(rng(FeedVPN), flagVPN),
+		flagLayer(rng(FeedProxy), flagProxy),
+		labelLayer(cloud, cloudLabelShift),
+		flagLayer(rng(FeedDatacenter), flagDatacenter),
+		flagLayer(rng(FeedBlocklist), flagBlocklist),
+		flagLayer(rng(FeedMobileRanges), flagMobile),
+	}
+	s.lists = newRangeFeed(feedfile.Ranges{V4: combine4(layers), V6: combine6(layers)})
+
+	// AS rows: one per AS number, joined from the four AS feeds; the range
+	// table's values are rewritten from AS numbers to row indexes.
+	asnRanges := byName[FeedASN].Ranges
+	if len(asnRanges.Labels) != 0 {
 		return nil, errors.New("netlists: asn feed must carry AS numbers, not labels")
 	}
+	rowOf := map[uint32]uint32{}
+	row := func(asn uint32) *asnRow {
+		i, ok := rowOf[asn]
+		if !ok {
+			i = uint32(len(s.asnRows))
+			rowOf[asn] = i
+			s.asnRows = append(s.asnRows, asnRow{asn: asn})
+		}
+		return &s.asnRows[i]
+	}
+	for _, r := range byName[FeedASNInfo].ASNs {
+		row := row(r.ASN)
+		row.org, row.country = r.Name, r.Country
+	}
+	for _, col := range [][]uint32{asnRanges.V4.Val, asnRanges.V6.Val} {
+		for i, asn := range col {
+			row(asn)
+			col[i] = rowOf[asn]
+		}
+	}
+	// Only AS numbers that some range maps to can ever be looked up, so the
+	// lists below only mark existing rows.
+	for _, r := range byName[FeedDatacenterAS].ASNs {
+		if i, ok := rowOf[r.ASN]; ok {
+			s.asnRows[i].datacenter = true
+		}
+	}
+	for _, r := range byName[FeedProviderAS].ASNs {
+		if i, ok := rowOf[r.ASN]; ok {
+			s.asnRows[i].provider, s.asnRows[i].providerKind = providerName(r.Name), r.Kind
+		}
+	}
+	for _, r := range byName[FeedMobileAS].ASNs {
+		if i, ok := rowOf[r.ASN]; ok {
+			s.asnRows[i].mobile, s.asnRows[i].carrier = true, r.Name
+		}
+	}
+	s.asn = newRangeFeed(asnRanges)
+
+	s.geo = *rng(FeedGeo)
 	if len(s.geo.labels) == 0 {
 		return nil, errors.New("netlists: geo feed carries no country labels")
 	}
 
-	s.datacenterASN = newASNTable(byName[FeedDatacenterAS].ASNs, nil)
-	s.providerASN = newASNTable(byName[FeedProviderAS].ASNs, providerName)
-	s.asnInfo = newASNTable(byName[FeedASNInfo].ASNs, nil)
-	s.mobileASN = newASNTable(byName[FeedMobileAS].ASNs, nil)
-
-	s.cloudNames = make([]string, len(s.cloud.labels))
-	for i, l := range s.cloud.labels {
-		s.cloudNames[i] = providerName(l)
-	}
 	doms := byName[FeedDisposable].Domains
 	s.disposable = make(map[string]struct{}, len(doms))
 	for _, d := range doms {
@@ -221,7 +271,7 @@ func assemble(res []loaded) (*Snapshot, error) {
 	entries := func(name string) int { return byName[name].Entries }
 	s.coverage = Coverage{
 		DCRanges:          entries(FeedDatacenter),
-		CloudProviders:    len(s.cloud.labels),
+		CloudProviders:    len(cloud.labels),
 		TorExits:          entries(FeedTor),
 		DisposableDomains: entries(FeedDisposable),
 	}

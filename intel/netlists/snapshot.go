@@ -21,16 +21,29 @@ import (
 // Snapshot is one immutable set of loaded feeds. The zero value and a nil
 // *Snapshot answer "nothing known" to every question.
 type Snapshot struct {
-	tor, cloud, datacenter, vpnProvider, vpn, relay, proxy, blocklist rangeFeed
-	asn, geo, mobileRanges                                            rangeFeed
+	lists       rangeFeed // address-list feeds merged; value is flag bits and label indexes
+	vpnLabels   []string  // vpn-provider labels
+	cloudLabels []string  // cloud provider ids
+	cloudNames  []string  // their display names
+	asn         rangeFeed // value indexes asnRows
+	asnRows     []asnRow
+	geo         rangeFeed // value indexes geo.labels (country codes)
+	disposable  map[string]struct{}
+	zones       map[string]string
+	feeds       []FeedInfo
+	coverage    Coverage
+}
 
-	datacenterASN, providerASN, asnInfo, mobileASN asnTable
-
-	cloudNames []string // display names parallel to cloud.labels
-	disposable map[string]struct{}
-	zones      map[string]string
-	feeds      []FeedInfo
-	coverage   Coverage
+// asnRow is everything known about one AS, joined at load so a lookup needs
+// one search.
+type asnRow struct {
+	asn          uint32
+	org, country string // organisation, registration country
+	datacenter   bool   // on a datacenter AS list
+	provider     string // provider display name from the provider-by-ASN list
+	providerKind string // its kind ("cloud", "hosting", "vpn", …)
+	mobile       bool   // mobile or satellite carrier
+	carrier      string
 }
 
 // FeedInfo describes one loaded feed.
@@ -145,16 +158,11 @@ func makeKey(a netip.Addr) key {
 	return key{}
 }
 
-// network fills the AS fields.
-func (s *Snapshot) network(k *key) (asn uint32, org, reg string) {
-	asn, ok := s.asn.find(k)
-	if !ok {
-		return 0, "", ""
+func (s *Snapshot) asnRow(k *key) *asnRow {
+	if v, ok := s.asn.find(k); ok && int(v) < len(s.asnRows) {
+		return &s.asnRows[v]
 	}
-	if r := s.asnInfo.find(asn); r != nil {
-		return asn, r.name, r.country
-	}
-	return asn, "", ""
+	return nil
 }
 
 // Classify reports what the feeds say about a. It does not allocate.
@@ -164,41 +172,37 @@ func (s *Snapshot) Classify(a netip.Addr) Classification {
 	if s == nil || !k.ok {
 		return c
 	}
-	c.ASN, c.Org, c.RegCountry = s.network(&k)
+	row := s.asnRow(&k)
+	if row != nil {
+		c.ASN, c.Org, c.RegCountry = row.asn, row.org, row.country
+	}
 	c.Country, _ = s.geo.label(&k)
-	var prov *asnRow // the provider-by-ASN row, if any
-	if c.ASN != 0 {
-		prov = s.providerASN.find(c.ASN)
-	}
+	f, _ := s.lists.find(&k)
 
-	switch {
-	case s.tor.has(&k):
+	switch vpnLabel := f >> vpnLabelShift & labelMask; {
+	case f&flagTor != 0:
 		c.Tor = true
-	case s.relay.has(&k):
+	case f&flagRelay != 0:
 		c.PrivacyRelay = true
-	default:
-		if l, ok := s.vpnProvider.label(&k); ok {
-			c.VPN, c.VPNService = true, l
-		} else if s.vpn.has(&k) {
-			c.VPN = true
-			if prov != nil && prov.kind == "vpn" {
-				c.VPNService = prov.display
-			}
-		} else if s.proxy.has(&k) {
-			c.OpenProxy = true
+	case vpnLabel != 0:
+		c.VPN, c.VPNService = true, s.vpnLabels[vpnLabel-1]
+	case f&flagVPN != 0:
+		c.VPN = true
+		if row != nil && row.providerKind == "vpn" {
+			c.VPNService = row.provider
 		}
+	case f&flagProxy != 0:
+		c.OpenProxy = true
 	}
 
-	cloudIdx := -1
-	if !c.PrivacyRelay {
-		if v, ok := s.cloud.find(&k); ok && int(v) < len(s.cloud.labels) {
-			cloudIdx = int(v)
-			c.Cloud, c.Datacenter = s.cloud.labels[v], true
+	cloud := f >> cloudLabelShift & labelMask
+	if c.PrivacyRelay {
+		cloud = 0
+	} else {
+		if cloud != 0 {
+			c.Cloud = s.cloudLabels[cloud-1]
 		}
-		if !c.Datacenter {
-			c.Datacenter = s.datacenter.has(&k) ||
-				c.ASN != 0 && s.datacenterASN.find(c.ASN) != nil
-		}
+		c.Datacenter = cloud != 0 || f&flagDatacenter != 0 || row != nil && row.datacenter
 	}
 
 	switch {
@@ -208,19 +212,16 @@ func (s *Snapshot) Classify(a netip.Addr) Classification {
 		c.Service = ServicePrivacyRelay
 	case c.VPNService != "":
 		c.Service = c.VPNService
-	case cloudIdx >= 0:
-		c.Service = s.cloudNames[cloudIdx]
-	case (c.VPN || c.OpenProxy || c.Datacenter) && prov != nil:
-		c.Service = prov.display
+	case cloud != 0:
+		c.Service = s.cloudNames[cloud-1]
+	case (c.VPN || c.OpenProxy || c.Datacenter) && row != nil:
+		c.Service = row.provider
 	}
 
-	c.Blocklisted = s.blocklist.has(&k)
-	if c.ASN != 0 {
-		if m := s.mobileASN.find(c.ASN); m != nil {
-			c.Mobile, c.Carrier = true, m.name
-		}
-	}
-	if !c.Mobile && s.mobileRanges.has(&k) {
+	c.Blocklisted = f&flagBlocklist != 0
+	if row != nil && row.mobile {
+		c.Mobile, c.Carrier = true, row.carrier
+	} else if f&flagMobile != 0 {
 		c.Mobile = true
 	}
 	return c
@@ -235,12 +236,15 @@ func (s *Snapshot) Bare(a netip.Addr) BareResult {
 	if s == nil || !k.ok {
 		return r
 	}
-	r.ASN, r.Org, r.RegCountry = s.network(&k)
-	if v, ok := s.cloud.find(&k); ok && int(v) < len(s.cloud.labels) {
-		r.Known, r.Datacenter, r.Cloud = true, true, s.cloud.labels[v]
+	if row := s.asnRow(&k); row != nil {
+		r.ASN, r.Org, r.RegCountry = row.asn, row.org, row.country
+	}
+	f, _ := s.lists.find(&k)
+	if cloud := f >> cloudLabelShift & labelMask; cloud != 0 {
+		r.Known, r.Datacenter, r.Cloud = true, true, s.cloudLabels[cloud-1]
 		r.Verdict, r.RiskScore = VerdictReview, ScoreCloud
 	}
-	if s.tor.has(&k) {
+	if f&flagTor != 0 {
 		r.Known, r.Tor, r.Anonymous = true, true, true
 		r.Verdict, r.RiskScore = VerdictBlock, ScoreTor
 	}

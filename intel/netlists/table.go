@@ -54,20 +54,35 @@ func (t *table4) find(x uint32) (uint32, bool) {
 
 func (t *table4) len() int { return len(t.start) }
 
-// table6 is table4 for IPv6, indexed on the first 16 bits.
+// IPv6 tables are indexed on the 18 bits after the 2000::/3 prefix: nearly
+// every address looked up is global unicast, and the RIRs' space is dense
+// enough that the first 16 bits alone leave thousands of ranges per block
+// (2a00::/12 holds most of Europe's allocations).
+const (
+	idx6Bits  = 18
+	idx6Shift = 61 - idx6Bits
+)
+
+// table6 is table4 for IPv6. hi repeats the upper halves of start so the
+// binary search reads 8 bytes per probe instead of 16.
 type table6 struct {
+	hi         []uint64
 	start, end []feedfile.U128
 	val        []uint32
-	idx        []uint32
+	idx        []uint32 // len 1<<idx6Bits+1, or nil for small tables
 }
 
 func newTable6(t feedfile.Table6) table6 {
-	out := table6{start: t.Start, end: t.End, val: t.Val}
+	out := table6{start: t.Start, end: t.End, val: t.Val, hi: make([]uint64, len(t.Start))}
+	for i, s := range t.Start {
+		out.hi[i] = s.Hi
+	}
 	if len(t.Start) >= indexMin {
-		out.idx = make([]uint32, 1<<16+1)
+		out.idx = make([]uint32, 1<<idx6Bits+1)
 		i := 0
-		for k := 0; k <= 1<<16; k++ {
-			for i < len(t.Start) && t.Start[i].Hi>>48 < uint64(k) {
+		for k := 0; k <= 1<<idx6Bits; k++ {
+			block := uint64(1)<<61 + uint64(k)<<idx6Shift // first address of block k (k = 1<<idx6Bits is 4000::)
+			for i < len(t.Start) && t.Start[i].Hi < block {
 				i++
 			}
 			out.idx[k] = uint32(i)
@@ -78,20 +93,24 @@ func newTable6(t feedfile.Table6) table6 {
 
 func (t *table6) find(x feedfile.U128) (uint32, bool) {
 	lo, hi := 0, len(t.start)
-	if t.idx != nil {
-		k := x.Hi >> 48
+	if t.idx != nil && x.Hi>>61 == 1 {
+		k := x.Hi >> idx6Shift & (1<<idx6Bits - 1)
 		lo, hi = int(t.idx[k]), int(t.idx[k+1])
 	}
-	for lo < hi {
+	for lo < hi { // first range whose upper half starts after x's
 		m := int(uint(lo+hi) >> 1)
-		s := t.start[m]
-		if s.Hi < x.Hi || s.Hi == x.Hi && s.Lo <= x.Lo {
+		if t.hi[m] <= x.Hi {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
 	i := lo - 1
+	// Ranges inside one /64 share an upper half; step back to the last one
+	// starting at or before x.
+	for i >= 0 && t.hi[i] == x.Hi && t.start[i].Lo > x.Lo {
+		i--
+	}
 	if i < 0 {
 		return 0, false
 	}
@@ -129,11 +148,6 @@ func (f *rangeFeed) find(k *key) (uint32, bool) {
 	return f.v6.find(k.a6)
 }
 
-func (f *rangeFeed) has(k *key) bool {
-	_, ok := f.find(k)
-	return ok
-}
-
 // label returns the label of the range holding k, "" when none or unlabelled.
 func (f *rangeFeed) label(k *key) (string, bool) {
 	v, ok := f.find(k)
@@ -144,45 +158,4 @@ func (f *rangeFeed) label(k *key) (string, bool) {
 		return f.labels[v], true
 	}
 	return "", true
-}
-
-func (f *rangeFeed) ranges() int { return f.v4.len() + f.v6.len() }
-
-// asnTable is a loaded KindASNs feed: sorted AS numbers with parallel rows.
-type asnTable struct {
-	asn  []uint32
-	rows []asnRow
-}
-
-type asnRow struct {
-	name, kind, country string
-	display             string // provider display name, computed at load
-}
-
-func newASNTable(rows []feedfile.ASN, display func(name string) string) asnTable {
-	t := asnTable{asn: make([]uint32, len(rows)), rows: make([]asnRow, len(rows))}
-	for i, r := range rows {
-		t.asn[i] = r.ASN
-		t.rows[i] = asnRow{name: r.Name, kind: r.Kind, country: r.Country}
-		if display != nil {
-			t.rows[i].display = display(r.Name)
-		}
-	}
-	return t
-}
-
-func (t *asnTable) find(asn uint32) *asnRow {
-	lo, hi := 0, len(t.asn)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if t.asn[m] < asn {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	if lo < len(t.asn) && t.asn[lo] == asn {
-		return &t.rows[lo]
-	}
-	return nil
 }
