@@ -1,0 +1,237 @@
+// Package mailer owns the outbox: every email the service sends (usage
+// warnings, webhook failure notices) is recorded in storage by one actor and,
+// when an SMTP URL is configured, sent over SMTP. Callers never wait for it.
+package mailer
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/smtp"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// Outbox records are kept this long.
+const retention = 90 * 24 * time.Hour
+
+// Config configures New.
+type Config struct {
+	DB       *storage.DB
+	Accounts *accounts.Service
+	// SMTPURL is smtp://[user:pass@]host:port[?from=addr&starttls=false];
+	// empty records into the outbox only.
+	SMTPURL string
+	Clock   clock.Clock
+	Logger  *slog.Logger
+	// Timeout bounds one SMTP conversation; 0 means 20 s.
+	Timeout time.Duration
+}
+
+// Message is one email to queue.
+type Message struct {
+	Account string
+	Kind    string
+	Subject string
+	Body    string
+}
+
+// Mailer is the typed client of the mail actor.
+type Mailer struct {
+	cfg  Config
+	smtp *smtpTarget
+	root *actor.RootContext
+	pid  *actor.PID
+}
+
+type smtpTarget struct {
+	addr     string
+	host     string
+	from     string
+	user     string
+	pass     string
+	starttls bool
+}
+
+// ParseSMTPURL reads smtp://[user:pass@]host:port[?from=…&starttls=false].
+func ParseSMTPURL(raw string) (*smtpTarget, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "smtp" || u.Host == "" {
+		return nil, fmt.Errorf("smtp url %q: want smtp://[user:pass@]host:port[?from=addr]", raw)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		host, port = u.Host, "25"
+	}
+	t := &smtpTarget{addr: net.JoinHostPort(host, port), host: host, from: u.Query().Get("from"), starttls: u.Query().Get("starttls") != "false"}
+	if t.from == "" {
+		t.from = "fraudd@" + host
+	}
+	if u.User != nil {
+		t.user = u.User.Username()
+		t.pass, _ = u.User.Password()
+	}
+	return t, nil
+}
+
+// New spawns the mail actor.
+func New(root *actor.RootContext, cfg Config) (*Mailer, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 20 * time.Second
+	}
+	m := &Mailer{cfg: cfg, root: root}
+	if cfg.SMTPURL != "" {
+		t, err := ParseSMTPURL(cfg.SMTPURL)
+		if err != nil {
+			return nil, err
+		}
+		m.smtp = t
+	}
+	m.pid = root.Spawn(actor.PropsFromFunc(m.receive))
+	return m, nil
+}
+
+// Send queues a message; it returns at once.
+func (m *Mailer) Send(msg Message) { m.root.Send(m.pid, &msg) }
+
+// Warn implements quota.Notifier: it turns a usage threshold into an email.
+func (m *Mailer) Warn(w quota.Warning) {
+	m.Send(Message{Account: w.Account, Kind: "usage_" + w.Kind.String(), Subject: warnSubject(w), Body: warnBody(w)})
+}
+
+// Recent lists the outbox, newest first.
+func (m *Mailer) Recent(limit int) ([]*storage.Mail, error) { return m.cfg.DB.RecentMail(limit) }
+
+// Stop ends the actor after the messages already queued.
+func (m *Mailer) Stop() { _ = m.root.PoisonFuture(m.pid).Wait() }
+
+func (m *Mailer) receive(c actor.Context) {
+	msg, ok := c.Message().(*Message)
+	if !ok {
+		return
+	}
+	now := m.cfg.Clock.Now()
+	rec := &storage.Mail{ID: secrets.RandomHex(8), At: now, Account: msg.Account, Kind: msg.Kind,
+		Subject: msg.Subject, Body: msg.Body, Status: "recorded"}
+	if v := m.cfg.Accounts.Get(msg.Account); v != nil {
+		rec.To = v.Email
+	}
+	if m.smtp != nil && rec.To != "" {
+		if err := m.deliver(rec); err != nil {
+			rec.Status, rec.Error = "failed", err.Error()
+			m.cfg.Logger.Warn("mail not sent", "kind", rec.Kind, "account", rec.Account, "err", err)
+		} else {
+			rec.Status = "sent"
+		}
+	}
+	if err := m.cfg.DB.PutMail(rec); err != nil {
+		m.cfg.Logger.Error("record mail", "err", err)
+	}
+	if err := m.cfg.DB.PruneMail(now.Add(-retention)); err != nil {
+		m.cfg.Logger.Debug("prune outbox", "err", err)
+	}
+}
+
+// deliver speaks SMTP to the configured server.
+func (m *Mailer) deliver(rec *storage.Mail) error {
+	t := m.smtp
+	conn, err := net.DialTimeout("tcp", t.addr, m.cfg.Timeout)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", t.addr, err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(m.cfg.Timeout))
+	c, err := smtp.NewClient(conn, t.host)
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("smtp greeting: %w", err)
+	}
+	defer c.Close()
+	if ok, _ := c.Extension("STARTTLS"); ok && t.starttls {
+		if err := c.StartTLS(&tls.Config{ServerName: t.host}); err != nil {
+			return fmt.Errorf("starttls: %w", err)
+		}
+	}
+	if t.user != "" {
+		if err := c.Auth(smtp.PlainAuth("", t.user, t.pass, t.host)); err != nil {
+			return fmt.Errorf("smtp auth: %w", err)
+		}
+	}
+	if err := c.Mail(t.from); err != nil {
+		return fmt.Errorf("MAIL FROM: %w", err)
+	}
+	if err := c.Rcpt(rec.To); err != nil {
+		return fmt.Errorf("RCPT TO: %w", err)
+	}
+	w, err := c.Data()
+	if err != nil {
+		return fmt.Errorf("DATA: %w", err)
+	}
+	if _, err := w.Write(compose(t.from, rec)); err != nil {
+		return fmt.Errorf("write message: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("end message: %w", err)
+	}
+	if err := c.Quit(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("QUIT: %w", err)
+	}
+	return nil
+}
+
+// compose writes an RFC 5322 plain-text message with CRLF line ends.
+func compose(from string, rec *storage.Mail) []byte {
+	var b strings.Builder
+	hdr := func(k, v string) { b.WriteString(k + ": " + v + "\r\n") }
+	hdr("From", from)
+	hdr("To", rec.To)
+	hdr("Subject", rec.Subject)
+	hdr("Date", rec.At.Format(time.RFC1123Z))
+	hdr("Message-ID", "<"+rec.ID+"@fraudd>")
+	hdr("MIME-Version", "1.0")
+	hdr("Content-Type", "text/plain; charset=utf-8")
+	b.WriteString("\r\n")
+	b.WriteString(strings.ReplaceAll(strings.ReplaceAll(rec.Body, "\r\n", "\n"), "\n", "\r\n"))
+	b.WriteString("\r\n")
+	return []byte(b.String())
+}
+
+func warnSubject(w quota.Warning) string {
+	switch w.Kind {
+	case quota.WarnHourly80:
+		return "Usage warning: 80% of your hourly limit used"
+	case quota.WarnHourlyCap:
+		return "Usage warning: hourly limit reached"
+	case quota.WarnMonthly80:
+		return "Usage warning: about 80% of this month's visitor checks used"
+	case quota.WarnMonthlyCap:
+		return "Usage warning: this month's visitor checks are used up"
+	case quota.WarnLookups80:
+		return "Usage warning: about 80% of this month's lookups used"
+	default:
+		return "Usage warning: this month's lookups are used up"
+	}
+}
+
+func warnBody(w quota.Warning) string {
+	return fmt.Sprintf("Your %s key has used %d of %d (%s) as of %s.\n\n"+
+		"Hourly windows start at the first request and last one hour; monthly allowances renew at 00:00 UTC on the 1st.\n"+
+		"Requests past a limit are answered 429 with Retry-After.\n",
+		w.Bucket, w.Used, w.Limit, w.Kind, w.At.UTC().Format(time.RFC3339))
+}

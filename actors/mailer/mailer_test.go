@@ -1,0 +1,148 @@
+package mailer
+
+import (
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	gosmtp "github.com/emersion/go-smtp"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// inbox is an in-process SMTP server on loopback.
+type inbox struct {
+	mu   sync.Mutex
+	msgs []received
+}
+
+type received struct{ from, to, data string }
+
+type session struct {
+	in   *inbox
+	from string
+	to   []string
+}
+
+func (b *inbox) NewSession(*gosmtp.Conn) (gosmtp.Session, error) { return &session{in: b}, nil }
+func (s *session) Reset()                                         {}
+func (s *session) Logout() error                                  { return nil }
+func (s *session) Mail(from string, _ *gosmtp.MailOptions) error  { s.from = from; return nil }
+func (s *session) Rcpt(to string, _ *gosmtp.RcptOptions) error    { s.to = append(s.to, to); return nil }
+func (s *session) Data(r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	s.in.mu.Lock()
+	s.in.msgs = append(s.in.msgs, received{s.from, strings.Join(s.to, ","), string(b)})
+	s.in.mu.Unlock()
+	return nil
+}
+
+func (b *inbox) count() int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.msgs) }
+
+func startSMTP(t *testing.T) (*inbox, string) {
+	t.Helper()
+	box := &inbox{}
+	srv := gosmtp.NewServer(box)
+	srv.Domain = "localhost"
+	srv.AllowInsecureAuth = true
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return box, ln.Addr().String()
+}
+
+func setup(t *testing.T, smtpURL string) (*Mailer, *accounts.Created, *storage.DB) {
+	t.Helper()
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem()
+	accts, err := accounts.Start(sys.Root, accounts.Config{DB: db, Master: secrets.FromBytes([]byte("m"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := accts.Create(accounts.NewAccount{Email: "owner@example.com", Plan: "free"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(sys.Root, Config{DB: db, Accounts: accts, SMTPURL: smtpURL, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop(); accts.Stop(); sys.Shutdown(); db.Close() })
+	return m, c, db
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("condition not met within 5s")
+}
+
+func TestWarningSentOverSMTPAndRecorded(t *testing.T) {
+	box, addr := startSMTP(t)
+	m, c, _ := setup(t, "smtp://"+addr+"?from=alerts@fraudd.test&starttls=false")
+	m.Warn(quota.Warning{Account: c.View.ID, Kind: quota.WarnHourly80, Bucket: quota.Live, Limit: 1000, Used: 800, At: time.Now()})
+	waitFor(t, func() bool { return box.count() == 1 })
+	got := box.msgs[0]
+	if got.from != "alerts@fraudd.test" || got.to != "owner@example.com" || !strings.Contains(got.data, "Subject: Usage warning: 80% of your hourly limit used") ||
+		!strings.Contains(got.data, "800 of 1000") {
+		t.Fatalf("received: %+v", got)
+	}
+	var recs []*storage.Mail
+	waitFor(t, func() bool { recs, _ = m.Recent(10); return len(recs) == 1 })
+	if recs[0].Status != "sent" || recs[0].To != "owner@example.com" || recs[0].Kind != "usage_hourly_80" {
+		t.Fatalf("outbox: %+v", recs[0])
+	}
+}
+
+func TestOutboxWithoutSMTPAndFailedDelivery(t *testing.T) {
+	m, c, _ := setup(t, "")
+	m.Send(Message{Account: c.View.ID, Kind: "test", Subject: "s", Body: "b"})
+	var recs []*storage.Mail
+	waitFor(t, func() bool { recs, _ = m.Recent(10); return len(recs) == 1 })
+	if recs[0].Status != "recorded" {
+		t.Fatalf("no smtp: %+v", recs[0])
+	}
+
+	// A server that is not there: the attempt is recorded as failed.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	m2, c2, _ := setup(t, "smtp://"+dead)
+	m2.Send(Message{Account: c2.View.ID, Kind: "test", Subject: "s", Body: "b"})
+	waitFor(t, func() bool { recs, _ = m2.Recent(10); return len(recs) == 1 })
+	if recs[0].Status != "failed" || recs[0].Error == "" {
+		t.Fatalf("dead smtp: %+v", recs[0])
+	}
+}
+
+func TestParseSMTPURL(t *testing.T) {
+	tg, err := ParseSMTPURL("smtp://u:p@mail.example:2525?from=a@b.c")
+	if err != nil || tg.addr != "mail.example:2525" || tg.user != "u" || tg.pass != "p" || tg.from != "a@b.c" || !tg.starttls {
+		t.Fatalf("%+v %v", tg, err)
+	}
+	if _, err := ParseSMTPURL("http://x"); err == nil {
+		t.Fatal("non-smtp scheme accepted")
+	}
+}
