@@ -467,6 +467,23 @@ func (s *Server) adminEmptyList(ctx *fasthttp.RequestCtx, r *request) {
 	s.writeJSON(ctx, fasthttp.StatusOK, []struct{}{})
 }
 
+// adminMail lists the outbox, newest first (ADMIN.md views).
+func (s *Server) adminMail(ctx *fasthttp.RequestCtx, r *request) {
+	out := []wire.Mail{}
+	if s.deps.Mail != nil {
+		recs, err := s.deps.Mail.Recent(200)
+		if err != nil {
+			s.adminFailure(ctx, "list mail", err)
+			return
+		}
+		for _, m := range recs {
+			out = append(out, wire.Mail{ID: m.ID, At: fmtTime(m.At), Account: m.Account, To: m.To, Kind: m.Kind,
+				Subject: m.Subject, Body: m.Body, Status: m.Status, Error: m.Error})
+		}
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
 func (s *Server) adminClock(ctx *fasthttp.RequestCtx, r *request) {
 	if s.deps.TestClock == nil {
 		s.writeError(ctx, fasthttp.StatusNotFound, msgNotFound, "", "")

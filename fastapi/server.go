@@ -16,6 +16,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/iplimit"
+	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/internal/clock"
@@ -60,6 +61,8 @@ type Deps struct {
 	Quota *quota.Client
 	// Feeds holds the current intelligence snapshot.
 	Feeds *netlists.Store
+	// Mail is the outbox (GET /admin/v1/mail); nil lists nothing.
+	Mail *mailer.Mailer
 }
 
 // Server is the HTTP surface.
@@ -176,7 +179,7 @@ func (s *Server) routeTable() []*route {
 		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/test", auth: authAdmin, handler: s.adminWebhookTest},
 		{method: "GET", pattern: "/admin/v1/accounts/{id}/webhook/deliveries", auth: authAdmin, handler: s.adminEmptyList},
 		{method: "GET", pattern: "/admin/v1/accounts/{id}/devices", auth: authAdmin, handler: s.adminEmptyList},
-		{method: "GET", pattern: "/admin/v1/mail", auth: authAdmin, handler: s.adminEmptyList},
+		{method: "GET", pattern: "/admin/v1/mail", auth: authAdmin, handler: s.adminMail},
 		{method: "POST", pattern: "/admin/v1/clock", auth: authAdmin, handler: s.adminClock},
 
 		{method: "POST", pattern: "/v1/evaluate", auth: authAPI, handler: s.handleEvaluate},

@@ -160,3 +160,5 @@ func testFeeds(t *testing.T) *netlists.Store {
 	}
 	return netlists.NewStore(feedsSnap)
 }
+
+func accountsPatchPlan(p string) accounts.Patch { return accounts.Patch{Plan: &p} }

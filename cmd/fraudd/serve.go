@@ -22,6 +22,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/iplimit"
+	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/fastapi"
 	"github.com/fraudd/fraudd/intel/netlists"
@@ -41,6 +42,7 @@ type serveConfig struct {
 	logLevel        slog.Level
 	edgeBlock       bool
 	edgeBlockAgents []string
+	smtpURL         string
 }
 
 // env returns the FRAUDD_* variable or def.
@@ -76,6 +78,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	level := fs.String("log-level", env("FRAUDD_LOG_LEVEL", "info"), "debug, info, warn or error (env FRAUDD_LOG_LEVEL)")
 	fs.BoolVar(&c.edgeBlock, "edge-block", envBool("FRAUDD_EDGE_BLOCK", true), "answer 403 `error code: 1010` to requests with no User-Agent or a bare library default (env FRAUDD_EDGE_BLOCK)")
 	agents := fs.String("edge-block-agents", env("FRAUDD_EDGE_BLOCK_AGENTS", strings.Join(fastapi.DefaultEdgeBlockAgents, ",")), "comma-separated User-Agent prefixes the edge block rejects (env FRAUDD_EDGE_BLOCK_AGENTS)")
+	fs.StringVar(&c.smtpURL, "smtp-url", env("FRAUDD_SMTP_URL", ""), "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way (env FRAUDD_SMTP_URL)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -187,7 +190,12 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 			log.Error("stop per-address limiters", "err", err)
 		}
 	}()
-	quotas := quota.New(system.Root, quota.Config{Store: db, Clock: clk, Logger: log})
+	mail, err := mailer.New(system.Root, mailer.Config{DB: db, Accounts: accts, SMTPURL: cfg.smtpURL, Clock: clk, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer mail.Stop()
+	quotas := quota.New(system.Root, quota.Config{Store: db, Clock: clk, Logger: log, Notifier: mail})
 	// Deferred after the limiters, so it runs before them: the quota shards
 	// flush their last group commit while Pebble is still open.
 	defer func() {
@@ -214,7 +222,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		Version:         version,
 		StartedAt:       clk.Now(),
 		Logger:          log,
-	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds})
+	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail})
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

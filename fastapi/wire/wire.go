@@ -129,3 +129,16 @@ type Pin struct {
 type ClockNow struct {
 	Now string `json:"now"`
 }
+
+// Mail is one outbox record of GET /admin/v1/mail.
+type Mail struct {
+	ID      string `json:"id"`
+	At      string `json:"at"`
+	Account string `json:"account_id"`
+	To      string `json:"to"`
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+	Body    string `json:"body"`
+	Status  string `json:"status"`
+	Error   string `json:"error,omitempty"`
+}

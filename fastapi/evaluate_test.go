@@ -1,0 +1,223 @@
+package fastapi
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/bytedance/sonic/encoder"
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/storage"
+)
+
+var timingRE = regexp.MustCompile(`"(evaluated_in_ms|latency_ms)":\d+`)
+
+// normalise zeroes the timing fields so golden files are stable.
+func normalise(b []byte) []byte { return timingRE.ReplaceAll(b, []byte(`"$1":0`)) }
+
+func (e *testEnv) post(uri, auth, ctype, body string) *fasthttp.RequestCtx {
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Request.Header.SetMethod("POST")
+	ctx.Request.SetRequestURI(uri)
+	ctx.Request.Header.Set("User-Agent", "unit-test/1")
+	if auth != "" {
+		ctx.Request.Header.Set("Authorization", auth)
+	}
+	if ctype != "" {
+		ctx.Request.Header.SetContentType(ctype)
+	}
+	ctx.Request.SetBodyString(body)
+	e.srv.Handle(ctx)
+	return ctx
+}
+
+func TestEvaluateGoldenTestTokens(t *testing.T) {
+	e := newTestEnv(t)
+	keys := map[string]string{"live": e.acct.LiveKey, "test": e.acct.TestKey, "sandbox": SandboxKey}
+	for _, tok := range []string{"test_clean", "test_vpn", "test_proxy", "test_datacenter", "test_tor"} {
+		for _, kt := range []string{"live", "test", "sandbox"} {
+			t.Run(tok+"_"+kt, func(t *testing.T) {
+				ctx := e.post("/v1/evaluate", "Bearer "+keys[kt], "application/json", `{"token":"`+tok+`"}`)
+				if ctx.Response.StatusCode() != 200 {
+					t.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+				}
+				rl := len(ctx.Response.Header.Peek("X-RateLimit-Limit")) > 0
+				if rl == (kt == "sandbox") {
+					t.Fatalf("X-RateLimit headers present=%v for %s", rl, kt)
+				}
+				golden(t, "evaluate_"+tok+"_"+kt, normalise(ctx.Response.Body()))
+			})
+		}
+	}
+}
+
+func TestEvaluateDecisionsPerToken(t *testing.T) {
+	e := newTestEnv(t)
+	want := map[string]string{"test_clean": "allow", "test_vpn": "review", "test_proxy": "block", "test_datacenter": "allow", "test_tor": "block"}
+	for tok, d := range want {
+		ctx := e.post("/v1/evaluate", "Bearer "+e.acct.LiveKey, "", `{"token":"`+tok+`"}`)
+		var m map[string]any
+		if err := json.Unmarshal(ctx.Response.Body(), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["decision"] != d || m["test"] != true {
+			t.Errorf("%s: decision %v test %v, want %s", tok, m["decision"], m["test"], d)
+		}
+		if _, ok := m["device_status"]; ok {
+			t.Errorf("%s: device_status must appear on live evaluations only", tok)
+		}
+		if _, ok := m["network"].(map[string]any)["sdk_blocked"]; ok {
+			t.Errorf("%s: network.sdk_blocked must appear on live evaluations only", tok)
+		}
+	}
+	if m := jsonOf(t, e.post("/v1/evaluate", "Bearer "+e.acct.LiveKey, "", `{"token":"test_tor"}`)); m["country"] != nil || m["network"].(map[string]any)["service"] != "TOR" {
+		t.Errorf("test_tor: country %v service %v", m["country"], m["network"].(map[string]any)["service"])
+	}
+}
+
+func jsonOf(t *testing.T, ctx *fasthttp.RequestCtx) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(ctx.Response.Body(), &m); err != nil {
+		t.Fatalf("not JSON: %s", ctx.Response.Body())
+	}
+	return m
+}
+
+func TestSampleGolden(t *testing.T) {
+	e := newTestEnv(t)
+	for _, sc := range append(score.Scenarios(), "") {
+		name := sc
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) {
+			uri := "/v1/evaluate/sample"
+			if sc != "" {
+				uri += "?scenario=" + sc
+			}
+			ctx := e.do("GET", uri, "", nil)
+			if ctx.Response.StatusCode() != 200 {
+				t.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+			golden(t, "sample_"+name, normalise(ctx.Response.Body()))
+		})
+	}
+	ctx := e.do("GET", "/v1/evaluate/sample?scenario=nope", "", nil)
+	if ctx.Response.StatusCode() != 400 {
+		t.Fatalf("unknown scenario: %d", ctx.Response.StatusCode())
+	}
+	golden(t, "error_sample_scenario", ctx.Response.Body())
+}
+
+func TestEvaluateGoldenLiveAndErrors(t *testing.T) {
+	e := newTestEnv(t)
+	live := "Bearer " + e.acct.LiveKey
+	for _, c := range []struct {
+		name, auth, ctype, body string
+		status                  int
+	}{
+		{"evaluate_degraded_live", live, "application/json", `{}`, 200},
+		{"evaluate_degraded_email_tz", live, "application/json", `{"email":"a@mailinator.com","tz":"Asia/Calcutta"}`, 200},
+		{"evaluate_degraded_event_sent", live, "application/json", `{"fingerprintEventId":"ev_unknown"}`, 200},
+		{"evaluate_degraded_testkey", "Bearer " + e.acct.TestKey, "", ``, 200},
+		{"evaluate_test_vpn_email_tz", live, "application/x-www-form-urlencoded", `netcheck=test_clean&email=joe%40example.com&service_tz=America%2FChicago`, 200},
+		{"error_invalid_token", live, "application/json", `{"token":"not-a-real-token"}`, 400},
+		{"error_invalid_token_type", live, "application/json", `{"token":12}`, 400},
+		{"error_sandbox_real_token", "Bearer " + SandboxKey, "application/json", `{"token":"abc"}`, 400},
+		{"error_sandbox_no_token", "Bearer " + SandboxKey, "application/json", `{}`, 400},
+		{"error_email_too_long", live, "application/json", `{"email":"` + strings.Repeat("a", 255) + `"}`, 400},
+		{"error_body_not_object", live, "application/json", `[1]`, 400},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := e.post("/v1/evaluate", c.auth, c.ctype, c.body)
+			if ctx.Response.StatusCode() != c.status {
+				t.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+			golden(t, c.name, normalise(ctx.Response.Body()))
+		})
+	}
+}
+
+func TestEvaluateRulesAndPins(t *testing.T) {
+	e := newTestEnv(t)
+	id, live := e.acct.View.ID, "Bearer "+e.acct.LiveKey
+	if _, err := e.accts.SetRules(id, []storage.Rule{{Signal: "vpn", Action: "block"}, {Signal: "datacenter", Action: "review"}}); err != nil {
+		t.Fatal(err)
+	}
+	m := jsonOf(t, e.post("/v1/evaluate", live, "", `{"token":"test_vpn"}`))
+	if m["decision"] != "block" || m["decision_source"] != "rules" || m["engine_decision"] != "review" {
+		t.Fatalf("vpn rule: %v", m)
+	}
+	golden(t, "evaluate_rule_vpn_block", normalise(e.post("/v1/evaluate", live, "", `{"token":"test_vpn"}`).Response.Body()))
+	// A rule that does not change the decision: source shown, engine_decision absent.
+	m = jsonOf(t, e.post("/v1/evaluate", live, "", `{"token":"test_datacenter"}`))
+	if m["decision"] != "review" || m["decision_source"] != "rules" {
+		t.Fatalf("datacenter rule: %v", m)
+	}
+	if _, err := e.accts.SetPins(id, []storage.Pin{{IP: "89.187.178.24/32", Action: "allow", Label: "partner office"}}); err != nil {
+		t.Fatal(err)
+	}
+	m = jsonOf(t, e.post("/v1/evaluate", live, "", `{"token":"test_vpn"}`))
+	if m["decision"] != "allow" || m["decision_source"] != "exception" || m["exception_matched"] != "partner office" || m["engine_decision"] != "review" {
+		t.Fatalf("pin: %v", m)
+	}
+	golden(t, "evaluate_pin_allow", normalise(e.post("/v1/evaluate", live, "", `{"token":"test_vpn"}`).Response.Body()))
+	// The sandbox never applies an account's policy.
+	if m := jsonOf(t, e.post("/v1/evaluate", "Bearer "+SandboxKey, "", `{"token":"test_vpn"}`)); m["decision"] != "review" {
+		t.Fatalf("sandbox with policy: %v", m)
+	}
+}
+
+// BenchmarkBuildEncode measures the response builder plus the sonic encode of
+// a full evaluate answer into a pooled buffer.
+func BenchmarkBuildEncode(b *testing.B) {
+	in, _ := score.Sample("vpn")
+	in.Email = score.Email{Sent: true}
+	buf := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		st := getEvalState()
+		st.in = in
+		score.Evaluate(&st.in, &st.res)
+		resp := st.build(&evalOpts{kind: evalSample, device: &sampleDevice})
+		buf = buf[:0]
+		if err := encoder.EncodeInto(&buf, resp, 0); err != nil {
+			b.Fatal(err)
+		}
+		putEvalState(st)
+	}
+}
+
+// BenchmarkEvaluateHandler measures a whole test-token evaluate through the
+// handler: auth, limits hop, quota hop, decode, score, build, encode.
+func BenchmarkEvaluateHandler(b *testing.B) {
+	e := newTestEnv(&testing.T{})
+	if err := e.accts.RevokePrevious(e.acct.View.ID); err != nil {
+		b.Fatal(err)
+	}
+	e.srv.deps.Accounts.Get(e.acct.View.ID)
+	// public_interest so the benchmark never hits a limit.
+	pi := "public_interest"
+	if _, err := e.accts.Update(e.acct.View.ID, accountsPatchPlan(pi)); err != nil {
+		b.Fatal(err)
+	}
+	ctx := new(fasthttp.RequestCtx)
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		ctx.Request.Header.SetMethod("POST")
+		ctx.Request.SetRequestURI("/v1/evaluate")
+		ctx.Request.Header.Set("User-Agent", "bench/1")
+		ctx.Request.Header.Set("Authorization", "Bearer "+e.acct.LiveKey)
+		ctx.Request.SetBodyString(`{"token":"test_vpn","email":"a@b.co","tz":"Europe/Berlin"}`)
+		e.srv.Handle(ctx)
+		if ctx.Response.StatusCode() != 200 {
+			b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+}
