@@ -324,3 +324,37 @@ func statSources(root string) error {
 		return err
 	})
 }
+
+// try performs a request and returns transport errors instead of failing the
+// test (crash tests expect them).
+func (s *Server) try(r Req) (*Response, error) {
+	var body io.Reader
+	if r.Body != nil {
+		j, err := json.Marshal(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(r.Method, s.URL+r.Path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", UserAgent)
+	req.Header.Set("Content-Type", "application/json")
+	if r.Bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+r.Bearer)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
