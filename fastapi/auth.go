@@ -92,6 +92,10 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, r *request, rt *route) b
 		s.writeError(ctx, fasthttp.StatusUnauthorized, msgMissingKey, "", hint)
 		return false
 	}
+	if r.sandbox && !rt.sandbox {
+		s.writeError(ctx, fasthttp.StatusUnauthorized, msgInvalidKey, "", "The public sandbox key sk_test_sandbox works only on POST /v1/evaluate with the test_* tokens.")
+		return false
+	}
 	if !valid {
 		s.deps.Limits.Fail(r.client, r.now)
 		s.writeError(ctx, fasthttp.StatusUnauthorized, msgInvalidKey, "", invalidKeyHint(key))

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -96,7 +97,9 @@ type route struct {
 	auth    authKind
 	// limit is the per-address limiters the route takes, in the same actor hop
 	// as authentication's lockout check.
-	limit   iplimit.Kinds
+	limit iplimit.Kinds
+	// sandbox: the public sandbox key is accepted (POST /v1/evaluate only).
+	sandbox bool
 	handler handlerFunc
 	segs    []string
 }
@@ -182,7 +185,7 @@ func (s *Server) routeTable() []*route {
 		{method: "GET", pattern: "/admin/v1/mail", auth: authAdmin, handler: s.adminMail},
 		{method: "POST", pattern: "/admin/v1/clock", auth: authAdmin, handler: s.adminClock},
 
-		{method: "POST", pattern: "/v1/evaluate", auth: authAPI, handler: s.handleEvaluate},
+		{method: "POST", pattern: "/v1/evaluate", auth: authAPI, sandbox: true, handler: s.handleEvaluate},
 		{method: "GET", pattern: "/v1/evaluate/sample", auth: authNone, limit: iplimit.Of(iplimit.Sample), handler: s.handleSample},
 		{method: "GET", pattern: "/v1/lookup/{ip}", auth: authAPI, handler: s.handleLookup},
 		{method: "GET", pattern: "/v1/usage", auth: authAPIAny, limit: iplimit.Of(iplimit.Usage), handler: s.handleUsage},
@@ -215,6 +218,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	r := s.reqs.Get().(*request)
 	*r = request{now: s.deps.Clock.Now()}
 	defer s.reqs.Put(r)
+	defer s.recoverPanic(ctx)
 	rt, allow := s.match(ctx.Method(), path, r)
 	if rt == nil {
 		if allow != "" {
@@ -242,6 +246,18 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	rt.handler(ctx, r)
+}
+
+// recoverPanic turns a handler panic into a logged 500 instead of a dead
+// process: one bad request must never take the service down.
+func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx) {
+	if p := recover(); p != nil {
+		s.log.Error("handler panic", "panic", p, "path", string(ctx.Path()), "stack", string(debug.Stack()))
+		ctx.Response.Reset()
+		ctx.Response.Header.DisableNormalizing()
+		s.setRequestID(ctx)
+		s.writeError(ctx, fasthttp.StatusInternalServerError, msgServerError, "", "")
+	}
 }
 
 // match finds the route for method and path. When the path exists under other

@@ -162,3 +162,17 @@ func testFeeds(t *testing.T) *netlists.Store {
 }
 
 func accountsPatchPlan(p string) accounts.Patch { return accounts.Patch{Plan: &p} }
+
+func TestHandlerPanicIsA500(t *testing.T) {
+	e := newTestEnv(t)
+	e.srv.routes = append(e.srv.routes, &route{method: "GET", pattern: "/boom", segs: []string{"boom"},
+		handler: func(*fasthttp.RequestCtx, *request) { panic("boom") }})
+	ctx := e.do("GET", "/boom", "", nil)
+	if ctx.Response.StatusCode() != 500 || string(ctx.Response.Body()) != `{"error":"Server error."}` || len(ctx.Response.Header.Peek("X-Request-Id")) == 0 {
+		t.Fatalf("panic: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	// The sandbox key is refused outside POST /v1/evaluate.
+	if ctx := e.do("GET", "/v1/usage", "Bearer "+SandboxKey, nil); ctx.Response.StatusCode() != 401 {
+		t.Fatalf("sandbox on usage: %d", ctx.Response.StatusCode())
+	}
+}

@@ -12,10 +12,6 @@ import (
 // handleUsage is GET /v1/usage (SPEC 4.4): the calling key's own figures,
 // consuming nothing. Its per-address limit was taken with authentication.
 func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, r *request) {
-	if r.sandbox {
-		s.writeError(ctx, fasthttp.StatusUnauthorized, msgInvalidKey, "", "The public sandbox key has no usage; use your own live or test key.")
-		return
-	}
 	v := r.auth.View
 	u, err := s.deps.Quota.Usage(quota.Usage{Account: v.ID, Bucket: bucket(r.auth.Kind), Limits: limitsOf(v, r), Now: r.now})
 	if err != nil {
