@@ -6,7 +6,7 @@
 //
 //	magic    "FRDFEED" + version byte (1)
 //	header   name, kind(byte), date, entries, #inputs, {name, date, entries}…
-//	body     raw length, compressed length, zstd frame
+//	body     codec(byte: 0 stored, 1 zstd), raw length, stored length, bytes
 //	trailer  CRC-32C (Castagnoli) of everything before it, 4 bytes little endian
 //
 // Strings are a varint length and the bytes. The body depends on the kind:
@@ -46,9 +46,15 @@ const Ext = ".fdf"
 
 const magic = "FRDFEED"
 
+// Body codecs.
+const (
+	codecStored byte = 0
+	codecZstd   byte = 1
+)
+
 // maxBody bounds the decompressed body so a corrupt or hostile length cannot
 // make a reader allocate without limit.
-const maxBody = 1 << 30
+const maxBody = 256 << 20
 
 // Kind says which body a file carries.
 type Kind uint8
@@ -193,10 +199,15 @@ func Marshal(dst []byte, f *File) ([]byte, error) {
 	case KindZones:
 		body = appendZones(nil, f.Zones)
 	}
-	comp := encoder().EncodeAll(body, nil)
+	// Tiny bodies grow under zstd; those are stored as they are.
+	codec, stored := codecStored, body
+	if comp := encoder().EncodeAll(body, nil); len(comp) < len(body) {
+		codec, stored = codecZstd, comp
+	}
+	dst = append(dst, codec)
 	dst = binary.AppendUvarint(dst, uint64(len(body)))
-	dst = binary.AppendUvarint(dst, uint64(len(comp)))
-	dst = append(dst, comp...)
+	dst = binary.AppendUvarint(dst, uint64(len(stored)))
+	dst = append(dst, stored...)
 	sum := crc32.Checksum(dst[start:], crcTable)
 	return binary.LittleEndian.AppendUint32(dst, sum), nil
 }
@@ -246,13 +257,24 @@ func Unmarshal(b []byte) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	rawLen, compLen := r.uvarint(), r.uvarint()
-	if r.err != nil || rawLen > maxBody || compLen != uint64(len(r.b)) {
+	codec, rawLen, storedLen := r.byte(), r.uvarint(), r.uvarint()
+	if r.err != nil || rawLen > maxBody || storedLen != uint64(len(r.b)) {
 		return nil, fmt.Errorf("feedfile: %s: bad body lengths", h.Name)
 	}
-	body, err := decoder().DecodeAll(r.b, make([]byte, 0, rawLen))
-	if err != nil {
-		return nil, fmt.Errorf("feedfile: %s: decompress: %w", h.Name, err)
+	var body []byte
+	switch codec {
+	case codecStored:
+		body = r.b
+	case codecZstd:
+		// The length is a hint for the buffer, not trusted beyond a sane
+		// ratio: a damaged header must not allocate a gigabyte up front.
+		var err error
+		body, err = decoder().DecodeAll(r.b, make([]byte, 0, min(rawLen, 64*storedLen+1024)))
+		if err != nil {
+			return nil, fmt.Errorf("feedfile: %s: decompress: %w", h.Name, err)
+		}
+	default:
+		return nil, fmt.Errorf("feedfile: %s: unknown codec %d", h.Name, codec)
 	}
 	if uint64(len(body)) != rawLen {
 		return nil, fmt.Errorf("feedfile: %s: body is %d bytes, header says %d", h.Name, len(body), rawLen)
