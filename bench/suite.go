@@ -1,0 +1,468 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is one fraudbench run: which scenarios, how to drive them, and
+// which server. cmd/fraudbench fills it from flags.
+type Config struct {
+	// Scenarios to run, by name; "all" is every scenario but mixed, in order.
+	Scenarios []string
+	// Mode is "closed", "open" or "closed+open" (a closed loop to find the
+	// most the server does, then an open loop at OpenFraction of that rate).
+	Mode string
+	// OpenFraction of the closed loop's req/s is the closed+open mode's
+	// open-loop rate. Default 0.5.
+	OpenFraction float64
+	// Run is the driver configuration every run uses (Mode and Rate are set
+	// per run from Mode above; Run.Rate is the open mode's rate).
+	Run RunConfig
+
+	// URL targets a running server instead of starting fraudd.
+	URL string
+	// AdminToken is the running server's operator token (scenarios create
+	// their accounts with it).
+	AdminToken string
+	// ServerPID, with URL, is the running server's pid on this machine, to
+	// read its CPU time and peak RSS from /proc.
+	ServerPID int
+	// AllowRemote lets URL name another machine.
+	AllowRemote bool
+
+	// Fraudd is the fraudd binary to start when URL is empty.
+	Fraudd string
+	// FrauddArgs are extra `fraudd serve` flags.
+	FrauddArgs []string
+	// Env is the environment of the processes fraudbench starts (FRAUDD_*
+	// variables are dropped so that only the flags configure fraudd).
+	Env []string
+
+	// Floor also measures the floor server, with the same requests, before
+	// each scenario run.
+	Floor bool
+	// FloorCommand starts the floor as a child process (argv; fraudbench
+	// appends --addr, --routes and --default-size), so its CPU time is its
+	// own. Empty: an in-process floor whose CPU cannot be told apart.
+	FloorCommand []string
+
+	// Plan of the accounts scenarios create: "custom" or "public_interest".
+	Plan string
+	// LiveTokens is how many network tokens evaluate-live mints.
+	LiveTokens int
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+	// Command is the command line, recorded in the report.
+	Command string
+}
+
+// ErrSetup is wrapped by RunSuite's error when some scenario failed for a
+// reason other than a missing endpoint (the report still has the others).
+var ErrSetup = errors.New("scenario failed")
+
+// suite is one RunSuite call's state.
+type suite struct {
+	cfg     Config
+	log     io.Writer
+	fraudd  *Proc
+	srvURL  string
+	srvPID  int
+	admin   *Admin
+	rep     *Report
+	failed  []string
+	cleanup []func()
+}
+
+func (s *suite) logf(format string, args ...any) {
+	fmt.Fprintf(s.log, format+"\n", args...)
+}
+
+// RunSuite runs every configured scenario and returns the report. The error
+// is non-nil when a scenario failed (not merely skipped) or when nothing
+// could run; the report has whatever was measured.
+func RunSuite(ctx context.Context, cfg Config) (*Report, error) {
+	s := &suite{cfg: cfg, log: cfg.Log}
+	if s.log == nil {
+		s.log = io.Discard
+	}
+	defer func() {
+		for i := len(s.cleanup) - 1; i >= 0; i-- {
+			s.cleanup[i]()
+		}
+	}()
+	names, err := expandScenarios(cfg.Scenarios)
+	if err != nil {
+		return nil, err
+	}
+	modes, err := parseModes(cfg.Mode, cfg.Run.Rate)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.OpenFraction <= 0 {
+		s.cfg.OpenFraction = 0.5
+	}
+	if cfg.Plan == "" {
+		s.cfg.Plan = "custom"
+	}
+	if s.cfg.Plan != "custom" && s.cfg.Plan != "public_interest" {
+		return nil, fmt.Errorf("plan %q: want custom or public_interest (plans that throttle would measure the limiter)", s.cfg.Plan)
+	}
+	rc := cfg.Run
+	rc.defaults()
+	s.rep = &Report{
+		Tool:    UserAgent,
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Machine: ThisMachine(),
+		Command: cfg.Command,
+		Results: []Row{},
+		Skipped: []Skip{},
+		Config: ReportRunConfig{
+			Connections: rc.Conns, DurationS: rc.Duration.Seconds(), Requests: cfg.Run.Requests,
+			WarmupS: rc.warmup().Seconds(), Plan: s.cfg.Plan, Floor: cfg.Floor,
+		},
+	}
+	if err := s.startServer(ctx); err != nil {
+		return s.rep, err
+	}
+	setupTarget, err := NewTarget(s.srvURL, TargetOptions{Conns: 4, AllowRemote: cfg.AllowRemote})
+	if err != nil {
+		return s.rep, err
+	}
+	s.admin = &Admin{Target: setupTarget, Token: s.cfg.AdminToken, Tag: randomHex(4)}
+	env := &Env{
+		Target: setupTarget, Admin: s.admin, Plan: s.cfg.Plan, Log: s.log,
+		Rand:       mrand.New(mrand.NewPCG(rc.Seed, uint64(time.Now().UnixNano()))),
+		LiveTokens: cfg.LiveTokens,
+	}
+	for _, name := range names {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := s.scenario(ctx, name, env, modes, rc); err != nil {
+			s.failed = append(s.failed, name)
+			s.rep.Skipped = append(s.rep.Skipped, Skip{Scenario: name, Reason: "failed: " + err.Error()})
+			s.logf("%s: FAILED: %v", name, err)
+		}
+	}
+	if len(s.failed) > 0 {
+		return s.rep, fmt.Errorf("%w: %s", ErrSetup, strings.Join(s.failed, ", "))
+	}
+	if len(s.rep.Results) == 0 {
+		return s.rep, errors.New("no scenario could run")
+	}
+	return s.rep, ctx.Err()
+}
+
+func expandScenarios(names []string) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if n == "all" {
+			for _, sc := range Scenarios {
+				if sc.Name != "mixed" {
+					out = append(out, sc.Name)
+				}
+			}
+			continue
+		}
+		if _, ok := ScenarioByName(n); !ok {
+			return nil, fmt.Errorf("unknown scenario %q (have: %s, all)", n, strings.Join(ScenarioNames(), ", "))
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no scenario given")
+	}
+	return out, nil
+}
+
+func parseModes(mode string, rate float64) ([]Mode, error) {
+	switch mode {
+	case "", "closed":
+		return []Mode{Closed}, nil
+	case "open":
+		if rate <= 0 {
+			return nil, errors.New("open mode needs a rate (req/s)")
+		}
+		return []Mode{Open}, nil
+	case "closed+open":
+		return []Mode{Closed, Open}, nil
+	}
+	return nil, fmt.Errorf("mode %q: want closed, open or closed+open", mode)
+}
+
+// startServer starts fraudd (or checks the --url server) and waits until it
+// answers /api/status.
+func (s *suite) startServer(ctx context.Context) error {
+	if s.cfg.URL != "" {
+		s.srvURL = strings.TrimRight(s.cfg.URL, "/")
+		s.srvPID = s.cfg.ServerPID
+		s.rep.Target = s.srvURL
+		if s.srvPID > 0 {
+			s.rep.Target += " (pid " + strconv.Itoa(s.srvPID) + ")"
+		}
+		if s.cfg.AdminToken == "" {
+			return errors.New("a --url server needs its admin token: scenarios create their own accounts")
+		}
+		return s.waitReady(ctx, s.srvURL)
+	}
+	if s.cfg.Fraudd == "" {
+		return errors.New("no fraudd binary to start and no URL to target")
+	}
+	dir, err := os.MkdirTemp("", "fraudbench-data-")
+	if err != nil {
+		return err
+	}
+	s.cleanup = append(s.cleanup, func() { os.RemoveAll(dir) })
+	s.cfg.AdminToken = "bench_" + randomHex(16)
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dir,
+		"--admin-token", s.cfg.AdminToken, "--trusted-proxies", "127.0.0.0/8", "--log-level", "info"},
+		s.cfg.FrauddArgs...)
+	s.logf("starting %s %s", s.cfg.Fraudd, strings.Join(redact(args, s.cfg.AdminToken), " "))
+	p, err := StartProc(ctx, "fraudd", s.cfg.Fraudd, args, childEnv(s.cfg.Env))
+	if err != nil {
+		return err
+	}
+	s.fraudd = p
+	s.cleanup = append(s.cleanup, func() {
+		if err := p.Stop(); err != nil {
+			s.logf("%v", err)
+		}
+	})
+	s.srvURL, s.srvPID = p.URL(), p.PID
+	s.rep.Target = fmt.Sprintf("fraudd started by fraudbench (%s, pid %d, temp data dir, --trusted-proxies 127.0.0.0/8)", s.cfg.Fraudd, p.PID)
+	return s.waitReady(ctx, s.srvURL)
+}
+
+func redact(args []string, secret string) []string {
+	out := append([]string(nil), args...)
+	for i, a := range out {
+		if a == secret {
+			out[i] = "…"
+		}
+	}
+	return out
+}
+
+// childEnv is env without FRAUDD_* variables.
+func childEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "FRAUDD_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func (s *suite) waitReady(ctx context.Context, url string) error {
+	t, err := NewTarget(url, TargetOptions{AllowRemote: s.cfg.AllowRemote, Timeout: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		status, body, err := call(t, "GET", "/api/status", nil, nil)
+		if err == nil && status == 200 {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("HTTP %d %s", status, snippet(body))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s/api/status not ready: %s", url, last)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// scenario sets up one scenario and runs it in every mode, each run after
+// its floor run.
+func (s *suite) scenario(ctx context.Context, name string, env *Env, modes []Mode, rc RunConfig) error {
+	sc, _ := ScenarioByName(name)
+	s.logf("%s: set-up", name)
+	w, err := sc.Setup(env)
+	if IsUnavailable(err) {
+		s.logf("%s: skipped: %v", name, err)
+		s.rep.Skipped = append(s.rep.Skipped, Skip{Scenario: name, Reason: err.Error()})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, n := range w.Notes {
+		s.logf("%s: %s", name, n)
+	}
+	var floorURL string
+	var floorPID int
+	var notes []string
+	if s.cfg.Floor {
+		routes := w.FloorSizes()
+		var stop func()
+		floorURL, floorPID, stop, err = s.startFloor(ctx, routes)
+		if err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+		defer stop()
+		if floorPID == 0 {
+			notes = append(notes, "in-process floor: its CPU is not measured apart from fraudbench's")
+		}
+		notes = append(notes, "floor answers "+FormatFloorRoutes(routes)+" (body bytes by path)")
+	}
+	var closedRPS float64
+	for _, mode := range modes {
+		run := rc
+		run.Mode = mode
+		if mode == Open && len(modes) > 1 {
+			run.Rate = math.Max(1, math.Round(closedRPS*s.cfg.OpenFraction))
+		}
+		var floorM *Measured
+		if floorURL != "" {
+			s.logf("%s: %s", name, describe(run, "floor"))
+			fm, err := s.measure(ctx, floorURL, w, run, floorPID)
+			if err != nil {
+				return fmt.Errorf("floor run: %w", err)
+			}
+			floorM = &fm
+			s.logf("%s:   floor %.0f req/s, %d errors", name, fm.Result.RPS(), fm.Result.Errors)
+		}
+		s.logf("%s: %s", name, describe(run, "server"))
+		m, err := s.measure(ctx, s.srvURL, w, run, s.srvPID)
+		if err != nil {
+			return err
+		}
+		if s.fraudd != nil && s.fraudd.Exited() {
+			return fmt.Errorf("fraudd exited during the run:\n%s", s.fraudd.Tail())
+		}
+		s.logf("%s:   server %.0f req/s, %d errors", name, m.Result.RPS(), m.Result.Errors)
+		if mode == Closed {
+			closedRPS = m.Result.RPS()
+		}
+		row := BuildRow(name, m, floorM)
+		row.Notes = append(append(row.Notes, w.Notes...), notes...)
+		s.rep.Results = append(s.rep.Results, row)
+	}
+	return nil
+}
+
+func describe(rc RunConfig, who string) string {
+	what := fmt.Sprintf("closed loop, %d conns", rc.Conns)
+	if rc.Mode == Open {
+		what = fmt.Sprintf("open loop at %.0f req/s, up to %d in flight", rc.Rate, rc.Conns)
+	}
+	bound := rc.Duration.String()
+	if rc.Requests > 0 {
+		bound = fmt.Sprintf("%d requests", rc.Requests)
+	}
+	return fmt.Sprintf("%s, %s measured (+%v warm-up) against the %s", what, bound, rc.warmup(), who)
+}
+
+// startFloor starts the floor server for routes: a child process when
+// FloorCommand is set, else in-process (pid 0). stop ends it.
+func (s *suite) startFloor(ctx context.Context, routes []FloorRoute) (url string, pid int, stop func(), err error) {
+	def := 0
+	for _, r := range routes {
+		def = max(def, r.Size)
+	}
+	if len(s.cfg.FloorCommand) > 0 {
+		args := append(append([]string(nil), s.cfg.FloorCommand[1:]...),
+			"--addr", "127.0.0.1:0", "--routes", FormatFloorRoutes(routes), "--default-size", strconv.Itoa(def))
+		p, err := StartProc(ctx, "floor", s.cfg.FloorCommand[0], args, childEnv(s.cfg.Env))
+		if err != nil {
+			return "", 0, nil, err
+		}
+		stop := func() { _ = p.Stop() }
+		if err := s.waitFloor(ctx, p.URL()); err != nil {
+			stop()
+			return "", 0, nil, err
+		}
+		return p.URL(), p.PID, stop, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", 0, nil, err
+	}
+	srv := NewFloorServer(routes, def)
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), 0, func() { _ = srv.Shutdown() }, nil
+}
+
+func (s *suite) waitFloor(ctx context.Context, url string) error {
+	t, err := NewTarget(url, TargetOptions{Timeout: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	for i := 0; i < 100 && ctx.Err() == nil; i++ {
+		if status, _, err := call(t, "GET", "/", nil, nil); err == nil && status == 200 {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.New("floor server not answering")
+}
+
+// measure runs w against url, sampling pid's CPU (pid > 0) and this
+// process's around the measured window.
+func (s *suite) measure(ctx context.Context, url string, w *Workload, rc RunConfig, pid int) (Measured, error) {
+	t, err := NewTarget(url, TargetOptions{Conns: rc.Conns, Timeout: rc.Timeout, AllowRemote: s.cfg.AllowRemote})
+	if err != nil {
+		return Measured{}, err
+	}
+	defer t.CloseIdle()
+	return Measure(ctx, t, w, rc, pid)
+}
+
+// Measure runs w against t and samples the CPU time of pid (when > 0) and of
+// this process over the measured window.
+func Measure(ctx context.Context, t *Target, w *Workload, rc RunConfig, pid int) (Measured, error) {
+	srv := &CPUWatch{PID: pid}
+	self := &CPUWatch{}
+	rc.OnMeasureStart = func() {
+		if pid > 0 {
+			srv.Start()
+		}
+		self.Start()
+	}
+	rc.OnMeasureEnd = func() {
+		self.End()
+		if pid > 0 {
+			srv.End()
+		}
+	}
+	res, err := Run(ctx, t, w, rc)
+	if err != nil {
+		return Measured{}, err
+	}
+	m := Measured{Result: res}
+	if pid > 0 {
+		if cpu, err := srv.CPU(); err == nil {
+			m.ServerCPU, m.HasCPU, m.ServerRSSKB = cpu, true, srv.PeakRSSKB()
+		}
+	}
+	if cpu, err := self.CPU(); err == nil {
+		m.ClientCPU, m.HasClient = cpu, true
+	}
+	return m, nil
+}

@@ -1,0 +1,203 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// fakeFraudd answers like fraudd for status, account creation, collect and
+// evaluate, and 404 for everything else (the endpoints not built yet).
+type fakeFraudd struct {
+	accounts  atomic.Int64
+	noXFF     atomic.Int64
+	badAuth   atomic.Int64
+	evaluates atomic.Int64
+}
+
+func (f *fakeFraudd) handle(ctx *fasthttp.RequestCtx) {
+	path, method := string(ctx.Path()), string(ctx.Method())
+	ctx.SetContentType("application/json")
+	switch {
+	case method == "GET" && path == "/api/status":
+		ctx.SetBodyString(`{"status":"operational","version":"test"}`)
+	case method == "POST" && path == "/admin/v1/accounts":
+		if string(ctx.Request.Header.Peek("Authorization")) != "Bearer adm" {
+			ctx.SetStatusCode(401)
+			return
+		}
+		var body map[string]any
+		_ = json.Unmarshal(ctx.PostBody(), &body)
+		if v, ok := body["hourly_limit"]; body["plan"] == "custom" && (!ok || v != nil) {
+			ctx.SetStatusCode(400)
+			return
+		}
+		f.accounts.Add(1)
+		ctx.SetStatusCode(201)
+		b, _ := json.Marshal(map[string]any{"id": "acc_1", "email": body["email"], "plan": body["plan"],
+			"live_key": "sk_live_x", "test_key": "sk_test_x", "publishable_key": "pk_live_x"})
+		ctx.SetBody(b)
+	case method == "POST" && path == "/v1/collect/network":
+		xff := string(ctx.Request.Header.Peek("X-Forwarded-For"))
+		if _, err := netip.ParseAddr(xff); err != nil || string(ctx.Request.Header.Peek("X-Publishable-Key")) != "pk_live_x" {
+			ctx.SetStatusCode(400)
+			return
+		}
+		ctx.SetBodyString(`{"token":"nt_` + xff + `","expires_in":300}`)
+	case method == "POST" && path == "/v1/evaluate":
+		if string(ctx.Request.Header.Peek("Authorization")) != "Bearer sk_live_x" {
+			f.badAuth.Add(1)
+		}
+		if _, err := netip.ParseAddr(string(ctx.Request.Header.Peek("X-Forwarded-For"))); err != nil {
+			f.noXFF.Add(1)
+		}
+		f.evaluates.Add(1)
+		var body map[string]any
+		if json.Unmarshal(ctx.PostBody(), &body) != nil || body["token"] == nil {
+			ctx.SetStatusCode(400)
+			return
+		}
+		ctx.SetBodyString(`{"status":"success","decision":"allow","risk_score":0,"reasons":[]}`)
+	default:
+		ctx.SetStatusCode(404)
+		ctx.SetBodyString(`{"error":"Not found."}`)
+	}
+}
+
+func TestRunSuiteAgainstAFakeServer(t *testing.T) {
+	f := &fakeFraudd{}
+	url := testServer(t, f.handle)
+	var log bytes.Buffer
+	rep, err := RunSuite(context.Background(), Config{
+		Scenarios:  []string{"status", "evaluate-test", "evaluate-live", "mcp", "mixed"},
+		Run:        RunConfig{Conns: 2, Duration: 150 * time.Millisecond, Warmup: -1},
+		URL:        url,
+		AdminToken: "adm",
+		ServerPID:  os.Getpid(), // the fake runs in this process
+		Floor:      true,        // in-process floor
+		LiveTokens: 20,
+		Log:        &log,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	var got []string
+	for _, r := range rep.Results {
+		got = append(got, r.Scenario)
+		if r.Requests == 0 || r.Errors != 0 {
+			t.Errorf("%s: %d requests, %d errors %v", r.Scenario, r.Requests, r.Errors, r.ErrorsByStatus)
+		}
+		if r.FloorRPS == nil || r.RatioRPS == nil || r.ServerCPU == nil {
+			t.Errorf("%s: floor or CPU figures missing", r.Scenario)
+		}
+	}
+	if strings.Join(got, ",") != "status,evaluate-test,evaluate-live,mixed" {
+		t.Fatalf("ran %v", got)
+	}
+	if len(rep.Skipped) != 1 || rep.Skipped[0].Scenario != "mcp" || !strings.HasPrefix(rep.Skipped[0].Reason, "endpoint not available (404)") {
+		t.Fatalf("skipped %+v", rep.Skipped)
+	}
+	mixed := rep.Results[3]
+	var parts []string
+	for _, p := range mixed.Parts {
+		parts = append(parts, p.Name)
+	}
+	if strings.Join(parts, ",") != "evaluate-live,evaluate-test,status" {
+		t.Fatalf("mixed parts %v", parts)
+	}
+	dropped := strings.Join(mixed.Notes, "\n")
+	for _, name := range []string{"lookup", "usage", "free-lookup", "oauth", "mcp"} {
+		if !strings.Contains(dropped, name+" dropped from the mix") {
+			t.Errorf("mixed notes do not say %s was dropped:\n%s", name, dropped)
+		}
+	}
+	if f.noXFF.Load() != 0 || f.badAuth.Load() != 0 {
+		t.Fatalf("%d evaluates without X-Forwarded-For, %d with the wrong key", f.noXFF.Load(), f.badAuth.Load())
+	}
+	// evaluate-test, evaluate-live, mcp, and six more in mixed (status and
+	// free-lookup need none).
+	if f.accounts.Load() != 9 {
+		t.Fatalf("%d accounts created, want 9 (one per scenario that needs one, mixed included)", f.accounts.Load())
+	}
+}
+
+func TestSuiteNeedsAdminTokenForURL(t *testing.T) {
+	_, err := RunSuite(context.Background(), Config{Scenarios: []string{"status"}, URL: "http://127.0.0.1:1"})
+	if err == nil || !strings.Contains(err.Error(), "admin token") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestExpandScenarios(t *testing.T) {
+	all, err := expandScenarios([]string{"all"})
+	if err != nil || len(all) != len(Scenarios)-1 {
+		t.Fatalf("all = %v, %v", all, err)
+	}
+	for _, n := range all {
+		if n == "mixed" {
+			t.Fatal("all includes mixed")
+		}
+	}
+	if _, err := expandScenarios([]string{"nope"}); err == nil {
+		t.Fatal("unknown scenario accepted")
+	}
+}
+
+func TestVisitorMix(t *testing.T) {
+	r := newTestRand()
+	seen := map[string]int{}
+	for i := 0; i < 5000; i++ {
+		v := sampleVisitor(r)
+		seen[v.Class]++
+		if !v.Addr.IsValid() || v.Addr.IsPrivate() || v.Addr.IsLoopback() || v.Zone == "" {
+			t.Fatalf("visitor %+v", v)
+		}
+		in := false
+		for _, c := range visitorClasses {
+			if c.name != v.Class {
+				continue
+			}
+			for _, reg := range c.regions {
+				in = in || reg.prefix.Contains(v.Addr)
+			}
+		}
+		if !in {
+			t.Fatalf("%v is outside its class %s", v.Addr, v.Class)
+		}
+	}
+	for _, c := range visitorClasses {
+		if seen[c.name] == 0 {
+			t.Errorf("class %s never drawn", c.name)
+		}
+	}
+	if seen["residential"] < seen["tor"]*10 {
+		t.Errorf("mix %v is not mostly residential", seen)
+	}
+}
+
+func TestCallerPool(t *testing.T) {
+	p := NewCallerPool(netip.MustParsePrefix("10.0.0.0/30"), 3, nil)
+	want := []string{"10.0.0.0", "10.0.0.0", "10.0.0.0", "10.0.0.1", "10.0.0.1", "10.0.0.1", "10.0.0.2"}
+	for i, w := range want {
+		if got := p.Next().String(); got != w {
+			t.Fatalf("call %d: %s, want %s", i, got, w)
+		}
+	}
+	for i := 0; i < 5*3; i++ {
+		p.Next()
+	}
+	if a := p.Next(); !netip.MustParsePrefix("10.0.0.0/30").Contains(a) {
+		t.Fatalf("%v escaped the pool", a)
+	}
+}
+
+func newTestRand() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }

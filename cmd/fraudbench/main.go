@@ -1,0 +1,274 @@
+// Command fraudbench load-tests fraudd over HTTP: it starts fraudd (or
+// targets --url), sets up each scenario's accounts through the admin API,
+// drives the scenario in a closed or open loop, measures the same requests
+// against a bare fasthttp floor in the same run (--floor), and reports
+// throughput, latency percentiles, the server's CPU time per request and the
+// ratios to the floor. `fraudbench floor-server` is that floor.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fraudd/fraudd/bench"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "floor-server" {
+		return runFloor(args[1:], stderr)
+	}
+	o, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudbench: %v\n", err)
+		return 2
+	}
+	if o.list {
+		for _, s := range bench.Scenarios {
+			fmt.Fprintf(stdout, "%-14s %s\n", s.Name, s.Summary)
+		}
+		return 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	cfg := o.cfg
+	cfg.Env = os.Environ()
+	cfg.Command = commandLine(args)
+	if !o.quiet {
+		cfg.Log = stderr
+	}
+	if cfg.URL == "" && cfg.Fraudd == "" {
+		bin, cleanup, err := buildFraudd(stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "fraudbench: %v\n", err)
+			return 1
+		}
+		defer cleanup()
+		cfg.Fraudd = bin
+	}
+	if cfg.Floor {
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "fraudbench: %v (floor runs in-process)\n", err)
+		} else {
+			cfg.FloorCommand = []string{exe, "floor-server"}
+		}
+	}
+	rep, runErr := bench.RunSuite(ctx, cfg)
+	code := 0
+	if runErr != nil {
+		fmt.Fprintf(stderr, "fraudbench: %v\n", runErr)
+		code = 1
+	}
+	if rep == nil {
+		return code
+	}
+	fmt.Fprintln(stdout)
+	rep.WriteTable(stdout)
+	if o.jsonPath != "" {
+		if err := writeFile(o.jsonPath, rep.WriteJSON); err != nil {
+			fmt.Fprintf(stderr, "fraudbench: %v\n", err)
+			code = 1
+		} else {
+			fmt.Fprintf(stdout, "wrote %s\n", o.jsonPath)
+		}
+	}
+	if o.svgPath != "" {
+		err := writeFile(o.svgPath, func(w io.Writer) error { _, err := w.Write(bench.RenderSVG(rep)); return err })
+		if err != nil {
+			fmt.Fprintf(stderr, "fraudbench: %v\n", err)
+			code = 1
+		} else {
+			fmt.Fprintf(stdout, "wrote %s\n", o.svgPath)
+		}
+	}
+	return code
+}
+
+type options struct {
+	cfg      bench.Config
+	jsonPath string
+	svgPath  string
+	quiet    bool
+	list     bool
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+const usageHead = `fraudbench load-tests fraudd over HTTP, with the floor (a bare fasthttp
+server answering the same requests with a body of the same size) measured in
+the same run.
+
+Usage:
+  fraudbench [flags]                  run scenarios (starts fraudd unless --url)
+  fraudbench floor-server [flags]     the floor server (fraudbench starts it for --floor)
+
+Examples:
+  go run ./cmd/fraudbench --scenario evaluate-live --floor --duration 20s --json out.json
+  go run ./cmd/fraudbench --scenario all --floor --duration 3s --svg out.svg
+  go run ./cmd/fraudbench --scenario evaluate-test --floor --mode closed+open
+  go run ./cmd/fraudbench --scenario status --mode open --rate 5000
+  go run ./cmd/fraudbench --url http://127.0.0.1:8080 --admin-token T --pid 1234 --scenario lookup
+
+Scenarios: %s, all (every one but mixed)
+
+Flags:
+`
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("fraudbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, usageHead, strings.Join(bench.ScenarioNames(), ", "))
+		fs.PrintDefaults()
+	}
+	o := &options{}
+	c := &o.cfg
+	scenarios := fs.String("scenario", "evaluate-test", "comma-separated scenarios to run, or all (see --list)")
+	fs.StringVar(&c.Mode, "mode", "closed", "closed (as fast as answers come), open (fixed --rate, latency from the intended send time), or closed+open (open at --open-fraction of the closed loop's req/s)")
+	fs.IntVar(&c.Run.Conns, "connections", 16, "keep-alive connections: closed-loop workers, or the most requests in flight in an open loop")
+	fs.Float64Var(&c.Run.Rate, "rate", 0, "open loop arrival rate, requests per second")
+	fs.Float64Var(&c.OpenFraction, "open-fraction", 0.5, "closed+open: the open loop's rate as a fraction of the closed loop's req/s")
+	fs.DurationVar(&c.Run.Duration, "duration", 5*time.Second, "measured window per run")
+	fs.Int64Var(&c.Run.Requests, "requests", 0, "bound each run by this many measured requests instead of --duration")
+	warmup := fs.Duration("warmup", time.Second, "warm-up before each measured window (not recorded); 0 for none")
+	fs.DurationVar(&c.Run.Timeout, "timeout", 5*time.Second, "per-request timeout")
+	seed := fs.Uint64("seed", 1, "seed of the request mix")
+	fs.BoolVar(&c.Floor, "floor", false, "also measure the floor server with the same requests, and report the ratios")
+	fs.StringVar(&c.Fraudd, "fraudd", "", "fraudd binary to start (default: go build ./cmd/fraudd into a temp dir)")
+	var frauddArgs multiFlag
+	fs.Var(&frauddArgs, "fraudd-arg", "extra `FLAG` for fraudd serve, e.g. --fraudd-arg=--log-level=warn (repeatable)")
+	fs.StringVar(&c.URL, "url", "", "target a running server instead of starting fraudd (loopback unless --allow-remote)")
+	fs.StringVar(&c.AdminToken, "admin-token", "", "with --url: the server's admin token (scenarios create their own accounts)")
+	fs.IntVar(&c.ServerPID, "pid", 0, "with --url: the server's pid on this machine, to report its CPU time per request and peak RSS")
+	fs.BoolVar(&c.AllowRemote, "allow-remote", false, "let --url name a non-loopback host")
+	fs.StringVar(&c.Plan, "plan", "custom", "plan of the scenario accounts: custom (null limits) or public_interest")
+	fs.IntVar(&c.LiveTokens, "live-tokens", 1000, "evaluate-live: network tokens minted before the run")
+	fs.StringVar(&o.jsonPath, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&o.svgPath, "svg", "", "write latency and throughput charts as SVG to this file")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
+	fs.BoolVar(&o.list, "list", false, "list the scenarios and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c.Scenarios = strings.Split(*scenarios, ",")
+	c.FrauddArgs = frauddArgs
+	c.Run.Seed = *seed
+	c.Run.Warmup = *warmup
+	if *warmup == 0 {
+		c.Run.Warmup = -1 // none
+	}
+	if c.Run.Conns <= 0 {
+		return nil, errors.New("--connections must be > 0")
+	}
+	if c.Mode == "open" && c.Run.Rate <= 0 {
+		return nil, errors.New("--mode open needs --rate")
+	}
+	if c.URL != "" && c.Fraudd != "" {
+		return nil, errors.New("--url and --fraudd exclude each other")
+	}
+	return o, nil
+}
+
+// buildFraudd compiles ./cmd/fraudd of this module into a temp dir.
+func buildFraudd(stderr io.Writer) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "fraudbench-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin := filepath.Join(dir, "fraudd")
+	fmt.Fprintf(stderr, "building fraudd (go build -o %s github.com/fraudd/fraudd/cmd/fraudd)\n", bin)
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/fraudd/fraudd/cmd/fraudd")
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("build fraudd (run fraudbench inside the repository, or pass --fraudd): %w", err)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
+}
+
+func commandLine(args []string) string {
+	parts := []string{"fraudbench"}
+	for _, a := range args {
+		if strings.ContainsAny(a, " \t\"'$") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// runFloor is `fraudbench floor-server`: the floor as its own process, so
+// that its CPU time is measured apart from the load generator's.
+func runFloor(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fraudbench floor-server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:0", "listen address")
+	routes := fs.String("routes", "", "body size per path prefix: PREFIX=SIZE,PREFIX=SIZE (longest prefix wins)")
+	def := fs.Int("default-size", 1024, "body size for paths no route matches")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	rs, err := bench.ParseFloorRoutes(*routes)
+	if err != nil {
+		fmt.Fprintf(stderr, "floor-server: %v\n", err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "floor-server: %v\n", err)
+		return 1
+	}
+	srv := bench.NewFloorServer(rs, *def)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Shutdown()
+	}()
+	fmt.Fprintf(stderr, "level=INFO msg=\"floor listening\" addr=%s routes=%q\n", ln.Addr(), *routes)
+	if err := srv.Serve(ln); err != nil {
+		fmt.Fprintf(stderr, "floor-server: %v\n", err)
+		return 1
+	}
+	return 0
+}

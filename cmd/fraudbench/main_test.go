@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/bench"
+)
+
+// The test binary doubles as fraudbench for child processes.
+func TestMain(m *testing.M) {
+	if os.Getenv("FRAUDBENCH_TEST_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func TestHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"-h"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"Usage:", "floor-server", "--scenario evaluate-live --floor", "-connections", "-json", "-svg", "evaluate-live"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("usage lacks %q", want)
+		}
+	}
+}
+
+func TestList(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--list"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, s := range bench.Scenarios {
+		if !strings.Contains(out.String(), s.Name) {
+			t.Errorf("--list lacks %s", s.Name)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--mode", "open"},
+		{"--nope"},
+		{"--connections", "0"},
+		{"--url", "http://127.0.0.1:1", "--fraudd", "/bin/true"},
+		{"extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	o, err := parse([]string{"--scenario", "evaluate-test,lookup", "--floor", "--duration", "3s", "--warmup", "0",
+		"--mode", "closed+open", "--fraudd-arg=--log-level=warn", "--json", "x.json"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.cfg
+	if len(c.Scenarios) != 2 || !c.Floor || c.Run.Duration != 3*time.Second || c.Run.Warmup >= 0 ||
+		c.Mode != "closed+open" || len(c.FrauddArgs) != 1 || o.jsonPath != "x.json" {
+		t.Fatalf("parsed %+v", o)
+	}
+}
+
+func TestCommandLineQuotes(t *testing.T) {
+	if got := commandLine([]string{"--scenario", "a b"}); got != "fraudbench --scenario 'a b'" {
+		t.Fatalf("got %s", got)
+	}
+}
+
+// TestFloorServerChild starts `fraudbench floor-server` as a child process,
+// as --floor does, and measures its CPU time and peak RSS from /proc.
+func TestFloorServerChild(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "FRAUDBENCH_TEST_MAIN=1")
+	p, err := bench.StartProc(context.Background(), "floor", exe,
+		[]string{"floor-server", "--addr", "127.0.0.1:0", "--routes", "/v1/evaluate=321", "--default-size", "50"}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	tg, err := bench.NewTarget(p.URL(), bench.TargetOptions{Conns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bench.NewWorkload("t", bench.Part{Name: "evaluate", Weight: 1, Fill: func(req *fasthttp.Request, f *bench.Filler) {
+		req.Header.SetMethod("POST")
+		req.SetRequestURI("/v1/evaluate")
+		req.SetBodyString(`{"token":"test_vpn"}`)
+	}})
+	m, err := bench.Measure(context.Background(), tg, w, bench.RunConfig{Conns: 2, Requests: 2000, Warmup: -1}, p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Result.Requests != 2000 || m.Result.Errors != 0 {
+		t.Fatalf("requests %d errors %d %v", m.Result.Requests, m.Result.Errors, m.Result.ErrorsBy)
+	}
+	if !m.HasCPU || m.ServerRSSKB == 0 || !m.HasClient {
+		t.Fatalf("process figures missing: %+v", m)
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Exited() {
+		t.Fatal("floor still running after Stop")
+	}
+}
