@@ -104,3 +104,31 @@ func FuzzDecodeEvaluate(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeBulk(f *testing.F) {
+	for _, s := range []string{
+		`{"ips":["1.1.1.1","1.1.1.1:53","[2606:4700::1111]:443","::ffff:1.1.1.1","10.0.0.1",5,null]}`,
+		`{"ips":[]}`, `{"ips":"1.1.1.1"}`, `{}`, `[`, `{"ips":["１．１．１．１","https://8.8.8.8/x"],"email":"a@b.c"}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		l, err := decodeBulk([]byte(body))
+		if err != nil {
+			return
+		}
+		if len(l.addrs) > maxBulk || l.invalid < 0 || l.notChecked < 0 {
+			t.Fatalf("bounds: %d addrs", len(l.addrs))
+		}
+		seen := map[string]bool{}
+		for _, a := range l.addrs {
+			if !a.IsValid() || a.Is4In6() || a.Zone() != "" || seen[a.String()] {
+				t.Fatalf("bad or duplicate address %v in %q", a, body)
+			}
+			seen[a.String()] = true
+		}
+		if l.notChecked > 0 && len(l.addrs) != maxBulk {
+			t.Fatalf("addresses not checked while under the cap: %+v", l)
+		}
+	})
+}

@@ -188,39 +188,60 @@ type bulkBody struct {
 	IPs []sonic.NoCopyRawMessage `json:"ips"`
 }
 
-// handleBulkLookup is POST /api/lookup-bulk (SPEC 4.8).
-func (s *Server) handleBulkLookup(ctx *fasthttp.RequestCtx, r *request) {
-	start := time.Now()
+// bulkList is a decoded bulk request: the distinct public addresses to check
+// (at most maxBulk, in request order) and what was skipped.
+type bulkList struct {
+	addrs      []netip.Addr
+	invalid    int // malformed, private, reserved or not a string
+	notChecked int // valid public addresses beyond the cap
+}
+
+var errBulkList = errors.New("Missing list: send {\"ips\": [\"1.2.3.4\", …]} with up to 20 addresses.")
+
+// decodeBulk reads a bulk body. Duplicates, including two spellings of one
+// address, are dropped silently (CLARIFICATIONS.md).
+func decodeBulk(body []byte) (bulkList, error) {
 	var in bulkBody
-	body := bytes.TrimSpace(ctx.PostBody())
+	var out bulkList
+	body = bytes.TrimSpace(body)
 	if len(body) == 0 || body[0] != '{' || sonic.ConfigStd.Unmarshal(body, &in) != nil || in.IPs == nil {
-		s.writeError(ctx, fasthttp.StatusBadRequest, "Missing list: send {\"ips\": [\"1.2.3.4\", …]} with up to 20 addresses.", "", "")
-		return
+		return out, errBulkList
 	}
-	out := wire.Bulk{Results: make([]wire.Lookup, 0, min(len(in.IPs), maxBulk))}
-	seen := make(map[netip.Addr]struct{}, len(in.IPs))
-	var addrs []netip.Addr
+	seen := make(map[netip.Addr]struct{}, min(len(in.IPs), 64))
 	for _, raw := range in.IPs {
 		str, ok := jsonString(raw)
 		if !ok {
-			out.Invalid++
+			out.invalid++
 			continue
 		}
 		a, err := parsePublic(str)
 		if err != nil {
-			out.Invalid++
+			out.invalid++
 			continue
 		}
 		if _, dup := seen[a]; dup {
-			continue // duplicates, including two spellings of one address, are dropped
-		}
-		seen[a] = struct{}{}
-		if len(addrs) == maxBulk {
-			out.NotChecked++
 			continue
 		}
-		addrs = append(addrs, a)
+		seen[a] = struct{}{}
+		if len(out.addrs) == maxBulk {
+			out.notChecked++
+			continue
+		}
+		out.addrs = append(out.addrs, a)
 	}
+	return out, nil
+}
+
+// handleBulkLookup is POST /api/lookup-bulk (SPEC 4.8).
+func (s *Server) handleBulkLookup(ctx *fasthttp.RequestCtx, r *request) {
+	start := time.Now()
+	list, err := decodeBulk(ctx.PostBody())
+	if err != nil {
+		s.writeError(ctx, fasthttp.StatusBadRequest, err.Error(), "", "")
+		return
+	}
+	addrs := list.addrs
+	out := wire.Bulk{Invalid: list.invalid, NotChecked: list.notChecked, Results: make([]wire.Lookup, 0, len(addrs))}
 	if len(addrs) == 0 {
 		s.writeError(ctx, fasthttp.StatusBadRequest, "No valid public IP address in the list.", "", "")
 		return
