@@ -22,14 +22,14 @@ func RunBuild(from, out string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "feed\tkind\tdate\tentries\tbytes\t")
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "feed\tkind\tdate\tentries\tbytes")
 	total := 0
 	for _, f := range m.Feeds {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t\n", f.Name, f.Kind, orDash(f.Date), f.Entries, f.Bytes)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", f.Name, f.Kind, orDash(f.Date), f.Entries, f.Bytes)
 		total += f.Bytes
 	}
-	fmt.Fprintf(tw, "total\t\t\t\t%d\t\n", total)
+	fmt.Fprintf(tw, "total\t\t\t\t%d\n", total)
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("feeds: writing output: %w", err)
 	}

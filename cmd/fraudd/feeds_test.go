@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fraudd/fraudd/intel/netlists"
+)
+
+func runFeedsT(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = runFeeds(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestFeedsUsage(t *testing.T) {
+	if code, _, errOut := runFeedsT(); code != 2 || !strings.Contains(errOut, "usage: fraudd feeds") {
+		t.Errorf("no args: %d %q", code, errOut)
+	}
+	if code, _, errOut := runFeedsT("frobnicate"); code != 2 || !strings.Contains(errOut, "unknown command") {
+		t.Errorf("unknown: %d %q", code, errOut)
+	}
+	if code, out, _ := runFeedsT("help"); code != 0 || !strings.Contains(out, "feeds status") {
+		t.Errorf("help: %d %q", code, out)
+	}
+	if code, _, _ := runFeedsT("status", "-h"); code != 0 {
+		t.Errorf("status -h: %d", code)
+	}
+	if code, _, _ := runFeedsT("status", "extra"); code != 2 {
+		t.Errorf("stray argument: %d", code)
+	}
+	if code, _, errOut := runFeedsT("update", "--only", "geo"); code != 2 || !strings.Contains(errOut, "no upstream") {
+		t.Errorf("update --only geo: %d %q", code, errOut)
+	}
+}
+
+func TestFeedsStatus(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := runFeedsT("status", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errOut)
+	}
+	for _, name := range netlists.FeedNames {
+		if !strings.Contains(out, name) {
+			t.Errorf("status output lacks %s:\n%s", name, out)
+		}
+	}
+	if !strings.Contains(out, netlists.SourceEmbedded) || strings.Contains(out, netlists.SourceDataDir) {
+		t.Errorf("status output:\n%s", out)
+	}
+	// A corrupt override is reported, not ignored.
+	os.MkdirAll(filepath.Join(dir, netlists.FeedsSubdir), 0o755)
+	os.WriteFile(filepath.Join(dir, netlists.FeedsSubdir, "tor.fdf"), []byte("garbage"), 0o644)
+	if code, _, errOut := runFeedsT("status", "--data-dir", dir); code != 1 || !strings.Contains(errOut, "tor.fdf") {
+		t.Errorf("corrupt override: %d %q", code, errOut)
+	}
+}
+
+func TestFeedsBuild(t *testing.T) {
+	from := "../../../shared/data"
+	if _, err := os.Stat(filepath.Join(from, "SOURCES.md")); err != nil {
+		t.Skip("raw snapshots not present")
+	}
+	out := t.TempDir()
+	code, stdout, errOut := runFeedsT("build", "--from", from, "--out", out)
+	if code != 0 {
+		t.Fatalf("build: %d %s", code, errOut)
+	}
+	if !strings.Contains(stdout, fmt.Sprintf("wrote %d feeds", len(netlists.FeedNames))) {
+		t.Errorf("build output:\n%s", stdout)
+	}
+	for _, name := range netlists.FeedNames {
+		if _, err := os.Stat(filepath.Join(out, name+".fdf")); err != nil {
+			t.Error(err)
+		}
+	}
+	if code, _, _ := runFeedsT("build", "--from", t.TempDir(), "--out", t.TempDir()); code != 1 {
+		t.Errorf("build from an empty dir: %d", code)
+	}
+}
