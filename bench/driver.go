@@ -384,10 +384,12 @@ func runOpen(ctx context.Context, t *Target, w *Workload, cfg *RunConfig, worker
 			resp := fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseRequest(req)
 			defer fasthttp.ReleaseResponse(resp)
+			sl := newSleeper()
+			defer sl.stop()
 			for i := int64(k); i < last; i += C {
 				at := due(i)
 				if d := time.Until(at); d > 0 {
-					if !sleepUntil(ctx, at) {
+					if !sl.until(ctx, at) {
 						wk.missFrom(i, first, last, C)
 						return
 					}
@@ -439,6 +441,34 @@ func lastDone(workers []*worker, floor time.Time) time.Time {
 		}
 	}
 	return end
+}
+
+// sleeper is one worker's reusable timer (an open loop sleeps before most
+// requests).
+type sleeper struct{ t *time.Timer }
+
+func newSleeper() *sleeper {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &sleeper{t: t}
+}
+
+func (s *sleeper) stop() { s.t.Stop() }
+
+// until sleeps until at or until ctx ends; it reports whether at came.
+func (s *sleeper) until(ctx context.Context, at time.Time) bool {
+	d := time.Until(at)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	s.t.Reset(d) // Go ≥ 1.23: no stale value can be left in the channel
+	select {
+	case <-s.t.C:
+		return true
+	case <-ctx.Done():
+		s.t.Stop()
+		return false
+	}
 }
 
 // sleepUntil sleeps until t or until ctx ends; it reports whether t came.

@@ -173,7 +173,8 @@ func series(tl Timeline, window time.Duration) Series {
 	s := Series{IntervalS: tl.Interval.Seconds(), RPS: []float64{}, Errors: []int64{}}
 	n := len(tl.Completed)
 	// Trailing buckets past the window (in-flight answers) are dropped; a
-	// partial last bucket is scaled by its length.
+	// partial last bucket is scaled by its length, or dropped when shorter
+	// than half an interval.
 	if want := int(math.Ceil(float64(window) / float64(tl.Interval))); want < n {
 		n = want
 	}
@@ -182,8 +183,8 @@ func series(tl Timeline, window time.Duration) Series {
 		if rest := window - time.Duration(i)*tl.Interval; rest < span {
 			span = rest
 		}
-		if span <= 0 {
-			break
+		if span <= 0 || (i > 0 && span < tl.Interval/2) {
+			break // a sliver of a bucket gives a noisy rate
 		}
 		s.RPS = append(s.RPS, round(float64(tl.Completed[i])/span.Seconds(), 1))
 		s.Errors = append(s.Errors, tl.Errors[i])

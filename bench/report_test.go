@@ -128,6 +128,9 @@ func TestSeriesScalesAndTrims(t *testing.T) {
 	if len(s.RPS) != 3 || s.RPS[0] != 100 || s.RPS[2] != 100 {
 		t.Fatalf("series %+v: want 3 points, the half-second last one scaled to 100/s", s)
 	}
+	if s := series(tl, 2100*time.Millisecond); len(s.RPS) != 2 {
+		t.Fatalf("series %+v: a 0.1 s sliver of a last bucket should be dropped", s)
+	}
 	keys := []string{}
 	for k := range fixedReport().Results[0].ErrorsByStatus {
 		keys = append(keys, k)

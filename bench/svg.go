@@ -12,7 +12,7 @@ import (
 // plot) and throughput over time, one colour per scenario run, the floor
 // dashed in the same colour.
 const (
-	svgW       = 1100
+	svgW       = 1240
 	panelH     = 430
 	plotLeft   = 80
 	plotRight  = 720 // plot area ends here; the legend is to its right

@@ -158,7 +158,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&c.Floor, "floor", false, "also measure the floor server with the same requests, and report the ratios")
 	fs.StringVar(&c.Fraudd, "fraudd", "", "fraudd binary to start (default: go build ./cmd/fraudd into a temp dir)")
 	var frauddArgs multiFlag
-	fs.Var(&frauddArgs, "fraudd-arg", "extra `FLAG` for fraudd serve, e.g. --fraudd-arg=--log-level=warn (repeatable)")
+	fs.Var(&frauddArgs, "fraudd-arg", "extra `FLAG` for fraudd serve, e.g. --fraudd-arg=--edge-block=false (repeatable; keep --log-level at info: fraudbench reads the listening line)")
 	fs.StringVar(&c.URL, "url", "", "target a running server instead of starting fraudd (loopback unless --allow-remote)")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "with --url: the server's admin token (scenarios create their own accounts)")
 	fs.IntVar(&c.ServerPID, "pid", 0, "with --url: the server's pid on this machine, to report its CPU time per request and peak RSS")

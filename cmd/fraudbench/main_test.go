@@ -62,7 +62,7 @@ func TestBadFlags(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	o, err := parse([]string{"--scenario", "evaluate-test,lookup", "--floor", "--duration", "3s", "--warmup", "0",
-		"--mode", "closed+open", "--fraudd-arg=--log-level=warn", "--json", "x.json"}, &bytes.Buffer{})
+		"--mode", "closed+open", "--fraudd-arg=--edge-block=false", "--json", "x.json"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
