@@ -25,9 +25,10 @@ type Tick struct{ Now time.Time }
 // direct Send to that shard's PID, so nothing is ever dropped for want of a
 // route (protoactor's consistent-hash router drops what it cannot route).
 type Shards struct {
-	root *actor.RootContext
-	pids []*actor.PID
-	mask uint64
+	root        *actor.RootContext
+	pids        []*actor.PID
+	dispatchers []*workerDispatcher
+	mask        uint64
 
 	tickOnce sync.Once
 	stopTick chan struct{}
@@ -54,10 +55,12 @@ func ShardCount(n int) int {
 // hands the same pointer back on every call.
 func SpawnShards(root *actor.RootContext, n int, produce func(i int) actor.Actor) *Shards {
 	n = ShardCount(n)
-	s := &Shards{root: root, pids: make([]*actor.PID, n), mask: uint64(n - 1)}
+	s := &Shards{root: root, pids: make([]*actor.PID, n), dispatchers: make([]*workerDispatcher, n), mask: uint64(n - 1)}
 	for i := range s.pids {
 		i := i
-		s.pids[i] = root.Spawn(actor.PropsFromProducer(func() actor.Actor { return produce(i) }))
+		s.dispatchers[i] = newWorkerDispatcher()
+		s.pids[i] = root.Spawn(actor.PropsFromProducer(func() actor.Actor { return produce(i) },
+			actor.WithDispatcher(s.dispatchers[i])))
 	}
 	return s
 }
@@ -125,6 +128,9 @@ func (s *Shards) Stop() error {
 			if _, e := f.Result(); e != nil && err == nil {
 				err = fmt.Errorf("stop shard %d: %w", i, e)
 			}
+		}
+		for _, d := range s.dispatchers {
+			d.stop()
 		}
 	})
 	return err

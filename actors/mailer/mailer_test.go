@@ -33,10 +33,10 @@ type session struct {
 }
 
 func (b *inbox) NewSession(*gosmtp.Conn) (gosmtp.Session, error) { return &session{in: b}, nil }
-func (s *session) Reset()                                         {}
-func (s *session) Logout() error                                  { return nil }
-func (s *session) Mail(from string, _ *gosmtp.MailOptions) error  { s.from = from; return nil }
-func (s *session) Rcpt(to string, _ *gosmtp.RcptOptions) error    { s.to = append(s.to, to); return nil }
+func (s *session) Reset()                                        {}
+func (s *session) Logout() error                                 { return nil }
+func (s *session) Mail(from string, _ *gosmtp.MailOptions) error { s.from = from; return nil }
+func (s *session) Rcpt(to string, _ *gosmtp.RcptOptions) error   { s.to = append(s.to, to); return nil }
 func (s *session) Data(r io.Reader) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
