@@ -141,7 +141,13 @@ func Update(ctx context.Context, client *http.Client, sources []Source, dataDir 
 		for _, f := range prev.Feeds() {
 			prevEntries[f.Name] = f.Entries
 		}
-	} else if infos, err := netlists.DirFeeds(dataDir); err == nil {
+	} else {
+		// What LoadDir would use; if the data dir is unreadable, at least
+		// the embedded counts guard against a collapsed download.
+		infos, err := netlists.DirFeeds(dataDir)
+		if err != nil {
+			infos, _ = netlists.DirFeeds("")
+		}
 		for _, f := range infos {
 			prevEntries[f.Name] = f.Entries
 		}

@@ -3,7 +3,9 @@ package netlists
 import (
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,7 +102,7 @@ func TestLoadBudget(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	heap := after.HeapAlloc - before.HeapAlloc
-	t.Logf("LoadEmbedded: %v, heap %.1f MB", took, float64(heap)/(1<<20))
+	t.Logf("LoadEmbedded: %v, heap %.1f MB; process %s", took, float64(heap)/(1<<20), procMem())
 	if took > 3*time.Second { // the target is well under 1 s; shared CI cores are slow
 		t.Errorf("load took %v", took)
 	}
@@ -108,4 +110,20 @@ func TestLoadBudget(t *testing.T) {
 		t.Errorf("snapshot holds %d MB of heap", heap>>20)
 	}
 	runtime.KeepAlive(s)
+}
+
+// procMem returns the process's resident and peak resident memory as Linux
+// reports them, or "" elsewhere.
+func procMem() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") || strings.HasPrefix(line, "VmHWM:") {
+			out = append(out, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	return strings.Join(out, ", ")
 }
