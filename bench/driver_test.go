@@ -262,3 +262,32 @@ func TestPickInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenLoopUsesFreeConnections: one stalled answer holds one connection;
+// the requests due meanwhile go out on the other connections, as they would
+// from a client's pool, so only the stalled request shows the stall.
+func TestOpenLoopUsesFreeConnections(t *testing.T) {
+	var n atomic.Int64
+	url := testServer(t, func(ctx *fasthttp.RequestCtx) {
+		if n.Add(1) == 1 {
+			time.Sleep(600 * time.Millisecond)
+		}
+	})
+	res, err := Run(context.Background(), testTarget(t, url, 4), getWorkload("/x"), RunConfig{
+		Mode: Open, Conns: 4, Rate: 200, Duration: 200 * time.Millisecond, Warmup: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests != 40 {
+		t.Fatalf("answered %d, want 40", res.Requests)
+	}
+	if mx := res.Latency.Max(); mx < 590_000 {
+		t.Fatalf("max %d µs: the stalled request is missing", mx)
+	}
+	// Per-connection schedules would put a quarter of the requests behind
+	// the stall (p90 ≈ 0.5 s); a shared queue puts only one there.
+	if p90 := res.Latency.ValueAtQuantile(90); p90 > 300_000 {
+		t.Fatalf("p90 %d µs: requests waited behind the stalled connection", p90)
+	}
+}
