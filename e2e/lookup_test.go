@@ -3,6 +3,7 @@ package e2e
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLookupEndpoint(t *testing.T) {
@@ -141,4 +142,44 @@ func itoa(i int) string {
 		return string(rune('0' + i))
 	}
 	return itoa(i/10) + string(rune('0'+i%10))
+}
+
+func TestThreatFeed(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "tf@example.com", "plan": "public_interest"})
+	r := s.Do(t, Req{Path: "/api/threat-feed"})
+	m := r.JSON(t)
+	cov := m["coverage"].(map[string]any)
+	if r.Status != 200 || num(t, cov, "tor_exits") < 1000 || num(t, cov, "dch_ranges") < 1000 || num(t, cov, "cloud_providers") < 5 || num(t, cov, "disposable_domains") < 10000 {
+		t.Fatalf("threat feed: %d %s", r.Status, r.Body)
+	}
+	if num(t, m["today"].(map[string]any), "total") != 0 || num(t, m, "week_total") != 0 {
+		t.Fatalf("fresh server counts traffic: %s", r.Body)
+	}
+	s.Do(t, Req{Path: "/v1/lookup/185.220.101.1", Bearer: a.LiveKey})                                                // Tor: a threat
+	s.Do(t, Req{Path: "/v1/lookup/52.95.110.1", Bearer: a.LiveKey})                                                  // cloud: a threat (review), dch
+	s.Do(t, Req{Path: "/v1/lookup/8.8.8.8", Bearer: a.TestKey})                                                      // test key: not counted
+	s.Do(t, Req{Method: "POST", Path: "/v1/evaluate", Bearer: a.LiveKey, Body: map[string]any{"token": "test_tor"}}) // test token: not counted
+	s.Do(t, Req{Method: "POST", Path: "/v1/evaluate", Bearer: a.LiveKey, Body: map[string]any{}})                    // degraded live: counted
+	var today map[string]any
+	for i := 0; i < 50; i++ {
+		m = s.Do(t, Req{Path: "/api/threat-feed"}).JSON(t)
+		today = m["today"].(map[string]any)
+		if num(t, today, "total") == 3 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if num(t, today, "total") != 3 || num(t, today, "threats") != 2 || num(t, today, "dch") != 1 || num(t, m, "week_total") != 3 ||
+		num(t, m["week"].(map[string]any), "total") != 3 {
+		t.Fatalf("threat feed after traffic: %v", m)
+	}
+	s.Restart()
+	if m := s.Do(t, Req{Path: "/api/threat-feed"}).JSON(t); num(t, m, "week_total") != 3 {
+		t.Fatalf("week_total after restart: %v", m)
+	}
+	s.Advance(t, "25h")
+	if m := s.Do(t, Req{Path: "/api/threat-feed"}).JSON(t); num(t, m["today"].(map[string]any), "total") != 0 || num(t, m, "week_total") != 3 {
+		t.Fatalf("a day later: %v", m)
+	}
 }

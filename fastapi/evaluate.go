@@ -112,6 +112,9 @@ func (s *Server) handleEvaluate(ctx *fasthttp.RequestCtx, r *request) {
 	if class == tokenNone && !testKey && !bareAllow(&st.res) {
 		s.deps.Quota.CountTotal(view.ID, r.now)
 	}
+	if o.kind == evalLive && !testKey {
+		s.recordEvaluation(r, &st.in.Network, &st.res)
+	}
 	o.evaluatedMs = msSince(start)
 	s.writeJSON(ctx, fasthttp.StatusOK, st.build(&o))
 }

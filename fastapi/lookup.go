@@ -118,6 +118,9 @@ func (s *Server) handleLookup(ctx *fasthttp.RequestCtx, r *request) {
 	b := s.deps.Feeds.Current().Bare(addr)
 	fillLookup(&ls, addr, &b)
 	applyPins(&ls, addr, &r.auth.View.Policy)
+	if !testKey {
+		s.recordLookup(r, &b)
+	}
 	ls.resp.Test = testKey
 	ls.resp.LatencyMs = msSince(start)
 	s.writeJSON(ctx, fasthttp.StatusOK, &ls.resp)

@@ -19,6 +19,7 @@ import (
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/internal/clock"
 )
@@ -64,6 +65,8 @@ type Deps struct {
 	Feeds *netlists.Store
 	// Mail is the outbox (GET /admin/v1/mail); nil lists nothing.
 	Mail *mailer.Mailer
+	// Traffic counts API traffic for the threat feed; nil reports zeros.
+	Traffic *traffic.Counter
 }
 
 // Server is the HTTP surface.
@@ -189,6 +192,7 @@ func (s *Server) routeTable() []*route {
 		{method: "GET", pattern: "/v1/evaluate/sample", auth: authNone, limit: iplimit.Of(iplimit.Sample), handler: s.handleSample},
 		{method: "GET", pattern: "/v1/lookup/{ip}", auth: authAPI, handler: s.handleLookup},
 		{method: "GET", pattern: "/v1/usage", auth: authAPIAny, limit: iplimit.Of(iplimit.Usage), handler: s.handleUsage},
+		{method: "GET", pattern: "/api/threat-feed", auth: authNone, limit: iplimit.Of(iplimit.Feed), handler: s.handleThreatFeed},
 		{method: "POST", pattern: "/api/lookup", auth: authNone, handler: s.handleFreeLookup},
 		{method: "POST", pattern: "/api/lookup-bulk", auth: authNone, handler: s.handleBulkLookup},
 	}

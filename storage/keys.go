@@ -6,13 +6,14 @@ const (
 	prefixMeta     byte = 0x01 // meta records (probe, schema version)
 	prefixAccount  byte = 0x10 // account id → account record
 	prefixEmail    byte = 0x11 // lower-cased email → account id
-	prefixKeyHash  byte = 0x12 // HMAC(pepper, key) → key binding
+	prefixKeyHash  byte = 0x12 // reserved: key bindings live in memory, rebuilt from accounts
 	prefixRules    byte = 0x13 // account id → rule set
 	prefixPins     byte = 0x14 // account id → exception pins
 	prefixUsage    byte = 0x20 // account id + month → monthly counters (quota actors)
 	prefixTotals   byte = 0x21 // account id → lifetime totals (quota actors)
 	prefixDevice   byte = 0x30 // reserved: device history
 	prefixEvent    byte = 0x31 // reserved: device/collector events
-	prefixMail     byte = 0x40 // reserved: mail outbox
+	prefixMail     byte = 0x40 // time + id → mail outbox record
 	prefixDelivery byte = 0x41 // reserved: webhook deliveries
+	prefixTraffic  byte = 0x50 // bucket start → threat-feed traffic counts
 )

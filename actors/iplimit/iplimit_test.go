@@ -36,7 +36,7 @@ func TestRulesFitProbeBuffer(t *testing.T) {
 			n += 2 * len(r.Windows)
 		}
 	}
-	if n > len([16]probe{}) {
+	if n > maxProbes {
 		t.Fatalf("taking every limiter needs %d probes", n)
 	}
 }

@@ -116,6 +116,10 @@ func (l *limiter) current(k slotKey, length time.Duration, now int64) slot {
 	return s
 }
 
+// maxProbes bounds the counters one Take touches (every window of every
+// limiter, per address and per /64); a test checks the Rules table fits.
+const maxProbes = 24
+
 type probe struct {
 	k slotKey
 	s slot
@@ -126,7 +130,7 @@ type probe struct {
 func (l *limiter) take(kinds Kinds, a netip.Addr, now time.Time) Verdict {
 	ns := now.UnixNano()
 	ka, k64, v6 := addrKeys(a)
-	var ps [16]probe
+	var ps [24]probe
 	np := 0
 	for kind := Kind(0); kind < NumKinds; kind++ {
 		if !kinds.Has(kind) {

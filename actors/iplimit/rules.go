@@ -15,6 +15,7 @@ const (
 	Sample                        // GET /v1/evaluate/sample
 	Usage                         // GET /v1/usage reads
 	OAuth                         // POST /oauth/token exchanges
+	Feed                          // GET /api/threat-feed (no SPEC figure: a generous guard)
 	NumKinds
 )
 
@@ -45,6 +46,7 @@ var Rules = [NumKinds]Rule{
 	Sample:            {Name: "sample", Windows: []Window{{Len: time.Minute, PerAddr: 30}}},
 	Usage:             {Name: "usage", Windows: []Window{{Len: time.Minute, PerAddr: 120}}},
 	OAuth:             {Name: "oauth", Windows: []Window{{Len: time.Minute, PerAddr: 60}}},
+	Feed:              {Name: "threat_feed", Windows: []Window{{Len: time.Minute, PerAddr: 120}}},
 }
 
 // String is the limiter's name.

@@ -26,6 +26,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runServe(args[1:], stderr)
 	case "admin":
 		return runAdmin(args[1:], stdout, stderr)
+	case "feeds":
+		return runFeeds(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version)
 		return 0
@@ -33,9 +35,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stdout)
 		return 0
 	default:
-		if code, ok := runExtra(args, stdout, stderr); ok {
-			return code
-		}
 		fmt.Fprintf(stderr, "fraudd: unknown command %q\n\n", args[0])
 		usage(stderr)
 		return 2

@@ -24,7 +24,9 @@ import (
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/fastapi"
+	intelfeeds "github.com/fraudd/fraudd/intel/feeds"
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
@@ -43,6 +45,7 @@ type serveConfig struct {
 	edgeBlock       bool
 	edgeBlockAgents []string
 	smtpURL         string
+	feedsRefresh    time.Duration
 }
 
 // env returns the FRAUDD_* variable or def.
@@ -51,6 +54,18 @@ func env(name, def string) string {
 		return v
 	}
 	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return def
+	}
+	return d
 }
 
 func envBool(name string, def bool) bool {
@@ -78,6 +93,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	level := fs.String("log-level", env("FRAUDD_LOG_LEVEL", "info"), "debug, info, warn or error (env FRAUDD_LOG_LEVEL)")
 	fs.BoolVar(&c.edgeBlock, "edge-block", envBool("FRAUDD_EDGE_BLOCK", true), "answer 403 `error code: 1010` to requests with no User-Agent or a bare library default (env FRAUDD_EDGE_BLOCK)")
 	agents := fs.String("edge-block-agents", env("FRAUDD_EDGE_BLOCK_AGENTS", strings.Join(fastapi.DefaultEdgeBlockAgents, ",")), "comma-separated User-Agent prefixes the edge block rejects (env FRAUDD_EDGE_BLOCK_AGENTS)")
+	fs.DurationVar(&c.feedsRefresh, "feeds-refresh", envDuration("FRAUDD_FEEDS_REFRESH", 0), "download fresh feeds from upstream this often and swap them in without a pause; 0 = off (env FRAUDD_FEEDS_REFRESH)")
 	fs.StringVar(&c.smtpURL, "smtp-url", env("FRAUDD_SMTP_URL", ""), "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way (env FRAUDD_SMTP_URL)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -204,12 +220,27 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		}
 	}()
 
+	counts, err := traffic.New(system.Root, traffic.Config{Store: db, Clock: clk, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := counts.Stop(); err != nil {
+			log.Error("stop traffic counter", "err", err)
+		}
+	}()
+
 	loadStart := time.Now()
 	snap, err := netlists.LoadDir(cfg.dataDir)
 	if err != nil {
 		return fmt.Errorf("load feeds: %w", err)
 	}
 	feeds := netlists.NewStore(snap)
+	if cfg.feedsRefresh > 0 {
+		refresher := &intelfeeds.Refresher{Interval: cfg.feedsRefresh, DataDir: cfg.dataDir, Store: feeds, Logger: log}
+		go func() { _ = refresher.Run(probeCtx) }()
+		log.Info("feeds refresh enabled", "every", cfg.feedsRefresh)
+	}
 	cov := snap.Coverage()
 	log.Info("feeds loaded", "took", time.Since(loadStart).Round(time.Millisecond),
 		"tor_exits", cov.TorExits, "dc_ranges", cov.DCRanges, "cloud_providers", cov.CloudProviders, "disposable_domains", cov.DisposableDomains)
@@ -222,7 +253,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		Version:         version,
 		StartedAt:       clk.Now(),
 		Logger:          log,
-	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail})
+	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts})
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

@@ -142,3 +142,34 @@ type Mail struct {
 	Status  string `json:"status"`
 	Error   string `json:"error,omitempty"`
 }
+
+// ThreatFeed is GET /api/threat-feed (SPEC 2.4).
+type ThreatFeed struct {
+	Today     FeedToday    `json:"today"`
+	WeekTotal uint64       `json:"week_total"`
+	Week      FeedWeek     `json:"week"`
+	Coverage  FeedCoverage `json:"coverage"`
+}
+
+// FeedToday is the rolling 24 hours.
+type FeedToday struct {
+	Total   uint64 `json:"total"`
+	Threats uint64 `json:"threats"`
+	VPN     uint64 `json:"vpn"`
+	Proxy   uint64 `json:"proxy"`
+	DCH     uint64 `json:"dch"`
+}
+
+// FeedWeek is the rolling week.
+type FeedWeek struct {
+	Total   uint64 `json:"total"`
+	Threats uint64 `json:"threats"`
+}
+
+// FeedCoverage is what the loaded feeds cover; 0 means a feed did not load.
+type FeedCoverage struct {
+	DCRanges          int `json:"dch_ranges"`
+	CloudProviders    int `json:"cloud_providers"`
+	TorExits          int `json:"tor_exits"`
+	DisposableDomains int `json:"disposable_domains"`
+}

@@ -1,0 +1,209 @@
+// Package traffic counts authenticated API traffic for the public threat feed
+// (SPEC 2.4): totals, threats and VPN/proxy/datacenter hits in 10-minute
+// buckets over a rolling week. One actor owns the buckets; requests record
+// fire-and-forget, and the buckets are written to storage on a tick, so a
+// restart keeps the week (losing at most one tick of counts: these are
+// advisory statistics, not billing).
+package traffic
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// Bucket is the counting granularity; "today" is the last 24 hours of buckets.
+const Bucket = 10 * time.Minute
+
+const (
+	day  = 24 * time.Hour
+	week = 7 * day
+)
+
+// Record is one counted call (evaluate, lookup or MCP lookup_ip on a live key).
+type Record struct {
+	Threat, VPN, Proxy, DCH bool
+	Now                     time.Time
+}
+
+// Feed is what the threat feed reports about traffic.
+type Feed struct {
+	Today       storage.TrafficCounts // rolling 24 h
+	WeekTotal   uint64
+	WeekThreats uint64
+}
+
+// Config configures New; the zero value works (memory only).
+type Config struct {
+	Store      *storage.DB // nil: memory only
+	Clock      clock.Clock // stamps the flush tick; nil: flush only on Stop
+	FlushEvery time.Duration
+	Logger     *slog.Logger
+}
+
+// Counter is the typed client of the traffic actor.
+type Counter struct {
+	shards *actors.Shards
+	feeds  *actors.Calls[time.Time, Feed]
+	st     *state
+}
+
+type state struct {
+	buckets map[int64]*storage.TrafficCounts // bucket start (Unix seconds) → counts
+	dirty   map[int64]bool
+	store   *storage.DB
+	log     *slog.Logger
+}
+
+type feedCall = actors.Call[time.Time, Feed]
+
+type flush struct{ done chan error }
+
+type owner struct{ st *state }
+
+// New loads the last week from the store and spawns the actor.
+func New(root *actor.RootContext, cfg Config) (*Counter, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.FlushEvery == 0 {
+		cfg.FlushEvery = 10 * time.Second
+	}
+	st := &state{buckets: map[int64]*storage.TrafficCounts{}, dirty: map[int64]bool{}, store: cfg.Store, log: cfg.Logger}
+	if cfg.Store != nil {
+		now := time.Now()
+		if cfg.Clock != nil {
+			now = cfg.Clock.Now()
+		}
+		bs, err := cfg.Store.Traffic(now.Add(-week - Bucket))
+		if err != nil {
+			return nil, fmt.Errorf("load traffic counts: %w", err)
+		}
+		for _, b := range bs {
+			c := b.Counts
+			st.buckets[b.Start.Unix()] = &c
+		}
+	}
+	c := &Counter{st: st, feeds: actors.NewCalls[time.Time, Feed](0)}
+	c.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return owner{st} })
+	c.shards.Tick(cfg.Clock, cfg.FlushEvery)
+	return c, nil
+}
+
+// Record counts one call, fire-and-forget.
+func (c *Counter) Record(r Record) { c.shards.Send(0, &r) }
+
+// Feed returns the traffic figures as of now.
+func (c *Counter) Feed(now time.Time) (Feed, error) {
+	call := c.feeds.Get(now)
+	c.shards.Send(0, call)
+	return c.feeds.Wait(call)
+}
+
+// Stop writes the last counts and stops the actor.
+func (c *Counter) Stop() error {
+	done := make(chan error, 1)
+	c.shards.Send(0, &flush{done: done})
+	err := <-done
+	if serr := c.shards.Stop(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+func (o owner) Receive(ctx actor.Context) {
+	st := o.st
+	switch m := ctx.Message().(type) {
+	case *Record:
+		k := m.Now.Truncate(Bucket).Unix()
+		b := st.buckets[k]
+		if b == nil {
+			b = &storage.TrafficCounts{}
+			st.buckets[k] = b
+		}
+		b.Total++
+		if m.Threat {
+			b.Threats++
+		}
+		if m.VPN {
+			b.VPN++
+		}
+		if m.Proxy {
+			b.Proxy++
+		}
+		if m.DCH {
+			b.DCH++
+		}
+		st.dirty[k] = true
+	case *feedCall:
+		m.Reply(st.feed(m.Req), nil)
+	case actors.Tick:
+		st.flush(m.Now)
+	case *flush:
+		m.done <- st.flush(time.Time{})
+	}
+}
+
+// feed sums the buckets inside the rolling day and week ending at now.
+func (st *state) feed(now time.Time) Feed {
+	var f Feed
+	dayFrom := now.Add(-day).Unix()
+	weekFrom := now.Add(-week).Unix()
+	end := now.Unix()
+	for start, c := range st.buckets {
+		// A bucket counts when it ends inside the window; the current one
+		// always counts.
+		if start+int64(Bucket/time.Second) <= weekFrom || start > end {
+			continue
+		}
+		f.WeekTotal += c.Total
+		f.WeekThreats += c.Threats
+		if start+int64(Bucket/time.Second) > dayFrom {
+			f.Today.Total += c.Total
+			f.Today.Threats += c.Threats
+			f.Today.VPN += c.VPN
+			f.Today.Proxy += c.Proxy
+			f.Today.DCH += c.DCH
+		}
+	}
+	return f
+}
+
+// flush writes dirty buckets and forgets those older than a week (as of now;
+// a zero now keeps everything in memory).
+func (st *state) flush(now time.Time) error {
+	if !now.IsZero() {
+		cut := now.Add(-week - Bucket).Unix()
+		for k := range st.buckets {
+			if k < cut {
+				delete(st.buckets, k)
+				delete(st.dirty, k)
+			}
+		}
+	}
+	if st.store == nil || len(st.dirty) == 0 {
+		return nil
+	}
+	out := make([]storage.TrafficBucket, 0, len(st.dirty))
+	for k := range st.dirty {
+		if c := st.buckets[k]; c != nil {
+			out = append(out, storage.TrafficBucket{Start: time.Unix(k, 0).UTC(), Counts: *c})
+		}
+	}
+	before := time.Unix(0, 0)
+	if !now.IsZero() {
+		before = now.Add(-week - Bucket)
+	}
+	if err := st.store.PutTraffic(out, before); err != nil {
+		st.log.Warn("traffic counts not stored; will retry", "err", err)
+		return err
+	}
+	clear(st.dirty)
+	return nil
+}
