@@ -63,6 +63,9 @@ func RenderSVG(rep *Report) []byte {
 		cpu := ""
 		if r.ServerCPU != nil {
 			cpu = fmt.Sprintf(", %.0f µs CPU/req", *r.ServerCPU)
+			if r.RatioCPU != nil {
+				cpu += fmt.Sprintf(" (%.2f× floor)", *r.RatioCPU)
+			}
 		}
 		lat = append(lat, curveSeries(fmt.Sprintf("%s: p99 %.2f ms%s", name, r.P99, cpu), color, false, r.Curve))
 		thr = append(thr, timelineSeries(fmt.Sprintf("%s: %s req/s", name, kilo(r.RPS)), color, false, r.Timeline))

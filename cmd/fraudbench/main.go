@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,6 +32,9 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "floor-server" {
 		return runFloor(args[1:], stderr)
+	}
+	if len(args) > 0 && args[0] == "render" {
+		return runRender(args[1:], stdout, stderr)
 	}
 	o, err := parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -123,6 +127,7 @@ the same run.
 Usage:
   fraudbench [flags]                  run scenarios (starts fraudd unless --url)
   fraudbench floor-server [flags]     the floor server (fraudbench starts it for --floor)
+  fraudbench render IN.json OUT.svg   draw the charts of a saved --json report
 
 Examples:
   go run ./cmd/fraudbench --scenario evaluate-live --floor --duration 20s --json out.json
@@ -232,6 +237,30 @@ func writeFile(path string, write func(io.Writer) error) error {
 		return err
 	}
 	return f.Close()
+}
+
+// runRender is `fraudbench render IN.json OUT.svg`.
+func runRender(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 {
+		fmt.Fprintln(stderr, "usage: fraudbench render IN.json OUT.svg")
+		return 2
+	}
+	b, err := os.ReadFile(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudbench render: %v\n", err)
+		return 1
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintf(stderr, "fraudbench render: %s: %v\n", args[0], err)
+		return 1
+	}
+	if err := os.WriteFile(args[1], bench.RenderSVG(&rep), 0o644); err != nil {
+		fmt.Fprintf(stderr, "fraudbench render: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", args[1])
+	return 0
 }
 
 // runFloor is `fraudbench floor-server`: the floor as its own process, so

@@ -119,3 +119,23 @@ func TestFloorServerChild(t *testing.T) {
 		t.Fatal("floor still running after Stop")
 	}
 }
+
+func TestRender(t *testing.T) {
+	dir := t.TempDir()
+	in, out := dir+"/r.json", dir+"/r.svg"
+	if err := os.WriteFile(in, []byte(`{"date":"2026-11-22T06:00:00Z","results":[{"scenario":"status","mode":"closed","rps":10,`+
+		`"latency_curve":[{"percentile":50,"ms":0.2},{"percentile":99,"ms":1}],"timeline":{"interval_s":0.5,"rps":[10,10],"errors":[0,0]}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var o, e bytes.Buffer
+	if code := run([]string{"render", in, out}, &o, &e); code != 0 {
+		t.Fatalf("exit %d: %s", code, e.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || !bytes.Contains(b, []byte("<polyline")) {
+		t.Fatalf("no chart drawn: %v", err)
+	}
+	if code := run([]string{"render", in}, &o, &e); code != 2 {
+		t.Fatalf("missing argument: exit %d", code)
+	}
+}
