@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -149,5 +151,45 @@ func TestTestClockOnlyWhenEnabled(t *testing.T) {
 	noClock := StartServer(t, &Server{Bin: bin, NoTestClock: true})
 	if r := noClock.Admin(t, "POST", "/admin/v1/clock", map[string]any{"advance": "1h"}); r.Status != 404 {
 		t.Fatalf("clock without --test-clock: %d", r.Status)
+	}
+}
+
+// TestAdminCLI drives the operator API through `fraudd admin`, as an operator
+// would.
+func TestAdminCLI(t *testing.T) {
+	s := Start(t, bin)
+	run := func(args ...string) (string, string, error) {
+		cmd := exec.Command(bin, append([]string{"admin", "--url", s.URL, "--admin-token", AdminToken}, args...)...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+	out, stderr, err := run("create-account", "--email", "cli@example.com", "--plan", "scale")
+	if err != nil {
+		t.Fatalf("create-account: %v\n%s", err, stderr)
+	}
+	var created map[string]any
+	if err := json.Unmarshal([]byte(out), &created); err != nil || !strings.HasPrefix(created["live_key"].(string), "sk_live_") {
+		t.Fatalf("create-account output: %v %s", err, out)
+	}
+	if !strings.Contains(stderr, "not shown again") {
+		t.Errorf("create-account should warn that secrets are shown once: %q", stderr)
+	}
+	id := created["id"].(string)
+	if out, _, err := run("set-rules", id, "--json", `[{"signal":"tor","action":"review"}]`); err != nil || !strings.Contains(out, `"tor"`) {
+		t.Fatalf("set-rules: %v %s", err, out)
+	}
+	if out, _, err := run("patch-account", id, "--json", `{"suspended":true}`); err != nil || !strings.Contains(out, `"suspended": true`) {
+		t.Fatalf("patch-account: %v %s", err, out)
+	}
+	if out, _, err := run("get-account", id); err != nil || strings.Contains(out, created["live_key"].(string)) || !strings.Contains(out, `"plan": "scale"`) {
+		t.Fatalf("get-account: %v %s", err, out)
+	}
+	if _, stderr, err := run("get-account", "acc_missing"); err == nil || !strings.Contains(stderr, "404") {
+		t.Fatalf("unknown account should fail with the status: %v %s", err, stderr)
+	}
+	if _, _, err := run("no-such-command"); err == nil {
+		t.Fatal("unknown subcommand succeeded")
 	}
 }
