@@ -46,6 +46,7 @@ type serveConfig struct {
 	edgeBlockAgents []string
 	smtpURL         string
 	feedsRefresh    time.Duration
+	debugAddr       string
 }
 
 // env returns the FRAUDD_* variable or def.
@@ -94,6 +95,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.BoolVar(&c.edgeBlock, "edge-block", envBool("FRAUDD_EDGE_BLOCK", true), "answer 403 `error code: 1010` to requests with no User-Agent or a bare library default (env FRAUDD_EDGE_BLOCK)")
 	agents := fs.String("edge-block-agents", env("FRAUDD_EDGE_BLOCK_AGENTS", strings.Join(fastapi.DefaultEdgeBlockAgents, ",")), "comma-separated User-Agent prefixes the edge block rejects (env FRAUDD_EDGE_BLOCK_AGENTS)")
 	fs.DurationVar(&c.feedsRefresh, "feeds-refresh", envDuration("FRAUDD_FEEDS_REFRESH", 0), "download fresh feeds from upstream this often and swap them in without a pause; 0 = off (env FRAUDD_FEEDS_REFRESH)")
+	fs.StringVar(&c.debugAddr, "debug-addr", env("FRAUDD_DEBUG_ADDR", ""), "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty (env FRAUDD_DEBUG_ADDR)")
 	fs.StringVar(&c.smtpURL, "smtp-url", env("FRAUDD_SMTP_URL", ""), "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way (env FRAUDD_SMTP_URL)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -254,6 +256,10 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		StartedAt:       clk.Now(),
 		Logger:          log,
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts})
+
+	if cfg.debugAddr != "" {
+		startDebug(cfg.debugAddr, log)
+	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
