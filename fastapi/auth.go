@@ -11,6 +11,7 @@ import (
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/internal/accesstoken"
 )
 
 // SandboxKey is the public sandbox key (SPEC §5.3).
@@ -44,6 +45,8 @@ func bearer(h []byte) (token string, ok bool, hint string) {
 // invalidKeyHint names the likely cause of a key that did not authenticate.
 func invalidKeyHint(key string) string {
 	switch {
+	case accesstoken.LooksLikeJWT(key):
+		return "The access token is expired, or the key it was minted from was rotated or revoked: mint a new one at /oauth/token."
 	case key == "undefined" || key == "null" || key == "None" || key == "nil":
 		return fmt.Sprintf("The key is the literal string %q: the variable meant to hold your API key is not set.", key)
 	case strings.HasPrefix(key, accounts.PrefixPublishable):
@@ -74,6 +77,12 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, r *request, rt *route) b
 	valid := false
 	if present && key == SandboxKey {
 		r.sandbox, valid = true, true
+	} else if present && accesstoken.LooksLikeJWT(key) && s.deps.Tokens != nil {
+		// An OAuth access token authenticates as the account's current key of
+		// its type while the key it was minted from still works.
+		if c, err := s.deps.Tokens.Verify(key, r.now); err == nil {
+			a, valid = s.deps.Accounts.ResolveToken(c.Account, c.Test, c.Generation, r.now)
+		}
 	} else if present {
 		a, valid = s.deps.Accounts.Authenticate(key, r.now)
 	}

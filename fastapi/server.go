@@ -21,6 +21,7 @@ import (
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/intel/netlists"
+	"github.com/fraudd/fraudd/internal/accesstoken"
 	"github.com/fraudd/fraudd/internal/clock"
 )
 
@@ -67,6 +68,8 @@ type Deps struct {
 	Mail *mailer.Mailer
 	// Traffic counts API traffic for the threat feed; nil reports zeros.
 	Traffic *traffic.Counter
+	// Tokens mints and verifies OAuth access tokens; nil disables OAuth.
+	Tokens *accesstoken.Issuer
 }
 
 // Server is the HTTP surface.
@@ -192,6 +195,9 @@ func (s *Server) routeTable() []*route {
 		{method: "GET", pattern: "/v1/evaluate/sample", auth: authNone, limit: iplimit.Of(iplimit.Sample), handler: s.handleSample},
 		{method: "GET", pattern: "/v1/lookup/{ip}", auth: authAPI, handler: s.handleLookup},
 		{method: "GET", pattern: "/v1/usage", auth: authAPIAny, limit: iplimit.Of(iplimit.Usage), handler: s.handleUsage},
+		{method: "POST", pattern: "/oauth/token", auth: authNone, handler: s.handleToken},
+		{method: "GET", pattern: "/.well-known/oauth-authorization-server", auth: authNone, handler: s.handleASMetadata},
+		{method: "GET", pattern: "/.well-known/oauth-protected-resource", auth: authNone, handler: s.handlePRMetadata},
 		{method: "GET", pattern: "/api/threat-feed", auth: authNone, limit: iplimit.Of(iplimit.Feed), handler: s.handleThreatFeed},
 		{method: "POST", pattern: "/api/lookup", auth: authNone, handler: s.handleFreeLookup},
 		{method: "POST", pattern: "/api/lookup-bulk", auth: authNone, handler: s.handleBulkLookup},

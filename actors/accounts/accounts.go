@@ -545,3 +545,22 @@ func CompilePolicy(rules []storage.Rule, pins []storage.Pin) score.Policy {
 	}
 	return p
 }
+
+// ResolveToken authenticates an OAuth access token's binding: the account and
+// the generation of the key it was minted from. A live token works while its
+// key is current or in grace; a test token while its test key is current.
+func (s *Service) ResolveToken(accountID string, test bool, gen uint32, now time.Time) (Auth, bool) {
+	v := s.Get(accountID)
+	if v == nil {
+		return Auth{}, false
+	}
+	switch {
+	case test && gen == v.Test.Generation:
+		return Auth{View: v, Kind: KeyTest, Generation: gen}, true
+	case !test && gen == v.Live.Generation:
+		return Auth{View: v, Kind: KeyLive, Generation: gen}, true
+	case !test && v.PrevLive != nil && gen == v.PrevLive.Generation && now.Before(v.PrevLive.ValidUntil):
+		return Auth{View: v, Kind: KeyLivePrev, Generation: gen}, true
+	}
+	return Auth{}, false
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/fraudd/fraudd/fastapi"
 	intelfeeds "github.com/fraudd/fraudd/intel/feeds"
 	"github.com/fraudd/fraudd/intel/netlists"
+	"github.com/fraudd/fraudd/internal/accesstoken"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
@@ -255,7 +256,8 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		Version:         version,
 		StartedAt:       clk.Now(),
 		Logger:          log,
-	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts})
+	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
+		Tokens: accesstoken.NewIssuer(master)})
 
 	if cfg.debugAddr != "" {
 		startDebug(cfg.debugAddr, log)

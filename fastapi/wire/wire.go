@@ -173,3 +173,29 @@ type FeedCoverage struct {
 	TorExits          int `json:"tor_exits"`
 	DisposableDomains int `json:"disposable_domains"`
 }
+
+// Token is the token endpoint's answer.
+type Token struct {
+	AccessToken string `json:"access_token"`
+	TokenType   string `json:"token_type"`
+	ExpiresIn   int64  `json:"expires_in"`
+	Scope       string `json:"scope"`
+}
+
+// ASMetadata is the OAuth authorization-server metadata (RFC 8414).
+type ASMetadata struct {
+	Issuer                            string   `json:"issuer"`
+	TokenEndpoint                     string   `json:"token_endpoint"`
+	GrantTypesSupported               []string `json:"grant_types_supported"`
+	TokenEndpointAuthMethodsSupported []string `json:"token_endpoint_auth_methods_supported"`
+	ScopesSupported                   []string `json:"scopes_supported"`
+	ResponseTypesSupported            []string `json:"response_types_supported"`
+}
+
+// PRMetadata is the OAuth protected-resource metadata (RFC 9728).
+type PRMetadata struct {
+	Resource               string   `json:"resource"`
+	AuthorizationServers   []string `json:"authorization_servers"`
+	ScopesSupported        []string `json:"scopes_supported"`
+	BearerMethodsSupported []string `json:"bearer_methods_supported"`
+}

@@ -1,0 +1,208 @@
+package fastapi
+
+import (
+	"bytes"
+	"encoding/base64"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/bytedance/sonic"
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/iplimit"
+	"github.com/fraudd/fraudd/fastapi/wire"
+	"github.com/fraudd/fraudd/internal/accesstoken"
+	"github.com/fraudd/fraudd/internal/secrets"
+)
+
+// maxCredential bounds client_id and client_secret (SPEC 4.9).
+const maxCredential = 256
+
+// oauthError sends the token endpoint's error body (RFC 6749 §5.2 shape).
+func (s *Server) oauthError(ctx *fasthttp.RequestCtx, status int, code, desc string) {
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.Response.Header.Set("Pragma", "no-cache")
+	s.writeJSON(ctx, status, &wire.OAuthError{Error: code, ErrorDescription: desc})
+}
+
+// tokenRequest is what the client sent, from whichever place it used.
+type tokenRequest struct {
+	grantType, clientID, clientSecret string
+	grantSent                         bool
+	bad                               string // why the request is malformed
+}
+
+// readTokenRequest reads client_secret_basic (Authorization: Basic), a form
+// body (client_secret_post) or a JSON body (used in published examples).
+func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
+	var tr tokenRequest
+	body := bytes.TrimSpace(ctx.PostBody())
+	if len(body) > 0 && body[0] == '{' {
+		var j struct {
+			GrantType    sonic.NoCopyRawMessage `json:"grant_type"`
+			ClientID     sonic.NoCopyRawMessage `json:"client_id"`
+			ClientSecret sonic.NoCopyRawMessage `json:"client_secret"`
+		}
+		if sonic.ConfigStd.Unmarshal(body, &j) != nil {
+			tr.bad = "The JSON body could not be read."
+			return tr
+		}
+		for _, f := range []struct {
+			raw  sonic.NoCopyRawMessage
+			dst  *string
+			name string
+		}{{j.GrantType, &tr.grantType, "grant_type"}, {j.ClientID, &tr.clientID, "client_id"}, {j.ClientSecret, &tr.clientSecret, "client_secret"}} {
+			if isAbsent(f.raw) {
+				continue
+			}
+			v, ok := jsonString(f.raw)
+			if !ok {
+				tr.bad = f.name + " must be a string."
+				return tr
+			}
+			*f.dst = v
+		}
+		tr.grantSent = !isAbsent(j.GrantType)
+	} else {
+		vals, err := url.ParseQuery(string(body))
+		if err != nil {
+			tr.bad = "The form body could not be read."
+			return tr
+		}
+		if len(vals["client_id"]) > 1 || len(vals["client_secret"]) > 1 || len(vals["grant_type"]) > 1 {
+			tr.bad = "Each parameter may be sent once."
+			return tr
+		}
+		_, tr.grantSent = vals["grant_type"]
+		tr.grantType, tr.clientID, tr.clientSecret = vals.Get("grant_type"), vals.Get("client_id"), vals.Get("client_secret")
+	}
+	if h := ctx.Request.Header.Peek("Authorization"); len(h) > 6 && strings.EqualFold(string(h[:6]), "basic ") {
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(h[6:])))
+		id, secret, ok := strings.Cut(string(raw), ":")
+		if err != nil || !ok {
+			tr.bad = "The Basic credentials could not be read."
+			return tr
+		}
+		// RFC 6749 §2.3.1: both parts are form-encoded before Basic.
+		if u, err := url.QueryUnescape(id); err == nil {
+			id = u
+		}
+		if u, err := url.QueryUnescape(secret); err == nil {
+			secret = u
+		}
+		if tr.clientID != "" || tr.clientSecret != "" {
+			tr.bad = "Send the client credentials once: either Basic or the body."
+			return tr
+		}
+		tr.clientID, tr.clientSecret = id, secret
+	}
+	return tr
+}
+
+// handleToken is POST /oauth/token (SPEC 4.9).
+func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
+	if s.deps.Tokens == nil {
+		s.oauthError(ctx, fasthttp.StatusNotFound, "invalid_request", "OAuth is not enabled on this server.")
+		return
+	}
+	v, err := s.deps.Limits.Take(iplimit.Of(iplimit.AuthFail, iplimit.OAuth), r.client, r.now)
+	if err != nil {
+		s.serverError(ctx, "oauth limits", err)
+		return
+	}
+	if !v.Allowed {
+		retry := 60
+		if v.Kind == iplimit.AuthFail {
+			retry = retryAfterLockout
+		}
+		ctx.Response.Header.Set(headerRetryAfter, itoa(retry))
+		s.oauthError(ctx, fasthttp.StatusTooManyRequests, "rate_limited", "Too many token requests.")
+		return
+	}
+	if s.deps.Store != nil && !s.deps.Store.Available() {
+		ctx.Response.Header.Set(headerRetryAfter, itoa(retryAfterStorage))
+		ctx.Response.Header.Set("Cache-Control", "no-store")
+		s.writeJSON(ctx, fasthttp.StatusServiceUnavailable, &wire.OAuthError{Error: "temporarily_unavailable",
+			ErrorDescription: "The account store is unavailable; retry later.", Code: codeStorage})
+		return
+	}
+	tr := readTokenRequest(ctx)
+	switch {
+	case tr.bad != "":
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", tr.bad)
+		return
+	case !tr.grantSent:
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", "grant_type is required (client_credentials).")
+		return
+	case tr.grantType != "client_credentials":
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "unsupported_grant_type", "Only grant_type=client_credentials is supported.")
+		return
+	case tr.clientID == "" || tr.clientSecret == "":
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", "client_id (account email) and client_secret (API key) are required.")
+		return
+	case utf8.RuneCountInString(tr.clientID) > maxCredential || utf8.RuneCountInString(tr.clientSecret) > maxCredential:
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", "client_id and client_secret are at most 256 characters.")
+		return
+	}
+	a, ok := s.deps.Accounts.Authenticate(tr.clientSecret, r.now)
+	// One answer for a wrong email and a wrong key, so neither can be probed;
+	// a previous live key in grace cannot mint (SPEC §3).
+	if !ok || !strings.EqualFold(a.View.Email, tr.clientID) || a.Kind == accounts.KeyLivePrev {
+		s.deps.Limits.Fail(r.client, r.now)
+		s.oauthError(ctx, fasthttp.StatusUnauthorized, "invalid_client", "Client authentication failed.")
+		return
+	}
+	if a.View.Suspended {
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "unauthorized_client", "The account is suspended.")
+		return
+	}
+	if a.Kind == accounts.KeyLive && !a.View.Allowed(r.client) {
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "unauthorized_client",
+			"The calling address "+r.client.String()+" is not on this key's IP allowlist.")
+		return
+	}
+	tok, err := s.deps.Tokens.Mint(accesstoken.Claims{Account: a.View.ID, Test: a.Kind == accounts.KeyTest,
+		Generation: a.Generation, IssuedAt: r.now, ID: secrets.RandomHex(12)})
+	if err != nil {
+		s.serverError(ctx, "mint access token", err)
+		return
+	}
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.Response.Header.Set("Pragma", "no-cache")
+	s.writeJSON(ctx, fasthttp.StatusOK, &wire.Token{AccessToken: tok, TokenType: "Bearer",
+		ExpiresIn: int64(accesstoken.Lifetime.Seconds()), Scope: accesstoken.Scope})
+}
+
+// baseURL is the scheme and host the client used, for discovery documents.
+func baseURL(ctx *fasthttp.RequestCtx) string {
+	scheme := "http"
+	if ctx.IsTLS() || strings.EqualFold(string(ctx.Request.Header.Peek("X-Forwarded-Proto")), "https") {
+		scheme = "https"
+	}
+	return scheme + "://" + string(ctx.Host())
+}
+
+// handleASMetadata is RFC 8414 authorization-server metadata.
+func (s *Server) handleASMetadata(ctx *fasthttp.RequestCtx, r *request) {
+	b := baseURL(ctx)
+	s.writeJSON(ctx, fasthttp.StatusOK, &wire.ASMetadata{
+		Issuer: b, TokenEndpoint: b + "/oauth/token",
+		GrantTypesSupported:               []string{"client_credentials"},
+		TokenEndpointAuthMethodsSupported: []string{"client_secret_basic", "client_secret_post"},
+		ScopesSupported:                   []string{accesstoken.Scope},
+		ResponseTypesSupported:            []string{},
+	})
+}
+
+// handlePRMetadata is RFC 9728 protected-resource metadata.
+func (s *Server) handlePRMetadata(ctx *fasthttp.RequestCtx, r *request) {
+	b := baseURL(ctx)
+	s.writeJSON(ctx, fasthttp.StatusOK, &wire.PRMetadata{
+		Resource: b, AuthorizationServers: []string{b}, ScopesSupported: []string{accesstoken.Scope},
+		BearerMethodsSupported: []string{"header"},
+	})
+}
+
+func itoa(n int) string { return string(fasthttp.AppendUint(nil, n)) }
