@@ -30,10 +30,7 @@ func limitsOf(v *accounts.View, r *request) quota.Limits {
 // is the caller's decision (see the quota package doc's table).
 func (s *Server) charge(ctx *fasthttp.RequestCtx, r *request, kind quota.Kind, monthly, total bool) (quota.ChargeResult, bool) {
 	v := r.auth.View
-	res, err := s.deps.Quota.Charge(quota.Charge{
-		Account: v.ID, Bucket: bucket(r.auth.Kind), Kind: kind, Limits: limitsOf(v, r),
-		Hourly: true, Monthly: monthly, Total: total, Now: r.now,
-	})
+	res, err := s.chargeOnly(r, kind, monthly, total)
 	if err != nil {
 		s.log.Error("quota charge failed", "err", err, "account", v.ID)
 		s.storageUnavailable(ctx)
@@ -56,4 +53,14 @@ func (s *Server) charge(ctx *fasthttp.RequestCtx, r *request, kind quota.Kind, m
 		return res, false
 	}
 	return res, true
+}
+
+// chargeOnly checks and charges without answering anything (MCP answers its
+// own way).
+func (s *Server) chargeOnly(r *request, kind quota.Kind, monthly, total bool) (quota.ChargeResult, error) {
+	v := r.auth.View
+	return s.deps.Quota.Charge(quota.Charge{
+		Account: v.ID, Bucket: bucket(r.auth.Kind), Kind: kind, Limits: limitsOf(v, r),
+		Hourly: true, Monthly: monthly, Total: total, Now: r.now,
+	})
 }

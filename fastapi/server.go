@@ -79,6 +79,7 @@ type Server struct {
 	log    *slog.Logger
 	routes []*route
 	srv    *fasthttp.Server
+	mcp    fasthttp.RequestHandler
 	reqs   sync.Pool
 
 	idPrefix [8]byte
@@ -148,6 +149,7 @@ func New(cfg Config, deps Deps) *Server {
 	for i := range s.idPrefix {
 		s.idPrefix[i] = hexd[rand.IntN(16)]
 	}
+	s.mcp = s.newMCP()
 	s.routes = s.routeTable()
 	for _, rt := range s.routes {
 		rt.segs = strings.Split(strings.Trim(rt.pattern, "/"), "/")
@@ -195,6 +197,7 @@ func (s *Server) routeTable() []*route {
 		{method: "GET", pattern: "/v1/evaluate/sample", auth: authNone, limit: iplimit.Of(iplimit.Sample), handler: s.handleSample},
 		{method: "GET", pattern: "/v1/lookup/{ip}", auth: authAPI, handler: s.handleLookup},
 		{method: "GET", pattern: "/v1/usage", auth: authAPIAny, limit: iplimit.Of(iplimit.Usage), handler: s.handleUsage},
+		{method: "POST", pattern: "/mcp", auth: authNone, handler: s.handleMCP},
 		{method: "POST", pattern: "/oauth/token", auth: authNone, handler: s.handleToken},
 		{method: "GET", pattern: "/.well-known/oauth-authorization-server", auth: authNone, handler: s.handleASMetadata},
 		{method: "GET", pattern: "/.well-known/oauth-protected-resource", auth: authNone, handler: s.handlePRMetadata},

@@ -13,7 +13,13 @@ func sprintf(format string, args ...any) string { return fmt.Sprintf(format, arg
 
 // handleStatus answers /api/status; tests use it as the readiness probe.
 func (s *Server) handleStatus(ctx *fasthttp.RequestCtx, r *request) {
-	up := r.now.Sub(s.cfg.StartedAt)
+	st := s.statusPayload(r.now)
+	s.writeJSON(ctx, fasthttp.StatusOK, &st)
+}
+
+// statusPayload is the SPEC 2.4 status, shared with the MCP service_status tool.
+func (s *Server) statusPayload(now time.Time) wire.Status {
+	up := now.Sub(s.cfg.StartedAt)
 	if up < 0 {
 		up = 0
 	}
@@ -35,11 +41,11 @@ func (s *Server) handleStatus(ctx *fasthttp.RequestCtx, r *request) {
 		Services: wire.Services{
 			API: health(true), Storage: health(storeOK), Authentication: health(storeOK), Feeds: health(true),
 		},
-		LastProbe: r.now.UTC().Format(time.RFC3339),
+		LastProbe: now.UTC().Format(time.RFC3339),
 		Version:   s.cfg.Version,
 	}
 	if !storeOK {
 		st.Status = "degraded"
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, &st)
+	return st
 }

@@ -3,6 +3,8 @@
 // field, and golden files in testdata/ pin them.
 package wire
 
+import "encoding/json"
+
 // Error is the error body of SPEC §7.
 type Error struct {
 	Error string `json:"error"`
@@ -198,4 +200,23 @@ type PRMetadata struct {
 	AuthorizationServers   []string `json:"authorization_servers"`
 	ScopesSupported        []string `json:"scopes_supported"`
 	BearerMethodsSupported []string `json:"bearer_methods_supported"`
+}
+
+// RPCError is a JSON-RPC 2.0 error response (MCP refusals).
+type RPCError struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Error   RPCErrorBody    `json:"error"`
+}
+
+// RPCErrorBody is the error member of a JSON-RPC error.
+type RPCErrorBody struct {
+	Code    int       `json:"code"`
+	Message string    `json:"message"`
+	Data    *RPCRetry `json:"data,omitempty"`
+}
+
+// RPCRetry tells a refused agent when to retry.
+type RPCRetry struct {
+	RetryAfter int64 `json:"retry_after"`
 }
