@@ -220,3 +220,23 @@ type RPCErrorBody struct {
 type RPCRetry struct {
 	RetryAfter int64 `json:"retry_after"`
 }
+
+// RPCToolResult is a JSON-RPC 2.0 response to tools/call (the MCP fast path).
+type RPCToolResult struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  ToolResult      `json:"result"`
+}
+
+// ToolResult is an MCP CallToolResult with the lookup as structured content.
+type ToolResult struct {
+	Content           []RPCText `json:"content"`
+	StructuredContent *Lookup   `json:"structuredContent,omitempty"`
+	IsError           bool      `json:"isError,omitempty"`
+}
+
+// RPCText is an MCP text content item.
+type RPCText struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
