@@ -30,9 +30,6 @@ const AdminToken = "adm_e2e_token_for_tests_only"
 
 // Build compiles cmd/fraudd into dir and returns the binary's path.
 func Build(dir string) (string, error) {
-	if err := statSources(".."); err != nil {
-		return "", err
-	}
 	bin := filepath.Join(dir, "fraudd")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/fraudd/fraudd/cmd/fraudd")
 	cmd.Stderr = os.Stderr
@@ -75,6 +72,13 @@ func Start(t testing.TB, bin string, extra ...string) *Server {
 // temp dir).
 func StartServer(t testing.TB, s *Server) *Server {
 	t.Helper()
+	// Inside a test (not TestMain) so that go test's file log, which keys
+	// its result cache, sees the sources the binary was built from.
+	statOnce.Do(func() {
+		if err := statSources(".."); err != nil {
+			t.Fatalf("stat sources: %v", err)
+		}
+	})
 	if s.DataDir == "" {
 		s.DataDir = t.TempDir()
 	}
@@ -304,6 +308,8 @@ func (s *Server) SetClock(t testing.TB, at string) {
 		t.Fatalf("set clock: %d %s", r.Status, r.Body)
 	}
 }
+
+var statOnce sync.Once
 
 // statSources stats every file the binary is built from. `go test` caches a
 // package's result keyed on the files the test process touched; the build
