@@ -25,6 +25,17 @@ func TestStatusAndHeaders(t *testing.T) {
 			t.Errorf("uptime.%s missing: %s", k, r.Body)
 		}
 	}
+	hist, _ := m["history_90d"].([]any)
+	if len(hist) != 90 {
+		t.Fatalf("history_90d has %d days", len(hist))
+	}
+	today := hist[89].(map[string]any)
+	if today["samples"].(float64) < 1 || today["pct"].(float64) != 100 || hist[0].(map[string]any)["pct"] != nil {
+		t.Fatalf("history: first %v, today %v", hist[0], today)
+	}
+	if svc := m["services"].(map[string]any)["storage"].(map[string]any); svc["status"] != "operational" || svc["uptime_pct"].(float64) != 100 {
+		t.Fatalf("storage service: %v", svc)
+	}
 	if !strings.HasPrefix(r.Header.Get("X-Request-Id"), "req_") {
 		t.Errorf("X-Request-Id = %q", r.Header.Get("X-Request-Id"))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/health"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
@@ -70,6 +71,8 @@ type Deps struct {
 	Traffic *traffic.Counter
 	// Tokens mints and verifies OAuth access tokens; nil disables OAuth.
 	Tokens *accesstoken.Issuer
+	// Health probes the service's parts for /api/status; nil reports live state only.
+	Health *health.Monitor
 }
 
 // Server is the HTTP surface.

@@ -23,11 +23,11 @@ func (s *Server) statusPayload(now time.Time) wire.Status {
 	if up < 0 {
 		up = 0
 	}
-	health := func(ok bool) wire.ServiceHealth {
+	health := func(ok bool, pct float64) wire.ServiceHealth {
 		if ok {
-			return wire.ServiceHealth{Status: "operational", UptimePct: 100}
+			return wire.ServiceHealth{Status: "operational", UptimePct: pct}
 		}
-		return wire.ServiceHealth{Status: "degraded", UptimePct: 0}
+		return wire.ServiceHealth{Status: "degraded", UptimePct: pct}
 	}
 	storeOK := s.deps.Store == nil || s.deps.Store.Available()
 	st := wire.Status{
@@ -39,12 +39,30 @@ func (s *Server) statusPayload(now time.Time) wire.Status {
 			Started: s.cfg.StartedAt.UTC().Format(time.RFC3339),
 		},
 		Services: wire.Services{
-			API: health(true), Storage: health(storeOK), Authentication: health(storeOK), Feeds: health(true),
+			API: health(true, 100), Storage: health(storeOK, 100), Authentication: health(storeOK, 100), Feeds: health(true, 100),
 		},
 		LastProbe: now.UTC().Format(time.RFC3339),
 		Version:   s.cfg.Version,
 	}
-	if !storeOK {
+	if s.deps.Health != nil {
+		if rep, err := s.deps.Health.Report(now); err == nil {
+			st.Services = wire.Services{
+				API:            health(rep.API.OK, rep.API.UptimePct),
+				Storage:        health(rep.Storage.OK && storeOK, rep.Storage.UptimePct),
+				Authentication: health(rep.Auth.OK && storeOK, rep.Auth.UptimePct),
+				Feeds:          health(rep.Feeds.OK, rep.Feeds.UptimePct),
+			}
+			if !rep.LastProbe.IsZero() {
+				st.LastProbe = rep.LastProbe.UTC().Format(time.RFC3339)
+			}
+			st.History90d = make([]wire.HistoryDay, 0, len(rep.History))
+			for _, d := range rep.History {
+				st.History90d = append(st.History90d, wire.HistoryDay{Day: d.Day.Format("2006-01-02"), Pct: d.Pct,
+					Samples: d.Samples, APIPct: d.APIPct, DashboardPct: d.DashboardPct, AuthenticationPct: d.AuthPct})
+			}
+		}
+	}
+	if st.Services.Storage.Status != "operational" || st.Services.Feeds.Status != "operational" {
 		st.Status = "degraded"
 	}
 	return st

@@ -16,4 +16,5 @@ const (
 	prefixMail     byte = 0x40 // time + id → mail outbox record
 	prefixDelivery byte = 0x41 // reserved: webhook deliveries
 	prefixTraffic  byte = 0x50 // bucket start → threat-feed traffic counts
+	prefixHealth   byte = 0x51 // UTC day → status probe counts
 )

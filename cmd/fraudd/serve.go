@@ -21,6 +21,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/health"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
@@ -189,7 +190,6 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
-	go probeLoop(probeCtx, db, log)
 
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(s *actor.ActorSystem) *slog.Logger {
 		return log.With("lib", "protoactor")
@@ -248,6 +248,22 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	log.Info("feeds loaded", "took", time.Since(loadStart).Round(time.Millisecond),
 		"tor_exits", cov.TorExits, "dc_ranges", cov.DCRanges, "cloud_providers", cov.CloudProviders, "disposable_domains", cov.DisposableDomains)
 
+	// The health monitor re-checks the store on a tick, so an unreadable disk
+	// turns into 503s (and a recovered one back into service) without waiting
+	// for a failed request, and keeps the status history.
+	monitor, err := health.New(system.Root, health.Config{DB: db, Clock: clk, Logger: log, Checks: health.Checks{
+		Storage: db.Probe,
+		Feeds:   func() bool { return feeds.Current().Coverage().TorExits > 0 },
+	}})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := monitor.Stop(); err != nil {
+			log.Error("stop health monitor", "err", err)
+		}
+	}()
+
 	srv := fastapi.New(fastapi.Config{
 		AdminToken:      adminToken,
 		TrustedProxies:  cfg.trustedProxies,
@@ -257,7 +273,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		StartedAt:       clk.Now(),
 		Logger:          log,
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
-		Tokens: accesstoken.NewIssuer(master)})
+		Tokens: accesstoken.NewIssuer(master), Health: monitor})
 
 	if cfg.debugAddr != "" {
 		startDebug(cfg.debugAddr, log)
@@ -284,23 +300,6 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}
 	log.Info("http server stopped")
 	return nil
-}
-
-// probeLoop re-checks the store so an unreadable disk turns into 503s (and a
-// recovered one back into service) without waiting for a failed request.
-func probeLoop(ctx context.Context, db *storage.DB, log *slog.Logger) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := db.Probe(); err != nil {
-				log.Debug("storage probe failed", "err", err)
-			}
-		}
-	}
 }
 
 // loadMaster returns the master secret from --secret, or from the data dir's

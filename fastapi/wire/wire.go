@@ -43,11 +43,23 @@ type Services struct {
 
 // Status is the /api/status payload (SPEC 2.4).
 type Status struct {
-	Status    string   `json:"status"`
-	Uptime    Uptime   `json:"uptime"`
-	Services  Services `json:"services"`
-	LastProbe string   `json:"last_probe"`
-	Version   string   `json:"version"`
+	Status     string       `json:"status"`
+	Uptime     Uptime       `json:"uptime"`
+	Services   Services     `json:"services"`
+	LastProbe  string       `json:"last_probe"`
+	Version    string       `json:"version"`
+	History90d []HistoryDay `json:"history_90d,omitempty"`
+}
+
+// HistoryDay is one day of the status history, oldest first; a null
+// percentage means no probe ran that day.
+type HistoryDay struct {
+	Day               string   `json:"day"`
+	Pct               *float64 `json:"pct"`
+	Samples           uint64   `json:"samples"`
+	APIPct            *float64 `json:"api_pct"`
+	DashboardPct      *float64 `json:"dashboard_pct"`
+	AuthenticationPct *float64 `json:"authentication_pct"`
 }
 
 // KeyInfo shows a key without its secret part.

@@ -1,0 +1,204 @@
+// Package health probes the service's own parts on a tick (storage write and
+// read, the account directory, the feeds) and keeps 90 days of daily
+// results, for the status endpoint's per-service uptime and history. One
+// actor owns the days; the probe result of each tick is written to storage so
+// the history survives restarts.
+package health
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// Days is the history window.
+const Days = 90
+
+// Checks are the probes; each reports whether its part works.
+type Checks struct {
+	Storage func() error // write and read back with sync
+	Feeds   func() bool  // a snapshot with coverage is loaded
+}
+
+// Config configures New.
+type Config struct {
+	DB       *storage.DB // nil: memory only
+	Clock    clock.Clock
+	Interval time.Duration // 0 = 10 s
+	Checks   Checks
+	Logger   *slog.Logger
+}
+
+// Service is one part's health.
+type Service struct {
+	OK        bool
+	UptimePct float64 // over the window; 100 before any probe
+}
+
+// Day is one entry of history_90d. Nil percentages mean no probe that day.
+type Day struct {
+	Day                                time.Time
+	Samples                            uint64
+	Pct, APIPct, DashboardPct, AuthPct *float64
+}
+
+// Report is what the status endpoint shows.
+type Report struct {
+	LastProbe                 time.Time
+	API, Storage, Auth, Feeds Service
+	History                   []Day // oldest first, one per day of the window, today last
+}
+
+// Monitor is the typed client of the health actor.
+type Monitor struct {
+	shards  *actors.Shards
+	reports *actors.Calls[time.Time, Report]
+}
+
+type state struct {
+	cfg    Config
+	days   map[int64]*storage.HealthDay // Unix day → counts
+	last   time.Time
+	lastOK [4]bool
+}
+
+type owner struct{ st *state }
+
+type probeNow struct{ done chan struct{} }
+
+// New loads the stored history, probes once and starts the tick.
+func New(root *actor.RootContext, cfg Config) (*Monitor, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	st := &state{cfg: cfg, days: map[int64]*storage.HealthDay{}}
+	if cfg.DB != nil {
+		hs, err := cfg.DB.Health(dayOf(cfg.Clock.Now()).AddDate(0, 0, -Days))
+		if err == nil {
+			for i := range hs {
+				h := hs[i]
+				st.days[h.Day.Unix()/86400] = &h
+			}
+		}
+	}
+	m := &Monitor{reports: actors.NewCalls[time.Time, Report](0)}
+	m.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return owner{st} })
+	done := make(chan struct{})
+	m.shards.Send(0, &probeNow{done: done})
+	<-done
+	m.shards.Tick(cfg.Clock, cfg.Interval)
+	return m, nil
+}
+
+// Report returns the health as of now.
+func (m *Monitor) Report(now time.Time) (Report, error) {
+	c := m.reports.Get(now)
+	m.shards.Send(0, c)
+	return m.reports.Wait(c)
+}
+
+// Stop stops the actor.
+func (m *Monitor) Stop() error { return m.shards.Stop() }
+
+func dayOf(t time.Time) time.Time { return t.UTC().Truncate(24 * time.Hour) }
+
+func (o owner) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case actors.Tick:
+		o.st.probe(m.Now)
+	case *probeNow:
+		o.st.probe(o.st.cfg.Clock.Now())
+		close(m.done)
+	case *actors.Call[time.Time, Report]:
+		m.Reply(o.st.report(m.Req), nil)
+	}
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// probe runs the checks and counts the result into today.
+func (st *state) probe(now time.Time) {
+	storageOK := st.cfg.Checks.Storage == nil || st.cfg.Checks.Storage() == nil
+	feedsOK := st.cfg.Checks.Feeds == nil || st.cfg.Checks.Feeds()
+	// The API answers from this process, so it is up whenever a probe runs;
+	// authentication reads the key directory in memory but needs the store
+	// for the quota and account writes behind every authenticated call.
+	apiOK, authOK := true, storageOK
+	st.last = now
+	st.lastOK = [4]bool{apiOK, storageOK, authOK, feedsOK}
+	k := now.Unix() / 86400
+	d := st.days[k]
+	if d == nil {
+		d = &storage.HealthDay{Day: dayOf(now)}
+		st.days[k] = d
+	}
+	d.Samples++
+	d.APIOK += b2u(apiOK)
+	d.StorageOK += b2u(storageOK)
+	d.AuthOK += b2u(authOK)
+	d.FeedsOK += b2u(feedsOK)
+	cut := dayOf(now).AddDate(0, 0, -Days)
+	for dk := range st.days {
+		if dk < cut.Unix()/86400 {
+			delete(st.days, dk)
+		}
+	}
+	if st.cfg.DB != nil && storageOK {
+		if err := st.cfg.DB.PutHealth(d, cut); err != nil {
+			st.cfg.Logger.Debug("health day not stored", "err", err)
+		}
+	}
+}
+
+func pct(ok, n uint64) *float64 {
+	if n == 0 {
+		return nil
+	}
+	p := float64(int64(float64(ok)*10000/float64(n)+0.5)) / 100 // two decimals
+	return &p
+}
+
+// report builds the window ending today.
+func (st *state) report(now time.Time) Report {
+	r := Report{LastProbe: st.last}
+	var n, api, sto, auth, feeds uint64
+	today := dayOf(now)
+	for i := Days - 1; i >= 0; i-- {
+		day := today.AddDate(0, 0, -i)
+		e := Day{Day: day}
+		if d := st.days[day.Unix()/86400]; d != nil {
+			e.Samples = d.Samples
+			all := min(d.APIOK, d.StorageOK, d.AuthOK)
+			e.Pct, e.APIPct, e.AuthPct = pct(all, d.Samples), pct(d.APIOK, d.Samples), pct(d.AuthOK, d.Samples)
+			// The dashboard is the admin API, served by this same process.
+			e.DashboardPct = e.APIPct
+			n, api, sto, auth, feeds = n+d.Samples, api+d.APIOK, sto+d.StorageOK, auth+d.AuthOK, feeds+d.FeedsOK
+		}
+		r.History = append(r.History, e)
+	}
+	up := func(ok bool, good uint64) Service {
+		s := Service{OK: ok, UptimePct: 100}
+		if p := pct(good, n); p != nil {
+			s.UptimePct = *p
+		}
+		return s
+	}
+	r.API, r.Storage, r.Auth, r.Feeds = up(st.lastOK[0], api), up(st.lastOK[1], sto), up(st.lastOK[2], auth), up(st.lastOK[3], feeds)
+	return r
+}
