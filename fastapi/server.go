@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -279,7 +280,9 @@ func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx) {
 // match finds the route for method and path. When the path exists under other
 // methods only, it returns nil and the Allow header value.
 func (s *Server) match(method, path []byte, r *request) (*route, string) {
-	p := strings.Trim(string(path), "/")
+	// The path bytes live as long as the request; parameters that must
+	// outlive it are copied by their handlers.
+	p := strings.Trim(unsafe.String(unsafe.SliceData(path), len(path)), "/")
 	var allow []string
 	for _, rt := range s.routes {
 		if !matchSegs(rt.segs, p, r) {

@@ -144,7 +144,7 @@ func Start(root *actor.RootContext, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, root: root, pepper: cfg.Master.Derive("api-key-pepper"), sealer: sealer}
-	s.hashes.New = func() any { return hmac.New(sha256.New, s.pepper) }
+	s.hashes.New = func() any { return &hasher{h: hmac.New(sha256.New, s.pepper), in: make([]byte, 0, 96)} }
 	err = cfg.DB.Accounts(func(a *storage.Account) error {
 		rules, err := cfg.DB.GetRules(a.ID)
 		if err != nil {
@@ -181,14 +181,23 @@ func (s *Service) run(do func() (any, error)) (any, error) {
 	return r.v, r.err
 }
 
+// hasher is a pooled HMAC with scratch space, so hashing a key on the request
+// path allocates nothing.
+type hasher struct {
+	h   hash.Hash
+	in  []byte
+	sum [32]byte
+}
+
 // HashKey is the keyed hash under which a key is stored.
 func (s *Service) HashKey(key string) [32]byte {
-	h := s.hashes.Get().(hash.Hash)
-	h.Reset()
-	h.Write([]byte(key))
-	var out [32]byte
-	h.Sum(out[:0])
-	s.hashes.Put(h)
+	hs := s.hashes.Get().(*hasher)
+	hs.h.Reset()
+	hs.in = append(hs.in[:0], key...)
+	hs.h.Write(hs.in)
+	hs.h.Sum(hs.sum[:0])
+	out := hs.sum
+	s.hashes.Put(hs)
 	return out
 }
 
