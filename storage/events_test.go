@@ -1,0 +1,144 @@
+package storage
+
+import (
+	"encoding/hex"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func testEvent(day time.Time, n byte) *DeviceEvent {
+	e := &DeviceEvent{
+		Account: "acc_1", Created: day, Origin: "https://shop.example", Addr: netip.MustParseAddr("73.0.0.1"),
+		Schema: 1, Signals: []byte(`{"v":1,"ua":"x"}`), Flags: EventAutomation | EventComplete, Tampering: 1234,
+		Checked: 0x7f, VisitorID: "0123456789abcdef0123", Findings: []string{"headless_ua"},
+	}
+	d := DayOf(day)
+	e.ID[0], e.ID[1], e.ID[2], e.ID[3] = byte(d>>24), byte(d>>16), byte(d>>8), byte(d)
+	e.ID[15] = n
+	return e
+}
+
+// TestEventFormatPinned pins the on-disk form: a change must bump the version.
+func TestEventFormatPinned(t *testing.T) {
+	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	e := testEvent(at, 7)
+	e.Uses, e.FirstUse = 2, at.Add(time.Minute)
+	b := MarshalEvent(nil, e)
+	const want = "010000512b000000000000000000000007056163635f318180b2ff8a8797f518" +
+		"1468747470733a2f2f73686f702e6578616d706c65044900000101107b2276223a312c227561223a2278227d" +
+		"8101d2097f143031323334353637383961626364656630313233010b686561646c6573735f7561" +
+		"0281b0cfc1ea8897f518"
+	if got := hex.EncodeToString(b); got != want {
+		t.Fatalf("event bytes changed (bump eventVersion and keep decoding the old form):\n got %s\nwant %s", got, want)
+	}
+	back, err := UnmarshalEvent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.ID != e.ID || back.Account != e.Account || !back.Created.Equal(e.Created) || back.Origin != e.Origin ||
+		back.Addr != e.Addr || back.Schema != 1 || string(back.Signals) != string(e.Signals) || back.Flags != e.Flags ||
+		back.Tampering != e.Tampering || back.Checked != e.Checked || back.VisitorID != e.VisitorID ||
+		len(back.Findings) != 1 || back.Uses != 2 || !back.FirstUse.Equal(e.FirstUse) {
+		t.Fatalf("round trip: %+v", back)
+	}
+	for i := range b {
+		if _, err := UnmarshalEvent(b[:i]); err == nil {
+			t.Fatalf("truncated at %d decoded", i)
+		}
+	}
+	if _, err := UnmarshalEvent(append([]byte{2}, b[1:]...)); err == nil {
+		t.Fatal("unknown version decoded")
+	}
+}
+
+func TestEventsStoreAndPrune(t *testing.T) {
+	fs := vfs.NewMem()
+	db, err := Open("d", Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day0 := time.Date(2026, 10, 1, 9, 0, 0, 0, time.UTC)
+	old, mid, fresh := testEvent(day0, 1), testEvent(day0.AddDate(0, 0, 9), 2), testEvent(day0.AddDate(0, 0, 40), 3)
+	if err := db.WriteDevice(DeviceWrite{Events: []*DeviceEvent{old, mid, fresh}}); err != nil {
+		t.Fatal(err)
+	}
+	if EventDay(mid.ID) != DayOf(mid.Created) {
+		t.Fatal("event day")
+	}
+	// Reopen: synced writes persist.
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = Open("d", Options{FS: fs}); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	got, err := db.GetEvent(mid.ID)
+	if err != nil || got.VisitorID != mid.VisitorID {
+		t.Fatalf("get: %v %+v", err, got)
+	}
+	// 30-day retention as of day0+40: old and mid go, fresh stays.
+	if err := db.PruneEvents(fresh.Created.Add(-EventRetention)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*DeviceEvent{old, mid} {
+		if _, err := db.GetEvent(e.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("event of %s survived pruning: %v", e.Created, err)
+		}
+	}
+	if _, err := db.GetEvent(fresh.ID); err != nil {
+		t.Fatalf("fresh event pruned: %v", err)
+	}
+	// Rewriting an event (a use) replaces it.
+	fresh.Uses = 1
+	if err := db.WriteDevice(DeviceWrite{Events: []*DeviceEvent{fresh}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := db.GetEvent(fresh.ID); got.Uses != 1 {
+		t.Fatal("use not stored")
+	}
+}
+
+func TestHistoryPeriods(t *testing.T) {
+	db, err := Open("d", Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	t0 := time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
+	h := &DeviceHistory{Visitor: "vis1", FirstSeen: t0, LastSeen: t0, TimesSeen: 1}
+	if err := db.WriteDevice(DeviceWrite{Histories: []*DeviceHistory{h}}); err != nil {
+		t.Fatal(err)
+	}
+	// Seen again in the next period: found in the previous one, moved forward.
+	t1 := t0.Add(HistoryPeriod + 24*time.Hour)
+	got, ok, err := db.LoadHistory("vis1", t1)
+	if err != nil || !ok || got.TimesSeen != 1 || !got.FirstSeen.Equal(t0) {
+		t.Fatalf("load from previous period: %v %v %+v", err, ok, got)
+	}
+	got.LastSeen, got.TimesSeen = t1, 2
+	if err := db.WriteDevice(DeviceWrite{Histories: []*DeviceHistory{&got}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.PruneHistory(t1.Add(HistoryPeriod)); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, _ := db.LoadHistory("vis1", t1.Add(HistoryPeriod)); !ok || got.TimesSeen != 2 {
+		t.Fatalf("moved record lost: %v %+v", ok, got)
+	}
+	// Unseen for two periods: pruned.
+	later := t1.Add(2*HistoryPeriod + 24*time.Hour)
+	if err := db.PruneHistory(later); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := db.LoadHistory("vis1", t1); ok {
+		t.Fatal("history unseen for 180 days survived")
+	}
+	if _, _, err := db.LoadHistory(string(make([]byte, MaxVisitorLen+1)), t0); err == nil {
+		t.Fatal("overlong visitor accepted")
+	}
+}
