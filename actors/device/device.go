@@ -1,0 +1,308 @@
+// Package device owns the browser collector's device events and the device
+// history behind them (times_seen, first_seen). Events and histories are
+// spread over shard actors so that an event and its device's history live in
+// the same shard: an event id carries 16 bits of its visitor hash (RouteOf),
+// and both route by them. Recording an event is one fire-and-forget Send;
+// resolving one on evaluate is one round trip answered on a pooled channel.
+//
+// # Durability
+//
+// Writes go to one group committer (actors.GroupCommitter) that stores
+// everything queued since the last fsync as one synced batch; nobody waits
+// for it. A crash (kill -9) can therefore lose the events collected and the
+// uses recorded in the last moments before it — at most one group, bounded
+// by the committer's queue — and nothing older. A lost use means one replay
+// goes unnoticed; a lost event resolves as "unavailable". Shards keep what
+// they touched in memory and evict entries idle for IdleAfter once their
+// writes are stored; a later touch reloads them from the store.
+//
+// # Retention
+//
+// Events are kept storage.EventRetention (30 days) and device histories
+// until a 90-day period passes without a sighting (storage's bucketed keys);
+// Prune drops the expired buckets with range deletes, and the client runs it
+// once per day of the service clock.
+package device
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// ErrStopped is returned after Stop.
+var ErrStopped = errors.New("device: stopped")
+
+// Store is where events and histories live; *storage.DB implements it.
+type Store interface {
+	GetEvent(id [storage.EventIDLen]byte) (*storage.DeviceEvent, error)
+	LoadHistory(visitor string, now time.Time) (storage.DeviceHistory, bool, error)
+	WriteDevice(w storage.DeviceWrite) error
+	PruneEvents(before time.Time) error
+	PruneHistory(now time.Time) error
+}
+
+// Config configures New; the zero value works (memory only).
+type Config struct {
+	Shards int         // shard actors (power of two); 0 = 2×GOMAXPROCS
+	Store  Store       // nil: memory only, nothing survives a restart
+	Clock  clock.Clock // stamps the sweep tick and the daily prune; nil: neither runs by itself
+	// Timeout bounds one Resolve round trip; 0 = 2 s.
+	Timeout time.Duration
+	// IdleAfter is how long an untouched entry stays in memory; 0 = 30 min.
+	IdleAfter time.Duration
+	// SweepEvery is the eviction tick; 0 = 1 min.
+	SweepEvery time.Duration
+	Group      actors.GroupConfig
+	Logger     *slog.Logger
+}
+
+// EventIDPrefix starts every event id string.
+const EventIDPrefix = "ev_"
+
+// EventID is an event's binary id: its UTC day (4 bytes, storage.EventDay),
+// the route of its visitor hash (2 bytes), then 10 random bytes.
+type EventID = [storage.EventIDLen]byte
+
+// RouteOf is the 16-bit route of a visitor hash.
+func RouteOf(visitor string) uint16 { return uint16(actors.HashString(visitor) >> 48) }
+
+// NewEventID mints an id for an event of visitor at now.
+func NewEventID(visitor string, now time.Time) EventID {
+	var id EventID
+	binary.BigEndian.PutUint32(id[:4], uint32(storage.DayOf(now)))
+	binary.BigEndian.PutUint16(id[4:6], RouteOf(visitor))
+	if _, err := rand.Read(id[6:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return id
+}
+
+// FormatEventID is the id as the collector and evaluate see it.
+func FormatEventID(id EventID) string {
+	var b [len(EventIDPrefix) + 2*storage.EventIDLen]byte
+	copy(b[:], EventIDPrefix)
+	hex.Encode(b[len(EventIDPrefix):], id[:])
+	return string(b[:])
+}
+
+// ParseEventID reads FormatEventID's form; ok is false for anything else.
+// It does not allocate.
+func ParseEventID(s string) (id EventID, ok bool) {
+	if len(s) != len(EventIDPrefix)+2*storage.EventIDLen || s[:len(EventIDPrefix)] != EventIDPrefix {
+		return id, false
+	}
+	for i := range id {
+		hi, ok1 := unhex(s[len(EventIDPrefix)+2*i])
+		lo, ok2 := unhex(s[len(EventIDPrefix)+2*i+1])
+		if !ok1 || !ok2 {
+			return id, false
+		}
+		id[i] = hi<<4 | lo
+	}
+	return id, true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+func routeHash(r uint16) uint64 { return actors.Mix64(uint64(r) + 1) }
+
+// Resolve asks for an event on evaluate: it is found only for the account
+// that collected it, and the call records one use of it.
+type Resolve struct {
+	ID      EventID
+	Account string // copied by the caller: it crosses into the actor
+	Now     time.Time
+}
+
+// Resolved is Resolve's answer.
+type Resolved struct {
+	Found bool
+	// Event is the stored event as of before this use; its slices are
+	// shared and must not be modified.
+	Event storage.DeviceEvent
+	// Replayed: the event had already been resolved before this call.
+	Replayed bool
+	// History is the device's history (times_seen, first_seen) as of now;
+	// zero when the event has no visitor id.
+	History storage.DeviceHistory
+}
+
+type resolveCall = actors.Call[Resolve, Resolved]
+
+// record carries a new event to its shard (fire-and-forget).
+type record struct{ e *storage.DeviceEvent }
+
+// lenProbe asks a shard for its entry counts (tests).
+type lenProbe chan [2]int
+
+// Client is the typed client of the device shards.
+type Client struct {
+	shards   *actors.Shards
+	commit   *actors.GroupCommitter[write]
+	resolves *actors.Calls[Resolve, Resolved]
+	store    Store
+	log      *slog.Logger
+	stopped  atomic.Bool
+
+	pruneMu   sync.Mutex
+	prunedDay storage.Day
+	stopPrune chan struct{}
+	pruneDone chan struct{}
+}
+
+// New spawns the shards (and the committer when there is a store).
+func New(root *actor.RootContext, cfg Config) *Client {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.IdleAfter <= 0 {
+		cfg.IdleAfter = 30 * time.Minute
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = time.Minute
+	}
+	c := &Client{resolves: actors.NewCalls[Resolve, Resolved](cfg.Timeout), store: cfg.Store, log: cfg.Logger}
+	if cfg.Store != nil {
+		c.commit = newCommitter(root, cfg.Store, cfg.Group, cfg.Logger)
+	}
+	n := actors.ShardCount(cfg.Shards)
+	states := make([]*shardState, n)
+	for i := range states {
+		states[i] = &shardState{
+			events:    actors.NewTable[EventID, *eventEntry](64),
+			histories: actors.NewTable[string, *historyEntry](64),
+			store:     cfg.Store, commit: c.commit, idleAfter: cfg.IdleAfter, log: cfg.Logger,
+		}
+	}
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
+	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
+	if cfg.Clock != nil && cfg.Store != nil {
+		c.stopPrune, c.pruneDone = make(chan struct{}), make(chan struct{})
+		go c.pruneLoop(cfg.Clock, cfg.SweepEvery)
+	}
+	return c
+}
+
+// Record stores a new event, fire-and-forget. The event must not be modified
+// afterwards. A Resolve sent after Record returns finds it: both go to the
+// same shard, in order.
+func (c *Client) Record(e *storage.DeviceEvent) {
+	if c.stopped.Load() {
+		return
+	}
+	c.shards.Send(routeHash(binary.BigEndian.Uint16(e.ID[4:6])), &record{e: e})
+}
+
+// Resolve looks an event up for an evaluation and records the use, in one
+// round trip. Errors mean the event could not be read (store down, timeout);
+// an unknown event is Found false with no error.
+func (c *Client) Resolve(m Resolve) (Resolved, error) {
+	if c.stopped.Load() {
+		return Resolved{}, ErrStopped
+	}
+	call := c.resolves.Get(m)
+	c.shards.Send(routeHash(binary.BigEndian.Uint16(m.ID[4:6])), call)
+	return c.resolves.Wait(call)
+}
+
+// Prune drops events past retention and histories past their periods as of now.
+func (c *Client) Prune(now time.Time) error {
+	if c.store == nil {
+		return nil
+	}
+	c.pruneMu.Lock()
+	defer c.pruneMu.Unlock()
+	if err := c.store.PruneEvents(now.Add(-storage.EventRetention)); err != nil {
+		return fmt.Errorf("prune device events: %w", err)
+	}
+	if err := c.store.PruneHistory(now); err != nil {
+		return fmt.Errorf("prune device history: %w", err)
+	}
+	c.prunedDay = storage.DayOf(now)
+	return nil
+}
+
+func (c *Client) pruneLoop(clk clock.Clock, every time.Duration) {
+	defer close(c.pruneDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stopPrune:
+			return
+		case <-t.C:
+			now := clk.Now()
+			c.pruneMu.Lock()
+			due := storage.DayOf(now) != c.prunedDay
+			c.pruneMu.Unlock()
+			if due {
+				if err := c.Prune(now); err != nil {
+					c.log.Warn("device: prune failed", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// Sweep asks every shard to evict idle entries as of now.
+func (c *Client) Sweep(now time.Time) {
+	if !c.stopped.Load() {
+		c.shards.Broadcast(actors.Tick{Now: now})
+	}
+}
+
+// resident reports the events and histories held in memory (tests).
+func (c *Client) resident() (events, histories int) {
+	ch := make(lenProbe, c.shards.Len())
+	c.shards.Broadcast(ch)
+	for range c.shards.Len() {
+		n := <-ch
+		events += n[0]
+		histories += n[1]
+	}
+	return events, histories
+}
+
+// Stop refuses new work, drains the shards, then stores everything queued.
+// Call it after the HTTP server stopped sending.
+func (c *Client) Stop() error {
+	if c.stopped.Swap(true) {
+		return nil
+	}
+	if c.stopPrune != nil {
+		close(c.stopPrune)
+		<-c.pruneDone
+	}
+	err := c.shards.Stop()
+	if c.commit != nil {
+		c.commit.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("device: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+package device
+
+import (
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fraudd/fraudd/storage"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func event(account, visitor string, at time.Time) *storage.DeviceEvent {
+	return &storage.DeviceEvent{
+		ID: NewEventID(visitor, at), Account: account, Created: at, Schema: 1,
+		Signals: []byte(`{"v":1}`), Flags: storage.EventAutomation, VisitorID: visitor,
+	}
+}
+
+func TestEventIDs(t *testing.T) {
+	id := NewEventID("0123456789abcdef0123", t0)
+	s := FormatEventID(id)
+	back, ok := ParseEventID(s)
+	if !ok || back != id || storage.EventDay(id) != storage.DayOf(t0) {
+		t.Fatalf("%s → %v %v", s, back, ok)
+	}
+	for _, bad := range []string{"", "ev_", s[:len(s)-1], s + "0", "EV_" + s[3:], s[:10] + "G" + s[11:], s[:10] + "A" + s[11:]} {
+		if _, ok := ParseEventID(bad); ok {
+			t.Fatalf("%q parsed", bad)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { ParseEventID(s) }); n != 0 {
+		t.Fatalf("ParseEventID allocates %.0f", n)
+	}
+	if NewEventID("v", t0) == NewEventID("v", t0) {
+		t.Fatal("ids repeat")
+	}
+}
+
+func TestRecordResolveReplay(t *testing.T) {
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 4})
+	defer c.Stop()
+
+	e1 := event("acc_a", "visitor-1", t0)
+	c.Record(e1)
+	r, err := c.Resolve(Resolve{ID: e1.ID, Account: "acc_a", Now: t0.Add(5 * time.Second)})
+	if err != nil || !r.Found || r.Replayed || r.Event.VisitorID != "visitor-1" {
+		t.Fatalf("first resolve: %v %+v", err, r)
+	}
+	if r.History.TimesSeen != 1 || !r.History.FirstSeen.Equal(t0) {
+		t.Fatalf("history %+v", r.History)
+	}
+	r, _ = c.Resolve(Resolve{ID: e1.ID, Account: "acc_a", Now: t0.Add(9 * time.Second)})
+	if !r.Found || !r.Replayed {
+		t.Fatalf("second resolve is not a replay: %+v", r)
+	}
+	// Another account never sees it; an unknown id is simply not found.
+	if r, err := c.Resolve(Resolve{ID: e1.ID, Account: "acc_b", Now: t0}); err != nil || r.Found {
+		t.Fatalf("foreign account: %v %+v", err, r)
+	}
+	if r, err := c.Resolve(Resolve{ID: NewEventID("visitor-1", t0), Account: "acc_a", Now: t0}); err != nil || r.Found {
+		t.Fatalf("unknown id: %v %+v", err, r)
+	}
+	// The same device seen again: times_seen counts sightings.
+	e2 := event("acc_a", "visitor-1", t0.Add(time.Hour))
+	c.Record(e2)
+	r, _ = c.Resolve(Resolve{ID: e2.ID, Account: "acc_a", Now: t0.Add(time.Hour)})
+	if r.History.TimesSeen != 2 || !r.History.FirstSeen.Equal(t0) || r.Replayed {
+		t.Fatalf("second event: %+v", r)
+	}
+}
+
+// TestDurableAcrossEvictionAndRestart: uses and history survive eviction and
+// a restart on the same store.
+func TestDurableAcrossEvictionAndRestart(t *testing.T) {
+	fs := vfs.NewMem()
+	db, err := storage.Open("d", storage.Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 2, Store: db, IdleAfter: time.Minute})
+	e := event("acc_a", "visitor-9", t0)
+	c.Record(e)
+	if r, _ := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0}); !r.Found || r.Replayed {
+		t.Fatalf("%+v", r)
+	}
+	// Wait for the group commit, then evict everything.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, items := c.commit.Stats(); items >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("writes not committed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for {
+		c.Sweep(t0.Add(time.Hour))
+		if ev, hi := c.resident(); ev == 0 && hi == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("entries not evicted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if r, _ := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(time.Hour)}); !r.Found || !r.Replayed || r.History.TimesSeen != 1 {
+		t.Fatalf("after eviction: %+v", r)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = storage.Open("d", storage.Options{FS: fs}); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c = New(sys.Root, Config{Shards: 8, Store: db}) // another shard count: routing is by the id
+	defer c.Stop()
+	r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(2 * time.Hour)})
+	if err != nil || !r.Found || !r.Replayed || r.Event.Uses != 2 || r.History.TimesSeen != 1 {
+		t.Fatalf("after restart: %v %+v", err, r)
+	}
+	// Past retention the event is pruned.
+	if err := c.Prune(t0.Add(storage.EventRetention + 48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.GetEvent(e.ID); err == nil {
+		t.Fatal("event survived retention")
+	}
+}
+
+func BenchmarkResolve(b *testing.B) {
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 4})
+	defer c.Stop()
+	e := event("acc_a", "visitor-1", t0)
+	c.Record(e)
+	m := Resolve{ID: e.ID, Account: "acc_a", Now: t0}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, err := c.Resolve(m); err != nil || !r.Found {
+			b.Fatal(err)
+		}
+	}
+}
