@@ -14,7 +14,7 @@ const (
 	prefixDevice   byte = 0x30 // reserved: device history
 	prefixEvent    byte = 0x31 // reserved: device/collector events
 	prefixMail     byte = 0x40 // time + id → mail outbox record
-	prefixDelivery byte = 0x41 // reserved: webhook deliveries
+	prefixDelivery byte = 0x41 // account id + 0x00 + time + event id + attempt → webhook delivery attempt
 	prefixTraffic  byte = 0x50 // bucket start → threat-feed traffic counts
 	prefixHealth   byte = 0x51 // UTC day → status probe counts
 )
