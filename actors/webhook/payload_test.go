@@ -1,0 +1,146 @@
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSignMatchesIndependentHMAC(t *testing.T) {
+	// Pinned vector, computed outside Go:
+	// python3 -c 'import hmac,hashlib; print(hmac.new(b"whsec_test", b"1767225600.{\"event\":\"test\"}", hashlib.sha256).hexdigest())'
+	const want = "sha256=9d527e17d8f9c0bb7eddbb3ca13ba378cb50e4bb2341469c74cf937d1b11eef7"
+	if got := Sign("whsec_test", 1767225600, []byte(`{"event":"test"}`)); got != want {
+		t.Fatalf("Sign = %s, want %s", got, want)
+	}
+	// And for arbitrary bodies, the receiver's recipe from SPEC §6.
+	for i, body := range []string{"", "{}", `{"a":"é\u2028"}`, strings.Repeat("x", 5000)} {
+		secret := fmt.Sprintf("whsec_%d", i)
+		ts := int64(1700000000 + i)
+		m := hmac.New(sha256.New, []byte(secret))
+		m.Write([]byte(fmt.Sprintf("%d.%s", ts, body)))
+		if got, want := Sign(secret, ts, []byte(body)), "sha256="+hex.EncodeToString(m.Sum(nil)); got != want {
+			t.Errorf("body %d: %s != %s", i, got, want)
+		}
+	}
+}
+
+func TestEventIDs(t *testing.T) {
+	re := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		id := NewEventID()
+		if !re.MatchString(id) || seen[id] {
+			t.Fatalf("event id %q (repeat: %v)", id, seen[id])
+		}
+		seen[id] = true
+	}
+}
+
+func TestPayloadGolden(t *testing.T) {
+	at := time.Date(2026, 11, 2, 10, 30, 0, 0, time.UTC)
+	cases := []struct {
+		name string
+		kind string
+		ev   *Event
+		want string
+	}{
+		{"rule-decided block, degraded", KindThreat, &Event{Account: "acc_1", At: at, IP: "unknown", ThreatType: "Custom rule (disposable_email)",
+			Details: Details{Decision: "block", RuleMatched: []string{"disposable_email"}}},
+			`{"event":"threat.detected","event_id":"0123456789abcdef0123456789abcdef","timestamp":"2026-11-02T10:30:00Z","ip":"unknown","threat_type":"Custom rule (disposable_email)",` +
+				`"details":{"ip":"unknown","cc":null,"vpn":false,"proxied":false,"tor":false,"dch":false,"bot":false,"tampering":false,"antidetect":false,"virtual_machine":false,"privacy_relay":false,"decision":"block","rule_matched":["disposable_email"],"exception_matched":null}}`},
+		{"engine threat with a pin", KindThreat, &Event{Account: "acc_1", At: at.In(time.FixedZone("x", 3600)), IP: "73.158.64.21", ThreatType: "Customer exception (ring <&>)",
+			Details: Details{Country: "US", VPN: true, Proxied: true, PrivacyRelay: true, DCH: true, Bot: true, Tampering: true, Antidetect: true, VirtualMachine: true, Tor: true,
+				Decision: "block", RuleMatched: []string{}, ExceptionMatched: []string{"ring <&>", "73.158.64.0/24"}}},
+			`{"event":"threat.detected","event_id":"0123456789abcdef0123456789abcdef","timestamp":"2026-11-02T10:30:00Z","ip":"73.158.64.21","threat_type":"Customer exception (ring <&>)",` +
+				`"details":{"ip":"73.158.64.21","cc":"US","vpn":true,"proxied":true,"tor":true,"dch":true,"bot":true,"tampering":true,"antidetect":true,"virtual_machine":true,"privacy_relay":true,"decision":"block","rule_matched":null,"exception_matched":["ring <&>","73.158.64.0/24"]}}`},
+		{"test event", KindTest, SampleEvent("acc_1", at),
+			`{"event":"test","event_id":"0123456789abcdef0123456789abcdef","timestamp":"2026-11-02T10:30:00Z","ip":"203.0.113.7","threat_type":"Tor",` +
+				`"details":{"ip":"203.0.113.7","cc":"DE","vpn":false,"proxied":false,"tor":true,"dch":false,"bot":false,"tampering":false,"antidetect":false,"virtual_machine":false,"privacy_relay":false,"decision":"block","rule_matched":null,"exception_matched":null}}`},
+	}
+	for _, c := range cases {
+		got := string(Payload(c.kind, "0123456789abcdef0123456789abcdef", c.ev))
+		if got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(got), &m); err != nil {
+			t.Errorf("%s: not JSON: %v", c.name, err)
+		}
+	}
+}
+
+func TestChatBodies(t *testing.T) {
+	at := time.Date(2026, 11, 2, 10, 30, 0, 0, time.UTC)
+	ev := &Event{At: at, IP: "198.51.100.4", ThreatType: "Tor", Details: Details{Country: "NL", Tor: true, Decision: "block", RuleMatched: []string{"tor"}}}
+	for _, c := range []struct {
+		url  string
+		chat chat
+	}{
+		{"https://hooks.slack.com/services/T0/B0/xyz", chatSlack},
+		{"https://HOOKS.SLACK.COM./services/T0/B0/xyz", chatSlack},
+		{"https://discord.com/api/webhooks/1/abc", chatDiscord},
+		{"https://discordapp.com/api/webhooks/1/abc", chatDiscord},
+		{"https://ptb.discord.com/api/webhooks/1/abc", chatDiscord},
+		{"https://discord.com/other", chatNone},
+		{"https://hooks.slack.com.evil.example/services/x", chatNone},
+		{"https://example.com/api/webhooks/1", chatNone},
+	} {
+		if got := chatOf(c.url); got != c.chat {
+			t.Errorf("chatOf(%s) = %d, want %d", c.url, got, c.chat)
+		}
+	}
+	const text = "Threat detected: Tor from 198.51.100.4 (NL), decision block, rules matched: tor. Event e1 at 2026-11-02T10:30:00Z."
+	if got := string(chatBody(chatSlack, KindThreat, "e1", ev)); got != `{"text":"`+text+`"}` {
+		t.Errorf("slack: %s", got)
+	}
+	if got := string(chatBody(chatDiscord, KindThreat, "e1", ev)); got != `{"content":"`+text+`"}` {
+		t.Errorf("discord: %s", got)
+	}
+	if got := string(chatBody(chatSlack, KindTest, "e2", SampleEvent("a", at))); !strings.HasPrefix(got, `{"text":"Test event from fraudd`) {
+		t.Errorf("slack test event: %s", got)
+	}
+}
+
+func TestCheckURL(t *testing.T) {
+	for _, c := range []struct {
+		in      string
+		private bool
+		want    string // "" = rejected
+	}{
+		{"https://hooks.example/fraud", false, "https://hooks.example/fraud"},
+		{" HTTPS://Receiver.example.com:8443/x?y=1#frag ", false, "https://Receiver.example.com:8443/x?y=1"},
+		{"https://8.8.8.8/hook", false, "https://8.8.8.8/hook"},
+		{"https://[2606:4700::1111]/hook", false, "https://[2606:4700::1111]/hook"},
+		{"http://hooks.example/fraud", false, ""},
+		{"https://127.0.0.1/hook", false, ""},
+		{"https://10.1.2.3/hook", false, ""},
+		{"https://192.168.0.10/hook", false, ""},
+		{"https://[::1]/hook", false, ""},
+		{"https://[::ffff:127.0.0.1]/hook", false, ""},
+		{"https://169.254.169.254/latest", false, ""},
+		{"https://localhost/hook", false, ""},
+		{"https://printer.local/hook", false, ""},
+		{"https://intranet/hook", false, ""},
+		{"not a url", false, ""},
+		{"ftp://hooks.example/x", false, ""},
+		{"https:///nohost", false, ""},
+		{"mailto:a@b.co", false, ""},
+		{"", false, ""},
+		{"http://127.0.0.1:8080/hook", true, "http://127.0.0.1:8080/hook"},
+		{"https://localhost/hook", true, "https://localhost/hook"},
+		{"ftp://127.0.0.1/x", true, ""},
+		{"not a url", true, ""},
+	} {
+		got, err := CheckURL(c.in, c.private)
+		if got != c.want || (err == nil) != (c.want != "") {
+			t.Errorf("CheckURL(%q, %v) = %q, %v; want %q", c.in, c.private, got, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package webhook
+
+import (
+	"errors"
+	"net/netip"
+	"net/url"
+	"strings"
+
+	"github.com/fraudd/fraudd/intel/ipaddr"
+)
+
+// CheckURL validates a receiver URL as the admin API accepts it
+// (CLARIFICATIONS.md): an absolute https:// URL on a public address. With
+// allowPrivate (development and tests) http:// and loopback or private
+// addresses are accepted too. A host name is checked again at every
+// connection, against the addresses it resolves to. It returns the URL in
+// canonical form.
+func CheckURL(raw string, allowPrivate bool) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" {
+		return "", errURLShape(allowPrivate)
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !allowPrivate {
+			return "", errors.New("url must use https:// (http:// only with --allow-private-webhooks)")
+		}
+	default:
+		return "", errURLShape(allowPrivate)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return "", errURLShape(allowPrivate)
+	}
+	if !allowPrivate && !publicHost(host) {
+		return "", errors.New("url must be on a public address (loopback and private addresses only with --allow-private-webhooks)")
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.String(), nil
+}
+
+func errURLShape(allowPrivate bool) error {
+	if allowPrivate {
+		return errors.New("url must be an absolute https:// or http:// URL, or null")
+	}
+	return errors.New("url must be an absolute https:// URL, or null")
+}
+
+// publicHost reports whether host may be public: an address literal must be
+// globally reachable; a name must not be one that only ever means this
+// machine or the local network.
+func publicHost(host string) bool {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return ipaddr.IsPublic(a.Unmap())
+	}
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	if h == "localhost" || !strings.Contains(h, ".") {
+		return false
+	}
+	for _, suffix := range []string{".localhost", ".local", ".internal", ".home.arpa"} {
+		if strings.HasSuffix(h, suffix) {
+			return false
+		}
+	}
+	return true
+}
+
+// chat is the kind of receiver a URL names.
+type chat uint8
+
+const (
+	chatNone chat = iota
+	chatSlack
+	chatDiscord
+)
+
+// chatOf recognises Slack and Discord incoming-webhook URLs, which get a
+// formatted message instead of the raw JSON (SPEC §6).
+func chatOf(raw string) chat {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return chatNone
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	switch {
+	case host == "hooks.slack.com":
+		return chatSlack
+	case (host == "discord.com" || host == "discordapp.com" || strings.HasSuffix(host, ".discord.com")) &&
+		strings.HasPrefix(u.Path, "/api/webhooks/"):
+		return chatDiscord
+	}
+	return chatNone
+}

@@ -1,0 +1,378 @@
+// Package webhook delivers signed threat alerts (SPEC §6). Shard actors, keyed
+// by account id, own each account's delivery queue: an event is tried up to
+// three times, the retries about 1 and 8 minutes after the end of the failed
+// attempt by the service clock (a periodic tick compares due times with the
+// clock, so the test clock moves retries too); a 2xx ends it. Every attempt
+// reads the account's current URL and signing secret, so a rotated secret
+// applies at once. Attempts run on their own goroutines and report back to
+// the shard, which logs each one in storage (the 25 most recent per account
+// are listed, 30 days at most) and emails the owner once when 5 events in a
+// row failed every attempt. Pending retries live in memory only: a restart
+// drops them, as the SPEC allows.
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/mailer"
+	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// Delivery limits (SPEC §6, §8).
+const (
+	MaxAttempts = 3
+	Timeout     = 10 * time.Second
+	// ListLen is how many deliveries the admin list shows; Retention how
+	// long they are kept.
+	ListLen   = 25
+	Retention = 30 * 24 * time.Hour
+	// FailureStreak is how many events in a row must fail every attempt
+	// before the owner is emailed.
+	FailureStreak = 5
+)
+
+// Backoff[i] is the wait after failed attempt i+1, counted from its end.
+var Backoff = [MaxAttempts - 1]time.Duration{time.Minute, 8 * time.Minute}
+
+const (
+	// maxInFlight bounds one account's concurrent attempts.
+	maxInFlight = 4
+	// maxQueued bounds one account's events waiting or retrying; more are
+	// dropped (and counted in the log) rather than growing memory.
+	maxQueued = 1000
+	// idleAfter is how long an account with nothing pending stays in memory.
+	idleAfter = 10 * time.Minute
+	// pruneEvery is how often (service clock) expired deliveries are deleted.
+	pruneEvery = time.Hour
+)
+
+// Accounts is what deliveries need to know about an account, read afresh at
+// every attempt. *accounts.Service implements it.
+type Accounts interface {
+	Get(id string) *accounts.View
+	WebhookSecret(v *accounts.View) (string, error)
+}
+
+// Mailer sends the failure notice. *mailer.Mailer implements it.
+type Mailer interface {
+	Send(mailer.Message)
+}
+
+// Config configures New.
+type Config struct {
+	Accounts Accounts
+	DB       *storage.DB // nil: no delivery log
+	Mail     Mailer      // nil: no failure notice
+	Clock    clock.Clock
+	Logger   *slog.Logger
+	// AllowPrivate also allows http:// receivers and loopback or private
+	// addresses (--allow-private-webhooks; development and tests).
+	AllowPrivate bool
+	// Timeout bounds one attempt; 0 means 10 s.
+	Timeout time.Duration
+	// TickEvery is how often due retries are looked for; 0 means 1 s.
+	TickEvery time.Duration
+	// Shards is the shard count (see actors.ShardCount).
+	Shards    int
+	UserAgent string // default "fraudd-webhooks/1"
+}
+
+// Service is the typed client of the webhook shards.
+type Service struct {
+	cfg    Config
+	client *http.Client
+	shards *actors.Shards
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// New spawns the shards and starts their tick.
+func New(root *actor.RootContext, cfg Config) *Service {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = Timeout
+	}
+	if cfg.TickEvery <= 0 {
+		cfg.TickEvery = time.Second
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "fraudd-webhooks/1"
+	}
+	s := &Service{cfg: cfg, client: newClient(cfg.Timeout, cfg.AllowPrivate)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	n := actors.ShardCount(cfg.Shards)
+	states := make([]*shard, n)
+	for i := range states {
+		states[i] = &shard{svc: s, index: i, accts: actors.NewTable[string, *acct](16)}
+	}
+	s.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return states[i] })
+	s.shards.Tick(cfg.Clock, cfg.TickEvery)
+	return s
+}
+
+// AllowPrivate reports whether private receivers are allowed.
+func (s *Service) AllowPrivate() bool { return s.cfg.AllowPrivate }
+
+// Notify queues a threat.detected event, fire-and-forget. ev must not be
+// changed afterwards.
+func (s *Service) Notify(ev *Event) {
+	s.shards.Send(actors.HashString(ev.Account), &queued{kind: KindThreat, id: NewEventID(), ev: ev})
+}
+
+// SendTest queues a test event with sample values and returns its id.
+func (s *Service) SendTest(account string, now time.Time) string {
+	id := NewEventID()
+	s.shards.Send(actors.HashString(account), &queued{kind: KindTest, id: id, ev: SampleEvent(account, now)})
+	return id
+}
+
+// Recent lists the account's most recent deliveries (at most ListLen, none
+// older than Retention as of now), newest first.
+func (s *Service) Recent(account string, now time.Time) ([]*storage.Delivery, error) {
+	if s.cfg.DB == nil {
+		return []*storage.Delivery{}, nil
+	}
+	return s.cfg.DB.Deliveries(account, now.Add(-Retention), ListLen)
+}
+
+// Stop cancels attempts in flight (their results are dropped with the
+// pending retries), then stops the shards.
+func (s *Service) Stop() error {
+	s.cancel()
+	return s.shards.Stop()
+}
+
+// queued is a new event for an account's queue.
+type queued struct {
+	kind, id string
+	ev       *Event
+}
+
+// finished is an attempt's result, sent back to the owning shard.
+type finished struct {
+	account string
+	ev      *event
+	url     string
+	out     outcome
+}
+
+// event is one event in an account's queue.
+type event struct {
+	kind, id string
+	ev       *Event
+	body     []byte // Payload, built once: the same bytes on every attempt
+	attempts int    // attempts started
+	due      time.Time
+}
+
+// acct is one account's delivery state. Owned by its shard.
+type acct struct {
+	ready    []*event // due, waiting for a free slot, oldest first
+	waiting  []*event // failed, waiting for their retry time
+	inflight int
+	// streak counts events in a row that failed every attempt; mailed
+	// says the owner was told about the current streak.
+	streak    int
+	mailed    bool
+	lastUsed  time.Time
+	sinceTrim int
+	dropped   int
+}
+
+func (a *acct) pending() int { return len(a.ready) + len(a.waiting) + a.inflight }
+
+// shard owns the accounts whose id hashes to it. The state lives in this
+// value, which SpawnShards hands back on a restart.
+type shard struct {
+	svc       *Service
+	index     int
+	accts     *actors.Table[string, *acct]
+	lastPrune time.Time
+}
+
+func (sh *shard) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *queued:
+		sh.enqueue(m, sh.svc.cfg.Clock.Now())
+	case *finished:
+		sh.finish(m)
+	case actors.Tick:
+		sh.tick(m.Now)
+	}
+}
+
+func (sh *shard) get(id string, now time.Time) *acct {
+	a, ok := sh.accts.Get(id)
+	if !ok {
+		// A new (or re-loaded) account trims its log on its first write.
+		a = &acct{sinceTrim: ListLen - 1}
+		sh.accts.Put(id, a)
+	}
+	a.lastUsed = now
+	return a
+}
+
+func (sh *shard) enqueue(m *queued, now time.Time) {
+	a := sh.get(m.ev.Account, now)
+	if a.pending() >= maxQueued {
+		if a.dropped++; a.dropped == 1 {
+			sh.svc.cfg.Logger.Warn("webhook queue full; dropping events", "account", m.ev.Account, "queued", a.pending())
+		}
+		return
+	}
+	a.ready = append(a.ready, &event{kind: m.kind, id: m.id, ev: m.ev, body: Payload(m.kind, m.id, m.ev)})
+	sh.pump(m.ev.Account, a)
+}
+
+// pump starts attempts while the account has free slots.
+func (sh *shard) pump(id string, a *acct) {
+	for a.inflight < maxInFlight && len(a.ready) > 0 {
+		e := a.ready[0]
+		a.ready[0] = nil
+		a.ready = a.ready[1:]
+		if len(a.ready) == 0 {
+			a.ready = nil
+		}
+		at, ok := sh.prepare(id, e)
+		if !ok {
+			continue
+		}
+		e.attempts++
+		a.inflight++
+		go func() {
+			out := sh.svc.post(sh.svc.ctx, at)
+			sh.svc.shards.Send(actors.HashString(id), &finished{account: id, ev: e, url: at.url, out: out})
+		}()
+	}
+}
+
+// prepare reads the account's current URL and secret. An account that no
+// longer exists or has no URL drops the event.
+func (sh *shard) prepare(id string, e *event) (*attempt, bool) {
+	s := sh.svc
+	v := s.cfg.Accounts.Get(id)
+	if v == nil || v.WebhookURL == "" {
+		s.cfg.Logger.Debug("webhook event dropped: no receiver", "account", id, "event_id", e.id)
+		return nil, false
+	}
+	secret, err := s.cfg.Accounts.WebhookSecret(v)
+	if err != nil {
+		s.cfg.Logger.Error("webhook event dropped: signing secret unreadable", "account", id, "event_id", e.id, "err", err)
+		return nil, false
+	}
+	body := e.body
+	if c := chatOf(v.WebhookURL); c != chatNone {
+		body = chatBody(c, e.kind, e.id, e.ev)
+	}
+	return &attempt{url: v.WebhookURL, body: body, secret: secret, eventID: e.id}, true
+}
+
+func (sh *shard) finish(m *finished) {
+	a := sh.get(m.account, m.out.end)
+	a.inflight--
+	e := m.ev
+	rec := &storage.Delivery{Account: m.account, EventID: e.id, Event: e.kind, Attempt: e.attempts, EventAt: e.ev.At,
+		At: m.out.start, Duration: m.out.end.Sub(m.out.start), URL: m.url, StatusCode: m.out.status, Error: m.out.err}
+	switch {
+	case m.out.ok():
+		a.streak, a.mailed = 0, false
+	case e.attempts < MaxAttempts:
+		e.due = m.out.end.Add(Backoff[e.attempts-1])
+		rec.NextAt = e.due
+		a.waiting = append(a.waiting, e)
+	default:
+		a.streak++
+		if a.streak >= FailureStreak && !a.mailed {
+			a.mailed = true
+			sh.notifyOwner(m.account, m.url, rec)
+		}
+	}
+	sh.log(m.account, a, rec)
+	sh.pump(m.account, a)
+}
+
+// log writes one attempt to the delivery log, trimming the account's records
+// to the listed number every ListLen writes.
+func (sh *shard) log(id string, a *acct, rec *storage.Delivery) {
+	db := sh.svc.cfg.DB
+	if db == nil {
+		return
+	}
+	if err := db.PutDelivery(rec); err != nil {
+		sh.svc.cfg.Logger.Warn("webhook delivery not logged", "account", id, "err", err)
+		return
+	}
+	if a.sinceTrim++; a.sinceTrim >= ListLen {
+		a.sinceTrim = 0
+		if err := db.TrimDeliveries(id, ListLen); err != nil {
+			sh.svc.cfg.Logger.Debug("trim webhook deliveries", "account", id, "err", err)
+		}
+	}
+}
+
+func (sh *shard) notifyOwner(id, url string, last *storage.Delivery) {
+	s := sh.svc
+	s.cfg.Logger.Warn("webhook deliveries failing; emailing the owner", "account", id, "streak", FailureStreak)
+	if s.cfg.Mail == nil {
+		return
+	}
+	cause := last.Error
+	if cause == "" {
+		cause = fmt.Sprintf("HTTP %d", last.StatusCode)
+	}
+	s.cfg.Mail.Send(mailer.Message{Account: id, Kind: "webhook_failures",
+		Subject: "Webhook deliveries are failing",
+		Body: fmt.Sprintf("The last %d webhook events for your account could not be delivered to %s: each was tried %d times "+
+			"(about 1 and 8 minutes apart) without a 2xx answer.\n\nLast attempt: %s at %s (event %s).\n\n"+
+			"Check that the endpoint is reachable over HTTPS, answers 2xx within %s and does not redirect. "+
+			"You will not be emailed again until a delivery succeeds.\n",
+			FailureStreak, url, MaxAttempts, cause, last.At.UTC().Format(time.RFC3339), last.EventID, s.cfg.Timeout)})
+}
+
+// tick starts due retries, forgets idle accounts and, on shard 0, prunes
+// expired deliveries.
+func (sh *shard) tick(now time.Time) {
+	sh.accts.Range(func(id string, a *acct) bool {
+		if len(a.waiting) > 0 {
+			keep := a.waiting[:0]
+			for _, e := range a.waiting {
+				if !now.Before(e.due) {
+					a.ready = append(a.ready, e)
+				} else {
+					keep = append(keep, e)
+				}
+			}
+			clear(a.waiting[len(keep):])
+			a.waiting = keep
+			sh.pump(id, a)
+		}
+		if a.dropped > 0 {
+			sh.svc.cfg.Logger.Warn("webhook events dropped: queue full", "account", id, "dropped", a.dropped)
+			a.dropped = 0
+		}
+		return true
+	})
+	sh.accts.Sweep(func(_ string, a *acct) bool {
+		return a.pending() == 0 && a.streak == 0 && now.Sub(a.lastUsed) > idleAfter
+	})
+	if sh.index == 0 && sh.svc.cfg.DB != nil && (sh.lastPrune.IsZero() || now.Sub(sh.lastPrune) >= pruneEvery || now.Before(sh.lastPrune)) {
+		sh.lastPrune = now
+		if err := sh.svc.cfg.DB.PruneDeliveries(now.Add(-Retention)); err != nil {
+			sh.svc.cfg.Logger.Debug("prune webhook deliveries", "err", err)
+		}
+	}
+}
