@@ -26,7 +26,12 @@ type evalOpts struct {
 	evaluatedMs  int64
 	networkAgeS  int64 // live with a network token only
 	hasNetAge    bool
-	device       *deviceFacts // resolved device event, or nil
+	// Resolved device event (live only): evidence.device_age_s and
+	// evidence.device_replayed.
+	hasDevice      bool
+	deviceAgeS     int64
+	deviceReplayed bool
+	device         *deviceFacts // resolved device event, or nil
 }
 
 // deviceFacts are the device fields that come from device history rather
@@ -55,6 +60,8 @@ type evalState struct {
 	complete    bool
 	sdkBlocked  bool
 	netAge      int64
+	devAge      int64
+	replayed    bool
 	email       wire.EvalEmail
 	tz          wire.EvalTimezone
 	evidence    wire.Evidence
@@ -99,10 +106,14 @@ func (st *evalState) build(o *evalOpts) *wire.Evaluate {
 	r.IsSuspicious = res.IsSuspicious
 	r.Degraded = degraded
 
-	if degraded {
+	if degraded || !net.IP.IsValid() {
+		// Also a token whose reading found no address (sdk_blocked).
 		r.IP = "unknown"
-	} else {
-		r.IP = net.IP.String()
+	}
+	if !degraded {
+		if net.IP.IsValid() {
+			r.IP = net.IP.String()
+		}
 		if net.Country != "" {
 			st.country = net.Country
 			r.Country = &st.country
@@ -126,9 +137,17 @@ func (st *evalState) build(o *evalOpts) *wire.Evaluate {
 		r.Network.Complete = &st.complete
 		r.Network.SDKBlocked = &st.sdkBlocked
 		r.DeviceStatus = o.deviceStatus
-		if o.hasNetAge {
-			st.netAge = o.networkAgeS
-			st.evidence = wire.Evidence{NetworkAgeS: &st.netAge}
+		if o.hasNetAge || o.hasDevice {
+			st.evidence = wire.Evidence{}
+			if o.hasNetAge {
+				st.netAge = o.networkAgeS
+				st.evidence.NetworkAgeS = &st.netAge
+			}
+			if o.hasDevice {
+				st.devAge, st.replayed = o.deviceAgeS, o.deviceReplayed
+				st.evidence.DeviceAgeS = &st.devAge
+				st.evidence.DeviceReplayed = &st.replayed
+			}
 			r.Evidence = &st.evidence
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/intel/netlists"
+	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/intel/score"
 )
 
@@ -55,6 +56,7 @@ func (s *Server) handleEvaluate(ctx *fasthttp.RequestCtx, r *request) {
 	testKey := r.auth.Kind == accounts.KeyTest
 	class := tokenNone
 	var prof score.Profile
+	var netFacts nettoken.Facts
 	switch {
 	case derr != nil:
 		class = tokenInvalid
@@ -64,9 +66,11 @@ func (s *Server) handleEvaluate(ctx *fasthttp.RequestCtx, r *request) {
 		var ok bool
 		if prof, ok = score.TestToken(req.Token); ok {
 			class = tokenTest
+		} else if netFacts, ok = s.verifyNetToken(view.ID, req.Token); ok {
+			// A collector token (collect.go): verified with an HMAC, no hop.
+			class = tokenNetwork
 		} else {
-			// Network tokens arrive with the browser collector; until then
-			// every other non-empty token is rejected as the SPEC's
+			// Tampered, malformed or another account's: the SPEC's
 			// provider-rejected token.
 			class = tokenInvalid
 		}
@@ -98,15 +102,13 @@ func (s *Server) handleEvaluate(ctx *fasthttp.RequestCtx, r *request) {
 	case tokenNone:
 		st.in.Network = score.Network{Degraded: true}
 		o.kind = evalLive
+	case tokenNetwork:
+		applyNetToken(st, &o, &netFacts, s.deps.Feeds.Current(), r.now)
 	}
 	s.evalExtras(st, &req, s.deps.Feeds.Current())
 	if o.kind == evalLive {
-		o.deviceStatus = "not_sent"
-		if req.FingerprintEventID != "" {
-			// Device events arrive with the browser collector: an id that does
-			// not resolve is "unavailable" and the verdict is network-only.
-			o.deviceStatus = "unavailable"
-		}
+		// One actor round trip when an event id was sent (collect_eval.go).
+		s.resolveDevice(st, &o, req.FingerprintEventID, view.ID, r.now)
 	}
 	score.Evaluate(&st.in, &st.res)
 	if class == tokenNone && !testKey && !bareAllow(&st.res) {

@@ -17,12 +17,14 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/device"
 	"github.com/fraudd/fraudd/actors/health"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/intel/netlists"
+	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/internal/accesstoken"
 	"github.com/fraudd/fraudd/internal/clock"
 )
@@ -74,6 +76,13 @@ type Deps struct {
 	Tokens *accesstoken.Issuer
 	// Health probes the service's parts for /api/status; nil reports live state only.
 	Health *health.Monitor
+	// NetTokens mints and verifies the collector's network tokens; nil
+	// refuses every real token (400 Invalid token.).
+	NetTokens *nettoken.Codec
+	// Devices owns the collector's device events; nil: none resolve.
+	Devices *device.Client
+	// VisitorKey keys device visitor ids (secrets.Master.Derive("visitor-id")).
+	VisitorKey []byte
 }
 
 // Server is the HTTP surface.
@@ -208,6 +217,12 @@ func (s *Server) routeTable() []*route {
 		{method: "GET", pattern: "/api/threat-feed", auth: authNone, limit: iplimit.Of(iplimit.Feed), handler: s.handleThreatFeed},
 		{method: "POST", pattern: "/api/lookup", auth: authNone, handler: s.handleFreeLookup},
 		{method: "POST", pattern: "/api/lookup-bulk", auth: authNone, handler: s.handleBulkLookup},
+
+		{method: "GET", pattern: "/collector.js", auth: authNone, handler: s.handleCollectorJS},
+		{method: "POST", pattern: "/v1/collect/network", auth: authNone, limit: iplimit.Of(iplimit.Protect), handler: s.handleCollectNetwork},
+		{method: "OPTIONS", pattern: "/v1/collect/network", auth: authNone, handler: s.handleCollectPreflight},
+		{method: "POST", pattern: "/v1/collect/device", auth: authNone, limit: iplimit.Of(iplimit.Protect), handler: s.handleCollectDevice},
+		{method: "OPTIONS", pattern: "/v1/collect/device", auth: authNone, handler: s.handleCollectPreflight},
 	}
 	return rs
 }

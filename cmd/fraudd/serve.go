@@ -21,6 +21,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/device"
 	"github.com/fraudd/fraudd/actors/health"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
@@ -29,6 +30,7 @@ import (
 	"github.com/fraudd/fraudd/fastapi"
 	intelfeeds "github.com/fraudd/fraudd/intel/feeds"
 	"github.com/fraudd/fraudd/intel/netlists"
+	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/internal/accesstoken"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
@@ -233,6 +235,15 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		}
 	}()
 
+	// Device events and history (browser collector); stopped before Pebble
+	// closes so its last group commit lands.
+	devices := device.New(system.Root, device.Config{Store: db, Clock: clk, Logger: log})
+	defer func() {
+		if err := devices.Stop(); err != nil {
+			log.Error("stop device actors", "err", err)
+		}
+	}()
+
 	loadStart := time.Now()
 	snap, err := netlists.LoadDir(cfg.dataDir)
 	if err != nil {
@@ -273,7 +284,8 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		StartedAt:       clk.Now(),
 		Logger:          log,
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
-		Tokens: accesstoken.NewIssuer(master), Health: monitor})
+		Tokens: accesstoken.NewIssuer(master), Health: monitor,
+		NetTokens: nettoken.New(master.Derive("network-token")), Devices: devices, VisitorKey: master.Derive("visitor-id")})
 
 	if cfg.debugAddr != "" {
 		startDebug(cfg.debugAddr, log)

@@ -1,0 +1,172 @@
+// Unit tests of collector.js on a small DOM shim: node --test collector/
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import vm from 'node:vm';
+import { build, srcPath, outPath, maxBytes } from '../build.mjs';
+
+const code = readFileSync(outPath, 'utf8');
+
+class El {
+  constructor(tag) {
+    this.tagName = tag.toUpperCase();
+    this.attrs = {};
+    this.children = [];
+    this.nodeType = 1;
+  }
+  getAttribute(n) { return n in this.attrs ? this.attrs[n] : null; }
+  setAttribute(n, v) { this.attrs[n] = String(v); }
+  appendChild(c) { this.children.push(c); return c; }
+}
+
+class Form extends El {
+  constructor() { super('form'); }
+  get elements() { return this.children.filter((c) => c.tagName === 'INPUT'); }
+}
+
+function canvas() {
+  const c = new El('canvas');
+  c.getContext = (kind) => (kind === '2d' ? new Proxy({}, {
+    get: (_, p) => (p === 'canvas' ? c : () => {}),
+    set: () => true,
+  }) : null);
+  c.toDataURL = () => 'data:image/png;base64,AAAA';
+  return c;
+}
+
+// env builds a window whose fetch answers like the service.
+function env({ key = 'pk_live_test', forms = 2, fetchImpl, nav = {}, src = 'http://127.0.0.1:8080/collector.js' } = {}) {
+  const calls = [];
+  const script = new El('script');
+  script.src = src;
+  if (key) script.setAttribute('data-key', key);
+  const formEls = [];
+  for (let i = 0; i < forms; i++) formEls.push(new Form());
+  const document = {
+    readyState: 'complete',
+    currentScript: script,
+    forms: formEls,
+    documentElement: new El('html'),
+    createElement: (t) => (t === 'canvas' ? canvas() : new El(t)),
+    querySelector: () => script,
+    getElementsByTagName: () => formEls,
+    addEventListener() {},
+  };
+  const fetch = fetchImpl || (async (url, init) => {
+    calls.push({ url, init, body: JSON.parse(init.body) });
+    const out = url.endsWith('/v1/collect/network') ? { token: 'nt1.TOKEN', expires_in: 900 } : { event_id: 'ev_0123' };
+    return { ok: true, json: async () => out };
+  });
+  const w = {
+    document,
+    navigator: { userAgent: 'Mozilla/5.0 (Windows NT 10.0; Win64; x64) Chrome/131.0.0.0 Safari/537.36', platform: 'Win32', languages: ['en-GB', 'en'], plugins: { length: 5 }, hardwareConcurrency: 8, webdriver: false, maxTouchPoints: 0 },
+    screen: { width: 1920, height: 1080, colorDepth: 24 },
+    location: { href: 'https://shop.example/checkout' },
+    performance: { now: () => performance.now() },
+    fetch,
+    setTimeout,
+    clearTimeout,
+    URL,
+  };
+  Object.defineProperties(w.navigator, Object.getOwnPropertyDescriptors(nav));
+  w.window = w;
+  const ctx = vm.createContext(w);
+  vm.runInContext(code, ctx);
+  return { w, calls, forms: formEls };
+}
+
+function inputs(form) {
+  return Object.fromEntries(form.elements.map((e) => [e.name, e.value]));
+}
+
+test('collects, then puts the three hidden inputs into every form', async () => {
+  const { w, calls, forms } = env();
+  forms[1].appendChild(Object.assign(new El('input'), { name: 'netcheck', value: 'stale' }));
+  const r = await w.FraudCollector.ready;
+  assert.equal(r.token, 'nt1.TOKEN');
+  assert.equal(r.fingerprintEventId, 'ev_0123');
+  assert.equal(typeof r.tz, 'string');
+  for (const f of forms) {
+    assert.deepEqual(inputs(f), { netcheck: 'nt1.TOKEN', service_fp: 'ev_0123', service_tz: r.tz });
+    assert.ok(f.elements.every((e) => e.name !== 'netcheck' || e.type === 'hidden' || e.value === 'nt1.TOKEN'));
+  }
+  assert.equal(forms[1].elements.filter((e) => e.name === 'netcheck').length, 1, 'existing input reused');
+  const net = calls.find((c) => c.url === 'http://127.0.0.1:8080/v1/collect/network');
+  const dev = calls.find((c) => c.url === 'http://127.0.0.1:8080/v1/collect/device');
+  assert.ok(net && dev);
+  assert.equal(net.body.key, 'pk_live_test');
+  assert.equal(net.body.webrtc.status, 'unsupported');
+  assert.equal(net.init.headers['Content-Type'], 'text/plain', 'a simple request: no preflight');
+  assert.equal(net.init.credentials, 'omit');
+  assert.equal(dev.body.v, 1);
+  assert.match(dev.body.ua, /Chrome\/131/);
+  assert.deepEqual(dev.body.langs, ['en-GB', 'en']);
+  assert.equal(dev.body.wd, false);
+  assert.equal(dev.body.canvas.length, 2);
+  assert.ok(Array.isArray(dev.body.lies));
+  assert.ok(Array.isArray(dev.body.err));
+});
+
+test('never throws: hostile navigator, failing fetch', async () => {
+  const nav = {};
+  for (const p of ['userAgent', 'platform', 'languages', 'plugins', 'webdriver', 'hardwareConcurrency']) {
+    Object.defineProperty(nav, p, { get() { throw new Error('blocked'); }, enumerable: true });
+  }
+  const { w, forms } = env({ nav, fetchImpl: async () => { throw new TypeError('network'); } });
+  const r = await w.FraudCollector.ready;
+  assert.deepEqual({ ...r, tz: null }, { token: null, fingerprintEventId: null, tz: null });
+  assert.equal(inputs(forms[0]).netcheck, '');
+  assert.equal(inputs(forms[0]).service_fp, '');
+});
+
+test('a service error answer resolves with nulls', async () => {
+  const { w } = env({ fetchImpl: async () => ({ ok: false, json: async () => ({ error: 'x' }) }) });
+  const r = await w.FraudCollector.ready;
+  assert.equal(r.token, null);
+  assert.equal(r.fingerprintEventId, null);
+});
+
+test('a hanging service resolves after the step timeout', async () => {
+  const { w } = env({ fetchImpl: () => new Promise(() => {}) });
+  const t0 = Date.now();
+  const r = await w.FraudCollector.ready;
+  assert.equal(r.token, null);
+  assert.ok(Date.now() - t0 < 5000);
+});
+
+test('without data-key nothing is sent, the forms still get empty inputs', async () => {
+  const { w, calls, forms } = env({ key: '' });
+  const r = await w.FraudCollector.ready;
+  assert.equal(r.token, null);
+  assert.equal(calls.length, 0);
+  assert.equal(inputs(forms[0]).netcheck, '');
+});
+
+test('collect() runs a fresh collection with another key and endpoint', async () => {
+  const { w, calls, forms } = env();
+  await w.FraudCollector.ready;
+  const n = calls.length;
+  const r = await w.FraudCollector.collect({ key: 'pk_live_other', endpoint: 'http://127.0.0.1:9999/' });
+  assert.equal(r.token, 'nt1.TOKEN');
+  const fresh = calls.slice(n);
+  assert.equal(fresh.length, 2);
+  assert.ok(fresh.every((c) => c.url.startsWith('http://127.0.0.1:9999/v1/') && c.body.key === 'pk_live_other'));
+  assert.equal(inputs(forms[0]).service_fp, 'ev_0123');
+});
+
+test('a patched built-in is reported as a lie, a native one is not', async () => {
+  const { w, calls } = env();
+  await w.FraudCollector.ready;
+  const first = calls.find((c) => c.url.endsWith('/device')).body;
+  assert.ok(!first.lies.includes('Date.prototype.getTimezoneOffset'), JSON.stringify(first.lies));
+  vm.runInContext('Date.prototype.getTimezoneOffset = function () { return 0; }', vm.createContext(w));
+  await w.FraudCollector.collect({});
+  const second = calls.filter((c) => c.url.endsWith('/device')).pop().body;
+  assert.ok(second.lies.includes('Date.prototype.getTimezoneOffset'), JSON.stringify(second.lies));
+});
+
+test('the committed build is current and under 20 KB', () => {
+  const out = build(readFileSync(srcPath, 'utf8'));
+  assert.equal(code, out, 'run node collector/build.mjs');
+  assert.ok(Buffer.byteLength(out) < maxBytes, `${Buffer.byteLength(out)} bytes`);
+});
