@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/storage"
@@ -417,12 +418,14 @@ func (s *Server) adminPutWebhook(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	u := ""
 	if in.URL != nil {
-		pu, err := url.Parse(*in.URL)
-		if err != nil || pu.Host == "" || (pu.Scheme != "https" && pu.Scheme != "http") {
-			s.badRequest(ctx, "url must be an absolute https:// URL or null.")
+		// HTTPS on a public address; --allow-private-webhooks also allows
+		// http:// and loopback or private receivers (CLARIFICATIONS.md).
+		cu, err := webhook.CheckURL(*in.URL, s.allowPrivateWebhooks())
+		if err != nil {
+			s.badRequest(ctx, "%v.", err)
 			return
 		}
-		u = pu.String()
+		u = cu
 	}
 	v, err := s.deps.Accounts.SetWebhookURL(r.param(0), u)
 	if err != nil {
@@ -443,20 +446,6 @@ func (s *Server) adminRotateWebhookSecret(ctx *fasthttp.RequestCtx, r *request) 
 		return
 	}
 	s.writeJSON(ctx, fasthttp.StatusOK, &wire.WebhookSecret{WebhookSecret: sec})
-}
-
-func (s *Server) adminWebhookTest(ctx *fasthttp.RequestCtx, r *request) {
-	v := s.account(ctx, r)
-	if v == nil {
-		return
-	}
-	if v.WebhookURL == "" {
-		s.writeError(ctx, fasthttp.StatusConflict, "No webhook URL is set for this account.", "", "")
-		return
-	}
-	// Delivery arrives with the webhook issue; until then the request is
-	// accepted and nothing is sent.
-	ctx.SetStatusCode(fasthttp.StatusAccepted)
 }
 
 // adminEmptyList serves views whose data arrives with later features.

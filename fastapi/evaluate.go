@@ -116,6 +116,7 @@ func (s *Server) handleEvaluate(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	if o.kind == evalLive && !testKey {
 		s.recordEvaluation(r, &st.in.Network, &st.res)
+		s.notifyWebhook(r, &st.in, &st.res)
 	}
 	o.evaluatedMs = msSince(start)
 	s.writeJSON(ctx, fasthttp.StatusOK, st.build(&o))

@@ -23,6 +23,7 @@ import (
 	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/actors/traffic"
+	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/internal/accesstoken"
@@ -76,6 +77,9 @@ type Deps struct {
 	Tokens *accesstoken.Issuer
 	// Health probes the service's parts for /api/status; nil reports live state only.
 	Health *health.Monitor
+	// Webhooks delivers threat alerts and keeps the delivery log; nil sends
+	// nothing and lists no deliveries.
+	Webhooks *webhook.Service
 	// NetTokens mints and verifies the collector's network tokens; nil
 	// refuses every real token (400 Invalid token.).
 	NetTokens *nettoken.Codec
@@ -201,7 +205,7 @@ func (s *Server) routeTable() []*route {
 		{method: "PUT", pattern: "/admin/v1/accounts/{id}/webhook", auth: authAdmin, handler: s.adminPutWebhook},
 		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/secret/rotate", auth: authAdmin, handler: s.adminRotateWebhookSecret},
 		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/test", auth: authAdmin, handler: s.adminWebhookTest},
-		{method: "GET", pattern: "/admin/v1/accounts/{id}/webhook/deliveries", auth: authAdmin, handler: s.adminEmptyList},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/webhook/deliveries", auth: authAdmin, handler: s.adminWebhookDeliveries},
 		{method: "GET", pattern: "/admin/v1/accounts/{id}/devices", auth: authAdmin, handler: s.adminEmptyList},
 		{method: "GET", pattern: "/admin/v1/mail", auth: authAdmin, handler: s.adminMail},
 		{method: "POST", pattern: "/admin/v1/clock", auth: authAdmin, handler: s.adminClock},

@@ -27,6 +27,7 @@ import (
 	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/actors/traffic"
+	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/fastapi"
 	intelfeeds "github.com/fraudd/fraudd/intel/feeds"
 	"github.com/fraudd/fraudd/intel/netlists"
@@ -51,6 +52,9 @@ type serveConfig struct {
 	smtpURL         string
 	feedsRefresh    time.Duration
 	debugAddr       string
+	// allowPrivateWebhooks also accepts http:// and loopback or private
+	// webhook receivers (development and tests).
+	allowPrivateWebhooks bool
 }
 
 // env returns the FRAUDD_* variable or def.
@@ -101,6 +105,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&c.feedsRefresh, "feeds-refresh", envDuration("FRAUDD_FEEDS_REFRESH", 0), "download fresh feeds from upstream this often and swap them in without a pause; 0 = off (env FRAUDD_FEEDS_REFRESH)")
 	fs.StringVar(&c.debugAddr, "debug-addr", env("FRAUDD_DEBUG_ADDR", ""), "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty (env FRAUDD_DEBUG_ADDR)")
 	fs.StringVar(&c.smtpURL, "smtp-url", env("FRAUDD_SMTP_URL", ""), "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way (env FRAUDD_SMTP_URL)")
+	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", envBool("FRAUDD_ALLOW_PRIVATE_WEBHOOKS", false), "also accept http:// and loopback/private webhook receivers; for development and tests (env FRAUDD_ALLOW_PRIVATE_WEBHOOKS)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -244,6 +249,19 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		}
 	}()
 
+	// Webhook shards stop before the mailer and storage they use (defers run
+	// in reverse); pending retries are in-process and dropped (SPEC §6).
+	hooks := webhook.New(system.Root, webhook.Config{Accounts: accts, DB: db, Mail: mail, Clock: clk, Logger: log,
+		AllowPrivate: cfg.allowPrivateWebhooks, UserAgent: "fraudd-webhooks/" + version})
+	defer func() {
+		if err := hooks.Stop(); err != nil {
+			log.Error("stop webhook actors", "err", err)
+		}
+	}()
+	if cfg.allowPrivateWebhooks {
+		log.Warn("private webhook receivers allowed: http:// and loopback/private addresses are accepted; never use this in production")
+	}
+
 	loadStart := time.Now()
 	snap, err := netlists.LoadDir(cfg.dataDir)
 	if err != nil {
@@ -284,7 +302,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		StartedAt:       clk.Now(),
 		Logger:          log,
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
-		Tokens: accesstoken.NewIssuer(master), Health: monitor,
+		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive("network-token")), Devices: devices, VisitorKey: master.Derive("visitor-id")})
 
 	if cfg.debugAddr != "" {
