@@ -11,8 +11,11 @@ const (
 	prefixPins     byte = 0x14 // account id → exception pins
 	prefixUsage    byte = 0x20 // account id + month → monthly counters (quota actors)
 	prefixTotals   byte = 0x21 // account id → lifetime totals (quota actors)
-	prefixDevice   byte = 0x30 // reserved: device history
-	prefixEvent    byte = 0x31 // reserved: device/collector events
+	prefixDevice   byte = 0x30 // 90-day period + visitor hash → global device history (times_seen, first_seen; events.go, actors/device)
+	prefixEvent    byte = 0x31 // day + event id → collector device event (events.go, actors/device)
+	// 0x32–0x3f: free for per-customer device records (customer history,
+	// account links, the account object) — build on actors/device's global
+	// history rather than keeping a second times_seen.
 	prefixMail     byte = 0x40 // time + id → mail outbox record
 	prefixDelivery byte = 0x41 // account id + 0x00 + time + event id + attempt → webhook delivery attempt
 	prefixTraffic  byte = 0x50 // bucket start → threat-feed traffic counts
