@@ -1,0 +1,323 @@
+package fastapi
+
+import (
+	"encoding/json"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	devactor "github.com/fraudd/fraudd/actors/device"
+	"github.com/fraudd/fraudd/fastapi/collector"
+	"github.com/fraudd/fraudd/intel/nettoken"
+)
+
+// collectEnv is the unit-test server with the collector's dependencies.
+type collectEnv struct {
+	*testEnv
+	codec *nettoken.Codec
+}
+
+func newCollectEnv(t *testing.T) *collectEnv {
+	e := newTestEnv(t)
+	sys := actor.NewActorSystem()
+	devs := devactor.New(sys.Root, devactor.Config{Shards: 2})
+	t.Cleanup(func() { devs.Stop(); sys.Shutdown() })
+	codec := nettoken.New([]byte("network-token-unit-key-000000000"))
+	e.srv.deps.NetTokens = codec
+	e.srv.deps.Devices = devs
+	e.srv.deps.VisitorKey = []byte("visitor-id-unit-key")
+	e.srv.cfg.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	return &collectEnv{testEnv: e, codec: codec}
+}
+
+// call runs one request from remote with the given headers.
+func (e *collectEnv) call(method, uri, remote string, hdr map[string]string, body string) *fasthttp.RequestCtx {
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Request.Header.SetMethod(method)
+	ctx.Request.SetRequestURI(uri)
+	ctx.Request.Header.Set("User-Agent", "Mozilla/5.0 unit")
+	for k, v := range hdr {
+		ctx.Request.Header.Set(k, v)
+	}
+	if body != "" {
+		ctx.Request.SetBodyString(body)
+	}
+	ap := netip.MustParseAddrPort(remote)
+	ctx.SetRemoteAddr(net.TCPAddrFromAddrPort(ap))
+	e.srv.Handle(ctx)
+	return ctx
+}
+
+func (e *collectEnv) token(t *testing.T, pk, remote string, hdr map[string]string, body string) string {
+	t.Helper()
+	ctx := e.call("POST", "/v1/collect/network", remote, hdr, strings.Replace(body, "PK", pk, 1))
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("collect network: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	var out struct {
+		Token     string `json:"token"`
+		ExpiresIn int    `json:"expires_in"`
+	}
+	if err := json.Unmarshal(ctx.Response.Body(), &out); err != nil || out.ExpiresIn != 900 || !strings.HasPrefix(out.Token, nettoken.Prefix) {
+		t.Fatalf("collect network answer: %v %s", err, ctx.Response.Body())
+	}
+	return out.Token
+}
+
+func (e *collectEnv) deviceEvent(t *testing.T, pk, remote, fixture string) string {
+	t.Helper()
+	b, err := os.ReadFile("../intel/device/testdata/" + fixture + ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx struct {
+		Signals map[string]any `json:"signals"`
+	}
+	if err := json.Unmarshal(b, &fx); err != nil {
+		t.Fatal(err)
+	}
+	fx.Signals["key"] = pk
+	body, _ := json.Marshal(fx.Signals)
+	ctx := e.call("POST", "/v1/collect/device", remote, map[string]string{"Content-Type": "text/plain", "Origin": "https://shop.example"}, string(body))
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("collect device: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	var out struct {
+		EventID string `json:"event_id"`
+	}
+	json.Unmarshal(ctx.Response.Body(), &out)
+	if _, ok := devactor.ParseEventID(out.EventID); !ok {
+		t.Fatalf("event id %q", out.EventID)
+	}
+	return out.EventID
+}
+
+func (e *collectEnv) evaluate(t *testing.T, key string, body map[string]any) (int, map[string]any, []byte) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	ctx := e.post("/v1/evaluate", "Bearer "+key, "application/json", string(b))
+	var m map[string]any
+	json.Unmarshal(ctx.Response.Body(), &m)
+	return ctx.Response.StatusCode(), m, normalise(ctx.Response.Body())
+}
+
+func TestCollectorScript(t *testing.T) {
+	e := newCollectEnv(t)
+	ctx := e.call("GET", "/collector.js", "73.0.0.1:5000", nil, "")
+	h := &ctx.Response.Header
+	if ctx.Response.StatusCode() != 200 || string(h.ContentType()) != "application/javascript; charset=utf-8" ||
+		string(h.Peek("Cache-Control")) != collectorCache || string(h.Peek("ETag")) != collector.ETag || len(ctx.Response.Body()) != len(collector.JS) {
+		t.Fatalf("%d %q %q %q", ctx.Response.StatusCode(), h.ContentType(), h.Peek("Cache-Control"), h.Peek("ETag"))
+	}
+	ctx = e.call("GET", "/collector.js", "73.0.0.1:5000", map[string]string{"If-None-Match": collector.ETag}, "")
+	if ctx.Response.StatusCode() != 304 || len(ctx.Response.Body()) != 0 {
+		t.Fatalf("revalidation: %d", ctx.Response.StatusCode())
+	}
+}
+
+func TestCollectPreflightAndOrigins(t *testing.T) {
+	e := newCollectEnv(t)
+	pk := e.acct.PublishableKey
+	ctx := e.call("OPTIONS", "/v1/collect/device", "73.0.0.1:5000", map[string]string{"Origin": "https://shop.example", "Access-Control-Request-Method": "POST"}, "")
+	h := &ctx.Response.Header
+	if ctx.Response.StatusCode() != 204 || string(h.Peek("Access-Control-Allow-Origin")) != "https://shop.example" ||
+		!strings.Contains(string(h.Peek("Access-Control-Allow-Headers")), "X-Publishable-Key") {
+		t.Fatalf("preflight: %d %s", ctx.Response.StatusCode(), h.String())
+	}
+	// No origins listed: any origin, echoed.
+	ctx = e.call("POST", "/v1/collect/network", "73.0.0.1:5000", map[string]string{"Origin": "https://any.example", "X-Publishable-Key": pk}, "")
+	if ctx.Response.StatusCode() != 200 || string(ctx.Response.Header.Peek("Access-Control-Allow-Origin")) != "https://any.example" {
+		t.Fatalf("open key: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	// Listed origins confine the key.
+	origins := []string{"https://shop.example"}
+	if _, err := e.accts.Update(e.acct.View.ID, accounts.Patch{Origins: &origins}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		origin string
+		status int
+	}{{"https://shop.example", 200}, {"https://evil.example", 403}, {"", 403}} {
+		hdr := map[string]string{}
+		if c.origin != "" {
+			hdr["Origin"] = c.origin
+		}
+		ctx = e.call("POST", "/v1/collect/network", "73.0.0.1:5000", hdr, `{"v":1,"key":"`+pk+`"}`)
+		acao := string(ctx.Response.Header.Peek("Access-Control-Allow-Origin"))
+		if ctx.Response.StatusCode() != c.status || (c.status == 200 && acao != c.origin) || (c.status != 200 && acao != "") {
+			t.Fatalf("origin %q: %d acao %q %s", c.origin, ctx.Response.StatusCode(), acao, ctx.Response.Body())
+		}
+	}
+	for _, bad := range []string{"", "pk_live_nope", e.acct.LiveKey} {
+		ctx = e.call("POST", "/v1/collect/device", "73.0.0.1:5000", map[string]string{"Origin": "https://shop.example"}, `{"v":1,"key":"`+bad+`"}`)
+		if ctx.Response.StatusCode() != 401 {
+			t.Fatalf("key %q: %d", bad, ctx.Response.StatusCode())
+		}
+	}
+	ctx = e.call("POST", "/v1/collect/device", "73.0.0.1:5000", nil, `not json`)
+	if ctx.Response.StatusCode() != 400 {
+		t.Fatalf("garbage body: %d", ctx.Response.StatusCode())
+	}
+}
+
+// TestEvaluateWithNetworkToken: the token's address drives the network
+// layer; proxy evidence from headers and WebRTC; refused tokens.
+func TestEvaluateWithNetworkToken(t *testing.T) {
+	e := newCollectEnv(t)
+	pk, live := e.acct.PublishableKey, e.acct.LiveKey
+	body := `{"v":1,"key":"PK","webrtc":{"status":"ok","addrs":["192.168.1.20","73.0.0.9"]}}`
+
+	tok := e.token(t, pk, "73.0.0.1:40000", nil, body)
+	st, m, raw := e.evaluate(t, live, map[string]any{"token": tok, "tz": "America/New_York"})
+	if st != 200 || m["decision"] != "allow" || m["ip"] != "73.0.0.1" || m["country"] != "US" || m["device_status"] != "not_sent" {
+		t.Fatalf("%d %s", st, raw)
+	}
+	golden(t, "evaluate_live_network", raw)
+
+	for _, c := range []struct {
+		name, remote string
+		hdr          map[string]string
+		body         string
+		check        func(m map[string]any) bool
+	}{
+		{"via header", "73.0.0.1:1", map[string]string{"Via": "1.1 squid"}, body, func(m map[string]any) bool {
+			return netOf(m)["proxy"] == true && m["decision"] == "block" && hasReason(m, "proxy_detected")
+		}},
+		{"webrtc elsewhere", "73.0.0.1:1", nil, `{"v":1,"key":"PK","webrtc":{"status":"ok","addrs":["24.0.0.1"]}}`, func(m map[string]any) bool {
+			return netOf(m)["proxy"] == true && m["decision"] == "block"
+		}},
+		{"xff chain behind our proxy", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "24.0.0.1, 73.0.0.1"}, body, func(m map[string]any) bool {
+			return m["ip"] == "73.0.0.1" && netOf(m)["proxy"] == true
+		}},
+		{"tor", "102.130.113.9:1", nil, body, func(m map[string]any) bool {
+			return netOf(m)["tor"] == true && m["decision"] == "block" && hasReason(m, "tor_exit_node")
+		}},
+		{"vpn label", "2.56.252.1:1", nil, `{"v":1,"key":"PK","webrtc":{"status":"ok","addrs":["73.0.0.1"]}}`, func(m map[string]any) bool {
+			n := netOf(m)
+			return n["vpn"] == true && n["service"] == "NordVPN" && n["proxy"] == false && m["decision"] == "review"
+		}},
+		{"privacy relay", "104.28.28.1:1", nil, body, func(m map[string]any) bool {
+			n := netOf(m)
+			return n["privacy_relay"] == true && m["decision"] == "review" && hasReason(m, "privacy_relay")
+		}},
+		{"datacenter", "1.178.1.1:1", nil, `{"v":1,"key":"PK"}`, func(m map[string]any) bool {
+			n := netOf(m)
+			return n["datacenter"] == true && n["proxy"] == false && n["residential"] == false && m["decision"] == "allow"
+		}},
+		// A cloud server relaying a browser whose WebRTC shows a home address.
+		{"datacenter relaying a home browser", "1.178.1.1:1", nil, body, func(m map[string]any) bool {
+			n := netOf(m)
+			return n["datacenter"] == true && n["proxy"] == true && m["decision"] == "block"
+		}},
+		{"private address", "192.168.1.1:1", nil, body, func(m map[string]any) bool {
+			n := netOf(m)
+			return n["sdk_blocked"] == true && n["complete"] == false && m["degraded"] == false && m["decision"] == "allow"
+		}},
+		{"our own proxy", "10.1.1.1:1", nil, body, func(m map[string]any) bool {
+			return netOf(m)["sdk_blocked"] == true
+		}},
+		{"no browser report", "73.0.0.1:1", map[string]string{"X-Publishable-Key": pk}, "", func(m map[string]any) bool {
+			n := netOf(m)
+			return n["complete"] == false && n["sdk_blocked"] == false
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tok := e.token(t, pk, c.remote, c.hdr, c.body)
+			st, m, raw := e.evaluate(t, live, map[string]any{"netcheck": tok})
+			if st != 200 || !c.check(m) {
+				t.Fatalf("%d %s", st, raw)
+			}
+		})
+	}
+
+	// An old token still evaluates, with its age.
+	f := nettoken.Facts{Issued: fixedNow.Add(-2 * time.Hour), Addr: netip.MustParseAddr("73.0.0.1"), Report: true}
+	old := e.codec.Sign(e.acct.View.ID, &f)
+	if st, m, raw := e.evaluate(t, live, map[string]any{"token": old}); st != 200 || m["evidence"].(map[string]any)["network_age_s"] != float64(7200) {
+		t.Fatalf("old token: %d %s", st, raw)
+	}
+	// Refused: tampered, malformed, another account's.
+	other, err := e.accts.Create(accounts.NewAccount{Email: "other@example.com", Plan: "starter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := e.token(t, other.PublishableKey, "73.0.0.1:1", nil, body)
+	tampered := tok[:len(tok)-2] + map[bool]string{true: "AA", false: "BA"}[tok[len(tok)-2:] != "AA"]
+	for _, bad := range []string{foreign, tampered, "nt1.", "nt1.@@@", "garbage"} {
+		st, m, raw := e.evaluate(t, live, map[string]any{"token": bad})
+		if st != 400 || m["error"] != "Invalid token." {
+			t.Fatalf("token %q: %d %s", bad, st, raw)
+		}
+	}
+	if st, _, _ := e.evaluate(t, other.LiveKey, map[string]any{"token": foreign}); st != 200 {
+		t.Fatal("the other account's own token refused")
+	}
+}
+
+func netOf(m map[string]any) map[string]any { n, _ := m["network"].(map[string]any); return n }
+
+func hasReason(m map[string]any, code string) bool {
+	rs, _ := m["reasons"].([]any)
+	for _, r := range rs {
+		if r == code {
+			return true
+		}
+	}
+	return false
+}
+
+// TestEvaluateWithDeviceEvent: fingerprintEventId resolves the event; replay
+// on the second evaluate; unknown ids; another account's event.
+func TestEvaluateWithDeviceEvent(t *testing.T) {
+	e := newCollectEnv(t)
+	pk, live := e.acct.PublishableKey, e.acct.LiveKey
+	tok := e.token(t, pk, "73.0.0.1:1", nil, `{"v":1,"key":"PK"}`)
+	ev := e.deviceEvent(t, pk, "73.0.0.1:1", "chrome_headless_linux")
+
+	st, m, raw := e.evaluate(t, live, map[string]any{"token": tok, "fingerprintEventId": ev})
+	d, _ := m["device"].(map[string]any)
+	if st != 200 || d == nil || d["automation"] != true || m["decision"] != "block" || m["device_status"] != "ok" ||
+		!hasReason(m, "automation_detected") || d["visitor_id"] == "" || d["ip_blocklisted"] != false {
+		t.Fatalf("%d %s", st, raw)
+	}
+	golden(t, "evaluate_live_device", raw)
+	// The same event again (form alias): a replay.
+	_, m, raw = e.evaluate(t, live, map[string]any{"netcheck": tok, "service_fp": ev})
+	if m["evidence"].(map[string]any)["device_replayed"] != true {
+		t.Fatalf("no replay: %s", raw)
+	}
+
+	// A normal desktop browser: allowed, device present and clean.
+	ev2 := e.deviceEvent(t, pk, "73.0.0.1:1", "chrome_desktop_windows")
+	if _, m, raw := e.evaluate(t, live, map[string]any{"token": tok, "fingerprintEventId": ev2}); m["decision"] != "allow" || m["device"] == nil {
+		t.Fatalf("desktop: %s", raw)
+	}
+	// A VM alone is review; an emulator blocks.
+	for fx, want := range map[string]string{"vm_vmware_windows": "review", "android_emulator": "block", "antidetect_spoofed_profile": "block", "brave_macos": "allow"} {
+		id := e.deviceEvent(t, pk, "73.0.0.1:1", fx)
+		if _, m, raw := e.evaluate(t, live, map[string]any{"token": tok, "fingerprintEventId": id}); m["decision"] != want {
+			t.Fatalf("%s: decision %v, want %s: %s", fx, m["decision"], want, raw)
+		}
+	}
+
+	// Without a resolvable event: network only, no device object, not degraded.
+	other, _ := e.accts.Create(accounts.NewAccount{Email: "o2@example.com", Plan: "starter"})
+	otherEv := e.deviceEvent(t, other.PublishableKey, "73.0.0.1:1", "chrome_headless_linux")
+	for _, id := range []string{"ev_00000000000000000000000000000000", "nope", otherEv} {
+		st, m, raw := e.evaluate(t, live, map[string]any{"token": tok, "fingerprintEventId": id})
+		if st != 200 || m["device_status"] != "unavailable" || m["device"] != nil || m["degraded"] != false || m["decision"] != "allow" {
+			t.Fatalf("id %q: %d %s", id, st, raw)
+		}
+	}
+	// Degraded network with a device event: the device still decides.
+	if _, m, raw := e.evaluate(t, live, map[string]any{"fingerprintEventId": ev}); m["degraded"] != true || m["decision"] != "block" || m["device_status"] != "ok" {
+		t.Fatalf("degraded with device: %s", raw)
+	}
+}
