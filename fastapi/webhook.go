@@ -2,6 +2,7 @@ package fastapi
 
 import (
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -12,19 +13,27 @@ import (
 
 // notifyWebhook queues a threat.detected webhook for a live, non-test-key
 // evaluation that SPEC §6 calls a threat (score.ThreatType), fire-and-forget.
-// Accounts without a receiver cost one field check. Everything the event
-// carries is copied: nothing may point into the request's buffers.
+// Accounts without a receiver cost one field check.
 func (s *Server) notifyWebhook(r *request, in *score.Input, res *score.Result) {
 	v := r.auth.View
 	if s.deps.Webhooks == nil || v == nil || v.WebhookURL == "" {
 		return
 	}
+	if ev, ok := webhookEvent(v.ID, r.now, in, res); ok {
+		s.deps.Webhooks.Notify(ev)
+	}
+}
+
+// webhookEvent builds the event of a webhook-worthy evaluation, mirroring
+// the evaluate answer's fields. Everything it carries is copied: nothing may
+// point into the request's buffers once it crosses into the actor.
+func webhookEvent(account string, now time.Time, in *score.Input, res *score.Result) (*webhook.Event, bool) {
 	tt, ok := score.ThreatType(res)
 	if !ok {
-		return
+		return nil, false
 	}
 	n, d := &in.Network, &in.Device
-	ev := &webhook.Event{Account: v.ID, At: r.now, ThreatType: tt, IP: "unknown"}
+	ev := &webhook.Event{Account: account, At: now, ThreatType: tt, IP: "unknown"}
 	det := &ev.Details
 	if !n.Degraded {
 		ev.IP = n.IP.String()
@@ -51,7 +60,7 @@ func (s *Server) notifyWebhook(r *request, in *score.Input, res *score.Result) {
 			det.ExceptionMatched[i] = strings.Clone(name)
 		}
 	}
-	s.deps.Webhooks.Notify(ev)
+	return ev, true
 }
 
 // allowPrivateWebhooks reports whether receivers may be http:// or on
