@@ -255,6 +255,9 @@ func (sh *shard) pump(id string, a *acct) {
 		a.inflight++
 		go func() {
 			out := sh.svc.post(sh.svc.ctx, at)
+			if sh.svc.ctx.Err() != nil {
+				return // stopping: the shards are gone or going
+			}
 			sh.svc.shards.Send(actors.HashString(id), &finished{account: id, ev: e, url: at.url, out: out})
 		}()
 	}
