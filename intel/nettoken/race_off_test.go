@@ -1,0 +1,5 @@
+//go:build !race
+
+package nettoken
+
+const raceEnabled = false
