@@ -13,9 +13,10 @@ const (
 	prefixTotals  byte = 0x21 // account id → lifetime totals (quota actors)
 	prefixDevice  byte = 0x30 // 90-day period + visitor hash → global device history (times_seen, first_seen; events.go, actors/device)
 	prefixEvent   byte = 0x31 // day + event id → collector device event (events.go, actors/device)
-	// 0x32–0x3f: free for per-customer device records (customer history,
-	// account links, the account object) — build on actors/device's global
-	// history rather than keeping a second times_seen.
+	prefixHist       byte = 0x32 // kind + customer + device / account hash / address → per-customer device history (devices.go, actors/devicehist)
+	prefixHistExpiry byte = 0x33 // day + kind + identity → empty: retention index of 0x32 (devices.go)
+	prefixHistRecent byte = 0x34 // customer + ^last seen + device → empty: most recently seen devices (devices.go)
+	// 0x35–0x3f: free for further device records.
 	prefixMail     byte = 0x40 // time + id → mail outbox record
 	prefixDelivery byte = 0x41 // account id + 0x00 + time + event id + attempt → webhook delivery attempt
 	prefixTraffic  byte = 0x50 // bucket start → threat-feed traffic counts
