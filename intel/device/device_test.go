@@ -223,3 +223,32 @@ func BenchmarkAssess(b *testing.B) {
 		})
 	}
 }
+
+// FuzzAssess: any report the collector endpoint can decode is assessed
+// without panicking, with a score in [0, 1].
+func FuzzAssess(f *testing.F) {
+	for _, name := range []string{"chrome_headless_linux", "android_emulator", "firefox_resist_fingerprinting"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name+".json"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		var fx struct {
+			Signals json.RawMessage `json:"signals"`
+		}
+		if err := json.Unmarshal(b, &fx); err != nil {
+			f.Fatal(err)
+		}
+		f.Add([]byte(fx.Signals))
+	}
+	f.Add([]byte(`{"ua":"Android","win":[0],"screen":[1],"uad":{"brands":[{}]}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s Signals
+		if json.Unmarshal(b, &s) != nil {
+			return
+		}
+		v := Assess(&s, Options{Key: testKey, IPChecked: true})
+		if v.TamperingScore < 0 || v.TamperingScore > 1 {
+			t.Fatalf("tampering %v", v.TamperingScore)
+		}
+	})
+}
