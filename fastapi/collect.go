@@ -79,12 +79,7 @@ func (s *Server) handleCollectPreflight(ctx *fasthttp.RequestCtx, r *request) {
 func (s *Server) collectAccount(ctx *fasthttp.RequestCtx, bodyKey string) *accounts.View {
 	h := &ctx.Response.Header
 	origin := ctx.Request.Header.Peek("Origin")
-	if len(origin) > 0 {
-		h.SetBytesV("Access-Control-Allow-Origin", origin)
-	} else {
-		h.Set("Access-Control-Allow-Origin", "*")
-	}
-	h.Set("Vary", "Origin")
+	corsHeaders(ctx)
 	key := string(ctx.Request.Header.Peek("X-Publishable-Key"))
 	if key == "" {
 		key = bodyKey
@@ -108,6 +103,18 @@ func (s *Server) collectAccount(ctx *fasthttp.RequestCtx, bodyKey string) *accou
 		return nil
 	}
 	return v
+}
+
+// corsHeaders lets the calling page read the answer (errors included, so
+// the collector can tell what went wrong).
+func corsHeaders(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Response.Header
+	if o := ctx.Request.Header.Peek("Origin"); len(o) > 0 {
+		h.SetBytesV("Access-Control-Allow-Origin", o)
+	} else {
+		h.Set("Access-Control-Allow-Origin", "*")
+	}
+	h.Set("Vary", "Origin")
 }
 
 // originAllowed: any origin when the account lists none; otherwise the
@@ -144,7 +151,7 @@ func (s *Server) handleCollectNetwork(ctx *fasthttp.RequestCtx, r *request) {
 	report := false
 	if len(raw) > 0 {
 		if raw[0] != '{' || sonic.ConfigStd.Unmarshal(raw, &body) != nil {
-			s.collectAccount(ctx, "") // CORS headers, so the page can read the error
+			corsHeaders(ctx)
 			s.writeError(ctx, fasthttp.StatusBadRequest, "The request body is not valid JSON.", "", "")
 			return
 		}
@@ -265,13 +272,13 @@ type collectDeviceBody struct {
 func (s *Server) handleCollectDevice(ctx *fasthttp.RequestCtx, r *request) {
 	raw := bytes.TrimSpace(ctx.PostBody())
 	if len(raw) > maxDeviceBody {
-		s.collectAccount(ctx, "")
+		corsHeaders(ctx)
 		s.writeError(ctx, fasthttp.StatusRequestEntityTooLarge, msgTooLarge, "", "The device report is limited to "+strconv.Itoa(maxDeviceBody)+" bytes.")
 		return
 	}
 	var body collectDeviceBody
 	if len(raw) == 0 || raw[0] != '{' || sonic.ConfigStd.Unmarshal(raw, &body) != nil {
-		s.collectAccount(ctx, "")
+		corsHeaders(ctx)
 		s.writeError(ctx, fasthttp.StatusBadRequest, "The request body must be the collector's JSON report.", "", "")
 		return
 	}
