@@ -215,4 +215,3 @@ func hasReason(m map[string]any, code string) bool {
 	}
 	return false
 }
-
