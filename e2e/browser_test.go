@@ -161,7 +161,7 @@ func TestBrowserCollectorEndToEnd(t *testing.T) {
 	if dev == nil {
 		t.Fatalf("no device object: %s", ev.Body)
 	}
-	if dev["automation"] != true || m["decision"] != "block" || m["device_status"] != "ok" || !hasReason(m, "automation_detected") {
+	if dev["automation"] != true || m["decision"] != "block" || m["device_status"] != "ok" || !browserHasReason(m, "automation_detected") {
 		t.Fatalf("headless Chromium not caught: %s", ev.Body)
 	}
 	visitor, _ := dev["visitor_id"].(string)
@@ -206,7 +206,7 @@ func TestBrowserCollectorEndToEnd(t *testing.T) {
 	}
 }
 
-func hasReason(m map[string]any, code string) bool {
+func browserHasReason(m map[string]any, code string) bool {
 	rs, _ := m["reasons"].([]any)
 	for _, r := range rs {
 		if r == code {

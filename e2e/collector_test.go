@@ -109,7 +109,7 @@ func TestNetworkTokenEvaluate(t *testing.T) {
 	}
 	// A WebRTC candidate on another network: proxy evidence.
 	leak := collectToken(t, s, a.PublishableKey, "73.0.0.1", map[string]any{"v": 1, "webrtc": map[string]any{"status": "ok", "addrs": []string{"24.0.0.1"}}})
-	if _, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": leak}); m["decision"] != "block" || !hasReason(m, "proxy_detected") {
+	if _, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": leak}); m["decision"] != "block" || !browserHasReason(m, "proxy_detected") {
 		t.Fatalf("webrtc leak: %v", m)
 	}
 
@@ -137,20 +137,20 @@ func TestDeviceEventEvaluateAndRestart(t *testing.T) {
 	emu := collectDevice(t, s, a.PublishableKey, "73.0.0.1", "android_emulator")
 	st, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": emu})
 	d, _ := m["device"].(map[string]any)
-	if st != 200 || d == nil || d["emulator"] != true || m["decision"] != "block" || !hasReason(m, "emulator_detected") || m["device_status"] != "ok" {
+	if st != 200 || d == nil || d["emulator"] != true || m["decision"] != "block" || !browserHasReason(m, "emulator_detected") || m["device_status"] != "ok" {
 		t.Fatalf("emulator: %d %v", st, m)
 	}
 	vm := collectDevice(t, s, a.PublishableKey, "73.0.0.1", "vm_vmware_windows")
-	if _, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": vm}); m["decision"] != "review" || !hasReason(m, "virtual_machine") {
+	if _, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": vm}); m["decision"] != "review" || !browserHasReason(m, "virtual_machine") {
 		t.Fatalf("vm alone: %v", m)
 	}
 	inc := collectDevice(t, s, a.PublishableKey, "73.0.0.1", "chrome_incognito")
-	if _, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": inc}); !hasReason(m, "private_browsing") {
+	if _, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": inc}); !browserHasReason(m, "private_browsing") {
 		t.Fatalf("incognito: %v", m)
 	}
 	// A blocklisted address at collection time.
 	bl := collectDevice(t, s, a.PublishableKey, "77.90.185.20", "chrome_desktop_windows")
-	if _, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": bl}); m["device"].(map[string]any)["ip_blocklisted"] != true || !hasReason(m, "ip_blocklisted") {
+	if _, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": bl}); m["device"].(map[string]any)["ip_blocklisted"] != true || !browserHasReason(m, "ip_blocklisted") {
 		t.Fatalf("blocklisted: %v", m)
 	}
 	// Unknown id: unavailable, network-only, no device object.

@@ -188,43 +188,43 @@ func TestEvaluateWithNetworkToken(t *testing.T) {
 		check        func(m map[string]any) bool
 	}{
 		{"via header", "73.0.0.1:1", map[string]string{"Via": "1.1 squid"}, body, func(m map[string]any) bool {
-			return netOf(m)["proxy"] == true && m["decision"] == "block" && hasReason(m, "proxy_detected")
+			return collectNetOf(m)["proxy"] == true && m["decision"] == "block" && collectHasReason(m, "proxy_detected")
 		}},
 		{"webrtc elsewhere", "73.0.0.1:1", nil, `{"v":1,"key":"PK","webrtc":{"status":"ok","addrs":["24.0.0.1"]}}`, func(m map[string]any) bool {
-			return netOf(m)["proxy"] == true && m["decision"] == "block"
+			return collectNetOf(m)["proxy"] == true && m["decision"] == "block"
 		}},
 		{"xff chain behind our proxy", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "24.0.0.1, 73.0.0.1"}, body, func(m map[string]any) bool {
-			return m["ip"] == "73.0.0.1" && netOf(m)["proxy"] == true
+			return m["ip"] == "73.0.0.1" && collectNetOf(m)["proxy"] == true
 		}},
 		{"tor", "102.130.113.9:1", nil, body, func(m map[string]any) bool {
-			return netOf(m)["tor"] == true && m["decision"] == "block" && hasReason(m, "tor_exit_node")
+			return collectNetOf(m)["tor"] == true && m["decision"] == "block" && collectHasReason(m, "tor_exit_node")
 		}},
 		{"vpn label", "2.56.252.1:1", nil, `{"v":1,"key":"PK","webrtc":{"status":"ok","addrs":["73.0.0.1"]}}`, func(m map[string]any) bool {
-			n := netOf(m)
+			n := collectNetOf(m)
 			return n["vpn"] == true && n["service"] == "NordVPN" && n["proxy"] == false && m["decision"] == "review"
 		}},
 		{"privacy relay", "104.28.28.1:1", nil, body, func(m map[string]any) bool {
-			n := netOf(m)
-			return n["privacy_relay"] == true && m["decision"] == "review" && hasReason(m, "privacy_relay")
+			n := collectNetOf(m)
+			return n["privacy_relay"] == true && m["decision"] == "review" && collectHasReason(m, "privacy_relay")
 		}},
 		{"datacenter", "1.178.1.1:1", nil, `{"v":1,"key":"PK"}`, func(m map[string]any) bool {
-			n := netOf(m)
+			n := collectNetOf(m)
 			return n["datacenter"] == true && n["proxy"] == false && n["residential"] == false && m["decision"] == "allow"
 		}},
 		// A cloud server relaying a browser whose WebRTC shows a home address.
 		{"datacenter relaying a home browser", "1.178.1.1:1", nil, body, func(m map[string]any) bool {
-			n := netOf(m)
+			n := collectNetOf(m)
 			return n["datacenter"] == true && n["proxy"] == true && m["decision"] == "block"
 		}},
 		{"private address", "192.168.1.1:1", nil, body, func(m map[string]any) bool {
-			n := netOf(m)
+			n := collectNetOf(m)
 			return n["sdk_blocked"] == true && n["complete"] == false && m["degraded"] == false && m["decision"] == "allow"
 		}},
 		{"our own proxy", "10.1.1.1:1", nil, body, func(m map[string]any) bool {
-			return netOf(m)["sdk_blocked"] == true
+			return collectNetOf(m)["sdk_blocked"] == true
 		}},
 		{"no browser report", "73.0.0.1:1", map[string]string{"X-Publishable-Key": pk}, "", func(m map[string]any) bool {
-			n := netOf(m)
+			n := collectNetOf(m)
 			return n["complete"] == false && n["sdk_blocked"] == false
 		}},
 	} {
@@ -261,9 +261,9 @@ func TestEvaluateWithNetworkToken(t *testing.T) {
 	}
 }
 
-func netOf(m map[string]any) map[string]any { n, _ := m["network"].(map[string]any); return n }
+func collectNetOf(m map[string]any) map[string]any { n, _ := m["network"].(map[string]any); return n }
 
-func hasReason(m map[string]any, code string) bool {
+func collectHasReason(m map[string]any, code string) bool {
 	rs, _ := m["reasons"].([]any)
 	for _, r := range rs {
 		if r == code {
@@ -284,7 +284,7 @@ func TestEvaluateWithDeviceEvent(t *testing.T) {
 	st, m, raw := e.evaluate(t, live, map[string]any{"token": tok, "fingerprintEventId": ev})
 	d, _ := m["device"].(map[string]any)
 	if st != 200 || d == nil || d["automation"] != true || m["decision"] != "block" || m["device_status"] != "ok" ||
-		!hasReason(m, "automation_detected") || d["visitor_id"] == "" || d["ip_blocklisted"] != false {
+		!collectHasReason(m, "automation_detected") || d["visitor_id"] == "" || d["ip_blocklisted"] != false {
 		t.Fatalf("%d %s", st, raw)
 	}
 	golden(t, "evaluate_live_device", raw)
