@@ -223,9 +223,9 @@ func (s *Server) routeTable() []*route {
 		{method: "POST", pattern: "/api/lookup-bulk", auth: authNone, handler: s.handleBulkLookup},
 
 		{method: "GET", pattern: "/collector.js", auth: authNone, handler: s.handleCollectorJS},
-		{method: "POST", pattern: "/v1/collect/network", auth: authNone, limit: iplimit.Of(iplimit.Protect), handler: s.handleCollectNetwork},
+		{method: "POST", pattern: "/v1/collect/network", auth: authNone, limit: iplimit.Of(iplimit.Protect, iplimit.Collect), handler: s.handleCollectNetwork},
 		{method: "OPTIONS", pattern: "/v1/collect/network", auth: authNone, handler: s.handleCollectPreflight},
-		{method: "POST", pattern: "/v1/collect/device", auth: authNone, limit: iplimit.Of(iplimit.Protect), handler: s.handleCollectDevice},
+		{method: "POST", pattern: "/v1/collect/device", auth: authNone, limit: iplimit.Of(iplimit.Protect, iplimit.Collect), handler: s.handleCollectDevice},
 		{method: "OPTIONS", pattern: "/v1/collect/device", auth: authNone, handler: s.handleCollectPreflight},
 	}
 	return rs

@@ -16,6 +16,7 @@ const (
 	Usage                         // GET /v1/usage reads
 	OAuth                         // POST /oauth/token exchanges
 	Feed                          // GET /api/threat-feed (no SPEC figure: a generous guard)
+	Collect                       // POST /v1/collect/* from visitors' browsers (no SPEC figure: a guard against token farming)
 	NumKinds
 )
 
@@ -47,6 +48,7 @@ var Rules = [NumKinds]Rule{
 	Usage:             {Name: "usage", Windows: []Window{{Len: time.Minute, PerAddr: 120}}},
 	OAuth:             {Name: "oauth", Windows: []Window{{Len: time.Minute, PerAddr: 60}}},
 	Feed:              {Name: "threat_feed", Windows: []Window{{Len: time.Minute, PerAddr: 120}}},
+	Collect:           {Name: "collect", Windows: []Window{{Len: time.Minute, PerAddr: 300, Per64: 1200}}},
 }
 
 // String is the limiter's name.
