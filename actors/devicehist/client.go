@@ -1,0 +1,430 @@
+package devicehist
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// Errors. Any error from Observe means "no device-history facts": answer
+// without them (fail open); the evaluation itself is not affected.
+var (
+	ErrStopped = errors.New("devicehist: stopped")
+	// ErrInvalid: an id is longer than its bound (or the customer is empty).
+	ErrInvalid = errors.New("devicehist: invalid observation")
+	// ErrUnavailable wraps store failures.
+	ErrUnavailable = errors.New("devicehist: store unavailable")
+)
+
+// MaxAccountID is the longest accountId (SPEC §8 field bounds).
+const MaxAccountID = 256
+
+// DevicesLimit is how many devices the admin view lists (SPEC §8).
+const DevicesLimit = 50
+
+var sep = [1]byte{0}
+
+// Derivation labels of the master secret.
+const (
+	labelAccountHash = "devicehist-account-hash"
+	labelAccountSeal = "devicehist-account-id"
+)
+
+// Store is where the history lives; *storage.DB implements it.
+type Store interface {
+	LoadHist(r storage.HistRecord) (storage.HistStored, bool, error)
+	WriteHist(ws []*storage.HistWrite) error
+	ExpiredHist(before storage.Day, fn func(storage.HistRef) bool) error
+	RecentHistDevices(customer string, limit int) ([]*storage.HistCustomerDevice, error)
+}
+
+// Config configures New; the zero value works (memory only, nothing survives
+// a restart, no automatic sweeps or pruning).
+type Config struct {
+	// Shards is the number of shard actors (a power of two); 0 = 2×GOMAXPROCS.
+	Shards int
+	// Store keeps the history. Nil: memory only.
+	Store Store
+	// Secret keys the accountId hash and seals its copy (derived keys).
+	Secret secrets.Master
+	// Clock stamps the sweep tick and the daily prune; nil: neither runs by itself.
+	Clock clock.Clock
+	// Timeout bounds one round trip; 0 = 2 s.
+	Timeout time.Duration
+	// IdleAfter is how long an untouched entry stays in memory; 0 = 30 min.
+	IdleAfter time.Duration
+	// SweepEvery is the eviction tick; 0 = 1 min.
+	SweepEvery time.Duration
+	// Group tunes the group committer.
+	Group  actors.GroupConfig
+	Logger *slog.Logger
+}
+
+// Observation is one evaluate's device and account evidence.
+type Observation struct {
+	// Customer is our account id (acc_…), whose view this is.
+	Customer string
+	// Test: personal test key. The facts are read as if the observation
+	// were recorded, but nothing is stored, so test traffic never shows in
+	// any later answer (SPEC 2.2 customer_history excludes test-key traffic).
+	Test bool
+	// EventID is the fingerprintEventId; a resubmitted event counts once.
+	EventID string
+	// DeviceID is the resolved event's visitor id; "" without device evidence.
+	DeviceID string
+	// AccountID is the request's accountId; "" when not sent. It is hashed
+	// with a key derived from Config.Secret, and sealed when first stored.
+	AccountID string
+	// IP is the visitor's address (invalid when unmeasured); SharedExit says
+	// it is a VPN, proxy, relay, datacenter, Tor or mobile exit
+	// (score.Network.SharedExit): the address is then neither counted nor
+	// linked.
+	IP         netip.Addr
+	SharedExit bool
+	// Now is the request's stamped time.
+	Now time.Time
+}
+
+// obsReq is an Observation as it crosses into a shard: the strings copied
+// into the (pooled) call, so a request buffer may be reused at once.
+type obsReq struct {
+	now        int64
+	ev         uint64
+	ip         netip.Addr
+	acct       storage.AccountHash
+	test       bool
+	sharedExit bool
+	nCust      uint8
+	nDev       uint8
+	nAcct      uint16
+	cust       [storage.MaxHistCustomer]byte
+	dev        [storage.MaxHistDevice]byte
+	acctID     [MaxAccountID]byte
+	sum        [sha256.Size]byte
+}
+
+type (
+	obsCall     = actors.Call[obsReq, Facts]
+	devicesCall = actors.Call[devicesReq, []DeviceView]
+)
+
+type devicesReq struct {
+	customer string
+	limit    int
+	now      int64
+}
+
+// Client is the typed client of the device-history shards.
+type Client struct {
+	shards  *actors.Shards
+	commit  *actors.GroupCommitter[pending]
+	calls   *actors.Calls[obsReq, Facts]
+	lists   *actors.Calls[devicesReq, []DeviceView]
+	store   Store
+	macs    sync.Pool
+	timeout time.Duration
+	log     *slog.Logger
+	stopped atomic.Bool
+
+	pruneMu   sync.Mutex
+	prunedDay storage.Day
+	stopPrune chan struct{}
+	pruneDone chan struct{}
+}
+
+// New spawns the shards (and the group committer when there is a store).
+func New(root *actor.RootContext, cfg Config) (*Client, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.IdleAfter <= 0 {
+		cfg.IdleAfter = 30 * time.Minute
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = time.Minute
+	}
+	sealer, err := secrets.NewSealer(cfg.Secret, labelAccountSeal)
+	if err != nil {
+		return nil, fmt.Errorf("devicehist: %w", err)
+	}
+	hashKey := cfg.Secret.Derive(labelAccountHash)
+	c := &Client{
+		calls:   actors.NewCalls[obsReq, Facts](cfg.Timeout),
+		lists:   actors.NewCalls[devicesReq, []DeviceView](cfg.Timeout),
+		store:   cfg.Store,
+		timeout: cfg.Timeout,
+		log:     cfg.Logger,
+	}
+	c.macs.New = func() any { return hmac.New(sha256.New, hashKey) }
+	if cfg.Store != nil {
+		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
+	}
+	n := actors.ShardCount(cfg.Shards)
+	states := make([]*shardState, n)
+	for i := range states {
+		states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger)
+	}
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
+	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
+	if cfg.Clock != nil && cfg.Store != nil {
+		c.stopPrune, c.pruneDone = make(chan struct{}), make(chan struct{})
+		go c.pruneLoop(cfg.Clock, cfg.SweepEvery)
+	}
+	return c, nil
+}
+
+// Observe records one evaluate's evidence on the customer's shard and
+// answers its facts, in one round trip. Nothing to observe (no device and no
+// account) answers zero Facts without a hop. Writes go to the store behind
+// the answer (package doc: Durability).
+func (c *Client) Observe(o Observation) (Facts, error) {
+	if o.DeviceID == "" && o.AccountID == "" {
+		return Facts{}, nil
+	}
+	if c.stopped.Load() {
+		return Facts{}, ErrStopped
+	}
+	if o.Customer == "" || len(o.Customer) > storage.MaxHistCustomer || len(o.DeviceID) > storage.MaxHistDevice || len(o.AccountID) > MaxAccountID {
+		return Facts{}, ErrInvalid
+	}
+	call := c.calls.Get(obsReq{})
+	q := &call.Req
+	q.now, q.test = o.Now.Unix(), o.Test
+	q.nCust = uint8(copy(q.cust[:], o.Customer))
+	q.nDev = uint8(copy(q.dev[:], o.DeviceID))
+	q.nAcct = uint16(copy(q.acctID[:], o.AccountID))
+	if o.EventID != "" {
+		q.ev = max(actors.HashString(o.EventID), 1)
+	}
+	if o.AccountID != "" {
+		q.acct = c.accountHash(q)
+		if o.IP.IsValid() && !o.SharedExit {
+			q.ip = o.IP.Unmap().WithZone("")
+		}
+	}
+	q.sharedExit = o.SharedExit
+	c.shards.Send(actors.HashString(o.Customer), call)
+	f, err := c.calls.Wait(call)
+	if err != nil {
+		return Facts{}, fmt.Errorf("devicehist: %w", err)
+	}
+	return f, nil
+}
+
+// accountHash is HMAC-SHA256(derived key, customer ‖ 0 ‖ accountId), cut to
+// 16 bytes: keyed, and scoped to the customer, so two customers' equal ids
+// never link.
+func (c *Client) accountHash(q *obsReq) storage.AccountHash {
+	m := c.macs.Get().(hash.Hash)
+	m.Reset()
+	m.Write(q.cust[:q.nCust])
+	m.Write(sep[:])
+	m.Write(q.acctID[:q.nAcct])
+	sum := m.Sum(q.sum[:0])
+	c.macs.Put(m)
+	return storage.AccountHash(sum[:16])
+}
+
+// Devices lists the customer's most recently seen devices (at most limit,
+// DevicesLimit when limit ≤ 0), newest first, as of now. With a store it
+// first waits until everything the customer's shard wrote before is stored.
+func (c *Client) Devices(customer string, limit int, now time.Time) ([]DeviceView, error) {
+	if c.stopped.Load() {
+		return nil, ErrStopped
+	}
+	if customer == "" || len(customer) > storage.MaxHistCustomer {
+		return nil, ErrInvalid
+	}
+	if limit <= 0 {
+		limit = DevicesLimit
+	}
+	h := actors.HashString(customer)
+	if c.store == nil {
+		call := c.lists.Get(devicesReq{customer: customer, limit: limit, now: now.Unix()})
+		c.shards.Send(h, call)
+		return c.lists.Wait(call)
+	}
+	if err := c.barrier(h); err != nil {
+		return nil, err
+	}
+	recs, err := c.store.RecentHistDevices(customer, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	out := make([]DeviceView, 0, len(recs))
+	for _, r := range recs {
+		if trimDevice(r, now.Unix()) {
+			out = append(out, viewOf(r))
+		}
+	}
+	return out, nil
+}
+
+// barrier returns once every write the shard owning h queued before it is
+// stored (or failed).
+func (c *Client) barrier(h uint64) error {
+	ch := make(chan struct{})
+	c.shards.Send(h, barrier(ch))
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("devicehist: %w", actors.ErrTimeout)
+	}
+}
+
+func (c *Client) barrierAll() error {
+	chans := make([]chan struct{}, c.shards.Len())
+	for i := range chans {
+		chans[i] = make(chan struct{})
+	}
+	// Broadcast cannot carry one channel per shard; route by index instead.
+	for i, ch := range chans {
+		c.shards.Send(uint64(i), barrier(ch))
+	}
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	for _, ch := range chans {
+		select {
+		case <-ch:
+		case <-t.C:
+			return fmt.Errorf("devicehist: %w", actors.ErrTimeout)
+		}
+	}
+	return nil
+}
+
+// pruneBatch is how many expired records Prune hands to the shards before it
+// waits for them.
+const pruneBatch = 1024
+
+// Prune removes what fell out of the 90-day window as of now: it walks the
+// expiry index of the days before the window (storage.ExpiredHist) and has
+// each record's owning shard trim or delete it. It returns once all of that
+// is stored. The client runs it once per day of the service clock.
+func (c *Client) Prune(now time.Time) error {
+	if c.store == nil || c.stopped.Load() {
+		return nil
+	}
+	c.pruneMu.Lock()
+	defer c.pruneMu.Unlock()
+	batch := make([]storage.HistRef, 0, pruneBatch)
+	var ferr error
+	flush := func() {
+		for i := range batch {
+			c.shards.Send(actors.HashString(batch[i].Customer), &expire{ref: batch[i], now: now.Unix()})
+		}
+		batch = batch[:0]
+		if err := c.barrierAll(); err != nil && ferr == nil {
+			ferr = err
+		}
+	}
+	err := c.store.ExpiredHist(windowStart(now.Unix()), func(ref storage.HistRef) bool {
+		batch = append(batch, ref)
+		if len(batch) == pruneBatch {
+			flush()
+		}
+		return ferr == nil
+	})
+	if ferr == nil {
+		flush()
+	}
+	if err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return fmt.Errorf("devicehist: prune: %w", err)
+	}
+	c.prunedDay = storage.DayOf(now)
+	return nil
+}
+
+func (c *Client) pruneLoop(clk clock.Clock, every time.Duration) {
+	defer close(c.pruneDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stopPrune:
+			return
+		case <-t.C:
+			now := clk.Now()
+			c.pruneMu.Lock()
+			due := storage.DayOf(now) != c.prunedDay
+			c.pruneMu.Unlock()
+			if due {
+				if err := c.Prune(now); err != nil {
+					c.log.Warn("devicehist: prune failed", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// Sweep asks every shard to evict idle and expired entries as of now (the
+// tick does it by itself when Config.Clock is set).
+func (c *Client) Sweep(now time.Time) {
+	if !c.stopped.Load() {
+		c.shards.Broadcast(actors.Tick{Now: now})
+	}
+}
+
+// Stats reports the group committer's work: synced batches and writes.
+func (c *Client) Stats() (groups, writes uint64) {
+	if c.commit == nil {
+		return 0, 0
+	}
+	return c.commit.Stats()
+}
+
+// resident counts the entries held in memory (tests).
+func (c *Client) resident() int {
+	ch := make(lenProbe, c.shards.Len())
+	c.shards.Broadcast(ch)
+	n := 0
+	for range c.shards.Len() {
+		n += <-ch
+	}
+	return n
+}
+
+// Stop refuses new calls, lets the shards finish their mailboxes, then
+// stores everything queued. Call it after the HTTP server stopped sending.
+func (c *Client) Stop() error {
+	if c.stopped.Swap(true) {
+		return nil
+	}
+	if c.stopPrune != nil {
+		close(c.stopPrune)
+		<-c.pruneDone
+	}
+	err := c.shards.Stop()
+	if c.commit != nil {
+		c.commit.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("devicehist: %w", err)
+	}
+	return nil
+}
+
+func fmtUnavailable(err error) error { return fmt.Errorf("%w: %w", ErrUnavailable, err) }

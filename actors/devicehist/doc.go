@@ -1,0 +1,74 @@
+// Package devicehist owns each customer's view of devices and end-user
+// accounts: device.customer_history, linked_accounts and multi_account, the
+// per-customer half of high_activity, and the `account` object of SPEC 2.2
+// (accounts on this device / devices of this account / accounts from this
+// address in 24 h, new_device, related accounts in 90 days). The device's
+// global history (times_seen, first_seen) is actors/device's; this package
+// builds on it and never counts a second times_seen.
+//
+// # One hop
+//
+// Everything one evaluate touches — the (customer, device) record, the
+// (customer, account) record, the (customer, address) record, and the
+// customer's other devices and addresses behind the related-accounts count —
+// belongs to the customer, so shards are chosen by customer id and one
+// Observe is one Send plus a reply on a pooled channel. The trade-off: one
+// customer's traffic is served by one shard goroutine (a few µs per
+// observation, so well over 100k observations/s for a single customer), and
+// nothing here spans customers; "identified across many customers" is left
+// to actors/device's global sightings (HighActivity).
+//
+// # What is kept (all keyed per customer; retention 90 days)
+//
+//   - (customer, device): visits per UTC day in the window and per hour for
+//     24 h, the last 32 event-id hashes (a resubmitted event counts once),
+//     last_seen, and the end-user accounts seen with it (≤ 256).
+//   - (customer, account): the account id's keyed hash (HMAC-SHA256 under a
+//     key derived from the master secret, over customer ‖ 0 ‖ accountId, cut
+//     to 16 bytes) and its AES-GCM sealed copy; first and last check; the
+//     devices (≤ 64) and addresses (≤ 32) it was checked on. Deleted — sealed
+//     copy included — 90 days after its last check (SPEC 2.1).
+//   - (customer, address): the accounts seen from it (≤ 256). Shared exits
+//     (VPN, proxy, relay, datacenter, Tor, mobile) and unmeasured addresses
+//     are never linked or counted: their count is null on the wire and
+//     sharing one says nothing about two accounts.
+//
+// Lists are bounded; beyond a bound the least recently seen entry makes
+// room, so counts saturate there. Windows are exact to the second for links
+// (24 h, 90 days), to the hour for Visits24h, and to the UTC day for visits
+// (a day stays while any part of it is within 90 days).
+//
+// Test-key observations (Observation.Test) are answered as if recorded —
+// computed on scratch copies — and never stored, so test traffic appears in
+// no later answer. A repeated event id adds no visit but still links its
+// account and address.
+//
+// # Durability
+//
+// Recording is part of the Observe message: the shard changes its records in
+// memory, answers, and hands one encoded write (storage.HistWrite) to a group
+// committer that stores everything queued since its last fsync as one
+// pebble.Sync batch; nobody waits for it (write-behind). A crash (kill -9)
+// loses at most what was queued or being synced at that moment: the group in
+// flight plus the queue, bounded by Config.Group.Queue (16384 writes by
+// default; the shards block when it is full) and in practice about one fsync
+// of traffic (a few ms). Nothing older is ever lost. Shards load a record on
+// first touch after a restart and evict entries idle for IdleAfter once
+// their writes are stored.
+//
+// # Retention
+//
+// By time-bucketed keys, never by scanning everything: each stored record
+// has one expiry-index entry under the UTC day of the oldest timestamp it
+// holds (storage.ExpiredHist). Once a day of the service clock, Prune walks
+// only the index days that fell out of the window and has each record's
+// owning shard trim it (rewriting it under its new index day) or delete it,
+// index entries included. A record is gone within a day of its content
+// turning 90 days old.
+//
+// # Admin
+//
+// Devices lists a customer's 50 most recently seen devices from the store's
+// recency index (after a barrier that waits for the customer's queued
+// writes), or from memory without a store.
+package devicehist

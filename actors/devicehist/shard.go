@@ -1,0 +1,433 @@
+package devicehist
+
+import (
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// entry is one record in a shard's memory, with what the store holds of it.
+type entry[R any] struct {
+	rec      R
+	stored   storage.HistStored
+	touched  int64
+	inflight atomic.Int32 // queued writes not yet stored: never evicted meanwhile
+}
+
+type (
+	deviceKey  struct{ customer, device string }
+	accountKey struct {
+		customer string
+		hash     storage.AccountHash
+	}
+	addressKey struct {
+		customer string
+		addr     netip.Addr
+	}
+	deviceEntry  = entry[storage.HistCustomerDevice]
+	accountEntry = entry[storage.HistAccount]
+	addressEntry = entry[storage.HistAddress]
+)
+
+// Messages besides the calls.
+type (
+	// barrier is closed once every write the shard queued before it is stored.
+	barrier chan struct{}
+	// expire asks the owner to trim or delete a record the expiry index names.
+	expire struct {
+		ref storage.HistRef
+		now int64
+	}
+	// lenProbe asks a shard how many entries it holds (tests).
+	lenProbe chan int
+)
+
+// pending is one write on its way to the store (or a barrier).
+type pending struct {
+	w        *storage.HistWrite
+	inflight [3]*atomic.Int32
+	barrier  barrier
+}
+
+var writePool = sync.Pool{New: func() any { return new(storage.HistWrite) }}
+
+// shardState outlives the actor value, so a restart after a panic keeps the
+// entries (protoactor's supervisor recreates the actor from its producer).
+type shardState struct {
+	devices   *actors.Table[deviceKey, *deviceEntry]
+	accounts  *actors.Table[accountKey, *accountEntry]
+	addresses *actors.Table[addressKey, *addressEntry]
+	store     Store
+	commit    *actors.GroupCommitter[pending]
+	sealer    *secrets.Sealer
+	idleAfter int64
+	log       *slog.Logger
+
+	// Scratch: test-key observations run on copies; related counts dedupe here.
+	scratchDevice  storage.HistCustomerDevice
+	scratchAccount storage.HistAccount
+	scratchAddress storage.HistAddress
+	seen           map[storage.AccountHash]struct{}
+	customer       string // the customer of the observation in progress (others)
+	now            int64
+}
+
+func newShardState(store Store, commit *actors.GroupCommitter[pending], sealer *secrets.Sealer, idleAfter int64, log *slog.Logger) *shardState {
+	return &shardState{
+		devices:   actors.NewTable[deviceKey, *deviceEntry](64),
+		accounts:  actors.NewTable[accountKey, *accountEntry](64),
+		addresses: actors.NewTable[addressKey, *addressEntry](64),
+		store:     store, commit: commit, sealer: sealer, idleAfter: idleAfter, log: log,
+		seen: make(map[storage.AccountHash]struct{}),
+	}
+}
+
+type shard struct{ *shardState }
+
+func (s shard) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *obsCall:
+		f, err := s.observe(&m.Req)
+		m.Reply(f, err)
+	case *devicesCall:
+		m.Reply(s.list(&m.Req), nil)
+	case barrier:
+		if s.commit == nil {
+			close(m)
+			return
+		}
+		s.commit.Add(pending{barrier: m})
+	case *expire:
+		s.expire(&m.ref, m.now)
+	case actors.Tick:
+		s.sweep(m.Now.Unix())
+	case lenProbe:
+		m <- s.devices.Len() + s.accounts.Len() + s.addresses.Len()
+	}
+}
+
+// bytesView returns a string over b without copying; it must not outlive
+// the message b belongs to (entries copy it with strings.Clone).
+func bytesView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+func (s shard) observe(q *obsReq) (Facts, error) {
+	customer := bytesView(q.cust[:q.nCust])
+	s.customer, s.now = customer, q.now
+	var (
+		de  *deviceEntry
+		ae  *accountEntry
+		ade *addressEntry
+		err error
+	)
+	if q.nDev > 0 {
+		if de, err = s.device(customer, bytesView(q.dev[:q.nDev]), !q.test); err != nil {
+			return Facts{}, err
+		}
+	}
+	if q.nAcct > 0 {
+		if ae, err = s.account(customer, q.acct, !q.test); err != nil {
+			return Facts{}, err
+		}
+		if q.ip.IsValid() {
+			if ade, err = s.addressEntry(customer, q.ip, !q.test); err != nil {
+				return Facts{}, err
+			}
+		}
+	}
+	var (
+		cd *storage.HistCustomerDevice
+		ac *storage.HistAccount
+		ad *storage.HistAddress
+	)
+	if q.test {
+		if de != nil {
+			cd = copyDevice(&s.scratchDevice, &de.rec)
+		}
+		if ae != nil {
+			ac = copyAccount(&s.scratchAccount, &ae.rec)
+		}
+		if ade != nil {
+			ad = copyAddress(&s.scratchAddress, &ade.rec)
+		}
+	} else {
+		if de != nil {
+			cd, de.touched = &de.rec, q.now
+		}
+		if ae != nil {
+			ac, ae.touched = &ae.rec, q.now
+		}
+		if ade != nil {
+			ad, ade.touched = &ade.rec, q.now
+		}
+	}
+	f := step(&stepIn{now: q.now, ev: q.ev, acct: q.acct}, cd, ac, ad, s, s.seen)
+	s.customer = ""
+	if q.test {
+		return f, nil
+	}
+	if ac != nil && len(ac.Sealed) == 0 {
+		ac.Sealed = s.sealer.Seal(q.acctID[:q.nAcct])
+	}
+	s.persist(de, ae, ade)
+	return f, nil
+}
+
+// customerDevice implements others: another device of the customer in
+// progress, read (never created) and trimmed.
+func (s shard) customerDevice(id string) *storage.HistCustomerDevice {
+	e, err := s.device(s.customer, id, false)
+	if err != nil {
+		s.log.Warn("devicehist: related device not read", "err", err)
+		return nil
+	}
+	trimDevice(&e.rec, s.now)
+	return &e.rec
+}
+
+// address implements others.
+func (s shard) address(a netip.Addr) *storage.HistAddress {
+	e, err := s.addressEntry(s.customer, a, false)
+	if err != nil {
+		s.log.Warn("devicehist: related address not read", "err", err)
+		return nil
+	}
+	trimAddress(&e.rec, s.now)
+	return &e.rec
+}
+
+// device returns the (customer, device) entry, loading it on first touch.
+// An entry that is neither stored nor created comes back empty and is not
+// kept.
+func (s shard) device(customer, device string, create bool) (*deviceEntry, error) {
+	if e, ok := s.devices.Get(deviceKey{customer, device}); ok {
+		return e, nil
+	}
+	e := &deviceEntry{rec: storage.HistCustomerDevice{Customer: strings.Clone(customer), Device: strings.Clone(device)}}
+	found, err := s.load(&e.rec, &e.stored)
+	if err != nil {
+		return nil, err
+	}
+	if found || create {
+		s.devices.Put(deviceKey{e.rec.Customer, e.rec.Device}, e)
+	}
+	return e, nil
+}
+
+func (s shard) account(customer string, h storage.AccountHash, create bool) (*accountEntry, error) {
+	if e, ok := s.accounts.Get(accountKey{customer, h}); ok {
+		return e, nil
+	}
+	e := &accountEntry{rec: storage.HistAccount{Customer: strings.Clone(customer), Hash: h}}
+	found, err := s.load(&e.rec, &e.stored)
+	if err != nil {
+		return nil, err
+	}
+	if found || create {
+		s.accounts.Put(accountKey{e.rec.Customer, h}, e)
+	}
+	return e, nil
+}
+
+func (s shard) addressEntry(customer string, a netip.Addr, create bool) (*addressEntry, error) {
+	if e, ok := s.addresses.Get(addressKey{customer, a}); ok {
+		return e, nil
+	}
+	e := &addressEntry{rec: storage.HistAddress{Customer: strings.Clone(customer), Addr: a}}
+	found, err := s.load(&e.rec, &e.stored)
+	if err != nil {
+		return nil, err
+	}
+	if found || create {
+		s.addresses.Put(addressKey{e.rec.Customer, a}, e)
+	}
+	return e, nil
+}
+
+func (s shard) load(r storage.HistRecord, st *storage.HistStored) (bool, error) {
+	if s.store == nil {
+		return false, nil
+	}
+	got, found, err := s.store.LoadHist(r)
+	if err != nil {
+		return false, fmtUnavailable(err)
+	}
+	*st = got
+	return found, nil
+}
+
+// persist queues the changed records as one write. Nobody waits for it.
+func (s shard) persist(de *deviceEntry, ae *accountEntry, ade *addressEntry) {
+	if s.commit == nil {
+		return
+	}
+	w := writePool.Get().(*storage.HistWrite)
+	w.Reset()
+	p := pending{w: w}
+	put := func(i int, r storage.HistRecord, st *storage.HistStored, inflight *atomic.Int32) {
+		ns, err := w.Put(r, *st)
+		if err != nil {
+			s.log.Warn("devicehist: record not stored", "err", err)
+			return
+		}
+		*st = ns
+		inflight.Add(1)
+		p.inflight[i] = inflight
+	}
+	if de != nil {
+		put(0, &de.rec, &de.stored, &de.inflight)
+	}
+	if ae != nil {
+		put(1, &ae.rec, &ae.stored, &ae.inflight)
+	}
+	if ade != nil {
+		put(2, &ade.rec, &ade.stored, &ade.inflight)
+	}
+	s.commit.Add(p)
+}
+
+// expire trims or deletes the record ref names, and drops ref's index entry
+// when the record no longer lives under it.
+func (s shard) expire(ref *storage.HistRef, now int64) {
+	if s.commit == nil {
+		return
+	}
+	w := writePool.Get().(*storage.HistWrite)
+	w.Reset()
+	p := pending{w: w}
+	var (
+		st   *storage.HistStored
+		was  storage.HistStored
+		keep bool
+		rec  storage.HistRecord
+		in   *atomic.Int32
+		drop func()
+	)
+	switch ref.Kind {
+	case storage.HistKindCustomerDevice:
+		e, err := s.device(ref.Customer, ref.Device, false)
+		if err != nil {
+			s.log.Warn("devicehist: expiry not applied", "err", err)
+			return
+		}
+		st, rec, in, keep = &e.stored, &e.rec, &e.inflight, trimDevice(&e.rec, now)
+		drop = func() { s.devices.Delete(deviceKey{ref.Customer, ref.Device}) }
+	case storage.HistKindAccount:
+		e, err := s.account(ref.Customer, ref.Hash, false)
+		if err != nil {
+			s.log.Warn("devicehist: expiry not applied", "err", err)
+			return
+		}
+		st, rec, in, keep = &e.stored, &e.rec, &e.inflight, trimAccount(&e.rec, now)
+		drop = func() { s.accounts.Delete(accountKey{ref.Customer, ref.Hash}) }
+	case storage.HistKindAddress:
+		e, err := s.addressEntry(ref.Customer, ref.Addr, false)
+		if err != nil {
+			s.log.Warn("devicehist: expiry not applied", "err", err)
+			return
+		}
+		st, rec, in, keep = &e.stored, &e.rec, &e.inflight, trimAddress(&e.rec, now)
+		drop = func() { s.addresses.Delete(addressKey{ref.Customer, ref.Addr}) }
+	default:
+		return
+	}
+	was = *st
+	switch {
+	case !keep:
+		if was.OK {
+			w.Delete(rec, was)
+		}
+		*st = storage.HistStored{}
+		drop()
+	case was.OK:
+		if ns, err := w.Put(rec, was); err == nil {
+			*st = ns
+			in.Add(1)
+			p.inflight[0] = in
+		}
+	}
+	if !was.OK || was.Day != ref.Day {
+		w.DropIndex(ref)
+	}
+	s.commit.Add(p)
+}
+
+// sweep trims every entry, forgets the empty ones and, with a store, the
+// ones idle for idleAfter. Entries with writes in flight stay.
+func (s shard) sweep(now int64) {
+	idle := func(touched int64, inflight *atomic.Int32) bool {
+		return s.store != nil && now-touched > s.idleAfter && inflight.Load() == 0
+	}
+	s.devices.Sweep(func(_ deviceKey, e *deviceEntry) bool {
+		return e.inflight.Load() == 0 && !trimDevice(&e.rec, now) || idle(e.touched, &e.inflight)
+	})
+	s.accounts.Sweep(func(_ accountKey, e *accountEntry) bool {
+		return e.inflight.Load() == 0 && !trimAccount(&e.rec, now) || idle(e.touched, &e.inflight)
+	})
+	s.addresses.Sweep(func(_ addressKey, e *addressEntry) bool {
+		return e.inflight.Load() == 0 && !trimAddress(&e.rec, now) || idle(e.touched, &e.inflight)
+	})
+}
+
+// list is the admin device list from memory (no store: everything is here).
+func (s shard) list(q *devicesReq) []DeviceView {
+	var out []DeviceView
+	s.devices.Range(func(k deviceKey, e *deviceEntry) bool {
+		if k.customer == q.customer && trimDevice(&e.rec, q.now) {
+			out = append(out, viewOf(&e.rec))
+		}
+		return true
+	})
+	slices.SortFunc(out, func(a, b DeviceView) int { return b.LastSeen.Compare(a.LastSeen) })
+	if len(out) > q.limit {
+		out = out[:q.limit]
+	}
+	return out
+}
+
+// newCommitter stores every queued write as one synced batch; nobody waits
+// except barriers. A failure is logged (the store then reports itself
+// unavailable) and the entries keep serving from memory.
+func newCommitter(store Store, cfg actors.GroupConfig, log *slog.Logger) *actors.GroupCommitter[pending] {
+	var ws []*storage.HistWrite
+	apply := func(ps []pending) error {
+		ws = ws[:0]
+		for i := range ps {
+			if ps[i].w != nil {
+				ws = append(ws, ps[i].w)
+			}
+		}
+		err := store.WriteHist(ws)
+		clear(ws)
+		return err
+	}
+	done := func(ps []pending, err error) {
+		if err != nil {
+			log.Error("devicehist: history not stored", "writes", len(ps), "err", err)
+		}
+		for i := range ps {
+			p := &ps[i]
+			for _, in := range p.inflight {
+				if in != nil {
+					in.Add(-1)
+				}
+			}
+			if p.w != nil {
+				writePool.Put(p.w)
+			}
+			if p.barrier != nil {
+				close(p.barrier)
+			}
+		}
+	}
+	return actors.NewGroupCommitter(cfg, apply, done)
+}
