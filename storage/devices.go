@@ -743,3 +743,32 @@ func prefixEnd(p []byte) []byte {
 	}
 	return nil // p is all 0xff: no upper bound
 }
+
+// HistKeys counts the keys under the device-history prefixes: records,
+// expiry-index entries and recent-index entries. It reads everything, so it
+// is for tests and diagnostics only.
+func (d *DB) HistKeys() (records, expiry, recent int, err error) {
+	if d.broken.Load() {
+		return 0, 0, 0, fmt.Errorf("%w: broken", ErrUnavailable)
+	}
+	count := func(p byte) (int, error) {
+		it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
+		if err != nil {
+			return 0, d.fail(fmt.Errorf("iterate device history: %w", err))
+		}
+		defer it.Close()
+		n := 0
+		for ok := it.First(); ok; ok = it.Next() {
+			n++
+		}
+		return n, it.Error()
+	}
+	if records, err = count(prefixHist); err != nil {
+		return 0, 0, 0, err
+	}
+	if expiry, err = count(prefixHistExpiry); err != nil {
+		return 0, 0, 0, err
+	}
+	recent, err = count(prefixHistRecent)
+	return records, expiry, recent, err
+}

@@ -199,6 +199,9 @@ func TestHistWriteLoadReopen(t *testing.T) {
 	if err != nil || len(recent) != 1 || recent[0].LastSeen != cd.LastSeen {
 		t.Fatalf("recent after move: %v %+v", err, recent)
 	}
+	if r, e, n, err := db.HistKeys(); err != nil || r != 2 || e != 2 || n != 1 {
+		t.Fatalf("keys: %d records, %d expiry, %d recent, %v", r, e, n, err)
+	}
 	ref := HistRef{Day: 7, Kind: HistKindAccount, Customer: "acc_1", Hash: ac.Hash}
 	w.Reset()
 	w.DropIndex(&ref)
