@@ -18,6 +18,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/device"
+	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/health"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
@@ -87,6 +88,10 @@ type Deps struct {
 	Devices *device.Client
 	// VisitorKey keys device visitor ids (secrets.Master.Derive("visitor-id")).
 	VisitorKey []byte
+	// DeviceHist owns each customer's device history and account links
+	// (customer_history, linked_accounts, the account object, the admin
+	// device list); nil answers without them.
+	DeviceHist *devicehist.Client
 }
 
 // Server is the HTTP surface.
@@ -206,7 +211,7 @@ func (s *Server) routeTable() []*route {
 		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/secret/rotate", auth: authAdmin, handler: s.adminRotateWebhookSecret},
 		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/test", auth: authAdmin, handler: s.adminWebhookTest},
 		{method: "GET", pattern: "/admin/v1/accounts/{id}/webhook/deliveries", auth: authAdmin, handler: s.adminWebhookDeliveries},
-		{method: "GET", pattern: "/admin/v1/accounts/{id}/devices", auth: authAdmin, handler: s.adminEmptyList},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/devices", auth: authAdmin, handler: s.adminDevices},
 		{method: "GET", pattern: "/admin/v1/mail", auth: authAdmin, handler: s.adminMail},
 		{method: "POST", pattern: "/admin/v1/clock", auth: authAdmin, handler: s.adminClock},
 
