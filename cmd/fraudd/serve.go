@@ -22,6 +22,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/device"
+	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/health"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
@@ -249,6 +250,18 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		}
 	}()
 
+	// Per-customer device history and account links; stopped before Pebble
+	// closes so its last group commit lands.
+	devHist, err := devicehist.New(system.Root, devicehist.Config{Store: db, Secret: master, Clock: clk, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := devHist.Stop(); err != nil {
+			log.Error("stop device-history actors", "err", err)
+		}
+	}()
+
 	// Webhook shards stop before the mailer and storage they use (defers run
 	// in reverse); pending retries are in-process and dropped (SPEC §6).
 	hooks := webhook.New(system.Root, webhook.Config{Accounts: accts, DB: db, Mail: mail, Clock: clk, Logger: log,
@@ -303,7 +316,8 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		Logger:          log,
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
-		NetTokens: nettoken.New(master.Derive("network-token")), Devices: devices, VisitorKey: master.Derive("visitor-id")})
+		NetTokens: nettoken.New(master.Derive("network-token")), Devices: devices, VisitorKey: master.Derive("visitor-id"),
+		DeviceHist: devHist})
 
 	if cfg.debugAddr != "" {
 		startDebug(cfg.debugAddr, log)
