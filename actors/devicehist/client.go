@@ -292,7 +292,8 @@ func (c *Client) barrier(h uint64) error {
 	}
 }
 
-func (c *Client) barrierAll() error {
+// barrierAll is barrier for every shard, waiting at most wait.
+func (c *Client) barrierAll(wait time.Duration) error {
 	chans := make([]chan struct{}, c.shards.Len())
 	for i := range chans {
 		chans[i] = make(chan struct{})
@@ -301,7 +302,7 @@ func (c *Client) barrierAll() error {
 	for i, ch := range chans {
 		c.shards.Send(uint64(i), barrier(ch))
 	}
-	t := time.NewTimer(c.timeout)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for _, ch := range chans {
 		select {
@@ -314,8 +315,11 @@ func (c *Client) barrierAll() error {
 }
 
 // pruneBatch is how many expired records Prune hands to the shards before it
-// waits for them.
-const pruneBatch = 1024
+// waits (at most pruneWait) for them and their writes.
+const (
+	pruneBatch = 1024
+	pruneWait  = 30 * time.Second
+)
 
 // Prune removes what fell out of the 90-day window as of now: it walks the
 // expiry index of the days before the window (storage.ExpiredHist) and has
@@ -334,7 +338,7 @@ func (c *Client) Prune(now time.Time) error {
 			c.shards.Send(actors.HashString(batch[i].Customer), &expire{ref: batch[i], now: now.Unix()})
 		}
 		batch = batch[:0]
-		if err := c.barrierAll(); err != nil && ferr == nil {
+		if err := c.barrierAll(max(c.timeout, pruneWait)); err != nil && ferr == nil {
 			ferr = err
 		}
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package devicehist
+
+const raceEnabled = false
