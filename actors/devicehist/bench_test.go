@@ -2,6 +2,7 @@ package devicehist
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"runtime"
 	"sync/atomic"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fraudd/fraudd/storage"
 )
 
 // benchObs is a fixed population: 64 customers, 256 devices, 512 accounts,
@@ -34,6 +37,7 @@ var benchObs = func() []Observation {
 //	device-only / account-only: the partial ones
 //	parallel: 64 callers
 //	store-memfs: with the store (encode + write-behind group commit, in-memory FS)
+//	store-disk: the same on the real filesystem (the caller never waits for the fsync)
 func BenchmarkObserve(b *testing.B) {
 	run := func(b *testing.B, c *Client, edit func(*Observation), par int) {
 		var n atomic.Int64
@@ -85,6 +89,19 @@ func BenchmarkObserve(b *testing.B) {
 		c := newClient(b, Config{Shards: 4, Store: db})
 		run(b, c, nil, 0)
 		_ = c.Stop()
+		_ = db.Close()
+	})
+	b.Run("store-disk", func(b *testing.B) {
+		db, err := storage.Open(b.TempDir(), storage.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := newClient(b, Config{Shards: 4, Store: db})
+		run(b, c, nil, 0)
+		_ = c.Stop()
+		if g, w := c.Stats(); g > 0 {
+			b.ReportMetric(float64(w)/float64(g), "writes/fsync")
+		}
 		_ = db.Close()
 	})
 }

@@ -30,8 +30,12 @@ var (
 	ErrUnavailable = errors.New("devicehist: store unavailable")
 )
 
-// MaxAccountID is the longest accountId (SPEC §8 field bounds).
-const MaxAccountID = 256
+// MaxAccountID is the longest accountId in characters (SPEC §8 field
+// bounds); Observe takes up to 4 bytes per character.
+const (
+	MaxAccountID    = 256
+	maxAccountBytes = 4 * MaxAccountID
+)
 
 // DevicesLimit is how many devices the admin view lists (SPEC §8).
 const DevicesLimit = 50
@@ -113,7 +117,7 @@ type obsReq struct {
 	nAcct      uint16
 	cust       [storage.MaxHistCustomer]byte
 	dev        [storage.MaxHistDevice]byte
-	acctID     [MaxAccountID]byte
+	acctID     [maxAccountBytes]byte
 	sum        [sha256.Size]byte
 }
 
@@ -201,7 +205,7 @@ func (c *Client) Observe(o Observation) (Facts, error) {
 	if c.stopped.Load() {
 		return Facts{}, ErrStopped
 	}
-	if o.Customer == "" || len(o.Customer) > storage.MaxHistCustomer || len(o.DeviceID) > storage.MaxHistDevice || len(o.AccountID) > MaxAccountID {
+	if o.Customer == "" || len(o.Customer) > storage.MaxHistCustomer || len(o.DeviceID) > storage.MaxHistDevice || len(o.AccountID) > maxAccountBytes {
 		return Facts{}, ErrInvalid
 	}
 	call := c.calls.Get(obsReq{})

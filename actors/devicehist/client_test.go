@@ -64,7 +64,7 @@ func TestObserveNothing(t *testing.T) {
 		{DeviceID: "d", Now: t0},
 		{Customer: strings.Repeat("c", storage.MaxHistCustomer+1), DeviceID: "d", Now: t0},
 		{Customer: "acc_1", DeviceID: strings.Repeat("d", storage.MaxHistDevice+1), Now: t0},
-		{Customer: "acc_1", AccountID: strings.Repeat("a", MaxAccountID+1), Now: t0},
+		{Customer: "acc_1", AccountID: strings.Repeat("a", 4*MaxAccountID+1), Now: t0},
 	} {
 		if _, err := c.Observe(o); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: %v", o, err)
@@ -311,6 +311,18 @@ func hashOf(c *Client, customer, accountID string) storage.AccountHash {
 	q.nCust = uint8(copy(q.cust[:], customer))
 	q.nAcct = uint16(copy(q.acctID[:], accountID))
 	return c.accountHash(&q)
+}
+
+func TestLongAccountID(t *testing.T) {
+	c := newClient(t, Config{Shards: 2})
+	long := strings.Repeat("é", MaxAccountID) // 256 characters, 512 bytes
+	f := observe(t, c, Observation{Customer: "acc_1", DeviceID: "d", AccountID: long, Now: t0})
+	if !f.Account || f.LinkedAccounts != 1 {
+		t.Fatalf("256-character id: %+v", f)
+	}
+	if f = observe(t, c, Observation{Customer: "acc_1", DeviceID: "d", AccountID: long[:len(long)-2] + "e", Now: t0}); f.LinkedAccounts != 2 {
+		t.Fatalf("ids differing in the last character linked as one: %+v", f)
+	}
 }
 
 func TestSealedAccountID(t *testing.T) {
