@@ -341,6 +341,11 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 		return
 	}
 	was = *st
+	// ref's entry is stale when the record lives under another day (or is
+	// not stored): drop it first, so a rewrite below always wins.
+	if !was.OK || was.Day != ref.Day {
+		w.DropIndex(ref)
+	}
 	switch {
 	case !keep:
 		if was.OK {
@@ -354,9 +359,6 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 			in.Add(1)
 			p.inflight[0] = in
 		}
-	}
-	if !was.OK || was.Day != ref.Day {
-		w.DropIndex(ref)
 	}
 	s.commit.Add(p)
 }
