@@ -75,6 +75,7 @@ func (s *Server) resolveDevice(st *evalState, o *evalOpts, eventID, account stri
 		first = e.Created
 	}
 	f.FirstSeen = first.UTC().Format(time.RFC3339)
+	o.deviceFirstSeen = first
 	o.device = f
 	o.hasDevice = true
 	o.deviceAgeS = max(int64(now.Sub(e.Created)/time.Second), 0)

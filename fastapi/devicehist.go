@@ -167,3 +167,26 @@ func (s *Server) adminDevices(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	s.writeJSON(ctx, fasthttp.StatusOK, out)
 }
+
+// applyHistory runs the device-history hop for a live evaluation and feeds
+// its facts to the engine and the builder. A failure is logged and the
+// answer goes on without history.
+func (s *Server) applyHistory(r *request, st *evalState, o *evalOpts, req *evalRequest) {
+	deviceID := ""
+	if st.in.Device.Present {
+		deviceID = st.in.Device.VisitorID
+	}
+	f, err := s.observeDevice(r, req.FingerprintEventID, deviceID, req.AccountID, &st.in.Network)
+	if err != nil {
+		s.log.Warn("device history not observed", "err", err)
+		return
+	}
+	o.live = r.auth.Kind != accounts.KeyTest
+	if o.device != nil {
+		o.timesSeen = o.device.TimesSeen
+		o.firstSeen = o.deviceFirstSeen
+	}
+	st.histFacts = f
+	o.hist = &st.histFacts
+	applyDeviceHistory(&st.in, &st.histFacts, o.live, o.timesSeen, o.firstSeen, r.now)
+}

@@ -2,7 +2,9 @@ package fastapi
 
 import (
 	"sync"
+	"time"
 
+	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/score"
 )
@@ -32,6 +34,13 @@ type evalOpts struct {
 	deviceAgeS     int64
 	deviceReplayed bool
 	device         *deviceFacts // resolved device event, or nil
+	// Device history (live only): the device's global sightings from
+	// actors/device and this customer's facts from actors/devicehist.
+	hist            *devicehist.Facts
+	deviceFirstSeen time.Time // first sighting of the resolved device
+	live            bool      // a live key: the account object may appear
+	timesSeen       int64
+	firstSeen       time.Time
 }
 
 // deviceFacts are the device fields that come from device history rather
@@ -67,6 +76,8 @@ type evalState struct {
 	evidence    wire.Evidence
 	device      wire.EvalDevice
 	deviceFacts deviceFacts
+	histFacts   devicehist.Facts
+	hist        histBlock
 }
 
 var evalStates = sync.Pool{New: func() any { return new(evalState) }}
@@ -167,10 +178,16 @@ func (st *evalState) build(o *evalOpts) *wire.Evaluate {
 			st.device.Returning = f.TimesSeen > 1
 			st.device.LinkedAccounts = f.LinkedAccounts
 		}
+		if o.hist != nil {
+			st.device.CustomerHistory = st.hist.device(&st.device, o.hist, o.timesSeen, o.firstSeen)
+		}
 		if st.device.CheckedSignals == nil {
 			st.device.CheckedSignals = []string{}
 		}
 		r.Device = &st.device
+	}
+	if o.hist != nil {
+		r.Account = st.hist.account(o.hist, o.live)
 	}
 	if in.Email.Sent {
 		st.email.Disposable = in.Email.Disposable

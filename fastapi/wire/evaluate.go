@@ -19,6 +19,7 @@ type Evaluate struct {
 	Degraded         bool              `json:"degraded"`
 	Network          EvalNetwork       `json:"network"`
 	Device           *EvalDevice       `json:"device,omitempty"`
+	Account          *EvalAccount      `json:"account,omitempty"`
 	Email            *EvalEmail        `json:"email,omitempty"`
 	Timezone         *EvalTimezone     `json:"timezone,omitempty"`
 	Reasons          []string          `json:"reasons"`
@@ -48,23 +49,24 @@ type EvalNetwork struct {
 
 // EvalDevice is the device block (only when a device event resolved).
 type EvalDevice struct {
-	Antidetect     bool     `json:"antidetect"`
-	Automation     bool     `json:"automation"`
-	Emulator       bool     `json:"emulator"`
-	VirtualMachine bool     `json:"virtual_machine"`
-	Incognito      bool     `json:"incognito"`
-	PrivacyMode    bool     `json:"privacy_mode"`
-	IPBlocklisted  bool     `json:"ip_blocklisted"`
-	HighActivity   bool     `json:"high_activity"`
-	VisitorID      string   `json:"visitor_id"`
-	TamperingScore float64  `json:"tampering_score"`
-	Complete       bool     `json:"complete"`
-	CheckedSignals []string `json:"checked_signals"`
-	TimesSeen      int64    `json:"times_seen"`
-	FirstSeen      string   `json:"first_seen"`
-	Returning      bool     `json:"returning"`
-	LinkedAccounts *int64   `json:"linked_accounts,omitempty"`
-	MultiAccount   bool     `json:"multi_account"`
+	Antidetect      bool             `json:"antidetect"`
+	Automation      bool             `json:"automation"`
+	Emulator        bool             `json:"emulator"`
+	VirtualMachine  bool             `json:"virtual_machine"`
+	Incognito       bool             `json:"incognito"`
+	PrivacyMode     bool             `json:"privacy_mode"`
+	IPBlocklisted   bool             `json:"ip_blocklisted"`
+	HighActivity    bool             `json:"high_activity"`
+	VisitorID       string           `json:"visitor_id"`
+	TamperingScore  float64          `json:"tampering_score"`
+	Complete        bool             `json:"complete"`
+	CheckedSignals  []string         `json:"checked_signals"`
+	TimesSeen       int64            `json:"times_seen"`
+	FirstSeen       string           `json:"first_seen"`
+	Returning       bool             `json:"returning"`
+	LinkedAccounts  *int64           `json:"linked_accounts,omitempty"`
+	MultiAccount    bool             `json:"multi_account"`
+	CustomerHistory *CustomerHistory `json:"customer_history,omitempty"`
 }
 
 // EvalEmail is the email block (only when an email was sent).
