@@ -228,9 +228,54 @@ func evaluatePart(name, key string, bodies [][]byte, callers *CallerPool) Part {
 // liveBody is the evaluate request of evaluate-live.
 type liveBody struct {
 	Token     string `json:"token"`
+	EventID   string `json:"fingerprintEventId,omitempty"`
 	Email     string `json:"email,omitempty"`
 	TZ        string `json:"tz,omitempty"`
 	AccountID string `json:"accountId,omitempty"`
+}
+
+// deviceReport is what collector.js posts to /v1/collect/device for an
+// ordinary desktop Chrome (the signal schema, version 1).
+const deviceReport = `{"v":1,"ua":"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36","platform":"Win32","vendor":"Google Inc.","uad":{"brands":[{"brand":"Google Chrome","version":"131"},{"brand":"Chromium","version":"131"},{"brand":"Not_A Brand","version":"24"}],"mobile":false,"platform":"Windows"},"langs":["en-GB","en"],"wd":false,"plugins":5,"hc":16,"mem":8,"touch":0,"screen":[2560,1440,24,1],"win":[2560,1392,2560,1271],"tz":"Europe/London","tzo":0,"gl":{"vendor":"Google Inc. (NVIDIA)","renderer":"ANGLE (NVIDIA, NVIDIA GeForce RTX 3060 Ti (0x00002489) Direct3D11 vs_5_0 ps_5_0, D3D11)"},"canvas":["a1b2c3d4","a1b2c3d4"],"audio":["124.04347527516074","124.04347527516074"],"lies":[],"auto":[],"chrome":true,"np":"default","pq":"prompt","quota":306016419840,"heap":4294705152,"opfs":"ok","idb":"ok","sw":true,"brave":false,"timer":0.1,"pointer":"fine","motion":true,"err":[],"ms":61}`
+
+// mintDevices posts a device event for about 70% of the visitors (the rest
+// evaluate network-only) and returns the event ids by visitor index ("" for
+// none). A server without /v1/collect/device gives no events.
+func mintDevices(env *Env, pk string, visitors []Visitor) ([]string, error) {
+	ids := make([]string, len(visitors))
+	var body map[string]any
+	if err := json.Unmarshal([]byte(deviceReport), &body); err != nil {
+		return nil, err
+	}
+	body["key"] = pk
+	for i, v := range visitors {
+		if env.Rand.Float64() >= 0.70 {
+			continue
+		}
+		// Each visitor's own screen, so each is its own device.
+		body["screen"] = []int{1280 + 16*(i%64), 720 + 9*(i/64%64), 24, 1}
+		b, _ := json.Marshal(body)
+		status, out, err := call(env.Target, "POST", "/v1/collect/device", map[string]string{
+			"X-Forwarded-For": v.Addr.String(), "Origin": "https://shop.example.com",
+		}, b)
+		if err != nil {
+			return nil, fmt.Errorf("collect device: %w", err)
+		}
+		if status == 404 || status == 405 {
+			env.logf("evaluate-live: /v1/collect/device answers %d: evaluating network-only", status)
+			return ids, nil
+		}
+		if status != 200 {
+			continue
+		}
+		var r struct {
+			EventID string `json:"event_id"`
+		}
+		if json.Unmarshal(out, &r) == nil {
+			ids[i] = r.EventID
+		}
+	}
+	return ids, nil
 }
 
 var (
@@ -330,11 +375,22 @@ func setupEvaluateLive(env *Env) (*Workload, error) {
 		mix[v.Class]++
 	}
 	env.logf("evaluate-live: account %s (%s); %d network tokens in %v: %s", acc.ID, acc.Plan, len(tokens), time.Since(start).Round(time.Millisecond), formatMix(mix))
+	events, err := mintDevices(env, acc.PublishableKey, visitors)
+	if err != nil {
+		return nil, err
+	}
+	withDevice := 0
+	for _, e := range events {
+		if e != "" {
+			withDevice++
+		}
+	}
+	env.logf("evaluate-live: %d device events", withDevice)
 	bodies := make([][]byte, 0, 4096)
 	for i := 0; i < 4096; i++ {
 		k := i % len(tokens)
 		email, tz, account := liveFields(env.Rand, visitors[k])
-		b, _ := json.Marshal(liveBody{Token: tokens[k], Email: email, TZ: tz, AccountID: account})
+		b, _ := json.Marshal(liveBody{Token: tokens[k], EventID: events[k], Email: email, TZ: tz, AccountID: account})
 		bodies = append(bodies, b)
 	}
 	p := evaluatePart("evaluate-live", acc.LiveKey, bodies, NewCallerPool(fleetPrefix, 1, env.Rand))

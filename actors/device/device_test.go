@@ -130,6 +130,16 @@ func TestDurableAcrossEvictionAndRestart(t *testing.T) {
 	if err != nil || !r.Found || !r.Replayed || r.Event.Uses != 2 || r.History.TimesSeen != 1 {
 		t.Fatalf("after restart: %v %+v", err, r)
 	}
+	// Let the use recorded by that resolve reach the store (write-behind, up
+	// to actors.WriteBehind's interval later) so the prune below is last.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, items := c.commit.Stats(); items >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("use not committed")
+		}
+	}
 	// Past retention the event is pruned.
 	if err := c.Prune(t0.Add(storage.EventRetention + 48*time.Hour)); err != nil {
 		t.Fatal(err)

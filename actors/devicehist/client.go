@@ -178,6 +178,9 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	}
 	c.macs.New = func() any { return hmac.New(sha256.New, hashKey) }
 	if cfg.Store != nil {
+		if cfg.Group == (actors.GroupConfig{}) {
+			cfg.Group = actors.WriteBehind // nobody waits for these writes
+		}
 		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
 	}
 	n := actors.ShardCount(cfg.Shards)

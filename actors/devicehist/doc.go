@@ -51,8 +51,9 @@
 // pebble.Sync batch; nobody waits for it (write-behind). A crash (kill -9)
 // loses at most what was queued or being synced at that moment: the group in
 // flight plus the queue, bounded by Config.Group.Queue (16384 writes by
-// default; the shards block when it is full) and in practice about one fsync
-// of traffic (a few ms). Nothing older is ever lost. Shards load a record on
+// default; the shards block when it is full) and in practice about one
+// commit interval of traffic: commits start at most every 20 ms
+// (actors.WriteBehind), which caps the fsync rate. Nothing older is ever lost. Shards load a record on
 // first touch after a restart and evict entries idle for IdleAfter once
 // their writes are stored.
 //
