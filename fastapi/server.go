@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -101,6 +102,7 @@ type Server struct {
 	log    *slog.Logger
 	routes []*route
 	srv    *fasthttp.Server
+	status atomic.Pointer[statusBody]
 	mcp    fasthttp.RequestHandler
 	reqs   sync.Pool
 
