@@ -39,8 +39,9 @@ type GroupConfig struct {
 }
 
 // WriteBehind is the GroupConfig of stores whose writes nobody waits for
-// (device events and history): at most 50 fsyncs a second each, so a crash
-// can lose up to 20 ms more of them.
+// (device events and history): at most 50 commits a second each, written
+// without fsync (storage syncs the WAL within its WriteBehindSync), so a
+// crash can lose up to ~70 ms of them.
 var WriteBehind = GroupConfig{MinInterval: 20 * time.Millisecond}
 
 // NewGroupCommitter starts the committing goroutine. apply writes a group and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -27,6 +28,11 @@ type Options struct {
 	CacheBytes int64
 	// Logger receives Pebble's own log lines; nil means slog.Default().
 	Logger *slog.Logger
+	// WriteBehindSync bounds how long a write-behind commit (device events
+	// and history, written without waiting for fsync) stays unsynced: a
+	// background loop syncs the WAL this often when such writes are pending.
+	// 0 means 50 ms.
+	WriteBehindSync time.Duration
 }
 
 // DB is the service's store. It is safe for concurrent use; Pebble serialises
@@ -41,6 +47,11 @@ type DB struct {
 	// service keeps answering 503 storage_unavailable and /api/status says why.
 	broken atomic.Bool
 	log    *slog.Logger
+
+	// unsynced is set by write-behind commits and cleared by the sync loop.
+	unsynced atomic.Bool
+	stopSync chan struct{}
+	syncDone chan struct{}
 }
 
 // Open opens (or creates) the store in dir.
@@ -62,13 +73,73 @@ func Open(dir string, o Options) (*DB, error) {
 		cache.Unref()
 		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
 	}
-	return &DB{db: pdb, cache: cache, log: o.Logger}, nil
+	if o.WriteBehindSync <= 0 {
+		o.WriteBehindSync = 50 * time.Millisecond
+	}
+	d := &DB{db: pdb, cache: cache, log: o.Logger, stopSync: make(chan struct{}), syncDone: make(chan struct{})}
+	go d.syncLoop(o.WriteBehindSync)
+	return d, nil
+}
+
+// syncLoop makes write-behind commits durable within one interval. The WAL
+// is one sequential log, so a single sync covers every commit before it (and
+// any Sync commit in between, such as the quota's, already did).
+func (d *DB) syncLoop(every time.Duration) {
+	defer close(d.syncDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stopSync:
+			d.syncWAL()
+			return
+		case <-t.C:
+			d.syncWAL()
+		}
+	}
+}
+
+// SyncWriteBehind makes every write-behind commit so far durable now instead
+// of at the next tick of the sync loop (shutdown paths and crash tests).
+func (d *DB) SyncWriteBehind() error {
+	d.unsynced.Store(true)
+	d.syncWAL()
+	if !d.Available() {
+		return fmt.Errorf("%w: sync failed", ErrUnavailable)
+	}
+	return nil
+}
+
+func (d *DB) syncWAL() {
+	if d.broken.Load() || !d.unsynced.Swap(false) {
+		return
+	}
+	if err := d.guard(func() error { return d.db.LogData(nil, pebble.Sync) }); err != nil {
+		_ = d.fail(fmt.Errorf("sync write-behind commits: %w", err))
+	}
+}
+
+// commitBehind applies a batch without waiting for fsync; the sync loop
+// makes it durable within Options.WriteBehindSync. For stores nobody waits
+// on, so that their fsyncs do not multiply with their commits.
+func (d *DB) commitBehind(b *pebble.Batch) error {
+	if d.broken.Load() {
+		return fmt.Errorf("%w: broken", ErrUnavailable)
+	}
+	if err := d.guard(func() error { return b.Commit(pebble.NoSync) }); err != nil {
+		return d.fail(fmt.Errorf("commit: %w", err))
+	}
+	d.unsynced.Store(true)
+	_ = b.Close()
+	return nil
 }
 
 // Close flushes and closes the store. The DB must not be used afterwards. A
 // broken store is left to the process exit: closing it could wait forever on
 // its stalled commit pipeline.
 func (d *DB) Close() error {
+	close(d.stopSync)
+	<-d.syncDone
 	if d.broken.Load() {
 		return errors.New("storage was broken by a fatal write error; not flushed")
 	}

@@ -583,7 +583,7 @@ func (d *DB) WriteHist(ws []*HistWrite) error {
 			}
 		}
 	}
-	return d.commit(b)
+	return d.commitBehind(b) // write-behind: synced within Options.WriteBehindSync
 }
 
 // --- reads ---

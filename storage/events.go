@@ -259,7 +259,7 @@ func (d *DB) WriteDevice(w DeviceWrite) error {
 			_ = b.Delete(historyKey(key[:0], p-1, h.Visitor), nil)
 		}
 	}
-	return d.commit(b)
+	return d.commitBehind(b) // write-behind: synced within Options.WriteBehindSync
 }
 
 // PruneEvents deletes every event minted before the day of before, in one

@@ -10,9 +10,10 @@
 // Writes go to one group committer (actors.GroupCommitter) that stores
 // everything queued since the last fsync as one synced batch; nobody waits
 // for it. A crash (kill -9) can therefore lose the events collected and the
-// uses recorded in the last moments before it — at most one group (commits
-// start at most every 20 ms, actors.WriteBehind, to cap the fsync rate),
-// bounded by the committer's queue — and nothing older. A lost use means one replay
+// uses recorded in the last moments before it — at most ~70 ms of them
+// (commits start at most every 20 ms, actors.WriteBehind, and the store
+// syncs such commits within 50 ms), bounded by the committer's queue — and
+// nothing older. A lost use means one replay
 // goes unnoticed; a lost event resolves as "unavailable". Shards keep what
 // they touched in memory and evict entries idle for IdleAfter once their
 // writes are stored; a later touch reloads them from the store.

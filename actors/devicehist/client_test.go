@@ -197,8 +197,9 @@ func TestRestartKeepsHistory(t *testing.T) {
 	}
 }
 
-// TestCrashLosesOnlyUnsynced: after the committer drained, a crash (the
-// filesystem as of its last sync) keeps everything.
+// TestCrashLosesOnlyUnsynced: after the committer drained and the store's
+// write-behind sync ran, a crash (the filesystem as of its last sync) keeps
+// everything.
 func TestCrashLosesOnlyUnsynced(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	db := openDB(t, fs)
@@ -207,6 +208,11 @@ func TestCrashLosesOnlyUnsynced(t *testing.T) {
 		observe(t, c, Observation{Customer: "acc_1", EventID: "e" + string(rune('a'+i)), DeviceID: "dev", AccountID: "u" + string(rune('a'+i%3)), IP: ip1, Now: t0.Add(time.Duration(i) * time.Second)})
 	}
 	if _, err := c.Devices("acc_1", 0, t0); err != nil { // a barrier: waits for the shard's writes
+		t.Fatal(err)
+	}
+	// Write-behind commits are synced within storage's WriteBehindSync; take
+	// the crash image after that sync.
+	if err := db.SyncWriteBehind(); err != nil {
 		t.Fatal(err)
 	}
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{})

@@ -53,7 +53,9 @@
 // flight plus the queue, bounded by Config.Group.Queue (16384 writes by
 // default; the shards block when it is full) and in practice about one
 // commit interval of traffic: commits start at most every 20 ms
-// (actors.WriteBehind), which caps the fsync rate. Nothing older is ever lost. Shards load a record on
+// (actors.WriteBehind) and are written without fsync, the store syncing the
+// WAL within 50 ms (storage.Options.WriteBehindSync) — about 70 ms in all.
+// Nothing older is ever lost. Shards load a record on
 // first touch after a restart and evict entries idle for IdleAfter once
 // their writes are stored.
 //
