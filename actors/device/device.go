@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -167,10 +166,7 @@ type Client struct {
 	log      *slog.Logger
 	stopped  atomic.Bool
 
-	pruneMu   sync.Mutex
-	prunedDay storage.Day
-	stopPrune chan struct{}
-	pruneDone chan struct{}
+	daily actors.Daily
 }
 
 // New spawns the shards (and the committer when there is a store).
@@ -206,8 +202,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	if cfg.Clock != nil && cfg.Store != nil {
-		c.stopPrune, c.pruneDone = make(chan struct{}), make(chan struct{})
-		go c.pruneLoop(cfg.Clock, cfg.SweepEvery)
+		c.daily.Start(cfg.Clock, cfg.SweepEvery, c.prune, func(err error) { c.log.Warn("device: prune failed", "err", err) })
 	}
 	return c
 }
@@ -239,38 +234,17 @@ func (c *Client) Prune(now time.Time) error {
 	if c.store == nil {
 		return nil
 	}
-	c.pruneMu.Lock()
-	defer c.pruneMu.Unlock()
+	return c.daily.Run(now, c.prune)
+}
+
+func (c *Client) prune(now time.Time) error {
 	if err := c.store.PruneEvents(now.Add(-storage.EventRetention)); err != nil {
 		return fmt.Errorf("prune device events: %w", err)
 	}
 	if err := c.store.PruneHistory(now); err != nil {
 		return fmt.Errorf("prune device history: %w", err)
 	}
-	c.prunedDay = storage.DayOf(now)
 	return nil
-}
-
-func (c *Client) pruneLoop(clk clock.Clock, every time.Duration) {
-	defer close(c.pruneDone)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stopPrune:
-			return
-		case <-t.C:
-			now := clk.Now()
-			c.pruneMu.Lock()
-			due := storage.DayOf(now) != c.prunedDay
-			c.pruneMu.Unlock()
-			if due {
-				if err := c.Prune(now); err != nil {
-					c.log.Warn("device: prune failed", "err", err)
-				}
-			}
-		}
-	}
 }
 
 // Sweep asks every shard to evict idle entries as of now.
@@ -298,10 +272,7 @@ func (c *Client) Stop() error {
 	if c.stopped.Swap(true) {
 		return nil
 	}
-	if c.stopPrune != nil {
-		close(c.stopPrune)
-		<-c.pruneDone
-	}
+	c.daily.Stop()
 	err := c.shards.Stop()
 	if c.commit != nil {
 		c.commit.Close()

@@ -144,10 +144,7 @@ type Client struct {
 	log     *slog.Logger
 	stopped atomic.Bool
 
-	pruneMu   sync.Mutex
-	prunedDay storage.Day
-	stopPrune chan struct{}
-	pruneDone chan struct{}
+	daily actors.Daily
 }
 
 // New spawns the shards (and the group committer when there is a store).
@@ -191,8 +188,7 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	if cfg.Clock != nil && cfg.Store != nil {
-		c.stopPrune, c.pruneDone = make(chan struct{}), make(chan struct{})
-		go c.pruneLoop(cfg.Clock, cfg.SweepEvery)
+		c.daily.Start(cfg.Clock, cfg.SweepEvery, c.prune, func(err error) { c.log.Warn("devicehist: prune failed", "err", err) })
 	}
 	return c, nil
 }
@@ -336,8 +332,10 @@ func (c *Client) Prune(now time.Time) error {
 	if c.store == nil || c.stopped.Load() {
 		return nil
 	}
-	c.pruneMu.Lock()
-	defer c.pruneMu.Unlock()
+	return c.daily.Run(now, c.prune)
+}
+
+func (c *Client) prune(now time.Time) error {
 	batch := make([]storage.HistRef, 0, pruneBatch)
 	var ferr error
 	flush := func() {
@@ -365,30 +363,7 @@ func (c *Client) Prune(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("devicehist: prune: %w", err)
 	}
-	c.prunedDay = storage.DayOf(now)
 	return nil
-}
-
-func (c *Client) pruneLoop(clk clock.Clock, every time.Duration) {
-	defer close(c.pruneDone)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stopPrune:
-			return
-		case <-t.C:
-			now := clk.Now()
-			c.pruneMu.Lock()
-			due := storage.DayOf(now) != c.prunedDay
-			c.pruneMu.Unlock()
-			if due {
-				if err := c.Prune(now); err != nil {
-					c.log.Warn("devicehist: prune failed", "err", err)
-				}
-			}
-		}
-	}
 }
 
 // Sweep asks every shard to evict idle and expired entries as of now (the
@@ -424,10 +399,7 @@ func (c *Client) Stop() error {
 	if c.stopped.Swap(true) {
 		return nil
 	}
-	if c.stopPrune != nil {
-		close(c.stopPrune)
-		<-c.pruneDone
-	}
+	c.daily.Stop()
 	err := c.shards.Stop()
 	if c.commit != nil {
 		c.commit.Close()
