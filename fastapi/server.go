@@ -145,6 +145,9 @@ type request struct {
 	sandbox bool
 }
 
+// param returns the i-th path parameter. It aliases the request buffer, which
+// fasthttp reuses after the handler returns: copy it (strings.Clone) before it
+// goes anywhere that outlives the request.
 func (r *request) param(i int) string { return r.params[i] }
 
 // New builds the server and its route table.
