@@ -33,7 +33,10 @@ type evalOpts struct {
 	hasDevice      bool
 	deviceAgeS     int64
 	deviceReplayed bool
-	device         *deviceFacts // resolved device event, or nil
+	// Device-evidence beta results (challenge.go); nil when not sent.
+	gpuEv     *wire.GPUEvidence
+	browserEv *wire.BrowserConsistency
+	device    *deviceFacts // resolved device event, or nil
 	// Device history (live only): the device's global sightings from
 	// actors/device and this customer's facts from actors/devicehist.
 	hist            *devicehist.Facts
@@ -181,6 +184,7 @@ func (st *evalState) build(o *evalOpts) *wire.Evaluate {
 		if o.hist != nil {
 			st.device.CustomerHistory = st.hist.device(&st.device, o.hist, o.timesSeen, o.firstSeen)
 		}
+		st.device.GPUEvidence, st.device.BrowserConsistency = o.gpuEv, o.browserEv
 		if st.device.CheckedSignals == nil {
 			st.device.CheckedSignals = []string{}
 		}

@@ -109,6 +109,8 @@ func (s *Server) handleEvaluate(ctx *fasthttp.RequestCtx, r *request) {
 	if o.kind == evalLive {
 		// One actor round trip when an event id was sent (collect_eval.go).
 		s.resolveDevice(st, &o, req.FingerprintEventID, view.ID, r.now)
+		// One more only when device evidence was sent (challenge.go).
+		s.applyEvidence(st, &o, &req, view.ID, view.DeviceEvidenceBeta, r.now)
 		// One more with a device or an accountId: this customer's device and
 		// account history (devicehist.go). It fails open.
 		s.applyHistory(r, st, &o, &req)

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/challenge"
 	"github.com/fraudd/fraudd/actors/device"
 	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/health"
@@ -93,6 +94,10 @@ type Deps struct {
 	// (customer_history, linked_accounts, the account object, the admin
 	// device list); nil answers without them.
 	DeviceHist *devicehist.Client
+	// Challenges owns the device-evidence beta (challenges, GPU samples,
+	// consistency hashes); nil answers the challenge route 503 and reports
+	// submitted evidence unavailable.
+	Challenges *challenge.Client
 }
 
 // Server is the HTTP surface.
@@ -223,6 +228,7 @@ func (s *Server) routeTable() []*route {
 		{method: "POST", pattern: "/v1/evaluate", auth: authAPI, sandbox: true, handler: s.handleEvaluate},
 		{method: "GET", pattern: "/v1/evaluate/sample", auth: authNone, limit: iplimit.Of(iplimit.Sample), handler: s.handleSample},
 		{method: "GET", pattern: "/v1/lookup/{ip}", auth: authAPI, handler: s.handleLookup},
+		{method: "POST", pattern: "/v1/device-evidence/challenge", auth: authAPI, handler: s.handleChallenge},
 		{method: "GET", pattern: "/v1/usage", auth: authAPIAny, limit: iplimit.Of(iplimit.Usage), handler: s.handleUsage},
 		{method: "POST", pattern: "/mcp", auth: authNone, handler: s.handleMCP},
 		{method: "POST", pattern: "/oauth/token", auth: authNone, handler: s.handleToken},

@@ -21,6 +21,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/challenge"
 	"github.com/fraudd/fraudd/actors/device"
 	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/health"
@@ -262,6 +263,15 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		}
 	}()
 
+	// Device-evidence beta (challenges, GPU samples, consistency hashes);
+	// memory only: a restart drops outstanding challenges and samples.
+	challenges := challenge.New(system.Root, challenge.Config{Key: master.Derive("device-evidence"), Logger: log})
+	defer func() {
+		if err := challenges.Stop(); err != nil {
+			log.Error("stop device-evidence actors", "err", err)
+		}
+	}()
+
 	// Webhook shards stop before the mailer and storage they use (defers run
 	// in reverse); pending retries are in-process and dropped (SPEC §6).
 	hooks := webhook.New(system.Root, webhook.Config{Accounts: accts, DB: db, Mail: mail, Clock: clk, Logger: log,
@@ -317,7 +327,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive("network-token")), Devices: devices, VisitorKey: master.Derive("visitor-id"),
-		DeviceHist: devHist})
+		DeviceHist: devHist, Challenges: challenges})
 
 	if cfg.debugAddr != "" {
 		startDebug(cfg.debugAddr, log)

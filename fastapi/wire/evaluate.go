@@ -67,6 +67,9 @@ type EvalDevice struct {
 	LinkedAccounts  *int64           `json:"linked_accounts,omitempty"`
 	MultiAccount    bool             `json:"multi_account"`
 	CustomerHistory *CustomerHistory `json:"customer_history,omitempty"`
+	// Experimental device-evidence beta (SPEC 2.5, 2.6); only when sent.
+	GPUEvidence        *GPUEvidence        `json:"gpu_evidence,omitempty"`
+	BrowserConsistency *BrowserConsistency `json:"browser_consistency,omitempty"`
 }
 
 // EvalEmail is the email block (only when an email was sent).
