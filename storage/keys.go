@@ -16,7 +16,8 @@ const (
 	prefixHist       byte = 0x32 // kind + customer + device / account hash / address → per-customer device history (devices.go, actors/devicehist)
 	prefixHistExpiry byte = 0x33 // day + kind + identity → empty: retention index of 0x32 (devices.go)
 	prefixHistRecent byte = 0x34 // customer + ^last seen + device → empty: most recently seen devices (devices.go)
-	// 0x35–0x3f: free for further device records.
+	prefixGPUSample  byte = 0x35 // customer + device hash → sealed latest GPU feature vector (challenge.go, actors/challenge)
+	// 0x36–0x3f: free for further device records.
 	prefixMail     byte = 0x40 // time + id → mail outbox record
 	prefixDelivery byte = 0x41 // account id + 0x00 + time + event id + attempt → webhook delivery attempt
 	prefixTraffic  byte = 0x50 // bucket start → threat-feed traffic counts

@@ -1,0 +1,173 @@
+package storage
+
+import (
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// GPUFeatures is the length of a device-evidence feature vector (SPEC 2.5).
+const GPUFeatures = 128
+
+// GPUSample is one device's latest accepted GPU feature vector (the
+// device-evidence beta, actors/challenge). Device is a keyed hash of the
+// visitor id; the visitor id itself and the features are only ever stored
+// sealed.
+//
+// Key: prefixGPUSample + len(customer) + customer + 16-byte device hash.
+// Value: version (1) + last accepted sample as 8-byte big-endian Unix seconds
+// (in clear, so retention needs no key) + 12-byte nonce + AES-GCM ciphertext
+// of (len-prefixed visitor id + 128 big-endian float32 bits), with the record
+// key as additional data: a value moved to another key does not open.
+type GPUSample struct {
+	Customer string
+	Device   [16]byte
+	Visitor  string
+	Last     time.Time
+	Features [GPUFeatures]float32
+}
+
+const gpuSampleVersion = 1
+
+// ErrSealed is returned for a sample that does not open under the key.
+var ErrSealed = errors.New("gpu sample does not open")
+
+func gpuSampleKey(customer string, device *[16]byte) []byte {
+	k := make([]byte, 0, 2+len(customer)+16)
+	k = append(k, prefixGPUSample)
+	k = appendCustomer(k, customer)
+	return append(k, device[:]...)
+}
+
+func gpuCustomerBounds(customer string) (lo, hi []byte) {
+	lo = appendCustomer([]byte{prefixGPUSample}, customer)
+	hi = append(append([]byte(nil), lo...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	return lo, hi
+}
+
+// SealGPUSample returns s's key and sealed value.
+func SealGPUSample(aead cipher.AEAD, s *GPUSample) (key, val []byte, err error) {
+	if err := validCustomer(s.Customer); err != nil {
+		return nil, nil, err
+	}
+	if len(s.Visitor) > 255 {
+		return nil, nil, fmt.Errorf("gpu sample: visitor id of %d bytes", len(s.Visitor))
+	}
+	key = gpuSampleKey(s.Customer, &s.Device)
+	plain := make([]byte, 0, 1+len(s.Visitor)+4*GPUFeatures)
+	plain = append(plain, byte(len(s.Visitor)))
+	plain = append(plain, s.Visitor...)
+	for _, f := range s.Features {
+		plain = binary.BigEndian.AppendUint32(plain, math.Float32bits(f))
+	}
+	val = make([]byte, 0, 9+aead.NonceSize()+len(plain)+aead.Overhead())
+	val = append(val, gpuSampleVersion)
+	val = binary.BigEndian.AppendUint64(val, uint64(s.Last.Unix()))
+	nonce := make([]byte, aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, nil, err
+	}
+	val = append(val, nonce...)
+	return key, aead.Seal(val, nonce, plain, key), nil
+}
+
+// OpenGPUSample decodes a value sealed under key.
+func OpenGPUSample(aead cipher.AEAD, key, val []byte) (*GPUSample, error) {
+	ns := aead.NonceSize()
+	if len(key) < 2 || key[0] != prefixGPUSample || int(key[1])+2+16 != len(key) {
+		return nil, fmt.Errorf("gpu sample key: %w", errCorrupt)
+	}
+	if len(val) < 9+ns || val[0] != gpuSampleVersion {
+		return nil, fmt.Errorf("gpu sample: %w", errCorrupt)
+	}
+	plain, err := aead.Open(nil, val[9:9+ns], val[9+ns:], key)
+	if err != nil {
+		return nil, ErrSealed
+	}
+	if len(plain) < 1 || len(plain) != 1+int(plain[0])+4*GPUFeatures {
+		return nil, fmt.Errorf("gpu sample body: %w", errCorrupt)
+	}
+	s := &GPUSample{
+		Customer: string(key[2 : 2+key[1]]),
+		Last:     time.Unix(int64(binary.BigEndian.Uint64(val[1:9])), 0).UTC(),
+		Visitor:  string(plain[1 : 1+plain[0]]),
+	}
+	copy(s.Device[:], key[2+key[1]:])
+	p := plain[1+plain[0]:]
+	for i := range s.Features {
+		s.Features[i] = math.Float32frombits(binary.BigEndian.Uint32(p[4*i:]))
+	}
+	return s, nil
+}
+
+// PutGPUSample stores a sample write-behind (durable within the sync
+// interval); nobody waits on it.
+func (d *DB) PutGPUSample(aead cipher.AEAD, s *GPUSample) error {
+	k, v, err := SealGPUSample(aead, s)
+	if err != nil {
+		return err
+	}
+	b := d.db.NewBatch()
+	_ = b.Set(k, v, nil)
+	return d.commitBehind(b)
+}
+
+// LoadGPUSamples returns the customer's samples accepted after notBefore and
+// deletes older ones and ones that no longer open (a changed key).
+func (d *DB) LoadGPUSamples(aead cipher.AEAD, customer string, notBefore time.Time) ([]GPUSample, error) {
+	if d.broken.Load() {
+		return nil, fmt.Errorf("%w: broken", ErrUnavailable)
+	}
+	lo, hi := gpuCustomerBounds(customer)
+	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, d.fail(fmt.Errorf("iterate gpu samples: %w", err))
+	}
+	var out []GPUSample
+	var stale [][]byte
+	for ok := it.First(); ok; ok = it.Next() {
+		s, err := OpenGPUSample(aead, it.Key(), it.Value())
+		if err != nil || s.Last.Before(notBefore) {
+			stale = append(stale, append([]byte(nil), it.Key()...))
+			continue
+		}
+		out = append(out, *s)
+	}
+	if err := it.Error(); err != nil {
+		it.Close()
+		return nil, d.fail(fmt.Errorf("iterate gpu samples: %w", err))
+	}
+	it.Close()
+	if len(stale) > 0 {
+		b := d.db.NewBatch()
+		for _, k := range stale {
+			_ = b.Delete(k, nil)
+		}
+		if err := d.commitBehind(b); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// DeleteGPUSample deletes one device's sample (evicted past retention).
+func (d *DB) DeleteGPUSample(customer string, device [16]byte) error {
+	b := d.db.NewBatch()
+	_ = b.Delete(gpuSampleKey(customer, &device), nil)
+	return d.commitBehind(b)
+}
+
+// DeleteGPUSamples deletes every sample of the customer (the beta was
+// disabled), durably.
+func (d *DB) DeleteGPUSamples(customer string) error {
+	lo, hi := gpuCustomerBounds(customer)
+	b := d.db.NewBatch()
+	_ = b.DeleteRange(lo, hi, nil)
+	return d.commit(b)
+}
