@@ -1,6 +1,8 @@
 package challenge
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/intel/evidence"
+	"github.com/fraudd/fraudd/storage"
 )
 
 // Limits (SPEC §8 "Device evidence beta").
@@ -55,6 +58,18 @@ type Config struct {
 	Key     []byte
 	Timeout time.Duration
 	Logger  *slog.Logger
+	// Store keeps the GPU samples sealed (AES-GCM under a key derived from
+	// Key); nil: memory only. Challenges and consistency hashes are memory
+	// only: a restart expires every challenge.
+	Store Store
+}
+
+// Store is where GPU samples live; *storage.DB implements it.
+type Store interface {
+	PutGPUSample(aead cipher.AEAD, s *storage.GPUSample) error
+	LoadGPUSamples(aead cipher.AEAD, customer string, notBefore time.Time) ([]storage.GPUSample, error)
+	DeleteGPUSample(customer string, device [16]byte) error
+	DeleteGPUSamples(customer string) error
 }
 
 // Issue asks for a challenge bound to customer, event and device.
@@ -148,10 +163,19 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		purges:  actors.NewCalls[string, struct{}](cfg.Timeout),
 		counts:  actors.NewCalls[string, Counts](cfg.Timeout),
 	}
+	blk, err := aes.NewCipher(keyed32(key, "gpu-sample-seal"))
+	if err != nil {
+		panic(err) // a 32-byte key always makes a cipher
+	}
+	aead, err := cipher.NewGCM(blk)
+	if err != nil {
+		panic(err)
+	}
 	n := actors.ShardCount(cfg.Shards)
 	states := make([]*shardState, n)
 	for i := range states {
-		states[i] = &shardState{customers: actors.NewTable[string, *customer](64), key: key, log: cfg.Logger}
+		states[i] = &shardState{customers: actors.NewTable[string, *customer](64), key: key, log: cfg.Logger,
+			store: cfg.Store, aead: aead, purged: map[string]bool{}}
 	}
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
 	return c
@@ -180,7 +204,9 @@ func (c *Client) Submit(m Submit) (Submitted, error) {
 	return c.submits.Wait(call)
 }
 
-// Purge deletes everything kept for customer (the beta was disabled).
+// Purge deletes everything kept for customer (the beta was disabled), the
+// stored samples included. Purging again before the customer keeps anything
+// new costs nothing.
 func (c *Client) Purge(customer string) error {
 	if c.stopped.Load() {
 		return ErrStopped
@@ -189,6 +215,12 @@ func (c *Client) Purge(customer string) error {
 	c.shards.Send(route(customer), call)
 	_, err := c.purges.Wait(call)
 	return err
+}
+
+func keyed32(key []byte, label string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(label))
+	return m.Sum(nil)
 }
 
 // Counts reports what customer holds.

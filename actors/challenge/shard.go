@@ -1,6 +1,7 @@
 package challenge
 
 import (
+	"crypto/cipher"
 	"encoding/binary"
 	"log/slog"
 	"math"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/intel/evidence"
+	"github.com/fraudd/fraudd/storage"
 )
 
 type issued struct {
@@ -105,6 +107,11 @@ type shardState struct {
 	customers *actors.Table[string, *customer]
 	key       []byte
 	log       *slog.Logger
+	store     Store
+	aead      cipher.AEAD
+	// purged: customers purged since start that have kept nothing since, so
+	// a beta-off caller does not cost a durable delete per request.
+	purged map[string]bool
 }
 
 type shard struct{ *shardState }
@@ -116,8 +123,7 @@ func (s shard) Receive(ctx actor.Context) {
 	case *submitCall:
 		m.Reply(s.submit(&m.Req), nil)
 	case *purgeCall:
-		s.customers.Delete(m.Req)
-		m.Reply(struct{}{}, nil)
+		m.Reply(struct{}{}, s.purge(m.Req))
 	case *countCall:
 		var n Counts
 		if c, ok := s.customers.Get(m.Req); ok {
@@ -127,22 +133,58 @@ func (s shard) Receive(ctx actor.Context) {
 	}
 }
 
-// get returns the customer's state pruned as of now, creating it when create.
-func (s shard) get(id string, now time.Time, create bool) *customer {
+func (s shard) purge(id string) error {
+	if _, ok := s.customers.Get(id); !ok && s.purged[id] {
+		return nil
+	}
+	s.customers.Delete(id)
+	if s.store != nil {
+		if err := s.store.DeleteGPUSamples(id); err != nil {
+			return err
+		}
+	}
+	s.purged[id] = true
+	return nil
+}
+
+// get returns the customer's state pruned as of now, creating it (and
+// loading its stored samples) when create.
+func (s shard) get(id string, now time.Time, create bool) (*customer, error) {
 	c, ok := s.customers.Get(id)
 	if !ok {
 		if !create {
-			return nil
+			return nil, nil
 		}
 		c = newCustomer()
+		if s.store != nil {
+			stored, err := s.store.LoadGPUSamples(s.aead, id, now.Add(-Retention))
+			if err != nil {
+				return nil, err
+			}
+			for i := range stored {
+				st := &stored[i]
+				c.samples[digest(st.Device)] = &sample{visitor: st.Visitor, features: st.Features, last: st.Last}
+			}
+		}
 		s.customers.Put(id, c)
+		delete(s.purged, id)
+	}
+	for k, smp := range c.samples {
+		if !now.Before(smp.last.Add(Retention)) && s.store != nil {
+			if err := s.store.DeleteGPUSample(id, k); err != nil {
+				s.log.Warn("challenge: expired gpu sample not deleted", "err", err)
+			}
+		}
 	}
 	c.prune(now)
-	return c
+	return c, nil
 }
 
 func (s shard) issue(m *Issue) (Issued, error) {
-	c := s.get(m.Customer, m.Now, true)
+	c, err := s.get(m.Customer, m.Now, true)
+	if err != nil {
+		return Issued{}, err
+	}
 	if len(c.issuedAt) >= PerHour {
 		return Issued{}, &RateLimited{RetryAfter: c.issuedAt[0].Add(Window).Sub(m.Now)}
 	}
@@ -157,7 +199,7 @@ func (s shard) issue(m *Issue) (Issued, error) {
 }
 
 func (s shard) submit(m *Submit) Submitted {
-	c := s.get(m.Customer, m.Now, false)
+	c, _ := s.get(m.Customer, m.Now, false)
 	if c == nil {
 		return Submitted{Status: StatusExpiredOrUsed}
 	}
@@ -201,7 +243,15 @@ func (s shard) submit(m *Submit) Submitted {
 		return out
 	case !have && len(c.samples) >= MaxDevices:
 		return out
-	case !have:
+	}
+	if s.store != nil {
+		rec := storage.GPUSample{Customer: m.Customer, Device: dev, Visitor: m.Device, Last: m.Now, Features: *m.GPU}
+		if err := s.store.PutGPUSample(s.aead, &rec); err != nil {
+			s.log.Warn("challenge: gpu sample not stored", "err", err)
+			return out
+		}
+	}
+	if !have {
 		smp = &sample{visitor: m.Device}
 		c.samples[dev] = smp
 	}

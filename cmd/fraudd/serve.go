@@ -264,8 +264,10 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}()
 
 	// Device-evidence beta (challenges, GPU samples, consistency hashes);
-	// memory only: a restart drops outstanding challenges and samples.
-	challenges := challenge.New(system.Root, challenge.Config{Key: master.Derive("device-evidence"), Logger: log})
+	// GPU samples are stored sealed; challenges and consistency hashes are
+	// memory only (a restart expires every challenge). Stopped before Pebble
+	// closes.
+	challenges := challenge.New(system.Root, challenge.Config{Key: master.Derive("device-evidence"), Store: db, Logger: log})
 	defer func() {
 		if err := challenges.Stop(); err != nil {
 			log.Error("stop device-evidence actors", "err", err)
