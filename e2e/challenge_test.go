@@ -80,7 +80,7 @@ func TestDeviceEvidenceChallenge(t *testing.T) {
 		t.Fatalf("challenge: %d %s", r.Status, r.Body)
 	}
 	st, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": ev, "gpuEvidence": gpuEvidence(ch, 0.5)})
-	if st != 200 || gpuStatus(m) != "recorded" || m["decision"] != "allow" {
+	if ev, _ := m["evidence"].(map[string]any); st != 200 || gpuStatus(m) != "recorded" || m["decision"] != "allow" || ev["device_replayed"] == true {
 		t.Fatalf("recorded: %d %v", st, m)
 	}
 	if _, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": ev, "gpuEvidence": gpuEvidence(ch, 0.5)}); gpuStatus(m) != "expired_or_used" {

@@ -15,6 +15,7 @@ import (
 	devactor "github.com/fraudd/fraudd/actors/device"
 	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/evidence"
+	"github.com/fraudd/fraudd/storage"
 )
 
 // Device-evidence beta messages (SPEC 4.10).
@@ -71,7 +72,7 @@ func (s *Server) handleChallenge(ctx *fasthttp.RequestCtx, r *request) {
 		s.writeError(ctx, fasthttp.StatusUnprocessableEntity, msgEvidenceMissing, codeEvidenceMissing, hintEventUnknown)
 		return
 	}
-	res, err := s.deps.Devices.Resolve(devactor.Resolve{ID: id, Account: view.ID, Now: r.now})
+	res, err := s.peekEvent(id, view.ID, r.now)
 	if err != nil {
 		s.log.Warn("device-evidence challenge: event not resolved", "err", err)
 		s.evidenceUnavailable(ctx)
@@ -109,6 +110,24 @@ func (s *Server) handleChallenge(ctx *fasthttp.RequestCtx, r *request) {
 		Challenge: is.Challenge, ExpiresAt: is.Expires.UTC().Format(time.RFC3339),
 		Protocol: evidence.GPUProtocol, ConsistencyProtocol: evidence.ConsistencyProtocol, Experimental: true,
 	})
+}
+
+// peekEvent finds the account's device event, from the store when it is
+// there (no use counted), else through the device actor (which counts one:
+// the next evaluation of the event then reports device_replayed).
+func (s *Server) peekEvent(id devactor.EventID, account string, now time.Time) (devactor.Resolved, error) {
+	if s.deps.Events != nil {
+		e, err := s.deps.Events.GetEvent(id)
+		switch {
+		case err == nil && e.Account == account:
+			return devactor.Resolved{Found: true, Event: *e}, nil
+		case err == nil:
+			return devactor.Resolved{}, nil
+		case !errors.Is(err, storage.ErrNotFound):
+			return devactor.Resolved{}, err
+		}
+	}
+	return s.deps.Devices.Resolve(devactor.Resolve{ID: id, Account: account, Now: now})
 }
 
 func (s *Server) evidenceUnavailable(ctx *fasthttp.RequestCtx) {

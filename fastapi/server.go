@@ -31,6 +31,7 @@ import (
 	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/internal/accesstoken"
 	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/storage"
 )
 
 // Config is the HTTP surface's configuration. The zero value serves, with no
@@ -98,6 +99,15 @@ type Deps struct {
 	// consistency hashes); nil answers the challenge route 503 and reports
 	// submitted evidence unavailable.
 	Challenges *challenge.Client
+	// Events reads stored device events without counting a use, so issuing a
+	// challenge does not make the evaluation that follows a replay; nil (or an
+	// event not stored yet) falls back to Devices.Resolve.
+	Events EventReader
+}
+
+// EventReader reads a stored device event; *storage.DB implements it.
+type EventReader interface {
+	GetEvent(id [storage.EventIDLen]byte) (*storage.DeviceEvent, error)
 }
 
 // Server is the HTTP surface.
