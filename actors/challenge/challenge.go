@@ -16,6 +16,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/intel/evidence"
+	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -62,6 +63,11 @@ type Config struct {
 	// Key); nil: memory only. Challenges and consistency hashes are memory
 	// only: a restart expires every challenge.
 	Store Store
+	// Clock stamps the periodic sweep that drops expired state and idle
+	// customers; nil: no automatic sweeps (Sweep can still be called).
+	Clock clock.Clock
+	// SweepEvery is the sweep interval; 0 means one minute.
+	SweepEvery time.Duration
 }
 
 // Store is where GPU samples live; *storage.DB implements it.
@@ -144,6 +150,7 @@ type Client struct {
 	purges  *actors.Calls[string, struct{}]
 	counts  *actors.Calls[string, Counts]
 	stopped atomic.Bool
+	states  []*shardState // tests read them only after a reply from the shard
 }
 
 // New spawns the shards.
@@ -177,8 +184,21 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		states[i] = &shardState{customers: actors.NewTable[string, *customer](64), key: key, log: cfg.Logger,
 			store: cfg.Store, aead: aead, purged: map[string]bool{}}
 	}
+	c.states = states
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
+	if cfg.SweepEvery == 0 {
+		cfg.SweepEvery = time.Minute
+	}
+	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	return c
+}
+
+// Sweep drops expired state and customers that hold nothing as of now
+// (fire-and-forget).
+func (c *Client) Sweep(now time.Time) {
+	if !c.stopped.Load() {
+		c.shards.Broadcast(actors.Tick{Now: now})
+	}
 }
 
 func route(customer string) uint64 { return actors.HashString(customer) }

@@ -196,3 +196,24 @@ func TestBrowserFindings(t *testing.T) {
 		t.Fatalf("replay: %+v", r)
 	}
 }
+
+func TestSweepDropsIdleCustomers(t *testing.T) {
+	c := newClient(t)
+	c.Issue(Issue{Customer: "a", Event: "e", Device: "d", Now: t0})
+	c.Sweep(t0.Add(time.Minute))
+	if n, _ := c.Counts("a"); n.Challenges != 1 {
+		t.Fatalf("swept too early: %+v", n)
+	}
+	// Past the hour window nothing is left: the customer goes.
+	c.Sweep(t0.Add(Window))
+	if n, _ := c.Counts("a"); n != (Counts{}) {
+		t.Fatalf("after sweep: %+v", n)
+	}
+	total := 0
+	for _, st := range c.states {
+		total += st.customers.Len()
+	}
+	if total != 0 {
+		t.Fatalf("%d customers resident", total)
+	}
+}

@@ -122,6 +122,11 @@ func (s shard) Receive(ctx actor.Context) {
 		m.Reply(s.issue(&m.Req))
 	case *submitCall:
 		m.Reply(s.submit(&m.Req), nil)
+	case actors.Tick:
+		s.customers.Sweep(func(id string, _ *customer) bool {
+			c, err := s.get(id, m.Now, false)
+			return err == nil && c != nil && c.empty()
+		})
 	case *purgeCall:
 		m.Reply(struct{}{}, s.purge(m.Req))
 	case *countCall:

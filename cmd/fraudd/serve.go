@@ -267,7 +267,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	// GPU samples are stored sealed; challenges and consistency hashes are
 	// memory only (a restart expires every challenge). Stopped before Pebble
 	// closes.
-	challenges := challenge.New(system.Root, challenge.Config{Key: master.Derive("device-evidence"), Store: db, Logger: log})
+	challenges := challenge.New(system.Root, challenge.Config{Key: master.Derive("device-evidence"), Store: db, Clock: clk, Logger: log})
 	defer func() {
 		if err := challenges.Stop(); err != nil {
 			log.Error("stop device-evidence actors", "err", err)
