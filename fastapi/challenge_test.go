@@ -224,3 +224,49 @@ func TestEvaluateWithBrowserEvidence(t *testing.T) {
 		t.Fatalf("invalid: %s", raw)
 	}
 }
+
+func TestChallengeSuspensionAndAllowlist(t *testing.T) {
+	e := newChallengeEnv(t, true, "https://shop.example")
+	ev := e.deviceEvent(t, e.acct.PublishableKey, "73.0.0.1:1", "chrome_desktop_windows")
+	allow := []string{"203.0.113.7/32"}
+	e.accts.Update(e.acct.View.ID, accounts.Patch{Allowlist: &allow})
+	if st, _, _ := e.challenge(e.acct.LiveKey, ev); st != 403 {
+		t.Fatalf("allowlist: %d", st)
+	}
+	none, yes := []string{}, true
+	e.accts.Update(e.acct.View.ID, accounts.Patch{Allowlist: &none, Suspended: &yes})
+	if st, _, _ := e.challenge(e.acct.LiveKey, ev); st != 403 {
+		t.Fatalf("suspended: %d", st)
+	}
+}
+
+func TestEvidenceWithoutDeviceOrChallenge(t *testing.T) {
+	e := newChallengeEnv(t, true, "https://shop.example")
+	live := e.acct.LiveKey
+	tok := e.token(t, e.acct.PublishableKey, "73.0.0.1:1", map[string]string{"Origin": "https://shop.example"}, `{"v":1,"key":"PK"}`)
+	// No resolvable event: no device object, nothing consumed, still 200.
+	st, m, raw := e.evaluate(t, live, map[string]any{"token": tok, "fingerprintEventId": "ev_00000000000000000000000000000000",
+		"gpuEvidence": gpuBody(strings.Repeat("a", 64), 0.5)})
+	if st != 200 || m["device"] != nil {
+		t.Fatalf("no device: %d %s", st, raw)
+	}
+	// A well-formed challenge never issued: expired_or_used.
+	ev := e.deviceEvent(t, e.acct.PublishableKey, "73.0.0.1:1", "chrome_desktop_windows")
+	_, m, raw = e.evaluate(t, live, map[string]any{"token": tok, "fingerprintEventId": ev, "gpuEvidence": gpuBody(strings.Repeat("a", 64), 0.5)})
+	if g := m["device"].(map[string]any)["gpu_evidence"].(map[string]any); g["status"] != "expired_or_used" || g["nearest_device"] != nil {
+		t.Fatalf("never issued: %s", raw)
+	}
+	// A challenge of another event does not fit this one.
+	ev2 := e.deviceEvent(t, e.acct.PublishableKey, "73.0.0.1:1", "brave_macos")
+	_, c, _ := e.challenge(live, ev2)
+	_, m, raw = e.evaluate(t, live, map[string]any{"token": tok, "fingerprintEventId": ev, "gpuEvidence": gpuBody(c["challenge"].(string), 0.5)})
+	if m["device"].(map[string]any)["gpu_evidence"].(map[string]any)["status"] != "expired_or_used" {
+		t.Fatalf("other event's challenge: %s", raw)
+	}
+	// Without evidence the device object carries neither block.
+	ev3 := e.deviceEvent(t, e.acct.PublishableKey, "73.0.0.1:1", "brave_macos")
+	_, _, raw = e.evaluate(t, live, map[string]any{"token": tok, "fingerprintEventId": ev3})
+	if strings.Contains(string(raw), "gpu_evidence") || strings.Contains(string(raw), "browser_consistency") {
+		t.Fatalf("blocks without evidence: %s", raw)
+	}
+}
