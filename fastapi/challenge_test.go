@@ -270,3 +270,36 @@ func TestEvidenceWithoutDeviceOrChallenge(t *testing.T) {
 		t.Fatalf("blocks without evidence: %s", raw)
 	}
 }
+
+func TestBrowserEvidenceRandomizationNeedsAccount(t *testing.T) {
+	e := newChallengeEnv(t, true, "https://shop.example")
+	live := e.acct.LiveKey
+	tok := e.token(t, e.acct.PublishableKey, "73.0.0.1:1", map[string]string{"Origin": "https://shop.example"}, `{"v":1,"key":"PK"}`)
+	// Three devices, so no single device shows a burst of profiles.
+	send := func(reading int, account, fixture string) map[string]any {
+		ev := e.deviceEvent(t, e.acct.PublishableKey, "73.0.0.1:1", fixture)
+		_, c, _ := e.challenge(live, ev)
+		b := browserBody(c["challenge"].(string), "windows", "nvidia")
+		comp := make([]int, evidence.ComputationLen)
+		comp[0] = reading
+		b["computations"] = []any{comp, nil}
+		body := map[string]any{"token": tok, "fingerprintEventId": ev, "browserEvidence": b}
+		if account != "" {
+			body["accountId"] = account
+		}
+		_, m, _ := e.evaluate(t, live, body)
+		return m
+	}
+	if m := send(1, "user-1", "chrome_desktop_windows"); m["decision"] != "allow" {
+		t.Fatalf("first reading: %v", m)
+	}
+	if m := send(2, "", "brave_macos"); m["decision"] != "allow" {
+		t.Fatalf("no accountId: %v", m)
+	}
+	m := send(3, "user-1", "chrome_incognito")
+	b := m["device"].(map[string]any)["browser_consistency"].(map[string]any)
+	if m["decision"] != "review" || !collectHasReason(m, "antidetect_randomization") ||
+		fmt.Sprint(b["findings"]) != "[antidetect_randomization]" || b["affects_decision"] != false {
+		t.Fatalf("randomization: %v", m)
+	}
+}
