@@ -245,6 +245,13 @@ func (s *Server) adminPatchAccount(ctx *fasthttp.RequestCtx, r *request) {
 		s.adminFailure(ctx, "patch account", err)
 		return
 	}
+	// SPEC §8: disabling the beta deletes its samples and challenges.
+	if cur.DeviceEvidenceBeta && !v.DeviceEvidenceBeta && s.deps.Challenges != nil {
+		if err := s.deps.Challenges.Purge(v.ID); err != nil {
+			s.adminFailure(ctx, "purge device evidence", err)
+			return
+		}
+	}
 	s.writeJSON(ctx, fasthttp.StatusOK, accountView(v))
 }
 
