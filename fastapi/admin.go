@@ -455,14 +455,6 @@ func (s *Server) adminRotateWebhookSecret(ctx *fasthttp.RequestCtx, r *request) 
 	s.writeJSON(ctx, fasthttp.StatusOK, &wire.WebhookSecret{WebhookSecret: sec})
 }
 
-// adminEmptyList serves views whose data arrives with later features.
-func (s *Server) adminEmptyList(ctx *fasthttp.RequestCtx, r *request) {
-	if r.nparams > 0 && s.account(ctx, r) == nil {
-		return
-	}
-	s.writeJSON(ctx, fasthttp.StatusOK, []struct{}{})
-}
-
 // adminMail lists the outbox, newest first (ADMIN.md views).
 func (s *Server) adminMail(ctx *fasthttp.RequestCtx, r *request) {
 	out := []wire.Mail{}
