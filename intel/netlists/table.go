@@ -52,8 +52,6 @@ func (t *table4) find(x uint32) (uint32, bool) {
 	return t.val[i], true
 }
 
-func (t *table4) len() int { return len(t.start) }
-
 // IPv6 tables are indexed on the 18 bits after the 2000::/3 prefix: nearly
 // every address looked up is global unicast, and the RIRs' space is dense
 // enough that the first 16 bits alone leave thousands of ranges per block
