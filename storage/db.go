@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +19,16 @@ var ErrUnavailable = errors.New("storage unavailable")
 
 // ErrNotFound is returned when a record does not exist.
 var ErrNotFound = errors.New("not found")
+
+// ErrManifestMissing is returned by Open when the directory holds a store
+// whose manifest marker (marker.manifest.*) is gone. Pebble would take such a
+// directory for an empty one, start a fresh store over it and delete the old
+// tables as obsolete; refusing keeps them for a restore.
+var ErrManifestMissing = errors.New("store has data files but no manifest marker")
+
+// ErrKeyCheckMismatch is returned by VerifyKeyCheck when the store was
+// written under another master secret.
+var ErrKeyCheckMismatch = errors.New("master secret does not match the one the store was written with")
 
 // Options configure Open. The zero value works.
 type Options struct {
@@ -68,9 +79,23 @@ func Open(dir string, o Options) (*DB, error) {
 		FS:     o.FS,
 		Logger: pebbleLogger{o.Logger.With("component", "pebble")},
 	}
+	fs := o.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	initialised, err := hasStoreFiles(fs, dir)
+	if err != nil {
+		cache.Unref()
+		return nil, err
+	}
+	// Only a first start may create the store; see ErrManifestMissing.
+	opts.ErrorIfNotExists = initialised
 	pdb, err := pebble.Open(dir, opts)
 	if err != nil {
 		cache.Unref()
+		if initialised && errors.Is(err, pebble.ErrDBDoesNotExist) {
+			return nil, fmt.Errorf("%w in %s: restore the marker.manifest.* files (0 bytes) from a backup or the original copy, or move the directory aside to start an empty store", ErrManifestMissing, dir)
+		}
 		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
 	}
 	if o.WriteBehindSync <= 0 {
@@ -79,6 +104,24 @@ func Open(dir string, o Options) (*DB, error) {
 	d := &DB{db: pdb, cache: cache, log: o.Logger, stopSync: make(chan struct{}), syncDone: make(chan struct{})}
 	go d.syncLoop(o.WriteBehindSync)
 	return d, nil
+}
+
+// hasStoreFiles reports whether dir already holds a store: any file but
+// Pebble's LOCK, which an interrupted first open may leave alone.
+func hasStoreFiles(fs vfs.FS, dir string) (bool, error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("list store dir %s: %w", dir, err)
+	}
+	for _, n := range names {
+		if n != "LOCK" {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // syncLoop makes write-behind commits durable within one interval. The WAL
