@@ -168,10 +168,6 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
-	master, err := loadMaster(cfg, log)
-	if err != nil {
-		return err
-	}
 	adminToken, err := loadAdminToken(cfg, log)
 	if err != nil {
 		return err
@@ -194,6 +190,13 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		}
 		log.Info("storage closed")
 	}()
+	// The secret is checked against the store before anything uses it: a
+	// lost or different secret would turn every key into a 401 and every
+	// sealed value into garbage while status still said operational.
+	master, err := loadMaster(cfg, log, db)
+	if err != nil {
+		return err
+	}
 	if err := db.Probe(); err != nil {
 		return fmt.Errorf("storage probe: %w", err)
 	}
@@ -359,19 +362,61 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 }
 
 // loadMaster returns the master secret from --secret, or from the data dir's
-// master-secret file, creating it (0600) on first start.
-func loadMaster(cfg *serveConfig, log *slog.Logger) (secrets.Master, error) {
+// master-secret file, creating it (0600) on the first start of an empty
+// store. It refuses to go on when the file is gone but the store was written
+// under a secret, or when the secret is not the one the store was written
+// with.
+func loadMaster(cfg *serveConfig, log *slog.Logger, db *storage.DB) (secrets.Master, error) {
+	path := filepath.Join(cfg.dataDir, "master-secret")
+	source := path
+	var m secrets.Master
 	if cfg.secret != "" {
-		return secrets.FromBytes([]byte(cfg.secret)), nil
+		m, source = secrets.FromBytes([]byte(cfg.secret)), "--secret/FRAUDD_SECRET"
+	} else {
+		_, statErr := os.Stat(path)
+		if errors.Is(statErr, fs.ErrNotExist) {
+			written, err := storeWasWritten(db)
+			if err != nil {
+				return secrets.Master{}, err
+			}
+			if written {
+				return secrets.Master{}, fmt.Errorf("master secret %s is missing but the store in %s was written with one: restore the file from a backup or pass the original with --secret/FRAUDD_SECRET (a new secret would lock out every key and lose every sealed value)", path, cfg.dataDir)
+			}
+		}
+		b, created, err := readOrCreate(path, func() string { return secrets.RandomHex(32) })
+		if err != nil {
+			return secrets.Master{}, fmt.Errorf("master secret: %w", err)
+		}
+		if created {
+			log.Info("generated master secret", "path", path)
+		}
+		m = secrets.FromBytes(b)
 	}
-	b, created, err := readOrCreate(filepath.Join(cfg.dataDir, "master-secret"), func() string { return secrets.RandomHex(32) })
+	if err := db.VerifyKeyCheck(m.KeyCheck()); err != nil {
+		if errors.Is(err, storage.ErrKeyCheckMismatch) {
+			return secrets.Master{}, fmt.Errorf("the master secret from %s is not the one the store in %s was written with: restore the original master-secret file or --secret/FRAUDD_SECRET value", source, cfg.dataDir)
+		}
+		return secrets.Master{}, fmt.Errorf("master secret key check: %w", err)
+	}
+	return m, nil
+}
+
+// storeWasWritten reports whether the store holds state sealed or keyed under
+// a master secret: a key check, or (stores from before key checks) an account.
+func storeWasWritten(db *storage.DB) (bool, error) {
+	has, err := db.HasKeyCheck()
+	if err != nil || has {
+		return has, err
+	}
+	errFound := errors.New("found")
+	err = db.Accounts(func(*storage.Account) error { return errFound })
+	if errors.Is(err, errFound) {
+		return true, nil
+	}
 	if err != nil {
-		return secrets.Master{}, fmt.Errorf("master secret: %w", err)
+		return false, fmt.Errorf("scan accounts: %w", err)
 	}
-	if created {
-		log.Info("generated master secret", "path", filepath.Join(cfg.dataDir, "master-secret"))
-	}
-	return secrets.FromBytes(b), nil
+	return false, nil
 }
 
 // loadAdminToken returns --admin-token, or the data dir's admin-token file,

@@ -106,3 +106,8 @@ func RandomHex(n int) string {
 	}
 	return string(out)
 }
+
+// KeyCheck returns a value that identifies this master secret without
+// revealing it or any key derived for another purpose. The store keeps it, so
+// a start with a lost or different secret can be refused.
+func (m Master) KeyCheck() []byte { return m.Derive("key-check") }

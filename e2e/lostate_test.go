@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startFails runs `fraudd serve` on dir and expects it to exit non-zero
+// before listening; it returns the log.
+func startFails(t *testing.T, dir string, env []string, extra ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dir, "--test-clock", "--admin-token", AdminToken}, extra...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("fraudd started and exited 0, want a refusal:\n%s", out)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("fraudd did not exit within 60 s (it should refuse to start):\n%s", out)
+	}
+	if strings.Contains(string(out), "fraudd listening") {
+		t.Fatalf("fraudd listened before refusing:\n%s", out)
+	}
+	if strings.Contains(string(out), "goroutine ") {
+		t.Fatalf("refusal printed a stack trace:\n%s", out)
+	}
+	return string(out)
+}
+
+// TestLostManifestMarkerRefusesToStart: a restore that dropped Pebble's
+// 0-byte marker.manifest.* files must not start an empty store over the old
+// tables (Pebble would delete them); putting the marker back brings
+// everything back.
+func TestLostManifestMarkerRefusesToStart(t *testing.T) {
+	dir := t.TempDir()
+	s := StartServer(t, &Server{Bin: bin, DataDir: dir})
+	a := s.CreateAccount(t, map[string]any{"email": "marker@example.com"})
+	if err := s.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	store := filepath.Join(dir, "pebble")
+	markers, _ := filepath.Glob(filepath.Join(store, "marker.manifest.*"))
+	if len(markers) == 0 {
+		t.Fatalf("no manifest marker in %s", store)
+	}
+	aside := t.TempDir()
+	for _, m := range markers {
+		if err := os.Rename(m, filepath.Join(aside, filepath.Base(m))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := os.ReadDir(store)
+
+	out := startFails(t, dir, []string{"FRAUDD_SECRET=e2e-master-secret"})
+	if !strings.Contains(out, "no manifest marker") || !strings.Contains(out, store) {
+		t.Fatalf("refusal does not name the problem and the store:\n%s", out)
+	}
+	if n := strings.Count(out, "level=ERROR"); n != 1 {
+		t.Fatalf("want one error line, got %d:\n%s", n, out)
+	}
+	after, _ := os.ReadDir(store)
+	if len(after) < len(before) {
+		t.Fatalf("refused start removed files: %d before, %d after", len(before), len(after))
+	}
+
+	for _, m := range markers {
+		if err := os.Rename(filepath.Join(aside, filepath.Base(m)), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.start()
+	if r := s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID, nil); r.Status != 200 {
+		t.Fatalf("account lost after restoring the marker: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do(t, Req{Path: "/v1/usage", Bearer: a.LiveKey}); r.Status != 200 {
+		t.Fatalf("live key lost after restoring the marker: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestLostMasterSecretRefusesToStart: a data dir whose master-secret file is
+// gone, or a different --secret, must not start with a fresh secret (every
+// key would answer 401 while status said operational).
+func TestLostMasterSecretRefusesToStart(t *testing.T) {
+	dir := t.TempDir()
+	s := StartServer(t, &Server{Bin: bin, DataDir: dir, Bare: true})
+	tok, _ := os.ReadFile(filepath.Join(dir, "admin-token"))
+	r := s.Do(t, Req{Method: "POST", Path: "/admin/v1/accounts", Bearer: strings.TrimSpace(string(tok)), Body: map[string]any{"email": "secret@example.com"}})
+	if r.Status != 201 && r.Status != 200 {
+		t.Fatalf("create account: %d %s", r.Status, r.Body)
+	}
+	live := r.JSON(t)["live_key"].(string)
+	if err := s.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	secretPath := filepath.Join(dir, "master-secret")
+	orig, err := os.ReadFile(secretPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(secretPath); err != nil {
+		t.Fatal(err)
+	}
+	out := startFails(t, dir, nil)
+	if !strings.Contains(out, "master secret "+secretPath+" is missing") {
+		t.Fatalf("refusal does not say the secret is missing:\n%s", out)
+	}
+	if _, err := os.Stat(secretPath); err == nil {
+		t.Fatal("a refused start wrote a new master-secret")
+	}
+
+	// A different secret, from the environment or the file, is refused too.
+	out = startFails(t, dir, []string{"FRAUDD_SECRET=not-the-original"})
+	if !strings.Contains(out, "is not the one the store") || !strings.Contains(out, "--secret/FRAUDD_SECRET") {
+		t.Fatalf("refusal does not say the secret differs:\n%s", out)
+	}
+	if err := os.WriteFile(secretPath, []byte("0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out = startFails(t, dir, nil)
+	if !strings.Contains(out, "is not the one the store") || !strings.Contains(out, secretPath) {
+		t.Fatalf("refusal does not name the secret file:\n%s", out)
+	}
+
+	// The original secret brings every key back.
+	if err := os.WriteFile(secretPath, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.start()
+	if r := s.Do(t, Req{Path: "/v1/usage", Bearer: live}); r.Status != 200 {
+		t.Fatalf("live key with the restored secret: %d %s", r.Status, r.Body)
+	}
+}
