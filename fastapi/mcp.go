@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/bytedance/sonic"
@@ -30,9 +31,27 @@ type mcpCall struct {
 	anonymous bool
 	auth      accounts.Auth
 	now       time.Time
-	addr      netip.Addr
-	ipErr     error
+	// checked: handleMCP read the request as one tools/call lookup_ip and
+	// took its allowance for addr (or found ipErr). The SDK's tool handler
+	// answers only a checked call, for that same address, once: whatever the
+	// SDK's decoder reads differently from ours (case, duplicate keys,
+	// trailing bytes) ends in an error, never in an unpaid or unchecked answer.
+	checked bool
+	addr    netip.Addr
+	ipErr   error
+	used    atomic.Bool
 }
+
+// rpcPeekJSON decodes the peek as the SDK decodes messages: object keys are
+// case-sensitive (the SDK ignores "Method"; encoding/json-style matching would
+// let it override "method" here and skip the allowance).
+var rpcPeekJSON = sonic.Config{CaseSensitive: true, ValidateString: true}.Froze()
+
+// errMCPUnchecked answers a lookup_ip the pre-check did not cover.
+var errMCPUnchecked = errors.New("Invalid request: send one JSON-RPC request per POST.")
+
+// JSON-RPC 2.0 error codes used on /mcp.
+const rpcInvalidRequest = -32600
 
 // mcpRoute is how an MCP request with a bearer authenticates: a live or test
 // key or an OAuth token, the live allowlist applies, never the sandbox key.
@@ -69,14 +88,24 @@ type LookupArgs struct {
 // StatusArgs is service_status's (empty) input.
 type StatusArgs struct{}
 
+// mcpLookup is the SDK's lookup_ip handler. It answers only the lookup
+// handleMCP checked and charged, and only for the address it charged.
 func (s *Server) mcpLookup(ctx context.Context, _ *mcp.CallToolRequest, in LookupArgs) (*mcp.CallToolResult, wire.Lookup, error) {
 	c, _ := ctx.Value(mcpCallKey).(*mcpCall)
-	if c == nil {
-		return nil, wire.Lookup{}, errors.New(msgServerError)
+	if c == nil || !c.checked || !c.used.CompareAndSwap(false, true) {
+		return nil, wire.Lookup{}, errMCPUnchecked
 	}
 	if c.ipErr != nil {
 		return nil, wire.Lookup{}, c.ipErr
 	}
+	if a, err := parsePublic(in.IP); err != nil || a != c.addr {
+		return nil, wire.Lookup{}, errMCPUnchecked
+	}
+	return nil, s.lookupCall(c), nil
+}
+
+// lookupCall answers a checked lookup_ip call.
+func (s *Server) lookupCall(c *mcpCall) wire.Lookup {
 	start := time.Now()
 	var ls lookupState
 	b := s.deps.Feeds.Current().Bare(c.addr)
@@ -89,9 +118,8 @@ func (s *Server) mcpLookup(ctx context.Context, _ *mcp.CallToolRequest, in Looku
 		}
 	}
 	ls.resp.LatencyMs = msSince(start)
-	out := ls.resp
-	// The pointers in ls outlive this call inside out; ls is not reused.
-	return nil, out, nil
+	// The pointers in ls outlive this call inside the result; ls is not reused.
+	return ls.resp
 }
 
 func (s *Server) mcpStatus(ctx context.Context, _ *mcp.CallToolRequest, _ StatusArgs) (*mcp.CallToolResult, wire.Status, error) {
@@ -119,6 +147,8 @@ type rpcPeek struct {
 // allowance as the HTTP lookups before the SDK runs the call: the account's
 // quota for a key, the free tool's per-address limits when anonymous. A
 // refusal is HTTP 429 with Retry-After and a JSON-RPC error carrying the wait.
+// A JSON-RPC batch is refused whole: MCP 2025-06-18 removed batching, and one
+// POST must cost one checked message.
 func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 	call := &mcpCall{anonymous: true, now: r.now}
 	if len(bytes.TrimSpace(ctx.Request.Header.Peek("Authorization"))) > 0 {
@@ -128,11 +158,16 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 		call.anonymous, call.auth = false, r.auth
 	}
 	var peek rpcPeek
-	body := bytes.TrimSpace(ctx.PostBody())
-	if len(body) > 0 && body[0] == '{' && sonic.ConfigStd.Unmarshal(body, &peek) == nil &&
+	body := bytes.TrimLeft(ctx.PostBody(), " \t\r\n")
+	if len(body) > 0 && body[0] == '[' {
+		s.rpcError(ctx, fasthttp.StatusBadRequest, nil, rpcInvalidRequest, "Batch requests are not supported.")
+		return
+	}
+	if len(body) > 0 && body[0] == '{' && rpcPeekJSON.Unmarshal(body, &peek) == nil &&
 		peek.Method == "tools/call" && peek.Params.Name == "lookup_ip" {
 		raw, isString := jsonString(peek.Params.Arguments.IP)
 		call.addr, call.ipErr = parsePublic(raw)
+		call.checked = true
 		if !s.mcpAllow(ctx, r, call, peek.ID) {
 			return
 		}
@@ -162,11 +197,7 @@ func (s *Server) mcpFastPath(ctx *fasthttp.RequestCtx, call *mcpCall, id sonic.N
 		res.Result.IsError = true
 		res.Result.Content = []wire.RPCText{{Type: "text", Text: call.ipErr.Error()}}
 	} else {
-		c := context.WithValue(context.Background(), mcpCallKey, call)
-		_, out, err := s.mcpLookup(c, nil, LookupArgs{})
-		if err != nil {
-			return false
-		}
+		out := s.lookupCall(call)
 		text, err := sonic.ConfigStd.Marshal(&out)
 		if err != nil {
 			return false
@@ -217,6 +248,15 @@ func (s *Server) mcpAllow(ctx *fasthttp.RequestCtx, r *request, call *mcpCall, i
 		return false
 	}
 	return true
+}
+
+// rpcError answers a JSON-RPC error with the HTTP status; a nil id is sent as
+// null (the request's id is unknown or unreadable).
+func (s *Server) rpcError(ctx *fasthttp.RequestCtx, status int, id sonic.NoCopyRawMessage, code int, msg string) {
+	if len(id) == 0 {
+		id = sonic.NoCopyRawMessage("null")
+	}
+	s.writeJSON(ctx, status, &wire.RPCError{JSONRPC: "2.0", ID: []byte(id), Error: wire.RPCErrorBody{Code: code, Message: msg}})
 }
 
 // rpcRefusal answers a JSON-RPC error with the HTTP status and Retry-After.

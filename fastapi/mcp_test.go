@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -45,7 +46,7 @@ func TestMCPFastPathMatchesSDK(t *testing.T) {
 		var peek rpcPeek
 		_ = json.Unmarshal(ctx.PostBody(), &peek)
 		raw, _ := jsonString(peek.Params.Arguments.IP)
-		call := &mcpCall{anonymous: true, now: fixedNow}
+		call := &mcpCall{anonymous: true, now: fixedNow, checked: true}
 		call.addr, call.ipErr = parsePublic(raw)
 		ctx.SetUserValue(mcpCallKey, call)
 		e.srv.mcp(ctx)
@@ -79,4 +80,51 @@ func decodeRPC(t *testing.T, body []byte) map[string]any {
 		}
 	}
 	return m
+}
+
+// TestMCPLookupOnlyWhenChecked: a request the pre-check reads differently
+// from the SDK (a key in another case, trailing bytes, a second "ip") used to
+// reach the SDK's lookup_ip with nothing checked or charged, which looked up
+// the zero address and answered allow. Each now ends in an error and never
+// takes a lookup from the anonymous allowance it did not pay for.
+func TestMCPLookupOnlyWhenChecked(t *testing.T) {
+	e := newTestEnv(t)
+	send := serveRaw(t, e.srv.Handle)
+	const call = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"185.220.101.1"}}`
+	for _, body := range []string{
+		call + `}  trailing`,
+		call + `,"Method":"ping"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","Name":"x","arguments":{"ip":"185.220.101.1"}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"IP":"8.8.8.8","ip":"185.220.101.1"}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"8.8.8.8"}},"params":{"name":"lookup_ip","arguments":{"ip":"185.220.101.1"}}}`,
+	} {
+		resp := send(body)
+		if b := string(resp.Body()); strings.Contains(b, `"verdict":"allow"`) || strings.Contains(b, `"ip":"invalid IP"`) {
+			t.Fatalf("%s\nanswered a lookup it did not check: %d %s", body, resp.StatusCode(), b)
+		}
+	}
+}
+
+// serveRaw is serveInMemory for arbitrary bodies.
+func serveRaw(t *testing.T, h fasthttp.RequestHandler) func(body string) *fasthttp.Response {
+	t.Helper()
+	ln := fasthttputil.NewInmemoryListener()
+	srv := &fasthttp.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown() })
+	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+	return func(body string) *fasthttp.Response {
+		req, resp := fasthttp.AcquireRequest(), new(fasthttp.Response)
+		defer fasthttp.ReleaseRequest(req)
+		req.Header.SetMethod("POST")
+		req.SetRequestURI("http://mem/mcp")
+		req.Header.Set("User-Agent", "unit-test/1")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(body)
+		if err := c.Do(req, resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
 }

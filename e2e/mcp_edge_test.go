@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// mcpHeaders are what a streamable-HTTP MCP client sends with every POST.
+func mcpHeaders(extra map[string]string) map[string]string {
+	h := map[string]string{"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+	for k, v := range extra {
+		h[k] = v
+	}
+	return h
+}
+
+// rpcError decodes a JSON-RPC error response and returns its code (failing
+// the test when the body is anything else).
+func rpcError(t *testing.T, r *Response) (code int, msg string) {
+	t.Helper()
+	var m struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  json.RawMessage `json:"result"`
+		Error   *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(r.Body, &m); err != nil || m.JSONRPC != "2.0" || m.Error == nil || m.Result != nil || len(m.ID) == 0 {
+		t.Fatalf("not a JSON-RPC error (status %d, %v): %s", r.Status, err, r.Body)
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("JSON-RPC error with Content-Type %q: %s", ct, r.Body)
+	}
+	return m.Error.Code, m.Error.Message
+}
+
+// feedTotal is today's total of the public threat feed once a control lookup
+// made after the requests under test has been counted: the feed counts
+// asynchronously, so waiting for the control makes "nothing else counted"
+// deterministic.
+func feedTotalAfterControl(t *testing.T, s *Server, key string, before int64) int64 {
+	t.Helper()
+	if r := s.Do(t, Req{Path: "/v1/lookup/8.8.8.8", Bearer: key}); r.Status != 200 {
+		t.Fatalf("control lookup: %d %s", r.Status, r.Body)
+	}
+	var total int64
+	for i := 0; i < 200; i++ {
+		m := s.Do(t, Req{Path: "/api/threat-feed"}).JSON(t)
+		total = num(t, m["today"].(map[string]any), "total")
+		if total > before {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return total
+}
+
+// TestMCPBatchRefused: MCP 2025-06-18 removed JSON-RPC batching. A batch used
+// to skip the allowance and the address check, so lookup_ip answered allow
+// for a Tor exit, charged nothing and still counted into the threat feed.
+// Every batch now gets one small -32600 error, whatever it holds.
+func TestMCPBatchRefused(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "batch@example.com", "plan": "starter"})
+	tor := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"185.220.101.1"}}}`
+	for _, tc := range []struct {
+		name, bearer, xff, body string
+	}{
+		{"keyed", a.LiveKey, "", "[" + tor + "]"},
+		{"anonymous", "", "198.51.100.70", "[" + tor + "]"},
+		{"leading space", a.LiveKey, "", " \r\n\t[" + tor + "," + tor + "]"},
+		{"empty", "", "198.51.100.70", "[]"},
+	} {
+		r := s.Do(t, Req{Method: "POST", Path: "/mcp", Bearer: tc.bearer, Header: mcpHeaders(map[string]string{"X-Forwarded-For": tc.xff}), Body: tc.body})
+		if r.Status != 400 || strings.Contains(string(r.Body), "verdict") {
+			t.Fatalf("%s: batch answered %d %s", tc.name, r.Status, r.Body)
+		}
+		if code, msg := rpcError(t, r); code != -32600 || !strings.Contains(strings.ToLower(msg), "batch") {
+			t.Fatalf("%s: batch error %d %q", tc.name, code, msg)
+		}
+	}
+	// Bodies our pre-check and the SDK's decoder used to read differently:
+	// trailing bytes are never an unchecked answer; a key in another case is
+	// ignored by both, so the call is checked and charged like any other.
+	r := s.Do(t, Req{Method: "POST", Path: "/mcp", Bearer: a.LiveKey, Header: mcpHeaders(nil), Body: tor + ` garbage`})
+	if strings.Contains(string(r.Body), "verdict") {
+		t.Fatalf("trailing bytes: answered %d %s", r.Status, r.Body)
+	}
+	r = s.Do(t, Req{Method: "POST", Path: "/mcp", Bearer: a.LiveKey, Header: mcpHeaders(nil), Body: strings.TrimSuffix(tor, "}") + `,"Method":"ping"}`})
+	if !strings.Contains(string(r.Body), `"verdict":"block"`) {
+		t.Fatalf("a second key in another case: answered %d %s", r.Status, r.Body)
+	}
+	if u := s.Do(t, Req{Path: "/v1/usage", Bearer: a.LiveKey}).JSON(t); num(t, u, "month_lookups_used") != 1 || num(t, u, "total_evaluations") != 1 {
+		t.Fatalf("only the one checked call is charged: %v", u)
+	}
+	if total := feedTotalAfterControl(t, s, a.LiveKey, 1); total != 2 {
+		t.Fatalf("threat feed counted %d lookups, want the checked call and the control", total)
+	}
+
+	// The work one request can cause is one message: an anonymous 64 KB
+	// batch of tools/list used to return megabytes.
+	var big strings.Builder
+	big.WriteString("[")
+	for i := 0; big.Len() < 60<<10; i++ {
+		if i > 0 {
+			big.WriteString(",")
+		}
+		big.WriteString(`{"jsonrpc":"2.0","id":` + itoa(i) + `,"method":"tools/list"}`)
+	}
+	big.WriteString("]")
+	r = s.Do(t, Req{Method: "POST", Path: "/mcp", Header: mcpHeaders(map[string]string{"X-Forwarded-For": "198.51.100.71"}), Body: big.String()})
+	if r.Status != 400 || len(r.Body) > 512 {
+		t.Fatalf("large batch: %d, %d bytes", r.Status, len(r.Body))
+	}
+}
