@@ -11,6 +11,7 @@ package feeds
 
 import (
 	"compress/gzip"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +21,26 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/netlists/feedfile"
 )
+
+// curatedFS holds the lists curated in this project that are inputs of a
+// build next to the raw snapshots.
+//
+//go:embed curated/*.csv
+var curatedFS embed.FS
+
+// curatedPrefix names a curated input in a feed header.
+const curatedPrefix = "fraudd:intel/feeds/curated/"
+
+func curatedInput(pt part) (input, error) {
+	data, err := curatedFS.ReadFile("curated/" + pt.path)
+	if err != nil {
+		return input{}, err
+	}
+	return input{part: pt, name: curatedPrefix + pt.path, data: data}, nil
+}
 
 // FeedSummary is one feed of a Manifest.
 type FeedSummary struct {
@@ -59,29 +78,18 @@ func Build(fromDir, outDir string) (Manifest, error) {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return m, fmt.Errorf("feeds: build: %w", err)
 	}
-	for _, sp := range specs {
-		var ins []input
-		for _, pt := range sp.parts {
-			path, err := newest(filepath.Join(fromDir, pt.path))
-			if err != nil {
-				return m, fmt.Errorf("feeds: build %s: %w", sp.name, err)
-			}
-			data, err := readMaybeGzip(path)
-			if err != nil {
-				return m, fmt.Errorf("feeds: build %s: %w", sp.name, err)
-			}
-			ins = append(ins, input{part: pt, name: filepath.ToSlash(rel(fromDir, path)), data: data})
-		}
-		f, err := assemble(sp, ins)
-		if err != nil {
-			return m, fmt.Errorf("feeds: build %s: %w", sp.name, err)
-		}
+	built, err := buildFiles(fromDir)
+	if err != nil {
+		return m, err
+	}
+	for _, name := range netlists.FeedNames {
+		f := built[name]
 		b, err := feedfile.Marshal(nil, f)
 		if err != nil {
-			return m, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+			return m, fmt.Errorf("feeds: build %s: %w", name, err)
 		}
-		if err := writeAtomic(filepath.Join(outDir, sp.name+feedfile.Ext), b); err != nil {
-			return m, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+		if err := writeAtomic(filepath.Join(outDir, name+feedfile.Ext), b); err != nil {
+			return m, fmt.Errorf("feeds: build %s: %w", name, err)
 		}
 		m.Feeds = append(m.Feeds, summary(f, len(b)))
 	}
@@ -93,6 +101,52 @@ func Build(fromDir, outDir string) (Manifest, error) {
 		return m, fmt.Errorf("feeds: build manifest: %w", err)
 	}
 	return m, nil
+}
+
+// buildFiles builds every feed of netlists.FeedNames in memory: the spec
+// feeds from the raw snapshots, then the derived ones from those.
+func buildFiles(fromDir string) (map[string]*feedfile.File, error) {
+	built := map[string]*feedfile.File{}
+	for _, sp := range specs {
+		var ins []input
+		for _, pt := range sp.parts {
+			if pt.curated {
+				in, err := curatedInput(pt)
+				if err != nil {
+					return nil, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+				}
+				ins = append(ins, in)
+				continue
+			}
+			path, err := newest(filepath.Join(fromDir, pt.path))
+			if err != nil {
+				return nil, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+			}
+			data, err := readMaybeGzip(path)
+			if err != nil {
+				return nil, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+			}
+			ins = append(ins, input{part: pt, name: filepath.ToSlash(rel(fromDir, path)), data: data})
+		}
+		f, err := assemble(sp, ins)
+		if err != nil {
+			return nil, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+		}
+		built[sp.name] = f
+	}
+	for _, d := range derived {
+		f, err := d.derive(built)
+		if err != nil {
+			return nil, fmt.Errorf("feeds: build %s: %w", d.name, err)
+		}
+		built[d.name] = f
+	}
+	for _, name := range netlists.FeedNames {
+		if built[name] == nil {
+			return nil, fmt.Errorf("feeds: build: no spec for feed %s", name)
+		}
+	}
+	return built, nil
 }
 
 func summary(f *feedfile.File, size int) FeedSummary {
@@ -191,9 +245,19 @@ func assemble(sp spec, ins []input) (*feedfile.File, error) {
 		if date == "" {
 			date = in.date
 		}
+		if in.onlyKind != "" {
+			p.asns = slices.DeleteFunc(p.asns, func(a feedfile.ASN) bool { return a.Kind != in.onlyKind })
+		}
 		f.Inputs = append(f.Inputs, feedfile.Input{Name: in.name, Date: date, Entries: p.entries()})
-		if date > f.Date && !in.exclude {
+		// A curated list's date says when it was written, not how fresh
+		// the world it describes is: it does not date the feed.
+		if date > f.Date && !in.exclude && !in.curated {
 			f.Date = date
+		}
+		if in.setKind != "" {
+			for i := range p.asns {
+				p.asns[i].Kind = in.setKind
+			}
 		}
 		for i := range p.spans {
 			if in.label != "" {

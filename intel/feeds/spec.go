@@ -24,15 +24,20 @@ const (
 	FeedTZ           = netlists.FeedTZ
 	FeedMobileAS     = netlists.FeedMobileAS
 	FeedMobileRanges = netlists.FeedMobileRanges
+	FeedASNHosting   = netlists.FeedASNHosting
+	FeedVPNASN       = netlists.FeedVPNASN
 )
 
 // part is one input of a feed built from the raw snapshots.
 type part struct {
-	path    string // under the raw data directory; may be a glob, newest name wins
-	format  Format
-	label   string // label for every range of this input ("" keeps the parser's)
-	exclude bool   // addresses to remove from the feed instead of add
-	date    string // snapshot date when neither the name nor the content has one
+	path     string // under the raw data directory; may be a glob, newest name wins
+	format   Format
+	label    string // label for every range of this input ("" keeps the parser's)
+	exclude  bool   // addresses to remove from the feed instead of add
+	date     string // snapshot date when neither the name nor the content has one
+	curated  bool   // path is under this package's curated/ directory, not the raw data
+	onlyKind string // keep only AS rows of this kind
+	setKind  string // give every AS row this kind
 }
 
 // spec says how one feed is assembled.
@@ -48,17 +53,19 @@ type spec struct {
 // repositories), the package date for the npm tables, and the gathering
 // date for the lists curated in this project.
 const (
-	dateX4B        = "2026-08-22" // X4BNet/lists_vpn@167937a
-	dateCloud      = "2026-08-22" // lord-alfred/ipranges@14dd971, hexydec/ip-ranges@8634da8
-	dateBrianhama  = "2026-03-18" // brianhama/bad-asn-list@cac788b
-	dateHroost     = "2026-08-17" // hroost/icloud-private-relay-iplist@16f49af
-	dateMonosans   = "2026-08-22" // monosans/proxy-list@e576324
-	dateIplocate   = "2026-08-22" // iplocate/free-proxy-list@7f8bc0b
-	dateDisposable = "2026-08-08" // disposable/disposable-email-domains@1378ead
-	dateDEDomains  = "2026-08-21" // disposable-email-domains/disposable-email-domains@a645893
-	dateIPDB       = "2026-06-17" // @ip-location-db/*@2.3.2026061719
-	dateCurated    = "2026-11-22" // curated in this project when the data was gathered
-	dateTMobile    = "2026-08-22" // termermc/tmobile-ip-ranges@ddd8bcf
+	dateX4B            = "2026-08-22" // X4BNet/lists_vpn@167937a
+	dateCloud          = "2026-08-22" // lord-alfred/ipranges@14dd971, hexydec/ip-ranges@8634da8
+	dateBrianhama      = "2026-03-18" // brianhama/bad-asn-list@cac788b
+	dateHroost         = "2026-08-17" // hroost/icloud-private-relay-iplist@16f49af
+	dateMonosans       = "2026-08-22" // monosans/proxy-list@e576324
+	dateIplocate       = "2026-08-22" // iplocate/free-proxy-list@7f8bc0b
+	dateDisposable     = "2026-08-08" // disposable/disposable-email-domains@1378ead
+	dateDEDomains      = "2026-08-21" // disposable-email-domains/disposable-email-domains@a645893
+	dateIPDB           = "2026-06-17" // @ip-location-db/*@2.3.2026061719
+	dateCurated        = "2026-11-22" // curated in this project when the data was gathered
+	dateTMobile        = "2026-08-22" // termermc/tmobile-ip-ranges@ddd8bcf
+	dateVPNOperators   = "2026-11-23" // curated/vpn_operator_asns.csv
+	dateCuratedHosting = "2026-11-23" // curated/hosting_asns.csv
 )
 
 // VPN provider labels, as they appear in network.service.
@@ -86,6 +93,8 @@ var specs = []spec{
 	{name: FeedDatacenterAS, kind: feedfile.KindASNs, parts: []part{
 		{path: "datacenter/brianhama-bad-asn-list.csv", format: FormatBadASNCSV, date: dateBrianhama},
 		{path: "datacenter/x4bnet-datacenter-ASN.txt", format: FormatASNList, date: dateX4B},
+		// Last, so that an AS on a list above keeps that list's row.
+		{path: "hosting_asns.csv", format: FormatProviderASN, curated: true, onlyKind: "hosting", setKind: KindCuratedHosting, date: dateCuratedHosting},
 	}},
 	{name: FeedProviderAS, kind: feedfile.KindASNs, parts: []part{
 		{path: "cloud/provider_asn_labels_seed.csv", format: FormatProviderASN, date: dateCurated},
@@ -143,7 +152,25 @@ var specs = []spec{
 	{name: FeedMobileRanges, kind: feedfile.KindRanges, parts: []part{
 		{path: "mobile/tmobile-us-geofeed-ranges.txt", format: FormatAddrLines, date: dateTMobile},
 	}},
+	// VPN operators' AS numbers (kind "vpn", with a provider id) first, then
+	// the X4B VPN AS list (kind "vpn-list"), which also names general hosts
+	// and a Tor operator: netlists uses those rows only for networks that
+	// are on no hosting list and carry no Tor exit.
+	{name: FeedVPNASN, kind: feedfile.KindASNs, parts: []part{
+		{path: "cloud/provider_asn_labels_seed.csv", format: FormatProviderASN, onlyKind: KindVPNOperator, date: dateCurated},
+		{path: "vpn_operator_asns.csv", format: FormatProviderASN, curated: true, onlyKind: KindVPNOperator, date: dateVPNOperators},
+		{path: "vpn/x4bnet-vpn-ASN.txt", format: FormatASNList, setKind: KindVPNList, date: dateX4B},
+	}},
 }
+
+// Kinds of the vpn-asn feed's rows, shared with the reader.
+const (
+	KindVPNOperator = netlists.KindVPNOperator
+	KindVPNList     = netlists.KindVPNList
+	// KindCuratedHosting marks the datacenter-asn rows of the project's
+	// curated hosting list.
+	KindCuratedHosting = netlists.KindCuratedHosting
+)
 
 func specByName(name string) (spec, bool) {
 	for _, s := range specs {

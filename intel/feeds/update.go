@@ -191,6 +191,18 @@ func updateFeed(ctx context.Context, client *http.Client, name string, srcs []So
 			data: data,
 		})
 	}
+	// The project's curated lists ship in the binary and join the
+	// downloaded inputs as they do at build time.
+	for _, pt := range sp.parts {
+		if pt.curated {
+			in, err := curatedInput(pt)
+			if err != nil {
+				res.Err = err
+				return res
+			}
+			ins = append(ins, in)
+		}
+	}
 	f, err := assemble(sp, ins)
 	if err != nil {
 		res.Status, res.Err = StatusRejected, err

@@ -19,12 +19,15 @@ const (
 	flagDatacenter
 	flagBlocklist
 	flagMobile
+	flagNear // in the /24 or /48 of a listed VPN range
 
 	// Label indexes (plus one, so zero means none) live in the upper bytes.
 	vpnLabelShift   = 8
 	cloudLabelShift = 16
+	nearLabelShift  = 24 // the VPN provider label of a neighbouring range
 	labelMask       = 0xff
 	maxLabels       = labelMask - 1
+	cloudLabelMask  = labelMask << cloudLabelShift
 )
 
 // layer is one feed's contribution to the combined table: enc turns the

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/fraudd/fraudd/intel/netlists/feedfile"
@@ -130,6 +132,31 @@ func load(over map[string]string) (*Snapshot, error) {
 	return assemble(res)
 }
 
+// SourceBuilt marks feeds handed to FromFiles.
+const SourceBuilt = "built"
+
+// FromFiles assembles a snapshot from decoded feed files, one per name of
+// FeedNames in any order: what a build or a measurement holds in memory.
+// The files are not modified and may be used again.
+func FromFiles(files []*feedfile.File) (*Snapshot, error) {
+	byName := map[string]*feedfile.File{}
+	for _, f := range files {
+		byName[f.Name] = f
+	}
+	res := make([]loaded, len(FeedNames))
+	for i, name := range FeedNames {
+		f := byName[name]
+		if f == nil {
+			return nil, fmt.Errorf("netlists: feed %s missing", name)
+		}
+		if want := expectedKind[name]; f.Kind != want {
+			return nil, fmt.Errorf("netlists: feed %s is of kind %s, want %s", name, f.Kind, want)
+		}
+		res[i] = loaded{file: f, info: FeedInfo{Name: name, Date: f.Date, Entries: f.Entries, Source: SourceBuilt}}
+	}
+	return assemble(res)
+}
+
 func loadOne(name, path string) (loaded, error) {
 	var (
 		b   []byte
@@ -168,7 +195,8 @@ var expectedKind = map[string]feedfile.Kind{
 	FeedDisposable: feedfile.KindDomains, FeedASN: feedfile.KindRanges,
 	FeedASNInfo: feedfile.KindASNs, FeedGeo: feedfile.KindRanges,
 	FeedTZ: feedfile.KindZones, FeedMobileAS: feedfile.KindASNs,
-	FeedMobileRanges: feedfile.KindRanges,
+	FeedMobileRanges: feedfile.KindRanges, FeedVPNASN: feedfile.KindASNs,
+	FeedASNHosting: feedfile.KindShares,
 }
 
 // assemble builds the lookup structures from decoded feeds (in FeedNames
@@ -195,11 +223,15 @@ func assemble(res []loaded) (*Snapshot, error) {
 	for i, l := range cloud.labels {
 		s.cloudNames[i] = providerName(l)
 	}
+	vpnRanges := rng(FeedVPN)
+	nearProv, nearAny := neighbours(byName[FeedVPNProvider].Ranges), neighbours(byName[FeedVPN].Ranges)
 	layers := []layer{
 		flagLayer(rng(FeedTor), flagTor),
 		flagLayer(rng(FeedPrivacyRelay), flagRelay),
 		labelLayer(vpnProv, vpnLabelShift),
-		flagLayer(rng(FeedVPN), flagVPN),
+		flagLayer(vpnRanges, flagVPN),
+		{t: &nearProv, enc: func(v uint32) uint32 { return flagNear | (v+1)<<nearLabelShift }},
+		flagLayer(&nearAny, flagNear),
 		flagLayer(rng(FeedProxy), flagProxy),
 		labelLayer(cloud, cloudLabelShift),
 		flagLayer(rng(FeedDatacenter), flagDatacenter),
@@ -228,6 +260,8 @@ func assemble(res []loaded) (*Snapshot, error) {
 		row := row(r.ASN)
 		row.org, row.country = r.Name, r.Country
 	}
+	// The values are rewritten in copies: the file stays as it was.
+	asnRanges.V4.Val, asnRanges.V6.Val = slices.Clone(asnRanges.V4.Val), slices.Clone(asnRanges.V6.Val)
 	for _, col := range [][]uint32{asnRanges.V4.Val, asnRanges.V6.Val} {
 		for i, asn := range col {
 			row(asn)
@@ -239,6 +273,7 @@ func assemble(res []loaded) (*Snapshot, error) {
 	for _, r := range byName[FeedDatacenterAS].ASNs {
 		if i, ok := rowOf[r.ASN]; ok {
 			s.asnRows[i].datacenter = true
+			s.asnRows[i].curatedDC = r.Kind == KindCuratedHosting
 		}
 	}
 	for _, r := range byName[FeedProviderAS].ASNs {
@@ -252,6 +287,19 @@ func assemble(res []loaded) (*Snapshot, error) {
 		}
 	}
 	s.asn = newRangeFeed(asnRanges)
+	for i := range s.asnRows {
+		s.asnRows[i].hosting = feedfile.NoShare
+	}
+	for _, r := range byName[FeedASNHosting].Shares {
+		if i, ok := rowOf[r.ASN]; ok {
+			if r.V4 != feedfile.NoShare {
+				s.asnRows[i].hosting = r.V4
+			} else {
+				s.asnRows[i].hosting = r.V6 // IPv6 only when the AS has no IPv4: see HostingShareMin
+			}
+		}
+	}
+	s.markVPNOperators(byName[FeedVPNASN].ASNs, rowOf, rng(FeedTor))
 
 	s.geo = *rng(FeedGeo)
 	if len(s.geo.labels) == 0 {
@@ -268,6 +316,11 @@ func assemble(res []loaded) (*Snapshot, error) {
 	for _, z := range zs {
 		s.zones[z.Name] = z.Country
 	}
+	for i, in := range sourceInfo {
+		if f := byName[in.feed]; f != nil {
+			s.dates[i] = f.Date
+		}
+	}
 	entries := func(name string) int { return byName[name].Entries }
 	s.coverage = Coverage{
 		DCRanges:          entries(FeedDatacenter),
@@ -276,4 +329,109 @@ func assemble(res []loaded) (*Snapshot, error) {
 		DisposableDomains: entries(FeedDisposable),
 	}
 	return s, nil
+}
+
+// markVPNOperators labels the AS rows of VPN operators. A row of kind
+// KindVPNOperator names a VPN company's own AS. A KindVPNList row comes from
+// a list that also names general hosts and a Tor operator, so it counts
+// only for an AS on no hosting list, of no other provider kind, whose
+// organisation runs no Tor exit. Every other AS registered to the
+// organisation of a counted AS is read the same way: operators register
+// several (PacketHub S.A. holds five).
+func (s *Snapshot) markVPNOperators(rows []feedfile.ASN, rowOf map[uint32]uint32, tor *rangeFeed) {
+	torOrgs := map[string]bool{}
+	for _, t := range []func(yield func(key) bool){tor.v4.keys, tor.v6.keys} {
+		for k := range t {
+			if r := s.asnRow(&k); r != nil && r.org != "" {
+				torOrgs[strings.ToLower(r.org)] = true
+			}
+		}
+	}
+	byOrg := map[string]string{}
+	for _, v := range rows {
+		i, ok := rowOf[v.ASN]
+		if !ok {
+			continue
+		}
+		r := &s.asnRows[i]
+		org := strings.ToLower(r.org)
+		var label string
+		switch v.Kind {
+		case KindVPNOperator:
+			label = providerName(v.Name)
+		case KindVPNList:
+			if r.datacenter || r.providerKind != "" && r.providerKind != KindVPNOperator || torOrgs[org] {
+				continue
+			}
+			label = r.vpnLabel()
+			if label == "" {
+				label = r.org
+			}
+		default:
+			continue
+		}
+		if label == "" {
+			continue
+		}
+		if r.vpn == "" {
+			r.vpn = label
+		}
+		if _, seen := byOrg[org]; !seen && org != "" {
+			byOrg[org] = label
+		}
+	}
+	for i := range s.asnRows {
+		r := &s.asnRows[i]
+		if r.vpn == "" && r.org != "" {
+			r.vpn = byOrg[strings.ToLower(r.org)]
+		}
+	}
+}
+
+// Neighbour blocks: the /24 of an IPv4 range, the /48 of an IPv6 one.
+const (
+	near4Mask = 1<<8 - 1
+	near6Bits = 48
+)
+
+// neighbours widens every range of a VPN feed to the /24 or /48 blocks it
+// touches. Where blocks of two labels meet, the earlier range keeps them.
+func neighbours(r feedfile.Ranges) rangeFeed {
+	var out feedfile.Ranges
+	out.Labels = r.Labels
+	t4 := &out.V4
+	for i := range r.V4.Start {
+		lo, hi := r.V4.Start[i]&^near4Mask, r.V4.End[i]|near4Mask
+		if n := len(t4.Start); n > 0 && lo <= t4.End[n-1] {
+			if hi <= t4.End[n-1] {
+				continue
+			}
+			if t4.Val[n-1] == r.V4.Val[i] {
+				t4.End[n-1] = hi
+				continue
+			}
+			lo = t4.End[n-1] + 1
+		}
+		t4.Start, t4.End, t4.Val = append(t4.Start, lo), append(t4.End, hi), append(t4.Val, r.V4.Val[i])
+	}
+	t6 := &out.V6
+	hostMask := feedfile.U128{Hi: 1<<(128-near6Bits-64) - 1, Lo: ^uint64(0)}
+	one := feedfile.U128{Lo: 1}
+	for i := range r.V6.Start {
+		lo, hi := r.V6.Start[i], r.V6.End[i]
+		lo = feedfile.U128{Hi: lo.Hi &^ hostMask.Hi}
+		hi = feedfile.U128{Hi: hi.Hi | hostMask.Hi, Lo: ^uint64(0)}
+		if n := len(t6.Start); n > 0 && !t6.End[n-1].Less(lo) {
+			if !t6.End[n-1].Less(hi) {
+				continue
+			}
+			if t6.Val[n-1] == r.V6.Val[i] {
+				t6.End[n-1] = hi
+				continue
+			}
+			lo = t6.End[n-1].Add(one)
+		}
+		t6.Start, t6.End, t6.Val = append(t6.Start, lo), append(t6.End, hi), append(t6.Val, r.V6.Val[i])
+	}
+	return newRangeFeed(out)
 }

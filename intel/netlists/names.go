@@ -20,6 +20,18 @@ const (
 	FeedTZ           = "tz"             // IANA time zone → country
 	FeedMobileAS     = "mobile-asn"     // mobile and satellite carrier AS numbers
 	FeedMobileRanges = "mobile-ranges"  // carrier ranges (T-Mobile US)
+	FeedVPNASN       = "vpn-asn"        // AS numbers of VPN operators and VPN-only networks
+	FeedASNHosting   = "asn-hosting"    // share of each AS's space in datacenter or cloud ranges (computed)
+)
+
+// Kinds of the rows of the vpn-asn feed.
+const (
+	KindVPNOperator = "vpn"      // a VPN company's own AS (provider id as name)
+	KindVPNList     = "vpn-list" // on a VPN AS list that also names general hosts
+
+	// KindCuratedHosting marks datacenter-asn rows from the project's own
+	// curated hosting list rather than a public one.
+	KindCuratedHosting = "curated"
 )
 
 // FeedNames lists every feed a snapshot loads, in listing order.
@@ -27,7 +39,7 @@ var FeedNames = []string{
 	FeedTor, FeedCloud, FeedDatacenter, FeedDatacenterAS, FeedProviderAS,
 	FeedVPNProvider, FeedVPN, FeedPrivacyRelay, FeedProxy, FeedBlocklist,
 	FeedDisposable, FeedASN, FeedASNInfo, FeedGeo, FeedTZ, FeedMobileAS,
-	FeedMobileRanges,
+	FeedMobileRanges, FeedVPNASN, FeedASNHosting,
 }
 
 // providerNames maps the provider ids of the cloud ranges and the
@@ -72,6 +84,9 @@ var providerNames = map[string]string{
 	"nordvpn":           "NordVPN",
 	"protonvpn":         "Proton VPN",
 	"privadovpn":        "PrivadoVPN",
+	"mullvad":           "Mullvad",
+	"ivpn":              "IVPN",
+	"windscribe":        "Windscribe",
 	"tor-exit-operator": "Tor exit operator",
 	"starlink":          "Starlink",
 }

@@ -22,7 +22,7 @@ import (
 // *Snapshot answer "nothing known" to every question.
 type Snapshot struct {
 	lists       rangeFeed // address-list feeds merged; value is flag bits and label indexes
-	vpnLabels   []string  // vpn-provider labels
+	vpnLabels   []string  // vpn-provider labels; the neighbour layer indexes them too
 	cloudLabels []string  // cloud provider ids
 	cloudNames  []string  // their display names
 	asn         rangeFeed // value indexes asnRows
@@ -32,6 +32,7 @@ type Snapshot struct {
 	zones       map[string]string
 	feeds       []FeedInfo
 	coverage    Coverage
+	dates       [nSources]string // snapshot date of the feed behind each Source
 }
 
 // asnRow is everything known about one AS, joined at load so a lookup needs
@@ -44,7 +45,36 @@ type asnRow struct {
 	providerKind string // its kind ("cloud", "hosting", "vpn", …)
 	mobile       bool   // mobile or satellite carrier
 	carrier      string
+	curatedDC    bool   // datacenter only through the project's curated hosting list
+	hosting      uint16 // share of the AS's space in datacenter or cloud ranges, basis points; feedfile.NoShare when unknown
+	vpn          string // VPN operator label when the AS is a VPN company's own network
 }
+
+// hostingAS reports whether the AS hosts servers: on a hosting list, above
+// the hosting share, or a cloud, hosting, CDN or VPN provider. Residential
+// and mobile networks never are.
+func (r *asnRow) hostingAS() bool {
+	if r == nil || r.mobile {
+		return false
+	}
+	switch r.providerKind {
+	case "cloud", "hosting", "cdn", KindVPNOperator:
+		return true
+	}
+	return r.datacenter || r.vpn != "" || r.overShare()
+}
+
+func (r *asnRow) overShare() bool {
+	return r.hosting != feedfile.NoShare && r.hosting >= HostingShareMin
+}
+
+// HostingShareMin is the share of an AS's announced space, in basis points,
+// from which the AS counts as a datacenter AS. It was chosen by measurement
+// on the embedded feeds (see intel/feeds TestHostingShareThreshold): at 20%
+// every AS among the 300 largest above it is a cloud, hosting or CDN network,
+// the largest consumer and mobile networks stay under 1%, and 220 hosting
+// networks on no hosting list are found.
+const HostingShareMin = 2000
 
 // FeedInfo describes one loaded feed.
 type FeedInfo struct {
@@ -90,6 +120,8 @@ type Coverage struct {
 // published Google Cloud range: it reads Datacenter true, Cloud "", Service
 // "Google", ASN 15169 — no visitor browses from Google's own resolvers.
 type Classification struct {
+	Sources      Source // every source that set a flag; see Evidence
+	HostingShare uint16 // the AS's hosting share in basis points when SourceHostingShare fired
 	Tor          bool
 	PrivacyRelay bool
 	VPN          bool
@@ -105,6 +137,95 @@ type Classification struct {
 	Org          string // AS organisation
 	Country      string // ISO 3166-1 alpha-2 of the address, "" when unknown
 	RegCountry   string // where the AS is registered (display only)
+}
+
+// Source names one reason a flag was set. A Classification carries every
+// source that fired as a bit set, so a caller can say why (the evidence
+// array of an evaluation) without Classify allocating.
+type Source uint16
+
+// Sources, in the order they are reported.
+const (
+	SourceTorExits         Source = 1 << iota // the Tor exit list
+	SourcePrivacyRelay                        // iCloud Private Relay egress ranges
+	SourceVPNProviders                        // a named VPN provider's server list
+	SourceVPNRanges                           // the generic VPN range list
+	SourceVPNASN                              // the AS is a VPN operator's own network
+	SourceVPNNeighbour                        // same /24 or /48 as a listed VPN range, in a hosting AS
+	SourceOpenProxy                           // the open proxy lists
+	SourceCloudRanges                         // a published cloud range
+	SourceDatacenterRanges                    // the datacenter range list
+	SourceDatacenterASN                       // the AS is on a hosting AS list
+	SourceHostingASN                          // the AS is on the project's curated hosting list
+	SourceHostingShare                        // the AS's hosting share is over HostingShareMin
+	nSourceBits            = iota
+)
+
+const nSources = nSourceBits
+
+// Flags of the evidence array.
+const (
+	FlagTor          = "tor"
+	FlagPrivacyRelay = "privacy_relay"
+	FlagVPN          = "vpn"
+	FlagProxy        = "proxy"
+	FlagDatacenter   = "datacenter"
+)
+
+// sourceInfo is how a source is reported: the flag it sets, its name in
+// the evidence array, and the feed whose date says how fresh it is ("" for
+// sources that are not a dated list).
+var sourceInfo = [nSources]struct{ flag, name, feed string }{
+	{FlagTor, "tor_exits", FeedTor},
+	{FlagPrivacyRelay, "privacy_relay_ranges", FeedPrivacyRelay},
+	{FlagVPN, "vpn_provider_list", FeedVPNProvider},
+	{FlagVPN, "vpn_ranges", FeedVPN},
+	{FlagVPN, "asn", FeedVPNASN},
+	{FlagVPN, "vpn_neighbour", ""},
+	{FlagProxy, "open_proxies", FeedProxy},
+	{FlagDatacenter, "cloud_ranges", FeedCloud},
+	{FlagDatacenter, "datacenter_ranges", FeedDatacenter},
+	{FlagDatacenter, "datacenter_asn", FeedDatacenterAS},
+	{FlagDatacenter, "hosting_asn_curated", FeedDatacenterAS},
+	{FlagDatacenter, "asn_hosting_share", FeedASNHosting},
+}
+
+// Flag is the network flag a single source sets.
+func (s Source) Flag() string { return s.info().flag }
+
+// Name is the source's name in the evidence array.
+func (s Source) Name() string { return s.info().name }
+
+func (s Source) info() struct{ flag, name, feed string } {
+	for i := range nSources {
+		if s == 1<<i {
+			return sourceInfo[i]
+		}
+	}
+	return struct{ flag, name, feed string }{}
+}
+
+// Each calls fn for every source in the set, in order.
+func (s Source) Each(fn func(Source)) {
+	for i := range nSources {
+		if s&(1<<i) != 0 {
+			fn(1 << i)
+		}
+	}
+}
+
+// Listed returns the snapshot date of the list behind a single source, ""
+// when it is not a dated list.
+func (s *Snapshot) Listed(src Source) string {
+	if s == nil {
+		return ""
+	}
+	for i := range nSources {
+		if src == 1<<i {
+			return s.dates[i]
+		}
+	}
+	return ""
 }
 
 // Anonymous reports whether any anonymisation layer fired (network.anonymous).
@@ -166,6 +287,18 @@ func (s *Snapshot) asnRow(k *key) *asnRow {
 }
 
 // Classify reports what the feeds say about a. It does not allocate.
+//
+// Beyond the lists, three rules read the AS:
+//   - an AS that a VPN company runs for its servers (the vpn-asn feed and
+//     every other AS of the same organisation) is VPN with that company's
+//     label;
+//   - an AS whose hosting share is over HostingShareMin is datacenter;
+//   - an address in the /24 (IPv4) or /48 (IPv6) of a listed VPN range is
+//     VPN with that range's label when its own AS hosts servers, never in a
+//     residential or mobile network.
+//
+// They come after the lists in the order of precedence, so a list's answer
+// and label always win.
 func (s *Snapshot) Classify(a netip.Addr) Classification {
 	var c Classification
 	k := makeKey(a)
@@ -178,31 +311,57 @@ func (s *Snapshot) Classify(a netip.Addr) Classification {
 	}
 	c.Country, _ = s.geo.label(&k)
 	f, _ := s.lists.find(&k)
+	mobile := row != nil && row.mobile || f&flagMobile != 0
 
 	switch vpnLabel := f >> vpnLabelShift & labelMask; {
 	case f&flagTor != 0:
-		c.Tor = true
+		c.Tor, c.Sources = true, SourceTorExits
 	case f&flagRelay != 0:
-		c.PrivacyRelay = true
+		c.PrivacyRelay, c.Sources = true, SourcePrivacyRelay
 	case vpnLabel != 0:
-		c.VPN, c.VPNService = true, s.vpnLabels[vpnLabel-1]
+		c.VPN, c.VPNService, c.Sources = true, s.vpnLabels[vpnLabel-1], SourceVPNProviders
 	case f&flagVPN != 0:
-		c.VPN = true
-		if row != nil && row.providerKind == "vpn" {
-			c.VPNService = row.provider
+		c.VPN, c.Sources = true, SourceVPNRanges
+		c.VPNService = row.vpnLabel()
+	case row != nil && row.vpn != "" && !mobile:
+		c.VPN, c.VPNService, c.Sources = true, row.vpn, SourceVPNASN
+	case f&flagNear != 0 && !mobile && (row.hostingAS() || f&(flagDatacenter|cloudLabelMask) != 0):
+		c.VPN, c.Sources = true, SourceVPNNeighbour
+		if near := f >> nearLabelShift & labelMask; near != 0 {
+			c.VPNService = s.vpnLabels[near-1]
+		} else {
+			c.VPNService = row.vpnLabel()
 		}
 	case f&flagProxy != 0:
-		c.OpenProxy = true
+		c.OpenProxy, c.Sources = true, SourceOpenProxy
 	}
 
 	cloud := f >> cloudLabelShift & labelMask
-	if c.PrivacyRelay {
-		cloud = 0
-	} else {
+	if !c.PrivacyRelay {
 		if cloud != 0 {
 			c.Cloud = s.cloudLabels[cloud-1]
+			c.Sources |= SourceCloudRanges
 		}
-		c.Datacenter = cloud != 0 || f&flagDatacenter != 0 || row != nil && row.datacenter
+		if f&flagDatacenter != 0 {
+			c.Sources |= SourceDatacenterRanges
+		}
+		if row != nil {
+			switch {
+			case row.datacenter && !row.curatedDC:
+				c.Sources |= SourceDatacenterASN
+			case row.datacenter && !mobile:
+				c.Sources |= SourceHostingASN
+			}
+			// The rules added for unlisted networks stand back inside
+			// mobile networks; a hosting list's word stays as it was.
+			if !mobile && row.overShare() {
+				c.Sources |= SourceHostingShare
+				c.HostingShare = row.hosting
+			}
+		}
+		c.Datacenter = c.Sources&(SourceCloudRanges|SourceDatacenterRanges|SourceDatacenterASN|SourceHostingASN|SourceHostingShare) != 0
+	} else {
+		cloud = 0
 	}
 
 	switch {
@@ -225,6 +384,19 @@ func (s *Snapshot) Classify(a netip.Addr) Classification {
 		c.Mobile = true
 	}
 	return c
+}
+
+// vpnLabel is the VPN provider an AS names, "" when none.
+func (r *asnRow) vpnLabel() string {
+	switch {
+	case r == nil:
+		return ""
+	case r.vpn != "":
+		return r.vpn
+	case r.providerKind == KindVPNOperator:
+		return r.provider
+	}
+	return ""
 }
 
 // Bare answers a bare-address lookup (SPEC 2.3): Tor exit → block 90, published

@@ -157,3 +157,21 @@ func (f *rangeFeed) label(k *key) (string, bool) {
 	}
 	return "", true
 }
+
+// keys yields the first address of every range.
+func (t *table4) keys(yield func(key) bool) {
+	for _, a := range t.start {
+		if !yield(key{v4: true, ok: true, a4: a}) {
+			return
+		}
+	}
+}
+
+// keys yields the first address of every range.
+func (t *table6) keys(yield func(key) bool) {
+	for _, a := range t.start {
+		if !yield(key{ok: true, a6: a}) {
+			return
+		}
+	}
+}

@@ -19,6 +19,7 @@
 //	Domains  n; per name the length of the prefix shared with the previous
 //	         name and the rest (names sorted).
 //	Zones    n; per zone its name and country.
+//	Shares   n; n ASN deltas; n IPv4 shares; n IPv6 shares.
 //
 // Encoding is deterministic: the same feed always gives the same bytes, so a
 // rebuild from unchanged data leaves git with nothing to commit.
@@ -65,6 +66,7 @@ const (
 	KindASNs    Kind = 2 // AS numbers with a name, kind and country each
 	KindDomains Kind = 3 // a set of domain names
 	KindZones   Kind = 4 // IANA time zone names with a country each
+	KindShares  Kind = 5 // AS numbers with a share of their IPv4 and IPv6 space each
 )
 
 func (k Kind) String() string {
@@ -77,6 +79,8 @@ func (k Kind) String() string {
 		return "domains"
 	case KindZones:
 		return "zones"
+	case KindShares:
+		return "shares"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -124,6 +128,20 @@ type ASN struct {
 	Country string // ISO 3166-1 alpha-2 or ""
 }
 
+// Share is one row of a KindShares file: the part of an AS's announced IPv4
+// and IPv6 space that has some property, in basis points (0 to 10000), or
+// NoShare when the AS announces no space of that family.
+type Share struct {
+	ASN    uint32
+	V4, V6 uint16
+}
+
+// NoShare marks a family an AS announces no space in.
+const NoShare = 0xffff
+
+// MaxShare is a whole AS's space, in basis points.
+const MaxShare = 10000
+
 // Zone is one row of a KindZones file.
 type Zone struct {
 	Name    string
@@ -137,6 +155,7 @@ type File struct {
 	ASNs    []ASN    // sorted by ASN, unique
 	Domains []string // sorted, unique
 	Zones   []Zone   // sorted by name, unique
+	Shares  []Share  // sorted by ASN, unique
 }
 
 var (
@@ -198,6 +217,8 @@ func Marshal(dst []byte, f *File) ([]byte, error) {
 		body = appendDomains(nil, f.Domains)
 	case KindZones:
 		body = appendZones(nil, f.Zones)
+	case KindShares:
+		body = appendShares(nil, f.Shares)
 	}
 	// Tiny bodies grow under zstd; those are stored as they are.
 	codec, stored := codecStored, body
@@ -290,6 +311,8 @@ func Unmarshal(b []byte) (*File, error) {
 		f.Domains = br.domains()
 	case KindZones:
 		f.Zones = br.zones()
+	case KindShares:
+		f.Shares = br.shares()
 	default:
 		return nil, fmt.Errorf("feedfile: %s: unknown kind %d", h.Name, h.Kind)
 	}
@@ -351,11 +374,22 @@ func (f *File) validate() error {
 				return fmt.Errorf("zone %q not sorted and unique", f.Zones[i].Name)
 			}
 		}
+	case KindShares:
+		for i, r := range f.Shares {
+			if i > 0 && r.ASN <= f.Shares[i-1].ASN {
+				return fmt.Errorf("ASN %d not sorted and unique", r.ASN)
+			}
+			if !validShare(r.V4) || !validShare(r.V6) {
+				return fmt.Errorf("ASN %d: share out of range", r.ASN)
+			}
+		}
 	default:
 		return fmt.Errorf("unknown kind %d", f.Kind)
 	}
 	return nil
 }
+
+func validShare(v uint16) bool { return v <= MaxShare || v == NoShare }
 
 func appendString(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))
@@ -457,6 +491,22 @@ func appendASNs(dst []byte, rows []ASN) []byte {
 	}
 	for _, r := range rows {
 		dst = binary.AppendUvarint(dst, d.id(r.Country))
+	}
+	return dst
+}
+
+func appendShares(dst []byte, rows []Share) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(rows)))
+	prev := uint32(0)
+	for _, r := range rows {
+		dst = binary.AppendUvarint(dst, uint64(r.ASN-prev))
+		prev = r.ASN
+	}
+	for _, r := range rows {
+		dst = binary.AppendUvarint(dst, uint64(r.V4))
+	}
+	for _, r := range rows {
+		dst = binary.AppendUvarint(dst, uint64(r.V6))
 	}
 	return dst
 }
@@ -699,6 +749,39 @@ func (r *reader) asns() []ASN {
 		return nil
 	}
 	return rows
+}
+
+func (r *reader) shares() []Share {
+	n := r.count()
+	rows := make([]Share, n)
+	prev := uint64(0)
+	for i := range rows {
+		prev += r.uvarint()
+		if prev > 0xffffffff {
+			r.fail("ASN")
+			return nil
+		}
+		rows[i].ASN = uint32(prev)
+	}
+	for i := range rows {
+		rows[i].V4 = r.u16()
+	}
+	for i := range rows {
+		rows[i].V6 = r.u16()
+	}
+	if r.err != nil {
+		return nil
+	}
+	return rows
+}
+
+func (r *reader) u16() uint16 {
+	v := r.uvarint()
+	if v > 0xffff {
+		r.fail("share")
+		return 0
+	}
+	return uint16(v)
 }
 
 func (r *reader) domains() []string {

@@ -81,6 +81,9 @@ func TestRoundTripKinds(t *testing.T) {
 		{Header: Header{Name: "tz", Kind: KindZones, Entries: 2}, Zones: []Zone{
 			{Name: "Asia/Calcutta", Country: "IN"}, {Name: "Europe/Berlin", Country: "DE"},
 		}},
+		{Header: Header{Name: "asn-hosting", Kind: KindShares, Entries: 3}, Shares: []Share{
+			{ASN: 7922, V4: 3, V6: 0}, {ASN: 16509, V4: MaxShare, V6: 9876}, {ASN: 4294967295, V4: NoShare, V6: 1},
+		}},
 		{Header: Header{Name: "empty", Kind: KindRanges}},
 		{Header: Header{Name: "edges", Kind: KindRanges, Entries: 2}, Ranges: Ranges{
 			V4: Table4{Start: []uint32{0, 0xfffffff0}, End: []uint32{0, 0xffffffff}, Val: []uint32{7, 4294967295}},
@@ -193,6 +196,8 @@ func TestMarshalRejectsBadTables(t *testing.T) {
 		{Header: Header{Name: "asn", Kind: KindASNs}, ASNs: []ASN{{ASN: 2}, {ASN: 2}}},
 		{Header: Header{Name: "dom", Kind: KindDomains}, Domains: []string{"b.com", "a.com"}},
 		{Header: Header{Name: "tz", Kind: KindZones}, Zones: []Zone{{Name: "B"}, {Name: "A"}}},
+		{Header: Header{Name: "share-order", Kind: KindShares}, Shares: []Share{{ASN: 3}, {ASN: 2}}},
+		{Header: Header{Name: "share-range", Kind: KindShares}, Shares: []Share{{ASN: 3, V4: MaxShare + 1}}},
 	}
 	for _, f := range bad {
 		if _, err := Marshal(nil, f); err == nil {
@@ -252,6 +257,7 @@ func FuzzUnmarshal(f *testing.F) {
 		{Header: Header{Name: "d", Kind: KindDomains}, Domains: []string{"a.com", "ab.com"}},
 		{Header: Header{Name: "a", Kind: KindASNs}, ASNs: []ASN{{ASN: 1, Name: "x"}}},
 		{Header: Header{Name: "z", Kind: KindZones}, Zones: []Zone{{Name: "A/B", Country: "DE"}}},
+		{Header: Header{Name: "s", Kind: KindShares}, Shares: []Share{{ASN: 9, V4: 2500, V6: NoShare}}},
 	} {
 		b, _ := Marshal(nil, fl)
 		f.Add(b[:len(b)-4])
