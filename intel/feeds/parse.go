@@ -42,6 +42,8 @@ const (
 	FormatDomains     Format = "domains"      // one domain per line
 	FormatZoneTab     Format = "zone-tab"     // tzdata zone.tab / zone1970.tab
 	FormatTzCountry   Format = "tz-country"   // tz,country,countries_1970
+	FormatIP2ASN      Format = "ip2asn"       // iptoasn.com TSV: range_start, range_end, AS_number, country_code, AS_description
+	FormatIP2ASNInfo  Format = "ip2asn-info"  // the same TSV read as AS number → organisation, registration country
 )
 
 // minIpsumCount is the ipsum level kept: addresses on at least this many
@@ -236,6 +238,46 @@ func parse(format Format, data []byte) (*parsed, error) {
 			p.zones = append(p.zones, feedfile.Zone{Name: name, Country: cc})
 			return true
 		})
+	case FormatIP2ASN:
+		// AS 0 marks space announced by nobody ("Not routed"): no row.
+		err = eachTSV(data, p, func(line string) bool {
+			f := strings.Split(line, "\t")
+			if len(f) < 3 {
+				return false
+			}
+			asn, aerr := strconv.ParseUint(strings.TrimSpace(f[2]), 10, 32)
+			sp, ok := csvRange(f[0], f[1])
+			if !ok || aerr != nil {
+				return false
+			}
+			if asn != 0 {
+				sp.value = uint32(asn)
+				p.spans = append(p.spans, sp)
+			}
+			return true
+		})
+	case FormatIP2ASNInfo:
+		// One row per range: the first row of an AS names it (SortASNs
+		// keeps the first). The country is where the AS is registered.
+		err = eachTSV(data, p, func(line string) bool {
+			f := strings.Split(line, "\t")
+			if len(f) < 5 {
+				return false
+			}
+			asn, aerr := strconv.ParseUint(strings.TrimSpace(f[2]), 10, 32)
+			if aerr != nil {
+				return false
+			}
+			if asn == 0 {
+				return true
+			}
+			cc := strings.ToUpper(strings.TrimSpace(f[3]))
+			if !isCountry(cc) {
+				cc = ""
+			}
+			p.asns = append(p.asns, feedfile.ASN{ASN: uint32(asn), Name: strings.TrimSpace(f[4]), Country: cc})
+			return true
+		})
 	default:
 		return nil, fmt.Errorf("unknown input format %q", format)
 	}
@@ -260,6 +302,26 @@ func eachLine(data []byte, p *parsed, fn func(string) bool) error {
 		}
 		line = strings.TrimSpace(line)
 		if line == "" {
+			continue
+		}
+		if !fn(line) {
+			p.skipped++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading lines: %w", err)
+	}
+	return nil
+}
+
+// eachTSV calls fn for every non-blank line. Unlike eachLine it keeps '#':
+// organisation names may hold one.
+func eachTSV(data []byte, p *parsed, fn func(string) bool) error {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		if strings.TrimSpace(line) == "" {
 			continue
 		}
 		if !fn(line) {

@@ -215,3 +215,57 @@ func TestAssembleCombines(t *testing.T) {
 		t.Fatal("empty feed assembled")
 	}
 }
+
+func TestParseIP2ASN(t *testing.T) {
+	table := "1.0.0.0\t1.0.0.255\t13335\tUS\tCLOUDFLARENET\n" +
+		"1.0.1.0\t1.0.3.255\t0\tNone\tNot routed\n" +
+		"1.0.4.0\t1.0.7.255\t38803\tAU\tGTELECOM-AUSTRALIA Gtelecom #2\n" +
+		"2001:200::\t2001:200:ffff:ffff:ffff:ffff:ffff:ffff\t2500\tJP\tWIDE-BB WIDE Project\n" +
+		"1.0.8.0\tnot-an-address\t1\tUS\tbroken\n"
+	p := mustParse(t, FormatIP2ASN, table)
+	eq(t, "ranges", spanText(p.spans), []string{"1.0.0.0-1.0.0.255", "1.0.4.0-1.0.7.255", "2001:200::-2001:200:ffff:ffff:ffff:ffff:ffff:ffff"})
+	if p.spans[0].value != 13335 || p.spans[2].value != 2500 || p.skipped != 1 {
+		t.Errorf("values %d %d, skipped %d", p.spans[0].value, p.spans[2].value, p.skipped)
+	}
+	p = mustParse(t, FormatIP2ASNInfo, table)
+	want := []feedfile.ASN{{ASN: 13335, Name: "CLOUDFLARENET", Country: "US"}, {ASN: 38803, Name: "GTELECOM-AUSTRALIA Gtelecom #2", Country: "AU"}, {ASN: 2500, Name: "WIDE-BB WIDE Project", Country: "JP"}, {ASN: 1, Name: "broken", Country: "US"}}
+	if len(p.asns) != len(want) {
+		t.Fatalf("asns %+v", p.asns)
+	}
+	for i := range want {
+		if p.asns[i] != want[i] {
+			t.Errorf("asn %d: %+v, want %+v", i, p.asns[i], want[i])
+		}
+	}
+	if _, err := parse(FormatIP2ASN, []byte("<html>maintenance</html>\n")); err == nil {
+		t.Error("an HTML page read as an AS table")
+	}
+}
+
+// FuzzParse feeds every input format arbitrary bytes: a parser may reject
+// them but must not panic, and what it reads must be well formed.
+func FuzzParse(f *testing.F) {
+	formats := []Format{FormatAddrLines, FormatProxyLines, FormatIpsum, FormatOnionoo, FormatGeofeed, FormatCloudCSV,
+		FormatASNRanges, FormatGeoRanges, FormatASNOrgCC, FormatASNList, FormatBadASNCSV, FormatProviderASN,
+		FormatMobileASN, FormatDomains, FormatZoneTab, FormatTzCountry, FormatIP2ASN, FormatIP2ASNInfo}
+	f.Add(uint8(16), []byte("1.0.0.0\t1.0.0.255\t13335\tUS\tCLOUDFLARENET\n"))
+	f.Add(uint8(0), []byte("1.2.3.4\n10.0.0.0/8\n1.2.3.4-1.2.3.9\n"))
+	f.Add(uint8(3), []byte(`{"relays":[{"or_addresses":["1.2.3.4:9001"]}]}`))
+	f.Add(uint8(11), []byte("asn,provider,kind\n16509,aws,cloud\n"))
+	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
+		p, err := parse(formats[int(which)%len(formats)], data)
+		if err != nil {
+			return
+		}
+		for _, s := range p.spans {
+			if s.hi.Less(s.lo) || s.v4 && (s.hi.Hi != 0 || s.hi.Lo > 0xffffffff) {
+				t.Fatalf("bad span %+v", s)
+			}
+		}
+		for _, a := range p.asns {
+			if a.ASN == 0 {
+				t.Fatalf("AS 0 read: %+v", a)
+			}
+		}
+	})
+}

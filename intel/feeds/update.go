@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fraudd/fraudd/intel/netlists"
@@ -62,8 +63,16 @@ func DefaultSources() []Source {
 		{Feed: FeedDisposable, URL: "https://raw.githubusercontent.com/disposable-email-domains/disposable-email-domains/main/disposable_email_blocklist.conf", Format: FormatDomains},
 		{Feed: FeedDisposable, URL: "https://raw.githubusercontent.com/7c/fakefilter/main/txt/data.txt", Format: FormatDomains},
 		{Feed: FeedMobileRanges, URL: "https://raw.githubusercontent.com/tmobile/tmus-geofeed/main/tmus-geo-ip.txt", Format: FormatGeofeed},
+		// One download refreshes both AS tables (Update fetches a URL once).
+		{Feed: FeedASN, URL: ip2asnURL, Format: FormatIP2ASN},
+		{Feed: FeedASNInfo, URL: ip2asnURL, Format: FormatIP2ASNInfo},
 	}
 }
+
+// ip2asnURL is iptoasn.com's combined IPv4 and IPv6 table (PDDL), rebuilt
+// from RouteViews every hour: addresses announced after the embedded AS
+// snapshot get an AS from it.
+const ip2asnURL = "https://iptoasn.com/data/ip2asn-combined.tsv.gz"
 
 // Outcomes of one feed's update.
 const (
@@ -161,17 +170,97 @@ func Update(ctx context.Context, client *http.Client, sources []Source, dataDir 
 		}
 		byFeed[s.Feed] = append(byFeed[s.Feed], s)
 	}
+	fc := &fetcher{client: client, got: map[string]fetched{}}
 	for _, name := range order {
-		res := updateFeed(ctx, client, name, byFeed[name], dir, prevEntries[name])
+		res := updateFeed(ctx, fc, name, byFeed[name], dir, prevEntries[name])
 		rep.Feeds = append(rep.Feeds, res)
 		if ctx.Err() != nil {
 			break
 		}
 	}
+	if ctx.Err() == nil {
+		rep.Feeds = append(rep.Feeds, rederive(dataDir, dir, rep.Feeds, prevEntries)...)
+	}
 	return rep, nil
 }
 
-func updateFeed(ctx context.Context, client *http.Client, name string, srcs []Source, dir string, prev int) FeedResult {
+// rederive computes the derived feeds again when one of their inputs was
+// updated, from the copies LoadDir will now use, so that a refreshed AS
+// table or datacenter list comes with hosting shares that match it.
+func rederive(dataDir, dir string, done []FeedResult, prevEntries map[string]int) []FeedResult {
+	updated := map[string]bool{}
+	for _, f := range done {
+		if f.Status == StatusUpdated {
+			updated[f.Feed] = true
+		}
+	}
+	var out []FeedResult
+	for _, d := range derived {
+		if !slices.ContainsFunc(d.inputs, func(n string) bool { return updated[n] }) {
+			continue
+		}
+		res := FeedResult{Feed: d.name, Status: StatusFailed, Prev: prevEntries[d.name]}
+		files := map[string]*feedfile.File{}
+		for _, name := range d.inputs {
+			f, err := netlists.ReadFeed(dataDir, name)
+			if err != nil {
+				res.Err = err
+				break
+			}
+			files[name] = f
+		}
+		if res.Err == nil {
+			res = writeDerived(d, files, dir, res)
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+func writeDerived(d derivedFeed, files map[string]*feedfile.File, dir string, res FeedResult) FeedResult {
+	f, err := d.derive(files)
+	if err != nil {
+		res.Status, res.Err = StatusRejected, err
+		return res
+	}
+	res.Date, res.Entries = f.Date, f.Entries
+	b, err := feedfile.Marshal(nil, f)
+	if err != nil {
+		res.Status, res.Err = StatusRejected, err
+		return res
+	}
+	path := filepath.Join(dir, d.name+feedfile.Ext)
+	if err := writeAtomic(path, b); err != nil {
+		res.Err = fmt.Errorf("writing %s: %w", path, err)
+		return res
+	}
+	res.Status, res.Path = StatusUpdated, path
+	return res
+}
+
+// fetcher downloads each URL once per update: one upstream file may feed
+// several feeds (the AS table and the AS names).
+type fetcher struct {
+	client *http.Client
+	got    map[string]fetched
+}
+
+type fetched struct {
+	data []byte
+	date string
+	err  error
+}
+
+func (f *fetcher) fetch(ctx context.Context, url string) ([]byte, string, error) {
+	if r, ok := f.got[url]; ok {
+		return r.data, r.date, r.err
+	}
+	data, date, err := fetch(ctx, f.client, url)
+	f.got[url] = fetched{data, date, err}
+	return data, date, err
+}
+
+func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, dir string, prev int) FeedResult {
 	res := FeedResult{Feed: name, Status: StatusFailed, Prev: prev}
 	sp, ok := specByName(name)
 	if !ok {
@@ -180,7 +269,7 @@ func updateFeed(ctx context.Context, client *http.Client, name string, srcs []So
 	}
 	ins := make([]input, 0, len(srcs))
 	for _, s := range srcs {
-		data, date, err := fetch(ctx, client, s.URL)
+		data, date, err := fc.fetch(ctx, s.URL)
 		if err != nil {
 			res.Err = err
 			return res

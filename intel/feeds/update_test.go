@@ -1,6 +1,8 @@
 package feeds
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"log/slog"
@@ -277,5 +279,100 @@ func TestDefaultSourcesAreWellFormed(t *testing.T) {
 		if !seen[f] {
 			t.Errorf("feed %s has no upstream", f)
 		}
+	}
+}
+
+// ip2asnTable is a synthetic iptoasn.com table with n ranges (a /24 each
+// from 11.0.0.0 on, n/2 distinct AS numbers from 4200000000 on, past every
+// real one), plus a "Not routed" row, an IPv6 row and an organisation name
+// with a '#' in it. The ranges run from 11.0.0.0 up to at most 58.0.0.0.
+func ip2asnTable(n int) string {
+	var b strings.Builder
+	b.WriteString("0.0.0.0\t0.255.255.255\t0\tNone\tNot routed\n")
+	for i := 0; i < n; i++ {
+		a := 11<<24 + uint32(i)<<8
+		lo := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), 0})
+		hi := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), 255})
+		fmt.Fprintf(&b, "%s\t%s\t%d\tDE\tNet #%d GmbH\n", lo, hi, 4200000000+i/2, i/2)
+	}
+	b.WriteString("2a0f:1234::\t2a0f:1234:ffff:ffff:ffff:ffff:ffff:ffff\t4200000001\tDE\tNet #0 GmbH\n")
+	return b.String()
+}
+
+// TestUpdateRefreshesTheASTable: one download of iptoasn.com's table
+// replaces the AS and AS-name feeds, so addresses announced after the
+// embedded snapshot get an AS, and the hosting shares are derived again
+// from the new table.
+func TestUpdateRefreshesTheASTable(t *testing.T) {
+	emb, err := netlists.LoadEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prevASN, prevInfo int
+	for _, f := range emb.Feeds() {
+		switch f.Name {
+		case FeedASN:
+			prevASN = f.Entries
+		case FeedASNInfo:
+			prevInfo = f.Entries
+		}
+	}
+	n := max(prevASN/2+1, prevInfo+2) // enough not to count as a collapse
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(ip2asnTable(n)))
+	zw.Close()
+	up := newUpstream(t, map[string]string{"/ip2asn-combined.tsv.gz": gz.String()})
+	sources := []Source{
+		{Feed: FeedASN, URL: up.URL + "/ip2asn-combined.tsv.gz", Format: FormatIP2ASN},
+		{Feed: FeedASNInfo, URL: up.URL + "/ip2asn-combined.tsv.gz", Format: FormatIP2ASNInfo},
+	}
+	dir := t.TempDir()
+	rep, err := Update(context.Background(), up.Client(), sources, dir, emb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.hits.Load() != 1 {
+		t.Errorf("%d downloads of one file", up.hits.Load())
+	}
+	want := []string{FeedASN, FeedASNInfo, FeedASNHosting}
+	if len(rep.Feeds) != len(want) {
+		t.Fatalf("report %+v", rep)
+	}
+	for i, f := range rep.Feeds {
+		if f.Feed != want[i] || f.Status != StatusUpdated || f.Date != "2026-09-01" {
+			t.Errorf("result %d: %+v, want %s updated on 2026-09-01", i, f, want[i])
+		}
+	}
+	if rep.Feeds[0].Entries != n+1 || rep.Feeds[1].Entries != n/2 {
+		t.Errorf("entries: asn %d, asn-info %d", rep.Feeds[0].Entries, rep.Feeds[1].Entries)
+	}
+	s, err := netlists.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, asn := range map[string]uint32{"11.0.3.9": 4200000001, "2a0f:1234::1": 4200000001, "11.1.0.200": 4200000128} {
+		c := s.Classify(netip.MustParseAddr(addr))
+		if c.ASN != asn || c.Org != fmt.Sprintf("Net #%d GmbH", asn-4200000000) || c.RegCountry != "DE" {
+			t.Errorf("%s: AS%d %q %q, want AS%d", addr, c.ASN, c.Org, c.RegCountry, asn)
+		}
+	}
+	if c := s.Classify(netip.MustParseAddr("73.0.0.1")); c.ASN != 0 {
+		t.Errorf("73.0.0.1 is in no range of the new table, got AS%d", c.ASN)
+	}
+	for _, f := range s.Feeds() {
+		fromDir := f.Name == FeedASN || f.Name == FeedASNInfo || f.Name == FeedASNHosting
+		if (f.Source == netlists.SourceDataDir) != fromDir {
+			t.Errorf("%s loaded from %s", f.Name, f.Source)
+		}
+	}
+	// The derived shares are those of the new table: 11.0.0.0/8, the first
+	// AS's space, is in no datacenter range.
+	h, err := netlists.ReadFeed(dir, FeedASNHosting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Shares) != n/2 || h.Shares[0].ASN != 4200000000 || h.Shares[0].V4 != 0 || h.Shares[0].V6 != feedfile.NoShare {
+		t.Errorf("hosting shares: %d rows, first %+v", len(h.Shares), h.Shares[0])
 	}
 }

@@ -95,6 +95,21 @@ func DirFeeds(dataDir string) ([]FeedInfo, error) {
 	return out, nil
 }
 
+// ReadFeed decodes the copy of one feed that LoadDir(dataDir) would load.
+func ReadFeed(dataDir, name string) (*feedfile.File, error) {
+	infos, err := DirFeeds(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range infos {
+		if in.Name == name {
+			l, err := loadOne(name, in.Path)
+			return l.file, err
+		}
+	}
+	return nil, fmt.Errorf("netlists: unknown feed %s", name)
+}
+
 // ReadEmbedded returns the bytes of one embedded feed file.
 func ReadEmbedded(name string) ([]byte, error) {
 	b, err := embedded.ReadFile("data/" + name + feedfile.Ext)
