@@ -15,9 +15,9 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/webhook"
-	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/storage"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // decodeStrict reads a JSON body into v, rejecting unknown fields so an

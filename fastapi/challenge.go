@@ -13,9 +13,9 @@ import (
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/challenge"
 	devactor "github.com/fraudd/fraudd/actors/device"
-	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/evidence"
 	"github.com/fraudd/fraudd/storage"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // Device-evidence beta messages (SPEC 4.10).

@@ -9,8 +9,8 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/devicehist"
-	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // Device history on evaluate, in three calls:

@@ -11,9 +11,9 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/devicehist"
-	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/wire"
 )
 
 func encodeBody(t *testing.T, s *Server, v any) string {

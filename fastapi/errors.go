@@ -5,7 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fraudd/fraudd/fastapi/wire"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // Public error messages. Internal causes are logged, never sent.

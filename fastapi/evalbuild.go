@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/fraudd/fraudd/actors/devicehist"
-	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // evalKind says what produced an evaluate answer; it decides which

@@ -12,10 +12,10 @@ import (
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/quota"
-	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/ipaddr"
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/wire"
 )
 
 const (

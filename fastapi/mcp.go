@@ -18,7 +18,7 @@ import (
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/quota"
-	"github.com/fraudd/fraudd/fastapi/wire"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // mcpCallKey is the fasthttp user-value key under which handleMCP leaves what

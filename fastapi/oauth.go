@@ -12,9 +12,9 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/iplimit"
-	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/internal/accesstoken"
 	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // maxCredential bounds client_id and client_secret (SPEC 4.9).

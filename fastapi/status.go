@@ -7,7 +7,7 @@ import (
 	"github.com/bytedance/sonic"
 	"github.com/valyala/fasthttp"
 
-	"github.com/fraudd/fraudd/fastapi/wire"
+	"github.com/fraudd/fraudd/wire"
 )
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

@@ -4,9 +4,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/traffic"
-	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // recordEvaluation counts a live-key evaluation for the threat feed. A threat

@@ -6,7 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/quota"
-	"github.com/fraudd/fraudd/fastapi/wire"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // handleUsage is GET /v1/usage (SPEC 4.4): the calling key's own figures,

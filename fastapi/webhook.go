@@ -7,8 +7,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/webhook"
-	"github.com/fraudd/fraudd/fastapi/wire"
 	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // notifyWebhook queues a threat.detected webhook for a live, non-test-key

@@ -48,8 +48,8 @@ func rel(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, modu
 
 func under(p, dir string) bool { r := rel(p); return r == dir || strings.HasPrefix(r, dir+"/") }
 
-// TestDependencyDirection enforces STYLE.md: intel and storage import nothing
-// of ours (intel may use its own subpackages); actors never import fasthttp or
+// TestDependencyDirection enforces STYLE.md: intel, storage and wire import
+// nothing of ours (intel may use its own subpackages); actors never import fasthttp or
 // sonic; fastapi never imports Pebble or protoactor; only cmd reads flags.
 func TestDependencyDirection(t *testing.T) {
 	for _, p := range listPackages(t) {
@@ -60,6 +60,8 @@ func TestDependencyDirection(t *testing.T) {
 				t.Errorf("%s imports %s: intel imports nothing of ours", rel(p.ImportPath), rel(imp))
 			case under(p.ImportPath, "storage") && ours:
 				t.Errorf("%s imports %s: storage imports nothing of ours", rel(p.ImportPath), rel(imp))
+			case under(p.ImportPath, "wire") && ours:
+				t.Errorf("%s imports %s: wire (the JSON shapes) imports nothing of ours", rel(p.ImportPath), rel(imp))
 			case under(p.ImportPath, "actors") && (strings.HasPrefix(imp, "github.com/valyala/fasthttp") || strings.HasPrefix(imp, "github.com/bytedance/sonic")):
 				t.Errorf("%s imports %s: actors never import fasthttp or sonic", rel(p.ImportPath), imp)
 			case under(p.ImportPath, "fastapi") && (strings.HasPrefix(imp, "github.com/cockroachdb/pebble") || strings.HasPrefix(imp, "github.com/asynkron/protoactor-go")):

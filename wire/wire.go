@@ -1,6 +1,8 @@
-// Package wire holds the JSON shapes of every response the service sends. They
-// are plain structs (never maps) so the encoder's output is stable field by
-// field, and golden files in testdata/ pin them.
+// Package wire holds the JSON shapes of every response the service sends,
+// shared by every transport (HTTP and MCP in fastapi) and by the pipeline that
+// builds the answers (actors/checks). They are plain structs (never maps) so
+// the encoder's output is stable field by field; golden files in
+// fastapi/testdata pin them. wire imports nothing of ours.
 package wire
 
 import "encoding/json"
