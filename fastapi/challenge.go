@@ -12,7 +12,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/challenge"
-	devactor "github.com/fraudd/fraudd/actors/device"
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/intel/evidence"
 	"github.com/fraudd/fraudd/storage"
 	"github.com/fraudd/fraudd/wire"
@@ -67,7 +67,7 @@ func (s *Server) handleChallenge(ctx *fasthttp.RequestCtx, r *request) {
 		s.evidenceUnavailable(ctx)
 		return
 	}
-	id, ok := devactor.ParseEventID(*body.ID)
+	id, ok := events.ParseEventID(*body.ID)
 	if !ok {
 		s.writeError(ctx, fasthttp.StatusUnprocessableEntity, msgEvidenceMissing, codeEvidenceMissing, hintEventUnknown)
 		return
@@ -90,7 +90,7 @@ func (s *Server) handleChallenge(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	is, err := s.deps.Challenges.Issue(challenge.Issue{
-		Customer: strings.Clone(view.ID), Event: devactor.FormatEventID(id),
+		Customer: strings.Clone(view.ID), Event: events.FormatEventID(id),
 		Device: res.Event.VisitorID, Now: r.now,
 	})
 	var rl *challenge.RateLimited
@@ -115,19 +115,19 @@ func (s *Server) handleChallenge(ctx *fasthttp.RequestCtx, r *request) {
 // peekEvent finds the account's device event, from the store when it is
 // there (no use counted), else through the device actor (which counts one:
 // the next evaluation of the event then reports device_replayed).
-func (s *Server) peekEvent(id devactor.EventID, account string, now time.Time) (devactor.Resolved, error) {
+func (s *Server) peekEvent(id events.EventID, account string, now time.Time) (events.Resolved, error) {
 	if s.deps.Events != nil {
 		e, err := s.deps.Events.GetEvent(id)
 		switch {
 		case err == nil && e.Account == account:
-			return devactor.Resolved{Found: true, Event: *e}, nil
+			return events.Resolved{Found: true, Event: *e}, nil
 		case err == nil:
-			return devactor.Resolved{}, nil
+			return events.Resolved{}, nil
 		case !errors.Is(err, storage.ErrNotFound):
-			return devactor.Resolved{}, err
+			return events.Resolved{}, err
 		}
 	}
-	return s.deps.Devices.Resolve(devactor.Resolve{ID: id, Account: account, Now: now})
+	return s.deps.Devices.Resolve(events.Resolve{ID: id, Account: account, Now: now})
 }
 
 func (s *Server) evidenceUnavailable(ctx *fasthttp.RequestCtx) {
@@ -266,8 +266,8 @@ func (s *Server) browserEvidence(st *evalState, req *evalRequest, account string
 
 // canonicalEventID is the event id as the challenge recorded it.
 func canonicalEventID(s string) string {
-	if id, ok := devactor.ParseEventID(s); ok {
-		return devactor.FormatEventID(id)
+	if id, ok := events.ParseEventID(s); ok {
+		return events.FormatEventID(id)
 	}
 	return strings.Clone(s)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
-	devactor "github.com/fraudd/fraudd/actors/device"
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/fastapi/collector"
 	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/intel/nettoken"
@@ -297,7 +297,7 @@ func (s *Server) handleCollectDevice(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	verdict := device.Assess(&body.Signals, device.Options{Key: s.deps.VisitorKey, IPChecked: ipChecked, IPBlocklisted: ipBlocked})
 	ev := &storage.DeviceEvent{
-		ID:        devactor.NewEventID(verdict.VisitorID, r.now),
+		ID:        events.NewEventID(verdict.VisitorID, r.now),
 		Account:   v.ID,
 		Created:   r.now,
 		Origin:    string(ctx.Request.Header.Peek("Origin")),
@@ -315,7 +315,7 @@ func (s *Server) handleCollectDevice(ctx *fasthttp.RequestCtx, r *request) {
 	s.deps.Devices.Record(ev)
 	s.writeJSON(ctx, fasthttp.StatusOK, &struct {
 		EventID string `json:"event_id"`
-	}{devactor.FormatEventID(ev.ID)})
+	}{events.FormatEventID(ev.ID)})
 }
 
 func eventFlags(v *device.Verdict) uint16 {

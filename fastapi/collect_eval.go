@@ -3,7 +3,7 @@ package fastapi
 import (
 	"time"
 
-	devactor "github.com/fraudd/fraudd/actors/device"
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/nettoken"
@@ -41,11 +41,11 @@ func (s *Server) resolveDevice(st *evalState, o *evalOpts, eventID, account stri
 		return
 	}
 	o.deviceStatus = "unavailable"
-	id, ok := devactor.ParseEventID(eventID)
+	id, ok := events.ParseEventID(eventID)
 	if !ok || s.deps.Devices == nil {
 		return
 	}
-	res, err := s.deps.Devices.Resolve(devactor.Resolve{ID: id, Account: account, Now: now})
+	res, err := s.deps.Devices.Resolve(events.Resolve{ID: id, Account: account, Now: now})
 	if err != nil {
 		s.log.Warn("device event not resolved", "err", err)
 		return

@@ -13,7 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
-	devactor "github.com/fraudd/fraudd/actors/device"
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/fastapi/collector"
 	"github.com/fraudd/fraudd/intel/nettoken"
 )
@@ -27,7 +27,7 @@ type collectEnv struct {
 func newCollectEnv(t *testing.T) *collectEnv {
 	e := newTestEnv(t)
 	sys := actor.NewActorSystem()
-	devs := devactor.New(sys.Root, devactor.Config{Shards: 2})
+	devs := events.New(sys.Root, events.Config{Shards: 2})
 	t.Cleanup(func() { devs.Stop(); sys.Shutdown() })
 	codec := nettoken.New([]byte("network-token-unit-key-000000000"))
 	e.srv.deps.NetTokens = codec
@@ -93,7 +93,7 @@ func (e *collectEnv) deviceEvent(t *testing.T, pk, remote, fixture string) strin
 		EventID string `json:"event_id"`
 	}
 	json.Unmarshal(ctx.Response.Body(), &out)
-	if _, ok := devactor.ParseEventID(out.EventID); !ok {
+	if _, ok := events.ParseEventID(out.EventID); !ok {
 		t.Fatalf("event id %q", out.EventID)
 	}
 	return out.EventID

@@ -22,7 +22,7 @@ import (
 //	st.device.CustomerHistory = st.hist.device(&st.device, &f, hist.TimesSeen, hist.FirstSeen)
 //	r.Account = st.hist.account(&f, live)
 //
-// where hist is actors/device's Resolved.History (the global times_seen and
+// where hist is actors/events' Resolved.History (the global times_seen and
 // first_seen), live is "a live key, not a test key or test token", and
 // st.hist is a histBlock inside the pooled evalState.
 
@@ -49,7 +49,7 @@ func (s *Server) observeDevice(r *request, eventID, deviceID, accountID string, 
 
 // applyDeviceHistory sets the engine inputs that come from device history:
 // high_activity (the customer's own 24 h visits, or the device's global
-// sightings from actors/device: timesSeen, firstSeen) and multi_account
+// sightings from actors/events: timesSeen, firstSeen) and multi_account
 // when a device event resolved (in.Device.Present), and the account counts
 // when an accountId came with a live key.
 func applyDeviceHistory(in *score.Input, f *devicehist.Facts, live bool, timesSeen int64, firstSeen, now time.Time) {
@@ -118,7 +118,7 @@ func (b *histBlock) account(f *devicehist.Facts, live bool) *wire.EvalAccount {
 }
 
 // device fills the device block's history fields — times_seen, first_seen
-// and returning from the device's global history (actors/device), and
+// and returning from the device's global history (actors/events), and
 // linked_accounts (only with an accountId) and multi_account from f — and
 // returns device.customer_history, nil when f has no device facts.
 func (b *histBlock) device(d *wire.EvalDevice, f *devicehist.Facts, timesSeen int64, firstSeen time.Time) *wire.CustomerHistory {

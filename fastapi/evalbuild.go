@@ -38,7 +38,7 @@ type evalOpts struct {
 	browserEv *wire.BrowserConsistency
 	device    *deviceFacts // resolved device event, or nil
 	// Device history (live only): the device's global sightings from
-	// actors/device and this customer's facts from actors/devicehist.
+	// actors/events and this customer's facts from actors/devicehist.
 	hist            *devicehist.Facts
 	deviceFirstSeen time.Time // first sighting of the resolved device
 	live            bool      // a live key: the account object may appear

@@ -19,8 +19,8 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/challenge"
-	"github.com/fraudd/fraudd/actors/device"
 	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/health"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
@@ -88,7 +88,7 @@ type Deps struct {
 	// refuses every real token (400 Invalid token.).
 	NetTokens *nettoken.Codec
 	// Devices owns the collector's device events; nil: none resolve.
-	Devices *device.Client
+	Devices *events.Client
 	// VisitorKey keys device visitor ids (secrets.Master.Derive("visitor-id")).
 	VisitorKey []byte
 	// DeviceHist owns each customer's device history and account links

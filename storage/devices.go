@@ -11,7 +11,7 @@ import (
 )
 
 // Per-customer device history of the devicehist actors (the device-global
-// times_seen / first_seen record is actors/device's, in events.go): per
+// times_seen / first_seen record is actors/events', in events.go): per
 // customer × device visits and linked accounts (device.customer_history,
 // linked_accounts), per customer × end-user account links with the account
 // id's sealed copy, and per customer × address links (the `account` object

@@ -3,7 +3,7 @@
 // per-customer half of high_activity, and the `account` object of SPEC 2.2
 // (accounts on this device / devices of this account / accounts from this
 // address in 24 h, new_device, related accounts in 90 days). The device's
-// global history (times_seen, first_seen) is actors/device's; this package
+// global history (times_seen, first_seen) is actors/events'; this package
 // builds on it and never counts a second times_seen.
 //
 // # One hop
@@ -16,7 +16,7 @@
 // customer's traffic is served by one shard goroutine (a few µs per
 // observation, so well over 100k observations/s for a single customer), and
 // nothing here spans customers; "identified across many customers" is left
-// to actors/device's global sightings (HighActivity).
+// to actors/events' global sightings (HighActivity).
 //
 // # What is kept (all keyed per customer; retention 90 days)
 //

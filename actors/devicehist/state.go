@@ -35,7 +35,7 @@ const (
 	// HighActivityVisits24h: distinct verified events of the device on the
 	// caller's account in the current UTC hour and the 23 before it.
 	HighActivityVisits24h = 20
-	// HighActivityDaily: the device's global sightings (actors/device's
+	// HighActivityDaily: the device's global sightings (actors/events'
 	// times_seen, every collection over all customers) average at least this
 	// many per day since its first sighting (a day at least), with at least
 	// this many in total.
@@ -44,7 +44,7 @@ const (
 
 // HighActivity is the device.high_activity rule: the caller's own view
 // (visits24h, from Facts.Visits24h) or the device's global history from
-// actors/device (timesSeen and firstSeen; zero when unknown). The global rule
+// actors/events (timesSeen and firstSeen; zero when unknown). The global rule
 // averages since the first sighting, so a long-quiet device that bursts is
 // caught by the per-customer rule rather than by it.
 func HighActivity(visits24h int, timesSeen int64, firstSeen, now time.Time) bool {

@@ -22,8 +22,8 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/challenge"
-	"github.com/fraudd/fraudd/actors/device"
 	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/health"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
@@ -247,7 +247,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 
 	// Device events and history (browser collector); stopped before Pebble
 	// closes so its last group commit lands.
-	devices := device.New(system.Root, device.Config{Store: db, Clock: clk, Logger: log})
+	devices := events.New(system.Root, events.Config{Store: db, Clock: clk, Logger: log})
 	defer func() {
 		if err := devices.Stop(); err != nil {
 			log.Error("stop device actors", "err", err)

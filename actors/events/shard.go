@@ -1,4 +1,4 @@
-package device
+package events
 
 import (
 	"errors"

@@ -1,7 +1,8 @@
-// Package device owns the browser collector's device events and the device
-// history behind them (times_seen, first_seen). Events and histories are
-// spread over shard actors so that an event and its device's history live in
-// the same shard: an event id carries 16 bits of its visitor hash (RouteOf),
+// Package events owns the browser collector's device events and the global
+// sightings they add up to: each device's times_seen and first_seen, across
+// every customer (a customer's own view of its devices is actors/devicehist).
+// Events and sightings are spread over shard actors so that an event and its
+// device's sightings live in the same shard: an event id carries 16 bits of its visitor hash (RouteOf),
 // and both route by them. Recording an event is one fire-and-forget Send;
 // resolving one on evaluate is one round trip answered on a pooled channel.
 //
@@ -24,7 +25,7 @@
 // until a 90-day period passes without a sighting (storage's bucketed keys);
 // Prune drops the expired buckets with range deletes, and the client runs it
 // once per day of the service clock.
-package device
+package events
 
 import (
 	"crypto/rand"
