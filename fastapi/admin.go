@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/storage"
@@ -474,7 +475,7 @@ func (s *Server) adminMail(ctx *fasthttp.RequestCtx, r *request) {
 
 func (s *Server) adminClock(ctx *fasthttp.RequestCtx, r *request) {
 	if s.deps.TestClock == nil {
-		s.writeError(ctx, fasthttp.StatusNotFound, msgNotFound, "", "")
+		s.writeError(ctx, fasthttp.StatusNotFound, checks.MsgNotFound, "", "")
 		return
 	}
 	var in struct {

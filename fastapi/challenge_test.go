@@ -23,6 +23,7 @@ func newChallengeEnv(t *testing.T, beta bool, origins ...string) *collectEnv {
 	ch := challenge.New(sys.Root, challenge.Config{Shards: 2, Key: []byte("unit")})
 	t.Cleanup(func() { ch.Stop(); sys.Shutdown() })
 	e.srv.deps.Challenges = ch
+	e.srv.rewire()
 	if _, err := e.accts.Update(e.acct.View.ID, accounts.Patch{DeviceEvidenceBeta: &beta, Origins: &origins}); err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +100,12 @@ func TestChallengeRoute(t *testing.T) {
 	e.accts.Update(e.acct.View.ID, accounts.Patch{DeviceEvidenceBeta: &on, Origins: &origins})
 	saved := e.srv.deps.Challenges
 	e.srv.deps.Challenges = nil
+	e.srv.rewire()
 	if st, _, ra := e.challenge(live, ev); st != 503 || ra == "" {
 		t.Fatalf("unavailable: %d %q", st, ra)
 	}
 	e.srv.deps.Challenges = saved
+	e.srv.rewire()
 	// 50 outstanding → 409; after they expire, 60 an hour → 429.
 	n := 0
 	for ; n < 50; n++ {

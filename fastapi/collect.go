@@ -2,19 +2,17 @@ package fastapi
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 
 	"github.com/bytedance/sonic"
 	"github.com/valyala/fasthttp"
 
-	"github.com/fraudd/fraudd/actors/accounts"
-	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/fastapi/collector"
 	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/intel/nettoken"
-	"github.com/fraudd/fraudd/storage"
 )
 
 // The browser collector's endpoints (COLLECTOR.md):
@@ -31,11 +29,8 @@ import (
 // endpoints with the header or application/json.
 
 const (
-	msgPublishableKey  = "Invalid publishable key."
-	hintPublishableKey = "Set data-key to the account's publishable key (pk_live_…); secret keys never go in a page."
-	msgOrigin          = "Origin not allowed for this key."
-	maxDeviceBody      = 32 << 10
-	collectorCache     = "public, max-age=3600, stale-while-revalidate=86400"
+	maxDeviceBody  = 32 << 10
+	collectorCache = "public, max-age=3600, stale-while-revalidate=86400"
 )
 
 // handleCollectorJS serves the embedded collector with a strong ETag; an
@@ -73,36 +68,23 @@ func (s *Server) handleCollectPreflight(ctx *fasthttp.RequestCtx, r *request) {
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 }
 
-// collectAccount resolves the publishable key (header first, then body) and
-// checks the page's origin, setting the CORS answer headers. It answers the
-// error itself and returns nil when the call may not proceed.
-func (s *Server) collectAccount(ctx *fasthttp.RequestCtx, bodyKey string) *accounts.View {
-	h := &ctx.Response.Header
-	origin := ctx.Request.Header.Peek("Origin")
-	corsHeaders(ctx)
-	key := string(ctx.Request.Header.Peek("X-Publishable-Key"))
-	if key == "" {
-		key = bodyKey
+// page is who a collector call comes from: the publishable key (the
+// X-Publishable-Key header first, then the body's "key") and the Origin.
+func page(ctx *fasthttp.RequestCtx, bodyKey string) checks.Page {
+	p := checks.Page{Key: string(ctx.Request.Header.Peek("X-Publishable-Key")), Origin: string(ctx.Request.Header.Peek("Origin"))}
+	if p.Key == "" {
+		p.Key = bodyKey
 	}
-	var v *accounts.View
-	if len(key) > len(accounts.PrefixPublishable) && key[:len(accounts.PrefixPublishable)] == accounts.PrefixPublishable {
-		v = s.deps.Accounts.ByPublishableKey(key)
+	return p
+}
+
+// collectRefusal answers a refused collector call; a page whose origin the
+// account does not allow may not read the answer.
+func (s *Server) collectRefusal(ctx *fasthttp.RequestCtx, ref *checks.Refusal) {
+	if ref == checks.RefuseOrigin {
+		ctx.Response.Header.Del("Access-Control-Allow-Origin")
 	}
-	if v == nil {
-		s.writeError(ctx, fasthttp.StatusUnauthorized, msgPublishableKey, "", hintPublishableKey)
-		return nil
-	}
-	if v.Suspended {
-		s.writeError(ctx, fasthttp.StatusForbidden, msgSuspended, "", "The account is suspended; contact the operator.")
-		return nil
-	}
-	if !originAllowed(v.Origins, origin) {
-		h.Del("Access-Control-Allow-Origin")
-		s.writeError(ctx, fasthttp.StatusForbidden, msgOrigin, "",
-			"Add the page's origin (scheme://host[:port]) to the account's origins, or send the request from a listed one.")
-		return nil
-	}
-	return v
+	s.refuse(ctx, ref)
 }
 
 // corsHeaders lets the calling page read the answer (errors included, so
@@ -117,21 +99,6 @@ func corsHeaders(ctx *fasthttp.RequestCtx) {
 	h.Set("Vary", "Origin")
 }
 
-// originAllowed: any origin when the account lists none; otherwise the
-// request must come from a listed origin (a request without Origin — not a
-// browser page — is refused too, since the list confines the key to sites).
-func originAllowed(list []string, origin []byte) bool {
-	if len(list) == 0 {
-		return true
-	}
-	for _, o := range list {
-		if len(origin) > 0 && bytes.EqualFold([]byte(o), origin) {
-			return true
-		}
-	}
-	return false
-}
-
 // collectNetworkBody is what collector.js reports with the network call.
 type collectNetworkBody struct {
 	Key    string `json:"key"`
@@ -142,64 +109,32 @@ type collectNetworkBody struct {
 	} `json:"webrtc"`
 }
 
-// handleCollectNetwork is POST /v1/collect/network: it measures the
-// visitor's address and mints a network token (intel/nettoken documents the
-// format and how each fact counts).
+// handleCollectNetwork is POST /v1/collect/network: a network token for the
+// visitor's connection (actors/checks CollectNetwork).
 func (s *Server) handleCollectNetwork(ctx *fasthttp.RequestCtx, r *request) {
+	corsHeaders(ctx)
 	var body collectNetworkBody
-	raw := bytes.TrimSpace(ctx.PostBody())
-	report := false
-	if len(raw) > 0 {
+	var rep checks.NetworkReport
+	if raw := bytes.TrimSpace(ctx.PostBody()); len(raw) > 0 {
 		if raw[0] != '{' || sonic.ConfigStd.Unmarshal(raw, &body) != nil {
-			corsHeaders(ctx)
-			s.writeError(ctx, fasthttp.StatusBadRequest, "The request body is not valid JSON.", "", "")
+			s.refuse(ctx, checks.Invalid(checks.MsgBodyNotJSON))
 			return
 		}
-		report = body.V >= 1
+		rep.Report = body.V >= 1
 	}
-	v := s.collectAccount(ctx, body.Key)
-	if v == nil {
-		return
-	}
-	if s.deps.NetTokens == nil {
-		s.serverError(ctx, "collect network", errNoTokens)
-		return
-	}
-	f := nettoken.Facts{Issued: r.now, Addr: r.client, Report: report}
-	f.Headers, f.Infra = s.proxyHeaders(ctx, r.client)
 	if w := body.WebRTC; w != nil {
-		f.WebRTC = webrtcStatus(w.Status)
-		for _, a := range w.Addrs {
-			if ip, err := netip.ParseAddr(a); err == nil && ip.Zone() == "" {
-				f.AddCandidate(ip, nettoken.IsPublic)
-			}
-		}
+		rep.WebRTCSent, rep.WebRTC, rep.WebRTCAddrs = true, w.Status, w.Addrs
 	}
-	tok := s.deps.NetTokens.Sign(v.ID, &f)
+	rep.Headers, rep.Infra = s.proxyHeaders(ctx, r.Addr)
+	tok, ref := s.checks.CollectNetwork(&r.Call, page(ctx, body.Key), &rep)
+	if ref != nil {
+		s.collectRefusal(ctx, ref)
+		return
+	}
 	s.writeJSON(ctx, fasthttp.StatusOK, &struct {
 		Token     string `json:"token"`
 		ExpiresIn int    `json:"expires_in"`
 	}{tok, int(nettoken.ExpiresIn.Seconds())})
-}
-
-type collectError string
-
-func (e collectError) Error() string { return string(e) }
-
-const errNoTokens = collectError("network tokens are not configured (Deps.NetTokens is nil)")
-
-func webrtcStatus(s string) nettoken.WebRTC {
-	switch s {
-	case "ok":
-		return nettoken.WebRTCOK
-	case "unsupported":
-		return nettoken.WebRTCUnsupported
-	case "error":
-		return nettoken.WebRTCError
-	case "timeout":
-		return nettoken.WebRTCTimeout
-	}
-	return nettoken.WebRTCNotRun
 }
 
 // proxyHeaders reads the proxy evidence of the browser's request. From an
@@ -266,72 +201,27 @@ type collectDeviceBody struct {
 	device.Signals
 }
 
-// handleCollectDevice is POST /v1/collect/device: it decides the device
-// verdicts (intel/device), stores the event with its time, origin and
-// address (fire-and-forget to the device actors) and answers its id.
+// handleCollectDevice is POST /v1/collect/device: the device verdicts of
+// the report, stored as an event (actors/checks CollectDevice).
 func (s *Server) handleCollectDevice(ctx *fasthttp.RequestCtx, r *request) {
+	corsHeaders(ctx)
 	raw := bytes.TrimSpace(ctx.PostBody())
 	if len(raw) > maxDeviceBody {
-		corsHeaders(ctx)
-		s.writeError(ctx, fasthttp.StatusRequestEntityTooLarge, msgTooLarge, "", "The device report is limited to "+strconv.Itoa(maxDeviceBody)+" bytes.")
+		s.refuse(ctx, &checks.Refusal{Status: fasthttp.StatusRequestEntityTooLarge, Msg: checks.MsgTooLarge,
+			Hint: fmt.Sprintf(checks.HintDeviceReport, maxDeviceBody)})
 		return
 	}
 	var body collectDeviceBody
 	if len(raw) == 0 || raw[0] != '{' || sonic.ConfigStd.Unmarshal(raw, &body) != nil {
-		corsHeaders(ctx)
-		s.writeError(ctx, fasthttp.StatusBadRequest, "The request body must be the collector's JSON report.", "", "")
+		s.refuse(ctx, checks.Invalid(checks.MsgDeviceReport))
 		return
 	}
-	v := s.collectAccount(ctx, body.Key)
-	if v == nil {
+	id, ref := s.checks.CollectDevice(&r.Call, page(ctx, body.Key), &checks.DeviceReport{Signals: &body.Signals, Raw: bytes.Clone(raw)})
+	if ref != nil {
+		s.collectRefusal(ctx, ref)
 		return
 	}
-	if s.deps.Devices == nil || (s.deps.Store != nil && !s.deps.Store.Available()) {
-		s.storageUnavailable(ctx)
-		return
-	}
-	var ipChecked, ipBlocked bool
-	if s.deps.Feeds != nil && nettoken.IsPublic(r.client) {
-		c := s.deps.Feeds.Current().Classify(r.client)
-		ipChecked, ipBlocked = true, c.Blocklisted
-	}
-	verdict := device.Assess(&body.Signals, device.Options{Key: s.deps.VisitorKey, IPChecked: ipChecked, IPBlocklisted: ipBlocked})
-	ev := &storage.DeviceEvent{
-		ID:        events.NewEventID(verdict.VisitorID, r.now),
-		Account:   v.ID,
-		Created:   r.now,
-		Origin:    string(ctx.Request.Header.Peek("Origin")),
-		Addr:      r.client,
-		Schema:    uint8(min(max(body.V, 0), 255)),
-		Signals:   bytes.Clone(raw),
-		Flags:     eventFlags(&verdict),
-		Tampering: uint16(verdict.TamperingScore*10000 + 0.5),
-		Checked:   uint8(verdict.Checked),
-		VisitorID: verdict.VisitorID,
-	}
-	for _, f := range verdict.Findings {
-		ev.Findings = append(ev.Findings, string(f))
-	}
-	s.deps.Devices.Record(ev)
 	s.writeJSON(ctx, fasthttp.StatusOK, &struct {
 		EventID string `json:"event_id"`
-	}{events.FormatEventID(ev.ID)})
-}
-
-func eventFlags(v *device.Verdict) uint16 {
-	var f uint16
-	set := func(on bool, bit uint16) {
-		if on {
-			f |= bit
-		}
-	}
-	set(v.Automation, storage.EventAutomation)
-	set(v.Antidetect, storage.EventAntidetect)
-	set(v.Emulator, storage.EventEmulator)
-	set(v.VirtualMachine, storage.EventVirtualMachine)
-	set(v.Incognito, storage.EventIncognito)
-	set(v.PrivacyMode, storage.EventPrivacyMode)
-	set(v.IPBlocklisted, storage.EventIPBlocklisted)
-	set(v.Complete, storage.EventComplete)
-	return f
+	}{id})
 }

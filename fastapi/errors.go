@@ -5,27 +5,13 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/wire"
 )
 
-// Public error messages. Internal causes are logged, never sent.
+// Header names and limits of the HTTP surface. Message texts are in
+// actors/checks (messages.go).
 const (
-	msgServerError     = "Server error."
-	msgNotFound        = "Not found."
-	msgMethod          = "Method not allowed."
-	msgTooLarge        = "Request body too large."
-	msgBadRequest      = "Bad request."
-	msgMissingKey      = "Missing Key."
-	msgInvalidKey      = "Invalid API Key."
-	msgSuspended       = "Account suspended."
-	msgNotAllowlisted  = "Caller address not on the key's allowlist."
-	msgTooMany         = "Too many requests."
-	msgLockedOut       = "Too many invalid credentials; try again later."
-	msgStorage         = "Service temporarily unavailable."
-	msgAdminAuth       = "Invalid admin token."
-	codeStorage        = "storage_unavailable"
-	retryAfterStorage  = 30
-	retryAfterLockout  = 900
 	contentTypeJSON    = "application/json"
 	contentTypeText    = "text/plain; charset=utf-8"
 	headerRetryAfter   = "Retry-After"
@@ -39,25 +25,55 @@ const (
 	defaultUserAgentUA = "Python-urllib/"
 )
 
+// refuse renders a refusal over HTTP (SPEC §7): its X-RateLimit-* figures,
+// Retry-After and the error body. An internal cause is logged, never sent.
+// It is the one place an HTTP refusal is written.
+func (s *Server) refuse(ctx *fasthttp.RequestCtx, ref *checks.Refusal) {
+	if ref.Cause != nil {
+		s.log.Error("request failed", "status", ref.Status, "err", ref.Cause,
+			"request_id", string(ctx.Response.Header.Peek(headerRequestID)))
+	}
+	h := &ctx.Response.Header
+	setRateLimit(h, ref.RateLimit)
+	if ref.RetryAfter > 0 {
+		h.Set(headerRetryAfter, strconv.FormatInt(ref.RetryAfter, 10))
+	}
+	s.writeError(ctx, ref.Status, ref.Msg, ref.Code, ref.Hint)
+}
+
+// setRateLimit sets the X-RateLimit-* headers of a charged call of a capped
+// account (SPEC 4.1); uncapped accounts and the sandbox get none.
+func setRateLimit(h *fasthttp.ResponseHeader, rl checks.RateLimit) {
+	if !rl.Capped {
+		return
+	}
+	h.Set(headerRLLimit, strconv.FormatInt(rl.Limit, 10))
+	h.Set(headerRLRemaining, strconv.FormatInt(rl.Remaining, 10))
+	h.Set(headerRLReset, strconv.FormatInt(rl.Reset, 10))
+}
+
+// reply answers a pipeline call: its refusal, or v with the call's
+// rate-limit headers.
+func (s *Server) reply(ctx *fasthttp.RequestCtx, r *request, v any, ref *checks.Refusal) {
+	if ref != nil {
+		s.refuse(ctx, ref)
+		return
+	}
+	setRateLimit(&ctx.Response.Header, r.RateLimit)
+	s.writeJSON(ctx, fasthttp.StatusOK, v)
+}
+
 // writeError sends the SPEC §7 error body.
 func (s *Server) writeError(ctx *fasthttp.RequestCtx, status int, msg, code, hint string) {
 	s.writeJSON(ctx, status, &wire.Error{Error: msg, Code: code, Hint: hint})
-}
-
-// writeRetry sends an error with Retry-After (every 429 carries one).
-func (s *Server) writeRetry(ctx *fasthttp.RequestCtx, status int, retryAfter int, msg, code, hint string) {
-	ctx.Response.Header.Set(headerRetryAfter, strconv.Itoa(retryAfter))
-	s.writeError(ctx, status, msg, code, hint)
 }
 
 // serverError logs the cause and sends the generic 500.
 func (s *Server) serverError(ctx *fasthttp.RequestCtx, where string, err error) {
 	s.log.Error("request failed", "where", where, "err", err,
 		"request_id", string(ctx.Response.Header.Peek(headerRequestID)))
-	s.writeError(ctx, fasthttp.StatusInternalServerError, msgServerError, "", "")
+	s.writeError(ctx, fasthttp.StatusInternalServerError, checks.MsgServerError, "", "")
 }
 
 // storageUnavailable sends the 503 of SPEC §7.
-func (s *Server) storageUnavailable(ctx *fasthttp.RequestCtx) {
-	s.writeRetry(ctx, fasthttp.StatusServiceUnavailable, retryAfterStorage, msgStorage, codeStorage, "")
-}
+func (s *Server) storageUnavailable(ctx *fasthttp.RequestCtx) { s.refuse(ctx, checks.RefuseStorage) }

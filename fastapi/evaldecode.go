@@ -6,37 +6,14 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/bytedance/sonic"
-)
 
-// Field bounds of SPEC 2.1, counted in characters.
-const (
-	maxAccountID = 256
-	maxEmail     = 254
-	maxTZ        = 64
-	maxEventID   = 200
+	"github.com/fraudd/fraudd/actors/checks"
 )
-
-// evalRequest is the evaluate body after aliases are resolved. Every string is
-// its own copy, never a view of the request buffer, so it may outlive the
-// handler (sent to actors, kept in events).
-type evalRequest struct {
-	Token              string
-	TokenSent          bool // a non-empty token was sent
-	FingerprintEventID string
-	AccountID          string
-	Email              string
-	EmailSent          bool
-	TZ                 string
-	TZSent             bool
-	GPUEvidence        []byte // raw JSON object, nil when absent
-	BrowserEvidence    []byte // raw JSON object, nil when absent
-}
 
 // errInvalidToken is the one token error clients see (SPEC 4.1).
-var errInvalidToken = errors.New("Invalid token.")
+var errInvalidToken = errors.New(checks.MsgInvalidToken)
 
 // evalJSON mirrors the accepted JSON fields. Raw values let us tell null,
 // string and wrong types apart, per field.
@@ -79,10 +56,11 @@ func classifyContentType(ct []byte) bodyKind {
 	}
 }
 
-// decodeEvaluate reads an evaluate body. A body that is absent, empty or of a
-// type that is not read gives the zero request (the degraded path).
-func decodeEvaluate(contentType, body []byte, out *evalRequest) error {
-	*out = evalRequest{}
+// decodeEvaluate reads an evaluate body into out; every string is copied out
+// of the request buffer. A body that is absent, empty or of a type that is not
+// read gives the zero request (the degraded path).
+func decodeEvaluate(contentType, body []byte, out *checks.EvalRequest) error {
+	*out = checks.EvalRequest{}
 	kind := classifyContentType(contentType)
 	trimmed := bytes.TrimSpace(body)
 	if kind == bodyIgnored || len(trimmed) == 0 {
@@ -92,11 +70,11 @@ func decodeEvaluate(contentType, body []byte, out *evalRequest) error {
 		return decodeEvaluateForm(trimmed, out)
 	}
 	if trimmed[0] != '{' {
-		return errors.New("The request body must be a JSON object.")
+		return errors.New(checks.MsgBodyNotObject)
 	}
 	var j evalJSON
 	if err := sonic.ConfigStd.Unmarshal(trimmed, &j); err != nil {
-		return errors.New("The request body is not valid JSON.")
+		return errors.New(checks.MsgBodyNotJSON)
 	}
 	tok := j.Token
 	if isAbsent(tok) {
@@ -141,19 +119,19 @@ func decodeEvaluate(contentType, body []byte, out *evalRequest) error {
 			continue
 		}
 		if ev.raw[0] != '{' {
-			return fmt.Errorf("%s must be a JSON object.", ev.name)
+			return fmt.Errorf(checks.MsgFieldNotObject, ev.name)
 		}
 		*ev.dst = bytes.Clone(ev.raw)
 	}
-	return out.finish()
+	return out.Normalize()
 }
 
 // decodeEvaluateForm reads token=…&fingerprintEventId=…&email=…&tz=… and the
 // alias names; every value is a string.
-func decodeEvaluateForm(body []byte, out *evalRequest) error {
+func decodeEvaluateForm(body []byte, out *checks.EvalRequest) error {
 	vals, err := url.ParseQuery(string(body))
 	if err != nil {
-		return errors.New("The form body could not be read.")
+		return errors.New(checks.MsgFormUnreadable)
 	}
 	first := func(names ...string) (string, bool) {
 		for _, n := range names {
@@ -168,24 +146,7 @@ func decodeEvaluateForm(body []byte, out *evalRequest) error {
 	out.AccountID, _ = first("accountId")
 	out.Email, out.EmailSent = first("email")
 	out.TZ, out.TZSent = first("tz", "service_tz")
-	return out.finish()
-}
-
-// finish checks bounds and derived flags.
-func (r *evalRequest) finish() error {
-	r.TokenSent = r.Token != ""
-	switch {
-	case utf8.RuneCountInString(r.AccountID) > maxAccountID:
-		return fmt.Errorf("accountId is longer than %d characters.", maxAccountID)
-	case utf8.RuneCountInString(r.Email) > maxEmail:
-		return fmt.Errorf("email is longer than %d characters.", maxEmail)
-	case utf8.RuneCountInString(r.TZ) > maxTZ:
-		return fmt.Errorf("tz is longer than %d characters.", maxTZ)
-	case utf8.RuneCountInString(r.FingerprintEventID) > maxEventID:
-		return fmt.Errorf("fingerprintEventId is longer than %d characters.", maxEventID)
-	}
-	r.EmailSent = r.EmailSent && r.Email != ""
-	return nil
+	return out.Normalize()
 }
 
 func isAbsent(raw sonic.NoCopyRawMessage) bool {
@@ -214,7 +175,7 @@ func stringField(raw sonic.NoCopyRawMessage, name string) (string, error) {
 	}
 	s, ok := jsonString(raw)
 	if !ok {
-		return "", fmt.Errorf("%s must be a string.", name)
+		return "", fmt.Errorf(checks.MsgFieldNotString, name)
 	}
 	return s, nil
 }

@@ -4,49 +4,51 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/fraudd/fraudd/actors/checks"
 )
 
 func TestDecodeEvaluate(t *testing.T) {
 	long := func(n int, r string) string { return strings.Repeat(r, n) }
 	for _, c := range []struct {
 		name, ctype, body string
-		want              evalRequest
+		want              checks.EvalRequest
 		err               string
 	}{
 		{name: "json", ctype: "application/json", body: `{"token":"test_vpn","email":"a@b.c","tz":"Europe/Berlin","accountId":"u1","fingerprintEventId":"ev1"}`,
-			want: evalRequest{Token: "test_vpn", TokenSent: true, Email: "a@b.c", EmailSent: true, TZ: "Europe/Berlin", TZSent: true, AccountID: "u1", FingerprintEventID: "ev1"}},
-		{name: "text/plain", ctype: "text/plain; charset=utf-8", body: `{"token":"test_tor"}`, want: evalRequest{Token: "test_tor", TokenSent: true}},
-		{name: "vendor json", ctype: "application/vnd.api+json", body: `{"token":"test_tor"}`, want: evalRequest{Token: "test_tor", TokenSent: true}},
-		{name: "no content type", ctype: "", body: `{"token":"test_tor"}`, want: evalRequest{Token: "test_tor", TokenSent: true}},
-		{name: "json as form type", ctype: "application/x-www-form-urlencoded", body: `{"token":"test_tor"}`, want: evalRequest{Token: "test_tor", TokenSent: true}},
+			want: checks.EvalRequest{Token: "test_vpn", TokenSent: true, Email: "a@b.c", EmailSent: true, TZ: "Europe/Berlin", TZSent: true, AccountID: "u1", FingerprintEventID: "ev1"}},
+		{name: "text/plain", ctype: "text/plain; charset=utf-8", body: `{"token":"test_tor"}`, want: checks.EvalRequest{Token: "test_tor", TokenSent: true}},
+		{name: "vendor json", ctype: "application/vnd.api+json", body: `{"token":"test_tor"}`, want: checks.EvalRequest{Token: "test_tor", TokenSent: true}},
+		{name: "no content type", ctype: "", body: `{"token":"test_tor"}`, want: checks.EvalRequest{Token: "test_tor", TokenSent: true}},
+		{name: "json as form type", ctype: "application/x-www-form-urlencoded", body: `{"token":"test_tor"}`, want: checks.EvalRequest{Token: "test_tor", TokenSent: true}},
 		{name: "form", ctype: "application/x-www-form-urlencoded", body: `token=test_vpn&fingerprintEventId=e&email=x%40y.z&tz=Asia%2FTokyo`,
-			want: evalRequest{Token: "test_vpn", TokenSent: true, FingerprintEventID: "e", Email: "x@y.z", EmailSent: true, TZ: "Asia/Tokyo", TZSent: true}},
+			want: checks.EvalRequest{Token: "test_vpn", TokenSent: true, FingerprintEventID: "e", Email: "x@y.z", EmailSent: true, TZ: "Asia/Tokyo", TZSent: true}},
 		{name: "form aliases", ctype: "application/x-www-form-urlencoded", body: `netcheck=test_proxy&service_fp=e2&service_tz=UTC`,
-			want: evalRequest{Token: "test_proxy", TokenSent: true, FingerprintEventID: "e2", TZ: "UTC", TZSent: true}},
+			want: checks.EvalRequest{Token: "test_proxy", TokenSent: true, FingerprintEventID: "e2", TZ: "UTC", TZSent: true}},
 		{name: "json aliases", ctype: "application/json", body: `{"netcheck":"test_proxy","service_fp":"e2","service_tz":"UTC"}`,
-			want: evalRequest{Token: "test_proxy", TokenSent: true, FingerprintEventID: "e2", TZ: "UTC", TZSent: true}},
-		{name: "token wins over netcheck", ctype: "application/json", body: `{"token":"test_vpn","netcheck":"test_tor"}`, want: evalRequest{Token: "test_vpn", TokenSent: true}},
-		{name: "null token falls to netcheck", ctype: "application/json", body: `{"token":null,"netcheck":"test_tor"}`, want: evalRequest{Token: "test_tor", TokenSent: true}},
-		{name: "multipart ignored", ctype: "multipart/form-data; boundary=x", body: "--x\r\n", want: evalRequest{}},
-		{name: "empty body", ctype: "application/json", body: "", want: evalRequest{}},
-		{name: "null token", ctype: "application/json", body: `{"token":null}`, want: evalRequest{}},
-		{name: "empty token", ctype: "application/json", body: `{"token":""}`, want: evalRequest{}},
-		{name: "escaped", ctype: "application/json", body: `{"token":"test\u005fclean"}`, want: evalRequest{Token: "test_clean", TokenSent: true}},
-		{name: "unknown fields ignored", ctype: "application/json", body: `{"token":"t","extra":[1,2]}`, want: evalRequest{Token: "t", TokenSent: true}},
+			want: checks.EvalRequest{Token: "test_proxy", TokenSent: true, FingerprintEventID: "e2", TZ: "UTC", TZSent: true}},
+		{name: "token wins over netcheck", ctype: "application/json", body: `{"token":"test_vpn","netcheck":"test_tor"}`, want: checks.EvalRequest{Token: "test_vpn", TokenSent: true}},
+		{name: "null token falls to netcheck", ctype: "application/json", body: `{"token":null,"netcheck":"test_tor"}`, want: checks.EvalRequest{Token: "test_tor", TokenSent: true}},
+		{name: "multipart ignored", ctype: "multipart/form-data; boundary=x", body: "--x\r\n", want: checks.EvalRequest{}},
+		{name: "empty body", ctype: "application/json", body: "", want: checks.EvalRequest{}},
+		{name: "null token", ctype: "application/json", body: `{"token":null}`, want: checks.EvalRequest{}},
+		{name: "empty token", ctype: "application/json", body: `{"token":""}`, want: checks.EvalRequest{}},
+		{name: "escaped", ctype: "application/json", body: `{"token":"test\u005fclean"}`, want: checks.EvalRequest{Token: "test_clean", TokenSent: true}},
+		{name: "unknown fields ignored", ctype: "application/json", body: `{"token":"t","extra":[1,2]}`, want: checks.EvalRequest{Token: "t", TokenSent: true}},
 		{name: "numeric token", ctype: "application/json", body: `{"token":42}`, err: "Invalid token."},
 		{name: "object token", ctype: "application/json", body: `{"token":{"a":1}}`, err: "Invalid token."},
 		{name: "array body", ctype: "application/json", body: `["test_vpn"]`, err: "JSON object"},
 		{name: "broken json", ctype: "application/json", body: `{"token":`, err: "not valid JSON"},
 		{name: "email not string", ctype: "application/json", body: `{"email":1}`, err: "email must be a string"},
-		{name: "accountId 256 chars ok", ctype: "application/json", body: `{"accountId":"` + long(256, "é") + `"}`, want: evalRequest{AccountID: long(256, "é")}},
+		{name: "accountId 256 chars ok", ctype: "application/json", body: `{"accountId":"` + long(256, "é") + `"}`, want: checks.EvalRequest{AccountID: long(256, "é")}},
 		{name: "accountId 257 chars", ctype: "application/json", body: `{"accountId":"` + long(257, "a") + `"}`, err: "accountId is longer than 256"},
 		{name: "email 255 chars", ctype: "application/json", body: `{"email":"` + long(255, "a") + `"}`, err: "email is longer than 254"},
 		{name: "tz 65 chars", ctype: "application/x-www-form-urlencoded", body: `tz=` + long(65, "a"), err: "tz is longer than 64"},
-		{name: "gpu evidence kept", ctype: "application/json", body: `{"gpuEvidence":{"challenge":"x"}}`, want: evalRequest{GPUEvidence: []byte(`{"challenge":"x"}`)}},
+		{name: "gpu evidence kept", ctype: "application/json", body: `{"gpuEvidence":{"challenge":"x"}}`, want: checks.EvalRequest{GPUEvidence: []byte(`{"challenge":"x"}`)}},
 		{name: "gpu evidence not object", ctype: "application/json", body: `{"gpuEvidence":[1]}`, err: "gpuEvidence must be a JSON object"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var got evalRequest
+			var got checks.EvalRequest
 			err := decodeEvaluate([]byte(c.ctype), []byte(c.body), &got)
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
@@ -73,7 +75,7 @@ func TestDecodeEvaluate(t *testing.T) {
 // request buffer, which fasthttp reuses after the handler returns.
 func TestDecodeEvaluateCopies(t *testing.T) {
 	body := []byte(`{"token":"test_vpn","email":"a@b.c"}`)
-	var got evalRequest
+	var got checks.EvalRequest
 	if err := decodeEvaluate([]byte("application/json"), body, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -92,11 +94,11 @@ func FuzzDecodeEvaluate(f *testing.F) {
 		f.Add("", s)
 	}
 	f.Fuzz(func(t *testing.T, ctype, body string) {
-		var r evalRequest
+		var r checks.EvalRequest
 		if err := decodeEvaluate([]byte(ctype), []byte(body), &r); err != nil {
 			return
 		}
-		if utf8.RuneCountInString(r.AccountID) > maxAccountID || utf8.RuneCountInString(r.Email) > maxEmail || utf8.RuneCountInString(r.TZ) > maxTZ {
+		if utf8.RuneCountInString(r.AccountID) > checks.MaxAccountID || utf8.RuneCountInString(r.Email) > checks.MaxEmail || utf8.RuneCountInString(r.TZ) > checks.MaxTZ {
 			t.Fatalf("bounds not enforced: %+v", r)
 		}
 		if r.TokenSent != (r.Token != "") {
@@ -117,17 +119,17 @@ func FuzzDecodeBulk(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(l.addrs) > maxBulk || l.invalid < 0 || l.notChecked < 0 {
-			t.Fatalf("bounds: %d addrs", len(l.addrs))
+		if len(l.Addrs) > checks.MaxBulk || l.Invalid < 0 || l.NotChecked < 0 {
+			t.Fatalf("bounds: %d addrs", len(l.Addrs))
 		}
 		seen := map[string]bool{}
-		for _, a := range l.addrs {
+		for _, a := range l.Addrs {
 			if !a.IsValid() || a.Is4In6() || a.Zone() != "" || seen[a.String()] {
 				t.Fatalf("bad or duplicate address %v in %q", a, body)
 			}
 			seen[a.String()] = true
 		}
-		if l.notChecked > 0 && len(l.addrs) != maxBulk {
+		if l.NotChecked > 0 && len(l.Addrs) != checks.MaxBulk {
 			t.Fatalf("addresses not checked while under the cap: %+v", l)
 		}
 	})

@@ -173,22 +173,21 @@ func TestEvaluateRulesAndPins(t *testing.T) {
 }
 
 // BenchmarkBuildEncode measures the response builder plus the sonic encode of
-// a full evaluate answer into a pooled buffer.
+// a full evaluate answer (a sample) into a pooled buffer.
 func BenchmarkBuildEncode(b *testing.B) {
-	in, _ := score.Sample("vpn")
-	in.Email = score.Email{Sent: true}
+	e := newTestEnv(&testing.T{})
 	buf := make([]byte, 0, 4096)
 	b.ReportAllocs()
 	for b.Loop() {
-		st := getEvalState()
-		st.in = in
-		score.Evaluate(&st.in, &st.res)
-		resp := st.build(&evalOpts{kind: evalSample, device: &sampleDevice})
+		ev, ref := e.srv.checks.Sample("vpn")
+		if ref != nil {
+			b.Fatal(ref.Msg)
+		}
 		buf = buf[:0]
-		if err := encoder.EncodeInto(&buf, resp, 0); err != nil {
+		if err := encoder.EncodeInto(&buf, ev.Body(), 0); err != nil {
 			b.Fatal(err)
 		}
-		putEvalState(st)
+		ev.Release()
 	}
 }
 

@@ -15,9 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
-	"github.com/fraudd/fraudd/actors/accounts"
-	"github.com/fraudd/fraudd/actors/iplimit"
-	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/wire"
 )
 
@@ -26,19 +24,20 @@ import (
 // the RequestCtx to net/http as the request's context).
 const mcpCallKey = "fraudd.mcp.call"
 
-// mcpCall is the caller and the pre-checked lookup of one MCP request.
+// mcpCall is what handleMCP prepared for the SDK's tool handlers: the
+// request's time and, for a tools/call lookup_ip, the pipeline's answer.
 type mcpCall struct {
-	anonymous bool
-	auth      accounts.Auth
-	now       time.Time
-	// checked: handleMCP read the request as one tools/call lookup_ip and
-	// took its allowance for addr (or found ipErr). The SDK's tool handler
-	// answers only a checked call, for that same address, once: whatever the
-	// SDK's decoder reads differently from ours (case, duplicate keys,
-	// trailing bytes) ends in an error, never in an unpaid or unchecked answer.
+	now time.Time
+	// checked: handleMCP read the request as one tools/call lookup_ip for
+	// addr and got the pipeline's answer (charged): lookup, or toolErr when
+	// the argument is not one public address. The SDK's tool handler answers
+	// only a checked call, for that same address, once: whatever the SDK's
+	// decoder reads differently from ours (case, duplicate keys, trailing
+	// bytes) ends in an error, never in an unpaid or unchecked answer.
 	checked bool
 	addr    netip.Addr
-	ipErr   error
+	lookup  *wire.Lookup
+	toolErr error
 	used    atomic.Bool
 }
 
@@ -48,14 +47,10 @@ type mcpCall struct {
 var rpcPeekJSON = sonic.Config{CaseSensitive: true, ValidateString: true}.Froze()
 
 // errMCPUnchecked answers a lookup_ip the pre-check did not cover.
-var errMCPUnchecked = errors.New("Invalid request: send one JSON-RPC request per POST.")
+var errMCPUnchecked = errors.New(checks.MsgRPCUnchecked)
 
 // JSON-RPC 2.0 error codes used on /mcp.
 const rpcInvalidRequest = -32600
-
-// mcpRoute is how an MCP request with a bearer authenticates: a live or test
-// key or an OAuth token, the live allowlist applies, never the sandbox key.
-var mcpRoute = &route{method: "POST", pattern: "/mcp", auth: authAPI}
 
 // newMCP builds the stateless streamable-HTTP MCP endpoint with the SDK.
 func (s *Server) newMCP() fasthttp.RequestHandler {
@@ -95,31 +90,13 @@ func (s *Server) mcpLookup(ctx context.Context, _ *mcp.CallToolRequest, in Looku
 	if c == nil || !c.checked || !c.used.CompareAndSwap(false, true) {
 		return nil, wire.Lookup{}, errMCPUnchecked
 	}
-	if c.ipErr != nil {
-		return nil, wire.Lookup{}, c.ipErr
+	if c.toolErr != nil {
+		return nil, wire.Lookup{}, c.toolErr
 	}
-	if a, err := parsePublic(in.IP); err != nil || a != c.addr {
+	if t := checks.PastedTarget(in.IP); !t.OK() || t.Addr != c.addr {
 		return nil, wire.Lookup{}, errMCPUnchecked
 	}
-	return nil, s.lookupCall(c), nil
-}
-
-// lookupCall answers a checked lookup_ip call.
-func (s *Server) lookupCall(c *mcpCall) wire.Lookup {
-	start := time.Now()
-	var ls lookupState
-	b := s.deps.Feeds.Current().Bare(c.addr)
-	fillLookup(&ls, c.addr, &b)
-	if !c.anonymous {
-		applyPins(&ls, c.addr, &c.auth.View.Policy)
-		ls.resp.Test = c.auth.Kind == accounts.KeyTest
-		if !ls.resp.Test {
-			s.recordLookup(&request{now: c.now}, &b)
-		}
-	}
-	ls.resp.LatencyMs = msSince(start)
-	// The pointers in ls outlive this call inside the result; ls is not reused.
-	return ls.resp
+	return nil, *c.lookup, nil
 }
 
 func (s *Server) mcpStatus(ctx context.Context, _ *mcp.CallToolRequest, _ StatusArgs) (*mcp.CallToolResult, wire.Status, error) {
@@ -143,111 +120,96 @@ type rpcPeek struct {
 }
 
 // handleMCP is POST /mcp (SPEC 4.11). It authenticates a bearer (an invalid
-// one is 401, never anonymous), and for tools/call lookup_ip takes the same
-// allowance as the HTTP lookups before the SDK runs the call: the account's
-// quota for a key, the free tool's per-address limits when anonymous. A
-// refusal is HTTP 429 with Retry-After and a JSON-RPC error carrying the wait.
-// A JSON-RPC batch is refused whole: MCP 2025-06-18 removed batching, and one
-// POST must cost one checked message.
+// one is 401, never anonymous), and for tools/call lookup_ip runs the
+// pipeline's lookup before the SDK does anything: Lookup with a key,
+// FreeLookup (the free tool's per-address limits) when anonymous — the same
+// functions as GET /v1/lookup and POST /api/lookup. A refusal is a JSON-RPC
+// error with the HTTP status and Retry-After (rpcRefusal). A JSON-RPC batch
+// is refused whole: MCP 2025-06-18 removed batching, and one POST must cost
+// one checked message.
 func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
-	call := &mcpCall{anonymous: true, now: r.now}
+	anonymous := true
 	if len(bytes.TrimSpace(ctx.Request.Header.Peek("Authorization"))) > 0 {
-		if !s.authenticate(ctx, r, mcpRoute) {
+		if ref := s.checks.Admit(&r.Call, credential(ctx.Request.Header.Peek("Authorization")), checks.AccessMCP); ref != nil {
+			s.refuse(ctx, ref)
 			return
 		}
-		call.anonymous, call.auth = false, r.auth
+		anonymous = false
 	}
+	call := &mcpCall{now: r.Now}
 	var peek rpcPeek
 	body := bytes.TrimLeft(ctx.PostBody(), " \t\r\n")
 	if len(body) > 0 && body[0] == '[' {
-		s.rpcError(ctx, fasthttp.StatusBadRequest, nil, rpcInvalidRequest, "Batch requests are not supported.")
+		s.rpcError(ctx, fasthttp.StatusBadRequest, nil, rpcInvalidRequest, checks.MsgRPCBatch)
 		return
 	}
 	if len(body) > 0 && body[0] == '{' && rpcPeekJSON.Unmarshal(body, &peek) == nil &&
 		peek.Method == "tools/call" && peek.Params.Name == "lookup_ip" {
 		raw, isString := jsonString(peek.Params.Arguments.IP)
-		call.addr, call.ipErr = parsePublic(raw)
-		call.checked = true
-		if !s.mcpAllow(ctx, r, call, peek.ID) {
+		if ref := s.mcpPrepare(r, call, anonymous, raw); ref != nil {
+			s.rpcRefusal(ctx, peek.ID, ref)
 			return
 		}
-		if isString && s.mcpFastPath(ctx, call, peek.ID) {
-			return
+		setRateLimit(&ctx.Response.Header, r.RateLimit)
+		if isString && mcpFastPathFits(ctx, peek.ID) {
+			if res, err := fastPathResult(call, peek.ID); err == nil {
+				s.writeJSON(ctx, fasthttp.StatusOK, res)
+				return
+			}
 		}
 	}
 	ctx.SetUserValue(mcpCallKey, call)
 	s.mcp(ctx)
 }
 
-// mcpFastPath answers a well-formed tools/call lookup_ip itself, with the
-// bytes the SDK would send: through the SDK a stateless call costs ~370 µs of
-// CPU (a session per request, JSON schema validation, large decode buffers),
-// twenty times a whole GET /v1/lookup. Anything unusual — a missing id, a
-// client that does not accept both JSON and SSE, another content type — goes
-// to the SDK, which knows every corner of the protocol. A test checks both
-// paths give the same answer.
-func (s *Server) mcpFastPath(ctx *fasthttp.RequestCtx, call *mcpCall, id sonic.NoCopyRawMessage) bool {
-	accept := ctx.Request.Header.Peek("Accept")
-	if isAbsent(id) || !bytes.Contains(accept, []byte("application/json")) || !bytes.Contains(accept, []byte("text/event-stream")) ||
-		!bytes.HasPrefix(bytes.ToLower(ctx.Request.Header.ContentType()), []byte("application/json")) {
-		return false
-	}
-	res := wire.RPCToolResult{JSONRPC: "2.0", ID: []byte(id)}
-	if call.ipErr != nil {
-		res.Result.IsError = true
-		res.Result.Content = []wire.RPCText{{Type: "text", Text: call.ipErr.Error()}}
+// mcpPrepare runs lookup_ip's pipeline call for the address ip into call. A
+// target that is not one public address is a tool error, not a refusal.
+func (s *Server) mcpPrepare(r *request, call *mcpCall, anonymous bool, ip string) *checks.Refusal {
+	t := checks.PastedTarget(ip)
+	var ref *checks.Refusal
+	if anonymous {
+		call.lookup, ref = s.checks.FreeLookup(&r.Call, t)
 	} else {
-		out := s.lookupCall(call)
-		text, err := sonic.ConfigStd.Marshal(&out)
-		if err != nil {
-			return false
-		}
-		res.Result.Content = []wire.RPCText{{Type: "text", Text: string(text)}}
-		res.Result.StructuredContent = &out
+		call.lookup, ref = s.checks.Lookup(&r.Call, t)
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, &res)
-	return true
+	if ref != nil && !t.OK() && ref.Status == fasthttp.StatusBadRequest {
+		call.toolErr, ref = errors.New(t.Err()), nil
+	}
+	call.checked, call.addr = ref == nil, t.Addr
+	return ref
 }
 
-// mcpAllow takes the lookup's allowance; on a refusal it answers and returns false.
-func (s *Server) mcpAllow(ctx *fasthttp.RequestCtx, r *request, call *mcpCall, id sonic.NoCopyRawMessage) bool {
-	valid := call.ipErr == nil
-	if call.anonymous {
-		kind := iplimit.LookupFree
-		if !valid {
-			kind = iplimit.LookupFreeInvalid
-		}
-		v, err := s.deps.Limits.Take(iplimit.Of(kind), r.client, r.now)
-		if err != nil {
-			s.serverError(ctx, "mcp limits", err)
-			return false
-		}
-		if !v.Allowed {
-			s.rpcRefusal(ctx, id, fasthttp.StatusTooManyRequests, v.RetryAfter, msgTooMany)
-		}
-		return v.Allowed
+// mcpFastPathFits reports whether a well-formed tools/call lookup_ip may be
+// answered without the SDK, with the bytes the SDK would send: through the
+// SDK a stateless call costs ~370 µs of CPU (a session per request, JSON
+// schema validation, large decode buffers), twenty times a whole GET
+// /v1/lookup. Anything unusual — a missing id, a client that does not
+// accept both JSON and SSE, another content type — goes to the SDK, which
+// knows every corner of the protocol. A test checks both paths give the
+// same answer.
+func mcpFastPathFits(ctx *fasthttp.RequestCtx, id sonic.NoCopyRawMessage) bool {
+	accept := ctx.Request.Header.Peek("Accept")
+	return !isAbsent(id) && bytes.Contains(accept, []byte("application/json")) && bytes.Contains(accept, []byte("text/event-stream")) &&
+		bytes.HasPrefix(bytes.ToLower(ctx.Request.Header.ContentType()), []byte("application/json"))
+}
+
+// fastPathResult is the JSON-RPC result of a prepared lookup_ip call: the
+// lookup as text and as structured content, or the tool error.
+func fastPathResult(call *mcpCall, id sonic.NoCopyRawMessage) (*wire.RPCToolResult, error) {
+	res := &wire.RPCToolResult{JSONRPC: "2.0", ID: []byte(id)}
+	if call.toolErr != nil {
+		res.Result.IsError = true
+		res.Result.Content = []wire.RPCText{{Type: "text", Text: call.toolErr.Error()}}
+		return res, nil
 	}
-	res, err := s.chargeOnly(r, quota.Lookup, valid, valid && r.auth.Kind != accounts.KeyTest)
+	out := *call.lookup
+	text, err := sonic.ConfigStd.Marshal(&out)
 	if err != nil {
-		s.log.Error("quota charge failed", "err", err, "account", r.auth.View.ID)
-		s.rpcRefusal(ctx, id, fasthttp.StatusServiceUnavailable, retryAfterStorage, msgStorage)
-		return false
+		return nil, err
 	}
-	if res.Capped {
-		h := &ctx.Response.Header
-		h.Set(headerRLLimit, strconv.FormatInt(res.Limit, 10))
-		h.Set(headerRLRemaining, strconv.FormatInt(res.Remaining, 10))
-		h.Set(headerRLReset, strconv.FormatInt(res.Reset, 10))
-	}
-	switch res.Refusal {
-	case quota.RefusedMonthly:
-		s.rpcRefusal(ctx, id, fasthttp.StatusTooManyRequests, res.RetryAfter, "Monthly lookup allowance used up.")
-		return false
-	case quota.RefusedHourly:
-		s.rpcRefusal(ctx, id, fasthttp.StatusTooManyRequests, res.RetryAfter, "Hourly request limit reached.")
-		return false
-	}
-	return true
+	res.Result.Content = []wire.RPCText{{Type: "text", Text: string(text)}}
+	res.Result.StructuredContent = &out
+	return res, nil
 }
 
 // rpcError answers a JSON-RPC error with the HTTP status; a nil id is sent as
@@ -259,13 +221,24 @@ func (s *Server) rpcError(ctx *fasthttp.RequestCtx, status int, id sonic.NoCopyR
 	s.writeJSON(ctx, status, &wire.RPCError{JSONRPC: "2.0", ID: []byte(id), Error: wire.RPCErrorBody{Code: code, Message: msg}})
 }
 
-// rpcRefusal answers a JSON-RPC error with the HTTP status and Retry-After.
-func (s *Server) rpcRefusal(ctx *fasthttp.RequestCtx, id sonic.NoCopyRawMessage, status int, retryAfter int64, msg string) {
+// rpcRefusal renders a refusal over MCP: a JSON-RPC error carrying the wait,
+// with the HTTP status, the X-RateLimit-* figures and Retry-After. It is the
+// one place an MCP refusal is written. An internal cause is logged, never
+// sent.
+func (s *Server) rpcRefusal(ctx *fasthttp.RequestCtx, id sonic.NoCopyRawMessage, ref *checks.Refusal) {
+	if ref.Cause != nil {
+		s.log.Error("request failed", "status", ref.Status, "err", ref.Cause,
+			"request_id", string(ctx.Response.Header.Peek(headerRequestID)))
+	}
 	if len(id) == 0 {
 		id = sonic.NoCopyRawMessage("null")
 	}
-	ctx.Response.Header.Set(headerRetryAfter, strconv.FormatInt(retryAfter, 10))
-	s.writeJSON(ctx, status, &wire.RPCError{JSONRPC: "2.0", ID: []byte(id), Error: wire.RPCErrorBody{
-		Code: -32000, Message: msg, Data: &wire.RPCRetry{RetryAfter: retryAfter},
-	}})
+	h := &ctx.Response.Header
+	setRateLimit(h, ref.RateLimit)
+	body := wire.RPCErrorBody{Code: -32000, Message: ref.Msg}
+	if ref.RetryAfter > 0 {
+		h.Set(headerRetryAfter, strconv.FormatInt(ref.RetryAfter, 10))
+		body.Data = &wire.RPCRetry{RetryAfter: ref.RetryAfter}
+	}
+	s.writeJSON(ctx, ref.Status, &wire.RPCError{JSONRPC: "2.0", ID: []byte(id), Error: body})
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/fraudd/fraudd/actors/checks"
 )
 
 // serveInMemory runs h behind a real fasthttp server on an in-memory
@@ -46,8 +48,10 @@ func TestMCPFastPathMatchesSDK(t *testing.T) {
 		var peek rpcPeek
 		_ = json.Unmarshal(ctx.PostBody(), &peek)
 		raw, _ := jsonString(peek.Params.Arguments.IP)
-		call := &mcpCall{anonymous: true, now: fixedNow, checked: true}
-		call.addr, call.ipErr = parsePublic(raw)
+		call := &mcpCall{now: fixedNow}
+		if ref := e.srv.mcpPrepare(&request{Call: checks.Call{Now: fixedNow}}, call, true, raw); ref != nil {
+			t.Errorf("%s: refused: %+v", raw, ref)
+		}
 		ctx.SetUserValue(mcpCallKey, call)
 		e.srv.mcp(ctx)
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/internal/accesstoken"
 	"github.com/fraudd/fraudd/internal/secrets"
@@ -107,7 +108,7 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 		s.oauthError(ctx, fasthttp.StatusNotFound, "invalid_request", "OAuth is not enabled on this server.")
 		return
 	}
-	v, err := s.deps.Limits.Take(iplimit.Of(iplimit.AuthFail, iplimit.OAuth), r.client, r.now)
+	v, err := s.deps.Limits.Take(iplimit.Of(iplimit.AuthFail, iplimit.OAuth), r.Addr, r.Now)
 	if err != nil {
 		s.serverError(ctx, "oauth limits", err)
 		return
@@ -115,17 +116,17 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 	if !v.Allowed {
 		retry := 60
 		if v.Kind == iplimit.AuthFail {
-			retry = retryAfterLockout
+			retry = checks.RetryAfterLockout
 		}
 		ctx.Response.Header.Set(headerRetryAfter, itoa(retry))
 		s.oauthError(ctx, fasthttp.StatusTooManyRequests, "rate_limited", "Too many token requests.")
 		return
 	}
 	if s.deps.Store != nil && !s.deps.Store.Available() {
-		ctx.Response.Header.Set(headerRetryAfter, itoa(retryAfterStorage))
+		ctx.Response.Header.Set(headerRetryAfter, itoa(checks.RetryAfterStorage))
 		ctx.Response.Header.Set("Cache-Control", "no-store")
 		s.writeJSON(ctx, fasthttp.StatusServiceUnavailable, &wire.OAuthError{Error: "temporarily_unavailable",
-			ErrorDescription: "The account store is unavailable; retry later.", Code: codeStorage})
+			ErrorDescription: "The account store is unavailable; retry later.", Code: checks.CodeStorage})
 		return
 	}
 	tr := readTokenRequest(ctx)
@@ -146,11 +147,11 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", "client_id and client_secret are at most 256 characters.")
 		return
 	}
-	a, ok := s.deps.Accounts.Authenticate(tr.clientSecret, r.now)
+	a, ok := s.deps.Accounts.Authenticate(tr.clientSecret, r.Now)
 	// One answer for a wrong email and a wrong key, so neither can be probed;
 	// a previous live key in grace cannot mint (SPEC §3).
 	if !ok || !strings.EqualFold(a.View.Email, tr.clientID) || a.Kind == accounts.KeyLivePrev {
-		s.deps.Limits.Fail(r.client, r.now)
+		s.deps.Limits.Fail(r.Addr, r.Now)
 		s.oauthError(ctx, fasthttp.StatusUnauthorized, "invalid_client", "Client authentication failed.")
 		return
 	}
@@ -158,13 +159,13 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 		s.oauthError(ctx, fasthttp.StatusBadRequest, "unauthorized_client", "The account is suspended.")
 		return
 	}
-	if a.Kind == accounts.KeyLive && !a.View.Allowed(r.client) {
+	if a.Kind == accounts.KeyLive && !a.View.Allowed(r.Addr) {
 		s.oauthError(ctx, fasthttp.StatusBadRequest, "unauthorized_client",
-			"The calling address "+r.client.String()+" is not on this key's IP allowlist.")
+			"The calling address "+r.Addr.String()+" is not on this key's IP allowlist.")
 		return
 	}
 	tok, err := s.deps.Tokens.Mint(accesstoken.Claims{Account: a.View.ID, Test: a.Kind == accounts.KeyTest,
-		Generation: a.Generation, IssuedAt: r.now, ID: secrets.RandomHex(12)})
+		Generation: a.Generation, IssuedAt: r.Now, ID: secrets.RandomHex(12)})
 	if err != nil {
 		s.serverError(ctx, "mint access token", err)
 		return

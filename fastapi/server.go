@@ -19,6 +19,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/challenge"
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/health"
@@ -31,7 +32,6 @@ import (
 	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/internal/accesstoken"
 	"github.com/fraudd/fraudd/internal/clock"
-	"github.com/fraudd/fraudd/storage"
 )
 
 // Config is the HTTP surface's configuration. The zero value serves, with no
@@ -56,11 +56,11 @@ type Config struct {
 var DefaultEdgeBlockAgents = []string{defaultUserAgentUA}
 
 // StoreHealth tells whether the account store can be read.
-type StoreHealth interface {
-	Available() bool
-}
+type StoreHealth = checks.StoreHealth
 
-// Deps are the state owners the handlers talk to.
+// Deps are the state owners the server talks to. The public operations reach
+// them through the pipeline (actors/checks); the admin API, the token
+// endpoint and the status pages use them directly.
 type Deps struct {
 	Accounts *accounts.Service
 	Store    StoreHealth
@@ -89,7 +89,7 @@ type Deps struct {
 	NetTokens *nettoken.Codec
 	// Devices owns the collector's device events; nil: none resolve.
 	Devices *events.Client
-	// VisitorKey keys device visitor ids (secrets.Master.Derive("visitor-id")).
+	// VisitorKey keys device visitor ids (secrets.LabelVisitorID).
 	VisitorKey []byte
 	// DeviceHist owns each customer's device history and account links
 	// (customer_history, linked_accounts, the account object, the admin
@@ -99,21 +99,47 @@ type Deps struct {
 	// consistency hashes); nil answers the challenge route 503 and reports
 	// submitted evidence unavailable.
 	Challenges *challenge.Client
-	// Events reads stored device events without counting a use, so issuing a
-	// challenge does not make the evaluation that follows a replay; nil (or an
-	// event not stored yet) falls back to Devices.Resolve.
-	Events EventReader
 }
 
-// EventReader reads a stored device event; *storage.DB implements it.
-type EventReader interface {
-	GetEvent(id [storage.EventIDLen]byte) (*storage.DeviceEvent, error)
+// pipeline wires the public operations' flows to deps. A nil part turns
+// its feature off (checks.Config).
+func pipeline(d *Deps, log *slog.Logger) *checks.Service {
+	cfg := checks.Config{Accounts: d.Accounts, Limits: d.Limits, Quota: d.Quota, Feeds: d.Feeds,
+		Store: d.Store, VisitorKey: d.VisitorKey, Logger: log}
+	if d.Tokens != nil {
+		cfg.Tokens = d.Tokens
+	}
+	if d.NetTokens != nil {
+		cfg.NetTokens = d.NetTokens
+	}
+	if d.Devices != nil {
+		cfg.Events = d.Devices
+	}
+	if d.DeviceHist != nil {
+		cfg.History = d.DeviceHist
+	}
+	if d.Challenges != nil {
+		cfg.Challenges = d.Challenges
+	}
+	if d.Traffic != nil {
+		cfg.Traffic = d.Traffic
+	}
+	if d.Webhooks != nil {
+		cfg.Webhooks = d.Webhooks
+	}
+	p, err := checks.New(cfg)
+	if err != nil {
+		// A wiring mistake of the caller, not input: cmd/fraudd sets them all.
+		panic("fastapi.New: " + err.Error())
+	}
+	return p
 }
 
 // Server is the HTTP surface.
 type Server struct {
 	cfg    Config
 	deps   Deps
+	checks *checks.Service
 	log    *slog.Logger
 	routes []*route
 	srv    *fasthttp.Server
@@ -124,40 +150,27 @@ type Server struct {
 	idPrefix [8]byte
 }
 
-// authKind is how a route authenticates its caller.
-type authKind uint8
-
-const (
-	authNone   authKind = iota
-	authAdmin           // operator token
-	authAPI             // secret key, live-key allowlist enforced
-	authAPIAny          // secret key, allowlist not enforced (/v1/usage)
-)
-
 type handlerFunc func(ctx *fasthttp.RequestCtx, r *request)
 
 // route is one line of the route table.
 type route struct {
 	method  string
 	pattern string
-	auth    authKind
-	// limit is the per-address limiters the route takes, in the same actor hop
-	// as authentication's lockout check.
-	limit iplimit.Kinds
-	// sandbox: the public sandbox key is accepted (POST /v1/evaluate only).
-	sandbox bool
+	// admin: the operator token is required (and access is not used).
+	admin bool
+	// access is what the operation asks of its caller: key, allowlist,
+	// sandbox, per-address limits (the admission table of actors/checks).
+	access  checks.Access
 	handler handlerFunc
 	segs    []string
 }
 
-// request is the per-request state handlers share; pooled.
+// request is the per-request state handlers share; pooled. Call is the
+// request as the pipeline sees it: address, time, caller.
 type request struct {
-	now     time.Time
-	client  netip.Addr
+	checks.Call
 	params  [2]string
 	nparams int
-	auth    accounts.Auth
-	sandbox bool
 }
 
 // param returns the i-th path parameter. It aliases the request buffer, which
@@ -186,6 +199,7 @@ func New(cfg Config, deps Deps) *Server {
 		cfg.IdleTimeout = 60 * time.Second
 	}
 	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger}
+	s.checks = pipeline(&s.deps, s.log)
 	s.reqs.New = func() any { return new(request) }
 	const hexd = "0123456789abcdef"
 	for i := range s.idPrefix {
@@ -211,51 +225,55 @@ func New(cfg Config, deps Deps) *Server {
 	return s
 }
 
-// routeTable lists every route with its auth. Body limits are the server-wide
-// 64 KiB cap.
+// routeTable lists every route with who may call it. Body limits are the
+// server-wide 64 KiB cap. /mcp authenticates inside its handler: a bearer is
+// optional there.
 func (s *Server) routeTable() []*route {
 	rs := []*route{
-		{method: "GET", pattern: "/api/status", auth: authNone, handler: s.handleStatus},
+		{method: "GET", pattern: "/api/status", handler: s.handleStatus},
 
-		{method: "POST", pattern: "/admin/v1/accounts", auth: authAdmin, handler: s.adminCreateAccount},
-		{method: "GET", pattern: "/admin/v1/accounts/{id}", auth: authAdmin, handler: s.adminGetAccount},
-		{method: "PATCH", pattern: "/admin/v1/accounts/{id}", auth: authAdmin, handler: s.adminPatchAccount},
-		{method: "POST", pattern: "/admin/v1/accounts/{id}/keys/live/rotate", auth: authAdmin, handler: s.adminRotateLive},
-		{method: "POST", pattern: "/admin/v1/accounts/{id}/keys/live/revoke-previous", auth: authAdmin, handler: s.adminRevokePrevious},
-		{method: "POST", pattern: "/admin/v1/accounts/{id}/keys/test/rotate", auth: authAdmin, handler: s.adminRotateTest},
-		{method: "GET", pattern: "/admin/v1/accounts/{id}/rules", auth: authAdmin, handler: s.adminGetRules},
-		{method: "PUT", pattern: "/admin/v1/accounts/{id}/rules", auth: authAdmin, handler: s.adminPutRules},
-		{method: "GET", pattern: "/admin/v1/accounts/{id}/exceptions", auth: authAdmin, handler: s.adminGetPins},
-		{method: "PUT", pattern: "/admin/v1/accounts/{id}/exceptions", auth: authAdmin, handler: s.adminPutPins},
-		{method: "PUT", pattern: "/admin/v1/accounts/{id}/webhook", auth: authAdmin, handler: s.adminPutWebhook},
-		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/secret/rotate", auth: authAdmin, handler: s.adminRotateWebhookSecret},
-		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/test", auth: authAdmin, handler: s.adminWebhookTest},
-		{method: "GET", pattern: "/admin/v1/accounts/{id}/webhook/deliveries", auth: authAdmin, handler: s.adminWebhookDeliveries},
-		{method: "GET", pattern: "/admin/v1/accounts/{id}/devices", auth: authAdmin, handler: s.adminDevices},
-		{method: "GET", pattern: "/admin/v1/mail", auth: authAdmin, handler: s.adminMail},
-		{method: "POST", pattern: "/admin/v1/clock", auth: authAdmin, handler: s.adminClock},
+		{method: "POST", pattern: "/admin/v1/accounts", admin: true, handler: s.adminCreateAccount},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}", admin: true, handler: s.adminGetAccount},
+		{method: "PATCH", pattern: "/admin/v1/accounts/{id}", admin: true, handler: s.adminPatchAccount},
+		{method: "POST", pattern: "/admin/v1/accounts/{id}/keys/live/rotate", admin: true, handler: s.adminRotateLive},
+		{method: "POST", pattern: "/admin/v1/accounts/{id}/keys/live/revoke-previous", admin: true, handler: s.adminRevokePrevious},
+		{method: "POST", pattern: "/admin/v1/accounts/{id}/keys/test/rotate", admin: true, handler: s.adminRotateTest},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/rules", admin: true, handler: s.adminGetRules},
+		{method: "PUT", pattern: "/admin/v1/accounts/{id}/rules", admin: true, handler: s.adminPutRules},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/exceptions", admin: true, handler: s.adminGetPins},
+		{method: "PUT", pattern: "/admin/v1/accounts/{id}/exceptions", admin: true, handler: s.adminPutPins},
+		{method: "PUT", pattern: "/admin/v1/accounts/{id}/webhook", admin: true, handler: s.adminPutWebhook},
+		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/secret/rotate", admin: true, handler: s.adminRotateWebhookSecret},
+		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/test", admin: true, handler: s.adminWebhookTest},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/webhook/deliveries", admin: true, handler: s.adminWebhookDeliveries},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/devices", admin: true, handler: s.adminDevices},
+		{method: "GET", pattern: "/admin/v1/mail", admin: true, handler: s.adminMail},
+		{method: "POST", pattern: "/admin/v1/clock", admin: true, handler: s.adminClock},
 
-		{method: "POST", pattern: "/v1/evaluate", auth: authAPI, sandbox: true, handler: s.handleEvaluate},
-		{method: "GET", pattern: "/v1/evaluate/sample", auth: authNone, limit: iplimit.Of(iplimit.Sample), handler: s.handleSample},
-		{method: "GET", pattern: "/v1/lookup/{ip}", auth: authAPI, handler: s.handleLookup},
-		{method: "POST", pattern: "/v1/device-evidence/challenge", auth: authAPI, handler: s.handleChallenge},
-		{method: "GET", pattern: "/v1/usage", auth: authAPIAny, limit: iplimit.Of(iplimit.Usage), handler: s.handleUsage},
-		{method: "POST", pattern: "/mcp", auth: authNone, handler: s.handleMCP},
-		{method: "POST", pattern: "/oauth/token", auth: authNone, handler: s.handleToken},
-		{method: "GET", pattern: "/.well-known/oauth-authorization-server", auth: authNone, handler: s.handleASMetadata},
-		{method: "GET", pattern: "/.well-known/oauth-protected-resource", auth: authNone, handler: s.handlePRMetadata},
-		{method: "GET", pattern: "/api/threat-feed", auth: authNone, limit: iplimit.Of(iplimit.Feed), handler: s.handleThreatFeed},
-		{method: "POST", pattern: "/api/lookup", auth: authNone, handler: s.handleFreeLookup},
-		{method: "POST", pattern: "/api/lookup-bulk", auth: authNone, handler: s.handleBulkLookup},
+		{method: "POST", pattern: "/v1/evaluate", access: checks.AccessEvaluate, handler: s.handleEvaluate},
+		{method: "GET", pattern: "/v1/evaluate/sample", access: checks.AccessSample, handler: s.handleSample},
+		{method: "GET", pattern: "/v1/lookup/{ip}", access: checks.AccessLookup, handler: s.handleLookup},
+		{method: "POST", pattern: "/v1/device-evidence/challenge", access: checks.AccessChallenge, handler: s.handleChallenge},
+		{method: "GET", pattern: "/v1/usage", access: checks.AccessUsage, handler: s.handleUsage},
+		{method: "POST", pattern: "/mcp", handler: s.handleMCP},
+		{method: "POST", pattern: "/oauth/token", handler: s.handleToken},
+		{method: "GET", pattern: "/.well-known/oauth-authorization-server", handler: s.handleASMetadata},
+		{method: "GET", pattern: "/.well-known/oauth-protected-resource", handler: s.handlePRMetadata},
+		{method: "GET", pattern: "/api/threat-feed", access: checks.AccessFeed, handler: s.handleThreatFeed},
+		{method: "POST", pattern: "/api/lookup", handler: s.handleFreeLookup},
+		{method: "POST", pattern: "/api/lookup-bulk", handler: s.handleBulkLookup},
 
-		{method: "GET", pattern: "/collector.js", auth: authNone, handler: s.handleCollectorJS},
-		{method: "POST", pattern: "/v1/collect/network", auth: authNone, limit: iplimit.Of(iplimit.Protect, iplimit.Collect), handler: s.handleCollectNetwork},
-		{method: "OPTIONS", pattern: "/v1/collect/network", auth: authNone, handler: s.handleCollectPreflight},
-		{method: "POST", pattern: "/v1/collect/device", auth: authNone, limit: iplimit.Of(iplimit.Protect, iplimit.Collect), handler: s.handleCollectDevice},
-		{method: "OPTIONS", pattern: "/v1/collect/device", auth: authNone, handler: s.handleCollectPreflight},
+		{method: "GET", pattern: "/collector.js", handler: s.handleCollectorJS},
+		{method: "POST", pattern: "/v1/collect/network", access: checks.AccessCollect, handler: s.handleCollectNetwork},
+		{method: "OPTIONS", pattern: "/v1/collect/network", handler: s.handleCollectPreflight},
+		{method: "POST", pattern: "/v1/collect/device", access: checks.AccessCollect, handler: s.handleCollectDevice},
+		{method: "OPTIONS", pattern: "/v1/collect/device", handler: s.handleCollectPreflight},
 	}
 	return rs
 }
+
+// rewire rebuilds the pipeline after deps changed (tests swap parts).
+func (s *Server) rewire() { s.checks = pipeline(&s.deps, s.log) }
 
 // Serve serves on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
@@ -278,32 +296,32 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	r := s.reqs.Get().(*request)
-	*r = request{now: s.deps.Clock.Now()}
+	*r = request{Call: checks.Call{Now: s.deps.Clock.Now()}}
 	defer s.reqs.Put(r)
 	defer s.recoverPanic(ctx)
 	rt, allow := s.match(ctx.Method(), path, r)
 	if rt == nil {
 		if allow != "" {
 			ctx.Response.Header.Set("Allow", allow)
-			s.writeError(ctx, fasthttp.StatusMethodNotAllowed, msgMethod, "", "")
+			s.writeError(ctx, fasthttp.StatusMethodNotAllowed, checks.MsgMethod, "", "")
 			return
 		}
-		s.writeError(ctx, fasthttp.StatusNotFound, msgNotFound, "", "")
+		s.writeError(ctx, fasthttp.StatusNotFound, checks.MsgNotFound, "", "")
 		return
 	}
-	r.client = s.clientAddr(ctx)
-	switch rt.auth {
-	case authAdmin:
+	r.Addr = s.clientAddr(ctx)
+	if rt.admin {
 		if !s.adminAuthorized(ctx) {
-			s.writeError(ctx, fasthttp.StatusUnauthorized, msgAdminAuth, "", "")
+			s.writeError(ctx, fasthttp.StatusUnauthorized, checks.MsgAdminAuth, "", "")
 			return
 		}
-	case authAPI, authAPIAny:
-		if !s.authenticate(ctx, r, rt) {
-			return
+	} else {
+		var cred checks.Credential
+		if rt.access.Key {
+			cred = credential(ctx.Request.Header.Peek("Authorization"))
 		}
-	default:
-		if rt.limit != 0 && !s.takeLimits(ctx, r, rt.limit) {
+		if ref := s.checks.Admit(&r.Call, cred, rt.access); ref != nil {
+			s.refuse(ctx, ref)
 			return
 		}
 	}
@@ -318,7 +336,7 @@ func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx) {
 		ctx.Response.Reset()
 		ctx.Response.Header.DisableNormalizing()
 		s.setRequestID(ctx)
-		s.writeError(ctx, fasthttp.StatusInternalServerError, msgServerError, "", "")
+		s.writeError(ctx, fasthttp.StatusInternalServerError, checks.MsgServerError, "", "")
 	}
 }
 
@@ -402,15 +420,15 @@ func (s *Server) setRequestID(ctx *fasthttp.RequestCtx) {
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	s.setRequestID(ctx)
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		s.writeError(ctx, fasthttp.StatusRequestEntityTooLarge, msgTooLarge, "", "")
+		s.writeError(ctx, fasthttp.StatusRequestEntityTooLarge, checks.MsgTooLarge, "", "")
 		return
 	}
 	var te interface{ Timeout() bool }
 	if errors.As(err, &te) && te.Timeout() {
-		s.writeError(ctx, fasthttp.StatusRequestTimeout, "Request timeout.", "", "")
+		s.writeError(ctx, fasthttp.StatusRequestTimeout, checks.MsgTimeout, "", "")
 		return
 	}
-	s.writeError(ctx, fasthttp.StatusBadRequest, msgBadRequest, "", "")
+	s.writeError(ctx, fasthttp.StatusBadRequest, checks.MsgBadRequest, "", "")
 }
 
 // clientAddr is the connection's address, or — when the peer is a trusted

@@ -23,14 +23,14 @@ type statusBody struct {
 // figures move by the minute and the health probe's tick, and monitors poll
 // it hard.
 func (s *Server) handleStatus(ctx *fasthttp.RequestCtx, r *request) {
-	sec := r.now.Unix()
+	sec := r.Now.Unix()
 	if c := s.status.Load(); c != nil && c.sec == sec {
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		ctx.SetContentType(contentTypeJSON)
 		ctx.SetBody(c.body)
 		return
 	}
-	st := s.statusPayload(r.now)
+	st := s.statusPayload(r.Now)
 	body, err := sonic.ConfigDefault.Marshal(&st)
 	if err != nil {
 		s.serverError(ctx, "encode status", err)

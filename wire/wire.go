@@ -5,7 +5,22 @@
 // fastapi/testdata pin them. wire imports nothing of ours.
 package wire
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
+
+// Time formats t as every answer's date-time: RFC 3339 in UTC, whole seconds.
+func Time(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// OptTime is Time for a nullable date-time.
+func OptTime(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := Time(*t)
+	return &s
+}
 
 // Error is the error body of SPEC §7.
 type Error struct {

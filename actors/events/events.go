@@ -34,12 +34,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/storage"
 )
@@ -152,6 +154,56 @@ type Resolved struct {
 
 type resolveCall = actors.Call[Resolve, Resolved]
 
+// Verdict is the device verdict stored with the event, as intel/device
+// computed it when the event arrived (its findings aside).
+func (r *Resolved) Verdict() device.Verdict {
+	e := &r.Event
+	return device.Verdict{
+		Automation:     e.Flags&storage.EventAutomation != 0,
+		Antidetect:     e.Flags&storage.EventAntidetect != 0,
+		Emulator:       e.Flags&storage.EventEmulator != 0,
+		VirtualMachine: e.Flags&storage.EventVirtualMachine != 0,
+		Incognito:      e.Flags&storage.EventIncognito != 0,
+		PrivacyMode:    e.Flags&storage.EventPrivacyMode != 0,
+		IPBlocklisted:  e.Flags&storage.EventIPBlocklisted != 0,
+		Complete:       e.Flags&storage.EventComplete != 0,
+		TamperingScore: float64(e.Tampering) / 10000,
+		Checked:        device.Checked(e.Checked),
+		VisitorID:      e.VisitorID,
+	}
+}
+
+// Collected is one collector report with the verdict intel/device computed
+// for it; Collect turns it into a stored event.
+type Collected struct {
+	Account string // the publishable key's account
+	Now     time.Time
+	Origin  string     // the page's Origin header, "" when none was sent
+	Addr    netip.Addr // the caller's address
+	Schema  uint8      // the signal schema version the collector sent
+	Signals []byte     // the report as received; the caller's own copy
+	Verdict *device.Verdict
+}
+
+// flagsOf packs a verdict's booleans into storage.DeviceEvent.Flags.
+func flagsOf(v *device.Verdict) uint16 {
+	var f uint16
+	for _, b := range [...]struct {
+		on  bool
+		bit uint16
+	}{
+		{v.Automation, storage.EventAutomation}, {v.Antidetect, storage.EventAntidetect},
+		{v.Emulator, storage.EventEmulator}, {v.VirtualMachine, storage.EventVirtualMachine},
+		{v.Incognito, storage.EventIncognito}, {v.PrivacyMode, storage.EventPrivacyMode},
+		{v.IPBlocklisted, storage.EventIPBlocklisted}, {v.Complete, storage.EventComplete},
+	} {
+		if b.on {
+			f |= b.bit
+		}
+	}
+	return f
+}
+
 // record carries a new event to its shard (fire-and-forget).
 type record struct{ e *storage.DeviceEvent }
 
@@ -216,6 +268,56 @@ func (c *Client) Record(e *storage.DeviceEvent) {
 		return
 	}
 	c.shards.Send(routeHash(binary.BigEndian.Uint16(e.ID[4:6])), &record{e: e})
+}
+
+// Collect mints an id for a collector report and stores it as a new event
+// (Record: fire-and-forget). It fails only after Stop.
+func (c *Client) Collect(m Collected) (EventID, error) {
+	if c.stopped.Load() {
+		return EventID{}, ErrStopped
+	}
+	v := m.Verdict
+	e := &storage.DeviceEvent{
+		ID:        NewEventID(v.VisitorID, m.Now),
+		Account:   m.Account,
+		Created:   m.Now,
+		Origin:    m.Origin,
+		Addr:      m.Addr,
+		Schema:    m.Schema,
+		Signals:   m.Signals,
+		Flags:     flagsOf(v),
+		Tampering: uint16(v.TamperingScore*10000 + 0.5),
+		Checked:   uint8(v.Checked),
+		VisitorID: v.VisitorID,
+	}
+	for _, f := range v.Findings {
+		e.Findings = append(e.Findings, string(f))
+	}
+	c.Record(e)
+	return e.ID, nil
+}
+
+// Peek finds the account's event without counting a use when it is already
+// stored, so that issuing a device-evidence challenge does not make the
+// evaluation that follows a replay; an event not stored yet (or without a
+// store) goes through Resolve, which counts one. It reads the store on the
+// caller's goroutine: keep it off the evaluate path.
+func (c *Client) Peek(m Resolve) (Resolved, error) {
+	if c.stopped.Load() {
+		return Resolved{}, ErrStopped
+	}
+	if c.store != nil {
+		e, err := c.store.GetEvent(m.ID)
+		switch {
+		case err == nil && e.Account == m.Account:
+			return Resolved{Found: true, Event: *e}, nil
+		case err == nil:
+			return Resolved{}, nil
+		case !errors.Is(err, storage.ErrNotFound):
+			return Resolved{}, fmt.Errorf("device event: %w", err)
+		}
+	}
+	return c.Resolve(m)
 }
 
 // Resolve looks an event up for an evaluation and records the use, in one

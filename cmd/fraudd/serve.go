@@ -332,7 +332,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive("network-token")), Devices: devices, VisitorKey: master.Derive("visitor-id"),
-		DeviceHist: devHist, Challenges: challenges, Events: db})
+		DeviceHist: devHist, Challenges: challenges})
 
 	if cfg.debugAddr != "" {
 		startDebug(cfg.debugAddr, log)

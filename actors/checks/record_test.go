@@ -1,4 +1,4 @@
-package fastapi
+package checks
 
 import (
 	"net/netip"

@@ -1,0 +1,244 @@
+package checks
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/iplimit"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/internal/accesstoken"
+)
+
+// SandboxKey is the public sandbox key (SPEC §5.3).
+const SandboxKey = "sk_test_sandbox"
+
+// Call is one request as the pipeline sees it. The transport sets Addr and
+// Now; Admit sets who is calling; a charge sets RateLimit. Transports pool it
+// with their own per-request state.
+type Call struct {
+	// Addr is the caller's address: the connection's, or the right-most
+	// untrusted X-Forwarded-For hop behind a trusted proxy
+	// (CLARIFICATIONS.md: Addresses).
+	Addr netip.Addr
+	// Now is stamped once per request; nothing below reads the clock.
+	Now time.Time
+	// Auth is the account and the key that authenticated; zero when the
+	// caller is anonymous or holds the sandbox key.
+	Auth    accounts.Auth
+	Sandbox bool
+	// RateLimit is set by a charge of a capped account: the X-RateLimit-*
+	// figures the answer carries.
+	RateLimit RateLimit
+}
+
+// liveKey reports whether a live key authenticated (the current one or the
+// previous one in its grace): not the personal test key, not the sandbox.
+func (c *Call) liveKey() bool { return c.Auth.View != nil && c.Auth.Kind != accounts.KeyTest }
+
+// Credential is the secret a caller presented, as the transport read it
+// (fastapi: the Authorization bearer): an API key, an OAuth access token or
+// the sandbox key.
+type Credential struct {
+	Key  string // "" when none was read
+	Hint string // why none was read (the 401's hint), when Key is ""
+}
+
+// Access is one row of the admission table: what an operation asks of its
+// caller before it runs.
+type Access struct {
+	// Key: a secret key or an OAuth access token is required.
+	Key bool
+	// Allowlist: the live key's IP allowlist applies (the test key is
+	// always exempt).
+	Allowlist bool
+	// Sandbox: the public sandbox key is accepted.
+	Sandbox bool
+	// Limits are the per-address limiters the operation takes, in the same
+	// iplimit hop as the lockout check.
+	Limits iplimit.Kinds
+}
+
+// The admission table (SPEC §4, §5, §8). An operation that is not here
+// takes no limit and needs no key.
+var (
+	AccessEvaluate  = Access{Key: true, Allowlist: true, Sandbox: true}
+	AccessLookup    = Access{Key: true, Allowlist: true}
+	AccessChallenge = Access{Key: true, Allowlist: true}
+	// AccessMCP is /mcp with a bearer; without one the caller is anonymous
+	// and lookup_ip takes the free tool's limits (FreeLookup).
+	AccessMCP     = Access{Key: true, Allowlist: true}
+	AccessUsage   = Access{Key: true, Limits: iplimit.Of(iplimit.Usage)}
+	AccessSample  = Access{Limits: iplimit.Of(iplimit.Sample)}
+	AccessFeed    = Access{Limits: iplimit.Of(iplimit.Feed)}
+	AccessCollect = Access{Limits: iplimit.Of(iplimit.Protect, iplimit.Collect)}
+)
+
+// Admit lets a caller into an operation with access a. With a key it
+// resolves the credential into c.Auth (or c.Sandbox), then takes in one
+// iplimit hop the lockout check, the per-address protection limit (which
+// approved public-interest keys pass) and a's own limiters; an invalid
+// credential counts toward the lockout. Without a key it takes a's limiters.
+func (s *Service) Admit(c *Call, cred Credential, a Access) *Refusal {
+	if !a.Key {
+		if a.Limits == 0 {
+			return nil
+		}
+		return s.takeLimits(c, a.Limits)
+	}
+	if !s.store.Available() {
+		return RefuseStorage
+	}
+	key := cred.Key
+	var auth accounts.Auth
+	valid := false
+	switch {
+	case key == "":
+	case key == SandboxKey:
+		c.Sandbox, valid = true, true
+	case accesstoken.LooksLikeJWT(key):
+		// An OAuth access token authenticates as the account's current key
+		// of its type while the key it was minted from still works.
+		if t, err := s.tokens.Verify(key, c.Now); err == nil {
+			auth, valid = s.accounts.ResolveToken(t.Account, t.Test, t.Generation, c.Now)
+		}
+	default:
+		auth, valid = s.accounts.Authenticate(key, c.Now)
+	}
+	kinds := iplimit.Of(iplimit.AuthFail)
+	if valid {
+		kinds |= a.Limits
+		if c.Sandbox || auth.View.Plan != quota.PlanPublicInterest {
+			kinds |= iplimit.Of(iplimit.Protect)
+		}
+	}
+	if ref := s.takeLimits(c, kinds); ref != nil {
+		return ref
+	}
+	switch {
+	case key == "":
+		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgMissingKey, Hint: cred.Hint}
+	case c.Sandbox && !a.Sandbox:
+		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgInvalidKey, Hint: HintSandboxOnly}
+	case !valid:
+		s.limits.Fail(c.Addr, c.Now)
+		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgInvalidKey, Hint: invalidKeyHint(key)}
+	case c.Sandbox:
+		return nil
+	case auth.View.Suspended:
+		return refuseSuspended
+	case a.Allowlist && auth.Kind != accounts.KeyTest && !auth.View.Allowed(c.Addr):
+		return &Refusal{Status: http.StatusForbidden, Msg: MsgNotAllowlisted, Hint: fmt.Sprintf(HintNotAllowlisted, c.Addr)}
+	}
+	c.Auth = auth
+	return nil
+}
+
+// invalidKeyHint names the likely cause of a key that did not authenticate.
+func invalidKeyHint(key string) string {
+	switch {
+	case accesstoken.LooksLikeJWT(key):
+		return HintExpiredToken
+	case key == "undefined" || key == "null" || key == "None" || key == "nil":
+		return fmt.Sprintf(HintUnsetKey, key)
+	case strings.HasPrefix(key, accounts.PrefixPublishable):
+		return HintPublishable
+	case strings.ContainsAny(key, " \t\r\n"):
+		return HintWhitespace
+	case strings.HasPrefix(key, "Bearer ") || strings.HasPrefix(key, "bearer "):
+		return HintBearerTwice
+	case !strings.HasPrefix(key, accounts.PrefixLive) && !strings.HasPrefix(key, accounts.PrefixTest):
+		return HintKeyPrefix
+	default:
+		return HintUnknownKey
+	}
+}
+
+// takeLimits takes the given per-address limiters for the caller.
+func (s *Service) takeLimits(c *Call, kinds iplimit.Kinds) *Refusal {
+	v, err := s.limits.Take(kinds, c.Addr, c.Now)
+	if err != nil {
+		return ServerError(fmt.Errorf("per-address limits: %w", err))
+	}
+	if v.Allowed {
+		return nil
+	}
+	ref := &Refusal{Status: http.StatusTooManyRequests, Msg: MsgTooMany, RetryAfter: v.RetryAfter}
+	switch v.Kind {
+	case iplimit.AuthFail:
+		ref.Msg, ref.RetryAfter = MsgLockedOut, RetryAfterLockout
+	case iplimit.Usage:
+		ref.RetryAfter = RetryAfterUsage
+	}
+	return ref
+}
+
+// What a charged call counts toward, by what it turned out to be: the
+// charge table (SPEC §8 and 2.8.6, CLARIFICATIONS.md "Quotas"). Every row
+// takes one request from the hourly bucket of the key that authenticated
+// (live and test apart; a previous live key in grace uses the live one):
+// every attempt counts there, 400s included. Test tokens and the sandbox
+// never count toward the month; test-key calls do. total_evaluations leaves
+// out test-key calls, test tokens, 400s and the bare degraded allow. The
+// sandbox key, anonymous calls, usage and the challenge are never charged.
+type outcome uint8
+
+const (
+	evalToken      outcome = iota // evaluate with a verified network token
+	evalDegraded                  // evaluate without a token: the degraded answer
+	evalTestToken                 // evaluate with a fixed test_* token
+	evalRejected                  // evaluate answered 400
+	lookupAnswered                // a lookup of one public address (HTTP or MCP)
+	lookupRejected                // a lookup answered 400 (not one public address)
+)
+
+// total says when a charged call counts toward total_evaluations.
+type total uint8
+
+const (
+	totalNever   total = iota
+	totalLiveKey       // unless the personal test key
+	// totalAfterScoring: live key, unless the answer is the bare degraded
+	// allow; known only after scoring, so recorded then (record.go).
+	totalAfterScoring
+)
+
+var charges = [...]struct {
+	kind    quota.Kind
+	monthly bool
+	total   total
+}{
+	evalToken:      {quota.Evaluate, true, totalLiveKey},
+	evalDegraded:   {quota.Evaluate, true, totalAfterScoring},
+	evalTestToken:  {quota.Evaluate, false, totalNever},
+	evalRejected:   {quota.Evaluate, false, totalNever},
+	lookupAnswered: {quota.Lookup, true, totalLiveKey},
+	lookupRejected: {quota.Lookup, false, totalNever},
+}
+
+// charge checks and charges one call of the authenticated account in one
+// quota hop, by its row of the charge table, and sets c.RateLimit. Charge
+// before any other work, so a refused call costs nothing else.
+func (s *Service) charge(c *Call, o outcome) *Refusal {
+	row := charges[o]
+	v := c.Auth.View
+	res, err := s.quota.Charge(quota.Charge{
+		Account: v.ID, Bucket: bucketOf(c.Auth.Kind), Kind: row.kind, Limits: limitsOf(v, c.Now), Hourly: true, Monthly: row.monthly, Total: row.total == totalLiveKey && c.liveKey(), Now: c.Now,
+	})
+	if err != nil {
+		return storageUnavailable(fmt.Errorf("quota charge for %s: %w", v.ID, err))
+	}
+	if res.Capped {
+		c.RateLimit = RateLimit{Capped: true, Limit: res.Limit, Remaining: res.Remaining, Reset: res.Reset}
+	}
+	switch res.Refusal {
+	case quota.RefusedMonthly:
+		return &Refusal{Status: http.StatusTooManyRequests, Msg: MsgMonthly, Code: CodeMonthly, RetryAfter: res.RetryAfter, RateLimit: c.RateLimit}
+	case quota.RefusedHourly:
+		return &Refusal{Status: http.StatusTooManyRequests, Msg: MsgHourly, Hint: HintHourly, RetryAfter: res.RetryAfter, RateLimit: c.RateLimit}
+	}
+	return nil
+}

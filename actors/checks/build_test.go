@@ -1,0 +1,164 @@
+package checks
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/wire"
+)
+
+func encodeBody(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func newDeviceHist(t *testing.T) *devicehist.Client {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	c, err := devicehist.New(sys.Root, devicehist.Config{Shards: 2, Secret: secrets.FromBytes([]byte("unit"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	return c
+}
+
+// TestAccountObjectShape pins the `account` object's keys, their order and
+// its nulls.
+func TestAccountObjectShape(t *testing.T) {
+	var b histBlock
+	full := devicehist.Facts{Device: true, Account: true, DeviceAccounts24h: 3, AccountDevices24h: 2, IPAccounts24h: 4, IPCounted: true, NewDevice: true, RelatedAccounts90d: 5}
+	if got, want := encodeBody(t, b.account(&full, true)),
+		`{"accounts_24h_on_this_device":3,"devices_24h_for_this_account":2,"accounts_24h_from_this_ip":4,"new_device":true,"related_accounts_90d":5}`; got != want {
+		t.Fatalf("full:\n got %s\nwant %s", got, want)
+	}
+	bare := devicehist.Facts{Account: true, AccountDevices24h: 1}
+	if got, want := encodeBody(t, b.account(&bare, true)),
+		`{"accounts_24h_on_this_device":null,"devices_24h_for_this_account":1,"accounts_24h_from_this_ip":null,"new_device":null,"related_accounts_90d":0}`; got != want {
+		t.Fatalf("no device, shared exit:\n got %s\nwant %s", got, want)
+	}
+	if b.account(&full, false) != nil || b.account(&devicehist.Facts{Device: true}, true) != nil {
+		t.Fatal("account object without a live key or an accountId")
+	}
+	if a := scoreAccount(&full, true); a != (score.Account{DeviceAccounts24h: 3, AccountDevices24h: 2, IPAccounts24h: 4, NewDevice: true}) {
+		t.Fatalf("score account: %+v", a)
+	}
+	if a := scoreAccount(&full, false); a != (score.Account{}) {
+		t.Fatalf("score account off a live key: %+v", a)
+	}
+	if a := scoreAccount(&bare, true); a != (score.Account{AccountDevices24h: 1}) {
+		t.Fatalf("score account without device or address: %+v", a)
+	}
+}
+
+func TestDeviceHistoryFields(t *testing.T) {
+	var b histBlock
+	f := devicehist.Facts{Device: true, Account: true, LinkedAccounts: 2, Visits24h: 3,
+		History: devicehist.History{Visits: 3, FirstSeen: fixedNow.Add(-2 * time.Hour), LastSeen: fixedNow, Accounts: 2}}
+	var d wire.EvalDevice
+	h := b.device(&d, &f)
+	if d.LinkedAccounts == nil || *d.LinkedAccounts != 2 || !d.MultiAccount {
+		t.Fatalf("device fields: %+v", d)
+	}
+	if got, want := encodeBody(t, h),
+		`{"visits":3,"returning":true,"first_seen":"2026-11-22T10:00:00Z","last_seen":"2026-11-22T12:00:00Z","accounts":2,"window_days":90}`; got != want {
+		t.Fatalf("customer_history:\n got %s\nwant %s", got, want)
+	}
+	// Without an accountId: no linked_accounts, no multi_account.
+	f.Account = false
+	if b.device(&d, &f); d.LinkedAccounts != nil || d.MultiAccount {
+		t.Fatalf("without account: %+v", d)
+	}
+	// Without device-history facts (observe failed): no customer_history.
+	if h := b.device(&d, &devicehist.Facts{}); h != nil {
+		t.Fatal("customer_history without facts")
+	}
+
+	var in score.Input
+	in.Device.Present = true
+	f = devicehist.Facts{Device: true, Account: true, LinkedAccounts: 2, Visits24h: devicehist.HighActivityVisits24h}
+	applyHistory(&in, &f, true, 1, fixedNow, fixedNow)
+	if !in.Device.HighActivity || !in.Device.MultiAccount {
+		t.Fatalf("score device: %+v", in.Device)
+	}
+	f.Visits24h, f.LinkedAccounts = 1, 1
+	applyHistory(&in, &f, true, devicehist.HighActivityDaily, fixedNow.Add(-time.Hour), fixedNow)
+	if !in.Device.HighActivity || in.Device.MultiAccount {
+		t.Fatalf("global high activity: %+v", in.Device)
+	}
+}
+
+// TestDeviceSightingsFields: times_seen, first_seen and returning come from
+// the device's global sightings alone, written once.
+func TestDeviceSightingsFields(t *testing.T) {
+	ev := getEvaluation()
+	defer ev.Release()
+	ev.in.Device = score.Device{Present: true, VisitorID: "v1"}
+	ev.seen = deviceSeen{checked: []string{"automation"}, timesSeen: 7, firstSeen: time.Date(2026, 10, 1, 8, 0, 0, 0, time.FixedZone("x", 3600))}
+	ev.opts.seen = &ev.seen
+	score.Evaluate(&ev.in, &ev.res)
+	ev.build()
+	d := ev.Body().Device
+	if d.TimesSeen != 7 || d.FirstSeen != "2026-10-01T07:00:00Z" || !d.Returning || d.LinkedAccounts != nil || d.CustomerHistory != nil {
+		t.Fatalf("without history: %+v", d)
+	}
+	ev.histFacts = devicehist.Facts{Device: true, Account: true, LinkedAccounts: 2, History: devicehist.History{Visits: 1, FirstSeen: fixedNow, LastSeen: fixedNow}}
+	ev.opts.hist = &ev.histFacts
+	ev.build()
+	d = ev.Body().Device
+	if d.TimesSeen != 7 || d.FirstSeen != "2026-10-01T07:00:00Z" || d.LinkedAccounts == nil || *d.LinkedAccounts != 2 || d.CustomerHistory == nil {
+		t.Fatalf("with history: %+v", d)
+	}
+}
+
+func TestObserveDeviceFromRequest(t *testing.T) {
+	ts := newTestService(t, Config{History: newDeviceHist(t)})
+	c := ts.call(accounts.KeyLive)
+	n := score.Network{IP: netip.MustParseAddr("73.5.5.5")}
+	f, err := ts.observeDevice(c, "ev_1", "visitor1", "user-1", &n)
+	if err != nil || !f.Device || !f.Account || !f.IPCounted || f.History.Visits != 1 {
+		t.Fatalf("live: %v %+v", err, f)
+	}
+	// A VPN exit is not counted; the test key records nothing.
+	n.VPN = true
+	c.Auth.Kind = accounts.KeyTest
+	f, err = ts.observeDevice(c, "ev_2", "visitor1", "user-2", &n)
+	if err != nil || f.IPCounted || f.History.Visits != 2 || f.LinkedAccounts != 2 {
+		t.Fatalf("test key on a VPN: %v %+v", err, f)
+	}
+	c.Auth.Kind = accounts.KeyLive
+	n = score.Network{Degraded: true}
+	if f, _ = ts.observeDevice(c, "ev_3", "visitor1", "user-1", &n); f.History.Visits != 2 || f.LinkedAccounts != 1 || f.IPCounted {
+		t.Fatalf("degraded: %+v", f)
+	}
+	if f, err = ts.observeDevice(c, "", "", "", &n); err != nil || f != (devicehist.Facts{}) {
+		t.Fatalf("nothing sent: %v %+v", err, f)
+	}
+}
+
+// TestHistBlockAllocs: filling the wire shapes allocates nothing.
+func TestHistBlockAllocs(t *testing.T) {
+	var b histBlock
+	var d wire.EvalDevice
+	f := devicehist.Facts{Device: true, Account: true, LinkedAccounts: 2, IPCounted: true,
+		History: devicehist.History{Visits: 3, FirstSeen: fixedNow, LastSeen: fixedNow, Accounts: 2}}
+	if n := testing.AllocsPerRun(100, func() {
+		b.device(&d, &f)
+		b.account(&f, true)
+	}); n != 0 {
+		t.Fatalf("%.0f allocations", n)
+	}
+}

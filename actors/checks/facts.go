@@ -1,0 +1,264 @@
+package checks
+
+import (
+	"strings"
+	"time"
+
+	"github.com/fraudd/fraudd/actors/challenge"
+	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/intel/evidence"
+	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/wire"
+)
+
+// resolveFacts is the resolve stage of a visitor check: every actor call an
+// evaluation waits on after its charge is made here, in this order.
+//
+//	call                 when                                       actor
+//	events.Resolve       a fingerprintEventId was sent              actors/events
+//	challenge.Submit     evidence was sent and the event resolved   actors/challenge
+//	devicehist.Observe   a resolved device or an accountId          actors/devicehist
+//
+// Each is one round trip answered on a pooled channel, and each fails open:
+// the answer goes on without what it could not read. The second and third
+// need the first's visitor id. Before them Admit took the per-address
+// limiters (actors/iplimit) and the charge went to actors/quota, one round
+// trip each: a live evaluation with a device event and an accountId waits
+// on four in a row.
+func (s *Service) resolveFacts(c *Call, ev *Evaluation, req *EvalRequest) {
+	account := c.Auth.View.ID
+	s.resolveDevice(c, ev, req.FingerprintEventID, account)
+	if (req.GPUEvidence != nil || req.BrowserEvidence != nil) && ev.in.Device.Present {
+		s.submitEvidence(c, ev, req, account)
+	}
+	s.observeHistory(c, ev, req)
+}
+
+// resolveDevice resolves fingerprintEventId and sets device_status: ok when
+// the event resolved for this account, unavailable when an id was sent that
+// did not (unknown, malformed, another account's, pruned, or the device
+// store failing), not_sent otherwise. Without a resolved event the engine
+// sees no device (SPEC 2.8.7: network-only decision, no device object, not
+// degraded).
+func (s *Service) resolveDevice(c *Call, ev *Evaluation, eventID, account string) {
+	o := &ev.opts
+	o.deviceStatus = "not_sent"
+	if eventID == "" {
+		return
+	}
+	o.deviceStatus = "unavailable"
+	id, ok := events.ParseEventID(eventID)
+	if !ok {
+		return
+	}
+	res, err := s.events.Resolve(events.Resolve{ID: id, Account: account, Now: c.Now})
+	if err != nil {
+		s.log.Warn("device event not resolved", "err", err)
+		return
+	}
+	if !res.Found {
+		return
+	}
+	o.deviceStatus = "ok"
+	v := res.Verdict()
+	ev.in.Device = score.Device{
+		Present: true, Automation: v.Automation, Antidetect: v.Antidetect, Emulator: v.Emulator,
+		VirtualMachine: v.VirtualMachine, Incognito: v.Incognito, PrivacyMode: v.PrivacyMode,
+		IPBlocklisted: v.IPBlocklisted, Complete: v.Complete, TamperingScore: v.TamperingScore,
+		VisitorID: v.VisitorID,
+	}
+	created := res.Event.Created
+	first := res.History.FirstSeen
+	if first.IsZero() {
+		first = created
+	}
+	ev.seen = deviceSeen{checked: v.Checked.Names(), timesSeen: max(res.History.TimesSeen, 1), firstSeen: first}
+	o.seen = &ev.seen
+	o.deviceAgeS = max(int64(c.Now.Sub(created)/time.Second), 0)
+	o.deviceReplayed = res.Replayed
+}
+
+// submitEvidence handles gpuEvidence / browserEvidence after the event
+// resolved: validate, consume the challenge and record, in one hop.
+// browserEvidence takes precedence when both are sent. Results show under
+// device; findings only raise allow to review (score.Consistency).
+func (s *Service) submitEvidence(c *Call, ev *Evaluation, req *EvalRequest, account string) {
+	beta := c.Auth.View.DeviceEvidenceBeta
+	if req.BrowserEvidence != nil {
+		ev.opts.browserEv = s.browserEvidence(c, ev, req, account, beta)
+		return
+	}
+	ev.opts.gpuEv = s.gpuEvidence(c, ev, req, account, beta)
+}
+
+func (s *Service) gpuEvidence(c *Call, ev *Evaluation, req *EvalRequest, account string, beta bool) *wire.GPUEvidence {
+	out := &wire.GPUEvidence{}
+	if !beta {
+		s.purgeEvidence(account)
+		out.Status = challenge.StatusDisabled
+		return out
+	}
+	g, err := evidence.ParseGPU(req.GPUEvidence)
+	if err != nil {
+		out.Status = challenge.StatusInvalid
+		return out
+	}
+	res, err := s.challenges.Submit(challenge.Submit{
+		Customer: strings.Clone(account), Event: canonicalEventID(req.FingerprintEventID),
+		Device: ev.in.Device.VisitorID, Challenge: g.Challenge, GPU: &g.Features, Now: c.Now,
+	})
+	if err != nil {
+		s.log.Warn("gpu evidence not recorded", "err", err)
+		out.Status = challenge.StatusUnavailable
+		return out
+	}
+	out.Status = res.Status
+	if res.HasNearest {
+		d := res.RMS
+		out.NearestDevice, out.RMSDistance = res.Nearest, &d
+	}
+	return out
+}
+
+// Findings of the browser-consistency evidence (SPEC 2.6).
+const (
+	findingGPU           = "gpu_inconsistent"
+	findingRandomization = "antidetect_randomization"
+	findingBurst         = "antidetect_profile_burst"
+)
+
+func (s *Service) browserEvidence(c *Call, ev *Evaluation, req *EvalRequest, account string, beta bool) *wire.BrowserConsistency {
+	out := &wire.BrowserConsistency{Experimental: true, Source: "browser_reported", Findings: []string{}, Checks: []wire.ConsistencyCheck{}}
+	if !beta {
+		s.purgeEvidence(account)
+		out.Status = "disabled"
+		return out
+	}
+	b, err := evidence.ParseBrowser(req.BrowserEvidence)
+	if err != nil {
+		out.Status = "invalid"
+		return out
+	}
+	res, err := s.challenges.Submit(challenge.Submit{
+		Customer: strings.Clone(account), Event: canonicalEventID(req.FingerprintEventID),
+		Device: ev.in.Device.VisitorID, Challenge: b.Challenge, AccountID: strings.Clone(req.AccountID),
+		Browser: &b, Now: c.Now,
+	})
+	switch {
+	case err != nil:
+		s.log.Warn("browser evidence not checked", "err", err)
+		out.Status = "unavailable"
+		return out
+	case !res.Accepted:
+		out.Status = "replay"
+		return out
+	}
+	rep := evidence.Compare(&b)
+	out.Status = rep.Status
+	for _, ck := range rep.Checks {
+		out.Checks = append(out.Checks, wire.ConsistencyCheck{Name: ck.Name, Status: ck.Status})
+	}
+	cons := &ev.in.Consistency
+	if rep.GPUInconsistent {
+		cons.GPUInconsistent = true
+		out.Findings = append(out.Findings, findingGPU)
+	}
+	if res.Randomization {
+		cons.AntidetectRandomization = true
+		out.Findings = append(out.Findings, findingRandomization)
+	}
+	if res.ProfileBurst {
+		cons.AntidetectProfileBurst = true
+		out.Findings = append(out.Findings, findingBurst)
+	}
+	if len(out.Findings) > 0 {
+		out.Status = "inconsistent"
+	}
+	return out
+}
+
+// purgeEvidence deletes what the beta kept for an account whose beta is off
+// (SPEC §8: disabling the beta deletes samples and challenges). It runs on
+// the account's next challenge or evidence submission.
+func (s *Service) purgeEvidence(account string) {
+	if err := s.challenges.Purge(strings.Clone(account)); err != nil {
+		s.log.Warn("device evidence not purged", "err", err)
+	}
+}
+
+// canonicalEventID is the event id as the challenge recorded it.
+func canonicalEventID(id string) string {
+	if b, ok := events.ParseEventID(id); ok {
+		return events.FormatEventID(b)
+	}
+	return strings.Clone(id)
+}
+
+// observeHistory runs the device-history call of a visitor check and feeds
+// the facts it answers to the engine and the builder. A failure is logged
+// and the answer goes on without history.
+func (s *Service) observeHistory(c *Call, ev *Evaluation, req *EvalRequest) {
+	deviceID := ""
+	if ev.in.Device.Present {
+		deviceID = ev.in.Device.VisitorID
+	}
+	f, err := s.observeDevice(c, req.FingerprintEventID, deviceID, req.AccountID, &ev.in.Network)
+	if err != nil {
+		s.log.Warn("device history not observed", "err", err)
+		return
+	}
+	ev.histFacts = f
+	ev.opts.hist = &ev.histFacts
+	var timesSeen int64
+	var firstSeen time.Time
+	if sn := ev.opts.seen; sn != nil {
+		timesSeen, firstSeen = sn.timesSeen, sn.firstSeen
+	}
+	applyHistory(&ev.in, &ev.histFacts, c.liveKey(), timesSeen, firstSeen, c.Now)
+}
+
+// observeDevice records an evaluation's device and account evidence on the
+// customer's device-history shard and answers its facts, in one round trip.
+// deviceID is the resolved event's visitor id ("" without device evidence),
+// accountID the request's accountId ("" when not sent). The personal test
+// key reads without recording. Errors mean "no facts".
+func (s *Service) observeDevice(c *Call, eventID, deviceID, accountID string, n *score.Network) (devicehist.Facts, error) {
+	o := devicehist.Observation{
+		Customer: c.Auth.View.ID, Test: !c.liveKey(),
+		EventID: eventID, DeviceID: deviceID, AccountID: accountID,
+		SharedExit: n.SharedExit(), Now: c.Now,
+	}
+	if !n.Degraded {
+		o.IP = n.IP
+	}
+	return s.history.Observe(o)
+}
+
+// applyHistory sets the engine inputs that come from device history:
+// high_activity (the customer's own 24 h visits, or the device's global
+// sightings: timesSeen, firstSeen) and multi_account when a device event
+// resolved, and the account counts when an accountId came with a live key.
+func applyHistory(in *score.Input, f *devicehist.Facts, liveKey bool, timesSeen int64, firstSeen, now time.Time) {
+	if in.Device.Present {
+		in.Device.HighActivity = devicehist.HighActivity(f.Visits24h, timesSeen, firstSeen, now)
+		in.Device.MultiAccount = f.Device && f.Account && f.LinkedAccounts > 1
+	}
+	in.Account = scoreAccount(f, liveKey)
+}
+
+// scoreAccount is the engine's view of the account object; zero (no
+// account reasons) without an accountId or off a live key.
+func scoreAccount(f *devicehist.Facts, liveKey bool) score.Account {
+	if !liveKey || !f.Account {
+		return score.Account{}
+	}
+	a := score.Account{AccountDevices24h: f.AccountDevices24h}
+	if f.Device {
+		a.DeviceAccounts24h, a.NewDevice = f.DeviceAccounts24h, f.NewDevice
+	}
+	if f.IPCounted {
+		a.IPAccounts24h = f.IPAccounts24h
+	}
+	return a
+}
