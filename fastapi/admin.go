@@ -17,7 +17,6 @@ import (
 	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/score"
-	"github.com/fraudd/fraudd/storage"
 	"github.com/fraudd/fraudd/wire"
 )
 
@@ -46,7 +45,7 @@ func (s *Server) adminFailure(ctx *fasthttp.RequestCtx, where string, err error)
 		s.writeError(ctx, fasthttp.StatusNotFound, "Account not found.", "", "")
 	case errors.Is(err, accounts.ErrExists):
 		s.writeError(ctx, fasthttp.StatusConflict, "An account with this email already exists.", "", "")
-	case errors.Is(err, storage.ErrUnavailable):
+	case errors.Is(err, accounts.ErrUnavailable):
 		s.storageUnavailable(ctx)
 	default:
 		s.serverError(ctx, where, err)
@@ -326,7 +325,7 @@ func (s *Server) adminGetRules(ctx *fasthttp.RequestCtx, r *request) {
 	}
 }
 
-func rulesWire(rules []storage.Rule) []wire.Rule {
+func rulesWire(rules []accounts.Rule) []wire.Rule {
 	out := make([]wire.Rule, 0, len(rules))
 	for _, x := range rules {
 		out = append(out, wire.Rule{Signal: x.Signal, Action: x.Action})
@@ -334,7 +333,7 @@ func rulesWire(rules []storage.Rule) []wire.Rule {
 	return out
 }
 
-func pinsWire(pins []storage.Pin) []wire.Pin {
+func pinsWire(pins []accounts.Pin) []wire.Pin {
 	out := make([]wire.Pin, 0, len(pins))
 	for _, p := range pins {
 		out = append(out, wire.Pin{IP: p.IP, VisitorID: p.VisitorID, Action: p.Action, Label: p.Label})
@@ -349,7 +348,7 @@ func (s *Server) adminPutRules(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	parsed := make([]score.Rule, 0, len(in))
-	rules := make([]storage.Rule, 0, len(in))
+	rules := make([]accounts.Rule, 0, len(in))
 	for i, x := range in {
 		sr, err := score.ParseRule(x.Signal, x.Action)
 		if err != nil {
@@ -357,7 +356,7 @@ func (s *Server) adminPutRules(ctx *fasthttp.RequestCtx, r *request) {
 			return
 		}
 		parsed = append(parsed, sr)
-		rules = append(rules, storage.Rule{Signal: x.Signal, Action: x.Action})
+		rules = append(rules, accounts.Rule{Signal: x.Signal, Action: x.Action})
 	}
 	if err := score.ValidateRules(parsed); err != nil {
 		s.badRequest(ctx, "%v.", err)
@@ -387,7 +386,7 @@ func (s *Server) adminPutPins(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	parsed := make([]score.Pin, 0, len(in))
-	pins := make([]storage.Pin, 0, len(in))
+	pins := make([]accounts.Pin, 0, len(in))
 	for i, p := range in {
 		sp, err := score.ParsePin(p.IP, p.VisitorID, p.Action, p.Label)
 		if err != nil {
@@ -395,7 +394,7 @@ func (s *Server) adminPutPins(ctx *fasthttp.RequestCtx, r *request) {
 			return
 		}
 		parsed = append(parsed, sp)
-		stored := storage.Pin{VisitorID: p.VisitorID, Action: p.Action, Label: p.Label}
+		stored := accounts.Pin{VisitorID: p.VisitorID, Action: p.Action, Label: p.Label}
 		if sp.IsIP() {
 			stored.IP = sp.Prefix.String()
 		}

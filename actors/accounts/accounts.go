@@ -69,6 +69,18 @@ var (
 	ErrNotFound = errors.New("account not found")
 	ErrExists   = errors.New("email already registered")
 	ErrNoPrev   = errors.New("no previous live key")
+	// ErrUnavailable: the account store cannot be read or written (SPEC §7:
+	// 503 storage_unavailable); errors of every method wrap it then.
+	ErrUnavailable = storage.ErrUnavailable
+)
+
+// Rule is one custom rule of an account as the operator wrote it
+// (ADMIN.md): a signal and its action. Pin is one exception pin, by IP or
+// CIDR (canonical prefix form) or by visitor id. Both are validated with
+// intel/score's ParseRule and ParsePin before they are set.
+type (
+	Rule = storage.Rule
+	Pin  = storage.Pin
 )
 
 // View is an immutable snapshot of one account as requests see it. A change
@@ -76,8 +88,8 @@ var (
 type View struct {
 	storage.Account
 	AllowPrefixes []netip.Prefix
-	Rules         []storage.Rule
-	Pins          []storage.Pin
+	Rules         []Rule
+	Pins          []Pin
 	// Policy is Rules and Pins parsed for the engine once per change, so
 	// requests never re-parse them.
 	Policy score.Policy
@@ -139,11 +151,11 @@ func Start(root *actor.RootContext, cfg Config) (*Service, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	sealer, err := secrets.NewSealer(cfg.Master, "webhook-secret")
+	sealer, err := secrets.NewSealer(cfg.Master, secrets.LabelWebhookSecret)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, root: root, pepper: cfg.Master.Derive("api-key-pepper"), sealer: sealer}
+	s := &Service{cfg: cfg, root: root, pepper: cfg.Master.Derive(secrets.LabelAPIKeyPepper), sealer: sealer}
 	s.hashes.New = func() any { return &hasher{h: hmac.New(sha256.New, s.pepper), in: make([]byte, 0, 96)} }
 	err = cfg.DB.Accounts(func(a *storage.Account) error {
 		rules, err := cfg.DB.GetRules(a.ID)
@@ -505,14 +517,14 @@ func (s *Service) WebhookSecret(v *View) (string, error) {
 }
 
 // SetRules replaces the account's rule set (already validated by the caller).
-func (s *Service) SetRules(id string, rules []storage.Rule) (*View, error) {
+func (s *Service) SetRules(id string, rules []Rule) (*View, error) {
 	return s.setPolicy(id, func(v *View) ([]storage.Rule, []storage.Pin, error) {
 		return rules, v.Pins, s.cfg.DB.PutRules(id, rules)
 	})
 }
 
 // SetPins replaces the account's exception pins (already validated).
-func (s *Service) SetPins(id string, pins []storage.Pin) (*View, error) {
+func (s *Service) SetPins(id string, pins []Pin) (*View, error) {
 	return s.setPolicy(id, func(v *View) ([]storage.Rule, []storage.Pin, error) {
 		return v.Rules, pins, s.cfg.DB.PutPins(id, pins)
 	})

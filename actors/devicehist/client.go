@@ -42,12 +42,6 @@ const DevicesLimit = 50
 
 var sep = [1]byte{0}
 
-// Derivation labels of the master secret.
-const (
-	labelAccountHash = "devicehist-account-hash"
-	labelAccountSeal = "devicehist-account-id"
-)
-
 // Store is where the history lives; *storage.DB implements it.
 type Store interface {
 	LoadHist(r storage.HistRecord) (storage.HistStored, bool, error)
@@ -161,11 +155,11 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = time.Minute
 	}
-	sealer, err := secrets.NewSealer(cfg.Secret, labelAccountSeal)
+	sealer, err := secrets.NewSealer(cfg.Secret, secrets.LabelAccountSeal)
 	if err != nil {
 		return nil, fmt.Errorf("devicehist: %w", err)
 	}
-	hashKey := cfg.Secret.Derive(labelAccountHash)
+	hashKey := cfg.Secret.Derive(secrets.LabelAccountHash)
 	c := &Client{
 		calls:   actors.NewCalls[obsReq, Facts](cfg.Timeout),
 		lists:   actors.NewCalls[devicesReq, []DeviceView](cfg.Timeout),

@@ -350,7 +350,7 @@ func TestSealedAccountID(t *testing.T) {
 	if strings.Contains(string(r.Sealed), "user-42") {
 		t.Fatal("account id stored in the clear")
 	}
-	s, _ := secrets.NewSealer(testSecret, labelAccountSeal)
+	s, _ := secrets.NewSealer(testSecret, secrets.LabelAccountSeal)
 	if id, err := s.Open(r.Sealed); err != nil || string(id) != "user-42" {
 		t.Fatalf("sealed copy: %q %v", id, err)
 	}

@@ -270,7 +270,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	// GPU samples are stored sealed; challenges and consistency hashes are
 	// memory only (a restart expires every challenge). Stopped before Pebble
 	// closes.
-	challenges := challenge.New(system.Root, challenge.Config{Key: master.Derive("device-evidence"), Store: db, Clock: clk, Logger: log})
+	challenges := challenge.New(system.Root, challenge.Config{Key: master.Derive(secrets.LabelDeviceEvidence), Store: db, Clock: clk, Logger: log})
 	defer func() {
 		if err := challenges.Stop(); err != nil {
 			log.Error("stop device-evidence actors", "err", err)
@@ -331,7 +331,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		Logger:          log,
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
-		NetTokens: nettoken.New(master.Derive("network-token")), Devices: devices, VisitorKey: master.Derive("visitor-id"),
+		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
 		DeviceHist: devHist, Challenges: challenges})
 
 	if cfg.debugAddr != "" {

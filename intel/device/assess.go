@@ -96,7 +96,7 @@ const (
 
 // Options are the facts Assess needs beside the signals.
 type Options struct {
-	// Key keys the visitor id (secrets.Master.Derive("visitor-id")); the id
+	// Key keys the visitor id (the master secret's key for secrets.LabelVisitorID); the id
 	// is then no public fingerprint: nobody without the key can compute it
 	// from a browser's traits.
 	Key []byte

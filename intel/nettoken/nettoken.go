@@ -18,7 +18,7 @@
 // another account fails exactly like a tampered one, so a client cannot tell
 // the two apart (both are `400 Invalid token.`). A token is about 60 bytes of
 // base64 for an IPv4 visitor. The key comes from the master secret
-// (secrets.Master.Derive("network-token")); rotating the secret invalidates
+// (the master secret's key for secrets.LabelNetworkToken); rotating the secret invalidates
 // every outstanding token.
 //
 // # Expiry is advice

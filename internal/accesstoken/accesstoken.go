@@ -44,7 +44,7 @@ type Issuer struct {
 // NewIssuer derives the signing key. The kid names the key (a hash prefix), so
 // a change of master secret is visible in tokens without revealing anything.
 func NewIssuer(m secrets.Master) *Issuer {
-	k := m.Derive("oauth-access-token-hs256")
+	k := m.Derive(secrets.LabelAccessToken)
 	sum := sha256.Sum256(k)
 	return &Issuer{key: k, kid: "hs256-" + hex.EncodeToString(sum[:6])}
 }

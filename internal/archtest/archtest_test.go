@@ -48,28 +48,16 @@ func rel(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, modu
 
 func under(p, dir string) bool { r := rel(p); return r == dir || strings.HasPrefix(r, dir+"/") }
 
-// TestDependencyDirection enforces STYLE.md: intel, storage and wire import
-// nothing of ours (intel may use its own subpackages); actors never import fasthttp or
-// sonic; fastapi never imports Pebble or protoactor; only cmd reads flags.
+// TestDependencyDirection enforces STYLE.md (the rules are in forbidden):
+// intel, storage and wire import nothing of ours (intel may use its own
+// subpackages); actors never import fasthttp or sonic; fastapi never imports
+// Pebble, protoactor or storage (as Tailscale's deptest and Pebble's
+// forbidden-imports test pin theirs); only cmd reads flags.
 func TestDependencyDirection(t *testing.T) {
 	for _, p := range listPackages(t) {
 		for _, imp := range p.Imports {
-			ours := strings.HasPrefix(imp, module)
-			switch {
-			case under(p.ImportPath, "intel") && ours && !under(imp, "intel"):
-				t.Errorf("%s imports %s: intel imports nothing of ours", rel(p.ImportPath), rel(imp))
-			case under(p.ImportPath, "storage") && ours:
-				t.Errorf("%s imports %s: storage imports nothing of ours", rel(p.ImportPath), rel(imp))
-			case under(p.ImportPath, "wire") && ours:
-				t.Errorf("%s imports %s: wire (the JSON shapes) imports nothing of ours", rel(p.ImportPath), rel(imp))
-			case under(p.ImportPath, "actors") && (strings.HasPrefix(imp, "github.com/valyala/fasthttp") || strings.HasPrefix(imp, "github.com/bytedance/sonic")):
-				t.Errorf("%s imports %s: actors never import fasthttp or sonic", rel(p.ImportPath), imp)
-			case under(p.ImportPath, "fastapi") && (strings.HasPrefix(imp, "github.com/cockroachdb/pebble") || strings.HasPrefix(imp, "github.com/asynkron/protoactor-go")):
-				t.Errorf("%s imports %s: fastapi talks to typed actor clients only", rel(p.ImportPath), imp)
-			case imp == "flag" && !under(p.ImportPath, "cmd"):
-				t.Errorf("%s imports flag: only cmd/ parses flags", rel(p.ImportPath))
-			case under(p.ImportPath, "bench") && ours:
-				t.Errorf("%s imports %s: bench is black-box over HTTP", rel(p.ImportPath), rel(imp))
+			if why := forbidden(p.ImportPath, imp); why != "" {
+				t.Errorf("%s imports %s: %s", rel(p.ImportPath), rel(imp), why)
 			}
 		}
 		if under(p.ImportPath, "cmd") || under(p.ImportPath, "e2e") {
@@ -86,6 +74,53 @@ func TestDependencyDirection(t *testing.T) {
 					t.Errorf("%s/%s calls %s: only cmd/ reads the environment", rel(p.ImportPath), f, call)
 				}
 			}
+		}
+	}
+}
+
+// forbidden says why package p may not import imp, "" when it may.
+func forbidden(p, imp string) string {
+	ours := strings.HasPrefix(imp, module)
+	switch {
+	case under(p, "intel") && ours && !under(imp, "intel"):
+		return "intel imports nothing of ours"
+	case under(p, "storage") && ours:
+		return "storage imports nothing of ours"
+	case under(p, "wire") && ours:
+		return "wire (the JSON shapes) imports nothing of ours"
+	case under(p, "actors") && (strings.HasPrefix(imp, "github.com/valyala/fasthttp") || strings.HasPrefix(imp, "github.com/bytedance/sonic")):
+		return "actors never import fasthttp or sonic"
+	case under(p, "fastapi") && (strings.HasPrefix(imp, "github.com/cockroachdb/pebble") || strings.HasPrefix(imp, "github.com/asynkron/protoactor-go")):
+		return "fastapi talks to typed actor clients only"
+	case under(p, "fastapi") && ours && under(imp, "storage"):
+		return "fastapi never touches storage: stored records, store reads and key labels live behind the actors"
+	case imp == "flag" && !under(p, "cmd"):
+		return "only cmd/ parses flags"
+	case under(p, "bench") && ours:
+		return "bench is black-box over HTTP"
+	}
+	return ""
+}
+
+// TestForbiddenImports checks that the rules above fire: a test that could
+// not fail would not guard anything.
+func TestForbiddenImports(t *testing.T) {
+	for _, c := range []struct {
+		p, imp string
+		bad    bool
+	}{
+		{module + "/fastapi", module + "/storage", true},
+		{module + "/fastapi/collector", module + "/storage", true},
+		{module + "/fastapi", "github.com/cockroachdb/pebble/v2", true},
+		{module + "/fastapi", module + "/actors/checks", false},
+		{module + "/actors/checks", module + "/storage", false},
+		{module + "/actors/checks", "github.com/valyala/fasthttp", true},
+		{module + "/wire", module + "/intel/score", true},
+		{module + "/intel/score", module + "/intel/ipaddr", false},
+		{module + "/intel/score", module + "/storage", true},
+	} {
+		if got := forbidden(c.p, c.imp) != ""; got != c.bad {
+			t.Errorf("%s → %s: forbidden %v, want %v", rel(c.p), rel(c.imp), got, c.bad)
 		}
 	}
 }

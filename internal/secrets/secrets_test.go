@@ -49,3 +49,30 @@ func TestRandom62(t *testing.T) {
 		t.Fatal("RandomHex length")
 	}
 }
+
+// TestLabelsPinned: a derivation label never changes (labels.go). Each value
+// here is the label as first shipped; editing one must fail this test.
+func TestLabelsPinned(t *testing.T) {
+	for got, want := range map[string]string{
+		LabelAPIKeyPepper:   "api-key-pepper",
+		LabelWebhookSecret:  "webhook-secret",
+		LabelAccessToken:    "oauth-access-token-hs256",
+		LabelNetworkToken:   "network-token",
+		LabelVisitorID:      "visitor-id",
+		LabelDeviceEvidence: "device-evidence",
+		LabelAccountHash:    "devicehist-account-hash",
+		LabelAccountSeal:    "devicehist-account-id",
+	} {
+		if got != want {
+			t.Errorf("label %q changed to %q: keys derived from it no longer match stored data", want, got)
+		}
+	}
+	seen := map[string]bool{}
+	for _, l := range []string{LabelAPIKeyPepper, LabelWebhookSecret, LabelAccessToken, LabelNetworkToken,
+		LabelVisitorID, LabelDeviceEvidence, LabelAccountHash, LabelAccountSeal} {
+		if seen[l] {
+			t.Errorf("label %q serves two purposes", l)
+		}
+		seen[l] = true
+	}
+}
