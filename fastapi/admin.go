@@ -42,7 +42,7 @@ func (s *Server) badRequest(ctx *fasthttp.RequestCtx, format string, args ...any
 func (s *Server) adminFailure(ctx *fasthttp.RequestCtx, where string, err error) {
 	switch {
 	case errors.Is(err, accounts.ErrNotFound):
-		s.writeError(ctx, fasthttp.StatusNotFound, "Account not found.", "", "")
+		s.refuse(ctx, refuseNoAccount)
 	case errors.Is(err, accounts.ErrExists):
 		s.writeError(ctx, fasthttp.StatusConflict, "An account with this email already exists.", "", "")
 	case errors.Is(err, accounts.ErrUnavailable):
@@ -166,17 +166,21 @@ func validEmail(e string) error {
 	return nil
 }
 
-// account fetches the {id} account or answers 404.
-func (s *Server) account(ctx *fasthttp.RequestCtx, r *request) *accounts.View {
-	v := s.deps.Accounts.Get(r.param(0))
-	if v == nil {
-		s.writeError(ctx, fasthttp.StatusNotFound, "Account not found.", "", "")
+// refuseNoAccount is the admin API's 404 for an unknown {id}.
+var refuseNoAccount = &checks.Refusal{Status: fasthttp.StatusNotFound, Msg: checks.MsgAccountNotFound}
+
+// account fetches the {id} account.
+func (s *Server) account(r *request) (*accounts.View, *checks.Refusal) {
+	if v := s.deps.Accounts.Get(r.param(0)); v != nil {
+		return v, nil
 	}
-	return v
+	return nil, refuseNoAccount
 }
 
 func (s *Server) adminGetAccount(ctx *fasthttp.RequestCtx, r *request) {
-	if v := s.account(ctx, r); v != nil {
+	if v, ref := s.account(r); ref != nil {
+		s.refuse(ctx, ref)
+	} else {
 		s.writeJSON(ctx, fasthttp.StatusOK, accountView(v))
 	}
 }
@@ -195,8 +199,9 @@ func (s *Server) adminPatchAccount(ctx *fasthttp.RequestCtx, r *request) {
 		s.badRequest(ctx, "Invalid JSON body: %v.", err)
 		return
 	}
-	cur := s.account(ctx, r)
-	if cur == nil {
+	cur, ref := s.account(r)
+	if ref != nil {
+		s.refuse(ctx, ref)
 		return
 	}
 	var p accounts.Patch
@@ -320,7 +325,9 @@ func (s *Server) adminRotateTest(ctx *fasthttp.RequestCtx, r *request) {
 }
 
 func (s *Server) adminGetRules(ctx *fasthttp.RequestCtx, r *request) {
-	if v := s.account(ctx, r); v != nil {
+	if v, ref := s.account(r); ref != nil {
+		s.refuse(ctx, ref)
+	} else {
 		s.writeJSON(ctx, fasthttp.StatusOK, rulesWire(v.Rules))
 	}
 }
@@ -362,7 +369,8 @@ func (s *Server) adminPutRules(ctx *fasthttp.RequestCtx, r *request) {
 		s.badRequest(ctx, "%v.", err)
 		return
 	}
-	if s.account(ctx, r) == nil {
+	if _, ref := s.account(r); ref != nil {
+		s.refuse(ctx, ref)
 		return
 	}
 	v, err := s.deps.Accounts.SetRules(r.param(0), rules)
@@ -374,7 +382,9 @@ func (s *Server) adminPutRules(ctx *fasthttp.RequestCtx, r *request) {
 }
 
 func (s *Server) adminGetPins(ctx *fasthttp.RequestCtx, r *request) {
-	if v := s.account(ctx, r); v != nil {
+	if v, ref := s.account(r); ref != nil {
+		s.refuse(ctx, ref)
+	} else {
 		s.writeJSON(ctx, fasthttp.StatusOK, pinsWire(v.Pins))
 	}
 }
@@ -404,7 +414,8 @@ func (s *Server) adminPutPins(ctx *fasthttp.RequestCtx, r *request) {
 		s.badRequest(ctx, "%v.", err)
 		return
 	}
-	if s.account(ctx, r) == nil {
+	if _, ref := s.account(r); ref != nil {
+		s.refuse(ctx, ref)
 		return
 	}
 	v, err := s.deps.Accounts.SetPins(r.param(0), pins)

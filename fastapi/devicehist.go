@@ -12,8 +12,9 @@ import (
 // adminDevices is GET /admin/v1/accounts/{id}/devices: the account's 50 most
 // recently seen devices, newest first (ADMIN.md views, SPEC §8).
 func (s *Server) adminDevices(ctx *fasthttp.RequestCtx, r *request) {
-	v := s.account(ctx, r)
-	if v == nil {
+	v, ref := s.account(r)
+	if ref != nil {
+		s.refuse(ctx, ref)
 		return
 	}
 	out := []wire.AdminDevice{}

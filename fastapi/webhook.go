@@ -17,8 +17,9 @@ func (s *Server) allowPrivateWebhooks() bool {
 // test event (same shape as threat.detected, sample values) queued for the
 // account's receiver; 409 when no URL is set.
 func (s *Server) adminWebhookTest(ctx *fasthttp.RequestCtx, r *request) {
-	v := s.account(ctx, r)
-	if v == nil {
+	v, ref := s.account(r)
+	if ref != nil {
+		s.refuse(ctx, ref)
 		return
 	}
 	if v.WebhookURL == "" {
@@ -37,8 +38,9 @@ func (s *Server) adminWebhookTest(ctx *fasthttp.RequestCtx, r *request) {
 // adminWebhookDeliveries is GET /admin/v1/accounts/{id}/webhook/deliveries:
 // the 25 most recent delivery attempts, newest first.
 func (s *Server) adminWebhookDeliveries(ctx *fasthttp.RequestCtx, r *request) {
-	v := s.account(ctx, r)
-	if v == nil {
+	v, ref := s.account(r)
+	if ref != nil {
+		s.refuse(ctx, ref)
 		return
 	}
 	out := []wire.WebhookDelivery{}

@@ -182,8 +182,11 @@ func (s *Service) takeLimits(c *Call, kinds iplimit.Kinds) *Refusal {
 // (live and test apart; a previous live key in grace uses the live one):
 // every attempt counts there, 400s included. Test tokens and the sandbox
 // never count toward the month; test-key calls do. total_evaluations leaves
-// out test-key calls, test tokens, 400s and the bare degraded allow. The
-// sandbox key, anonymous calls, usage and the challenge are never charged.
+// out test-key calls, test tokens, 400s and the bare degraded allow; a
+// degraded answer is read as a visitor check for month_used (the SPEC names
+// only its total as left out). The sandbox key, anonymous calls, usage and
+// the challenge are never charged. (A console check, when there is one, is
+// Live, monthly, neither hourly nor total.)
 type outcome uint8
 
 const (

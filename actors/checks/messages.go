@@ -20,6 +20,9 @@ const (
 	MsgStorage     = "Service temporarily unavailable."
 	CodeStorage    = "storage_unavailable"
 
+	// The admin API (ADMIN.md); its validation messages name the field.
+	MsgAccountNotFound = "Account not found."
+
 	// Credentials (SPEC §5).
 	MsgMissingKey       = "Missing Key."
 	MsgInvalidKey       = "Invalid API Key."

@@ -4,36 +4,16 @@
 // actors by account id; one Charge message checks and charges atomically in
 // the owning shard, so under any concurrency exactly the limit is admitted.
 //
-// # What the handler passes
+// # What the caller passes
 //
 // The caller decides what a call counts toward; the actor only enforces it.
-// Stamp now once per request; use the bucket of the key that authenticated
-// (a previous live key in grace uses Live); compute Limits with LimitsFor from
-// the account record at that now.
-//
-//	call                                           Bucket  Hourly Monthly Total
-//	evaluate, live key, real token, 200            Live    yes    yes     yes
-//	evaluate, personal test key (sk_test_…), 200   Test    yes    yes     no
-//	evaluate with a fixed test_* token (own key)   key's   yes    no      no
-//	evaluate answered 400 (bad token)              key's   yes    no      no
-//	evaluate, degraded (no token), live key        Live    yes    yes     no, then CountTotal unless
-//	                                                                      it is the bare non-suspicious allow
-//	lookup / MCP lookup_ip (Kind: Lookup), live    Live    yes    yes     yes
-//	lookup / MCP lookup_ip, test key               Test    yes    yes     no
-//	lookup answered 400 (not one public IP)        key's   yes    no      no
-//	console check                                  Live    no     yes     no
-//	sandbox key sk_test_sandbox                    — never call quota —
-//	GET /v1/usage                                  Usage message; consumes nothing
-//
-// Readings behind the table: SPEC §8 and 2.8.6 say every evaluate attempt,
-// 400s and degraded answers included, uses the hourly allowance; test tokens
-// and the sandbox never count toward the month; test-key calls and console
-// checks do; total_evaluations excludes test-key calls, console checks, test
-// tokens, 400s and the bare degraded allow. We read a degraded answer as a
-// visitor check for month_used (only its total is named as omitted).
-//
-// Charge before doing the work (before device history, events, webhooks), so
-// a refused call costs nothing else. Map the answer:
+// The rules are one table in code: the charge table of actors/checks
+// (admit.go), which every transport's evaluate and lookup go through. Stamp
+// now once per request; use the bucket of the key that authenticated (a
+// previous live key in grace uses Live); compute Limits with LimitsFor from
+// the account record at that now. Charge before doing the work (before
+// device history, events, webhooks), so a refused call costs nothing else.
+// Map the answer:
 //   - Allowed: send X-RateLimit-Limit/-Remaining/-Reset from Limit, Remaining
 //     and Reset when Capped (omit them when not: public-interest accounts).
 //   - Refusal RefusedHourly: 429, Retry-After = RetryAfter.
