@@ -2,32 +2,25 @@ package storage
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 	"time"
 )
 
-// Device events and device history (the browser collector's records).
+// Device events: the browser collector's records (actors/events). Each
+// device's global sightings, which events add up to, are in sightings.go;
+// WriteDevice stores both together.
 //
 // Retention is by time-bucketed keys and range deletes, never by scanning:
 //
 //	event   prefixEvent  | day (uint32 BE, days since 1970-01-01 UTC) | id (16 bytes)
-//	history prefixDevice | period (uint16 BE, 90-day periods since 1970) | visitor hash
 //
 // An event id starts with its day (EventDay), so the id alone finds the key.
 // PruneEvents drops every day before the retention horizon with one
-// DeleteRange. A history record lives in the period of its last sighting;
-// a sighting in a later period moves it forward (LoadHistory looks in the
-// current and the previous period), and PruneHistory drops every period
-// before the previous one: a device unseen for 90 days becomes eligible,
-// and is gone within 180.
+// DeleteRange.
 
 // EventRetention is how long device events are kept.
 const EventRetention = 30 * 24 * time.Hour
-
-// HistoryPeriod is the bucket length of device history.
-const HistoryPeriod = 90 * 24 * time.Hour
 
 // EventIDLen is the binary length of an event id.
 const EventIDLen = 16
@@ -35,10 +28,7 @@ const EventIDLen = 16
 // MaxVisitorLen bounds a visitor hash.
 const MaxVisitorLen = 32
 
-const (
-	eventVersion   = 1
-	historyVersion = 1
-)
+const eventVersion = 1
 
 // Day is a UTC day number (days since 1970-01-01).
 type Day uint32
@@ -151,46 +141,6 @@ func UnmarshalEvent(b []byte) (*DeviceEvent, error) {
 	return e, nil
 }
 
-// DeviceHistory is one device's sightings (SPEC 2.2 times_seen, first_seen).
-type DeviceHistory struct {
-	Visitor   string // the keyed visitor hash (binary or hex; at most MaxVisitorLen bytes)
-	FirstSeen time.Time
-	LastSeen  time.Time
-	TimesSeen int64
-}
-
-func periodOf(t time.Time) uint16 {
-	d := uint32(DayOf(t)) / uint32(HistoryPeriod/(24*time.Hour))
-	return uint16(min(d, 0xffff))
-}
-
-func historyKey(dst []byte, period uint16, visitor string) []byte {
-	dst = append(dst, prefixDevice)
-	dst = binary.BigEndian.AppendUint16(dst, period)
-	return append(dst, visitor...)
-}
-
-// MarshalHistory appends the binary form of h (the visitor is in the key).
-func MarshalHistory(dst []byte, h *DeviceHistory) []byte {
-	dst = append(dst, historyVersion)
-	dst = appendTime(dst, h.FirstSeen)
-	dst = appendTime(dst, h.LastSeen)
-	return appendUvarint(dst, uint64(max(h.TimesSeen, 0)))
-}
-
-// UnmarshalHistory decodes MarshalHistory output.
-func UnmarshalHistory(visitor string, b []byte) (DeviceHistory, error) {
-	r := &reader{b: b}
-	if v := r.byte1(); r.err == nil && v != historyVersion {
-		return DeviceHistory{}, fmt.Errorf("history version %d: %w", v, errCorrupt)
-	}
-	h := DeviceHistory{Visitor: visitor, FirstSeen: r.time(), LastSeen: r.time(), TimesSeen: int64(r.uvarint())}
-	if r.err != nil || len(r.b) != 0 || h.TimesSeen < 0 {
-		return DeviceHistory{}, fmt.Errorf("decode history: %w", errCorrupt)
-	}
-	return h, nil
-}
-
 // GetEvent reads an event; ErrNotFound when it does not exist (never
 // existed, or pruned).
 func (d *DB) GetEvent(id [EventIDLen]byte) (*DeviceEvent, error) {
@@ -201,42 +151,18 @@ func (d *DB) GetEvent(id [EventIDLen]byte) (*DeviceEvent, error) {
 	return UnmarshalEvent(v)
 }
 
-// LoadHistory reads a device's history as of now: from the current period,
-// else the previous one. ok is false when the device has none.
-func (d *DB) LoadHistory(visitor string, now time.Time) (h DeviceHistory, ok bool, err error) {
-	if len(visitor) > MaxVisitorLen {
-		return h, false, errors.New("visitor hash too long")
-	}
-	p := periodOf(now)
-	for _, q := range []uint16{p, p - 1} {
-		if q > p { // wrapped below period 0
-			break
-		}
-		v, err := d.get(historyKey(nil, q, visitor))
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return h, false, err
-		}
-		h, err = UnmarshalHistory(visitor, v)
-		return h, err == nil, err
-	}
-	return h, false, nil
-}
-
 // DeviceWrite is one group of device records to store together.
 type DeviceWrite struct {
 	Events    []*DeviceEvent
-	Histories []*DeviceHistory
+	Sightings []*Sightings
 }
 
-// WriteDevice stores events and histories as one synced batch: when it
-// returns nil all of it survives a crash, when it fails none was written. A
-// history is written into the period of its LastSeen and removed from the
-// previous period, so one device has one record.
+// WriteDevice stores events and sightings as one batch: when it fails none
+// was written. A device's sightings are written into the period of their
+// LastSeen and removed from the previous period, so one device has one
+// record.
 func (d *DB) WriteDevice(w DeviceWrite) error {
-	if len(w.Events) == 0 && len(w.Histories) == 0 {
+	if len(w.Events) == 0 && len(w.Sightings) == 0 {
 		return nil
 	}
 	b := d.db.NewBatch()
@@ -246,17 +172,17 @@ func (d *DB) WriteDevice(w DeviceWrite) error {
 		val = MarshalEvent(val[:0], e)
 		_ = b.Set(key, val, nil)
 	}
-	for _, h := range w.Histories {
+	for _, h := range w.Sightings {
 		if len(h.Visitor) > MaxVisitorLen || h.Visitor == "" {
 			b.Close()
-			return fmt.Errorf("history visitor hash of %d bytes", len(h.Visitor))
+			return fmt.Errorf("sightings visitor hash of %d bytes", len(h.Visitor))
 		}
 		p := periodOf(h.LastSeen)
-		key = historyKey(key[:0], p, h.Visitor)
-		val = MarshalHistory(val[:0], h)
+		key = sightingsKey(key[:0], p, h.Visitor)
+		val = MarshalSightings(val[:0], h)
 		_ = b.Set(key, val, nil)
 		if p > 0 {
-			_ = b.Delete(historyKey(key[:0], p-1, h.Visitor), nil)
+			_ = b.Delete(sightingsKey(key[:0], p-1, h.Visitor), nil)
 		}
 	}
 	return d.commitBehind(b) // write-behind: synced within Options.WriteBehindSync
@@ -267,17 +193,6 @@ func (d *DB) WriteDevice(w DeviceWrite) error {
 func (d *DB) PruneEvents(before time.Time) error {
 	lo := []byte{prefixEvent}
 	hi := binary.BigEndian.AppendUint32([]byte{prefixEvent}, uint32(DayOf(before)))
-	return d.deleteRange(lo, hi)
-}
-
-// PruneHistory deletes every history period before the previous one as of now.
-func (d *DB) PruneHistory(now time.Time) error {
-	p := periodOf(now)
-	if p < 1 {
-		return nil
-	}
-	lo := []byte{prefixDevice}
-	hi := binary.BigEndian.AppendUint16([]byte{prefixDevice}, p-1)
 	return d.deleteRange(lo, hi)
 }
 

@@ -11,11 +11,11 @@ const (
 	prefixPins       byte = 0x14 // account id → exception pins
 	prefixUsage      byte = 0x20 // account id + month → monthly counters (quota actors)
 	prefixTotals     byte = 0x21 // account id → lifetime totals (quota actors)
-	prefixDevice     byte = 0x30 // 90-day period + visitor hash → global device history (times_seen, first_seen; events.go, actors/events)
+	prefixDevice     byte = 0x30 // 90-day period + visitor hash → a device's global sightings (times_seen, first_seen; sightings.go, actors/events)
 	prefixEvent      byte = 0x31 // day + event id → collector device event (events.go, actors/events)
-	prefixHist       byte = 0x32 // kind + customer + device / account hash / address → per-customer device history (devices.go, actors/devicehist)
-	prefixHistExpiry byte = 0x33 // day + kind + identity → empty: retention index of 0x32 (devices.go)
-	prefixHistRecent byte = 0x34 // customer + ^last seen + device → empty: most recently seen devices (devices.go)
+	prefixHist       byte = 0x32 // kind + customer + device / account hash / address → per-customer device history (devicehist.go, actors/devicehist)
+	prefixHistExpiry byte = 0x33 // day + kind + identity → empty: retention index of 0x32 (devicehist.go)
+	prefixHistRecent byte = 0x34 // customer + ^last seen + device → empty: most recently seen devices (devicehist.go)
 	prefixGPUSample  byte = 0x35 // customer + device hash → sealed latest GPU feature vector (challenge.go, actors/challenge)
 	// 0x36–0x3f: free for further device records.
 	prefixMail     byte = 0x40 // time + id → mail outbox record

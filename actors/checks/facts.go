@@ -69,11 +69,11 @@ func (s *Service) resolveDevice(c *Call, ev *Evaluation, eventID, account string
 		VisitorID: v.VisitorID,
 	}
 	created := res.Event.Created
-	first := res.History.FirstSeen
+	first := res.Sightings.FirstSeen
 	if first.IsZero() {
 		first = created
 	}
-	ev.seen = deviceSeen{checked: v.Checked.Names(), timesSeen: max(res.History.TimesSeen, 1), firstSeen: first}
+	ev.seen = deviceSeen{checked: v.Checked.Names(), timesSeen: max(res.Sightings.TimesSeen, 1), firstSeen: first}
 	o.seen = &ev.seen
 	o.deviceAgeS = max(int64(c.Now.Sub(created)/time.Second), 0)
 	o.deviceReplayed = res.Replayed

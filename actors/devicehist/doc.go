@@ -3,7 +3,7 @@
 // per-customer half of high_activity, and the `account` object of SPEC 2.2
 // (accounts on this device / devices of this account / accounts from this
 // address in 24 h, new_device, related accounts in 90 days). The device's
-// global history (times_seen, first_seen) is actors/events'; this package
+// global sightings (times_seen, first_seen) are actors/events'; this package
 // builds on it and never counts a second times_seen.
 //
 // # One hop

@@ -43,7 +43,7 @@ const (
 )
 
 // HighActivity is the device.high_activity rule: the caller's own view
-// (visits24h, from Facts.Visits24h) or the device's global history from
+// (visits24h, from Facts.Visits24h) or the device's global sightings from
 // actors/events (timesSeen and firstSeen; zero when unknown). The global rule
 // averages since the first sighting, so a long-quiet device that bursts is
 // caught by the per-customer rule rather than by it.

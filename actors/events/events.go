@@ -21,7 +21,7 @@
 //
 // # Retention
 //
-// Events are kept storage.EventRetention (30 days) and device histories
+// Events are kept storage.EventRetention (30 days) and device sightings
 // until a 90-day period passes without a sighting (storage's bucketed keys);
 // Prune drops the expired buckets with range deletes, and the client runs it
 // once per day of the service clock.
@@ -49,13 +49,13 @@ import (
 // ErrStopped is returned after Stop.
 var ErrStopped = errors.New("device: stopped")
 
-// Store is where events and histories live; *storage.DB implements it.
+// Store is where events and sightings live; *storage.DB implements it.
 type Store interface {
 	GetEvent(id [storage.EventIDLen]byte) (*storage.DeviceEvent, error)
-	LoadHistory(visitor string, now time.Time) (storage.DeviceHistory, bool, error)
+	LoadSightings(visitor string, now time.Time) (storage.Sightings, bool, error)
 	WriteDevice(w storage.DeviceWrite) error
 	PruneEvents(before time.Time) error
-	PruneHistory(now time.Time) error
+	PruneSightings(now time.Time) error
 }
 
 // Config configures New; the zero value works (memory only).
@@ -147,9 +147,9 @@ type Resolved struct {
 	Event storage.DeviceEvent
 	// Replayed: the event had already been resolved before this call.
 	Replayed bool
-	// History is the device's history (times_seen, first_seen) as of now;
-	// zero when the event has no visitor id.
-	History storage.DeviceHistory
+	// Sightings are the device's global sightings (times_seen, first_seen)
+	// as of now; zero when the event has no visitor id.
+	Sightings storage.Sightings
 }
 
 type resolveCall = actors.Call[Resolve, Resolved]
@@ -248,7 +248,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	for i := range states {
 		states[i] = &shardState{
 			events:    actors.NewTable[EventID, *eventEntry](64),
-			histories: actors.NewTable[string, *historyEntry](64),
+			sightings: actors.NewTable[string, *sightingsEntry](64),
 			store:     cfg.Store, commit: c.commit, idleAfter: cfg.IdleAfter, log: cfg.Logger,
 		}
 	}
@@ -332,7 +332,7 @@ func (c *Client) Resolve(m Resolve) (Resolved, error) {
 	return c.resolves.Wait(call)
 }
 
-// Prune drops events past retention and histories past their periods as of now.
+// Prune drops events past retention and sightings past their periods as of now.
 func (c *Client) Prune(now time.Time) error {
 	if c.store == nil {
 		return nil
@@ -344,8 +344,8 @@ func (c *Client) prune(now time.Time) error {
 	if err := c.store.PruneEvents(now.Add(-storage.EventRetention)); err != nil {
 		return fmt.Errorf("prune device events: %w", err)
 	}
-	if err := c.store.PruneHistory(now); err != nil {
-		return fmt.Errorf("prune device history: %w", err)
+	if err := c.store.PruneSightings(now); err != nil {
+		return fmt.Errorf("prune device sightings: %w", err)
 	}
 	return nil
 }
@@ -357,16 +357,16 @@ func (c *Client) Sweep(now time.Time) {
 	}
 }
 
-// resident reports the events and histories held in memory (tests).
-func (c *Client) resident() (events, histories int) {
+// resident reports the events and sightings held in memory (tests).
+func (c *Client) resident() (events, sightings int) {
 	ch := make(lenProbe, c.shards.Len())
 	c.shards.Broadcast(ch)
 	for range c.shards.Len() {
 		n := <-ch
 		events += n[0]
-		histories += n[1]
+		sightings += n[1]
 	}
-	return events, histories
+	return events, sightings
 }
 
 // Stop refuses new work, drains the shards, then stores everything queued.

@@ -51,8 +51,8 @@ func TestRecordResolveReplay(t *testing.T) {
 	if err != nil || !r.Found || r.Replayed || r.Event.VisitorID != "visitor-1" {
 		t.Fatalf("first resolve: %v %+v", err, r)
 	}
-	if r.History.TimesSeen != 1 || !r.History.FirstSeen.Equal(t0) {
-		t.Fatalf("history %+v", r.History)
+	if r.Sightings.TimesSeen != 1 || !r.Sightings.FirstSeen.Equal(t0) {
+		t.Fatalf("sightings %+v", r.Sightings)
 	}
 	r, _ = c.Resolve(Resolve{ID: e1.ID, Account: "acc_a", Now: t0.Add(9 * time.Second)})
 	if !r.Found || !r.Replayed {
@@ -69,12 +69,12 @@ func TestRecordResolveReplay(t *testing.T) {
 	e2 := event("acc_a", "visitor-1", t0.Add(time.Hour))
 	c.Record(e2)
 	r, _ = c.Resolve(Resolve{ID: e2.ID, Account: "acc_a", Now: t0.Add(time.Hour)})
-	if r.History.TimesSeen != 2 || !r.History.FirstSeen.Equal(t0) || r.Replayed {
+	if r.Sightings.TimesSeen != 2 || !r.Sightings.FirstSeen.Equal(t0) || r.Replayed {
 		t.Fatalf("second event: %+v", r)
 	}
 }
 
-// TestDurableAcrossEvictionAndRestart: uses and history survive eviction and
+// TestDurableAcrossEvictionAndRestart: uses and sightings survive eviction and
 // a restart on the same store.
 func TestDurableAcrossEvictionAndRestart(t *testing.T) {
 	fs := vfs.NewMem()
@@ -111,7 +111,7 @@ func TestDurableAcrossEvictionAndRestart(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if r, _ := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(time.Hour)}); !r.Found || !r.Replayed || r.History.TimesSeen != 1 {
+	if r, _ := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(time.Hour)}); !r.Found || !r.Replayed || r.Sightings.TimesSeen != 1 {
 		t.Fatalf("after eviction: %+v", r)
 	}
 	if err := c.Stop(); err != nil {
@@ -127,7 +127,7 @@ func TestDurableAcrossEvictionAndRestart(t *testing.T) {
 	c = New(sys.Root, Config{Shards: 8, Store: db}) // another shard count: routing is by the id
 	defer c.Stop()
 	r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(2 * time.Hour)})
-	if err != nil || !r.Found || !r.Replayed || r.Event.Uses != 2 || r.History.TimesSeen != 1 {
+	if err != nil || !r.Found || !r.Replayed || r.Event.Uses != 2 || r.Sightings.TimesSeen != 1 {
 		t.Fatalf("after restart: %v %+v", err, r)
 	}
 	// Let the use recorded by that resolve reach the store (write-behind, up

@@ -18,8 +18,8 @@ type eventEntry struct {
 	inflight atomic.Int32
 }
 
-type historyEntry struct {
-	h        storage.DeviceHistory
+type sightingsEntry struct {
+	h        storage.Sightings
 	touched  time.Time
 	inflight atomic.Int32
 }
@@ -28,16 +28,16 @@ type historyEntry struct {
 // on changing its entries.
 type write struct {
 	event *storage.DeviceEvent
-	hist  *storage.DeviceHistory
+	sight *storage.Sightings
 	ev    *eventEntry
-	he    *historyEntry
+	he    *sightingsEntry
 }
 
 // shardState outlives the actor value, so a restart after a panic keeps the
 // entries (protoactor's supervisor recreates the actor from its producer).
 type shardState struct {
 	events    *actors.Table[EventID, *eventEntry]
-	histories *actors.Table[string, *historyEntry]
+	sightings *actors.Table[string, *sightingsEntry]
 	store     Store
 	commit    *actors.GroupCommitter[write]
 	idleAfter time.Duration
@@ -60,11 +60,11 @@ func (s shard) Receive(ctx actor.Context) {
 		s.events.Sweep(func(_ EventID, e *eventEntry) bool {
 			return e.inflight.Load() == 0 && m.Now.Sub(e.touched) > s.idleAfter
 		})
-		s.histories.Sweep(func(_ string, h *historyEntry) bool {
+		s.sightings.Sweep(func(_ string, h *sightingsEntry) bool {
 			return h.inflight.Load() == 0 && m.Now.Sub(h.touched) > s.idleAfter
 		})
 	case lenProbe:
-		m <- [2]int{s.events.Len(), s.histories.Len()}
+		m <- [2]int{s.events.Len(), s.sightings.Len()}
 	}
 }
 
@@ -75,9 +75,9 @@ func (s shard) record(e *storage.DeviceEvent) {
 	ev := ent.e
 	w.event = &ev
 	if e.VisitorID != "" {
-		if he, err := s.history(e.VisitorID, e.Created); err != nil {
-			// Without the stored history a fresh one would overwrite it: skip.
-			s.log.Warn("device: history not updated", "err", err)
+		if he, err := s.sightingsOf(e.VisitorID, e.Created); err != nil {
+			// Without the stored sightings fresh ones would overwrite them: skip.
+			s.log.Warn("device: sightings not updated", "err", err)
 		} else {
 			h := &he.h
 			if h.FirstSeen.IsZero() {
@@ -88,7 +88,7 @@ func (s shard) record(e *storage.DeviceEvent) {
 			}
 			h.TimesSeen++
 			hc := *h
-			w.hist, w.he = &hc, he
+			w.sight, w.he = &hc, he
 		}
 	}
 	s.persist(w)
@@ -119,24 +119,24 @@ func (s shard) resolve(r *Resolve) (Resolved, error) {
 	ev := ent.e
 	s.persist(write{event: &ev, ev: ent})
 	if v := ent.e.VisitorID; v != "" {
-		if he, err := s.history(v, r.Now); err == nil {
-			res.History = he.h
+		if he, err := s.sightingsOf(v, r.Now); err == nil {
+			res.Sightings = he.h
 		} else {
-			s.log.Warn("device: history not read", "err", err)
+			s.log.Warn("device: sightings not read", "err", err)
 		}
 	}
 	return res, nil
 }
 
-// history returns the visitor's entry, loading it on first touch.
-func (s shard) history(visitor string, now time.Time) (*historyEntry, error) {
-	if he, ok := s.histories.Get(visitor); ok {
+// sightingsOf returns the visitor's entry, loading it on first touch.
+func (s shard) sightingsOf(visitor string, now time.Time) (*sightingsEntry, error) {
+	if he, ok := s.sightings.Get(visitor); ok {
 		he.touched = now
 		return he, nil
 	}
-	he := &historyEntry{h: storage.DeviceHistory{Visitor: visitor}, touched: now}
+	he := &sightingsEntry{h: storage.Sightings{Visitor: visitor}, touched: now}
 	if s.store != nil {
-		h, ok, err := s.store.LoadHistory(visitor, now)
+		h, ok, err := s.store.LoadSightings(visitor, now)
 		if err != nil {
 			return nil, err
 		}
@@ -144,7 +144,7 @@ func (s shard) history(visitor string, now time.Time) (*historyEntry, error) {
 			he.h = h
 		}
 	}
-	s.histories.Put(visitor, he)
+	s.sightings.Put(visitor, he)
 	return he, nil
 }
 
@@ -167,18 +167,18 @@ func (s shard) persist(w write) {
 func newCommitter(_ *actor.RootContext, store Store, cfg actors.GroupConfig, log *slog.Logger) *actors.GroupCommitter[write] {
 	var dw storage.DeviceWrite
 	apply := func(ws []write) error {
-		dw.Events, dw.Histories = dw.Events[:0], dw.Histories[:0]
+		dw.Events, dw.Sightings = dw.Events[:0], dw.Sightings[:0]
 		for _, w := range ws {
 			if w.event != nil {
 				dw.Events = append(dw.Events, w.event)
 			}
-			if w.hist != nil {
-				dw.Histories = append(dw.Histories, w.hist)
+			if w.sight != nil {
+				dw.Sightings = append(dw.Sightings, w.sight)
 			}
 		}
 		err := store.WriteDevice(dw)
 		clear(dw.Events)
-		clear(dw.Histories)
+		clear(dw.Sightings)
 		return err
 	}
 	done := func(ws []write, err error) {

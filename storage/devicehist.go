@@ -10,8 +10,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Per-customer device history of the devicehist actors (the device-global
-// times_seen / first_seen record is actors/events', in events.go): per
+// Per-customer device history of the devicehist actors (each device's
+// global sightings, times_seen and first_seen, are actors/events', in
+// sightings.go): per
 // customer × device visits and linked accounts (device.customer_history,
 // linked_accounts), per customer × end-user account links with the account
 // id's sealed copy, and per customer × address links (the `account` object
