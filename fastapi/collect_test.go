@@ -2,7 +2,6 @@ package fastapi
 
 import (
 	"encoding/json"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -40,20 +39,14 @@ func newCollectEnv(t *testing.T) *collectEnv {
 
 // call runs one request from remote with the given headers.
 func (e *collectEnv) call(method, uri, remote string, hdr map[string]string, body string) *fasthttp.RequestCtx {
-	ctx := new(fasthttp.RequestCtx)
-	ctx.Request.Header.SetMethod(method)
-	ctx.Request.SetRequestURI(uri)
-	ctx.Request.Header.Set("User-Agent", "Mozilla/5.0 unit")
+	tr := testRequest{method: method, uri: uri, remote: remote, header: [][2]string{{"User-Agent", "Mozilla/5.0 unit"}}}
 	for k, v := range hdr {
-		ctx.Request.Header.Set(k, v)
+		tr.header = append(tr.header, [2]string{k, v})
 	}
 	if body != "" {
-		ctx.Request.SetBodyString(body)
+		tr.body = []byte(body)
 	}
-	ap := netip.MustParseAddrPort(remote)
-	ctx.SetRemoteAddr(net.TCPAddrFromAddrPort(ap))
-	e.srv.Handle(ctx)
-	return ctx
+	return e.serve(tr)
 }
 
 func (e *collectEnv) token(t *testing.T, pk, remote string, hdr map[string]string, body string) string {

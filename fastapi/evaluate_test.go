@@ -19,19 +19,14 @@ var timingRE = regexp.MustCompile(`"(evaluated_in_ms|latency_ms)":\d+`)
 func normalise(b []byte) []byte { return timingRE.ReplaceAll(b, []byte(`"$1":0`)) }
 
 func (e *testEnv) post(uri, auth, ctype, body string) *fasthttp.RequestCtx {
-	ctx := new(fasthttp.RequestCtx)
-	ctx.Request.Header.SetMethod("POST")
-	ctx.Request.SetRequestURI(uri)
-	ctx.Request.Header.Set("User-Agent", "unit-test/1")
+	tr := testRequest{method: "POST", uri: uri, body: []byte(body)}
 	if auth != "" {
-		ctx.Request.Header.Set("Authorization", auth)
+		tr.header = append(tr.header, [2]string{"Authorization", auth})
 	}
 	if ctype != "" {
-		ctx.Request.Header.SetContentType(ctype)
+		tr.header = append(tr.header, [2]string{"Content-Type", ctype})
 	}
-	ctx.Request.SetBodyString(body)
-	e.srv.Handle(ctx)
-	return ctx
+	return e.serve(tr)
 }
 
 func TestEvaluateGoldenTestTokens(t *testing.T) {

@@ -60,18 +60,11 @@ func newTestEnv(t *testing.T) *testEnv {
 
 // do runs one request through the handler without a network.
 func (e *testEnv) do(method, uri, auth string, body []byte) *fasthttp.RequestCtx {
-	ctx := new(fasthttp.RequestCtx)
-	ctx.Request.Header.SetMethod(method)
-	ctx.Request.SetRequestURI(uri)
-	ctx.Request.Header.Set("User-Agent", "unit-test/1")
+	tr := testRequest{method: method, uri: uri, body: body}
 	if auth != "" {
-		ctx.Request.Header.Set("Authorization", auth)
+		tr.header = append(tr.header, [2]string{"Authorization", auth})
 	}
-	if body != nil {
-		ctx.Request.SetBody(body)
-	}
-	e.srv.Handle(ctx)
-	return ctx
+	return e.serve(tr)
 }
 
 func TestStorageUnavailableAnswers503(t *testing.T) {

@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/traffic"
+	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/storage"
 )
@@ -50,19 +53,21 @@ func (f *fakeAccounts) ByPublishableKey(pk string) *accounts.View {
 	return nil
 }
 
-// fakeLimiter allows everything unless refuse names a limiter.
+// fakeLimiter allows everything unless refusing, then it refuses every
+// take that includes the limiter refuse.
 type fakeLimiter struct {
-	mu     sync.Mutex
-	refuse iplimit.Kind
-	taken  []iplimit.Kinds
-	fails  int
+	mu       sync.Mutex
+	refusing bool
+	refuse   iplimit.Kind
+	taken    []iplimit.Kinds
+	fails    int
 }
 
 func (f *fakeLimiter) Take(kinds iplimit.Kinds, _ netip.Addr, _ time.Time) (iplimit.Verdict, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.taken = append(f.taken, kinds)
-	if f.refuse != 0 && kinds.Has(f.refuse) {
+	if f.refusing && kinds.Has(f.refuse) {
 		return iplimit.Verdict{Kind: f.refuse, RetryAfter: 7}, nil
 	}
 	return iplimit.Verdict{Allowed: true}, nil
@@ -144,4 +149,22 @@ func newTestService(t testing.TB, cfg Config) *testService {
 // call is an admitted call of the fake account's key kind.
 func (ts *testService) call(kind accounts.KeyKind) *Call {
 	return &Call{Addr: netip.MustParseAddr("73.0.0.1"), Now: fixedNow, Auth: accounts.Auth{View: ts.accounts.view, Kind: kind}}
+}
+
+// recorder counts the calls of the record stage and of the resolve stage's
+// optional parts.
+type recorder struct {
+	mu       sync.Mutex
+	traffic  int
+	webhooks int
+	observed int
+}
+
+func (r *recorder) Record(traffic.Record) { r.mu.Lock(); r.traffic++; r.mu.Unlock() }
+func (r *recorder) Notify(*webhook.Event) { r.mu.Lock(); r.webhooks++; r.mu.Unlock() }
+func (r *recorder) Observe(devicehist.Observation) (devicehist.Facts, error) {
+	r.mu.Lock()
+	r.observed++
+	r.mu.Unlock()
+	return devicehist.Facts{}, nil
 }

@@ -1,12 +1,16 @@
 package events
 
 import (
+	"errors"
+	"net/netip"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -162,5 +166,71 @@ func BenchmarkResolve(b *testing.B) {
 		if r, err := c.Resolve(m); err != nil || !r.Found {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestCollectKeepsTheVerdict: the verdict a report was collected with is
+// the one an evaluation resolves (the stored flag bits stay in this
+// package), findings aside.
+func TestCollectKeepsTheVerdict(t *testing.T) {
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 2})
+	defer c.Stop()
+	for i, v := range []device.Verdict{
+		{Automation: true, Emulator: true, IPBlocklisted: true, TamperingScore: 0.37, Checked: 0x3f, VisitorID: "visitor-a",
+			Findings: []device.Finding{"headless_ua", "webdriver"}},
+		{Antidetect: true, VirtualMachine: true, Incognito: true, PrivacyMode: true, Complete: true, TamperingScore: 1, Checked: 0x7f, VisitorID: "visitor-b"},
+		{},
+	} {
+		id, err := c.Collect(Collected{Account: "acc_a", Now: t0, Origin: "https://shop.example", Addr: netip.MustParseAddr("73.0.0.1"),
+			Schema: 1, Signals: []byte(`{"v":1}`), Verdict: &v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Resolve(Resolve{ID: id, Account: "acc_a", Now: t0})
+		if err != nil || !r.Found || r.Event.Origin != "https://shop.example" || len(r.Event.Findings) != len(v.Findings) {
+			t.Fatalf("%d: %v %+v", i, err, r)
+		}
+		want := v
+		want.Findings = nil
+		if got := r.Verdict(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%d: verdict\n got %+v\nwant %+v", i, got, want)
+		}
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Collect(Collected{Verdict: &device.Verdict{}}); !errors.Is(err, ErrStopped) {
+		t.Fatalf("after Stop: %v", err)
+	}
+}
+
+// TestPeekCountsNoUse: a stored event peeked (for a challenge) is not a
+// replay for the evaluation that follows; another account's is not found.
+func TestPeekCountsNoUse(t *testing.T) {
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	e := event("acc_a", "visitor-p", t0)
+	if err := db.WriteDevice(storage.DeviceWrite{Events: []*storage.DeviceEvent{e}}); err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 2, Store: db})
+	defer c.Stop()
+	for range 2 {
+		if r, err := c.Peek(Resolve{ID: e.ID, Account: "acc_a", Now: t0}); err != nil || !r.Found || r.Event.VisitorID != "visitor-p" {
+			t.Fatalf("peek: %v %+v", err, r)
+		}
+	}
+	if r, err := c.Peek(Resolve{ID: e.ID, Account: "acc_b", Now: t0}); err != nil || r.Found {
+		t.Fatalf("another account's event: %v %+v", err, r)
+	}
+	if r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0}); err != nil || !r.Found || r.Replayed {
+		t.Fatalf("resolve after peeks: %v %+v", err, r)
 	}
 }
