@@ -245,3 +245,17 @@ func (s *Service) charge(c *Call, o outcome) *Refusal {
 	}
 	return nil
 }
+
+// limitsOf computes an account's allowances at now.
+func limitsOf(v *accounts.View, now time.Time) quota.Limits {
+	return quota.LimitsFor(v.Plan, v.HourlyLimit, v.MonthlyLimit, v.CreatedAt, now)
+}
+
+// bucketOf is the hourly bucket of the key that authenticated: the test key
+// has its own; a previous live key in grace uses the live one.
+func bucketOf(k accounts.KeyKind) quota.Bucket {
+	if k == accounts.KeyTest {
+		return quota.Test
+	}
+	return quota.Live
+}

@@ -2,9 +2,7 @@ package checks
 
 import (
 	"fmt"
-	"time"
 
-	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/wire"
 )
@@ -24,18 +22,4 @@ func (s *Service) Usage(c *Call) (*wire.Usage, *Refusal) {
 		MonthLookupsUsed: u.MonthLookupsUsed, MonthResetsAt: wire.Time(u.MonthResetsAt),
 		ResetsAt: wire.OptTime(u.ResetsAt), GrandfatheredUntil: wire.OptTime(u.GrandfatheredUntil),
 	}, nil
-}
-
-// limitsOf computes an account's allowances at now.
-func limitsOf(v *accounts.View, now time.Time) quota.Limits {
-	return quota.LimitsFor(v.Plan, v.HourlyLimit, v.MonthlyLimit, v.CreatedAt, now)
-}
-
-// bucketOf is the hourly bucket of the key that authenticated: the test key
-// has its own; a previous live key in grace uses the live one.
-func bucketOf(k accounts.KeyKind) quota.Bucket {
-	if k == accounts.KeyTest {
-		return quota.Test
-	}
-	return quota.Live
 }
