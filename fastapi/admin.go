@@ -44,7 +44,7 @@ func (s *Server) adminFailure(ctx *fasthttp.RequestCtx, where string, err error)
 	case errors.Is(err, accounts.ErrNotFound):
 		s.refuse(ctx, refuseNoAccount)
 	case errors.Is(err, accounts.ErrExists):
-		s.writeError(ctx, fasthttp.StatusConflict, "An account with this email already exists.", "", "")
+		s.writeError(ctx, fasthttp.StatusConflict, checks.MsgAccountExists, "", "")
 	case errors.Is(err, accounts.ErrUnavailable):
 		s.storageUnavailable(ctx)
 	default:

@@ -3,6 +3,7 @@ package fastapi
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"net/url"
 	"strings"
 	"unicode/utf8"
@@ -47,7 +48,7 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 			ClientSecret sonic.NoCopyRawMessage `json:"client_secret"`
 		}
 		if sonic.ConfigStd.Unmarshal(body, &j) != nil {
-			tr.bad = "The JSON body could not be read."
+			tr.bad = checks.DescJSONUnreadable
 			return tr
 		}
 		for _, f := range []struct {
@@ -60,7 +61,7 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 			}
 			v, ok := jsonString(f.raw)
 			if !ok {
-				tr.bad = f.name + " must be a string."
+				tr.bad = fmt.Sprintf(checks.MsgFieldNotString, f.name)
 				return tr
 			}
 			*f.dst = v
@@ -69,11 +70,11 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 	} else {
 		vals, err := url.ParseQuery(string(body))
 		if err != nil {
-			tr.bad = "The form body could not be read."
+			tr.bad = checks.MsgFormUnreadable
 			return tr
 		}
 		if len(vals["client_id"]) > 1 || len(vals["client_secret"]) > 1 || len(vals["grant_type"]) > 1 {
-			tr.bad = "Each parameter may be sent once."
+			tr.bad = checks.DescRepeated
 			return tr
 		}
 		_, tr.grantSent = vals["grant_type"]
@@ -83,7 +84,7 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(h[6:])))
 		id, secret, ok := strings.Cut(string(raw), ":")
 		if err != nil || !ok {
-			tr.bad = "The Basic credentials could not be read."
+			tr.bad = checks.DescBasicUnreadable
 			return tr
 		}
 		// RFC 6749 §2.3.1: both parts are form-encoded before Basic.
@@ -94,7 +95,7 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 			secret = u
 		}
 		if tr.clientID != "" || tr.clientSecret != "" {
-			tr.bad = "Send the client credentials once: either Basic or the body."
+			tr.bad = checks.DescCredentialsTwice
 			return tr
 		}
 		tr.clientID, tr.clientSecret = id, secret
@@ -105,7 +106,7 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 // handleToken is POST /oauth/token (SPEC 4.9).
 func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 	if s.deps.Tokens == nil {
-		s.oauthError(ctx, fasthttp.StatusNotFound, "invalid_request", "OAuth is not enabled on this server.")
+		s.oauthError(ctx, fasthttp.StatusNotFound, "invalid_request", checks.DescOAuthOff)
 		return
 	}
 	v, err := s.deps.Limits.Take(iplimit.Of(iplimit.AuthFail, iplimit.OAuth), r.Addr, r.Now)
@@ -119,14 +120,14 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 			retry = checks.RetryAfterLockout
 		}
 		ctx.Response.Header.Set(headerRetryAfter, itoa(retry))
-		s.oauthError(ctx, fasthttp.StatusTooManyRequests, "rate_limited", "Too many token requests.")
+		s.oauthError(ctx, fasthttp.StatusTooManyRequests, "rate_limited", checks.MsgTokenLimits)
 		return
 	}
 	if s.deps.Store != nil && !s.deps.Store.Available() {
 		ctx.Response.Header.Set(headerRetryAfter, itoa(checks.RetryAfterStorage))
 		ctx.Response.Header.Set("Cache-Control", "no-store")
 		s.writeJSON(ctx, fasthttp.StatusServiceUnavailable, &wire.OAuthError{Error: "temporarily_unavailable",
-			ErrorDescription: "The account store is unavailable; retry later.", Code: checks.CodeStorage})
+			ErrorDescription: checks.DescStorage, Code: checks.CodeStorage})
 		return
 	}
 	tr := readTokenRequest(ctx)
@@ -135,16 +136,16 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", tr.bad)
 		return
 	case !tr.grantSent:
-		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", "grant_type is required (client_credentials).")
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", checks.DescGrantMissing)
 		return
 	case tr.grantType != "client_credentials":
-		s.oauthError(ctx, fasthttp.StatusBadRequest, "unsupported_grant_type", "Only grant_type=client_credentials is supported.")
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "unsupported_grant_type", checks.DescGrantUnsupported)
 		return
 	case tr.clientID == "" || tr.clientSecret == "":
-		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", "client_id (account email) and client_secret (API key) are required.")
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", checks.DescCredentialsMissing)
 		return
 	case utf8.RuneCountInString(tr.clientID) > maxCredential || utf8.RuneCountInString(tr.clientSecret) > maxCredential:
-		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", "client_id and client_secret are at most 256 characters.")
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", checks.DescCredentialsLong)
 		return
 	}
 	a, ok := s.deps.Accounts.Authenticate(tr.clientSecret, r.Now)
@@ -152,16 +153,16 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 	// a previous live key in grace cannot mint (SPEC §3).
 	if !ok || !strings.EqualFold(a.View.Email, tr.clientID) || a.Kind == accounts.KeyLivePrev {
 		s.deps.Limits.Fail(r.Addr, r.Now)
-		s.oauthError(ctx, fasthttp.StatusUnauthorized, "invalid_client", "Client authentication failed.")
+		s.oauthError(ctx, fasthttp.StatusUnauthorized, "invalid_client", checks.DescClientAuth)
 		return
 	}
 	if a.View.Suspended {
-		s.oauthError(ctx, fasthttp.StatusBadRequest, "unauthorized_client", "The account is suspended.")
+		s.oauthError(ctx, fasthttp.StatusBadRequest, "unauthorized_client", checks.DescSuspended)
 		return
 	}
 	if a.Kind == accounts.KeyLive && !a.View.Allowed(r.Addr) {
 		s.oauthError(ctx, fasthttp.StatusBadRequest, "unauthorized_client",
-			"The calling address "+r.Addr.String()+" is not on this key's IP allowlist.")
+			fmt.Sprintf(checks.DescNotAllowlisted, r.Addr))
 		return
 	}
 	tok, err := s.deps.Tokens.Mint(accesstoken.Claims{Account: a.View.ID, Test: a.Kind == accounts.KeyTest,

@@ -3,6 +3,7 @@ package fastapi
 import (
 	"github.com/valyala/fasthttp"
 
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/wire"
 )
@@ -23,12 +24,12 @@ func (s *Server) adminWebhookTest(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	if v.WebhookURL == "" {
-		s.writeError(ctx, fasthttp.StatusConflict, "No webhook URL is set for this account.", "",
-			"Set one with PUT /admin/v1/accounts/{id}/webhook first.")
+		s.writeError(ctx, fasthttp.StatusConflict, checks.MsgNoWebhookURL, "",
+			checks.HintNoWebhookURL)
 		return
 	}
 	if s.deps.Webhooks == nil {
-		s.writeError(ctx, fasthttp.StatusServiceUnavailable, "Webhook delivery is not running.", "", "")
+		s.writeError(ctx, fasthttp.StatusServiceUnavailable, checks.MsgWebhooksOff, "", "")
 		return
 	}
 	id := s.deps.Webhooks.SendTest(v.ID, r.Now)

@@ -22,6 +22,10 @@ const (
 
 	// The admin API (ADMIN.md); its validation messages name the field.
 	MsgAccountNotFound = "Account not found."
+	MsgAccountExists   = "An account with this email already exists."
+	MsgNoWebhookURL    = "No webhook URL is set for this account."
+	HintNoWebhookURL   = "Set one with PUT /admin/v1/accounts/{id}/webhook first."
+	MsgWebhooksOff     = "Webhook delivery is not running."
 
 	// Credentials (SPEC §5).
 	MsgMissingKey       = "Missing Key."
@@ -50,6 +54,21 @@ const (
 	MsgHourly      = "Hourly request limit reached."
 	HintHourly     = "The hourly window started at your first request; retry after Retry-After seconds."
 	MsgTokenLimits = "Too many token requests."
+
+	// The token endpoint's error_description texts (SPEC 4.9).
+	DescOAuthOff           = "OAuth is not enabled on this server."
+	DescStorage            = "The account store is unavailable; retry later."
+	DescJSONUnreadable     = "The JSON body could not be read."
+	DescRepeated           = "Each parameter may be sent once."
+	DescBasicUnreadable    = "The Basic credentials could not be read."
+	DescCredentialsTwice   = "Send the client credentials once: either Basic or the body."
+	DescGrantMissing       = "grant_type is required (client_credentials)."
+	DescGrantUnsupported   = "Only grant_type=client_credentials is supported."
+	DescCredentialsMissing = "client_id (account email) and client_secret (API key) are required."
+	DescCredentialsLong    = "client_id and client_secret are at most 256 characters."
+	DescClientAuth         = "Client authentication failed."
+	DescSuspended          = "The account is suspended."
+	DescNotAllowlisted     = "The calling address %s is not on this key's IP allowlist." // the address
 
 	// Evaluate (SPEC 2.1, 4.1, 4.3).
 	MsgInvalidToken     = "Invalid token."
