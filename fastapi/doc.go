@@ -1,6 +1,8 @@
-// Package fastapi is the HTTP surface of the service on fasthttp: one route
-// table, thin handlers (parse → authenticate → ask actors / intel → encode),
-// error bodies, rate-limit headers, request ids and body limits. It talks to
-// state only through typed actor clients and never imports Pebble or
-// protoactor itself.
+// Package fastapi is the HTTP surface of the service on fasthttp, and its MCP
+// endpoint: one route table, request ids, body limits, decoding, and the
+// rendering of answers and refusals. A handler decodes its request, calls
+// one function of the transport-free pipeline (actors/checks) and encodes
+// what it returns; the admin API, the token endpoint and the status pages
+// call typed actor clients directly. It never imports Pebble, protoactor or
+// storage (internal/archtest).
 package fastapi
