@@ -85,11 +85,23 @@ type EvalTimezone struct {
 	Checked   bool    `json:"checked"`
 }
 
-// Evidence is the freshness block.
+// Evidence is the freshness block, and (additive) why each network flag
+// was set.
 type Evidence struct {
-	NetworkAgeS    *int64 `json:"network_age_s,omitempty"`
-	DeviceAgeS     *int64 `json:"device_age_s,omitempty"`
-	DeviceReplayed *bool  `json:"device_replayed,omitempty"`
+	NetworkAgeS    *int64            `json:"network_age_s,omitempty"`
+	DeviceAgeS     *int64            `json:"device_age_s,omitempty"`
+	DeviceReplayed *bool             `json:"device_replayed,omitempty"`
+	Network        []NetworkEvidence `json:"network,omitempty"`
+}
+
+// NetworkEvidence says why one network flag was set: which source matched,
+// with the list's snapshot date when it is a dated list. Absent when no
+// network flag is set.
+type NetworkEvidence struct {
+	Flag   string `json:"flag"`             // vpn, proxy, privacy_relay, datacenter, tor
+	Source string `json:"source"`           // e.g. tor_exits, asn, asn_hosting_share, network_token, test_token
+	Detail string `json:"detail,omitempty"` // e.g. "AS136787 NordVPN", a provider, a share
+	Listed string `json:"listed,omitempty"` // snapshot date of the list, YYYY-MM-DD
 }
 
 // Details is the legacy mirror of the network block.

@@ -2,17 +2,23 @@ package wire
 
 // Lookup is the lookup response of SPEC 2.3 (also each bulk result).
 type Lookup struct {
-	IP               string         `json:"ip"`
-	Known            bool           `json:"known"`
-	Verdict          string         `json:"verdict"`
-	RiskScore        int            `json:"risk_score"`
-	Signals          *LookupSignals `json:"signals"`
-	Network          *LookupNetwork `json:"network"`
-	LatencyMs        int64          `json:"latency_ms"`
-	EngineVerdict    string         `json:"engine_verdict,omitempty"`
-	VerdictSource    string         `json:"verdict_source,omitempty"`
-	ExceptionMatched []string       `json:"exception_matched,omitempty"`
-	Test             bool           `json:"test,omitempty"`
+	IP               string          `json:"ip"`
+	Known            bool            `json:"known"`
+	Verdict          string          `json:"verdict"`
+	RiskScore        int             `json:"risk_score"`
+	Signals          *LookupSignals  `json:"signals"`
+	Network          *LookupNetwork  `json:"network"`
+	LatencyMs        int64           `json:"latency_ms"`
+	EngineVerdict    string          `json:"engine_verdict,omitempty"`
+	VerdictSource    string          `json:"verdict_source,omitempty"`
+	ExceptionMatched []string        `json:"exception_matched,omitempty"`
+	Test             bool            `json:"test,omitempty"`
+	Evidence         *LookupEvidence `json:"evidence,omitempty"`
+}
+
+// LookupEvidence (additive) says why a signal was set; absent when none was.
+type LookupEvidence struct {
+	Network []NetworkEvidence `json:"network"`
 }
 
 // LookupSignals are the bare lookup's booleans; the spellings proxied and dch

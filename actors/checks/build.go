@@ -33,6 +33,9 @@ type evalOpts struct {
 	networkAgeS  int64
 	hasNetAge    bool
 	evaluatedMs  int64
+	// netEv says why each network flag was set (visitor checks; test
+	// tokens and samples are filled in build).
+	netEv []wire.NetworkEvidence
 	// seen is the resolved device's global sightings (nil without a
 	// resolved event; a sample shows fixed ones); on a visitor check also
 	// evidence.device_age_s and device_replayed.
@@ -81,6 +84,7 @@ type Evaluation struct {
 	email       wire.EvalEmail
 	tz          wire.EvalTimezone
 	evidence    wire.Evidence
+	netEv       [maxNetEvidence]wire.NetworkEvidence
 	device      wire.EvalDevice
 	hist        histBlock
 }
@@ -172,6 +176,21 @@ func (ev *Evaluation) build() {
 			}
 			r.Evidence = &ev.evidence
 		}
+	}
+	// Why each network flag was set (additive): absent when none was.
+	netEv := o.netEv
+	switch o.kind {
+	case kindTestToken:
+		netEv = fixedEvidence(ev.netEv[:0], r, evTestToken)
+	case kindSample:
+		netEv = fixedEvidence(ev.netEv[:0], r, evSample)
+	}
+	if !degraded && len(netEv) > 0 {
+		if r.Evidence == nil {
+			ev.evidence = wire.Evidence{}
+			r.Evidence = &ev.evidence
+		}
+		r.Evidence.Network = netEv
 	}
 
 	if in.Device.Present {

@@ -110,6 +110,7 @@ func (s *Service) Evaluate(c *Call, req *EvalRequest) (*Evaluation, *Refusal) {
 	case evalToken:
 		// An old token still evaluates: its expiry is advice.
 		ev.in.Network = nettoken.Network(&nf, snap)
+		o.netEv = networkEvidence(ev.netEv[:0], &ev.in.Network, &nf, snap)
 		o.networkAgeS, o.hasNetAge = nettoken.Age(&nf, c.Now), true
 	}
 	ev.extras(req, snap)

@@ -172,6 +172,8 @@ type lookupState struct {
 	org     string
 	reg     string
 	excs    [score.MaxPinMatches]string
+	ev      wire.LookupEvidence
+	evs     [2]wire.NetworkEvidence // Tor, cloud
 }
 
 // fill builds the SPEC 2.3 answer for a public address from a bare
@@ -184,6 +186,15 @@ func (ls *lookupState) fill(addr netip.Addr, b *netlists.BareResult) *wire.Looku
 		// so vpn and proxied are always false (SPEC 2.3).
 		ls.signals = wire.LookupSignals{Tor: b.Tor, DCH: b.Datacenter, Anon: b.Anonymous}
 		r.Signals = &ls.signals
+		// Why (additive): the one list that decided.
+		ls.ev.Network = ls.evs[:0]
+		if b.Tor {
+			ls.ev.Network = append(ls.ev.Network, wire.NetworkEvidence{Flag: netlists.FlagTor, Source: netlists.SourceTorExits.Name(), Listed: b.TorListed})
+		}
+		if b.Datacenter {
+			ls.ev.Network = append(ls.ev.Network, wire.NetworkEvidence{Flag: netlists.FlagDatacenter, Source: netlists.SourceCloudRanges.Name(), Detail: b.Cloud, Listed: b.CloudListed})
+		}
+		r.Evidence = &ls.ev
 	}
 	ls.network = wire.LookupNetwork{Cloud: b.Cloud, Source: sourceASN}
 	if b.ASN != 0 {

@@ -255,16 +255,18 @@ const (
 // and "known: false ⇒ signals null" meaningless; ASN, Org and RegCountry are
 // filled in either way for the network object, whose source is "asn_table".
 type BareResult struct {
-	Known      bool
-	Tor        bool   // signals.tor
-	Datacenter bool   // signals.dch: in a published cloud range
-	Anonymous  bool   // signals.anon: Tor
-	Cloud      string // network.cloud: provider id, "" when none
-	Verdict    string
-	RiskScore  int
-	ASN        uint32 // network.asn, 0 when unknown
-	Org        string // network.org
-	RegCountry string // network.registration_country
+	Known       bool
+	Tor         bool   // signals.tor
+	Datacenter  bool   // signals.dch: in a published cloud range
+	Anonymous   bool   // signals.anon: Tor
+	Cloud       string // network.cloud: provider id, "" when none
+	Verdict     string
+	RiskScore   int
+	ASN         uint32 // network.asn, 0 when unknown
+	Org         string // network.org
+	RegCountry  string // network.registration_country
+	TorListed   string // snapshot date of the Tor exit list when it matched
+	CloudListed string // snapshot date of the cloud ranges when they matched
 }
 
 func makeKey(a netip.Addr) key {
@@ -415,10 +417,12 @@ func (s *Snapshot) Bare(a netip.Addr) BareResult {
 	if cloud := f >> cloudLabelShift & labelMask; cloud != 0 {
 		r.Known, r.Datacenter, r.Cloud = true, true, s.cloudLabels[cloud-1]
 		r.Verdict, r.RiskScore = VerdictReview, ScoreCloud
+		r.CloudListed = s.Listed(SourceCloudRanges)
 	}
 	if f&flagTor != 0 {
 		r.Known, r.Tor, r.Anonymous = true, true, true
 		r.Verdict, r.RiskScore = VerdictBlock, ScoreTor
+		r.TorListed = s.Listed(SourceTorExits)
 	}
 	return r
 }
