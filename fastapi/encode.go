@@ -13,9 +13,8 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b 
 // writeJSON encodes v with sonic into a pooled buffer and sets it as the body.
 func (s *Server) writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	bp := bufPool.Get().(*[]byte)
-	buf := (*bp)[:0]
-	if err := encoder.EncodeInto(&buf, v, 0); err != nil {
-		*bp = buf
+	*bp = (*bp)[:0]
+	if err := encoder.EncodeInto(bp, v, 0); err != nil {
 		bufPool.Put(bp)
 		s.log.Error("encode response", "err", err)
 		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
@@ -25,7 +24,6 @@ func (s *Server) writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	}
 	ctx.SetStatusCode(status)
 	ctx.SetContentType(contentTypeJSON)
-	ctx.SetBody(buf) // copies
-	*bp = buf
+	ctx.SetBody(*bp) // copies
 	bufPool.Put(bp)
 }

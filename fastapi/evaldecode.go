@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unsafe"
 
 	"github.com/bytedance/sonic"
 
@@ -59,7 +60,7 @@ func classifyContentType(ct []byte) bodyKind {
 // decodeEvaluate reads an evaluate body into out; every string is copied out
 // of the request buffer. A body that is absent, empty or of a type that is not
 // read gives the zero request (the degraded path).
-func decodeEvaluate(contentType, body []byte, out *checks.EvalRequest) error {
+func decodeEvaluate(contentType, body []byte, out *checks.EvalRequest, j *evalJSON) error {
 	*out = checks.EvalRequest{}
 	kind := classifyContentType(contentType)
 	trimmed := bytes.TrimSpace(body)
@@ -72,8 +73,10 @@ func decodeEvaluate(contentType, body []byte, out *checks.EvalRequest) error {
 	if trimmed[0] != '{' {
 		return errors.New(checks.MsgBodyNotObject)
 	}
-	var j evalJSON
-	if err := sonic.ConfigStd.Unmarshal(trimmed, &j); err != nil {
+	*j = evalJSON{}
+	// A view of the body, not a copy: j's raw fields alias it, and every
+	// value that leaves this function is copied (jsonString, bytes.Clone).
+	if err := sonic.ConfigStd.UnmarshalFromString(unsafe.String(unsafe.SliceData(trimmed), len(trimmed)), j); err != nil {
 		return errors.New(checks.MsgBodyNotJSON)
 	}
 	tok := j.Token

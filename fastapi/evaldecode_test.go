@@ -49,7 +49,7 @@ func TestDecodeEvaluate(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var got checks.EvalRequest
-			err := decodeEvaluate([]byte(c.ctype), []byte(c.body), &got)
+			err := decodeEvaluate([]byte(c.ctype), []byte(c.body), &got, new(evalJSON))
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("err = %v, want %q", err, c.err)
@@ -76,7 +76,7 @@ func TestDecodeEvaluate(t *testing.T) {
 func TestDecodeEvaluateCopies(t *testing.T) {
 	body := []byte(`{"token":"test_vpn","email":"a@b.c"}`)
 	var got checks.EvalRequest
-	if err := decodeEvaluate([]byte("application/json"), body, &got); err != nil {
+	if err := decodeEvaluate([]byte("application/json"), body, &got, new(evalJSON)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range body {
@@ -95,7 +95,7 @@ func FuzzDecodeEvaluate(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, ctype, body string) {
 		var r checks.EvalRequest
-		if err := decodeEvaluate([]byte(ctype), []byte(body), &r); err != nil {
+		if err := decodeEvaluate([]byte(ctype), []byte(body), &r, new(evalJSON)); err != nil {
 			return
 		}
 		if utf8.RuneCountInString(r.AccountID) > checks.MaxAccountID || utf8.RuneCountInString(r.Email) > checks.MaxEmail || utf8.RuneCountInString(r.TZ) > checks.MaxTZ {

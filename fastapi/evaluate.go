@@ -2,15 +2,13 @@ package fastapi
 
 import (
 	"github.com/valyala/fasthttp"
-
-	"github.com/fraudd/fraudd/actors/checks"
 )
 
 // handleEvaluate is POST /v1/evaluate (SPEC 4.1).
 func (s *Server) handleEvaluate(ctx *fasthttp.RequestCtx, r *request) {
-	var req checks.EvalRequest
-	req.Err = decodeEvaluate(ctx.Request.Header.ContentType(), ctx.PostBody(), &req)
-	ev, ref := s.checks.Evaluate(&r.Call, &req)
+	req := &r.eval
+	req.Err = decodeEvaluate(ctx.Request.Header.ContentType(), ctx.PostBody(), req, &r.evalJSON)
+	ev, ref := s.checks.Evaluate(&r.Call, req)
 	if ref != nil {
 		s.refuse(ctx, ref)
 		return

@@ -188,30 +188,84 @@ func BenchmarkBuildEncode(b *testing.B) {
 
 // BenchmarkEvaluateHandler measures a whole test-token evaluate through the
 // handler: auth, limits hop, quota hop, decode, score, build, encode.
-func BenchmarkEvaluateHandler(b *testing.B) {
+// evalBench is one test-token evaluation through the handler, set up for
+// repeated runs: an account on public_interest so it never hits a limit, the
+// Authorization header built once so only the handler's own work counts.
+type evalBench struct {
+	e    *testEnv
+	ctx  *fasthttp.RequestCtx
+	auth string
+}
+
+func newEvalBench(tb testing.TB) *evalBench {
 	e := newTestEnv(&testing.T{})
 	if err := e.accts.RevokePrevious(e.acct.View.ID); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	e.srv.deps.Accounts.Get(e.acct.View.ID)
-	// public_interest so the benchmark never hits a limit.
 	pi := "public_interest"
 	if _, err := e.accts.Update(e.acct.View.ID, accountsPatchPlan(pi)); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	ctx := new(fasthttp.RequestCtx)
+	return &evalBench{e: e, ctx: new(fasthttp.RequestCtx), auth: "Bearer " + e.acct.LiveKey}
+}
+
+// run evaluates once and reports the status and body when it was not a 200.
+func (b *evalBench) run() (int, []byte) {
+	ctx := b.ctx
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	ctx.Request.Header.SetMethod("POST")
+	ctx.Request.SetRequestURI("/v1/evaluate")
+	ctx.Request.Header.Set("User-Agent", "bench/1")
+	ctx.Request.Header.Set("Authorization", b.auth)
+	ctx.Request.SetBodyString(`{"token":"test_vpn","email":"a@b.co","tz":"Europe/Berlin"}`)
+	b.e.srv.Handle(ctx)
+	if st := ctx.Response.StatusCode(); st != 200 {
+		return st, ctx.Response.Body()
+	}
+	return 200, nil
+}
+
+func BenchmarkEvaluateHandler(b *testing.B) {
+	eb := newEvalBench(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		ctx.Request.Reset()
-		ctx.Response.Reset()
-		ctx.Request.Header.SetMethod("POST")
-		ctx.Request.SetRequestURI("/v1/evaluate")
-		ctx.Request.Header.Set("User-Agent", "bench/1")
-		ctx.Request.Header.Set("Authorization", "Bearer "+e.acct.LiveKey)
-		ctx.Request.SetBodyString(`{"token":"test_vpn","email":"a@b.co","tz":"Europe/Berlin"}`)
-		e.srv.Handle(ctx)
-		if ctx.Response.StatusCode() != 200 {
-			b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		if st, body := eb.run(); st != 200 {
+			b.Fatalf("%d %s", st, body)
 		}
 	}
+}
+
+// evaluateAllocBudget is what one test-token evaluation may allocate through
+// the handler: decode, admit (the per-address limiter and the quota, one
+// protoactor mailbox schedule each), score, build, encode. Raise it only
+// with a reason in the commit message.
+const evaluateAllocBudget = 8
+
+// TestEvaluateHandlerAllocs pins the allocation budget of the hot path; the
+// benchmark above shows the same figure with -benchmem.
+func TestEvaluateHandlerAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	eb := newEvalBench(t)
+	for range 50 { // warm the pools and sonic's compiled codecs
+		if st, body := eb.run(); st != 200 {
+			t.Fatalf("%d %s", st, body)
+		}
+	}
+	var failed []byte
+	n := testing.AllocsPerRun(500, func() {
+		if st, body := eb.run(); st != 200 && failed == nil {
+			failed = body
+		}
+	})
+	if failed != nil {
+		t.Fatalf("evaluation refused: %s", failed)
+	}
+	if n > evaluateAllocBudget {
+		t.Fatalf("one test-token evaluation allocates %.1f times; budget %d", n, evaluateAllocBudget)
+	}
+	t.Logf("%.1f allocs per evaluation (budget %d)", n, evaluateAllocBudget)
 }

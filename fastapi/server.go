@@ -171,6 +171,10 @@ type request struct {
 	checks.Call
 	params  [2]string
 	nparams int
+	// eval and evalJSON are the evaluate handler's request and its decoding
+	// scratch, kept here so the hot path allocates neither.
+	eval     checks.EvalRequest
+	evalJSON evalJSON
 }
 
 // param returns the i-th path parameter. It aliases the request buffer, which
