@@ -1,0 +1,5 @@
+//go:build !race
+
+package fastapi
+
+const raceEnabled = false
