@@ -1,6 +1,7 @@
 package checks
 
 import (
+	"net/netip"
 	"sync"
 	"time"
 	"unsafe"
@@ -104,6 +105,25 @@ func (ev *Evaluation) Body() *wire.Evaluate { return &ev.resp }
 // used afterwards.
 func (ev *Evaluation) Release() { evaluations.Put(ev) }
 
+// fixedIPText holds the text of every test token's fixed address, formatted
+// once: a test-token answer, the commonest integration check, then formats
+// (and allocates) none.
+var fixedIPText = func() map[netip.Addr]string {
+	m := make(map[netip.Addr]string)
+	for _, p := range score.TestTokens() {
+		m[p.Network.IP] = p.Network.IP.String()
+	}
+	return m
+}()
+
+// ipText is the answer's ip text of a.
+func ipText(a netip.Addr) string {
+	if t, ok := fixedIPText[a]; ok {
+		return t
+	}
+	return a.String()
+}
+
 // build fills ev.resp from ev.in, ev.res and ev.opts. Every evaluate answer
 // (visitor check, test token, sandbox, sample) comes out of this one
 // function.
@@ -138,7 +158,7 @@ func (ev *Evaluation) build() {
 	}
 	if !degraded {
 		if net.IP.IsValid() {
-			r.IP = net.IP.String()
+			r.IP = ipText(net.IP)
 		}
 		if net.Country != "" {
 			ev.country = net.Country

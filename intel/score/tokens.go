@@ -49,6 +49,9 @@ func TestToken(name string) (Profile, bool) {
 	return Profile{}, false
 }
 
+// TestTokens lists every test token's profile (a copy).
+func TestTokens() []Profile { return append([]Profile(nil), testTokens[:]...) }
+
 // IsTestToken reports whether name is one of the SPEC 2.9 test tokens.
 func IsTestToken(name string) bool {
 	_, ok := TestToken(name)
