@@ -241,7 +241,7 @@ func BenchmarkEvaluateHandler(b *testing.B) {
 // the handler: decode, admit (the per-address limiter and the quota, one
 // protoactor mailbox schedule each), score, build, encode. Raise it only
 // with a reason in the commit message.
-const evaluateAllocBudget = 8
+const evaluateAllocBudget = 7
 
 // TestEvaluateHandlerAllocs pins the allocation budget of the hot path; the
 // benchmark above shows the same figure with -benchmem.

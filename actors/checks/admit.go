@@ -42,6 +42,10 @@ func (c *Call) liveKey() bool { return c.Auth.View != nil && c.Auth.Kind != acco
 // Credential is the secret a caller presented, as the transport read it
 // (fastapi: the Authorization bearer): an API key, an OAuth access token or
 // the sandbox key.
+//
+// Key may be a view of the transport's request buffer (fastapi passes one so
+// authenticating allocates nothing): Admit reads it and keeps nothing of it,
+// and nothing else may.
 type Credential struct {
 	Key  string // "" when none was read
 	Hint string // why none was read (the 401's hint), when Key is ""
