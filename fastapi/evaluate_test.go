@@ -1,6 +1,7 @@
 package fastapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"regexp"
 	"strings"
@@ -268,4 +269,43 @@ func TestEvaluateHandlerAllocs(t *testing.T) {
 		t.Fatalf("one test-token evaluation allocates %.1f times; budget %d", n, evaluateAllocBudget)
 	}
 	t.Logf("%.1f allocs per evaluation (budget %d)", n, evaluateAllocBudget)
+}
+
+// BenchmarkEvaluateLiveHandler is a live evaluation through the handler
+// that waits on every actor call an evaluation can: the per-address
+// limiter, the quota (a monthly, durable charge), the device event and the
+// customer's history (an accountId is sent). The same event each time: from
+// the second call on it resolves as a replay, which costs the same hops.
+func BenchmarkEvaluateLiveHandler(b *testing.B) {
+	t := &testing.T{}
+	e := newCollectEnv(t)
+	e.srv.deps.DeviceHist = newDeviceHist(t)
+	e.srv.rewire()
+	if err := e.accts.RevokePrevious(e.acct.View.ID); err != nil {
+		b.Fatal(err)
+	}
+	pi := "public_interest"
+	if _, err := e.accts.Update(e.acct.View.ID, accountsPatchPlan(pi)); err != nil {
+		b.Fatal(err)
+	}
+	pk := e.acct.PublishableKey
+	tok := e.token(t, pk, "73.0.0.1:1", nil, `{"v":1,"key":"PK"}`)
+	ev := e.deviceEvent(t, pk, "73.0.0.1:1", "chrome_desktop_windows")
+	body := `{"token":"` + tok + `","fingerprintEventId":"` + ev + `","accountId":"user-1"}`
+	auth := "Bearer " + e.acct.LiveKey
+	ctx := new(fasthttp.RequestCtx)
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		ctx.Request.Header.SetMethod("POST")
+		ctx.Request.SetRequestURI("/v1/evaluate")
+		ctx.Request.Header.Set("User-Agent", "bench/1")
+		ctx.Request.Header.Set("Authorization", auth)
+		ctx.Request.SetBodyString(body)
+		e.srv.Handle(ctx)
+		if ctx.Response.StatusCode() != 200 || !bytes.Contains(ctx.Response.Body(), []byte(`"device_status":"ok"`)) {
+			b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
 }
