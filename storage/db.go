@@ -61,8 +61,10 @@ type DB struct {
 
 	// unsynced is set by write-behind commits and cleared by the sync loop.
 	unsynced atomic.Bool
-	stopSync chan struct{}
-	syncDone chan struct{}
+	// Counters behind WriteStats.
+	commits, keys, syncs atomic.Uint64
+	stopSync             chan struct{}
+	syncDone             chan struct{}
 }
 
 // Open opens (or creates) the store in dir.
@@ -159,6 +161,34 @@ func (d *DB) syncWAL() {
 	}
 	if err := d.guard(func() error { return d.db.LogData(nil, pebble.Sync) }); err != nil {
 		_ = d.fail(fmt.Errorf("sync write-behind commits: %w", err))
+		return
+	}
+	d.syncs.Add(1)
+}
+
+// WriteStats counts the store's writes since Open.
+type WriteStats struct {
+	Commits uint64 // batches committed (each one WAL record and one memtable apply)
+	Keys    uint64 // key operations in them (sets, deletes, range deletes)
+	Syncs   uint64 // WAL syncs: synced commits and group syncs
+}
+
+// WriteStats reports the writes so far: divide a difference of two readings
+// by the calls made in between to get writes per call.
+func (d *DB) WriteStats() WriteStats {
+	return WriteStats{Commits: d.commits.Load(), Keys: d.keys.Load(), Syncs: d.syncs.Load()}
+}
+
+// Metrics is Pebble's own account of the store (levels, compactions, write
+// amplification), for the debug endpoint and tuning.
+func (d *DB) Metrics() string { return d.db.Metrics().String() }
+
+// counted records one committed batch in WriteStats.
+func (d *DB) counted(b *pebble.Batch, synced bool) {
+	d.commits.Add(1)
+	d.keys.Add(uint64(b.Count()))
+	if synced {
+		d.syncs.Add(1)
 	}
 }
 
@@ -172,6 +202,7 @@ func (d *DB) commitBehind(b *pebble.Batch) error {
 	if err := d.guard(func() error { return b.Commit(pebble.NoSync) }); err != nil {
 		return d.fail(fmt.Errorf("commit: %w", err))
 	}
+	d.counted(b, false)
 	d.unsynced.Store(true)
 	_ = b.Close()
 	return nil
@@ -209,6 +240,9 @@ func (d *DB) Probe() error {
 	if err := d.guard(func() error { return d.db.Set(k, []byte{1}, pebble.Sync) }); err != nil {
 		return d.fail(fmt.Errorf("probe write: %w", err))
 	}
+	d.commits.Add(1)
+	d.keys.Add(1)
+	d.syncs.Add(1)
 	v, closer, err := d.db.Get(k)
 	if err != nil {
 		return d.fail(fmt.Errorf("probe read: %w", err))
@@ -270,6 +304,7 @@ func (d *DB) commit(b *pebble.Batch) error {
 	if err := d.guard(func() error { return b.Commit(pebble.Sync) }); err != nil {
 		return d.fail(fmt.Errorf("commit: %w", err))
 	}
+	d.counted(b, true)
 	// A batch whose commit panicked is left unclosed: it may still be in the
 	// stalled pipeline.
 	_ = b.Close()

@@ -146,3 +146,27 @@ func BenchmarkUsageApply(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*len(deltas))/b.Elapsed().Seconds(), "deltas/s")
 }
+
+func TestWriteStatsCount(t *testing.T) {
+	db, err := Open("w", Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	before := db.WriteStats()
+	m := MonthOf(time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC))
+	if err := db.ApplyUsage([]UsageDelta{
+		{Account: "a", Month: m, Counts: MonthCounts{Used: 1}, Totals: Totals{Evaluations: 1}},
+		{Account: "a", Month: m, Counts: MonthCounts{Used: 1}, Totals: Totals{Evaluations: 1}},
+		{Account: "b", Month: m, Totals: Totals{LimitHits: 1}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := db.WriteStats()
+	if d := got.Commits - before.Commits; d != 1 {
+		t.Errorf("commits +%d, want 1 (one batch)", d)
+	}
+	if d := got.Keys - before.Keys; d != 3 {
+		t.Errorf("keys +%d, want 3 (a's month and totals, b's totals)", d)
+	}
+}

@@ -335,7 +335,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		DeviceHist: devHist, Challenges: challenges})
 
 	if cfg.debugAddr != "" {
-		startDebug(cfg.debugAddr, log)
+		startDebug(cfg.debugAddr, db, log)
 	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
