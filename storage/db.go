@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,43 @@ var ErrManifestMissing = errors.New("store has data files but no manifest marker
 // written under another master secret.
 var ErrKeyCheckMismatch = errors.New("master secret does not match the one the store was written with")
 
+// Durability says when a counted call's increment (storage.DB.ApplyUsage)
+// is durable, that is, survives kill -9 and power loss.
+type Durability uint8
+
+const (
+	// Interval (the default): ApplyUsage commits without a sync, and one
+	// background group sync every SyncInterval makes everything committed so
+	// far durable, as InnoDB's innodb_flush_log_at_trx_commit=2 and Redis's
+	// appendfsync everysec do. A crash loses at most what was committed since
+	// the last group sync began: one interval, plus the time a sync takes.
+	Interval Durability = iota
+	// Strict: ApplyUsage syncs before it returns, so nothing acknowledged is
+	// ever lost, at about one fdatasync per group of concurrent calls.
+	Strict
+)
+
+// DefaultSyncInterval is the group sync period when Options leaves it 0.
+const DefaultSyncInterval = 10 * time.Millisecond
+
+// ParseDurability reads "interval" or "strict".
+func ParseDurability(s string) (Durability, error) {
+	switch s {
+	case "interval":
+		return Interval, nil
+	case "strict":
+		return Strict, nil
+	}
+	return Interval, fmt.Errorf("durability %q: want interval or strict", s)
+}
+
+func (m Durability) String() string {
+	if m == Strict {
+		return "strict"
+	}
+	return "interval"
+}
+
 // Options configure Open. The zero value works.
 type Options struct {
 	// FS overrides the filesystem (tests use vfs.NewMem or an error-injecting FS).
@@ -39,11 +77,14 @@ type Options struct {
 	CacheBytes int64
 	// Logger receives Pebble's own log lines; nil means slog.Default().
 	Logger *slog.Logger
-	// WriteBehindSync bounds how long a write-behind commit (device events
-	// and history, written without waiting for fsync) stays unsynced: a
-	// background loop syncs the WAL this often when such writes are pending.
-	// 0 means 50 ms.
-	WriteBehindSync time.Duration
+	// Durability of counted calls; the zero value is Interval.
+	Durability Durability
+	// SyncInterval is the period of the one background loop that runs the
+	// flush hooks (OnSync) and then syncs the WAL when anything was committed
+	// without a sync since the last one: usage increments in Interval mode,
+	// and the write-behind stores (device events and history, GPU samples)
+	// in either mode. 0 means DefaultSyncInterval.
+	SyncInterval time.Duration
 }
 
 // DB is the service's store. It is safe for concurrent use; Pebble serialises
@@ -56,15 +97,22 @@ type DB struct {
 	// unusable from then on ("horked", in its own words), so the store stays
 	// unavailable until the process restarts instead of crashing it: the
 	// service keeps answering 503 storage_unavailable and /api/status says why.
-	broken atomic.Bool
-	log    *slog.Logger
+	broken     atomic.Bool
+	log        *slog.Logger
+	durability Durability
+	interval   time.Duration
 
-	// unsynced is set by write-behind commits and cleared by the sync loop.
+	// unsynced is set by commits without a sync and cleared by syncWAL.
 	unsynced atomic.Bool
 	// Counters behind WriteStats.
 	commits, keys, syncs atomic.Uint64
-	stopSync             chan struct{}
-	syncDone             chan struct{}
+
+	hooksMu sync.Mutex
+	hooks   map[int]func()
+	hookSeq int
+
+	stopSync chan struct{}
+	syncDone chan struct{}
 }
 
 // Open opens (or creates) the store in dir.
@@ -74,6 +122,9 @@ func Open(dir string, o Options) (*DB, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = DefaultSyncInterval
 	}
 	cache := pebble.NewCache(o.CacheBytes)
 	opts := &pebble.Options{
@@ -100,11 +151,9 @@ func Open(dir string, o Options) (*DB, error) {
 		}
 		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
 	}
-	if o.WriteBehindSync <= 0 {
-		o.WriteBehindSync = 50 * time.Millisecond
-	}
-	d := &DB{db: pdb, cache: cache, log: o.Logger, stopSync: make(chan struct{}), syncDone: make(chan struct{})}
-	go d.syncLoop(o.WriteBehindSync)
+	d := &DB{db: pdb, cache: cache, log: o.Logger, durability: o.Durability, interval: o.SyncInterval,
+		hooks: map[int]func(){}, stopSync: make(chan struct{}), syncDone: make(chan struct{})}
+	go d.syncLoop()
 	return d, nil
 }
 
@@ -126,12 +175,50 @@ func hasStoreFiles(fs vfs.FS, dir string) (bool, error) {
 	return false, nil
 }
 
-// syncLoop makes write-behind commits durable within one interval. The WAL
-// is one sequential log, so a single sync covers every commit before it (and
-// any Sync commit in between, such as the quota's, already did).
-func (d *DB) syncLoop(every time.Duration) {
+// Durability is the mode the store was opened with.
+func (d *DB) Durability() Durability { return d.durability }
+
+// SyncInterval is the period of the group sync.
+func (d *DB) SyncInterval() time.Duration { return d.interval }
+
+// OnSync registers fn to run on the sync loop before each group sync (and
+// in Sync). Write-behind owners use it to hand over what they gathered in
+// memory during the interval: fn returns once that is committed, so the
+// sync that follows covers it and their crash bound is the interval's. fn
+// must not call Sync. The returned func unregisters fn.
+func (d *DB) OnSync(fn func()) (remove func()) {
+	d.hooksMu.Lock()
+	defer d.hooksMu.Unlock()
+	d.hookSeq++
+	id := d.hookSeq
+	d.hooks[id] = fn
+	return func() {
+		d.hooksMu.Lock()
+		delete(d.hooks, id)
+		d.hooksMu.Unlock()
+	}
+}
+
+func (d *DB) runHooks() {
+	d.hooksMu.Lock()
+	fns := make([]func(), 0, len(d.hooks))
+	for id := 1; id <= d.hookSeq; id++ { // registration order
+		if fn, ok := d.hooks[id]; ok {
+			fns = append(fns, fn)
+		}
+	}
+	d.hooksMu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// syncLoop is the one group sync. The WAL is one sequential log, so a
+// single sync covers every commit before it (a synced commit in between
+// already did). An idle store costs one atomic load per tick.
+func (d *DB) syncLoop() {
 	defer close(d.syncDone)
-	t := time.NewTicker(every)
+	t := time.NewTicker(d.interval)
 	defer t.Stop()
 	for {
 		select {
@@ -139,14 +226,16 @@ func (d *DB) syncLoop(every time.Duration) {
 			d.syncWAL()
 			return
 		case <-t.C:
+			d.runHooks()
 			d.syncWAL()
 		}
 	}
 }
 
-// SyncWriteBehind makes every write-behind commit so far durable now instead
-// of at the next tick of the sync loop (shutdown paths and crash tests).
-func (d *DB) SyncWriteBehind() error {
+// Sync runs the flush hooks and makes every commit so far durable now
+// instead of at the next tick of the sync loop (shutdown paths and tests).
+func (d *DB) Sync() error {
+	d.runHooks()
 	d.unsynced.Store(true)
 	d.syncWAL()
 	if !d.Available() {
@@ -160,7 +249,7 @@ func (d *DB) syncWAL() {
 		return
 	}
 	if err := d.guard(func() error { return d.db.LogData(nil, pebble.Sync) }); err != nil {
-		_ = d.fail(fmt.Errorf("sync write-behind commits: %w", err))
+		_ = d.fail(fmt.Errorf("sync the WAL: %w", err))
 		return
 	}
 	d.syncs.Add(1)
@@ -193,8 +282,9 @@ func (d *DB) counted(b *pebble.Batch, synced bool) {
 }
 
 // commitBehind applies a batch without waiting for fsync; the sync loop
-// makes it durable within Options.WriteBehindSync. For stores nobody waits
-// on, so that their fsyncs do not multiply with their commits.
+// makes it durable within Options.SyncInterval. For stores nobody waits on,
+// and for usage increments in Interval mode, so that fsyncs do not multiply
+// with commits.
 func (d *DB) commitBehind(b *pebble.Batch) error {
 	if d.broken.Load() {
 		return fmt.Errorf("%w: broken", ErrUnavailable)

@@ -210,9 +210,9 @@ func TestCrashLosesOnlyUnsynced(t *testing.T) {
 	if _, err := c.Devices("acc_1", 0, t0); err != nil { // a barrier: waits for the shard's writes
 		t.Fatal(err)
 	}
-	// Write-behind commits are synced within storage's WriteBehindSync; take
+	// Write-behind commits are synced by the store's group sync; take
 	// the crash image after that sync.
-	if err := db.SyncWriteBehind(); err != nil {
+	if err := db.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
