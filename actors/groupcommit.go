@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -71,6 +72,12 @@ func (g *GroupCommitter[T]) run() {
 			return
 		}
 		buf = append(buf[:0], item)
+		if len(g.in) == 0 {
+			// Let the senders that are ready to run add theirs first: under
+			// load this grows the group at the cost of one scheduler pass;
+			// on an idle system nobody else is runnable and it returns at once.
+			runtime.Gosched()
+		}
 	gather:
 		for len(buf) < g.max {
 			select {
