@@ -102,10 +102,14 @@ type DB struct {
 	durability Durability
 	interval   time.Duration
 
-	// unsynced is set by commits without a sync and cleared by syncWAL.
-	unsynced atomic.Bool
+	// dirtySince is when the oldest commit not covered by a sync begun
+	// since was made (d.clock), 0 when there is none. Set by commits without
+	// a sync, cleared by syncWAL as its sync begins.
+	dirtySince atomic.Int64
+	epoch      time.Time
 	// Counters behind WriteStats.
-	commits, keys, syncs atomic.Uint64
+	commits, keys, syncs, lateSyncs atomic.Uint64
+	lastLateLog                     atomic.Int64
 
 	hooksMu sync.Mutex
 	hooks   map[int]func()
@@ -151,7 +155,7 @@ func Open(dir string, o Options) (*DB, error) {
 		}
 		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
 	}
-	d := &DB{db: pdb, cache: cache, log: o.Logger, durability: o.Durability, interval: o.SyncInterval,
+	d := &DB{db: pdb, cache: cache, log: o.Logger, durability: o.Durability, interval: o.SyncInterval, epoch: time.Now(),
 		hooks: map[int]func(){}, stopSync: make(chan struct{}), syncDone: make(chan struct{})}
 	go d.syncLoop()
 	return d, nil
@@ -236,7 +240,7 @@ func (d *DB) syncLoop() {
 // instead of at the next tick of the sync loop (shutdown paths and tests).
 func (d *DB) Sync() error {
 	d.runHooks()
-	d.unsynced.Store(true)
+	d.markDirty()
 	d.syncWAL()
 	if !d.Available() {
 		return fmt.Errorf("%w: sync failed", ErrUnavailable)
@@ -244,8 +248,18 @@ func (d *DB) Sync() error {
 	return nil
 }
 
+// clock is the time since Open in nanoseconds, never 0.
+func (d *DB) clock() int64 { return int64(time.Since(d.epoch)) + 1 }
+
+func (d *DB) markDirty() {
+	if d.dirtySince.Load() == 0 {
+		d.dirtySince.CompareAndSwap(0, d.clock())
+	}
+}
+
+// syncWAL syncs everything committed before it begins.
 func (d *DB) syncWAL() {
-	if d.broken.Load() || !d.unsynced.Swap(false) {
+	if d.broken.Load() || d.dirtySince.Swap(0) == 0 {
 		return
 	}
 	if err := d.guard(func() error { return d.db.LogData(nil, pebble.Sync) }); err != nil {
@@ -260,17 +274,24 @@ type WriteStats struct {
 	Commits uint64 // batches committed (each one WAL record and one memtable apply)
 	Keys    uint64 // key operations in them (sets, deletes, range deletes)
 	Syncs   uint64 // WAL syncs: synced commits and group syncs
+	// LateSyncs counts the usage commits that synced themselves because
+	// the group sync ran late (Interval mode; see catchUp).
+	LateSyncs uint64
 }
 
 // WriteStats reports the writes so far: divide a difference of two readings
 // by the calls made in between to get writes per call.
 func (d *DB) WriteStats() WriteStats {
-	return WriteStats{Commits: d.commits.Load(), Keys: d.keys.Load(), Syncs: d.syncs.Load()}
+	return WriteStats{Commits: d.commits.Load(), Keys: d.keys.Load(), Syncs: d.syncs.Load(), LateSyncs: d.lateSyncs.Load()}
 }
 
 // Metrics is Pebble's own account of the store (levels, compactions, write
-// amplification), for the debug endpoint and tuning.
+// amplification) as text, for the debug endpoint.
 func (d *DB) Metrics() string { return d.db.Metrics().String() }
+
+// PebbleMetrics is Pebble's own account of the store, for benchmarks that
+// tune its options.
+func (d *DB) PebbleMetrics() *pebble.Metrics { return d.db.Metrics() }
 
 // counted records one committed batch in WriteStats.
 func (d *DB) counted(b *pebble.Batch, synced bool) {
@@ -293,9 +314,35 @@ func (d *DB) commitBehind(b *pebble.Batch) error {
 		return d.fail(fmt.Errorf("commit: %w", err))
 	}
 	d.counted(b, false)
-	d.unsynced.Store(true)
+	d.markDirty()
 	_ = b.Close()
 	return nil
+}
+
+// maxLag is how old an unsynced commit may grow, in SyncIntervals, before
+// usage increments stop being answered ahead of the sync.
+const maxLag = 2
+
+// catchUp keeps Interval mode's bound when the group sync runs late (a
+// stalled disk, a starved goroutine): once the oldest unsynced commit is
+// more than maxLag intervals old, it syncs before returning, so the quota
+// committer's answers wait for the disk as in Strict mode until the loop
+// has caught up. Without it a slow fsync would let the unsynced window grow
+// with it. A failed sync marks the store unavailable (what was committed
+// stays committed).
+func (d *DB) catchUp() {
+	ds := d.dirtySince.Load()
+	if ds == 0 || d.clock()-ds <= int64(maxLag*d.interval) {
+		return
+	}
+	d.lateSyncs.Add(1)
+	if now, last := d.clock(), d.lastLateLog.Load(); last == 0 || now-last > int64(time.Minute) {
+		if d.lastLateLog.CompareAndSwap(last, now) {
+			d.log.Warn("storage: the group sync is late; counted calls wait for the disk until it catches up",
+				"unsynced_for", time.Duration(d.clock()-ds).Round(time.Millisecond), "sync_interval", d.interval)
+		}
+	}
+	d.syncWAL()
 }
 
 // Close flushes and closes the store. The DB must not be used afterwards. A

@@ -127,3 +127,45 @@ func TestOnSyncHookCovered(t *testing.T) {
 		t.Fatalf("removed hook ran: %d runs", runs.Load())
 	}
 }
+
+// TestLateSyncCaughtUp: when the loop's sync is held up (here, by a hook
+// that blocks), a usage commit older than maxLag intervals makes the next
+// ApplyUsage sync before it returns, so the unsynced window stays bounded.
+func TestLateSyncCaughtUp(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	const every = 5 * time.Millisecond
+	db, err := Open("c", Options{FS: fs, SyncInterval: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	remove := db.OnSync(func() {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+	})
+	<-entered // the loop is stuck in its hook: no group sync from now on
+	const m = Month(202611)
+	one := []UsageDelta{{Account: "a", Month: m, Counts: MonthCounts{Used: 1}}}
+	if err := db.ApplyUsage(one); err != nil {
+		t.Fatal(err)
+	}
+	// (Unless this very commit took longer than maxLag intervals on a busy
+	// machine, it was answered ahead of any sync.)
+	if got, late := crashUsage(t, fs, "a", m), db.WriteStats().LateSyncs; late == 0 && got != 0 {
+		t.Fatalf("the crash image has %d with the loop stuck and no late sync", got)
+	}
+	time.Sleep(3 * maxLag * every)
+	if err := db.ApplyUsage(one); err != nil {
+		t.Fatal(err)
+	}
+	if got, late := crashUsage(t, fs, "a", m), db.WriteStats().LateSyncs; got != 2 || late == 0 {
+		t.Fatalf("crash image month_used %d after %d late syncs; want 2 after at least 1", got, late)
+	}
+	remove()
+	close(release)
+}

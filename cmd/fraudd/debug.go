@@ -21,7 +21,7 @@ func startDebug(addr string, db *storage.DB, log *slog.Logger) {
 	mux.HandleFunc("/debug/storage", func(w http.ResponseWriter, _ *http.Request) {
 		st := db.WriteStats()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintf(w, "commits %d\nkeys %d\nsyncs %d\n\n%s", st.Commits, st.Keys, st.Syncs, db.Metrics())
+		fmt.Fprintf(w, "commits %d\nkeys %d\nsyncs %d\nlate_syncs %d\n\n%s", st.Commits, st.Keys, st.Syncs, st.LateSyncs, db.Metrics())
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
