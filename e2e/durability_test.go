@@ -11,13 +11,22 @@ import (
 	"time"
 )
 
-// crashLoad runs counted evaluations from 16 clients against a
-// public-interest account, kills the server with SIGKILL at a random moment,
-// restarts it on the same data dir, and returns month_used after the
-// restart with what the clients saw: the client-side time of every
-// acknowledged call, the moment of the kill, and how many calls got no
+// crashCounts is what a crash run saw: per kind of counted call (evaluate,
+// lookup), the count stored after the restart and the client-side times of
+// the acknowledged calls; the moment of the kill; and how many calls got no
 // answer (in flight when the server died).
-func crashLoad(t *testing.T, s *Server) (stored int64, acks []time.Duration, kill time.Duration, unanswered int64) {
+type crashCounts struct {
+	stored     [2]int64
+	acks       [2][]time.Duration
+	kill       time.Duration
+	unanswered int64
+}
+
+// crashLoad runs counted evaluations and lookups (one in four) from 16
+// clients against a public-interest account, kills the server with SIGKILL
+// at a random moment, restarts it on the same data dir, and reads
+// month_used and month_lookups_used.
+func crashLoad(t *testing.T, s *Server) crashCounts {
 	t.Helper()
 	a := s.CreateAccount(t, map[string]any{"email": "crash@example.com", "plan": "public_interest"})
 	const workers = 16
@@ -25,43 +34,61 @@ func crashLoad(t *testing.T, s *Server) (stored int64, acks []time.Duration, kil
 	var lost atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	times := make([][]time.Duration, workers)
+	times := make([][2][]time.Duration, workers)
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
+			for i := 0; ; i++ {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				r, err := s.try(Req{Method: "POST", Path: "/v1/evaluate", Bearer: a.LiveKey, Body: map[string]any{}})
+				kind, req := 0, Req{Method: "POST", Path: "/v1/evaluate", Bearer: a.LiveKey, Body: map[string]any{}}
+				if (w+i)%4 == 0 {
+					kind, req = 1, Req{Method: "GET", Path: "/v1/lookup/8.8.8.8", Bearer: a.LiveKey}
+				}
+				r, err := s.try(req)
 				if err != nil {
 					lost.Add(1)
 					return // the server is gone
 				}
 				if r.Status == 200 {
-					times[w] = append(times[w], time.Since(start))
+					times[w][kind] = append(times[w][kind], time.Since(start))
 				}
 			}
 		}()
 	}
 	time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
-	kill = time.Since(start)
+	var c crashCounts
+	c.kill = time.Since(start)
 	s.Kill()
 	close(stop)
 	wg.Wait()
 	for _, ts := range times {
-		acks = append(acks, ts...)
+		for k := range ts {
+			c.acks[k] = append(c.acks[k], ts[k]...)
+		}
 	}
-	sort.Slice(acks, func(i, j int) bool { return acks[i] < acks[j] })
-	if len(acks) == 0 {
-		t.Fatal("no call was acknowledged before the kill")
+	for k := range c.acks {
+		sort.Slice(c.acks[k], func(i, j int) bool { return c.acks[k][i] < c.acks[k][j] })
+		if len(c.acks[k]) == 0 {
+			t.Fatal("no call of a kind was acknowledged before the kill")
+		}
 	}
+	c.unanswered = lost.Load()
 	s.start()
 	u := s.Do(t, Req{Path: "/v1/usage", Bearer: a.LiveKey}).JSON(t)
-	return num(t, u, "month_used"), acks, kill, lost.Load()
+	c.stored = [2]int64{num(t, u, "month_used"), num(t, u, "month_lookups_used")}
+	return c
+}
+
+// all merges both kinds' acknowledgements, in time order.
+func (c *crashCounts) all() []time.Duration {
+	out := append(append([]time.Duration(nil), c.acks[0]...), c.acks[1]...)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 // ackedSince counts the acknowledgements at or after d.
@@ -71,18 +98,21 @@ func ackedSince(acks []time.Duration, d time.Duration) int64 {
 }
 
 // TestCrashLosesNoAcknowledgedCount: in strict mode (fsync before each
-// answer) month_used after a SIGKILL covers every acknowledged call.
+// answer) month_used and month_lookups_used after a SIGKILL cover every
+// acknowledged call.
 func TestCrashLosesNoAcknowledgedCount(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}
 	s := Start(t, bin, "--durability", "strict")
-	stored, acks, _, unanswered := crashLoad(t, s)
-	n := int64(len(acks))
-	if stored < n || stored > n+unanswered {
-		t.Fatalf("strict: month_used %d after SIGKILL; %d calls acknowledged, %d unanswered", stored, n, unanswered)
+	c := crashLoad(t, s)
+	for k, name := range []string{"month_used", "month_lookups_used"} {
+		n := int64(len(c.acks[k]))
+		if c.stored[k] < n || c.stored[k] > n+c.unanswered {
+			t.Fatalf("strict: %s %d after SIGKILL; %d calls acknowledged, %d unanswered", name, c.stored[k], n, c.unanswered)
+		}
+		t.Logf("strict: %s: acknowledged %d, stored after restart %d (%d unanswered)", name, n, c.stored[k], c.unanswered)
 	}
-	t.Logf("strict: acknowledged %d, month_used after restart %d (%d unanswered)", n, stored, unanswered)
 }
 
 // crashSlack is how late the last group sync may have begun, beyond one
@@ -93,27 +123,33 @@ func TestCrashLosesNoAcknowledgedCount(t *testing.T) {
 const crashSlack = 500 * time.Millisecond
 
 // TestCrashIntervalLossBounded: in the default mode a SIGKILL under load
-// loses at most the calls acknowledged in the last sync interval (plus
-// crashSlack), and month_used is never above what was acknowledged plus
-// what was in flight.
+// loses at most the counted calls (evaluations and lookups) acknowledged in
+// the last sync interval (plus crashSlack), and month_used and
+// month_lookups_used are never above what was acknowledged plus what was in
+// flight.
 func TestCrashIntervalLossBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}
 	const interval = 10 * time.Millisecond
 	s := Start(t, bin, "--sync-interval", interval.String())
-	stored, acks, kill, unanswered := crashLoad(t, s)
-	n := int64(len(acks))
-	if stored > n+unanswered {
-		t.Fatalf("month_used %d after SIGKILL is above the %d acknowledged plus %d in flight", stored, n, unanswered)
+	c := crashLoad(t, s)
+	for k, name := range []string{"month_used", "month_lookups_used"} {
+		if n := int64(len(c.acks[k])); c.stored[k] > n+c.unanswered {
+			t.Fatalf("%s %d after SIGKILL is above the %d acknowledged plus %d in flight", name, c.stored[k], n, c.unanswered)
+		}
 	}
+	// The bound is on the counted calls of both kinds together: they share
+	// one quota committer and one group sync.
+	acks, kill, stored := c.all(), c.kill, c.stored[0]+c.stored[1]
+	n := int64(len(acks))
 	loss := max(n-stored, 0)
 	bound := ackedSince(acks, kill-interval-crashSlack)
 	var windows []string
 	for _, w := range []time.Duration{interval, 2 * interval, 5 * interval, 10 * interval} {
 		windows = append(windows, fmt.Sprintf("%v: %d", w, ackedSince(acks, kill-w)))
 	}
-	t.Logf("interval: acknowledged %d, month_used after restart %d, lost %d; acknowledged in the last %s before the kill",
+	t.Logf("interval: acknowledged %d, stored after restart %d, lost %d; acknowledged in the last %s before the kill",
 		n, stored, loss, strings.Join(windows, ", "))
 	if loss > bound {
 		t.Fatalf("lost %d acknowledged calls, more than the %d acknowledged in the last %v + %v before the kill", loss, bound, interval, crashSlack)
