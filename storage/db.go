@@ -47,6 +47,22 @@ const (
 	Strict
 )
 
+// memTableSize is Pebble's memtable size. The live path rewrites the same
+// records all day (usage counters, event uses, device and account history:
+// a hot record once per sync interval), and a flush keeps only the newest
+// version of each key in its memtable, so a larger memtable writes far fewer
+// bytes into L0 and leaves compactions less to do. Measured with
+// actors.BenchmarkLiveWrites (400k live evaluations, Zipf-distributed
+// devices, accounts and addresses), Pebble's write amplification (WAL +
+// flushes + compactions over WAL bytes) is 2.70 with Pebble's 4 MiB, 1.48
+// with 16 MiB, 1.26 with 32 MiB and 1.14 with 64 MiB; table bytes written per
+// evaluation fall from 6.7 KB to 1.0 KB at 32 MiB. 32 MiB takes most of the
+// gain at a bounded memory cost (Options.CacheBytes accounts for it). The
+// L0 thresholds stay at Pebble's defaults: raising the compaction threshold
+// to 8 saved a little more (1.17) for more read amplification on the
+// first-touch reads of the same records.
+const memTableSize = 32 << 20
+
 // DefaultSyncInterval is the group sync period when Options leaves it 0.
 const DefaultSyncInterval = 10 * time.Millisecond
 
@@ -72,8 +88,11 @@ func (m Durability) String() string {
 type Options struct {
 	// FS overrides the filesystem (tests use vfs.NewMem or an error-injecting FS).
 	FS vfs.FS
-	// CacheBytes is the block cache size; 0 means 64 MiB. Pebble's default leaves
-	// the cache effectively empty (the memtables take it), so it is always explicit.
+	// CacheBytes is the block cache size; 0 means 64 MiB for blocks plus room
+	// for the two memtables Pebble may hold (2 × memTableSize), which it
+	// reserves from the same cache: 128 MiB. Pebble's default (8 MiB) leaves
+	// the cache effectively empty (the memtables take it), so it is always
+	// explicit.
 	CacheBytes int64
 	// Logger receives Pebble's own log lines; nil means slog.Default().
 	Logger *slog.Logger
@@ -122,7 +141,7 @@ type DB struct {
 // Open opens (or creates) the store in dir.
 func Open(dir string, o Options) (*DB, error) {
 	if o.CacheBytes == 0 {
-		o.CacheBytes = 64 << 20
+		o.CacheBytes = 64<<20 + 2*memTableSize
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -132,9 +151,10 @@ func Open(dir string, o Options) (*DB, error) {
 	}
 	cache := pebble.NewCache(o.CacheBytes)
 	opts := &pebble.Options{
-		Cache:  cache,
-		FS:     o.FS,
-		Logger: pebbleLogger{o.Logger.With("component", "pebble")},
+		Cache:        cache,
+		FS:           o.FS,
+		Logger:       pebbleLogger{o.Logger.With("component", "pebble")},
+		MemTableSize: memTableSize,
 	}
 	fs := o.FS
 	if fs == nil {
