@@ -1,24 +1,24 @@
 package actors
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
-// GroupCommitter turns many small durable writes into few fsyncs. Senders (shard
+// GroupCommitter turns many small writes into few batches. Senders (shard
 // actors) Add items; one goroutine takes everything queued at that moment (up
-// to MaxGroup), hands the group to Apply — which writes it as one synced batch —
-// and then to Done, which releases whoever waits for those items. While one
-// Apply is syncing, the next group gathers, so under load the items per fsync
-// grow with the offered rate and an idle system still commits a lone item at
-// once (no timer, no added latency).
+// to MaxGroup), hands the group to Apply — which writes it as one batch — and
+// then to Done, which releases whoever waits for those items. While one Apply
+// runs (and syncs, for a strict store), the next group gathers, so under load
+// the items per batch grow with the offered rate and an idle system still
+// commits a lone item at once (no timer, no added latency). Being one
+// goroutine, it also keeps one sender's writes in the order they were added.
 type GroupCommitter[T any] struct {
 	in    chan T
 	apply func([]T) error
 	done  func([]T, error)
 	max   int
-	gap   time.Duration
 	wg    sync.WaitGroup
 	once  sync.Once
 
@@ -30,19 +30,7 @@ type GroupCommitter[T any] struct {
 type GroupConfig struct {
 	Queue    int // channel capacity; Add blocks (back-pressure) when full. 0 = 16384
 	MaxGroup int // most items per Apply. 0 = 4096
-	// MinInterval spaces the starts of two commits: a group that arrives
-	// sooner waits (and grows) until MinInterval has passed since the last
-	// one started. For write-behind stores that nobody waits on, it caps the
-	// fsync rate (an fsync costs ~150 µs of CPU on this project's machines)
-	// at the price of that much more in the crash window. 0 = commit at once.
-	MinInterval time.Duration
 }
-
-// WriteBehind is the GroupConfig of stores whose writes nobody waits for
-// (device events and history): at most 50 commits a second each, written
-// without fsync (storage syncs the WAL within its WriteBehindSync), so a
-// crash can lose up to ~70 ms of them.
-var WriteBehind = GroupConfig{MinInterval: 20 * time.Millisecond}
 
 // NewGroupCommitter starts the committing goroutine. apply writes a group and
 // reports whether it is durable; done sees every group with apply's result.
@@ -54,7 +42,7 @@ func NewGroupCommitter[T any](cfg GroupConfig, apply func([]T) error, done func(
 	if cfg.MaxGroup <= 0 {
 		cfg.MaxGroup = 4096
 	}
-	g := &GroupCommitter[T]{in: make(chan T, cfg.Queue), apply: apply, done: done, max: cfg.MaxGroup, gap: cfg.MinInterval}
+	g := &GroupCommitter[T]{in: make(chan T, cfg.Queue), apply: apply, done: done, max: cfg.MaxGroup}
 	g.wg.Add(1)
 	go g.run()
 	return g
@@ -69,7 +57,7 @@ func (g *GroupCommitter[T]) Close() {
 	g.wg.Wait()
 }
 
-// Stats reports how many groups (fsyncs) and items were committed so far.
+// Stats reports how many groups (batches) and items were committed so far.
 func (g *GroupCommitter[T]) Stats() (groups, items uint64) {
 	return g.groups.Load(), g.items.Load()
 }
@@ -78,19 +66,18 @@ func (g *GroupCommitter[T]) run() {
 	defer g.wg.Done()
 	buf := make([]T, 0, 64)
 	var zero T
-	var last time.Time
 	for {
 		item, ok := <-g.in
 		if !ok {
 			return
 		}
-		if g.gap > 0 {
-			if wait := g.gap - time.Since(last); wait > 0 {
-				time.Sleep(wait)
-			}
-			last = time.Now()
-		}
 		buf = append(buf[:0], item)
+		if len(g.in) == 0 {
+			// Let the senders that are ready to run add theirs first: under
+			// load this grows the group at the cost of one scheduler pass;
+			// on an idle system nobody else is runnable and it returns at once.
+			runtime.Gosched()
+		}
 	gather:
 		for len(buf) < g.max {
 			select {

@@ -447,7 +447,7 @@ func (r *reader) histEnd(what string) error {
 // HistWrite is a set of device-history changes encoded for one batch: each
 // record with its expiry-index and recent-index moves. The owner builds it
 // (encoding happens on the owner's goroutine, so the owner may go on changing
-// its records), and WriteHist stores many of them in one synced batch.
+// its records), and WriteHist stores many of them in one batch.
 // Reset makes it reusable; the zero value is ready.
 type HistWrite struct {
 	buf []byte
@@ -561,8 +561,11 @@ func (w *HistWrite) DropIndex(ref *HistRef) {
 	w.delFrom(k0)
 }
 
-// WriteHist stores every change of ws as one synced batch: when it returns
-// nil all of it survives a crash; when it fails none of it was written.
+// WriteHist stores every change of ws as one batch, committed without a
+// sync: when it returns nil all of it is committed and survives a crash once
+// the next group sync ran (Options.SyncInterval; an OnSync hook that writes
+// here is covered by the sync that follows it); when it fails none of it
+// was written.
 func (d *DB) WriteHist(ws []*HistWrite) error {
 	n := 0
 	for _, w := range ws {
@@ -584,7 +587,7 @@ func (d *DB) WriteHist(ws []*HistWrite) error {
 			}
 		}
 	}
-	return d.commitBehind(b) // write-behind: synced within Options.WriteBehindSync
+	return d.commitBehind(b) // write-behind: synced within Options.SyncInterval
 }
 
 // --- reads ---

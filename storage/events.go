@@ -157,10 +157,11 @@ type DeviceWrite struct {
 	Sightings []*Sightings
 }
 
-// WriteDevice stores events and sightings as one batch: when it fails none
-// was written. A device's sightings are written into the period of their
-// LastSeen and removed from the previous period, so one device has one
-// record.
+// WriteDevice stores events and sightings as one batch, committed without a
+// sync: when it returns nil all of it is committed and survives a crash once
+// the next group sync ran (as WriteHist); when it fails none was written. A
+// device's sightings are written into the period of their LastSeen and
+// removed from the previous period, so one device has one record.
 func (d *DB) WriteDevice(w DeviceWrite) error {
 	if len(w.Events) == 0 && len(w.Sightings) == 0 {
 		return nil
@@ -185,7 +186,7 @@ func (d *DB) WriteDevice(w DeviceWrite) error {
 			_ = b.Delete(sightingsKey(key[:0], p-1, h.Visitor), nil)
 		}
 	}
-	return d.commitBehind(b) // write-behind: synced within Options.WriteBehindSync
+	return d.commitBehind(b) // write-behind: synced within Options.SyncInterval
 }
 
 // PruneEvents deletes every event minted before the day of before, in one

@@ -151,10 +151,14 @@ type monthRef struct {
 }
 
 // ApplyUsage adds every delta to the stored counters and commits the result as
-// one batch with pebble.Sync: when it returns nil, all of it survives a crash
-// (kill -9, power loss as far as fsync holds); when it returns an error, none
-// of it was written. Deltas for the same account and month are summed first,
-// so each record is read and written once per call.
+// one batch. When it returns nil, all of it is committed (every later read
+// sees it) and survives a crash (kill -9, power loss as far as fsync holds):
+// at once in Strict mode, which syncs before returning, or once the next
+// group sync has run in Interval mode (within Options.SyncInterval). When it
+// returns an error, none of it was written. (When the group sync runs late,
+// Interval mode syncs before returning too; see catchUp.) Deltas for the
+// same account and month are summed first, so each record is read and
+// written once per call.
 //
 // It reads, adds and writes, so calls touching the same accounts must not run
 // concurrently: the quota actors' single group committer is the only writer of
@@ -212,5 +216,12 @@ func (d *DB) ApplyUsage(deltas []UsageDelta) error {
 		val = MarshalTotals(val[:0], t)
 		_ = b.Set(key, val, nil)
 	}
-	return d.commit(b)
+	if d.durability == Strict {
+		return d.commit(b)
+	}
+	if err := d.commitBehind(b); err != nil {
+		return err
+	}
+	d.catchUp()
+	return nil
 }

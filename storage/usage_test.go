@@ -125,24 +125,53 @@ func TestUsageApplyAndReopen(t *testing.T) {
 	}
 }
 
-// BenchmarkUsageApply measures one synced group of 256 deltas over 64 accounts
-// on the real filesystem (the fsync dominates).
+// BenchmarkUsageApply measures one group of 256 deltas over 64 accounts on
+// the real filesystem, synced before it returns (strict: the fsync
+// dominates) or left to the group sync (interval).
 func BenchmarkUsageApply(b *testing.B) {
-	db, err := Open(b.TempDir(), Options{})
+	for _, mode := range []Durability{Strict, Interval} {
+		b.Run(mode.String(), func(b *testing.B) {
+			db, err := Open(b.TempDir(), Options{Durability: mode})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			deltas := make([]UsageDelta, 256)
+			for i := range deltas {
+				deltas[i] = UsageDelta{Account: string(rune('a'+i%64)) + "cct", Month: 202611,
+					Counts: MonthCounts{Used: 1}, Totals: Totals{Evaluations: 1}}
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := db.ApplyUsage(deltas); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*len(deltas))/b.Elapsed().Seconds(), "deltas/s")
+		})
+	}
+}
+
+func TestWriteStatsCount(t *testing.T) {
+	db, err := Open("w", Options{FS: vfs.NewMem()})
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	defer db.Close()
-	deltas := make([]UsageDelta, 256)
-	for i := range deltas {
-		deltas[i] = UsageDelta{Account: string(rune('a'+i%64)) + "cct", Month: 202611,
-			Counts: MonthCounts{Used: 1}, Totals: Totals{Evaluations: 1}}
+	before := db.WriteStats()
+	m := MonthOf(time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC))
+	if err := db.ApplyUsage([]UsageDelta{
+		{Account: "a", Month: m, Counts: MonthCounts{Used: 1}, Totals: Totals{Evaluations: 1}},
+		{Account: "a", Month: m, Counts: MonthCounts{Used: 1}, Totals: Totals{Evaluations: 1}},
+		{Account: "b", Month: m, Totals: Totals{LimitHits: 1}},
+	}); err != nil {
+		t.Fatal(err)
 	}
-	b.ResetTimer()
-	for range b.N {
-		if err := db.ApplyUsage(deltas); err != nil {
-			b.Fatal(err)
-		}
+	got := db.WriteStats()
+	if d := got.Commits - before.Commits; d != 1 {
+		t.Errorf("commits +%d, want 1 (one batch)", d)
 	}
-	b.ReportMetric(float64(b.N*len(deltas))/b.Elapsed().Seconds(), "deltas/s")
+	if d := got.Keys - before.Keys; d != 3 {
+		t.Errorf("keys +%d, want 3 (a's month and totals, b's totals)", d)
+	}
 }

@@ -42,8 +42,10 @@ const DevicesLimit = 50
 
 var sep = [1]byte{0}
 
-// Store is where the history lives; *storage.DB implements it.
+// Store is where the history lives; *storage.DB implements it. OnSync
+// registers the flush that runs before each of the store's group syncs.
 type Store interface {
+	OnSync(fn func()) (remove func())
 	LoadHist(r storage.HistRecord) (storage.HistStored, bool, error)
 	WriteHist(ws []*storage.HistWrite) error
 	ExpiredHist(before storage.Day, fn func(storage.HistRef) bool) error
@@ -129,6 +131,7 @@ type devicesReq struct {
 // Client is the typed client of the device-history shards.
 type Client struct {
 	shards  *actors.Shards
+	states  []*shardState
 	commit  *actors.GroupCommitter[pending]
 	calls   *actors.Calls[obsReq, Facts]
 	lists   *actors.Calls[devicesReq, []DeviceView]
@@ -137,6 +140,10 @@ type Client struct {
 	timeout time.Duration
 	log     *slog.Logger
 	stopped atomic.Bool
+
+	flushMu sync.Mutex // one flush at a time; Stop waits for it
+	acks    flushReq
+	unhook  func()
 
 	daily actors.Daily
 }
@@ -169,18 +176,19 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	}
 	c.macs.New = func() any { return hmac.New(sha256.New, hashKey) }
 	if cfg.Store != nil {
-		if cfg.Group == (actors.GroupConfig{}) {
-			cfg.Group = actors.WriteBehind // nobody waits for these writes
-		}
 		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
 	}
 	n := actors.ShardCount(cfg.Shards)
-	states := make([]*shardState, n)
-	for i := range states {
-		states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger)
+	c.states = make([]*shardState, n)
+	c.acks = make(flushReq, n)
+	for i := range c.states {
+		c.states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger)
 	}
-	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} })
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
+	if cfg.Store != nil {
+		c.unhook = cfg.Store.OnSync(c.flush)
+	}
 	if cfg.Clock != nil && cfg.Store != nil {
 		c.daily.Start(cfg.Clock, cfg.SweepEvery, c.prune, func(err error) { c.log.Warn("devicehist: prune failed", "err", err) })
 	}
@@ -274,7 +282,7 @@ func (c *Client) Devices(customer string, limit int, now time.Time) ([]DeviceVie
 	return out, nil
 }
 
-// barrier returns once every write the shard owning h queued before it is
+// barrier returns once every change the shard owning h made before it is
 // stored (or failed).
 func (c *Client) barrier(h uint64) error {
 	ch := make(chan struct{})
@@ -368,7 +376,28 @@ func (c *Client) Sweep(now time.Time) {
 	}
 }
 
-// Stats reports the group committer's work: synced batches and writes.
+// flush has every shard with changes hand them to the committer and waits
+// until they are stored. The store runs it before each group sync.
+func (c *Client) flush() {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	if c.stopped.Load() {
+		return
+	}
+	n := 0
+	for i, st := range c.states {
+		if st.pending.Load() {
+			c.shards.Send(uint64(i), c.acks)
+			n++
+		}
+	}
+	for ; n > 0; n-- {
+		<-c.acks
+	}
+}
+
+// Stats reports the group committer's work: batches and writes (one per
+// shard flush or expiry).
 func (c *Client) Stats() (groups, writes uint64) {
 	if c.commit == nil {
 		return 0, 0
@@ -388,14 +417,24 @@ func (c *Client) resident() int {
 }
 
 // Stop refuses new calls, lets the shards finish their mailboxes, then
-// stores everything queued. Call it after the HTTP server stopped sending.
+// stores everything they changed. Call it after the HTTP server stopped
+// sending.
 func (c *Client) Stop() error {
 	if c.stopped.Swap(true) {
 		return nil
 	}
+	c.flushMu.Lock() // a flush under way finishes while the shards still run
+	c.flushMu.Unlock()
+	if c.unhook != nil {
+		c.unhook()
+	}
 	c.daily.Stop()
 	err := c.shards.Stop()
 	if c.commit != nil {
+		// The shards' goroutines are done: their states are Stop's now.
+		for _, st := range c.states {
+			shard{st}.flush(nil)
+		}
 		c.commit.Close()
 	}
 	if err != nil {

@@ -2,6 +2,7 @@ package devicehist
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -210,9 +211,9 @@ func TestCrashLosesOnlyUnsynced(t *testing.T) {
 	if _, err := c.Devices("acc_1", 0, t0); err != nil { // a barrier: waits for the shard's writes
 		t.Fatal(err)
 	}
-	// Write-behind commits are synced within storage's WriteBehindSync; take
+	// Write-behind commits are synced by the store's group sync; take
 	// the crash image after that sync.
-	if err := db.SyncWriteBehind(); err != nil {
+	if err := db.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
@@ -225,6 +226,56 @@ func TestCrashLosesOnlyUnsynced(t *testing.T) {
 	}
 	_ = c.Stop()
 	_ = db.Close()
+}
+
+// TestWritesOncePerInterval: a device, account and address observed many
+// times within one sync interval are written once, in one batch just
+// before the group sync. A crash before that sync loses the interval; one
+// after it keeps everything.
+func TestWritesOncePerInterval(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	// No ticks of the loop during the test: db.Sync stands in for them.
+	db, err := storage.Open("dh", storage.Options{FS: fs, SyncInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c := newClient(t, Config{Shards: 4, Store: db})
+	obs := func(c *Client, i int) Facts {
+		return observe(t, c, Observation{Customer: "acc_1", EventID: fmt.Sprintf("e%d", i), DeviceID: "dev", AccountID: "u1", IP: ip1, Now: t0.Add(time.Duration(i) * time.Second)})
+	}
+	for i := range 50 {
+		obs(c, i)
+	}
+	visitsIn := func(fs vfs.FS) int {
+		db2, err := storage.Open("dh", storage.Options{FS: fs, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db2.Close()
+		c2 := newClient(t, Config{Shards: 2, Store: db2})
+		defer c2.Stop()
+		return obs(c2, 1000).History.Visits - 1
+	}
+	if n := visitsIn(fs.CrashClone(vfs.CrashCloneCfg{})); n != 0 {
+		t.Fatalf("before the group sync a crash image has %d visits", n)
+	}
+	before := db.WriteStats()
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	after := db.WriteStats()
+	if d := after.Commits - before.Commits; d != 1 {
+		t.Errorf("%d commits for one interval, want 1", d)
+	}
+	// The device, account and address records, and the first expiry-index
+	// and recency-index entries: 3 + 3 + 1, however many observations.
+	if d := after.Keys - before.Keys; d != 7 {
+		t.Errorf("%d keys written for one interval, want 7", d)
+	}
+	if n := visitsIn(fs.CrashClone(vfs.CrashCloneCfg{})); n != 50 {
+		t.Fatalf("after the group sync a crash image has %d visits, want 50", n)
+	}
 }
 
 // TestPruneRemovesExpired: 90 days after the last check nothing of an

@@ -46,18 +46,17 @@
 // # Durability
 //
 // Recording is part of the Observe message: the shard changes its records in
-// memory, answers, and hands one encoded write (storage.HistWrite) to a group
-// committer that stores everything queued since its last fsync as one
-// pebble.Sync batch; nobody waits for it (write-behind). A crash (kill -9)
-// loses at most what was queued or being synced at that moment: the group in
-// flight plus the queue, bounded by Config.Group.Queue (16384 writes by
-// default; the shards block when it is full) and in practice about one
-// commit interval of traffic: commits start at most every 20 ms
-// (actors.WriteBehind) and are written without fsync, the store syncing the
-// WAL within 50 ms (storage.Options.WriteBehindSync) — about 70 ms in all.
-// Nothing older is ever lost. Shards load a record on
-// first touch after a restart and evict entries idle for IdleAfter once
-// their writes are stored.
+// memory, notes them dirty and answers; nothing is written per call. Before
+// each group sync of the store (storage.DB.OnSync, every
+// Options.SyncInterval, 10 ms by default) the client asks every shard with
+// changes to encode them as one write (storage.HistWrite), and one group
+// committer stores the writes of all shards as one batch before the sync
+// runs. A record that changed many times in an interval is written once.
+// A crash (kill -9, power loss) loses at most the changes of the last
+// interval (plus the time one flush and sync take), the same bound as the
+// usage counts, and nothing older. Shards load a record on first touch after
+// a restart and evict entries idle for IdleAfter once their changes are
+// stored.
 //
 // # Retention
 //
@@ -72,6 +71,6 @@
 // # Admin
 //
 // Devices lists a customer's 50 most recently seen devices from the store's
-// recency index (after a barrier that waits for the customer's queued
-// writes), or from memory without a store.
+// recency index (after a barrier that flushes the customer's shard and
+// waits for its writes), or from memory without a store.
 package devicehist

@@ -16,12 +16,17 @@ import (
 	"github.com/fraudd/fraudd/storage"
 )
 
-// entry is one record in a shard's memory, with what the store holds of it.
+// entry is one record in a shard's memory, with what the store holds of it
+// (once the writes handed to the committer land). dirty: changed since the
+// shard's last flush. wseq: the shard's write that last carried it. An entry
+// is evicted only when it is clean and that write is stored, so a reload
+// never reads an older copy.
 type entry[R any] struct {
-	rec      R
-	stored   storage.HistStored
-	touched  int64
-	inflight atomic.Int32 // queued writes not yet stored: never evicted meanwhile
+	rec     R
+	stored  storage.HistStored
+	touched int64
+	dirty   bool
+	wseq    uint64
 }
 
 type (
@@ -41,8 +46,11 @@ type (
 
 // Messages besides the calls.
 type (
-	// barrier is closed once every write the shard queued before it is stored.
+	// barrier is closed once every change the shard made before it is stored.
 	barrier chan struct{}
+	// flushReq asks a shard to hand what changed since its last flush to the
+	// committer; the channel gets one value once that is stored.
+	flushReq chan struct{}
 	// expire asks the owner to trim or delete a record the expiry index names.
 	expire struct {
 		ref storage.HistRef
@@ -54,9 +62,11 @@ type (
 
 // pending is one write on its way to the store (or a barrier).
 type pending struct {
-	w        *storage.HistWrite
-	inflight [3]*atomic.Int32
-	barrier  barrier
+	w       *storage.HistWrite
+	st      *shardState
+	seq     uint64
+	ack     flushReq
+	barrier barrier
 }
 
 var writePool = sync.Pool{New: func() any { return new(storage.HistWrite) }}
@@ -72,6 +82,16 @@ type shardState struct {
 	sealer    *secrets.Sealer
 	idleAfter int64
 	log       *slog.Logger
+
+	// Changed since the last flush (shard goroutine only).
+	dirtyDevices   []*deviceEntry
+	dirtyAccounts  []*accountEntry
+	dirtyAddresses []*addressEntry
+	// pending is set when the first entry turns dirty after a flush, so the
+	// flush hook messages only shards with something to write.
+	pending atomic.Bool
+	seq     uint64        // writes handed to the committer (shard goroutine only)
+	stored  atomic.Uint64 // seq of the last of them the committer finished
 
 	// Scratch: test-key observations run on copies; related counts dedupe here.
 	scratchDevice  storage.HistCustomerDevice
@@ -106,7 +126,10 @@ func (s shard) Receive(ctx actor.Context) {
 			close(m)
 			return
 		}
+		s.flush(nil)
 		s.commit.Add(pending{barrier: m})
+	case flushReq:
+		s.flush(m)
 	case *expire:
 		s.expire(&m.ref, m.now)
 	case actors.Tick:
@@ -178,7 +201,7 @@ func (s shard) observe(q *obsReq) (Facts, error) {
 	if ac != nil && len(ac.Sealed) == 0 {
 		ac.Sealed = s.sealer.Seal(q.acctID[:q.nAcct])
 	}
-	s.persist(de, ae, ade)
+	s.mark(de, ae, ade)
 	return f, nil
 }
 
@@ -265,34 +288,72 @@ func (s shard) load(r storage.HistRecord, st *storage.HistStored) (bool, error) 
 	return found, nil
 }
 
-// persist queues the changed records as one write. Nobody waits for it.
-func (s shard) persist(de *deviceEntry, ae *accountEntry, ade *addressEntry) {
+// mark notes the changed records for the next flush: however often a
+// record changes within an interval, it is written once.
+func (s shard) mark(de *deviceEntry, ae *accountEntry, ade *addressEntry) {
 	if s.commit == nil {
 		return
 	}
+	if len(s.dirtyDevices) == 0 && len(s.dirtyAccounts) == 0 && len(s.dirtyAddresses) == 0 {
+		s.pending.Store(true)
+	}
+	if de != nil && !de.dirty {
+		de.dirty = true
+		s.dirtyDevices = append(s.dirtyDevices, de)
+	}
+	if ae != nil && !ae.dirty {
+		ae.dirty = true
+		s.dirtyAccounts = append(s.dirtyAccounts, ae)
+	}
+	if ade != nil && !ade.dirty {
+		ade.dirty = true
+		s.dirtyAddresses = append(s.dirtyAddresses, ade)
+	}
+}
+
+// flush encodes every record changed since the last flush into one write
+// for the committer; ack (when not nil) hears once it is stored. It runs on
+// the shard's goroutine, or on Stop's once the shard has stopped.
+func (s shard) flush(ack flushReq) {
+	s.pending.Store(false)
+	if s.commit == nil || len(s.dirtyDevices) == 0 && len(s.dirtyAccounts) == 0 && len(s.dirtyAddresses) == 0 {
+		if ack != nil {
+			ack <- struct{}{}
+		}
+		return
+	}
+	s.seq++
 	w := writePool.Get().(*storage.HistWrite)
 	w.Reset()
-	p := pending{w: w}
-	put := func(i int, r storage.HistRecord, st *storage.HistStored, inflight *atomic.Int32) {
-		ns, err := w.Put(r, *st)
-		if err != nil {
-			s.log.Warn("devicehist: record not stored", "err", err)
-			return
-		}
-		*st = ns
-		inflight.Add(1)
-		p.inflight[i] = inflight
+	for _, e := range s.dirtyDevices {
+		s.encode(w, &e.rec, &e.stored, &e.dirty, &e.wseq)
 	}
-	if de != nil {
-		put(0, &de.rec, &de.stored, &de.inflight)
+	for _, e := range s.dirtyAccounts {
+		s.encode(w, &e.rec, &e.stored, &e.dirty, &e.wseq)
 	}
-	if ae != nil {
-		put(1, &ae.rec, &ae.stored, &ae.inflight)
+	for _, e := range s.dirtyAddresses {
+		s.encode(w, &e.rec, &e.stored, &e.dirty, &e.wseq)
 	}
-	if ade != nil {
-		put(2, &ade.rec, &ade.stored, &ade.inflight)
+	clear(s.dirtyDevices)
+	clear(s.dirtyAccounts)
+	clear(s.dirtyAddresses)
+	s.dirtyDevices, s.dirtyAccounts, s.dirtyAddresses = s.dirtyDevices[:0], s.dirtyAccounts[:0], s.dirtyAddresses[:0]
+	s.commit.Add(pending{w: w, st: s.shardState, seq: s.seq, ack: ack})
+}
+
+// encode adds one dirty record to w (one that expire dropped meanwhile is
+// clean and skipped).
+func (s shard) encode(w *storage.HistWrite, r storage.HistRecord, st *storage.HistStored, dirty *bool, wseq *uint64) {
+	if !*dirty {
+		return
 	}
-	s.commit.Add(p)
+	*dirty = false
+	ns, err := w.Put(r, *st)
+	if err != nil {
+		s.log.Warn("devicehist: record not stored", "err", err)
+		return
+	}
+	*st, *wseq = ns, s.seq
 }
 
 // expire trims or deletes the record ref names, and drops ref's index entry
@@ -305,12 +366,13 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 	w.Reset()
 	p := pending{w: w}
 	var (
-		st   *storage.HistStored
-		was  storage.HistStored
-		keep bool
-		rec  storage.HistRecord
-		in   *atomic.Int32
-		drop func()
+		st    *storage.HistStored
+		was   storage.HistStored
+		keep  bool
+		rec   storage.HistRecord
+		dirty *bool
+		wseq  *uint64
+		drop  func()
 	)
 	switch ref.Kind {
 	case storage.HistKindCustomerDevice:
@@ -319,7 +381,7 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 			s.log.Warn("devicehist: expiry not applied", "err", err)
 			return
 		}
-		st, rec, in, keep = &e.stored, &e.rec, &e.inflight, trimDevice(&e.rec, now)
+		st, rec, dirty, wseq, keep = &e.stored, &e.rec, &e.dirty, &e.wseq, trimDevice(&e.rec, now)
 		drop = func() { s.devices.Delete(deviceKey{ref.Customer, ref.Device}) }
 	case storage.HistKindAccount:
 		e, err := s.account(ref.Customer, ref.Hash, false)
@@ -327,7 +389,7 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 			s.log.Warn("devicehist: expiry not applied", "err", err)
 			return
 		}
-		st, rec, in, keep = &e.stored, &e.rec, &e.inflight, trimAccount(&e.rec, now)
+		st, rec, dirty, wseq, keep = &e.stored, &e.rec, &e.dirty, &e.wseq, trimAccount(&e.rec, now)
 		drop = func() { s.accounts.Delete(accountKey{ref.Customer, ref.Hash}) }
 	case storage.HistKindAddress:
 		e, err := s.addressEntry(ref.Customer, ref.Addr, false)
@@ -335,12 +397,14 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 			s.log.Warn("devicehist: expiry not applied", "err", err)
 			return
 		}
-		st, rec, in, keep = &e.stored, &e.rec, &e.inflight, trimAddress(&e.rec, now)
+		st, rec, dirty, wseq, keep = &e.stored, &e.rec, &e.dirty, &e.wseq, trimAddress(&e.rec, now)
 		drop = func() { s.addresses.Delete(addressKey{ref.Customer, ref.Addr}) }
 	default:
 		return
 	}
 	was = *st
+	s.seq++
+	p.st, p.seq = s.shardState, s.seq
 	// ref's entry is stale when the record lives under another day (or is
 	// not stored): drop it first, so a rewrite below always wins.
 	if !was.OK || was.Day != ref.Day {
@@ -352,31 +416,30 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 			w.Delete(rec, was)
 		}
 		*st = storage.HistStored{}
+		*dirty = false // a flush must not bring it back
 		drop()
 	case was.OK:
 		if ns, err := w.Put(rec, was); err == nil {
-			*st = ns
-			in.Add(1)
-			p.inflight[0] = in
+			*st, *wseq = ns, s.seq
 		}
 	}
 	s.commit.Add(p)
 }
 
 // sweep trims every entry, forgets the empty ones and, with a store, the
-// ones idle for idleAfter. Entries with writes in flight stay.
+// ones idle for idleAfter. Entries with changes not yet stored stay.
 func (s shard) sweep(now int64) {
-	idle := func(touched int64, inflight *atomic.Int32) bool {
-		return s.store != nil && now-touched > s.idleAfter && inflight.Load() == 0
-	}
+	stored := s.stored.Load()
+	clean := func(dirty bool, wseq uint64) bool { return !dirty && wseq <= stored }
+	idle := func(touched int64) bool { return s.store != nil && now-touched > s.idleAfter }
 	s.devices.Sweep(func(_ deviceKey, e *deviceEntry) bool {
-		return e.inflight.Load() == 0 && !trimDevice(&e.rec, now) || idle(e.touched, &e.inflight)
+		return clean(e.dirty, e.wseq) && (!trimDevice(&e.rec, now) || idle(e.touched))
 	})
 	s.accounts.Sweep(func(_ accountKey, e *accountEntry) bool {
-		return e.inflight.Load() == 0 && !trimAccount(&e.rec, now) || idle(e.touched, &e.inflight)
+		return clean(e.dirty, e.wseq) && (!trimAccount(&e.rec, now) || idle(e.touched))
 	})
 	s.addresses.Sweep(func(_ addressKey, e *addressEntry) bool {
-		return e.inflight.Load() == 0 && !trimAddress(&e.rec, now) || idle(e.touched, &e.inflight)
+		return clean(e.dirty, e.wseq) && (!trimAddress(&e.rec, now) || idle(e.touched))
 	})
 }
 
@@ -396,9 +459,10 @@ func (s shard) list(q *devicesReq) []DeviceView {
 	return out
 }
 
-// newCommitter stores every queued write as one synced batch; nobody waits
-// except barriers. A failure is logged (the store then reports itself
-// unavailable) and the entries keep serving from memory.
+// newCommitter stores the shards' flushes (and expiry writes); the flushes
+// of one interval usually arrive together and go out as one batch. Nobody
+// waits but the flush hook and barriers. A failure is logged (the store then
+// reports itself unavailable) and the entries keep serving from memory.
 func newCommitter(store Store, cfg actors.GroupConfig, log *slog.Logger) *actors.GroupCommitter[pending] {
 	var ws []*storage.HistWrite
 	apply := func(ps []pending) error {
@@ -418,13 +482,14 @@ func newCommitter(store Store, cfg actors.GroupConfig, log *slog.Logger) *actors
 		}
 		for i := range ps {
 			p := &ps[i]
-			for _, in := range p.inflight {
-				if in != nil {
-					in.Add(-1)
-				}
+			if p.st != nil {
+				p.st.stored.Store(p.seq)
 			}
 			if p.w != nil {
 				writePool.Put(p.w)
+			}
+			if p.ack != nil {
+				p.ack <- struct{}{}
 			}
 			if p.barrier != nil {
 				close(p.barrier)

@@ -8,13 +8,15 @@
 //
 // # Durability
 //
-// Writes go to one group committer (actors.GroupCommitter) that stores
-// everything queued since the last fsync as one synced batch; nobody waits
-// for it. A crash (kill -9) can therefore lose the events collected and the
-// uses recorded in the last moments before it — at most ~70 ms of them
-// (commits start at most every 20 ms, actors.WriteBehind, and the store
-// syncs such commits within 50 ms), bounded by the committer's queue — and
-// nothing older. A lost use means one replay
+// Shards change their entries in memory and note them dirty; nothing is
+// written per call. Before each group sync of the store (storage.DB.OnSync,
+// every Options.SyncInterval, 10 ms by default) the client asks every shard
+// with changes to hand them over as one write, and the committer stores the
+// writes of all shards as one batch before the sync runs. An entry that
+// changed many times in an interval is written once. A crash (kill -9,
+// power loss) can therefore lose the events collected and the uses recorded
+// in the last interval (plus the time one flush and sync take), the same
+// bound as the usage counts, and nothing older. A lost use means one replay
 // goes unnoticed; a lost event resolves as "unavailable". Shards keep what
 // they touched in memory and evict entries idle for IdleAfter once their
 // writes are stored; a later touch reloads them from the store.
@@ -35,6 +37,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,7 +53,10 @@ import (
 var ErrStopped = errors.New("device: stopped")
 
 // Store is where events and sightings live; *storage.DB implements it.
+// OnSync registers the flush that runs before each of the store's group
+// syncs.
 type Store interface {
+	OnSync(fn func()) (remove func())
 	GetEvent(id [storage.EventIDLen]byte) (*storage.DeviceEvent, error)
 	LoadSightings(visitor string, now time.Time) (storage.Sightings, bool, error)
 	WriteDevice(w storage.DeviceWrite) error
@@ -213,11 +219,16 @@ type lenProbe chan [2]int
 // Client is the typed client of the device shards.
 type Client struct {
 	shards   *actors.Shards
-	commit   *actors.GroupCommitter[write]
+	states   []*shardState
+	commit   *actors.GroupCommitter[*write]
 	resolves *actors.Calls[Resolve, Resolved]
 	store    Store
 	log      *slog.Logger
 	stopped  atomic.Bool
+
+	flushMu sync.Mutex // one flush at a time; Stop waits for it
+	acks    flushReq
+	unhook  func()
 
 	daily actors.Daily
 }
@@ -238,22 +249,23 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	}
 	c := &Client{resolves: actors.NewCalls[Resolve, Resolved](cfg.Timeout), store: cfg.Store, log: cfg.Logger}
 	if cfg.Store != nil {
-		if cfg.Group == (actors.GroupConfig{}) {
-			cfg.Group = actors.WriteBehind // nobody waits for these writes
-		}
-		c.commit = newCommitter(root, cfg.Store, cfg.Group, cfg.Logger)
+		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
 	}
 	n := actors.ShardCount(cfg.Shards)
-	states := make([]*shardState, n)
-	for i := range states {
-		states[i] = &shardState{
+	c.states = make([]*shardState, n)
+	c.acks = make(flushReq, n)
+	for i := range c.states {
+		c.states[i] = &shardState{
 			events:    actors.NewTable[EventID, *eventEntry](64),
 			sightings: actors.NewTable[string, *sightingsEntry](64),
 			store:     cfg.Store, commit: c.commit, idleAfter: cfg.IdleAfter, log: cfg.Logger,
 		}
 	}
-	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} })
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
+	if cfg.Store != nil {
+		c.unhook = cfg.Store.OnSync(c.flush)
+	}
 	if cfg.Clock != nil && cfg.Store != nil {
 		c.daily.Start(cfg.Clock, cfg.SweepEvery, c.prune, func(err error) { c.log.Warn("device: prune failed", "err", err) })
 	}
@@ -332,6 +344,26 @@ func (c *Client) Resolve(m Resolve) (Resolved, error) {
 	return c.resolves.Wait(call)
 }
 
+// flush has every shard with changes hand them to the committer and waits
+// until they are stored. The store runs it before each group sync.
+func (c *Client) flush() {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	if c.stopped.Load() {
+		return
+	}
+	n := 0
+	for i, st := range c.states {
+		if st.pending.Load() {
+			c.shards.Send(uint64(i), c.acks)
+			n++
+		}
+	}
+	for ; n > 0; n-- {
+		<-c.acks
+	}
+}
+
 // Prune drops events past retention and sightings past their periods as of now.
 func (c *Client) Prune(now time.Time) error {
 	if c.store == nil {
@@ -369,15 +401,24 @@ func (c *Client) resident() (events, sightings int) {
 	return events, sightings
 }
 
-// Stop refuses new work, drains the shards, then stores everything queued.
-// Call it after the HTTP server stopped sending.
+// Stop refuses new work, drains the shards, then stores everything they
+// changed. Call it after the HTTP server stopped sending.
 func (c *Client) Stop() error {
 	if c.stopped.Swap(true) {
 		return nil
 	}
+	c.flushMu.Lock() // a flush under way finishes while the shards still run
+	c.flushMu.Unlock()
+	if c.unhook != nil {
+		c.unhook()
+	}
 	c.daily.Stop()
 	err := c.shards.Stop()
 	if c.commit != nil {
+		// The shards' goroutines are done: their states are Stop's now.
+		for _, st := range c.states {
+			shard{st}.flush(nil)
+		}
 		c.commit.Close()
 	}
 	if err != nil {

@@ -82,7 +82,8 @@ func TestRecordResolveReplay(t *testing.T) {
 // a restart on the same store.
 func TestDurableAcrossEvictionAndRestart(t *testing.T) {
 	fs := vfs.NewMem()
-	db, err := storage.Open("d", storage.Options{FS: fs})
+	// No ticks of the sync loop during the test: db.Sync stands in for them.
+	db, err := storage.Open("d", storage.Options{FS: fs, SyncInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,17 +95,15 @@ func TestDurableAcrossEvictionAndRestart(t *testing.T) {
 	if r, _ := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0}); !r.Found || r.Replayed {
 		t.Fatalf("%+v", r)
 	}
-	// Wait for the group commit, then evict everything.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, items := c.commit.Stats(); items >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("writes not committed")
-		}
-		time.Sleep(time.Millisecond)
+	// Nothing is evicted before its write is stored; then everything goes.
+	c.Sweep(t0.Add(time.Hour))
+	if ev, hi := c.resident(); ev != 1 || hi != 1 {
+		t.Fatalf("evicted before stored: %d events, %d histories resident", ev, hi)
 	}
+	if err := db.Sync(); err != nil { // runs the flush hook
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
 	for {
 		c.Sweep(t0.Add(time.Hour))
 		if ev, hi := c.resident(); ev == 0 && hi == 0 {
@@ -134,15 +133,10 @@ func TestDurableAcrossEvictionAndRestart(t *testing.T) {
 	if err != nil || !r.Found || !r.Replayed || r.Event.Uses != 2 || r.Sightings.TimesSeen != 1 {
 		t.Fatalf("after restart: %v %+v", err, r)
 	}
-	// Let the use recorded by that resolve reach the store (write-behind, up
-	// to actors.WriteBehind's interval later) so the prune below is last.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if _, items := c.commit.Stats(); items >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("use not committed")
-		}
+	// Let the use recorded by that resolve reach the store so the prune
+	// below is last.
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
 	}
 	// Past retention the event is pruned.
 	if err := c.Prune(t0.Add(storage.EventRetention + 48*time.Hour)); err != nil {
@@ -150,6 +144,65 @@ func TestDurableAcrossEvictionAndRestart(t *testing.T) {
 	}
 	if _, err := db.GetEvent(e.ID); err == nil {
 		t.Fatal("event survived retention")
+	}
+}
+
+// TestWritesOncePerInterval: however often an event is used within an
+// interval, its record and its device's sightings are written once, in one
+// batch, just before the group sync; a crash before that sync loses them,
+// one after keeps them.
+func TestWritesOncePerInterval(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	db, err := storage.Open("d", storage.Options{FS: fs, SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 4, Store: db})
+	defer c.Stop()
+	e := event("acc_a", "visitor-3", t0)
+	c.Record(e)
+	for i := range 100 {
+		if r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(time.Duration(i) * time.Second)}); err != nil || !r.Found {
+			t.Fatalf("resolve %d: %v %+v", i, err, r)
+		}
+	}
+	stored := func(fs vfs.FS) uint32 {
+		t.Helper()
+		db2, err := storage.Open("d", storage.Options{FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db2.Close()
+		got, err := db2.GetEvent(e.ID)
+		if errors.Is(err, storage.ErrNotFound) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Uses
+	}
+	if n := stored(fs.CrashClone(vfs.CrashCloneCfg{})); n != 0 {
+		t.Fatalf("before the group sync a crash image has the event with %d uses", n)
+	}
+	before := db.WriteStats()
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	after := db.WriteStats()
+	// One batch: the event, the history record and the delete of its
+	// previous period's key.
+	if d := after.Commits - before.Commits; d != 1 {
+		t.Errorf("%d commits for one interval, want 1", d)
+	}
+	if d := after.Keys - before.Keys; d != 3 {
+		t.Errorf("%d keys written for one interval, want 3", d)
+	}
+	if n := stored(fs.CrashClone(vfs.CrashCloneCfg{})); n != 100 {
+		t.Fatalf("after the group sync a crash image has %d uses, want 100", n)
 	}
 }
 

@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,26 +13,39 @@ import (
 	"github.com/fraudd/fraudd/storage"
 )
 
+// Entries carry their write-behind state: dirty while changed since the
+// shard's last flush, and wseq, the shard's write that last carried them.
+// An entry is evicted only when it is clean and that write is stored, so a
+// reload never reads an older copy.
 type eventEntry struct {
-	e        storage.DeviceEvent
-	touched  time.Time
-	inflight atomic.Int32
+	e       storage.DeviceEvent
+	touched time.Time
+	dirty   bool
+	wseq    uint64
 }
 
 type sightingsEntry struct {
-	h        storage.Sightings
-	touched  time.Time
-	inflight atomic.Int32
+	h       storage.Sightings
+	touched time.Time
+	dirty   bool
+	wseq    uint64
 }
 
-// write is one record on its way to the store: copies, so the shard may go
-// on changing its entries.
+// write is one shard's flush on its way to the store: copies, so the shard
+// may go on changing its entries. Pooled.
 type write struct {
-	event *storage.DeviceEvent
-	sight *storage.Sightings
-	ev    *eventEntry
-	he    *sightingsEntry
+	events []storage.DeviceEvent
+	sights []storage.Sightings
+	st     *shardState
+	seq    uint64
+	ack    flushReq // answered once stored; nil when nobody waits
 }
+
+var writePool = sync.Pool{New: func() any { return new(write) }}
+
+// flushReq asks a shard to hand what changed since its last flush to the
+// committer; the channel gets one value once that is stored.
+type flushReq chan struct{}
 
 // shardState outlives the actor value, so a restart after a panic keeps the
 // entries (protoactor's supervisor recreates the actor from its producer).
@@ -39,9 +53,18 @@ type shardState struct {
 	events    *actors.Table[EventID, *eventEntry]
 	sightings *actors.Table[string, *sightingsEntry]
 	store     Store
-	commit    *actors.GroupCommitter[write]
+	commit    *actors.GroupCommitter[*write]
 	idleAfter time.Duration
 	log       *slog.Logger
+
+	// Changed since the last flush (shard goroutine only).
+	dirtyEvents []*eventEntry
+	dirtySights  []*sightingsEntry
+	// pending is set when the first entry turns dirty after a flush, so the
+	// flush hook messages only shards with something to write.
+	pending atomic.Bool
+	seq     uint64        // writes handed to the committer (shard goroutine only)
+	stored  atomic.Uint64 // seq of the last of them the committer finished
 }
 
 type shard struct{ *shardState }
@@ -53,15 +76,18 @@ func (s shard) Receive(ctx actor.Context) {
 		m.Reply(res, err)
 	case *record:
 		s.record(m.e)
+	case flushReq:
+		s.flush(m)
 	case actors.Tick:
 		if s.store == nil {
 			return // memory only: an evicted entry would be lost
 		}
+		stored := s.stored.Load()
 		s.events.Sweep(func(_ EventID, e *eventEntry) bool {
-			return e.inflight.Load() == 0 && m.Now.Sub(e.touched) > s.idleAfter
+			return !e.dirty && e.wseq <= stored && m.Now.Sub(e.touched) > s.idleAfter
 		})
 		s.sightings.Sweep(func(_ string, h *sightingsEntry) bool {
-			return h.inflight.Load() == 0 && m.Now.Sub(h.touched) > s.idleAfter
+			return !h.dirty && h.wseq <= stored && m.Now.Sub(h.touched) > s.idleAfter
 		})
 	case lenProbe:
 		m <- [2]int{s.events.Len(), s.sightings.Len()}
@@ -71,27 +97,25 @@ func (s shard) Receive(ctx actor.Context) {
 func (s shard) record(e *storage.DeviceEvent) {
 	ent := &eventEntry{e: *e, touched: e.Created}
 	s.events.Put(e.ID, ent)
-	w := write{ev: ent}
-	ev := ent.e
-	w.event = &ev
-	if e.VisitorID != "" {
-		if he, err := s.sightingsOf(e.VisitorID, e.Created); err != nil {
-			// Without the stored sightings fresh ones would overwrite them: skip.
-			s.log.Warn("device: sightings not updated", "err", err)
-		} else {
-			h := &he.h
-			if h.FirstSeen.IsZero() {
-				h.FirstSeen = e.Created
-			}
-			if e.Created.After(h.LastSeen) {
-				h.LastSeen = e.Created
-			}
-			h.TimesSeen++
-			hc := *h
-			w.sight, w.he = &hc, he
-		}
+	s.markEvent(ent)
+	if e.VisitorID == "" {
+		return
 	}
-	s.persist(w)
+	he, err := s.sightingsOf(e.VisitorID, e.Created)
+	if err != nil {
+		// Without the stored sightings fresh ones would overwrite them: skip.
+		s.log.Warn("device: sightings not updated", "err", err)
+		return
+	}
+	h := &he.h
+	if h.FirstSeen.IsZero() {
+		h.FirstSeen = e.Created
+	}
+	if e.Created.After(h.LastSeen) {
+		h.LastSeen = e.Created
+	}
+	h.TimesSeen++
+	s.markSightings(he)
 }
 
 func (s shard) resolve(r *Resolve) (Resolved, error) {
@@ -116,8 +140,7 @@ func (s shard) resolve(r *Resolve) (Resolved, error) {
 	if ent.e.FirstUse.IsZero() {
 		ent.e.FirstUse = r.Now
 	}
-	ev := ent.e
-	s.persist(write{event: &ev, ev: ent})
+	s.markEvent(ent)
 	if v := ent.e.VisitorID; v != "" {
 		if he, err := s.sightingsOf(v, r.Now); err == nil {
 			res.Sightings = he.h
@@ -148,32 +171,75 @@ func (s shard) sightingsOf(visitor string, now time.Time) (*sightingsEntry, erro
 	return he, nil
 }
 
-func (s shard) persist(w write) {
-	if s.commit == nil {
+// markEvent and markSightings note a change for the next flush: however often
+// an entry changes within an interval, it is written once.
+func (s shard) markEvent(e *eventEntry) {
+	if s.commit == nil || e.dirty {
 		return
 	}
-	if w.ev != nil {
-		w.ev.inflight.Add(1)
+	s.notePending()
+	e.dirty = true
+	s.dirtyEvents = append(s.dirtyEvents, e)
+}
+
+func (s shard) markSightings(h *sightingsEntry) {
+	if s.commit == nil || h.dirty {
+		return
 	}
-	if w.he != nil {
-		w.he.inflight.Add(1)
+	s.notePending()
+	h.dirty = true
+	s.dirtySights = append(s.dirtySights, h)
+}
+
+func (s shard) notePending() {
+	if len(s.dirtyEvents) == 0 && len(s.dirtySights) == 0 {
+		s.pending.Store(true)
 	}
+}
+
+// flush hands every entry changed since the last flush to the committer as
+// one write; ack (when not nil) hears once it is stored. It runs on the
+// shard's goroutine, or on Stop's once the shard has stopped.
+func (s shard) flush(ack flushReq) {
+	s.pending.Store(false)
+	if s.commit == nil || len(s.dirtyEvents) == 0 && len(s.dirtySights) == 0 {
+		if ack != nil {
+			ack <- struct{}{}
+		}
+		return
+	}
+	s.seq++
+	w := writePool.Get().(*write)
+	for _, e := range s.dirtyEvents {
+		e.dirty, e.wseq = false, s.seq
+		w.events = append(w.events, e.e)
+	}
+	for _, h := range s.dirtySights {
+		h.dirty, h.wseq = false, s.seq
+		w.sights = append(w.sights, h.h)
+	}
+	clear(s.dirtyEvents)
+	clear(s.dirtySights)
+	s.dirtyEvents, s.dirtySights = s.dirtyEvents[:0], s.dirtySights[:0]
+	w.st, w.seq, w.ack = s.shardState, s.seq, ack
 	s.commit.Add(w)
 }
 
-// newCommitter stores every queued write as one synced batch. Nobody waits:
-// a failure is logged (the store then reports itself unavailable) and the
-// entries stay in memory, so the running process keeps serving them.
-func newCommitter(_ *actor.RootContext, store Store, cfg actors.GroupConfig, log *slog.Logger) *actors.GroupCommitter[write] {
+// newCommitter stores the shards' flushes; the flushes of one interval
+// usually arrive together and go out as one batch. Nobody waits but the
+// flush hook: a failure is logged (the store then reports itself
+// unavailable) and the entries stay in memory, so the running process keeps
+// serving them.
+func newCommitter(store Store, cfg actors.GroupConfig, log *slog.Logger) *actors.GroupCommitter[*write] {
 	var dw storage.DeviceWrite
-	apply := func(ws []write) error {
+	apply := func(ws []*write) error {
 		dw.Events, dw.Sightings = dw.Events[:0], dw.Sightings[:0]
 		for _, w := range ws {
-			if w.event != nil {
-				dw.Events = append(dw.Events, w.event)
+			for i := range w.events {
+				dw.Events = append(dw.Events, &w.events[i])
 			}
-			if w.sight != nil {
-				dw.Sightings = append(dw.Sightings, w.sight)
+			for i := range w.sights {
+				dw.Sightings = append(dw.Sightings, &w.sights[i])
 			}
 		}
 		err := store.WriteDevice(dw)
@@ -181,17 +247,19 @@ func newCommitter(_ *actor.RootContext, store Store, cfg actors.GroupConfig, log
 		clear(dw.Sightings)
 		return err
 	}
-	done := func(ws []write, err error) {
+	done := func(ws []*write, err error) {
 		if err != nil {
 			log.Error("device: events not stored", "writes", len(ws), "err", err)
 		}
 		for _, w := range ws {
-			if w.ev != nil {
-				w.ev.inflight.Add(-1)
+			w.st.stored.Store(w.seq)
+			if w.ack != nil {
+				w.ack <- struct{}{}
 			}
-			if w.he != nil {
-				w.he.inflight.Add(-1)
-			}
+			clear(w.events)
+			clear(w.sights)
+			w.events, w.sights, w.st, w.ack = w.events[:0], w.sights[:0], nil, nil
+			writePool.Put(w)
 		}
 	}
 	return actors.NewGroupCommitter(cfg, apply, done)

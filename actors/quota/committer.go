@@ -11,8 +11,9 @@ import (
 )
 
 // newCommitter returns the group committer shared by all quota shards: it
-// writes every delta queued since the last fsync as one synced batch, then
-// answers the charges that waited for them. On failure each waiting charge
+// writes every delta queued since its last commit as one batch (synced or
+// not, as the store's Durability says), then answers the charges that
+// waited for them. On failure each waiting charge
 // gets ErrUnavailable and its shard is told to undo the increment, so the
 // shard's memory stays "stored + in flight".
 func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, log *slog.Logger) *actors.GroupCommitter[pending] {

@@ -30,16 +30,26 @@
 // # Durability
 //
 // Monthly counters and totals live in the store (storage.DB.ApplyUsage). A
-// charge that increments them is answered only after the increment is synced:
-// shards hand their deltas to one group committer, which writes everything
-// queued meanwhile as one pebble.Sync batch and then releases all those
-// answers, so many charges share one fsync. A shard counts in memory at once
-// (the next charge sees it) and undoes the increment if the batch fails, so
-// memory is always "stored + in flight". Refusals and CountTotal ride the next
-// batch without anyone waiting. Hourly windows are memory only and reset on
-// restart (SPEC §8: advisory). An account is loaded from the store on its
-// first touch and on a month change, then served from memory; idle accounts
-// with nothing in flight are evicted by the periodic sweep.
+// charge that increments them is answered only after the increment is
+// committed: shards hand their deltas to one group committer, which writes
+// everything queued meanwhile as one batch and then releases all those
+// answers. What "committed" promises is the store's Durability:
+//   - Interval (the default): the batch is committed without a sync, and the
+//     store's one group sync makes it durable within Options.SyncInterval
+//     (10 ms). A crash (kill -9, power loss) loses at most the charges
+//     acknowledged in the last interval; nothing older.
+//   - Strict: the batch is synced before anyone is answered, so many
+//     charges share one fsync and a crash loses nothing acknowledged.
+//
+// Either way the hourly and monthly checks are exact while the process runs:
+// a shard counts in memory at once (the next charge sees it) and undoes the
+// increment if the batch fails, so memory is always "stored + in flight".
+// Refusals and CountTotal ride the next batch without anyone waiting.
+// Hourly windows are memory only and reset on restart (SPEC §8: advisory).
+// An account is loaded from the store on its first touch and on a month
+// change, then served from memory; idle accounts with nothing in flight are
+// evicted by the periodic sweep. Lookups and MCP lookup_ip are charged by
+// the same Charge, so they get the same durability.
 //
 // Usage warnings (SPEC §6) go to the Notifier; see its doc for the rules.
 package quota

@@ -12,8 +12,9 @@ import (
 )
 
 // Store is where monthly counters and lifetime totals live; *storage.DB
-// implements it. ApplyUsage must be durable when it returns nil and write
-// nothing when it fails.
+// implements it. ApplyUsage must have committed everything when it returns
+// nil (durable as the store's Durability says) and write nothing when it
+// fails.
 type Store interface {
 	LoadUsage(account string, m storage.Month) (storage.MonthCounts, storage.Totals, error)
 	ApplyUsage(deltas []storage.UsageDelta) error
@@ -109,7 +110,7 @@ func (s shard) charge(ctx actor.Context, call *chargeCall) {
 	}
 	p := pending{res: res, ent: a, delta: d, bucket: c.Bucket}
 	if res.Allowed {
-		// The answer waits for the increment to be durable.
+		// The answer waits for the increment to be committed.
 		p.call, p.hourly, p.wstart = call, c.Hourly, a.hour[c.Bucket&1].start
 	} else {
 		// A refusal only adds a limit hit; nobody pays for losing it in a crash.

@@ -1,18 +1,28 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"time"
+
+	"github.com/fraudd/fraudd/storage"
 )
 
 // startDebug serves Go's profiling endpoints on their own listener, never on
 // the API port, so profiles can be taken under load (`go tool pprof
-// http://127.0.0.1:6060/debug/pprof/profile?seconds=10`).
-func startDebug(addr string, log *slog.Logger) {
+// http://127.0.0.1:6060/debug/pprof/profile?seconds=10`). /debug/storage
+// shows the store's write counters and Pebble's metrics: read it before and
+// after a load run to get commits, keys and syncs per request.
+func startDebug(addr string, db *storage.DB, log *slog.Logger) {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/storage", func(w http.ResponseWriter, _ *http.Request) {
+		st := db.WriteStats()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "commits %d\nkeys %d\nsyncs %d\nlate_syncs %d\n\n%s", st.Commits, st.Keys, st.Syncs, st.LateSyncs, db.Metrics())
+	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

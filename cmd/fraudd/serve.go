@@ -54,6 +54,8 @@ type serveConfig struct {
 	smtpURL         string
 	feedsRefresh    time.Duration
 	debugAddr       string
+	durability      storage.Durability
+	syncInterval    time.Duration
 	// allowPrivateWebhooks also accepts http:// and loopback or private
 	// webhook receivers (development and tests).
 	allowPrivateWebhooks bool
@@ -108,8 +110,17 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.debugAddr, "debug-addr", env("FRAUDD_DEBUG_ADDR", ""), "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty (env FRAUDD_DEBUG_ADDR)")
 	fs.StringVar(&c.smtpURL, "smtp-url", env("FRAUDD_SMTP_URL", ""), "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way (env FRAUDD_SMTP_URL)")
 	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", envBool("FRAUDD_ALLOW_PRIVATE_WEBHOOKS", false), "also accept http:// and loopback/private webhook receivers; for development and tests (env FRAUDD_ALLOW_PRIVATE_WEBHOOKS)")
+	durability := fs.String("durability", env("FRAUDD_DURABILITY", "interval"), "interval: a counted call is answered once committed, and one group sync every --sync-interval makes it durable (a crash loses at most the last interval); strict: fsync before each answer (env FRAUDD_DURABILITY)")
+	syncInterval := fs.String("sync-interval", env("FRAUDD_SYNC_INTERVAL", storage.DefaultSyncInterval.String()), "period of the group sync: the most a crash can lose in interval mode, and the bound for device history in either mode (env FRAUDD_SYNC_INTERVAL)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	var err error
+	if c.durability, err = storage.ParseDurability(*durability); err != nil {
+		return nil, fmt.Errorf("--durability: %w", err)
+	}
+	if c.syncInterval, err = time.ParseDuration(*syncInterval); err != nil || c.syncInterval < time.Millisecond || c.syncInterval > 10*time.Second {
+		return nil, fmt.Errorf("--sync-interval: %q is not a duration between 1ms and 10s", *syncInterval)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -180,10 +191,12 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		log.Warn("test clock enabled: POST /admin/v1/clock moves time; never use this in production")
 	}
 
-	db, err := storage.Open(filepath.Join(cfg.dataDir, "pebble"), storage.Options{Logger: log})
+	db, err := storage.Open(filepath.Join(cfg.dataDir, "pebble"), storage.Options{Logger: log,
+		Durability: cfg.durability, SyncInterval: cfg.syncInterval})
 	if err != nil {
 		return err
 	}
+	log.Info("storage durability", "mode", cfg.durability.String(), "sync_interval", cfg.syncInterval.String())
 	defer func() {
 		if err := db.Close(); err != nil {
 			log.Error("close storage", "err", err)
@@ -335,7 +348,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		DeviceHist: devHist, Challenges: challenges})
 
 	if cfg.debugAddr != "" {
-		startDebug(cfg.debugAddr, log)
+		startDebug(cfg.debugAddr, db, log)
 	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
