@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/challenge"
@@ -220,7 +223,11 @@ func New(cfg Config, deps Deps) *Server {
 		MaxRequestBodySize:            maxAPIBody,
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultContentType:          true,
-		Logger:                        fasthttpLogger{cfg.Logger},
+		// fasthttp's parse errors quote the request's header block, keys
+		// included; the secure form leaves it out (and fasthttpLogger
+		// redacts what is still quoted).
+		SecureErrorLogMessage: true,
+		Logger:                newFasthttpLogger(cfg.Logger),
 	}
 	return s
 }
@@ -472,9 +479,53 @@ func (s *Server) trusted(a netip.Addr) bool {
 	return false
 }
 
-// fasthttpLogger routes fasthttp's printf logging into slog.
-type fasthttpLogger struct{ l *slog.Logger }
+// fasthttpLogger routes fasthttp's printf logging into slog, at a bounded
+// rate and without request contents: its connection errors quote the bytes
+// a client sent (a malformed header line, a bad Transfer-Encoding value), and
+// anyone can send malformed requests as fast as they like.
+type fasthttpLogger struct {
+	l       *slog.Logger
+	lim     *rate.Limiter
+	dropped atomic.Int64
+}
 
-func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Warn("fasthttp", "msg", sprintf(format, args...))
+// Connection-error log lines: a burst, then one a second.
+const (
+	fasthttpLogBurst = 10
+	fasthttpLogEvery = time.Second
+)
+
+func newFasthttpLogger(l *slog.Logger) *fasthttpLogger {
+	return &fasthttpLogger{l: l, lim: rate.NewLimiter(rate.Every(fasthttpLogEvery), fasthttpLogBurst)}
+}
+
+func (f *fasthttpLogger) Printf(format string, args ...any) {
+	if !f.lim.Allow() {
+		f.dropped.Add(1)
+		return
+	}
+	var attrs []any
+	if n := f.dropped.Swap(0); n > 0 {
+		attrs = append(attrs, "suppressed", n)
+	}
+	// workerpool.go: "error when serving connection %q<->%q: %v" (local,
+	// remote, error).
+	if strings.HasPrefix(format, "error when serving connection") && len(args) == 3 {
+		attrs = append(attrs, "remote", fmt.Sprint(args[1]), "err", redactQuoted(fmt.Sprint(args[2])))
+		f.l.Warn("connection error", attrs...)
+		return
+	}
+	f.l.Warn("fasthttp", append(attrs, "detail", redactQuoted(fmt.Sprintf(format, args...)))...)
+}
+
+// quotedRE matches a Go-quoted string, as %q writes it.
+var quotedRE = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// redactQuoted drops every quoted string and any dumped buffer from a
+// fasthttp message: those hold request bytes, which may be credentials.
+func redactQuoted(msg string) string {
+	if i := strings.Index(msg, ", contents:"); i >= 0 {
+		msg = msg[:i]
+	}
+	return quotedRE.ReplaceAllString(msg, `"[redacted]"`)
 }

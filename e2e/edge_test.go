@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rawExchange writes req as is on a fresh connection and returns the parsed
+// answer (nil when the server closed without one).
+func rawExchange(t *testing.T, s *Server, req string) *http.Response {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(s.URL, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return nil
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(strings.NewReader(string(b)))
+	return resp
+}
+
+// TestMalformedRequestsLogNoSecrets: fasthttp logged a malformed request's
+// whole header block at WARN, Authorization included. Malformed requests
+// carrying every kind of credential must leave none of it in the log, and a
+// flood of them must not flood the log.
+func TestMalformedRequestsLogNoSecrets(t *testing.T) {
+	s := Start(t, bin)
+	const creds = "Authorization: Bearer sk_live_CANARYlive0123456789abcdefghij\r\n" +
+		"X-Test-Key: sk_test_CANARYtest0123456789abcdefghij\r\n" +
+		"X-Pub: pk_live_CANARYpub0123456789abcdefghij\r\n" +
+		"X-Admin: adm_CANARYadmin0123456789abcdefghij\r\n"
+	malformed := []string{
+		// A header line without a colon.
+		"POST /v1/evaluate HTTP/1.1\r\nHost: x\r\n" + creds + "no colon here\r\n\r\n",
+		// A Content-Length that is not a number.
+		"POST /v1/evaluate HTTP/1.1\r\nHost: x\r\n" + creds + "Content-Length: abc\r\n\r\n",
+		// A broken chunked body.
+		"POST /v1/evaluate HTTP/1.1\r\nHost: x\r\n" + creds + "Transfer-Encoding: chunked\r\n\r\nzz\r\nbody\r\n0\r\n\r\n",
+		// A request line with no protocol.
+		"GET /v1/usage\r\n" + creds + "\r\n",
+		// A credential on a line without a colon: the parser quotes the line.
+		"GET /v1/usage HTTP/1.1\r\nHost: x\r\nAuthorization Bearer sk_live_CANARYnocolon0123456789abcdef\r\n\r\n",
+		// A space before the colon.
+		"GET /v1/usage HTTP/1.1\r\nHost: x\r\n" + creds + "Bad Header : 1\r\n\r\n",
+	}
+	for i := 0; i < 60; i++ {
+		for _, m := range malformed {
+			if resp := rawExchange(t, s, m); resp != nil && resp.StatusCode < 400 {
+				t.Fatalf("malformed request answered %d:\n%q", resp.StatusCode, m)
+			}
+		}
+	}
+	// Let the server finish writing its log lines.
+	if r := s.Do(t, Req{Path: "/api/status"}); r.Status != 200 {
+		t.Fatalf("status: %d", r.Status)
+	}
+	time.Sleep(200 * time.Millisecond)
+	logs := s.Logs()
+	for _, secret := range []string{"CANARY", "sk_live_", "sk_test_", "pk_live_", "adm_", "Bearer "} {
+		if strings.Contains(logs, secret) {
+			i := strings.Index(logs, secret)
+			t.Fatalf("the log holds %q:\n%s", secret, logs[max(0, i-300):min(len(logs), i+200)])
+		}
+	}
+	// 360 malformed requests: the connection-error line is rate limited.
+	if n := strings.Count(logs, `msg="connection error"`); n == 0 || n > 60 {
+		t.Fatalf("%d log lines for 360 malformed requests:\n%s", n, logs)
+	}
+}
