@@ -117,3 +117,67 @@ func TestMCPBatchRefused(t *testing.T) {
 		t.Fatalf("large batch: %d, %d bytes", r.Status, len(r.Body))
 	}
 }
+
+// TestMCPJSONRPCErrors: every error on /mcp is a JSON-RPC error object (it
+// used to be HTTP 400 with plain text): -32700 for malformed JSON and -32600
+// for anything that is not one request object (HTTP 400, id null, as the
+// transport cannot accept the input); -32601 with the request's id for an
+// unknown method (HTTP 200, a JSON-RPC answer); transport refusals as -32000.
+func TestMCPJSONRPCErrors(t *testing.T) {
+	s := Start(t, bin)
+	post := func(body string, h map[string]string) *Response {
+		return s.Do(t, Req{Method: "POST", Path: "/mcp", Header: h, Body: body})
+	}
+	for _, tc := range []struct {
+		name   string
+		body   string
+		header map[string]string
+		status int
+		code   int
+		id     string
+	}{
+		{"malformed", `{"jsonrpc":"2.0","id":1,"method":`, mcpHeaders(nil), 400, -32700, "null"},
+		{"empty", ``, mcpHeaders(nil), 400, -32700, "null"},
+		{"trailing bytes", `{"jsonrpc":"2.0","id":1,"method":"ping"} x`, mcpHeaders(nil), 400, -32700, "null"},
+		{"not an object", `5`, mcpHeaders(nil), 400, -32600, "null"},
+		{"wrong version", `{"jsonrpc":"1.0","id":3,"method":"ping"}`, mcpHeaders(nil), 400, -32600, "3"},
+		{"method not a string", `{"jsonrpc":"2.0","id":"a","method":7}`, mcpHeaders(nil), 400, -32600, `"a"`},
+		{"unknown method", `{"jsonrpc":"2.0","id":5,"method":"foo/bar"}`, mcpHeaders(nil), 200, -32601, "5"},
+		{"not offered", `{"jsonrpc":"2.0","id":"x","method":"subscriptions/listen","params":{}}`, mcpHeaders(nil), 200, -32601, `"x"`},
+		{"request without id (SDK)", `{"jsonrpc":"2.0","method":"tools/list"}`, mcpHeaders(nil), 400, -32600, "null"},
+		{"unsupported version (SDK)", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, mcpHeaders(map[string]string{"Mcp-Protocol-Version": "1999-01-01"}), 400, -32600, "null"},
+		{"content type", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Accept": "application/json, text/event-stream", "Content-Type": "text/plain"}, 415, -32000, "null"},
+		{"no content type", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Accept": "application/json, text/event-stream"}, 415, -32000, "null"},
+		{"accept", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Accept": "application/json", "Content-Type": "application/json"}, 406, -32000, "null"},
+		{"no accept", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Content-Type": "application/json"}, 406, -32000, "null"},
+	} {
+		r := post(tc.body, tc.header)
+		if r.Status != tc.status {
+			t.Fatalf("%s: status %d, want %d: %s", tc.name, r.Status, tc.status, r.Body)
+		}
+		code, _ := rpcError(t, r)
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		json.Unmarshal(r.Body, &m)
+		if code != tc.code || string(m.ID) != tc.id {
+			t.Fatalf("%s: code %d id %s, want %d %s: %s", tc.name, code, m.ID, tc.code, tc.id, r.Body)
+		}
+	}
+	for _, method := range []string{"GET", "DELETE", "PUT"} {
+		r := s.Do(t, Req{Method: method, Path: "/mcp", Header: mcpHeaders(nil)})
+		if r.Status != 405 || r.Header.Get("Allow") != "POST" {
+			t.Fatalf("%s /mcp: %d Allow=%q %s", method, r.Status, r.Header.Get("Allow"), r.Body)
+		}
+		if code, _ := rpcError(t, r); code != -32000 {
+			t.Fatalf("%s /mcp: code %d", method, code)
+		}
+	}
+	// An unknown notification is accepted and ignored; a known request works.
+	if r := post(`{"jsonrpc":"2.0","method":"notifications/whatever"}`, mcpHeaders(nil)); r.Status != 202 || len(r.Body) != 0 {
+		t.Fatalf("unknown notification: %d %s", r.Status, r.Body)
+	}
+	if r := post(`{"jsonrpc":"2.0","id":9,"method":"ping"}`, mcpHeaders(nil)); r.Status != 200 || !strings.Contains(string(r.Body), `"result"`) {
+		t.Fatalf("ping: %d %s", r.Status, r.Body)
+	}
+}

@@ -45,7 +45,9 @@ func TestMCPFastPathMatchesSDK(t *testing.T) {
 	e := newTestEnv(t)
 	fastPath := serveInMemory(t, e.srv.Handle)
 	sdkPath := serveInMemory(t, func(ctx *fasthttp.RequestCtx) {
-		var peek rpcPeek
+		var peek struct {
+			Params rpcCallParams `json:"params"`
+		}
 		_ = json.Unmarshal(ctx.PostBody(), &peek)
 		raw, _ := jsonString(peek.Params.Arguments.IP)
 		call := &mcpCall{now: fixedNow}

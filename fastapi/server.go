@@ -310,6 +310,12 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	if rt == nil {
 		if allow != "" {
 			ctx.Response.Header.Set("Allow", allow)
+			if bytes.Equal(path, []byte("/mcp")) {
+				// GET (a standalone SSE stream) and DELETE (a session) are
+				// not offered by a stateless server: a JSON-RPC error there.
+				s.rpcError(ctx, fasthttp.StatusMethodNotAllowed, nil, rpcTransportError, checks.MsgMethod)
+				return
+			}
 			s.writeError(ctx, fasthttp.StatusMethodNotAllowed, checks.MsgMethod, "", "")
 			return
 		}

@@ -93,8 +93,15 @@ const (
 	MsgBulkNoValid = "No valid public IP address in the list."
 
 	// The MCP endpoint (SPEC 4.11), sent as JSON-RPC errors.
-	MsgRPCBatch     = "Batch requests are not supported."
-	MsgRPCUnchecked = "Invalid request: send one JSON-RPC request per POST."
+	MsgRPCBatch          = "Batch requests are not supported."
+	MsgRPCUnchecked      = "Invalid request: send one JSON-RPC request per POST."
+	MsgRPCParse          = "Parse error: the body is not JSON."
+	MsgRPCNotObject      = "Invalid Request: the body must be one JSON-RPC request object."
+	MsgRPCVersion        = `Invalid Request: "jsonrpc" must be "2.0".`
+	MsgRPCMethodType     = `Invalid Request: "method" must be a string.`
+	MsgRPCMethodNotFound = "Method not found: %s" // the method, cut to 64 bytes
+	MsgRPCContentType    = "Content-Type must be application/json."
+	MsgRPCAccept         = "Accept must list application/json and text/event-stream."
 
 	// The browser collector (COLLECTOR.md).
 	MsgPublishableKey  = "Invalid publishable key."
