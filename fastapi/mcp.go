@@ -160,6 +160,9 @@ type rpcCallParams struct {
 // request's id and HTTP 200, the JSON-RPC answer to an accepted request; an
 // unknown notification is accepted and ignored (202), as JSON-RPC asks.
 func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
+	if !s.mcpOriginOK(ctx) {
+		return
+	}
 	anonymous := true
 	if len(bytes.TrimSpace(ctx.Request.Header.Peek("Authorization"))) > 0 {
 		if ref := s.checks.Admit(&r.Call, credential(ctx.Request.Header.Peek("Authorization")), checks.AccessMCP); ref != nil {

@@ -52,6 +52,10 @@ type Config struct {
 	ReadTimeout     time.Duration
 	WriteTimeout    time.Duration
 	IdleTimeout     time.Duration
+	// MCPOrigins are the browser origins allowed to call /mcp besides none
+	// (server-to-server clients) and the server's own loopback origin; as
+	// ParseMCPOrigins returns them.
+	MCPOrigins []string
 }
 
 // DefaultEdgeBlockAgents are bare library defaults that real integrations do

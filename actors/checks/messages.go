@@ -102,6 +102,8 @@ const (
 	MsgRPCMethodNotFound = "Method not found: %s" // the method, cut to 64 bytes
 	MsgRPCContentType    = "Content-Type must be application/json."
 	MsgRPCAccept         = "Accept must list application/json and text/event-stream."
+	MsgRPCOrigin         = "Origin not allowed."
+	MsgRPCHost           = "Host not allowed."
 
 	// The browser collector (COLLECTOR.md).
 	MsgPublishableKey  = "Invalid publishable key."
