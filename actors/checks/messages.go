@@ -112,6 +112,10 @@ const (
 	HintOrigin         = "Add the page's origin (scheme://host[:port]) to the account's origins, or send the request from a listed one."
 	MsgDeviceReport    = "The request body must be the collector's JSON report."
 	HintDeviceReport   = "The device report is limited to %d bytes." // the limit
+	HintDeviceSignals  = "The device report holds more than the collector sends."
+	MsgCollectBudget   = "Daily device collection budget used up."
+	CodeCollectBudget  = "collect_budget_exceeded"
+	HintCollectBudget  = "The account's device reports for today are used up; collection resumes at 00:00 UTC. Evaluations go on without device evidence."
 
 	// The device-evidence challenge (SPEC 4.10).
 	MsgLiveKeyRequired  = "live key required"
