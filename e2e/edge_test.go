@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -80,4 +81,52 @@ func TestMalformedRequestsLogNoSecrets(t *testing.T) {
 	if n := strings.Count(logs, `msg="connection error"`); n == 0 || n > 60 {
 		t.Fatalf("%d log lines for 360 malformed requests:\n%s", n, logs)
 	}
+}
+
+// TestRequestFraming: a request carrying both Content-Length and
+// Transfer-Encoding is refused (400, connection closed) whatever their order;
+// headers past 8 KiB get 431 and a target past 4 KiB 414, in the JSON error
+// shape. A plain chunked request still works.
+func TestRequestFraming(t *testing.T) {
+	s := Start(t, bin)
+	body := `{"ip":"8.8.8.8"}`
+	chunked := "10\r\n" + body + "\r\n0\r\n\r\n"
+	for _, hdr := range []string{
+		"Content-Length: 16\r\nTransfer-Encoding: chunked\r\n",
+		"Transfer-Encoding: chunked\r\nContent-Length: 16\r\n",
+		"transfer-encoding: chunked\r\ncontent-length: 99\r\n",
+	} {
+		resp := rawExchange(t, s, "POST /api/lookup HTTP/1.1\r\nHost: x\r\nUser-Agent: "+UserAgent+"\r\n"+hdr+"\r\n"+chunked)
+		if resp == nil || resp.StatusCode != 400 || !resp.Close || !jsonError(t, resp) {
+			t.Fatalf("%q: %+v", hdr, resp)
+		}
+	}
+	resp := rawExchange(t, s, "POST /api/lookup HTTP/1.1\r\nHost: x\r\nUser-Agent: "+UserAgent+"\r\nTransfer-Encoding: chunked\r\n\r\n"+chunked)
+	if resp == nil || resp.StatusCode != 200 {
+		t.Fatalf("plain chunked request: %+v", resp)
+	}
+	resp = rawExchange(t, s, "GET /api/status?x="+strings.Repeat("a", 5000)+" HTTP/1.1\r\nHost: x\r\nUser-Agent: "+UserAgent+"\r\n\r\n")
+	if resp == nil || resp.StatusCode != 414 || !jsonError(t, resp) {
+		t.Fatalf("long target: %+v", resp)
+	}
+	resp = rawExchange(t, s, "GET /api/status HTTP/1.1\r\nHost: x\r\nUser-Agent: "+UserAgent+"\r\nX-Big: "+strings.Repeat("b", 10<<10)+"\r\n\r\n")
+	if resp == nil || resp.StatusCode != 431 || !jsonError(t, resp) {
+		t.Fatalf("large headers: %+v", resp)
+	}
+	if r := s.Do(t, Req{Path: "/api/status?x=" + strings.Repeat("a", 3000)}); r.Status != 200 {
+		t.Fatalf("a 3 KB target: %d", r.Status)
+	}
+}
+
+// jsonError reports whether resp carries the SPEC error shape.
+func jsonError(t *testing.T, resp *http.Response) bool {
+	t.Helper()
+	var m map[string]any
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Logf("body %q: %v", b, err)
+		return false
+	}
+	msg, ok := m["error"].(string)
+	return ok && msg != "" && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
 }

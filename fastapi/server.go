@@ -225,6 +225,7 @@ func New(cfg Config, deps Deps) *Server {
 		WriteTimeout:                  cfg.WriteTimeout,
 		IdleTimeout:                   cfg.IdleTimeout,
 		MaxRequestBodySize:            maxAPIBody,
+		ReadBufferSize:                readBufferSize,
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultContentType:          true,
 		// fasthttp's parse errors quote the request's header block, keys
@@ -287,7 +288,7 @@ func (s *Server) routeTable() []*route {
 func (s *Server) rewire() { s.checks = pipeline(&s.deps, s.log) }
 
 // Serve serves on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(lingerListener{ln}) }
 
 // Shutdown stops accepting, waits for in-flight requests, and closes idle
 // keep-alive connections.
@@ -299,6 +300,9 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	// fasthttp's X-Ratelimit-Limit); request headers stay case-insensitive.
 	ctx.Response.Header.DisableNormalizing()
 	s.setRequestID(ctx)
+	if !s.framingOK(ctx) {
+		return
+	}
 	path := ctx.Path()
 	if s.cfg.EdgeBlock && !bytes.Equal(path, []byte("/mcp")) && s.edgeBlocked(ctx.UserAgent()) {
 		ctx.SetStatusCode(edgeBlockStatus)
@@ -436,8 +440,16 @@ func (s *Server) setRequestID(ctx *fasthttp.RequestCtx) {
 // oversized body is 413, not fasthttp's default 400.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	s.setRequestID(ctx)
+	// The client may still be sending what was not read: let it finish and
+	// read this answer.
+	lingerOnClose(ctx)
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		s.writeError(ctx, fasthttp.StatusRequestEntityTooLarge, checks.MsgTooLarge, "", "")
+		return
+	}
+	if errSmallBuffer(err) {
+		s.writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "Request headers too large.", "",
+			"The request line and headers together are limited to 8 KiB.")
 		return
 	}
 	var te interface{ Timeout() bool }
