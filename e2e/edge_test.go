@@ -130,3 +130,29 @@ func jsonError(t *testing.T, resp *http.Response) bool {
 	msg, ok := m["error"].(string)
 	return ok && msg != "" && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
 }
+
+// TestAdminTokenLockout: wrong operator tokens are throttled like bad API
+// keys: 20 from one caller lock it out for 15 minutes (429, Retry-After:
+// 900), the right token included; other callers are not affected.
+func TestAdminTokenLockout(t *testing.T) {
+	s := Start(t, bin)
+	from := func(addr, token string) *Response {
+		return s.Do(t, Req{Path: "/admin/v1/mail", Bearer: token, Header: map[string]string{"X-Forwarded-For": addr}})
+	}
+	for i := 0; i < 20; i++ {
+		if r := from("198.51.100.90", "adm_guess_"+itoa(i)); r.Status != 401 {
+			t.Fatalf("wrong token %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	r := from("198.51.100.90", AdminToken)
+	if r.Status != 429 || r.Header.Get("Retry-After") != "900" || r.JSON(t)["error"] == nil {
+		t.Fatalf("locked-out caller: %d %v %s", r.Status, r.Header, r.Body)
+	}
+	if r := from("198.51.100.91", AdminToken); r.Status != 200 {
+		t.Fatalf("another caller: %d %s", r.Status, r.Body)
+	}
+	s.Advance(t, "16m")
+	if r := from("198.51.100.90", AdminToken); r.Status != 200 {
+		t.Fatalf("after the lockout: %d %s", r.Status, r.Body)
+	}
+}

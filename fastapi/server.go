@@ -332,8 +332,9 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	}
 	r.Addr = s.clientAddr(ctx)
 	if rt.admin {
-		if !s.adminAuthorized(ctx) {
-			s.writeError(ctx, fasthttp.StatusUnauthorized, checks.MsgAdminAuth, "", "")
+		_, presented, _ := bearer(ctx.Request.Header.Peek("Authorization"))
+		if ref := s.checks.AdmitOperator(&r.Call, presented, s.adminAuthorized(ctx)); ref != nil {
+			s.refuse(ctx, ref)
 			return
 		}
 	} else {
