@@ -156,3 +156,42 @@ func TestAdminTokenLockout(t *testing.T) {
 		t.Fatalf("after the lockout: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestAdminInputs: emails with a NUL or invalid UTF-8 and over-long webhook
+// URLs are refused; exception pins come back exactly as they were put.
+func TestAdminInputs(t *testing.T) {
+	s := Start(t, bin)
+	for _, body := range []string{
+		`{"email":"ops\u0000@example.com"}`,
+		"{\"email\":\"ops\xff@example.com\"}",
+		`{"email":"ops\u0007@example.com"}`,
+	} {
+		if r := s.Admin(t, "POST", "/admin/v1/accounts", []byte(body)); r.Status != 400 || r.JSON(t)["error"] == nil {
+			t.Fatalf("%q: %d %s", body, r.Status, r.Body)
+		}
+	}
+	a := s.CreateAccount(t, map[string]any{"email": "inputs@example.com"})
+	long := "https://hooks.example.com/" + strings.Repeat("a", 2048)
+	if r := s.Admin(t, "PUT", "/admin/v1/accounts/"+a.ID+"/webhook", map[string]any{"url": long}); r.Status != 400 {
+		t.Fatalf("long webhook URL: %d %s", r.Status, r.Body)
+	}
+	pins := []map[string]any{
+		{"ip": "8.8.4.4", "action": "block"},
+		{"ip": "2606:4700::1111", "action": "review"},
+		{"ip": "1.1.1.0/24", "action": "allow", "label": "resolver"},
+	}
+	r := s.Admin(t, "PUT", "/admin/v1/accounts/"+a.ID+"/exceptions", pins)
+	if r.Status != 200 {
+		t.Fatalf("put pins: %d %s", r.Status, r.Body)
+	}
+	for _, r := range []*Response{r, s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID+"/exceptions", nil)} {
+		var got []map[string]any
+		json.Unmarshal(r.Body, &got)
+		if len(got) != 3 || got[0]["ip"] != "8.8.4.4" || got[1]["ip"] != "2606:4700::1111" || got[2]["ip"] != "1.1.1.0/24" {
+			t.Fatalf("pins read back: %s", r.Body)
+		}
+	}
+	if m := s.Do(t, Req{Path: "/v1/lookup/8.8.4.4", Bearer: a.LiveKey}).JSON(t); m["verdict"] != "block" || m["verdict_source"] != "exception" {
+		t.Fatalf("pinned lookup: %v", m)
+	}
+}

@@ -38,7 +38,7 @@ type testEnv struct {
 	acct  *accounts.Created
 }
 
-func newTestEnv(t *testing.T) *testEnv {
+func newTestEnv(t testing.TB) *testEnv {
 	t.Helper()
 	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
 	if err != nil {
@@ -151,7 +151,7 @@ var (
 )
 
 // testFeeds loads the embedded feeds once for the whole package.
-func testFeeds(t *testing.T) *netlists.Store {
+func testFeeds(t testing.TB) *netlists.Store {
 	t.Helper()
 	feedsOnce.Do(func() { feedsSnap, feedsErr = netlists.LoadEmbedded() })
 	if feedsErr != nil {
@@ -203,5 +203,23 @@ func TestFasthttpLoggerRedactsAndLimits(t *testing.T) {
 	f.Printf("Permanent error when accepting new connections: %v", errors.New("too many open files"))
 	if out := buf.String(); !strings.Contains(out, "suppressed=91") || !strings.Contains(out, "too many open files") {
 		t.Fatalf("the next line counts what was dropped:\n%s", out)
+	}
+}
+
+// TestPinsStoredCanonicalStillRead: pins stored before they were kept as
+// sent (canonical prefixes such as 8.8.4.4/32) still read back and match.
+func TestPinsStoredCanonicalStillRead(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.acct.View.ID
+	if _, err := e.accts.SetPins(id, []accounts.Pin{{IP: "8.8.4.4/32", Action: "block"}, {IP: "2606:4700::/32", Action: "review"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := e.do("GET", "/admin/v1/accounts/"+id+"/exceptions", "Bearer adm", nil)
+	if b := string(ctx.Response.Body()); ctx.Response.StatusCode() != 200 || !strings.Contains(b, `"ip":"8.8.4.4/32"`) || !strings.Contains(b, `"ip":"2606:4700::/32"`) {
+		t.Fatalf("old pins: %d %s", ctx.Response.StatusCode(), b)
+	}
+	ctx = e.do("GET", "/v1/lookup/8.8.4.4", "Bearer "+e.acct.LiveKey, nil)
+	if b := string(ctx.Response.Body()); !strings.Contains(b, `"verdict":"block"`) || !strings.Contains(b, `"verdict_source":"exception"`) {
+		t.Fatalf("old pin does not match: %s", b)
 	}
 }
