@@ -3,12 +3,15 @@ package fastapi
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/actors/checks"
 )
 
 // HTTP framing limits, checked before routing.
@@ -36,12 +39,12 @@ func (s *Server) framingOK(ctx *fasthttp.RequestCtx) bool {
 	h := &ctx.Request.Header
 	if len(h.RequestURI()) > maxURILen {
 		ctx.SetConnectionClose()
-		s.writeError(ctx, fasthttp.StatusRequestURITooLong, "URI too long.", "", "The request target is limited to 4,096 bytes.")
+		s.writeError(ctx, fasthttp.StatusRequestURITooLong, checks.MsgURITooLong, "", fmt.Sprintf(checks.HintURITooLong, maxURILen))
 		return false
 	}
 	if h.ContentLength() == -1 && hasRawHeader(h.RawHeaders(), "content-length") {
 		ctx.SetConnectionClose()
-		s.writeError(ctx, fasthttp.StatusBadRequest, msgBadRequest, "", "Send Content-Length or Transfer-Encoding, not both.")
+		s.writeError(ctx, fasthttp.StatusBadRequest, checks.MsgBadRequest, "", checks.HintLengthAndChunks)
 		return false
 	}
 	return true

@@ -449,8 +449,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	if errSmallBuffer(err) {
-		s.writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "Request headers too large.", "",
-			"The request line and headers together are limited to 8 KiB.")
+		s.writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, checks.MsgHeadersTooLarge, "", fmt.Sprintf(checks.HintHeadersTooLarge, readBufferSize))
 		return
 	}
 	var te interface{ Timeout() bool }

@@ -20,6 +20,13 @@ const (
 	MsgStorage     = "Service temporarily unavailable."
 	CodeStorage    = "storage_unavailable"
 
+	// Request framing (fastapi/edge.go).
+	MsgURITooLong       = "URI too long."
+	HintURITooLong      = "The request target is limited to %d bytes." // the limit
+	MsgHeadersTooLarge  = "Request headers too large."
+	HintHeadersTooLarge = "The request line and headers together are limited to %d bytes." // the limit
+	HintLengthAndChunks = "Send Content-Length or Transfer-Encoding, not both."
+
 	// The admin API (ADMIN.md); its validation messages name the field.
 	MsgAccountNotFound = "Account not found."
 	MsgAccountExists   = "An account with this email already exists."
