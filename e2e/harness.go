@@ -249,6 +249,9 @@ func (s *Server) Do(t testing.TB, r Req) *Response {
 	for k, v := range r.Header {
 		req.Header.Set(k, v)
 	}
+	if h := req.Header.Get("Host"); h != "" {
+		req.Host = h // net/http sends req.Host, never a Host header
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", r.Method, r.Path, err)

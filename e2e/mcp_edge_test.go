@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +117,178 @@ func TestMCPBatchRefused(t *testing.T) {
 	r = s.Do(t, Req{Method: "POST", Path: "/mcp", Header: mcpHeaders(map[string]string{"X-Forwarded-For": "198.51.100.71"}), Body: big.String()})
 	if r.Status != 400 || len(r.Body) > 512 {
 		t.Fatalf("large batch: %d, %d bytes", r.Status, len(r.Body))
+	}
+}
+
+// TestMCPJSONRPCErrors: every error on /mcp is a JSON-RPC error object (it
+// used to be HTTP 400 with plain text): -32700 for malformed JSON and -32600
+// for anything that is not one request object (HTTP 400, id null, as the
+// transport cannot accept the input); -32601 with the request's id for an
+// unknown method (HTTP 200, a JSON-RPC answer); transport refusals as -32000.
+func TestMCPJSONRPCErrors(t *testing.T) {
+	s := Start(t, bin)
+	post := func(body string, h map[string]string) *Response {
+		return s.Do(t, Req{Method: "POST", Path: "/mcp", Header: h, Body: body})
+	}
+	for _, tc := range []struct {
+		name   string
+		body   string
+		header map[string]string
+		status int
+		code   int
+		id     string
+	}{
+		{"malformed", `{"jsonrpc":"2.0","id":1,"method":`, mcpHeaders(nil), 400, -32700, "null"},
+		{"empty", ``, mcpHeaders(nil), 400, -32700, "null"},
+		{"trailing bytes", `{"jsonrpc":"2.0","id":1,"method":"ping"} x`, mcpHeaders(nil), 400, -32700, "null"},
+		{"not an object", `5`, mcpHeaders(nil), 400, -32600, "null"},
+		{"wrong version", `{"jsonrpc":"1.0","id":3,"method":"ping"}`, mcpHeaders(nil), 400, -32600, "3"},
+		{"method not a string", `{"jsonrpc":"2.0","id":"a","method":7}`, mcpHeaders(nil), 400, -32600, `"a"`},
+		{"unknown method", `{"jsonrpc":"2.0","id":5,"method":"foo/bar"}`, mcpHeaders(nil), 200, -32601, "5"},
+		{"not offered", `{"jsonrpc":"2.0","id":"x","method":"subscriptions/listen","params":{}}`, mcpHeaders(nil), 200, -32601, `"x"`},
+		{"request without id (SDK)", `{"jsonrpc":"2.0","method":"tools/list"}`, mcpHeaders(nil), 400, -32600, "null"},
+		{"unsupported version (SDK)", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, mcpHeaders(map[string]string{"Mcp-Protocol-Version": "1999-01-01"}), 400, -32600, "null"},
+		{"content type", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Accept": "application/json, text/event-stream", "Content-Type": "text/plain"}, 415, -32000, "null"},
+		{"no content type", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Accept": "application/json, text/event-stream"}, 415, -32000, "null"},
+		{"accept", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Accept": "application/json", "Content-Type": "application/json"}, 406, -32000, "null"},
+		{"no accept", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Content-Type": "application/json"}, 406, -32000, "null"},
+	} {
+		r := post(tc.body, tc.header)
+		if r.Status != tc.status {
+			t.Fatalf("%s: status %d, want %d: %s", tc.name, r.Status, tc.status, r.Body)
+		}
+		code, _ := rpcError(t, r)
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		json.Unmarshal(r.Body, &m)
+		if code != tc.code || string(m.ID) != tc.id {
+			t.Fatalf("%s: code %d id %s, want %d %s: %s", tc.name, code, m.ID, tc.code, tc.id, r.Body)
+		}
+	}
+	for _, method := range []string{"GET", "DELETE", "PUT"} {
+		r := s.Do(t, Req{Method: method, Path: "/mcp", Header: mcpHeaders(nil)})
+		if r.Status != 405 || r.Header.Get("Allow") != "POST" {
+			t.Fatalf("%s /mcp: %d Allow=%q %s", method, r.Status, r.Header.Get("Allow"), r.Body)
+		}
+		if code, _ := rpcError(t, r); code != -32000 {
+			t.Fatalf("%s /mcp: code %d", method, code)
+		}
+	}
+	// An unknown notification is accepted and ignored; a known request works.
+	if r := post(`{"jsonrpc":"2.0","method":"notifications/whatever"}`, mcpHeaders(nil)); r.Status != 202 || len(r.Body) != 0 {
+		t.Fatalf("unknown notification: %d %s", r.Status, r.Body)
+	}
+	if r := post(`{"jsonrpc":"2.0","id":9,"method":"ping"}`, mcpHeaders(nil)); r.Status != 200 || !strings.Contains(string(r.Body), `"result"`) {
+		t.Fatalf("ping: %d %s", r.Status, r.Body)
+	}
+}
+
+// initializeBody is the conformance suite's initialize request.
+const initializeBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"conformance-dns-rebinding-test","version":"1.0.0"}}}`
+
+// TestMCPOriginAndHost: a foreign Origin and a foreign Host both used to get
+// 200. The checks of the conformance scenario dns-rebinding-protection (Host
+// and Origin both evil.example.com: 4xx; both the server's own loopback
+// address: 2xx), the operator's --mcp-origins, and the Host check on direct
+// loopback connections.
+func TestMCPOriginAndHost(t *testing.T) {
+	s := Start(t, bin, "--mcp-origins", "https://agent.example, http://localhost:3000")
+	own := strings.TrimPrefix(s.URL, "http://")
+	port := own[strings.LastIndexByte(own, ':'):]
+	send := func(s *Server, host, origin string) *Response {
+		h := mcpHeaders(nil)
+		if host != "" {
+			h["Host"] = host
+		}
+		if origin != "" {
+			h["Origin"] = origin
+		}
+		return s.Do(t, Req{Method: "POST", Path: "/mcp", Header: h, Body: initializeBody})
+	}
+	refused := func(r *Response, what string) {
+		t.Helper()
+		if r.Status != 403 || strings.Contains(string(r.Body), `"result"`) {
+			t.Fatalf("%s: %d %s", what, r.Status, r.Body)
+		}
+		if code, _ := rpcError(t, r); code != -32000 {
+			t.Fatalf("%s: code %d", what, code)
+		}
+	}
+	accepted := func(r *Response, what string) {
+		t.Helper()
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"protocolVersion"`) {
+			t.Fatalf("%s: %d %s", what, r.Status, r.Body)
+		}
+	}
+	// The conformance scenario's two requests.
+	refused(send(s, "evil.example.com", "http://evil.example.com"), "rebinding Host and Origin")
+	accepted(send(s, own, "http://"+own), "own loopback Host and Origin")
+	accepted(send(s, "localhost"+port, "http://localhost"+port), "localhost")
+	// No Origin: a server-to-server client. The harness's peer is a trusted
+	// proxy, whose Host is the public name.
+	accepted(send(s, "", ""), "no Origin")
+	accepted(send(s, "fraud.example.com", ""), "public name through a trusted proxy")
+	// The operator's origins, compared canonically; nothing else.
+	accepted(send(s, "fraud.example.com", "https://agent.example"), "listed origin")
+	accepted(send(s, "fraud.example.com", "https://AGENT.example:443"), "listed origin, spelled otherwise")
+	accepted(send(s, "fraud.example.com", "http://localhost:3000"), "listed localhost origin")
+	refused(send(s, "fraud.example.com", "https://agent.example.evil.com"), "lookalike origin")
+	refused(send(s, "fraud.example.com", "http://agent.example"), "listed host, other scheme")
+	refused(send(s, "fraud.example.com", "null"), "null origin")
+	refused(send(s, "fraud.example.com", "https://agent.example/path"), "not an origin")
+	refused(send(s, own, "http://127.0.0.1:1"), "another loopback port")
+	refused(send(s, "evil.example.com", "http://"+own), "own origin, foreign Host")
+
+	// A browser reaching a loopback listener directly (no trusted proxy in
+	// between) must name the loopback in Host, with or without an Origin.
+	d := Start(t, bin, "--trusted-proxies", "192.0.2.0/24")
+	dOwn := strings.TrimPrefix(d.URL, "http://")
+	dPort := dOwn[strings.LastIndexByte(dOwn, ':'):]
+	refused(send(d, "evil.example.com", ""), "foreign Host, direct to loopback")
+	refused(send(d, "evil.example.com"+dPort, ""), "foreign Host with port")
+	accepted(send(d, dOwn, ""), "own address")
+	accepted(send(d, "localhost"+dPort, ""), "localhost")
+	accepted(send(d, "[::1]"+dPort, ""), "[::1]")
+	// The API elsewhere is not affected.
+	if r := d.Do(t, Req{Path: "/api/status", Header: map[string]string{"Host": "evil.example.com"}}); r.Status != 200 {
+		t.Fatalf("status with another Host: %d", r.Status)
+	}
+
+	// A malformed --mcp-origins stops the start with one clear line.
+	out, err := exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--mcp-origins", "https://agent.example/app").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--mcp-origins") {
+		t.Fatalf("bad --mcp-origins: %v %s", err, out)
+	}
+}
+
+// TestMCPConformanceDNSRebinding runs the official MCP conformance scenario
+// dns-rebinding-protection against a loopback fraudd. It needs node and npx
+// (and npm's registry, or the package in npx's cache) and skips without them.
+// 0.1.12 is the newest release that runs on Node 20 (later ones need Node
+// 22's fs.globSync); its scenario is the one 0.1.16 ships.
+func TestMCPConformanceDNSRebinding(t *testing.T) {
+	npx, err := exec.LookPath("npx")
+	if err != nil {
+		t.Skip("npx not found: the MCP conformance suite (npm @modelcontextprotocol/conformance) needs Node.js; TestMCPOriginAndHost repeats its checks")
+	}
+	s := Start(t, bin)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npx, "--yes", "@modelcontextprotocol/conformance@0.1.12",
+		"server", "--url", s.URL+"/mcp", "--scenario", "dns-rebinding-protection")
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	text := string(out)
+	if err != nil && !strings.Contains(text, "Test Results:") {
+		for _, offline := range []string{"ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "ECONNREFUSED", "ENETUNREACH", "npm error code E"} {
+			if strings.Contains(text, offline) {
+				t.Skipf("the conformance suite could not be fetched (%s):\n%s", offline, text)
+			}
+		}
+		t.Fatalf("conformance suite did not run: %v\n%s", err, text)
+	}
+	if err != nil || !strings.Contains(text, "Passed: 2/2, 0 failed") {
+		t.Fatalf("dns-rebinding-protection: %v\n%s\n%s", err, text, s.Logs())
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
@@ -21,8 +23,12 @@ import (
 )
 
 // decodeStrict reads a JSON body into v, rejecting unknown fields so an
-// operator's typo is an error rather than a silent no-op.
+// operator's typo is an error rather than a silent no-op, and invalid UTF-8,
+// which encoding/json would quietly turn into U+FFFD.
 func decodeStrict(body []byte, v any) error {
+	if !utf8.Valid(body) {
+		return errors.New("the body is not valid UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -33,6 +39,9 @@ func decodeStrict(body []byte, v any) error {
 	}
 	return nil
 }
+
+// maxWebhookURL bounds a webhook receiver's URL.
+const maxWebhookURL = 2048
 
 func (s *Server) badRequest(ctx *fasthttp.RequestCtx, format string, args ...any) {
 	s.writeError(ctx, fasthttp.StatusBadRequest, fmt.Sprintf(format, args...), "", "")
@@ -158,9 +167,13 @@ func (s *Server) adminCreateAccount(ctx *fasthttp.RequestCtx, r *request) {
 	})
 }
 
+// validEmail: at most 254 bytes of valid UTF-8 with a local part and a
+// domain, and no space or control character (a NUL or a newline in an
+// address ends up in mail headers and logs).
 func validEmail(e string) error {
 	at := strings.LastIndexByte(e, '@')
-	if e == "" || len(e) > 254 || at <= 0 || at == len(e)-1 || strings.ContainsAny(e, " \t\r\n") {
+	if e == "" || len(e) > 254 || at <= 0 || at == len(e)-1 || !utf8.ValidString(e) ||
+		strings.IndexFunc(e, func(r rune) bool { return r == ' ' || unicode.IsControl(r) }) >= 0 {
 		return errors.New("email must be a valid address of at most 254 characters")
 	}
 	return nil
@@ -404,10 +417,10 @@ func (s *Server) adminPutPins(ctx *fasthttp.RequestCtx, r *request) {
 			return
 		}
 		parsed = append(parsed, sp)
-		stored := accounts.Pin{VisitorID: p.VisitorID, Action: p.Action, Label: p.Label}
-		if sp.IsIP() {
-			stored.IP = sp.Prefix.String()
-		}
+		// The address or CIDR is kept as it was sent, so GET returns it so
+		// (203.0.113.7, not 203.0.113.7/32); CompilePolicy parses either form,
+		// and pins stored before in canonical prefix form still read.
+		stored := accounts.Pin{IP: strings.TrimSpace(p.IP), VisitorID: p.VisitorID, Action: p.Action, Label: p.Label}
 		pins = append(pins, stored)
 	}
 	if err := score.ValidatePins(parsed); err != nil {
@@ -435,6 +448,10 @@ func (s *Server) adminPutWebhook(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	u := ""
+	if in.URL != nil && len(*in.URL) > maxWebhookURL {
+		s.badRequest(ctx, "url is at most %d characters.", maxWebhookURL)
+		return
+	}
 	if in.URL != nil {
 		// HTTPS on a public address; --allow-private-webhooks also allows
 		// http:// and loopback or private receivers (CLARIFICATIONS.md).

@@ -216,7 +216,7 @@ func (s *Server) handleCollectDevice(ctx *fasthttp.RequestCtx, r *request) {
 		s.refuse(ctx, checks.Invalid(checks.MsgDeviceReport))
 		return
 	}
-	id, ref := s.checks.CollectDevice(&r.Call, page(ctx, body.Key), &checks.DeviceReport{Signals: &body.Signals, Raw: bytes.Clone(raw)})
+	id, ref := s.checks.CollectDevice(&r.Call, page(ctx, body.Key), &checks.DeviceReport{Signals: &body.Signals})
 	if ref != nil {
 		s.collectRefusal(ctx, ref)
 		return

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,11 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/fastapi/collector"
+	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/intel/nettoken"
+	"github.com/fraudd/fraudd/storage"
 )
 
 // collectEnv is the unit-test server with the collector's dependencies.
@@ -314,4 +318,80 @@ func TestEvaluateWithDeviceEvent(t *testing.T) {
 	if _, m, raw := e.evaluate(t, live, map[string]any{"fingerprintEventId": ev}); m["degraded"] != true || m["decision"] != "block" || m["device_status"] != "ok" {
 		t.Fatalf("degraded with device: %s", raw)
 	}
+}
+
+// TestCollectDeviceStoresCompactSignals: an event keeps the signals the
+// verdicts read, cut to their bounds — not the raw body, which was up to
+// 32 KB with the publishable key and whatever else a page put in it.
+func TestCollectDeviceStoresCompactSignals(t *testing.T) {
+	e := newCollectEnv(t)
+	b, err := os.ReadFile("../intel/device/testdata/chrome_headless_linux.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx struct {
+		Signals map[string]any `json:"signals"`
+	}
+	json.Unmarshal(b, &fx)
+	fx.Signals["key"] = e.acct.PublishableKey
+	fx.Signals["junk"] = strings.Repeat("x", 14<<10)
+	lies := make([]string, 150)
+	for i := range lies {
+		lies[i] = strings.Repeat("L", 100)
+	}
+	fx.Signals["lies"] = lies
+	body, _ := json.Marshal(fx.Signals)
+	if len(body) < 28<<10 || len(body) > 32<<10 {
+		t.Fatalf("test report of %d bytes", len(body))
+	}
+	ctx := e.call("POST", "/v1/collect/device", "73.0.0.1:5000", map[string]string{"Content-Type": "text/plain"}, string(body))
+	var out struct {
+		EventID string `json:"event_id"`
+	}
+	json.Unmarshal(ctx.Response.Body(), &out)
+	id, ok := events.ParseEventID(out.EventID)
+	if ctx.Response.StatusCode() != 200 || !ok {
+		t.Fatalf("collect: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	res, err := e.srv.deps.Devices.Peek(events.Resolve{ID: id, Account: e.acct.View.ID, Now: fixedNow})
+	if err != nil || !res.Found {
+		t.Fatalf("resolve: %v %+v", err, res)
+	}
+	ev := res.Event
+	if len(ev.Signals) > 4<<10 || ev.RawSignals || strings.Contains(string(ev.Signals), "junk") || strings.Contains(string(ev.Signals), "pk_live_") {
+		t.Fatalf("stored %d bytes of signals: %.300s", len(ev.Signals), ev.Signals)
+	}
+	var kept device.Signals
+	if err := json.Unmarshal(ev.Signals, &kept); err != nil || len(kept.Lies) != device.MaxListLen || !strings.HasPrefix(kept.UA, "Mozilla/5.0") {
+		t.Fatalf("stored signals do not read back: %v %+v", err, kept)
+	}
+	// Assessing what was stored gives the verdict the event holds.
+	again := device.Assess(&kept, device.Options{Key: e.srv.deps.VisitorKey})
+	if again.VisitorID != ev.VisitorID || again.Automation != (ev.Flags&storage.EventAutomation != 0) || uint8(again.Checked)&^uint8(device.CheckIPBlocklisted) != ev.Checked&^uint8(device.CheckIPBlocklisted) {
+		t.Fatalf("re-assessment differs: %+v vs flags %b", again, ev.Flags)
+	}
+}
+
+// TestCollectDeviceDailyBudget: past the account's daily budget the collector
+// gets 429 in the SPEC error shape with Retry-After until 00:00 UTC, CORS
+// headers included so the page can read it.
+func TestCollectDeviceDailyBudget(t *testing.T) {
+	e := newCollectEnv(t)
+	budget := quota.CollectBudgetFor(quota.LimitsFor(e.acct.View.Plan, nil, nil, e.acct.View.CreatedAt, fixedNow))
+	body := `{"key":"` + e.acct.PublishableKey + `","v":1,"ua":"Mozilla/5.0"}`
+	hdr := map[string]string{"Content-Type": "text/plain", "Origin": "https://shop.example"}
+	for i := int64(0); i < budget.Events; i++ {
+		// Spread over addresses: the per-address collect limit is not under test.
+		remote := netip.AddrPortFrom(netip.AddrFrom4([4]byte{73, byte(i >> 16), byte(i >> 8), byte(i)}), 5000).String()
+		if ctx := e.call("POST", "/v1/collect/device", remote, hdr, body); ctx.Response.StatusCode() != 200 {
+			t.Fatalf("event %d of %d: %d %s", i+1, budget.Events, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	ctx := e.call("POST", "/v1/collect/device", "74.0.0.1:5000", hdr, body)
+	next := fixedNow.UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
+	if ctx.Response.StatusCode() != 429 || string(ctx.Response.Header.Peek("Retry-After")) != strconv.Itoa(int(next.Sub(fixedNow).Seconds())) ||
+		string(ctx.Response.Header.Peek("Access-Control-Allow-Origin")) != "https://shop.example" {
+		t.Fatalf("over budget: %d Retry-After=%q %s", ctx.Response.StatusCode(), ctx.Response.Header.Peek("Retry-After"), ctx.Response.Body())
+	}
+	golden(t, "error_collect_budget", normalise(ctx.Response.Body()))
 }

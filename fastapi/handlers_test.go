@@ -191,6 +191,8 @@ var goldenWithoutScript = map[string]string{
 	// Its devices are observed at chosen past hours (TestAdminDevices), which
 	// the fixed clock of a script cannot give.
 	"admin_devices": "TestAdminDevices",
+	// It needs a day's budget of device events first (TestCollectDeviceDailyBudget).
+	"error_collect_budget": "TestCollectDeviceDailyBudget",
 }
 
 // TestHandlerScriptsCoverGoldenFiles: every committed golden file of an

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -49,8 +50,27 @@ var rpcPeekJSON = sonic.Config{CaseSensitive: true, ValidateString: true}.Froze(
 // errMCPUnchecked answers a lookup_ip the pre-check did not cover.
 var errMCPUnchecked = errors.New(checks.MsgRPCUnchecked)
 
-// JSON-RPC 2.0 error codes used on /mcp.
-const rpcInvalidRequest = -32600
+// JSON-RPC 2.0 error codes used on /mcp; -32000 (implementation-defined)
+// marks transport errors, as the MCP reference SDK does.
+const (
+	rpcParseError     = -32700
+	rpcInvalidRequest = -32600
+	rpcMethodNotFound = -32601
+	rpcTransportError = -32000
+)
+
+// mcpMethods are the methods /mcp answers: the lifecycle, the capabilities
+// the server declares (tools, logging), the empty prompt and resource
+// listings clients ask for anyway, and the notifications a client sends.
+// Everything else the SDK would take on (stream subscriptions, resource
+// reads, completions) is -32601: a stateless lookup service offers none of it.
+var mcpMethods = map[string]bool{
+	"initialize": true, "ping": true,
+	"tools/list": true, "tools/call": true, "logging/setLevel": true,
+	"prompts/list": true, "resources/list": true, "resources/templates/list": true,
+	"notifications/initialized": true, "notifications/cancelled": true,
+	"notifications/progress": true, "notifications/roots/list_changed": true,
+}
 
 // newMCP builds the stateless streamable-HTTP MCP endpoint with the SDK.
 func (s *Server) newMCP() fasthttp.RequestHandler {
@@ -72,7 +92,7 @@ func (s *Server) newMCP() fasthttp.RequestHandler {
 		// name: the SDK's localhost DNS-rebinding guard would refuse those.
 		DisableLocalhostProtection: true,
 	})
-	return fasthttpadaptor.NewFastHTTPHandler(h)
+	return fasthttpadaptor.NewFastHTTPHandler(withRPCErrors(h))
 }
 
 // LookupArgs is lookup_ip's input.
@@ -107,16 +127,22 @@ func (s *Server) mcpStatus(ctx context.Context, _ *mcp.CallToolRequest, _ Status
 	return nil, s.statusPayload(now), nil
 }
 
-// rpcPeek is the part of a JSON-RPC request handleMCP looks at before the SDK.
+// rpcPeek is the part of a JSON-RPC request handleMCP looks at before the
+// SDK: raw members, so a member of the wrong type is an answer of ours, not
+// a decode failure that lets the message through unread.
 type rpcPeek struct {
-	ID     sonic.NoCopyRawMessage `json:"id"`
-	Method string                 `json:"method"`
-	Params struct {
-		Name      string `json:"name"`
-		Arguments struct {
-			IP sonic.NoCopyRawMessage `json:"ip"`
-		} `json:"arguments"`
-	} `json:"params"`
+	JSONRPC sonic.NoCopyRawMessage `json:"jsonrpc"`
+	ID      sonic.NoCopyRawMessage `json:"id"`
+	Method  sonic.NoCopyRawMessage `json:"method"`
+	Params  sonic.NoCopyRawMessage `json:"params"`
+}
+
+// rpcCallParams are tools/call's params as far as handleMCP reads them.
+type rpcCallParams struct {
+	Name      string `json:"name"`
+	Arguments struct {
+		IP sonic.NoCopyRawMessage `json:"ip"`
+	} `json:"arguments"`
 }
 
 // handleMCP is POST /mcp (SPEC 4.11). It authenticates a bearer (an invalid
@@ -124,10 +150,19 @@ type rpcPeek struct {
 // pipeline's lookup before the SDK does anything: Lookup with a key,
 // FreeLookup (the free tool's per-address limits) when anonymous — the same
 // functions as GET /v1/lookup and POST /api/lookup. A refusal is a JSON-RPC
-// error with the HTTP status and Retry-After (rpcRefusal). A JSON-RPC batch
-// is refused whole: MCP 2025-06-18 removed batching, and one POST must cost
-// one checked message.
+// error with the HTTP status and Retry-After (rpcRefusal).
+//
+// Every error on /mcp is a JSON-RPC error object. Malformed JSON is -32700
+// and anything that is not one JSON-RPC request object is -32600, both HTTP
+// 400 with a null id (the transport "cannot accept the input"). A batch is
+// refused whole: MCP 2025-06-18 removed batching, and one POST must cost one
+// checked message. A method the service does not offer is -32601 with the
+// request's id and HTTP 200, the JSON-RPC answer to an accepted request; an
+// unknown notification is accepted and ignored (202), as JSON-RPC asks.
 func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
+	if !s.mcpOriginOK(ctx) {
+		return
+	}
 	anonymous := true
 	if len(bytes.TrimSpace(ctx.Request.Header.Peek("Authorization"))) > 0 {
 		if ref := s.checks.Admit(&r.Call, credential(ctx.Request.Header.Peek("Authorization")), checks.AccessMCP); ref != nil {
@@ -136,25 +171,62 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 		}
 		anonymous = false
 	}
-	call := &mcpCall{now: r.Now}
-	var peek rpcPeek
-	body := bytes.TrimLeft(ctx.PostBody(), " \t\r\n")
-	if len(body) > 0 && body[0] == '[' {
-		s.rpcError(ctx, fasthttp.StatusBadRequest, nil, rpcInvalidRequest, checks.MsgRPCBatch)
+	if !s.mcpTransportOK(ctx) {
 		return
 	}
-	if len(body) > 0 && body[0] == '{' && rpcPeekJSON.Unmarshal(body, &peek) == nil &&
-		peek.Method == "tools/call" && peek.Params.Name == "lookup_ip" {
-		raw, isString := jsonString(peek.Params.Arguments.IP)
-		if ref := s.mcpPrepare(r, call, anonymous, raw); ref != nil {
-			s.rpcRefusal(ctx, peek.ID, ref)
+	raw := ctx.PostBody()
+	body := bytes.TrimLeft(raw, " \t\r\n")
+	if len(body) == 0 || !rpcPeekJSON.Valid(raw) {
+		s.rpcError(ctx, fasthttp.StatusBadRequest, nil, rpcParseError, checks.MsgRPCParse)
+		return
+	}
+	switch body[0] {
+	case '[':
+		s.rpcError(ctx, fasthttp.StatusBadRequest, nil, rpcInvalidRequest, checks.MsgRPCBatch)
+		return
+	case '{':
+	default:
+		s.rpcError(ctx, fasthttp.StatusBadRequest, nil, rpcInvalidRequest, checks.MsgRPCNotObject)
+		return
+	}
+	var peek rpcPeek
+	if err := rpcPeekJSON.Unmarshal(raw, &peek); err != nil {
+		s.rpcError(ctx, fasthttp.StatusBadRequest, nil, rpcParseError, checks.MsgRPCParse)
+		return
+	}
+	id := rpcID(peek.ID)
+	if v, ok := jsonString(peek.JSONRPC); !ok || v != "2.0" {
+		s.rpcError(ctx, fasthttp.StatusBadRequest, id, rpcInvalidRequest, checks.MsgRPCVersion)
+		return
+	}
+	call := &mcpCall{now: r.Now}
+	if !isAbsent(peek.Method) {
+		method, ok := jsonString(peek.Method)
+		if !ok {
+			s.rpcError(ctx, fasthttp.StatusBadRequest, id, rpcInvalidRequest, checks.MsgRPCMethodType)
 			return
 		}
-		setRateLimit(&ctx.Response.Header, r.RateLimit)
-		if isString && mcpFastPathFits(ctx, peek.ID) {
-			if res, err := fastPathResult(call, peek.ID); err == nil {
-				s.writeJSON(ctx, fasthttp.StatusOK, res)
+		if !mcpMethods[method] {
+			if isAbsent(peek.ID) {
+				ctx.SetStatusCode(fasthttp.StatusAccepted)
 				return
+			}
+			s.rpcError(ctx, fasthttp.StatusOK, id, rpcMethodNotFound, fmt.Sprintf(checks.MsgRPCMethodNotFound, truncate(method, 64)))
+			return
+		}
+		var params rpcCallParams
+		if method == "tools/call" && rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip" {
+			ip, isString := jsonString(params.Arguments.IP)
+			if ref := s.mcpPrepare(r, call, anonymous, ip); ref != nil {
+				s.rpcRefusal(ctx, peek.ID, ref)
+				return
+			}
+			setRateLimit(&ctx.Response.Header, r.RateLimit)
+			if isString && !isAbsent(peek.ID) {
+				if res, err := fastPathResult(call, peek.ID); err == nil {
+					s.writeJSON(ctx, fasthttp.StatusOK, res)
+					return
+				}
 			}
 		}
 	}
@@ -179,22 +251,16 @@ func (s *Server) mcpPrepare(r *request, call *mcpCall, anonymous bool, ip string
 	return ref
 }
 
-// mcpFastPathFits reports whether a well-formed tools/call lookup_ip may be
-// answered without the SDK, with the bytes the SDK would send: through the
-// SDK a stateless call costs ~370 µs of CPU (a session per request, JSON
-// schema validation, large decode buffers), twenty times a whole GET
-// /v1/lookup. Anything unusual — a missing id, a client that does not
-// accept both JSON and SSE, another content type — goes to the SDK, which
-// knows every corner of the protocol. A test checks both paths give the
-// same answer.
-func mcpFastPathFits(ctx *fasthttp.RequestCtx, id sonic.NoCopyRawMessage) bool {
-	accept := ctx.Request.Header.Peek("Accept")
-	return !isAbsent(id) && bytes.Contains(accept, []byte("application/json")) && bytes.Contains(accept, []byte("text/event-stream")) &&
-		bytes.HasPrefix(bytes.ToLower(ctx.Request.Header.ContentType()), []byte("application/json"))
-}
-
-// fastPathResult is the JSON-RPC result of a prepared lookup_ip call: the
-// lookup as text and as structured content, or the tool error.
+// fastPathResult is the answer to a prepared lookup_ip call, with the bytes
+// the SDK would send: through the SDK a stateless call costs ~370 µs of CPU
+// (a session per request, JSON schema validation, large decode buffers),
+// twenty times a whole GET /v1/lookup. handleMCP has checked the transport
+// (content type, Accept) and that the call has an id; anything else unusual
+// goes to the SDK, which knows every corner of the protocol. A test checks
+// both paths give the same answer.
+//
+// The result carries the lookup as text and as structured content, or the
+// tool error.
 func fastPathResult(call *mcpCall, id sonic.NoCopyRawMessage) (*wire.RPCToolResult, error) {
 	res := &wire.RPCToolResult{JSONRPC: "2.0", ID: []byte(id)}
 	if call.toolErr != nil {

@@ -1,6 +1,7 @@
 package fastapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
+	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/checks"
 )
 
@@ -45,7 +47,9 @@ func TestMCPFastPathMatchesSDK(t *testing.T) {
 	e := newTestEnv(t)
 	fastPath := serveInMemory(t, e.srv.Handle)
 	sdkPath := serveInMemory(t, func(ctx *fasthttp.RequestCtx) {
-		var peek rpcPeek
+		var peek struct {
+			Params rpcCallParams `json:"params"`
+		}
 		_ = json.Unmarshal(ctx.PostBody(), &peek)
 		raw, _ := jsonString(peek.Params.Arguments.IP)
 		call := &mcpCall{now: fixedNow}
@@ -131,4 +135,74 @@ func serveRaw(t *testing.T, h fasthttp.RequestHandler) func(body string) *fastht
 		}
 		return resp
 	}
+}
+
+// FuzzMCPRequest sends any body to POST /mcp (as an uncapped account, so
+// no limit hides the lookup path). The service never fails with 500, every
+// answer but 202 is JSON, every error a JSON-RPC error object, and a lookup
+// is answered only for the address the request's own lookup_ip argument
+// names (read case-sensitively, as the SDK reads it).
+func FuzzMCPRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"185.220.101.1"}}}`,
+		`{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"1.2.3.4:80"}},"Method":"ping"}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`,
+		`{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"f","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"service_status","arguments":{}}}`,
+		`{"jsonrpc":"2.0","id":4,"method":"foo"}`, `{`, ``, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	e := newTestEnv(f)
+	pi, err := e.accts.Create(accounts.NewAccount{Email: "fuzz@example.com", Plan: "public_interest"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ln := fasthttputil.NewInmemoryListener()
+	srv := &fasthttp.Server{Handler: e.srv.Handle}
+	go srv.Serve(ln)
+	f.Cleanup(func() { srv.Shutdown() })
+	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, resp := fasthttp.AcquireRequest(), new(fasthttp.Response)
+		defer fasthttp.ReleaseRequest(req)
+		req.Header.SetMethod("POST")
+		req.SetRequestURI("http://mem/mcp")
+		req.Header.Set("Authorization", "Bearer "+pi.LiveKey)
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.SetContentType("application/json")
+		req.SetBody(body)
+		if err := c.Do(req, resp); err != nil {
+			t.Fatal(err)
+		}
+		st, out := resp.StatusCode(), resp.Body()
+		if st == 202 {
+			return
+		}
+		var m map[string]any
+		if st >= 500 || json.Unmarshal(out, &m) != nil {
+			t.Fatalf("%q: %d %s", body, st, out)
+		}
+		if st >= 400 {
+			if e, ok := m["error"].(map[string]any); !ok || m["jsonrpc"] != "2.0" || e["code"] == nil {
+				t.Fatalf("%q: error %d is not a JSON-RPC error: %s", body, st, out)
+			}
+		}
+		if !bytes.Contains(out, []byte(`\"verdict\"`)) && !bytes.Contains(out, []byte(`"verdict"`)) {
+			return
+		}
+		var in struct {
+			Params struct {
+				Arguments map[string]json.RawMessage `json:"arguments"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal(body, &in)
+		var ip string
+		_ = json.Unmarshal(in.Params.Arguments["ip"], &ip)
+		want := checks.PastedTarget(ip)
+		if !want.OK() || !strings.Contains(string(out), `"ip":"`+want.Addr.String()+`"`) {
+			t.Fatalf("%q: answered a lookup for another address than %q: %s", body, ip, out)
+		}
+	})
 }

@@ -80,19 +80,10 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 		_, tr.grantSent = vals["grant_type"]
 		tr.grantType, tr.clientID, tr.clientSecret = vals.Get("grant_type"), vals.Get("client_id"), vals.Get("client_secret")
 	}
-	if h := ctx.Request.Header.Peek("Authorization"); len(h) > 6 && strings.EqualFold(string(h[:6]), "basic ") {
-		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(h[6:])))
-		id, secret, ok := strings.Cut(string(raw), ":")
-		if err != nil || !ok {
+	if id, secret, present, ok := basicCredentials(ctx.Request.Header.Peek("Authorization")); present {
+		if !ok {
 			tr.bad = checks.DescBasicUnreadable
 			return tr
-		}
-		// RFC 6749 §2.3.1: both parts are form-encoded before Basic.
-		if u, err := url.QueryUnescape(id); err == nil {
-			id = u
-		}
-		if u, err := url.QueryUnescape(secret); err == nil {
-			secret = u
 		}
 		if tr.clientID != "" || tr.clientSecret != "" {
 			tr.bad = checks.DescCredentialsTwice
@@ -101,6 +92,31 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 		tr.clientID, tr.clientSecret = id, secret
 	}
 	return tr
+}
+
+// basicCredentials reads an Authorization: Basic header (the scheme name
+// case-insensitive). present says the scheme is Basic; ok that the
+// credentials decoded to id:secret. RFC 6749 §2.3.1 form-encodes both parts
+// before Basic; a part that does not unescape is taken as sent.
+func basicCredentials(h []byte) (id, secret string, present, ok bool) {
+	if len(h) <= 6 || !strings.EqualFold(string(h[:6]), "basic ") {
+		return "", "", false, false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(h[6:])))
+	if err != nil {
+		return "", "", true, false
+	}
+	id, secret, ok = strings.Cut(string(raw), ":")
+	if !ok {
+		return "", "", true, false
+	}
+	if u, err := url.QueryUnescape(id); err == nil {
+		id = u
+	}
+	if u, err := url.QueryUnescape(secret); err == nil {
+		secret = u
+	}
+	return id, secret, true, true
 }
 
 // handleToken is POST /oauth/token (SPEC 4.9).

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/challenge"
@@ -49,6 +52,10 @@ type Config struct {
 	ReadTimeout     time.Duration
 	WriteTimeout    time.Duration
 	IdleTimeout     time.Duration
+	// MCPOrigins are the browser origins allowed to call /mcp besides none
+	// (server-to-server clients) and the server's own loopback origin; as
+	// ParseMCPOrigins returns them.
+	MCPOrigins []string
 }
 
 // DefaultEdgeBlockAgents are bare library defaults that real integrations do
@@ -222,9 +229,14 @@ func New(cfg Config, deps Deps) *Server {
 		WriteTimeout:                  cfg.WriteTimeout,
 		IdleTimeout:                   cfg.IdleTimeout,
 		MaxRequestBodySize:            maxAPIBody,
+		ReadBufferSize:                readBufferSize,
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultContentType:          true,
-		Logger:                        fasthttpLogger{cfg.Logger},
+		// fasthttp's parse errors quote the request's header block, keys
+		// included; the secure form leaves it out (and fasthttpLogger
+		// redacts what is still quoted).
+		SecureErrorLogMessage: true,
+		Logger:                newFasthttpLogger(cfg.Logger),
 	}
 	return s
 }
@@ -280,7 +292,7 @@ func (s *Server) routeTable() []*route {
 func (s *Server) rewire() { s.checks = pipeline(&s.deps, s.log) }
 
 // Serve serves on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(lingerListener{ln}) }
 
 // Shutdown stops accepting, waits for in-flight requests, and closes idle
 // keep-alive connections.
@@ -292,6 +304,9 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	// fasthttp's X-Ratelimit-Limit); request headers stay case-insensitive.
 	ctx.Response.Header.DisableNormalizing()
 	s.setRequestID(ctx)
+	if !s.framingOK(ctx) {
+		return
+	}
 	path := ctx.Path()
 	if s.cfg.EdgeBlock && !bytes.Equal(path, []byte("/mcp")) && s.edgeBlocked(ctx.UserAgent()) {
 		ctx.SetStatusCode(edgeBlockStatus)
@@ -307,6 +322,12 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	if rt == nil {
 		if allow != "" {
 			ctx.Response.Header.Set("Allow", allow)
+			if bytes.Equal(path, []byte("/mcp")) {
+				// GET (a standalone SSE stream) and DELETE (a session) are
+				// not offered by a stateless server: a JSON-RPC error there.
+				s.rpcError(ctx, fasthttp.StatusMethodNotAllowed, nil, rpcTransportError, checks.MsgMethod)
+				return
+			}
 			s.writeError(ctx, fasthttp.StatusMethodNotAllowed, checks.MsgMethod, "", "")
 			return
 		}
@@ -315,8 +336,9 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	}
 	r.Addr = s.clientAddr(ctx)
 	if rt.admin {
-		if !s.adminAuthorized(ctx) {
-			s.writeError(ctx, fasthttp.StatusUnauthorized, checks.MsgAdminAuth, "", "")
+		_, presented, _ := bearer(ctx.Request.Header.Peek("Authorization"))
+		if ref := s.checks.AdmitOperator(&r.Call, presented, s.adminAuthorized(ctx)); ref != nil {
+			s.refuse(ctx, ref)
 			return
 		}
 	} else {
@@ -423,8 +445,15 @@ func (s *Server) setRequestID(ctx *fasthttp.RequestCtx) {
 // oversized body is 413, not fasthttp's default 400.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	s.setRequestID(ctx)
+	// The client may still be sending what was not read: let it finish and
+	// read this answer.
+	lingerOnClose(ctx)
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		s.writeError(ctx, fasthttp.StatusRequestEntityTooLarge, checks.MsgTooLarge, "", "")
+		return
+	}
+	if errSmallBuffer(err) {
+		s.writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, checks.MsgHeadersTooLarge, "", fmt.Sprintf(checks.HintHeadersTooLarge, readBufferSize))
 		return
 	}
 	var te interface{ Timeout() bool }
@@ -476,9 +505,53 @@ func (s *Server) trusted(a netip.Addr) bool {
 	return false
 }
 
-// fasthttpLogger routes fasthttp's printf logging into slog.
-type fasthttpLogger struct{ l *slog.Logger }
+// fasthttpLogger routes fasthttp's printf logging into slog, at a bounded
+// rate and without request contents: its connection errors quote the bytes
+// a client sent (a malformed header line, a bad Transfer-Encoding value), and
+// anyone can send malformed requests as fast as they like.
+type fasthttpLogger struct {
+	l       *slog.Logger
+	lim     *rate.Limiter
+	dropped atomic.Int64
+}
 
-func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Warn("fasthttp", "msg", sprintf(format, args...))
+// Connection-error log lines: a burst, then one a second.
+const (
+	fasthttpLogBurst = 10
+	fasthttpLogEvery = time.Second
+)
+
+func newFasthttpLogger(l *slog.Logger) *fasthttpLogger {
+	return &fasthttpLogger{l: l, lim: rate.NewLimiter(rate.Every(fasthttpLogEvery), fasthttpLogBurst)}
+}
+
+func (f *fasthttpLogger) Printf(format string, args ...any) {
+	if !f.lim.Allow() {
+		f.dropped.Add(1)
+		return
+	}
+	var attrs []any
+	if n := f.dropped.Swap(0); n > 0 {
+		attrs = append(attrs, "suppressed", n)
+	}
+	// workerpool.go: "error when serving connection %q<->%q: %v" (local,
+	// remote, error).
+	if strings.HasPrefix(format, "error when serving connection") && len(args) == 3 {
+		attrs = append(attrs, "remote", fmt.Sprint(args[1]), "err", redactQuoted(fmt.Sprint(args[2])))
+		f.l.Warn("connection error", attrs...)
+		return
+	}
+	f.l.Warn("fasthttp", append(attrs, "detail", redactQuoted(fmt.Sprintf(format, args...)))...)
+}
+
+// quotedRE matches a Go-quoted string, as %q writes it.
+var quotedRE = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// redactQuoted drops every quoted string and any dumped buffer from a
+// fasthttp message: those hold request bytes, which may be credentials.
+func redactQuoted(msg string) string {
+	if i := strings.Index(msg, ", contents:"); i >= 0 {
+		msg = msg[:i]
+	}
+	return quotedRE.ReplaceAllString(msg, `"[redacted]"`)
 }

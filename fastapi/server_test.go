@@ -1,6 +1,11 @@
 package fastapi
 
 import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -8,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/iplimit"
@@ -32,7 +38,7 @@ type testEnv struct {
 	acct  *accounts.Created
 }
 
-func newTestEnv(t *testing.T) *testEnv {
+func newTestEnv(t testing.TB) *testEnv {
 	t.Helper()
 	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
 	if err != nil {
@@ -145,7 +151,7 @@ var (
 )
 
 // testFeeds loads the embedded feeds once for the whole package.
-func testFeeds(t *testing.T) *netlists.Store {
+func testFeeds(t testing.TB) *netlists.Store {
 	t.Helper()
 	feedsOnce.Do(func() { feedsSnap, feedsErr = netlists.LoadEmbedded() })
 	if feedsErr != nil {
@@ -167,5 +173,53 @@ func TestHandlerPanicIsA500(t *testing.T) {
 	// The sandbox key is refused outside POST /v1/evaluate.
 	if ctx := e.do("GET", "/v1/usage", "Bearer "+SandboxKey, nil); ctx.Response.StatusCode() != 401 {
 		t.Fatalf("sandbox on usage: %d", ctx.Response.StatusCode())
+	}
+}
+
+// TestFasthttpLoggerRedactsAndLimits: connection errors quote request bytes;
+// none reach the log, and a flood logs a burst and then counts what it drops.
+func TestFasthttpLoggerRedactsAndLimits(t *testing.T) {
+	var buf bytes.Buffer
+	f := newFasthttpLogger(slog.New(slog.NewTextHandler(&buf, nil)))
+	f.lim.SetLimit(0) // no refill while the test runs: the count is exact
+	local, remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, &net.TCPAddr{IP: net.IPv4(203, 0, 113, 9), Port: 4000}
+	for i := 0; i < 100; i++ {
+		f.Printf("error when serving connection %q<->%q: %v", local, remote,
+			errors.New(`error when reading request headers: missing colon: "Authorization Bearer sk_live_SECRET\"x": buffer size=9, contents: "Authorization: Bearer sk_live_SECRET"`))
+	}
+	f.Printf("some %s of fasthttp: %q", "other line", "adm_SECRET")
+	out := buf.String()
+	if strings.Contains(out, "SECRET") {
+		t.Fatalf("secret in the log:\n%s", out)
+	}
+	if n := strings.Count(out, "\n"); n != fasthttpLogBurst {
+		t.Fatalf("%d lines for a flood, want the burst of %d:\n%s", n, fasthttpLogBurst, out)
+	}
+	if !strings.Contains(out, "remote=203.0.113.9:4000") {
+		t.Fatalf("the remote address is kept:\n%s", out)
+	}
+	f.lim.SetLimitAt(time.Now(), rate.Inf)
+	buf.Reset()
+	f.Printf("Permanent error when accepting new connections: %v", errors.New("too many open files"))
+	if out := buf.String(); !strings.Contains(out, "suppressed=91") || !strings.Contains(out, "too many open files") {
+		t.Fatalf("the next line counts what was dropped:\n%s", out)
+	}
+}
+
+// TestPinsStoredCanonicalStillRead: pins stored before they were kept as
+// sent (canonical prefixes such as 8.8.4.4/32) still read back and match.
+func TestPinsStoredCanonicalStillRead(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.acct.View.ID
+	if _, err := e.accts.SetPins(id, []accounts.Pin{{IP: "8.8.4.4/32", Action: "block"}, {IP: "2606:4700::/32", Action: "review"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := e.do("GET", "/admin/v1/accounts/"+id+"/exceptions", "Bearer adm", nil)
+	if b := string(ctx.Response.Body()); ctx.Response.StatusCode() != 200 || !strings.Contains(b, `"ip":"8.8.4.4/32"`) || !strings.Contains(b, `"ip":"2606:4700::/32"`) {
+		t.Fatalf("old pins: %d %s", ctx.Response.StatusCode(), b)
+	}
+	ctx = e.do("GET", "/v1/lookup/8.8.4.4", "Bearer "+e.acct.LiveKey, nil)
+	if b := string(ctx.Response.Body()); !strings.Contains(b, `"verdict":"block"`) || !strings.Contains(b, `"verdict_source":"exception"`) {
+		t.Fatalf("old pin does not match: %s", b)
 	}
 }

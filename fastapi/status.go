@@ -1,7 +1,6 @@
 package fastapi
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/bytedance/sonic"
@@ -9,8 +8,6 @@ import (
 
 	"github.com/fraudd/fraudd/wire"
 )
-
-func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
 
 // statusBody is an encoded status answer and the second it was built in.
 type statusBody struct {

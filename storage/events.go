@@ -28,7 +28,18 @@ const EventIDLen = 16
 // MaxVisitorLen bounds a visitor hash.
 const MaxVisitorLen = 32
 
-const eventVersion = 1
+// MaxEventSignals bounds the signals an event keeps (version 2): the
+// collector's report cut to the fields the verdicts read, never the raw body.
+// The producer refuses a report whose compact form is longer.
+const MaxEventSignals = 16 << 10
+
+// Event record versions: 1 kept the report's raw body (up to 32 KB, the
+// publishable key and any unknown fields included); 2 keeps the compact
+// signals (same layout, bounded by MaxEventSignals). Both decode.
+const (
+	eventVersionRaw = 1
+	eventVersion    = 2
+)
 
 // Day is a UTC day number (days since 1970-01-01).
 type Day uint32
@@ -54,7 +65,12 @@ type DeviceEvent struct {
 	Origin  string     // the page's Origin header, "" when none was sent
 	Addr    netip.Addr // the caller's address
 	Schema  uint8      // the signal schema version the collector sent
-	Signals []byte     // the signals as received (JSON), for re-assessment and audits
+	// Signals are the signals the verdicts were computed from, as compact
+	// JSON (device.Signals after Clamp), for re-assessment and audits.
+	Signals []byte
+	// RawSignals: a version 1 record, whose Signals are the report's body as
+	// it was received.
+	RawSignals bool
 
 	// Verdicts (device.Verdict, stored without importing it).
 	Flags     uint16 // EventFlag* bits
@@ -86,9 +102,15 @@ func eventKey(dst []byte, id [EventIDLen]byte) []byte {
 	return append(dst, id[:]...)
 }
 
-// MarshalEvent appends the binary form of e (version 1).
+// MarshalEvent appends the binary form of e: version 2, or version 1 for a
+// record decoded from it (RawSignals), so rewriting an old event (its use
+// count) keeps what its Signals are.
 func MarshalEvent(dst []byte, e *DeviceEvent) []byte {
-	dst = append(dst, eventVersion)
+	if e.RawSignals {
+		dst = append(dst, eventVersionRaw)
+	} else {
+		dst = append(dst, eventVersion)
+	}
 	dst = append(dst, e.ID[:]...)
 	dst = appendString(dst, e.Account)
 	dst = appendTime(dst, e.Created)
@@ -109,10 +131,11 @@ func MarshalEvent(dst []byte, e *DeviceEvent) []byte {
 // UnmarshalEvent decodes MarshalEvent output.
 func UnmarshalEvent(b []byte) (*DeviceEvent, error) {
 	r := &reader{b: b}
-	if v := r.byte1(); r.err == nil && v != eventVersion {
+	v := r.byte1()
+	if r.err == nil && v != eventVersion && v != eventVersionRaw {
 		return nil, fmt.Errorf("event version %d: %w", v, errCorrupt)
 	}
-	e := &DeviceEvent{}
+	e := &DeviceEvent{RawSignals: v == eventVersionRaw}
 	if len(r.b) < EventIDLen {
 		return nil, fmt.Errorf("event id: %w", errCorrupt)
 	}

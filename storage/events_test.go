@@ -28,7 +28,7 @@ func TestEventFormatPinned(t *testing.T) {
 	e := testEvent(at, 7)
 	e.Uses, e.FirstUse = 2, at.Add(time.Minute)
 	b := MarshalEvent(nil, e)
-	const want = "010000512b000000000000000000000007056163635f318180b2ff8a8797f518" +
+	const want = "020000512b000000000000000000000007056163635f318180b2ff8a8797f518" +
 		"1468747470733a2f2f73686f702e6578616d706c65044900000101107b2276223a312c227561223a2278227d" +
 		"8101d2097f143031323334353637383961626364656630313233010b686561646c6573735f7561" +
 		"0281b0cfc1ea8897f518"
@@ -50,9 +50,59 @@ func TestEventFormatPinned(t *testing.T) {
 			t.Fatalf("truncated at %d decoded", i)
 		}
 	}
-	if _, err := UnmarshalEvent(append([]byte{2}, b[1:]...)); err == nil {
+	if back.RawSignals {
+		t.Fatal("a version 2 record read as raw signals")
+	}
+	if _, err := UnmarshalEvent(append([]byte{3}, b[1:]...)); err == nil {
 		t.Fatal("unknown version decoded")
 	}
+}
+
+// TestEventVersion1StillDecodes: records written before the compact signals
+// (version 1, the raw body) decode, say so, and are rewritten as they were.
+func TestEventVersion1StillDecodes(t *testing.T) {
+	const v1 = "010000512b000000000000000000000007056163635f318180b2ff8a8797f518" +
+		"1468747470733a2f2f73686f702e6578616d706c65044900000101107b2276223a312c227561223a2278227d" +
+		"8101d2097f143031323334353637383961626364656630313233010b686561646c6573735f7561" +
+		"0281b0cfc1ea8897f518"
+	b, _ := hex.DecodeString(v1)
+	e, err := UnmarshalEvent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.RawSignals || string(e.Signals) != `{"v":1,"ua":"x"}` || e.Account != "acc_1" || e.Uses != 2 || e.VisitorID != "0123456789abcdef0123" {
+		t.Fatalf("version 1 record: %+v", e)
+	}
+	e.Uses++
+	again, err := UnmarshalEvent(MarshalEvent(nil, e))
+	if err != nil || !again.RawSignals || again.Uses != 3 {
+		t.Fatalf("rewritten version 1 record: %v %+v", err, again)
+	}
+}
+
+// FuzzUnmarshalEvent: a stored event record of any bytes decodes or fails
+// cleanly, and whatever decodes survives an encode-decode round trip.
+func FuzzUnmarshalEvent(f *testing.F) {
+	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	f.Add(MarshalEvent(nil, testEvent(at, 1)))
+	old := testEvent(at, 2)
+	old.RawSignals = true
+	f.Add(MarshalEvent(nil, old))
+	f.Add([]byte{2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := UnmarshalEvent(b)
+		if err != nil {
+			return
+		}
+		enc := MarshalEvent(nil, e)
+		back, err := UnmarshalEvent(enc)
+		if err != nil {
+			t.Fatalf("re-encoded record does not decode: %v\n%x", err, enc)
+		}
+		if again := MarshalEvent(nil, back); string(again) != string(enc) {
+			t.Fatalf("round trip differs:\n in %x\nout %x", enc, again)
+		}
+	})
 }
 
 func TestEventsStoreAndPrune(t *testing.T) {

@@ -141,6 +141,25 @@ func (s *Service) Admit(c *Call, cred Credential, a Access) *Refusal {
 	return nil
 }
 
+// AdmitOperator lets a caller into the operator API; the transport checked
+// the operator token (valid) in constant time. Wrong tokens are throttled
+// like bad API keys: each presented one counts toward the caller's
+// invalid-credential lockout, and a locked-out caller gets 429 with
+// Retry-After: 900 whatever it sends, so the token cannot be guessed at line
+// rate.
+func (s *Service) AdmitOperator(c *Call, presented, valid bool) *Refusal {
+	if ref := s.takeLimits(c, iplimit.Of(iplimit.AuthFail)); ref != nil {
+		return ref
+	}
+	if !valid {
+		if presented {
+			s.limits.Fail(c.Addr, c.Now)
+		}
+		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgAdminAuth}
+	}
+	return nil
+}
+
 // invalidKeyHint names the likely cause of a key that did not authenticate.
 func invalidKeyHint(key string) string {
 	switch {

@@ -45,6 +45,7 @@ type (
 		Charge(quota.Charge) (quota.ChargeResult, error)
 		Usage(quota.Usage) (quota.UsageView, error)
 		CountTotal(account string, now time.Time)
+		Collect(quota.Collect) (quota.CollectResult, error)
 	}
 	// Feeds holds the current intelligence snapshot (*netlists.Store).
 	Feeds interface{ Current() *netlists.Snapshot }

@@ -8,8 +8,10 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/intel/nettoken"
+	"github.com/fraudd/fraudd/storage"
 )
 
 // The browser collector's calls (COLLECTOR.md): the page's script posts the
@@ -111,16 +113,24 @@ func webrtcStatus(s string) nettoken.WebRTC {
 	return nettoken.WebRTCNotRun
 }
 
-// DeviceReport is the collector's device call: its signals and the report
-// exactly as received.
+// DeviceReport is the collector's device call: its signals, decoded.
 type DeviceReport struct {
 	Signals *device.Signals
-	Raw     []byte // the caller's own copy; stored with the event
 }
+
+// maxEventOrigin bounds the Origin an event keeps: no real origin is longer.
+const maxEventOrigin = 256
 
 // CollectDevice is POST /v1/collect/device: it decides the device verdicts
 // (intel/device), stores the event with its time, origin and address
 // (fire-and-forget to actors/events) and answers the event id.
+//
+// The publishable key is public, so what a report may store is bounded: the
+// event keeps the signals the verdicts read, cut to their bounds
+// (device.Signals.Compact), never the raw body, and assessing exactly what is
+// kept makes a re-assessment of the stored event agree with it; and each
+// account has a daily budget of events and stored bytes
+// (quota.CollectBudgetFor), past which the answer is 429 until 00:00 UTC.
 func (s *Service) CollectDevice(c *Call, p Page, rep *DeviceReport) (eventID string, ref *Refusal) {
 	v, ref := s.collectAccount(p)
 	if ref != nil {
@@ -129,6 +139,23 @@ func (s *Service) CollectDevice(c *Call, p Page, rep *DeviceReport) (eventID str
 	if !s.store.Available() {
 		return "", RefuseStorage
 	}
+	signals, err := rep.Signals.Compact()
+	if err != nil || len(signals) > storage.MaxEventSignals {
+		return "", &Refusal{Status: http.StatusRequestEntityTooLarge, Msg: MsgTooLarge, Hint: HintDeviceSignals}
+	}
+	origin := p.Origin
+	if len(origin) > maxEventOrigin {
+		origin = ""
+	}
+	budget, err := s.quota.Collect(quota.Collect{Account: v.ID, Budget: quota.CollectBudgetFor(limitsOf(v, c.Now)),
+		Bytes: int64(len(signals) + len(origin)), Now: c.Now})
+	if err != nil {
+		return "", storageUnavailable(err)
+	}
+	if !budget.Allowed {
+		return "", &Refusal{Status: http.StatusTooManyRequests, Msg: MsgCollectBudget, Code: CodeCollectBudget,
+			Hint: HintCollectBudget, RetryAfter: budget.RetryAfter}
+	}
 	var ipChecked, ipBlocked bool
 	if nettoken.IsPublic(c.Addr) {
 		cl := s.feeds.Current().Classify(c.Addr)
@@ -136,8 +163,8 @@ func (s *Service) CollectDevice(c *Call, p Page, rep *DeviceReport) (eventID str
 	}
 	verdict := device.Assess(rep.Signals, device.Options{Key: s.visitorKey, IPChecked: ipChecked, IPBlocklisted: ipBlocked})
 	id, err := s.events.Collect(events.Collected{
-		Account: v.ID, Now: c.Now, Origin: p.Origin, Addr: c.Addr,
-		Schema: uint8(min(max(rep.Signals.V, 0), 255)), Signals: rep.Raw, Verdict: &verdict,
+		Account: v.ID, Now: c.Now, Origin: origin, Addr: c.Addr,
+		Schema: uint8(min(max(rep.Signals.V, 0), 255)), Signals: signals, Verdict: &verdict,
 	})
 	if err != nil {
 		return "", storageUnavailable(err)

@@ -104,6 +104,10 @@ func (f *fakeQuota) Charge(c quota.Charge) (quota.ChargeResult, error) {
 
 func (f *fakeQuota) Usage(quota.Usage) (quota.UsageView, error) { return quota.UsageView{}, f.err }
 
+func (f *fakeQuota) Collect(quota.Collect) (quota.CollectResult, error) {
+	return quota.CollectResult{Allowed: f.err == nil}, f.err
+}
+
 func (f *fakeQuota) CountTotal(string, time.Time) {
 	f.mu.Lock()
 	f.totals++

@@ -20,6 +20,13 @@ const (
 	MsgStorage     = "Service temporarily unavailable."
 	CodeStorage    = "storage_unavailable"
 
+	// Request framing (fastapi/edge.go).
+	MsgURITooLong       = "URI too long."
+	HintURITooLong      = "The request target is limited to %d bytes." // the limit
+	MsgHeadersTooLarge  = "Request headers too large."
+	HintHeadersTooLarge = "The request line and headers together are limited to %d bytes." // the limit
+	HintLengthAndChunks = "Send Content-Length or Transfer-Encoding, not both."
+
 	// The admin API (ADMIN.md); its validation messages name the field.
 	MsgAccountNotFound = "Account not found."
 	MsgAccountExists   = "An account with this email already exists."
@@ -93,8 +100,17 @@ const (
 	MsgBulkNoValid = "No valid public IP address in the list."
 
 	// The MCP endpoint (SPEC 4.11), sent as JSON-RPC errors.
-	MsgRPCBatch     = "Batch requests are not supported."
-	MsgRPCUnchecked = "Invalid request: send one JSON-RPC request per POST."
+	MsgRPCBatch          = "Batch requests are not supported."
+	MsgRPCUnchecked      = "Invalid request: send one JSON-RPC request per POST."
+	MsgRPCParse          = "Parse error: the body is not JSON."
+	MsgRPCNotObject      = "Invalid Request: the body must be one JSON-RPC request object."
+	MsgRPCVersion        = `Invalid Request: "jsonrpc" must be "2.0".`
+	MsgRPCMethodType     = `Invalid Request: "method" must be a string.`
+	MsgRPCMethodNotFound = "Method not found: %s" // the method, cut to 64 bytes
+	MsgRPCContentType    = "Content-Type must be application/json."
+	MsgRPCAccept         = "Accept must list application/json and text/event-stream."
+	MsgRPCOrigin         = "Origin not allowed."
+	MsgRPCHost           = "Host not allowed."
 
 	// The browser collector (COLLECTOR.md).
 	MsgPublishableKey  = "Invalid publishable key."
@@ -103,6 +119,10 @@ const (
 	HintOrigin         = "Add the page's origin (scheme://host[:port]) to the account's origins, or send the request from a listed one."
 	MsgDeviceReport    = "The request body must be the collector's JSON report."
 	HintDeviceReport   = "The device report is limited to %d bytes." // the limit
+	HintDeviceSignals  = "The device report holds more than the collector sends."
+	MsgCollectBudget   = "Daily device collection budget used up."
+	CodeCollectBudget  = "collect_budget_exceeded"
+	HintCollectBudget  = "The account's device reports for today are used up; collection resumes at 00:00 UTC. Evaluations go on without device evidence."
 
 	// The device-evidence challenge (SPEC 4.10).
 	MsgLiveKeyRequired  = "live key required"

@@ -187,7 +187,7 @@ type Collected struct {
 	Origin  string     // the page's Origin header, "" when none was sent
 	Addr    netip.Addr // the caller's address
 	Schema  uint8      // the signal schema version the collector sent
-	Signals []byte     // the report as received; the caller's own copy
+	Signals []byte     // the compact signals (device.Signals.Compact); the caller's own copy
 	Verdict *device.Verdict
 }
 

@@ -54,6 +54,7 @@ type Client struct {
 	commit  *actors.GroupCommitter[pending]
 	charges *actors.Calls[Charge, ChargeResult]
 	usages  *actors.Calls[Usage, UsageView]
+	collect *actors.Calls[Collect, CollectResult]
 	log     *slog.Logger
 	stopped atomic.Bool
 }
@@ -74,6 +75,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		root:    root,
 		charges: actors.NewCalls[Charge, ChargeResult](cfg.Timeout),
 		usages:  actors.NewCalls[Usage, UsageView](cfg.Timeout),
+		collect: actors.NewCalls[Collect, CollectResult](cfg.Timeout),
 		log:     cfg.Logger,
 	}
 	if cfg.Store != nil {
@@ -122,6 +124,18 @@ func (c *Client) Usage(m Usage) (UsageView, error) {
 	call := c.usages.Get(m)
 	c.shards.Send(actors.HashString(m.Account), call)
 	return c.usages.Wait(call)
+}
+
+// Collect checks and takes one device event from the account's daily
+// collection budget (collect.go). An error means: answer 503
+// storage_unavailable; nothing was taken.
+func (c *Client) Collect(m Collect) (CollectResult, error) {
+	if c.stopped.Load() {
+		return CollectResult{}, ErrStopped
+	}
+	call := c.collect.Get(m)
+	c.shards.Send(actors.HashString(m.Account), call)
+	return c.collect.Wait(call)
 }
 
 // CountTotal adds one to the account's total_evaluations, fire-and-forget,

@@ -21,8 +21,9 @@ type Store interface {
 }
 
 type (
-	chargeCall = actors.Call[Charge, ChargeResult]
-	usageCall  = actors.Call[Usage, UsageView]
+	chargeCall  = actors.Call[Charge, ChargeResult]
+	usageCall   = actors.Call[Usage, UsageView]
+	collectCall = actors.Call[Collect, CollectResult]
 )
 
 // countTotal adds one to total_evaluations without a check (fire-and-forget).
@@ -74,6 +75,13 @@ func (s shard) Receive(ctx actor.Context) {
 			return
 		}
 		m.Reply(a.usage(m.Req.Bucket, m.Req.Limits, m.Req.Now), nil)
+	case *collectCall:
+		a, err := s.account(m.Req.Account, m.Req.Now)
+		if err != nil {
+			m.Reply(CollectResult{}, err)
+			return
+		}
+		m.Reply(a.takeCollect(&m.Req), nil)
 	case *countTotal:
 		a, err := s.account(m.account, m.now)
 		if err != nil {

@@ -165,6 +165,7 @@ type account struct {
 	hourWarned [2]time.Time // last WarnHourly80 / WarnHourlyCap
 	lastSeen   time.Time
 	inflight   atomic.Int32
+	collect    collectDay // device events stored today (collect.go)
 }
 
 func (a *account) touch(now time.Time) {
@@ -363,7 +364,7 @@ func (a *account) rollback(d *storage.UsageDelta, b Bucket, hourly bool, wstart 
 // idleAfter, no hourly window running, no hourly warning within 24 hours to
 // remember, and nothing in flight to the store.
 func (a *account) idle(now time.Time, idleAfter time.Duration) bool {
-	if a.inflight.Load() != 0 || now.Sub(a.lastSeen) < idleAfter {
+	if a.inflight.Load() != 0 || now.Sub(a.lastSeen) < idleAfter || a.collecting(now) {
 		return false
 	}
 	for i := range a.hour {

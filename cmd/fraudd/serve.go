@@ -51,6 +51,7 @@ type serveConfig struct {
 	logLevel        slog.Level
 	edgeBlock       bool
 	edgeBlockAgents []string
+	mcpOrigins      []string
 	smtpURL         string
 	feedsRefresh    time.Duration
 	debugAddr       string
@@ -106,6 +107,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	level := fs.String("log-level", env("FRAUDD_LOG_LEVEL", "info"), "debug, info, warn or error (env FRAUDD_LOG_LEVEL)")
 	fs.BoolVar(&c.edgeBlock, "edge-block", envBool("FRAUDD_EDGE_BLOCK", true), "answer 403 `error code: 1010` to requests with no User-Agent or a bare library default (env FRAUDD_EDGE_BLOCK)")
 	agents := fs.String("edge-block-agents", env("FRAUDD_EDGE_BLOCK_AGENTS", strings.Join(fastapi.DefaultEdgeBlockAgents, ",")), "comma-separated User-Agent prefixes the edge block rejects (env FRAUDD_EDGE_BLOCK_AGENTS)")
+	mcpOrigins := fs.String("mcp-origins", env("FRAUDD_MCP_ORIGINS", ""), "comma-separated browser origins (https://agent.example) allowed to call /mcp; requests without Origin always may (env FRAUDD_MCP_ORIGINS)")
 	fs.DurationVar(&c.feedsRefresh, "feeds-refresh", envDuration("FRAUDD_FEEDS_REFRESH", 0), "download fresh feeds from upstream this often and swap them in without a pause; 0 = off (env FRAUDD_FEEDS_REFRESH)")
 	fs.StringVar(&c.debugAddr, "debug-addr", env("FRAUDD_DEBUG_ADDR", ""), "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty (env FRAUDD_DEBUG_ADDR)")
 	fs.StringVar(&c.smtpURL, "smtp-url", env("FRAUDD_SMTP_URL", ""), "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way (env FRAUDD_SMTP_URL)")
@@ -140,6 +142,11 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		c.trustedProxies = append(c.trustedProxies, pr.Masked())
 	}
 	c.edgeBlockAgents = splitList(*agents)
+	origins, err := fastapi.ParseMCPOrigins(splitList(*mcpOrigins))
+	if err != nil {
+		return nil, fmt.Errorf("--mcp-origins: %w", err)
+	}
+	c.mcpOrigins = origins
 	return c, nil
 }
 
@@ -339,6 +346,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		TrustedProxies:  cfg.trustedProxies,
 		EdgeBlock:       cfg.edgeBlock,
 		EdgeBlockAgents: cfg.edgeBlockAgents,
+		MCPOrigins:      cfg.mcpOrigins,
 		Version:         version,
 		StartedAt:       clk.Now(),
 		Logger:          log,

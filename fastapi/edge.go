@@ -1,0 +1,116 @@
+package fastapi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/actors/checks"
+)
+
+// HTTP framing limits, checked before routing.
+const (
+	// readBufferSize bounds the request line and headers together (fasthttp
+	// reads them into one buffer): larger is 431.
+	readBufferSize = 8 << 10
+	// maxURILen bounds the request target: longer is 414.
+	maxURILen = 4 << 10
+	// lingerMax and lingerFor bound how much of an unread request body is
+	// drained, and for how long, before a refused connection closes (net/http
+	// discards up to 256 KiB and waits 500 ms the same way).
+	lingerMax = 256 << 10
+	lingerFor = 500 * time.Millisecond
+)
+
+// framingOK refuses what fasthttp parsed but a careful server must not
+// serve: an over-long target (414), and a request that carries both
+// Content-Length and Transfer-Encoding (400, connection closed: RFC 9112 §6.1
+// — proxies in front may have read its body the other way, the root of
+// request smuggling). fasthttp reads such a body as chunked and keeps no sign
+// of the Content-Length but the raw header block, which is scanned only for
+// chunked requests.
+func (s *Server) framingOK(ctx *fasthttp.RequestCtx) bool {
+	h := &ctx.Request.Header
+	if len(h.RequestURI()) > maxURILen {
+		ctx.SetConnectionClose()
+		s.writeError(ctx, fasthttp.StatusRequestURITooLong, checks.MsgURITooLong, "", fmt.Sprintf(checks.HintURITooLong, maxURILen))
+		return false
+	}
+	if h.ContentLength() == -1 && hasRawHeader(h.RawHeaders(), "content-length") {
+		ctx.SetConnectionClose()
+		s.writeError(ctx, fasthttp.StatusBadRequest, checks.MsgBadRequest, "", checks.HintLengthAndChunks)
+		return false
+	}
+	return true
+}
+
+// hasRawHeader reports whether the raw header block has a field named name
+// (lower case), whatever its case.
+func hasRawHeader(raw []byte, name string) bool {
+	for len(raw) > 0 {
+		var line []byte
+		line, raw, _ = bytes.Cut(raw, []byte("\n"))
+		k, _, ok := bytes.Cut(line, []byte(":"))
+		if ok && bytes.EqualFold(bytes.TrimSpace(k), []byte(name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// lingerListener hands out connections that, when the server refuses a
+// request whose body it did not read (413, a parse error), close gently:
+// send the answer's FIN first, then drain what the client is still sending,
+// bounded, before closing. Closing with unread input makes the kernel send a
+// reset, and a client still writing its body then loses the answer to
+// "broken pipe" or "connection reset".
+type lingerListener struct{ net.Listener }
+
+func (l lingerListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &lingerConn{Conn: c}, nil
+}
+
+type lingerConn struct {
+	net.Conn
+	linger atomic.Bool
+}
+
+// lingerOnClose marks the request's connection for a gentle close.
+func lingerOnClose(ctx *fasthttp.RequestCtx) {
+	if c, ok := ctx.Conn().(*lingerConn); ok {
+		c.linger.Store(true)
+	}
+}
+
+func (c *lingerConn) Close() error {
+	if !c.linger.Swap(false) {
+		return c.Conn.Close()
+	}
+	go c.drainAndClose()
+	return nil
+}
+
+func (c *lingerConn) drainAndClose() {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.Conn.SetReadDeadline(time.Now().Add(lingerFor))
+	_, _ = io.CopyN(io.Discard, c.Conn, lingerMax)
+	_ = c.Conn.Close()
+}
+
+// errSmallBuffer: the request line and headers did not fit the read buffer.
+func errSmallBuffer(err error) bool {
+	var sb *fasthttp.ErrSmallBuffer
+	return errors.As(err, &sb) || errors.Is(err, fasthttp.ErrSmallReadBuffer)
+}

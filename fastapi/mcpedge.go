@@ -1,0 +1,136 @@
+package fastapi
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/bytedance/sonic"
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/wire"
+)
+
+// mcpTransportOK checks what the streamable-HTTP transport asks of a POST
+// before anything reads the body: a JSON body, and a client that accepts
+// both a JSON answer and an SSE stream. A refusal is a JSON-RPC error.
+func (s *Server) mcpTransportOK(ctx *fasthttp.RequestCtx) bool {
+	ct, _, _ := bytes.Cut(ctx.Request.Header.ContentType(), []byte(";"))
+	if !bytes.EqualFold(bytes.TrimSpace(ct), []byte(contentTypeJSON)) {
+		s.rpcError(ctx, fasthttp.StatusUnsupportedMediaType, nil, rpcTransportError, checks.MsgRPCContentType)
+		return false
+	}
+	if jsonOK, sseOK := mcpAccepts(ctx.Request.Header.Peek("Accept")); !jsonOK || !sseOK {
+		s.rpcError(ctx, fasthttp.StatusNotAcceptable, nil, rpcTransportError, checks.MsgRPCAccept)
+		return false
+	}
+	return true
+}
+
+// mcpAccepts reads an Accept header as the SDK does: media ranges without
+// their parameters; application/* and text/* and */* count.
+func mcpAccepts(accept []byte) (jsonOK, sseOK bool) {
+	for len(accept) > 0 {
+		var item []byte
+		item, accept, _ = bytes.Cut(accept, []byte(","))
+		base, _, _ := bytes.Cut(item, []byte(";"))
+		base = bytes.TrimSpace(base)
+		switch {
+		case bytes.EqualFold(base, []byte("application/json")), bytes.EqualFold(base, []byte("application/*")):
+			jsonOK = true
+		case bytes.EqualFold(base, []byte("text/event-stream")), bytes.EqualFold(base, []byte("text/*")):
+			sseOK = true
+		case bytes.Equal(base, []byte("*/*")):
+			jsonOK, sseOK = true, true
+		}
+	}
+	return jsonOK, sseOK
+}
+
+// rpcID is the id to answer with: the request's own when it is a string or a
+// number, null otherwise (JSON-RPC 2.0 §5).
+func rpcID(raw sonic.NoCopyRawMessage) sonic.NoCopyRawMessage {
+	if len(raw) > 0 && (raw[0] == '"' || raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9')) {
+		return raw
+	}
+	return nil
+}
+
+// truncate cuts s to at most n bytes without splitting a character.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// rpcErrorWriter turns the SDK's plain-text HTTP errors (http.Error) into
+// JSON-RPC error objects, so every error on /mcp has one shape whatever part
+// of the SDK refused the request. JSON answers pass through untouched.
+type rpcErrorWriter struct {
+	http.ResponseWriter
+	status int
+	text   []byte
+}
+
+// rpcErrorWriterMax bounds the SDK text kept for the error message.
+const rpcErrorWriterMax = 256
+
+func (w *rpcErrorWriter) WriteHeader(code int) {
+	if code >= 400 && w.status == 0 && !strings.HasPrefix(w.Header().Get("Content-Type"), contentTypeJSON) {
+		w.status = code
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *rpcErrorWriter) Write(b []byte) (int, error) {
+	if w.status != 0 {
+		if room := rpcErrorWriterMax - len(w.text); room > 0 {
+			w.text = append(w.text, b[:min(room, len(b))]...)
+		}
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the adaptor's writer.
+func (w *rpcErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// finish writes the converted error, if any. A 4xx keeps the SDK's text (it
+// names what was wrong with the request); a 5xx says only "Server error.".
+func (w *rpcErrorWriter) finish() {
+	if w.status == 0 {
+		return
+	}
+	code, msg := rpcTransportError, strings.TrimSpace(strings.ToValidUTF8(string(w.text), ""))
+	if w.status == http.StatusBadRequest {
+		code = rpcInvalidRequest
+	}
+	if w.status >= 500 || msg == "" {
+		msg = checks.MsgServerError
+	}
+	body, err := sonic.ConfigStd.Marshal(&wire.RPCError{JSONRPC: "2.0", ID: []byte("null"), Error: wire.RPCErrorBody{Code: code, Message: msg}})
+	if err != nil {
+		body = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Server error."}}`)
+	}
+	h := w.Header()
+	h.Del("X-Content-Type-Options")
+	h.Set("Content-Type", contentTypeJSON)
+	w.ResponseWriter.WriteHeader(w.status)
+	_, _ = w.ResponseWriter.Write(body)
+}
+
+// withRPCErrors wraps the SDK's handler with rpcErrorWriter.
+func withRPCErrors(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ew := &rpcErrorWriter{ResponseWriter: w}
+		h.ServeHTTP(ew, r)
+		ew.finish()
+	})
+}

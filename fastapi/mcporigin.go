@@ -1,0 +1,112 @@
+package fastapi
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/actors/checks"
+)
+
+// ParseMCPOrigins checks and canonicalises the operator's list of browser
+// origins allowed to call /mcp: scheme://host[:port], http or https, no path;
+// lower case, a default port dropped (browsers never send one).
+func ParseMCPOrigins(list []string) ([]string, error) {
+	out := make([]string, 0, len(list))
+	for _, o := range list {
+		c, ok := canonicalOrigin(strings.TrimSpace(o))
+		if !ok {
+			return nil, fmt.Errorf("%q is not an origin like https://agent.example", o)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// canonicalOrigin reads an Origin value: scheme://host[:port] and nothing
+// more; "null" and anything with a path, query or user is not one.
+func canonicalOrigin(o string) (string, bool) {
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return "", false
+	}
+	return u.Scheme + "://" + hostWithoutDefaultPort(strings.ToLower(u.Host), u.Scheme), true
+}
+
+// hostWithoutDefaultPort drops :80 from an http host and :443 from https.
+func hostWithoutDefaultPort(host, scheme string) string {
+	if (scheme == "http" && strings.HasSuffix(host, ":80")) || (scheme == "https" && strings.HasSuffix(host, ":443")) {
+		return host[:strings.LastIndexByte(host, ':')]
+	}
+	return host
+}
+
+// isLoopbackHost reports whether a Host header names this machine's loopback:
+// localhost or a loopback address, with or without a port.
+func isLoopbackHost(host string) bool {
+	h, _, err := net.SplitHostPort(host)
+	if err != nil {
+		h = strings.Trim(host, "[]")
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(h)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
+// mcpOriginOK is the MCP transport's DNS-rebinding guard (MCP 2025-06-18,
+// transports: servers MUST validate Origin; 403 when it is invalid). A request
+// without Origin is a server-to-server client and passes. A browser's Origin
+// must be one the operator listed (--mcp-origins), or the server's own
+// loopback origin (a page served by this very address: the rebinding attack
+// always arrives with the attacker's name instead).
+//
+// The Host is checked where rebinding can reach: a connection to a loopback
+// address straight from a browser, not through a trusted proxy (whose Host is
+// the public name). There it must name the loopback too.
+func (s *Server) mcpOriginOK(ctx *fasthttp.RequestCtx) bool {
+	host := string(ctx.Request.Header.Host())
+	if o := ctx.Request.Header.Peek("Origin"); len(o) > 0 && !s.mcpOriginAllowed(string(o), host) {
+		s.rpcError(ctx, fasthttp.StatusForbidden, nil, rpcTransportError, checks.MsgRPCOrigin)
+		return false
+	}
+	if s.directToLoopback(ctx) && !isLoopbackHost(host) {
+		s.rpcError(ctx, fasthttp.StatusForbidden, nil, rpcTransportError, checks.MsgRPCHost)
+		return false
+	}
+	return true
+}
+
+func (s *Server) mcpOriginAllowed(origin, host string) bool {
+	c, ok := canonicalOrigin(origin)
+	if !ok {
+		return false
+	}
+	for _, o := range s.cfg.MCPOrigins {
+		if c == o {
+			return true
+		}
+	}
+	scheme, ohost, _ := strings.Cut(c, "://")
+	return isLoopbackHost(host) && ohost == hostWithoutDefaultPort(strings.ToLower(host), scheme)
+}
+
+// directToLoopback: the connection was made to a loopback address by a peer
+// that is not a trusted proxy.
+func (s *Server) directToLoopback(ctx *fasthttp.RequestCtx) bool {
+	local, ok := ctx.LocalAddr().(*net.TCPAddr)
+	if !ok || !local.IP.IsLoopback() {
+		return false
+	}
+	var peer netip.Addr
+	if ta, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		peer = ta.AddrPort().Addr().Unmap()
+	}
+	return !s.trusted(peer)
+}
