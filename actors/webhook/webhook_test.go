@@ -152,11 +152,12 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	return f
 }
 
-// eventually polls cond for up to 10 s (real time; only ever a bound on a
-// wait that normally ends in milliseconds).
+// eventually polls cond for up to 30 s (real time; only ever a bound on a
+// wait that normally ends in milliseconds, generous because a busy 2-core
+// machine can starve the shards' ticks for seconds).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
