@@ -35,6 +35,7 @@ import (
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/internal/accesstoken"
+	"github.com/fraudd/fraudd/internal/backup"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
@@ -361,7 +362,10 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
-		DeviceHist: devHist, Challenges: challenges})
+		DeviceHist: devHist, Challenges: challenges,
+		Backup: func(dir string) (*backup.Report, error) {
+			return backup.Write(backup.Source{DataDir: cfg.dataDir, Store: db, SecretOutside: cfg.secret != ""}, dir)
+		}})
 
 	if cfg.debugAddr != "" {
 		startDebug(cfg.debugAddr, db, log)
