@@ -60,6 +60,9 @@ func UnmarshalDelivery(b []byte) (*Delivery, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("decode delivery: %w", r.err)
 	}
+	if d.Duration < 0 { // past int64: never written by MarshalDelivery
+		return nil, fmt.Errorf("decode delivery: duration: %w", errCorrupt)
+	}
 	return d, nil
 }
 
