@@ -324,10 +324,10 @@ func (d *DB) markDirty() {
 
 // syncWAL syncs everything committed before it begins.
 func (d *DB) syncWAL() {
-	if d.h.Load().broken.Load() || d.dirtySince.Swap(0) == 0 {
+	h := d.h.Load()
+	if h.broken.Load() || d.dirtySince.Swap(0) == 0 {
 		return
 	}
-	h := d.h.Load()
 	if err := d.write(h, func() error { return h.db.LogData(nil, pebble.Sync) }); err != nil {
 		_ = d.fail(fmt.Errorf("sync the WAL: %w", err))
 		return
