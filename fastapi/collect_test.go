@@ -36,6 +36,7 @@ func newCollectEnv(t *testing.T) *collectEnv {
 	e.srv.deps.NetTokens = codec
 	e.srv.deps.Devices = devs
 	e.srv.deps.VisitorKey = []byte("visitor-id-unit-key")
+	e.srv.deps.Backup = fakeBackup
 	e.srv.cfg.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	e.srv.rewire()
 	return &collectEnv{testEnv: e, codec: codec}

@@ -34,6 +34,7 @@ import (
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/internal/accesstoken"
+	"github.com/fraudd/fraudd/internal/backup"
 	"github.com/fraudd/fraudd/internal/clock"
 )
 
@@ -106,6 +107,9 @@ type Deps struct {
 	// consistency hashes); nil answers the challenge route 503 and reports
 	// submitted evidence unavailable.
 	Challenges *challenge.Client
+	// Backup writes a backup of the data directory into an absolute
+	// directory path (POST /admin/v1/backup); nil answers 404.
+	Backup func(dir string) (*backup.Report, error)
 }
 
 // pipeline wires the public operations' flows to deps. A nil part turns
@@ -265,6 +269,7 @@ func (s *Server) routeTable() []*route {
 		{method: "GET", pattern: "/admin/v1/accounts/{id}/devices", admin: true, handler: s.adminDevices},
 		{method: "GET", pattern: "/admin/v1/mail", admin: true, handler: s.adminMail},
 		{method: "POST", pattern: "/admin/v1/clock", admin: true, handler: s.adminClock},
+		{method: "POST", pattern: "/admin/v1/backup", admin: true, handler: s.adminBackup},
 
 		{method: "POST", pattern: "/v1/evaluate", access: checks.AccessEvaluate, handler: s.handleEvaluate},
 		{method: "GET", pattern: "/v1/evaluate/sample", access: checks.AccessSample, handler: s.handleSample},

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // ErrExists is returned when creating an account whose email is taken.
@@ -159,7 +157,7 @@ func (d *DB) CreateAccount(a *Account) error {
 	case !errors.Is(err, ErrNotFound):
 		return err
 	}
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.Set(accountKey(a.ID), MarshalAccount(nil, a), nil)
 	_ = b.Set(emailKey(a.Email), []byte(a.ID), nil)
 	return d.commit(b)
@@ -167,7 +165,7 @@ func (d *DB) CreateAccount(a *Account) error {
 
 // PutAccount overwrites an existing account record durably.
 func (d *DB) PutAccount(a *Account) error {
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.Set(accountKey(a.ID), MarshalAccount(nil, a), nil)
 	return d.commit(b)
 }
@@ -184,16 +182,17 @@ func (d *DB) GetAccount(id string) (*Account, error) {
 // Accounts calls fn for every stored account, in id order. Start-up code uses
 // it to build the in-memory key directory once.
 func (d *DB) Accounts(fn func(*Account) error) error {
-	it, err := d.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte{prefixAccount},
-		UpperBound: []byte{prefixAccount + 1},
-	})
+	it, err := d.newIter([]byte{prefixAccount}, []byte{prefixAccount + 1})
 	if err != nil {
-		return d.fail(fmt.Errorf("iterate accounts: %w", err))
+		return err
 	}
 	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		a, err := UnmarshalAccount(it.Value())
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.Value()
+		if err != nil {
+			break
+		}
+		a, err := UnmarshalAccount(v)
 		if err != nil {
 			return fmt.Errorf("account %q: %w", it.Key()[1:], err)
 		}
@@ -201,10 +200,7 @@ func (d *DB) Accounts(fn func(*Account) error) error {
 			return err
 		}
 	}
-	if err := it.Error(); err != nil {
-		return d.fail(fmt.Errorf("iterate accounts: %w", err))
-	}
-	return nil
+	return it.Err("iterate accounts")
 }
 
 const policyVersion = 1
@@ -275,7 +271,7 @@ func UnmarshalPins(b []byte) ([]Pin, error) {
 
 // PutRules replaces an account's rule set durably.
 func (d *DB) PutRules(id string, rules []Rule) error {
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.Set(append([]byte{prefixRules}, id...), MarshalRules(nil, rules), nil)
 	return d.commit(b)
 }
@@ -294,7 +290,7 @@ func (d *DB) GetRules(id string) ([]Rule, error) {
 
 // PutPins replaces an account's exception pins durably.
 func (d *DB) PutPins(id string, pins []Pin) error {
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.Set(append([]byte{prefixPins}, id...), MarshalPins(nil, pins), nil)
 	return d.commit(b)
 }

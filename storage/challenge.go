@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // GPUFeatures is the length of a device-evidence feature vector (SPEC 2.5).
@@ -113,7 +111,7 @@ func (d *DB) PutGPUSample(aead cipher.AEAD, s *GPUSample) error {
 	if err != nil {
 		return err
 	}
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.Set(k, v, nil)
 	return d.commitBehind(b)
 }
@@ -121,31 +119,32 @@ func (d *DB) PutGPUSample(aead cipher.AEAD, s *GPUSample) error {
 // LoadGPUSamples returns the customer's samples accepted after notBefore and
 // deletes older ones and ones that no longer open (a changed key).
 func (d *DB) LoadGPUSamples(aead cipher.AEAD, customer string, notBefore time.Time) ([]GPUSample, error) {
-	if d.broken.Load() {
-		return nil, fmt.Errorf("%w: broken", ErrUnavailable)
-	}
 	lo, hi := gpuCustomerBounds(customer)
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := d.newIter(lo, hi)
 	if err != nil {
-		return nil, d.fail(fmt.Errorf("iterate gpu samples: %w", err))
+		return nil, err
 	}
 	var out []GPUSample
 	var stale [][]byte
 	for ok := it.First(); ok; ok = it.Next() {
-		s, err := OpenGPUSample(aead, it.Key(), it.Value())
+		v, err := it.Value()
+		if err != nil {
+			break
+		}
+		s, err := OpenGPUSample(aead, it.Key(), v)
 		if err != nil || s.Last.Before(notBefore) {
 			stale = append(stale, append([]byte(nil), it.Key()...))
 			continue
 		}
 		out = append(out, *s)
 	}
-	if err := it.Error(); err != nil {
-		it.Close()
-		return nil, d.fail(fmt.Errorf("iterate gpu samples: %w", err))
-	}
+	err = it.Err("iterate gpu samples")
 	it.Close()
+	if err != nil {
+		return nil, err
+	}
 	if len(stale) > 0 {
-		b := d.db.NewBatch()
+		b := d.newBatch()
 		for _, k := range stale {
 			_ = b.Delete(k, nil)
 		}
@@ -158,7 +157,7 @@ func (d *DB) LoadGPUSamples(aead cipher.AEAD, customer string, notBefore time.Ti
 
 // DeleteGPUSample deletes one device's sample (evicted past retention).
 func (d *DB) DeleteGPUSample(customer string, device [16]byte) error {
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.Delete(gpuSampleKey(customer, &device), nil)
 	return d.commitBehind(b)
 }
@@ -167,7 +166,7 @@ func (d *DB) DeleteGPUSample(customer string, device [16]byte) error {
 // disabled), durably.
 func (d *DB) DeleteGPUSamples(customer string) error {
 	lo, hi := gpuCustomerBounds(customer)
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.DeleteRange(lo, hi, nil)
 	return d.commit(b)
 }

@@ -1,8 +1,10 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -30,6 +32,10 @@ var ErrManifestMissing = errors.New("store has data files but no manifest marker
 // ErrKeyCheckMismatch is returned by VerifyKeyCheck when the store was
 // written under another master secret.
 var ErrKeyCheckMismatch = errors.New("master secret does not match the one the store was written with")
+
+// ErrLocked is returned by Open when another process holds the store's
+// directory lock (a server running on the same data dir).
+var ErrLocked = errors.New("store is in use by another process")
 
 // Durability says when a counted call's increment (storage.DB.ApplyUsage)
 // is durable, that is, survives kill -9 and power loss.
@@ -104,20 +110,47 @@ type Options struct {
 	// and the write-behind stores (device events and history, GPU samples)
 	// in either mode. 0 means DefaultSyncInterval.
 	SyncInterval time.Duration
+	// CloseWait bounds how long a Pebble instance that hit a fatal error may
+	// take to close before the store gives up on it and opens a new one over
+	// the same files (see Probe); 0 means 2 s.
+	CloseWait time.Duration
 }
 
 // DB is the service's store. It is safe for concurrent use; Pebble serialises
 // writes internally, and each entity's writes come from its one owning actor.
+//
+// A fatal write error (a full disk, a failed fsync) leaves a Pebble instance
+// unusable: its commit pipeline stays stalled. The store then answers
+// ErrUnavailable and the next Probe replaces the instance: the old one is
+// fenced off the files (every file operation it tries fails, as after a
+// crash), closed as far as it will close, and a new one is opened over the
+// same directory, replaying the WAL. Everything a synced commit acknowledged
+// is in the WAL, so it survives the swap like it survives a crash.
 type DB struct {
-	db     *pebble.DB
-	cache  interface{ Unref() }
+	dir       string
+	fs        vfs.FS    // the base filesystem
+	lock      io.Closer // the directory lock, held across instance swaps
+	cache     *pebble.Cache
+	log       *slog.Logger
+	closeWait time.Duration
+
+	h        atomic.Pointer[handle]
+	reopenMu sync.Mutex // one instance swap at a time
+	gens     int        // instances opened so far (under reopenMu)
+
+	// failed is set by an I/O error that did not break the instance (a read
+	// error); the next successful Probe clears it.
 	failed atomic.Bool
-	// broken is set when Pebble hit a fatal write error. Its commit pipeline is
-	// unusable from then on ("horked", in its own words), so the store stays
-	// unavailable until the process restarts instead of crashing it: the
-	// service keeps answering 503 storage_unavailable and /api/status says why.
-	broken     atomic.Bool
-	log        *slog.Logger
+	// corrupt holds the path of a store file Pebble found corrupt. Sticky: a
+	// corrupt file does not heal, so the store stays unavailable until an
+	// operator restores it.
+	corrupt atomic.Pointer[string]
+
+	// serving is set once start-up is over (Serving). Before, a failure is
+	// returned to the start-up code, which reports it in its one line, so
+	// the store logs it at DEBUG only; after, nobody else reports it.
+	serving atomic.Bool
+
 	durability Durability
 	interval   time.Duration
 
@@ -146,37 +179,49 @@ func Open(dir string, o Options) (*DB, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
 	if o.SyncInterval <= 0 {
 		o.SyncInterval = DefaultSyncInterval
 	}
-	cache := pebble.NewCache(o.CacheBytes)
-	opts := &pebble.Options{
-		Cache:        cache,
-		FS:           o.FS,
-		Logger:       pebbleLogger{o.Logger.With("component", "pebble")},
-		MemTableSize: memTableSize,
+	if o.CloseWait <= 0 {
+		o.CloseWait = 2 * time.Second
 	}
-	fs := o.FS
-	if fs == nil {
-		fs = vfs.Default
-	}
-	initialised, err := hasStoreFiles(fs, dir)
+	initialised, err := hasStoreFiles(o.FS, dir)
 	if err != nil {
-		cache.Unref()
 		return nil, err
 	}
-	// Only a first start may create the store; see ErrManifestMissing.
-	opts.ErrorIfNotExists = initialised
-	pdb, err := pebble.Open(dir, opts)
+	if err := o.FS.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create store dir %s: %w", dir, err)
+	}
+	// The store takes Pebble's directory lock itself and keeps it while it
+	// swaps Pebble instances, so no other process can open the directory in
+	// between; the instances see a lock that is already theirs.
+	lock, err := o.FS.Lock(o.FS.PathJoin(dir, "LOCK"))
 	if err != nil {
-		cache.Unref()
+		return nil, fmt.Errorf("%w: cannot lock %s (is a fraudd server running on this data dir?): %w", ErrLocked, dir, err)
+	}
+	d := &DB{dir: dir, fs: o.FS, lock: lock, cache: pebble.NewCache(o.CacheBytes), log: o.Logger,
+		closeWait: o.CloseWait, durability: o.Durability, interval: o.SyncInterval, epoch: time.Now(),
+		hooks: map[int]func(){}, stopSync: make(chan struct{}), syncDone: make(chan struct{})}
+	if initialised {
+		d.checkWALTail()
+	}
+	// Only a first start may create the store; see ErrManifestMissing.
+	h, err := d.openHandle(initialised)
+	if err != nil {
+		d.cache.Unref()
+		_ = lock.Close()
 		if initialised && errors.Is(err, pebble.ErrDBDoesNotExist) {
 			return nil, fmt.Errorf("%w in %s: restore the marker.manifest.* files (0 bytes) from a backup or the original copy, or move the directory aside to start an empty store", ErrManifestMissing, dir)
 		}
+		if path, ok := CorruptFile(err); ok {
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, &corruptError{path: path, err: err})
+		}
 		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
 	}
-	d := &DB{db: pdb, cache: cache, log: o.Logger, durability: o.Durability, interval: o.SyncInterval, epoch: time.Now(),
-		hooks: map[int]func(){}, stopSync: make(chan struct{}), syncDone: make(chan struct{})}
+	d.h.Store(h)
 	go d.syncLoop()
 	return d, nil
 }
@@ -279,10 +324,11 @@ func (d *DB) markDirty() {
 
 // syncWAL syncs everything committed before it begins.
 func (d *DB) syncWAL() {
-	if d.broken.Load() || d.dirtySince.Swap(0) == 0 {
+	h := d.h.Load()
+	if h.broken.Load() || d.dirtySince.Swap(0) == 0 {
 		return
 	}
-	if err := d.guard(func() error { return d.db.LogData(nil, pebble.Sync) }); err != nil {
+	if err := d.write(h, func() error { return h.db.LogData(nil, pebble.Sync) }); err != nil {
 		_ = d.fail(fmt.Errorf("sync the WAL: %w", err))
 		return
 	}
@@ -307,11 +353,11 @@ func (d *DB) WriteStats() WriteStats {
 
 // Metrics is Pebble's own account of the store (levels, compactions, write
 // amplification) as text, for the debug endpoint.
-func (d *DB) Metrics() string { return d.db.Metrics().String() }
+func (d *DB) Metrics() string { return d.h.Load().db.Metrics().String() }
 
 // PebbleMetrics is Pebble's own account of the store, for benchmarks that
 // tune its options.
-func (d *DB) PebbleMetrics() *pebble.Metrics { return d.db.Metrics() }
+func (d *DB) PebbleMetrics() *pebble.Metrics { return d.h.Load().db.Metrics() }
 
 // counted records one committed batch in WriteStats.
 func (d *DB) counted(b *pebble.Batch, synced bool) {
@@ -322,20 +368,30 @@ func (d *DB) counted(b *pebble.Batch, synced bool) {
 	}
 }
 
+// batch is a Pebble batch with the instance it was made on.
+type batch struct {
+	*pebble.Batch
+	h *handle
+}
+
+// newBatch starts a batch on the current instance.
+func (d *DB) newBatch() batch {
+	h := d.h.Load()
+	return batch{h.db.NewBatch(), h}
+}
+
+// commit applies a batch durably (fsync) and closes it.
+func (d *DB) commit(b batch) error { return d.apply(b, pebble.Sync) }
+
 // commitBehind applies a batch without waiting for fsync; the sync loop
 // makes it durable within Options.SyncInterval. For stores nobody waits on,
 // and for usage increments in Interval mode, so that fsyncs do not multiply
 // with commits.
-func (d *DB) commitBehind(b *pebble.Batch) error {
-	if d.broken.Load() {
-		return fmt.Errorf("%w: broken", ErrUnavailable)
+func (d *DB) commitBehind(b batch) error {
+	if err := d.apply(b, pebble.NoSync); err != nil {
+		return err
 	}
-	if err := d.guard(func() error { return b.Commit(pebble.NoSync) }); err != nil {
-		return d.fail(fmt.Errorf("commit: %w", err))
-	}
-	d.counted(b, false)
 	d.markDirty()
-	_ = b.Close()
 	return nil
 }
 
@@ -365,116 +421,272 @@ func (d *DB) catchUp() {
 	d.syncWAL()
 }
 
-// Close flushes and closes the store. The DB must not be used afterwards. A
-// broken store is left to the process exit: closing it could wait forever on
-// its stalled commit pipeline.
+// apply commits b on its instance.
+func (d *DB) apply(b batch, opts *pebble.WriteOptions) error {
+	if err := d.writable(b.h); err != nil {
+		_ = b.Close() // never handed to Pebble's pipeline
+		return err
+	}
+	c := commits.Get().(*commitCall)
+	c.b, c.opts = b.Batch, opts
+	if err := d.wait(b.h, c); err != nil {
+		// A batch whose commit failed is left unclosed: it may still be in
+		// the stalled pipeline.
+		return err
+	}
+	d.counted(b.Batch, opts == pebble.Sync)
+	_ = b.Close()
+	return nil
+}
+
+// writable refuses writes to an instance that is broken or was replaced.
+func (d *DB) writable(h *handle) error {
+	switch {
+	case h.broken.Load():
+		return errBroken
+	case h != d.h.Load():
+		return fmt.Errorf("%w: the store was reopened meanwhile; retry", ErrUnavailable)
+	}
+	return nil
+}
+
+var errBroken = fmt.Errorf("%w: a fatal write error stopped the store; it reopens at the next health probe", ErrUnavailable)
+
+// write runs a Pebble write on its own goroutine and waits for it unless
+// the instance breaks first: after a fatal WAL error Pebble can leave later
+// commits waiting forever on its stalled pipeline, and the caller (an actor)
+// must not wait with them. Any error marks the store unavailable.
+func (d *DB) write(h *handle, fn func() error) error {
+	c := commits.Get().(*commitCall)
+	c.fn = fn
+	return d.wait(h, c)
+}
+
+// commitCall is one write handed to a goroutine (pooled: commits are
+// frequent, and the goroutine hop should cost no more than it must).
+type commitCall struct {
+	h    *handle
+	b    *pebble.Batch
+	opts *pebble.WriteOptions
+	fn   func() error
+	done chan error
+}
+
+var commits = sync.Pool{New: func() any { return &commitCall{done: make(chan error, 1)} }}
+
+func (c *commitCall) run() {
+	if c.b != nil {
+		c.done <- c.h.run(c.commit)
+		return
+	}
+	c.done <- c.h.run(c.fn)
+}
+
+func (c *commitCall) commit() error { return c.b.Commit(c.opts) }
+
+// wait runs c on its own goroutine and waits for it or for h to break.
+func (d *DB) wait(h *handle, c *commitCall) error {
+	c.h = h
+	go c.run()
+	var err error
+	select {
+	case err = <-c.done:
+	case <-h.dead:
+		select {
+		case err = <-c.done:
+		default:
+			// c stays with its goroutine, never back in the pool.
+			return errBroken
+		}
+	}
+	c.h, c.b, c.opts, c.fn = nil, nil, nil, nil
+	commits.Put(c)
+	if err != nil {
+		return d.fail(fmt.Errorf("commit: %w", err))
+	}
+	return nil
+}
+
+// Close flushes and closes the store. The DB must not be used afterwards. An
+// instance broken by a fatal error is fenced off the files and closed as far
+// as it will within Options.CloseWait.
 func (d *DB) Close() error {
 	close(d.stopSync)
 	<-d.syncDone
-	if d.broken.Load() {
-		return errors.New("storage was broken by a fatal write error; not flushed")
+	d.reopenMu.Lock()
+	defer d.reopenMu.Unlock()
+	h := d.h.Load()
+	var err error
+	if h.broken.Load() {
+		d.retire(h)
+		err = errors.New("storage was broken by a fatal write error; its last unsynced writes were not flushed")
+	} else if cerr := d.closeHealthy(h); cerr != nil {
+		err = fmt.Errorf("close pebble: %w", cerr)
 	}
-	err := d.db.Close()
 	d.cache.Unref()
-	if err != nil {
-		return fmt.Errorf("close pebble: %w", err)
+	if lerr := d.lock.Close(); lerr != nil && err == nil {
+		err = fmt.Errorf("unlock store: %w", lerr)
 	}
-	return nil
+	return err
+}
+
+// closeHealthy flushes the memtables (so the next start replays no WAL and
+// every record sits in a table) and closes the instance, giving up if a
+// write fails (the instance then breaks and is fenced off).
+func (d *DB) closeHealthy(h *handle) error {
+	done := make(chan error, 1)
+	go func() {
+		done <- shielded(func() error {
+			ferr := h.db.Flush()
+			if err := h.db.Close(); err != nil {
+				return err
+			}
+			return ferr
+		})
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-h.dead:
+		d.retire(h)
+		return errors.New("a write failed while closing")
+	}
+}
+
+// Serving tells the store that start-up is over: from now on it logs its
+// failures at ERROR itself, since no start-up code reports them.
+func (d *DB) Serving() { d.serving.Store(true) }
+
+// failLevel is the level of a failure the store logs: DEBUG while start-up
+// code still reports failures itself, ERROR afterwards.
+func (d *DB) failLevel() slog.Level {
+	if d.serving.Load() {
+		return slog.LevelError
+	}
+	return slog.LevelDebug
 }
 
 // Available reports whether the store is readable and writable as far as the
 // last operations could tell.
-func (d *DB) Available() bool { return !d.failed.Load() && !d.broken.Load() }
+func (d *DB) Available() bool {
+	return !d.failed.Load() && !d.h.Load().broken.Load() && d.corrupt.Load() == nil
+}
+
+var probeKey = []byte{prefixMeta, 'p', 'r', 'o', 'b', 'e'}
 
 // Probe writes and reads back a marker record with Sync, and records the
 // outcome in Available. Start-up code runs it periodically, so an unreadable
-// store is noticed even when no request has touched it yet.
+// store is noticed even when no request has touched it yet, and a store
+// whose Pebble instance a fatal error stopped (a full disk) is reopened here
+// once the disk takes writes again.
 func (d *DB) Probe() error {
-	if d.broken.Load() {
-		return fmt.Errorf("%w: broken by an earlier fatal write error; restart required", ErrUnavailable)
+	if p := d.corrupt.Load(); p != nil {
+		return fmt.Errorf("%w: %w: store file %s is corrupt; restore the data directory from a backup", ErrUnavailable, ErrCorrupt, *p)
 	}
-	k := []byte{prefixMeta, 'p', 'r', 'o', 'b', 'e'}
-	if err := d.guard(func() error { return d.db.Set(k, []byte{1}, pebble.Sync) }); err != nil {
-		return d.fail(fmt.Errorf("probe write: %w", err))
+	if h := d.h.Load(); h.broken.Load() {
+		if err := d.reopen(h); err != nil {
+			return d.fail(fmt.Errorf("reopen after a fatal write error: %w", err))
+		}
 	}
-	d.commits.Add(1)
-	d.keys.Add(1)
-	d.syncs.Add(1)
-	v, closer, err := d.db.Get(k)
+	b := d.newBatch()
+	_ = b.Set(probeKey, []byte{1}, nil)
+	if err := d.commit(b); err != nil {
+		return fmt.Errorf("probe write: %w", err)
+	}
+	v, err := d.get(probeKey)
 	if err != nil {
-		return d.fail(fmt.Errorf("probe read: %w", err))
+		return fmt.Errorf("probe read: %w", err)
 	}
-	ok := len(v) == 1 && v[0] == 1
-	closer.Close()
-	if !ok {
+	if len(v) != 1 || v[0] != 1 {
 		return d.fail(errors.New("probe read back a different value"))
 	}
-	d.failed.Store(false)
+	if d.failed.Swap(false) {
+		d.log.Info("storage available again")
+	}
 	return nil
 }
 
-// fail marks the store unavailable and wraps err with ErrUnavailable.
+// fail marks the store unavailable and wraps err with ErrUnavailable. An
+// error that names a corrupt file says which.
 func (d *DB) fail(err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		d.failed.Store(true)
+		return err
+	}
+	if path, ok := CorruptFile(err); ok {
+		d.markCorrupt(path)
+		err = fmt.Errorf("%w: %w", ErrCorrupt, &corruptError{path: path, err: err})
+	}
 	if !d.failed.Swap(true) {
-		d.log.Error("storage marked unavailable", "err", err)
+		d.log.Log(context.Background(), d.failLevel(), "storage marked unavailable", "err", err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// errFatal marks an error that came from Pebble's Fatalf.
-var errFatal = errors.New("pebble fatal error")
-
-// guard runs a Pebble write and turns its Fatalf panic into an error that
-// breaks the store for good (see DB.broken).
-func (d *DB) guard(fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			d.broken.Store(true)
-			err = fmt.Errorf("%w: %v", errFatal, r)
-		}
-	}()
-	return fn()
-}
-
 // get reads one value, copied out of Pebble's buffer.
 func (d *DB) get(key []byte) ([]byte, error) {
-	if d.broken.Load() {
-		return nil, fmt.Errorf("%w: broken", ErrUnavailable)
+	h := d.h.Load()
+	if h.broken.Load() {
+		return nil, errBroken
 	}
-	v, closer, err := d.db.Get(key)
+	var out []byte
+	err := h.run(func() error {
+		v, closer, err := h.db.Get(key)
+		if err != nil {
+			return err
+		}
+		out = append([]byte(nil), v...)
+		return closer.Close()
+	})
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, d.fail(fmt.Errorf("get: %w", err))
 	}
-	out := append([]byte(nil), v...)
-	closer.Close()
 	return out, nil
 }
 
-// commit applies a batch durably (fsync) and closes it.
-func (d *DB) commit(b *pebble.Batch) error {
-	if d.broken.Load() {
-		return fmt.Errorf("%w: broken", ErrUnavailable)
+// VerifyTables reads every table's metadata (footer, index, properties), so
+// a start finds a damaged table at once rather than at the first read that
+// meets it. Data blocks are checked when they are read.
+func (d *DB) VerifyTables() error {
+	h := d.h.Load()
+	if h.broken.Load() {
+		return errBroken
 	}
-	if err := d.guard(func() error { return b.Commit(pebble.Sync) }); err != nil {
-		return d.fail(fmt.Errorf("commit: %w", err))
+	if err := h.run(func() error { _, err := h.db.SSTables(pebble.WithProperties()); return err }); err != nil {
+		return d.fail(fmt.Errorf("verify tables: %w", err))
 	}
-	d.counted(b, true)
-	// A batch whose commit panicked is left unclosed: it may still be in the
-	// stalled pipeline.
-	_ = b.Close()
 	return nil
 }
 
-// pebbleLogger routes Pebble's printf-style logging into slog.
-type pebbleLogger struct{ l *slog.Logger }
-
-func (p pebbleLogger) Infof(format string, args ...any)  { p.l.Debug(fmt.Sprintf(format, args...)) }
-func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Error(fmt.Sprintf(format, args...)) }
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	// Pebble calls Fatalf on invariant violations; it expects the process to end.
-	p.l.Error(fmt.Sprintf(format, args...), "fatal", true)
-	panic(fmt.Sprintf(format, args...))
+// Checkpoint writes a consistent copy of the store into dir, which must not
+// exist: every commit acknowledged before the call, with the WAL synced
+// first, so write-behind commits up to now are in it too. Tables are hard
+// links when dir is on the same filesystem (they are immutable), copies
+// otherwise; Pebble syncs the copy before it returns. The copy opens as a
+// store of its own.
+func (d *DB) Checkpoint(dir string) error {
+	// What write-behind owners gathered in memory is committed first, so
+	// the copy holds everything acknowledged so far (see OnSync).
+	d.runHooks()
+	h := d.h.Load()
+	if err := d.writable(h); err != nil {
+		return err
+	}
+	// Not through write: a failure to write the copy (its disk is full)
+	// says nothing about the store. A failure of the store's own WAL sync
+	// breaks the instance as any write does.
+	done := make(chan error, 1)
+	go func() { done <- h.run(func() error { return h.db.Checkpoint(dir, pebble.WithFlushedWAL()) }) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("checkpoint into %s: %w", dir, err)
+		}
+		return nil
+	case <-h.dead:
+		return errBroken
+	}
 }

@@ -60,6 +60,9 @@ func UnmarshalDelivery(b []byte) (*Delivery, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("decode delivery: %w", r.err)
 	}
+	if d.Duration < 0 { // past int64: never written by MarshalDelivery
+		return nil, fmt.Errorf("decode delivery: duration: %w", errCorrupt)
+	}
 	return d, nil
 }
 
@@ -93,20 +96,11 @@ func deliveryEnd(account string) []byte {
 // commitNoSync applies a batch without waiting for fsync: the write is in
 // the WAL, so a process crash loses nothing, a machine crash at most the
 // last moments. Delivery logs are a dashboard view, not state users pay for.
-func (d *DB) commitNoSync(b *pebble.Batch) error {
-	if d.broken.Load() {
-		return fmt.Errorf("%w: broken", ErrUnavailable)
-	}
-	if err := d.guard(func() error { return b.Commit(pebble.NoSync) }); err != nil {
-		return d.fail(fmt.Errorf("commit: %w", err))
-	}
-	_ = b.Close()
-	return nil
-}
+func (d *DB) commitNoSync(b batch) error { return d.apply(b, pebble.NoSync) }
 
 // PutDelivery records one delivery attempt.
 func (d *DB) PutDelivery(rec *Delivery) error {
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.Set(deliveryKey(rec), MarshalDelivery(nil, rec), nil)
 	return d.commitNoSync(b)
 }
@@ -114,28 +108,29 @@ func (d *DB) PutDelivery(rec *Delivery) error {
 // Deliveries returns up to limit of account's records made at or after
 // since, newest first.
 func (d *DB) Deliveries(account string, since time.Time, limit int) ([]*Delivery, error) {
-	if d.broken.Load() {
-		return nil, fmt.Errorf("%w: broken", ErrUnavailable)
-	}
 	lo := deliveryPrefix(nil, account)
 	if !since.IsZero() {
 		lo = deliveryAt(account, since)
 	}
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: deliveryEnd(account)})
+	it, err := d.newIter(lo, deliveryEnd(account))
 	if err != nil {
-		return nil, d.fail(fmt.Errorf("iterate deliveries: %w", err))
+		return nil, err
 	}
 	defer it.Close()
 	out := []*Delivery{}
 	for ok := it.Last(); ok && len(out) < limit; ok = it.Prev() {
-		rec, err := UnmarshalDelivery(it.Value())
+		v, err := it.Value()
+		if err != nil {
+			break
+		}
+		rec, err := UnmarshalDelivery(v)
 		if err != nil {
 			return nil, fmt.Errorf("delivery %x: %w", it.Key(), err)
 		}
 		out = append(out, rec)
 	}
-	if err := it.Error(); err != nil {
-		return nil, d.fail(fmt.Errorf("iterate deliveries: %w", err))
+	if err := it.Err("iterate deliveries"); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -143,13 +138,10 @@ func (d *DB) Deliveries(account string, since time.Time, limit int) ([]*Delivery
 // TrimDeliveries keeps only account's keep newest records, deleting the rest
 // in one range delete.
 func (d *DB) TrimDeliveries(account string, keep int) error {
-	if d.broken.Load() {
-		return fmt.Errorf("%w: broken", ErrUnavailable)
-	}
 	lo := deliveryPrefix(nil, account)
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: deliveryEnd(account)})
+	it, err := d.newIter(lo, deliveryEnd(account))
 	if err != nil {
-		return d.fail(fmt.Errorf("iterate deliveries: %w", err))
+		return err
 	}
 	var cut []byte
 	n := 0
@@ -159,15 +151,15 @@ func (d *DB) TrimDeliveries(account string, keep int) error {
 			break
 		}
 	}
-	err = it.Error()
+	err = it.Err("iterate deliveries")
 	it.Close()
 	if err != nil {
-		return d.fail(fmt.Errorf("iterate deliveries: %w", err))
+		return err
 	}
 	if cut == nil {
 		return nil
 	}
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.DeleteRange(lo, cut, nil)
 	return d.commitNoSync(b)
 }
@@ -176,14 +168,11 @@ func (d *DB) TrimDeliveries(account string, keep int) error {
 // seek and one range delete per account that has records, never a scan of
 // the records themselves.
 func (d *DB) PruneDeliveries(before time.Time) error {
-	if d.broken.Load() {
-		return fmt.Errorf("%w: broken", ErrUnavailable)
-	}
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixDelivery}, UpperBound: []byte{prefixDelivery + 1}})
+	it, err := d.newIter([]byte{prefixDelivery}, []byte{prefixDelivery + 1})
 	if err != nil {
-		return d.fail(fmt.Errorf("iterate deliveries: %w", err))
+		return err
 	}
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	for ok := it.First(); ok; {
 		k := it.Key()
 		end := bytes.IndexByte(k[1:], 0)
@@ -196,11 +185,11 @@ func (d *DB) PruneDeliveries(before time.Time) error {
 		_ = b.DeleteRange(deliveryPrefix(nil, account), deliveryAt(account, before), nil)
 		ok = it.SeekGE(deliveryEnd(account))
 	}
-	err = it.Error()
+	err = it.Err("iterate deliveries")
 	it.Close()
 	if err != nil {
 		b.Close()
-		return d.fail(fmt.Errorf("iterate deliveries: %w", err))
+		return err
 	}
 	if b.Empty() {
 		b.Close()

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // Per-customer device history of the devicehist actors (each device's
@@ -574,10 +572,7 @@ func (d *DB) WriteHist(ws []*HistWrite) error {
 	if n == 0 {
 		return nil
 	}
-	if d.broken.Load() {
-		return fmt.Errorf("%w: broken", ErrUnavailable)
-	}
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	for _, w := range ws {
 		for _, op := range w.ops {
 			if op.del {
@@ -674,13 +669,10 @@ func parseExpiryKey(k []byte) (HistRef, bool) {
 // read, never the records themselves. fn runs while the iteration is open;
 // writes made meanwhile may or may not be seen.
 func (d *DB) ExpiredHist(before Day, fn func(HistRef) bool) error {
-	if d.broken.Load() {
-		return fmt.Errorf("%w: broken", ErrUnavailable)
-	}
 	hi := binary.BigEndian.AppendUint32([]byte{prefixHistExpiry}, uint32(before))
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixHistExpiry}, UpperBound: hi})
+	it, err := d.newIter([]byte{prefixHistExpiry}, hi)
 	if err != nil {
-		return d.fail(fmt.Errorf("iterate device history expiry: %w", err))
+		return err
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
@@ -692,10 +684,7 @@ func (d *DB) ExpiredHist(before Day, fn func(HistRef) bool) error {
 			break
 		}
 	}
-	if err := it.Error(); err != nil {
-		return d.fail(fmt.Errorf("iterate device history expiry: %w", err))
-	}
-	return nil
+	return it.Err("iterate device history expiry")
 }
 
 // RecentHistDevices returns up to limit of customer's device records, most
@@ -705,14 +694,11 @@ func (d *DB) RecentHistDevices(customer string, limit int) ([]*HistCustomerDevic
 	if err := validCustomer(customer); err != nil {
 		return nil, err
 	}
-	if d.broken.Load() {
-		return nil, fmt.Errorf("%w: broken", ErrUnavailable)
-	}
 	lo := appendCustomer([]byte{prefixHistRecent}, customer)
 	hi := prefixEnd(lo)
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := d.newIter(lo, hi)
 	if err != nil {
-		return nil, d.fail(fmt.Errorf("iterate recent devices: %w", err))
+		return nil, err
 	}
 	defer it.Close()
 	var out []*HistCustomerDevice
@@ -730,8 +716,8 @@ func (d *DB) RecentHistDevices(customer string, limit int) ([]*HistCustomerDevic
 		}
 		out = append(out, r)
 	}
-	if err := it.Error(); err != nil {
-		return nil, d.fail(fmt.Errorf("iterate recent devices: %w", err))
+	if err := it.Err("iterate recent devices"); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -752,20 +738,17 @@ func prefixEnd(p []byte) []byte {
 // expiry-index entries and recent-index entries. It reads everything, so it
 // is for tests and diagnostics only.
 func (d *DB) HistKeys() (records, expiry, recent int, err error) {
-	if d.broken.Load() {
-		return 0, 0, 0, fmt.Errorf("%w: broken", ErrUnavailable)
-	}
 	count := func(p byte) (int, error) {
-		it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
+		it, err := d.newIter([]byte{p}, []byte{p + 1})
 		if err != nil {
-			return 0, d.fail(fmt.Errorf("iterate device history: %w", err))
+			return 0, err
 		}
 		defer it.Close()
 		n := 0
 		for ok := it.First(); ok; ok = it.Next() {
 			n++
 		}
-		return n, it.Error()
+		return n, it.Err("iterate device history")
 	}
 	if records, err = count(prefixHist); err != nil {
 		return 0, 0, 0, err

@@ -107,7 +107,7 @@ func TestOnSyncHookCovered(t *testing.T) {
 	var runs atomic.Int32
 	remove := db.OnSync(func() {
 		runs.Add(1)
-		b := db.db.NewBatch()
+		b := db.newBatch()
 		_ = b.Set(usageKey(nil, "h", m), MarshalMonthCounts(nil, MonthCounts{Used: 3}), nil)
 		if err := db.commitBehind(b); err != nil {
 			t.Error(err)

@@ -189,7 +189,7 @@ func (d *DB) WriteDevice(w DeviceWrite) error {
 	if len(w.Events) == 0 && len(w.Sightings) == 0 {
 		return nil
 	}
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	var key, val []byte
 	for _, e := range w.Events {
 		key = eventKey(key[:0], e.ID)
@@ -221,10 +221,7 @@ func (d *DB) PruneEvents(before time.Time) error {
 }
 
 func (d *DB) deleteRange(lo, hi []byte) error {
-	if d.broken.Load() {
-		return fmt.Errorf("%w: broken", ErrUnavailable)
-	}
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.DeleteRange(lo, hi, nil)
 	return d.commit(b)
 }

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // HealthDay is one UTC day of status probes: how many ran and how many found
@@ -51,7 +49,7 @@ func UnmarshalHealth(b []byte) (HealthDay, error) {
 
 // PutHealth writes one day (a whole value) and drops days before cut.
 func (d *DB) PutHealth(day *HealthDay, cut time.Time) error {
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.Set(healthKey(day.Day), MarshalHealth(nil, day), nil)
 	_ = b.DeleteRange([]byte{prefixHealth}, healthKey(cut), nil)
 	return d.commit(b)
@@ -59,17 +57,18 @@ func (d *DB) PutHealth(day *HealthDay, cut time.Time) error {
 
 // Health reads the days from since on, oldest first.
 func (d *DB) Health(since time.Time) ([]HealthDay, error) {
-	if d.broken.Load() {
-		return nil, fmt.Errorf("%w: broken", ErrUnavailable)
-	}
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: healthKey(since), UpperBound: []byte{prefixHealth + 1}})
+	it, err := d.newIter(healthKey(since), []byte{prefixHealth + 1})
 	if err != nil {
-		return nil, d.fail(fmt.Errorf("iterate health: %w", err))
+		return nil, err
 	}
 	defer it.Close()
 	var out []HealthDay
-	for it.First(); it.Valid(); it.Next() {
-		h, err := UnmarshalHealth(it.Value())
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.Value()
+		if err != nil {
+			break
+		}
+		h, err := UnmarshalHealth(v)
 		if err != nil {
 			return nil, err
 		}
@@ -80,8 +79,8 @@ func (d *DB) Health(since time.Time) ([]HealthDay, error) {
 		h.Day = time.Unix(int64(binary.BigEndian.Uint32(k[1:]))*86400, 0).UTC()
 		out = append(out, h)
 	}
-	if err := it.Error(); err != nil {
-		return nil, d.fail(fmt.Errorf("iterate health: %w", err))
+	if err := it.Err("iterate health"); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -33,7 +33,7 @@ func (d *DB) VerifyKeyCheck(check []byte) error {
 	stored, err := d.get(keyCheckKey)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		b := d.db.NewBatch()
+		b := d.newBatch()
 		if err := b.Set(keyCheckKey, check, nil); err != nil {
 			_ = b.Close()
 			return fmt.Errorf("stage key check: %w", err)

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // Mail is one outbox record: every email the service sent or tried to send.
@@ -63,38 +61,39 @@ func mailKey(at time.Time, id string) []byte {
 
 // PutMail stores (or updates, same At and ID) an outbox record durably.
 func (d *DB) PutMail(m *Mail) error {
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.Set(mailKey(m.At, m.ID), MarshalMail(nil, m), nil)
 	return d.commit(b)
 }
 
 // RecentMail returns up to limit outbox records, newest first.
 func (d *DB) RecentMail(limit int) ([]*Mail, error) {
-	if d.broken.Load() {
-		return nil, fmt.Errorf("%w: broken", ErrUnavailable)
-	}
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixMail}, UpperBound: []byte{prefixMail + 1}})
+	it, err := d.newIter([]byte{prefixMail}, []byte{prefixMail + 1})
 	if err != nil {
-		return nil, d.fail(fmt.Errorf("iterate mail: %w", err))
+		return nil, err
 	}
 	defer it.Close()
 	var out []*Mail
 	for ok := it.Last(); ok && len(out) < limit; ok = it.Prev() {
-		m, err := UnmarshalMail(it.Value())
+		v, err := it.Value()
+		if err != nil {
+			break
+		}
+		m, err := UnmarshalMail(v)
 		if err != nil {
 			return nil, fmt.Errorf("mail %x: %w", it.Key(), err)
 		}
 		out = append(out, m)
 	}
-	if err := it.Error(); err != nil {
-		return nil, d.fail(fmt.Errorf("iterate mail: %w", err))
+	if err := it.Err("iterate mail"); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
 // PruneMail deletes outbox records older than before, in one range delete.
 func (d *DB) PruneMail(before time.Time) error {
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	_ = b.DeleteRange([]byte{prefixMail}, mailKey(before, ""), nil)
 	return d.commit(b)
 }

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // TrafficCounts are the threat-feed counters of one time bucket.
@@ -52,7 +50,7 @@ func UnmarshalTraffic(b []byte) (TrafficCounts, error) {
 // PutTraffic writes buckets (whole values, not increments) and deletes every
 // bucket older than before, in one synced batch.
 func (d *DB) PutTraffic(buckets []TrafficBucket, before time.Time) error {
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	for _, x := range buckets {
 		_ = b.Set(trafficKey(x.Start), MarshalTraffic(nil, x.Counts), nil)
 	}
@@ -62,17 +60,18 @@ func (d *DB) PutTraffic(buckets []TrafficBucket, before time.Time) error {
 
 // Traffic reads every bucket that starts at or after since, oldest first.
 func (d *DB) Traffic(since time.Time) ([]TrafficBucket, error) {
-	if d.broken.Load() {
-		return nil, fmt.Errorf("%w: broken", ErrUnavailable)
-	}
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: trafficKey(since), UpperBound: []byte{prefixTraffic + 1}})
+	it, err := d.newIter(trafficKey(since), []byte{prefixTraffic + 1})
 	if err != nil {
-		return nil, d.fail(fmt.Errorf("iterate traffic: %w", err))
+		return nil, err
 	}
 	defer it.Close()
 	var out []TrafficBucket
-	for it.First(); it.Valid(); it.Next() {
-		c, err := UnmarshalTraffic(it.Value())
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.Value()
+		if err != nil {
+			break
+		}
+		c, err := UnmarshalTraffic(v)
 		if err != nil {
 			return nil, err
 		}
@@ -82,8 +81,8 @@ func (d *DB) Traffic(since time.Time) ([]TrafficBucket, error) {
 		}
 		out = append(out, TrafficBucket{Start: time.Unix(int64(binary.BigEndian.Uint64(k[1:])), 0).UTC(), Counts: c})
 	}
-	if err := it.Error(); err != nil {
-		return nil, d.fail(fmt.Errorf("iterate traffic: %w", err))
+	if err := it.Err("iterate traffic"); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

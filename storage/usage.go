@@ -189,7 +189,7 @@ func (d *DB) ApplyUsage(deltas []UsageDelta) error {
 	if len(months) == 0 && len(totals) == 0 {
 		return nil
 	}
-	b := d.db.NewBatch()
+	b := d.newBatch()
 	var key, val []byte
 	for ref, add := range months {
 		key = usageKey(key[:0], ref.account, ref.month)

@@ -156,6 +156,13 @@ type Pin struct {
 	Label     string `json:"label,omitempty"`
 }
 
+// Backup is the answer of POST /admin/v1/backup.
+type Backup struct {
+	Dir   string   `json:"dir"`
+	Files []string `json:"files"`
+	Notes []string `json:"notes"`
+}
+
 // ClockNow is the answer of the test clock.
 type ClockNow struct {
 	Now string `json:"now"`

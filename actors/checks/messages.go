@@ -33,6 +33,9 @@ const (
 	MsgNoWebhookURL    = "No webhook URL is set for this account."
 	HintNoWebhookURL   = "Set one with PUT /admin/v1/accounts/{id}/webhook first."
 	MsgWebhooksOff     = "Webhook delivery is not running."
+	MsgBackupNoDir     = "dir is required: an absolute path on the server's machine."
+	MsgBackupDir       = "dir: %v." // why the directory cannot hold a backup
+	MsgBackupExists    = "The backup directory exists and is not empty; a backup never overwrites one."
 
 	// Credentials (SPEC §5).
 	MsgMissingKey       = "Missing Key."

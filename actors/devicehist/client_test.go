@@ -40,7 +40,13 @@ func newClient(t testing.TB, cfg Config) *Client {
 
 func openDB(t testing.TB, fs vfs.FS) *storage.DB {
 	t.Helper()
-	db, err := storage.Open("dh", storage.Options{FS: fs, Logger: slog.New(slog.DiscardHandler)})
+	return openDBWith(t, fs, 0)
+}
+
+// openDBWith opens a store with the given group sync interval.
+func openDBWith(t testing.TB, fs vfs.FS, interval time.Duration) *storage.DB {
+	t.Helper()
+	db, err := storage.Open("dh", storage.Options{FS: fs, Logger: slog.New(slog.DiscardHandler), SyncInterval: interval})
 	if err != nil {
 		t.Fatal(err)
 	}

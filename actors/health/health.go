@@ -161,7 +161,7 @@ func (st *state) probe(now time.Time) {
 	}
 	if st.cfg.DB != nil && storageOK {
 		if err := st.cfg.DB.PutHealth(d, cut); err != nil {
-			st.cfg.Logger.Debug("health day not stored", "err", err)
+			st.cfg.Logger.Warn("status history not stored (nor days past retention pruned)", "err", err)
 		}
 	}
 }

@@ -145,7 +145,7 @@ func (m *Mailer) receive(c actor.Context) {
 		m.cfg.Logger.Error("record mail", "err", err)
 	}
 	if err := m.cfg.DB.PruneMail(now.Add(-retention)); err != nil {
-		m.cfg.Logger.Debug("prune outbox", "err", err)
+		m.cfg.Logger.Warn("mail outbox: records past retention not pruned", "err", err)
 	}
 }
 

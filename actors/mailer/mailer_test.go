@@ -1,15 +1,19 @@
 package mailer
 
 import (
+	"context"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	gosmtp "github.com/emersion/go-smtp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
@@ -145,4 +149,65 @@ func TestParseSMTPURL(t *testing.T) {
 	if _, err := ParseSMTPURL("http://x"); err == nil {
 		t.Fatal("non-smtp scheme accepted")
 	}
+}
+
+// logRecords is a slog handler that keeps every record.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.recs = append(h.recs, r)
+	h.mu.Unlock()
+	return nil
+}
+func (h *logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecords) WithGroup(string) slog.Handler      { return h }
+
+func (h *logRecords) find(level slog.Level, substr string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.recs {
+		if r.Level == level && strings.Contains(r.Message, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPruneFailureLoggedAtWarn: an outbox that cannot drop its records past
+// retention says so where an operator looks (WARN), not at DEBUG.
+func TestPruneFailureLoggedAtWarn(t *testing.T) {
+	var failing atomic.Bool
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failing.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	db, err := storage.Open("d", storage.Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem()
+	accts, err := accounts.Start(sys.Root, accounts.Config{DB: db, Master: secrets.FromBytes([]byte("m"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := accts.Create(accounts.NewAccount{Email: "owner@example.com", Plan: "free"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logRecords{}
+	m, err := New(sys.Root, Config{DB: db, Accounts: accts, Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop(); accts.Stop(); sys.Shutdown() })
+	failing.Store(true)
+	m.Send(Message{Account: c.View.ID, Kind: "test", Subject: "s", Body: "b"})
+	waitFor(t, func() bool { return logs.find(slog.LevelWarn, "not pruned") })
 }

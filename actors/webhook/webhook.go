@@ -322,7 +322,7 @@ func (sh *shard) log(id string, a *acct, rec *storage.Delivery) {
 	if a.sinceTrim++; a.sinceTrim >= ListLen {
 		a.sinceTrim = 0
 		if err := db.TrimDeliveries(id, ListLen); err != nil {
-			sh.svc.cfg.Logger.Debug("trim webhook deliveries", "account", id, "err", err)
+			sh.svc.cfg.Logger.Warn("webhook delivery log not trimmed", "account", id, "err", err)
 		}
 	}
 }
@@ -375,7 +375,7 @@ func (sh *shard) tick(now time.Time) {
 	if sh.index == 0 && sh.svc.cfg.DB != nil && (sh.lastPrune.IsZero() || now.Sub(sh.lastPrune) >= pruneEvery || now.Before(sh.lastPrune)) {
 		sh.lastPrune = now
 		if err := sh.svc.cfg.DB.PruneDeliveries(now.Add(-Retention)); err != nil {
-			sh.svc.cfg.Logger.Debug("prune webhook deliveries", "err", err)
+			sh.svc.cfg.Logger.Warn("webhook deliveries past retention not pruned", "err", err)
 		}
 	}
 }

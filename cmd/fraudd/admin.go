@@ -193,48 +193,27 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fraudd admin %s: want %d argument(s): %s\n", cmd.name, cmd.npos, cmd.args)
 		return 2
 	}
-	tok := *token
-	if tok == "" {
-		b, err := os.ReadFile(filepath.Join(*dataDir, "admin-token"))
-		if err != nil {
-			fmt.Fprintf(stderr, "fraudd admin: no --admin-token and cannot read %s: %v\n", filepath.Join(*dataDir, "admin-token"), err)
-			return 2
-		}
-		tok = strings.TrimSpace(string(b))
+	tok, err := adminToken(*token, *dataDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudd admin: %v\n", err)
+		return 2
 	}
-	var payload io.Reader
+	var payload []byte
 	if body != nil {
 		v, err := body()
 		if err != nil {
 			fmt.Fprintf(stderr, "fraudd admin %s: %v\n", cmd.name, err)
 			return 2
 		}
-		b, _ := json.Marshal(v)
-		payload = bytes.NewReader(b)
+		payload, _ = json.Marshal(v)
 	}
-	req, err := http.NewRequest(cmd.method, strings.TrimRight(*base, "/")+cmd.path(pos), payload)
-	if err != nil {
-		fmt.Fprintf(stderr, "fraudd admin: %v\n", err)
-		return 2
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("User-Agent", "fraudd-admin/"+version)
-	if payload != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	status, out, err := callAdmin(*base, tok, cmd.method, cmd.path(pos), payload, 30*time.Second)
 	if err != nil {
 		fmt.Fprintf(stderr, "fraudd admin: %v\n", err)
 		return 1
 	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	var pretty bytes.Buffer
-	if json.Indent(&pretty, out, "", "  ") == nil {
-		out = append(pretty.Bytes(), '\n')
-	}
-	if resp.StatusCode >= 300 {
-		fmt.Fprintf(stderr, "fraudd admin %s: HTTP %d\n%s", cmd.name, resp.StatusCode, out)
+	if status >= 300 {
+		fmt.Fprintf(stderr, "fraudd admin %s: HTTP %d\n%s", cmd.name, status, out)
 		return 1
 	}
 	if cmd.name == "create-account" {
@@ -242,4 +221,47 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	}
 	stdout.Write(out)
 	return 0
+}
+
+// adminToken is the operator token: the flag's or env's value, else the
+// data dir's admin-token file.
+func adminToken(flagValue, dataDir string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	path := filepath.Join(dataDir, "admin-token")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("no --admin-token and cannot read %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// callAdmin makes one operator API call and returns the status and the
+// body, indented when it is JSON.
+func callAdmin(base, tok, method, path string, payload []byte, timeout time.Duration) (int, []byte, error) {
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequest(method, strings.TrimRight(base, "/")+path, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("User-Agent", "fraudd-admin/"+version)
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, out, "", "  ") == nil {
+		out = append(pretty.Bytes(), '\n')
+	}
+	return resp.StatusCode, out, nil
 }

@@ -17,23 +17,33 @@ import (
 // shows the store's write counters and Pebble's metrics: read it before and
 // after a load run to get commits, keys and syncs per request.
 func startDebug(addr string, db *storage.DB, log *slog.Logger) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/storage", func(w http.ResponseWriter, _ *http.Request) {
-		st := db.WriteStats()
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintf(w, "commits %d\nkeys %d\nsyncs %d\nlate_syncs %d\n\n%s", st.Commits, st.Keys, st.Syncs, st.LateSyncs, db.Metrics())
-	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Error("debug listener", "addr", addr, "err", err)
 		return
 	}
 	log.Info("pprof debug endpoints served", "debug_addr", ln.Addr().String())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: debugMux(db), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
+}
+
+// debugMux routes the profiles and, with a store, /debug/storage.
+// /debug/pprof/cmdline is left out on purpose: it prints the process's
+// arguments, and those may carry --admin-token or --secret. It answers 404
+// like any unknown profile.
+func debugMux(db *storage.DB) *http.ServeMux {
+	mux := http.NewServeMux()
+	if db != nil {
+		mux.HandleFunc("/debug/storage", func(w http.ResponseWriter, _ *http.Request) {
+			st := db.WriteStats()
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			fmt.Fprintf(w, "commits %d\nkeys %d\nsyncs %d\nlate_syncs %d\n\n%s", st.Commits, st.Keys, st.Syncs, st.LateSyncs, db.Metrics())
+		})
+	}
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", http.NotFound)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

@@ -1,6 +1,7 @@
 // Command fraudd is the fraud detection service: `fraudd serve` runs it,
 // `fraudd admin …` drives its operator API, `fraudd feeds …` builds and
-// refreshes the intelligence feeds.
+// refreshes the intelligence feeds, `fraudd backup DIR` backs the data
+// directory up.
 package main
 
 import (
@@ -28,6 +29,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runAdmin(args[1:], stdout, stderr)
 	case "feeds":
 		return runFeeds(args[1:], stdout, stderr)
+	case "backup":
+		return runBackup(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version)
 		return 0
@@ -48,6 +51,7 @@ commands:
   serve    run the service (the default when no command is given)
   admin    call the operator API (create-account, rotate-live, set-rules, …)
   feeds    build, update and inspect the intelligence feeds
+  backup   copy the store and secrets into a directory (online when a server runs)
   version  print the version
 
 Run 'fraudd <command> -h' for a command's flags.

@@ -35,6 +35,7 @@ import (
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/internal/accesstoken"
+	"github.com/fraudd/fraudd/internal/backup"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
@@ -174,6 +175,10 @@ func runServe(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := serve(ctx, cfg, log); err != nil {
+		if path, ok := storage.CorruptFile(err); ok {
+			log.Error("fraudd stopped: a store file is corrupt; restore the data directory from a backup (README: Backups)", "file", path, "err", err)
+			return 1
+		}
 		log.Error("fraudd stopped with an error", "err", err)
 		return 1
 	}
@@ -183,8 +188,8 @@ func runServe(args []string, stderr io.Writer) int {
 // serve starts everything in order, serves until ctx ends, then stops in
 // reverse: stop accepting and drain requests, stop actors, close Pebble.
 func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
-	if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
-		return fmt.Errorf("create data dir: %w", err)
+	if err := secureDataDir(cfg.dataDir, log); err != nil {
+		return err
 	}
 	adminToken, err := loadAdminToken(cfg, log)
 	if err != nil {
@@ -201,6 +206,10 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	db, err := storage.Open(filepath.Join(cfg.dataDir, "pebble"), storage.Options{Logger: log,
 		Durability: cfg.durability, SyncInterval: cfg.syncInterval})
 	if err != nil {
+		return err
+	}
+	if err := db.VerifyTables(); err != nil {
+		_ = db.Close()
 		return err
 	}
 	log.Info("storage durability", "mode", cfg.durability.String(), "sync_interval", cfg.syncInterval.String())
@@ -353,7 +362,10 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
-		DeviceHist: devHist, Challenges: challenges})
+		DeviceHist: devHist, Challenges: challenges,
+		Backup: func(dir string) (*backup.Report, error) {
+			return backup.Write(backup.Source{DataDir: cfg.dataDir, Store: db, SecretOutside: cfg.secret != ""}, dir)
+		}})
 
 	if cfg.debugAddr != "" {
 		startDebug(cfg.debugAddr, db, log)
@@ -363,6 +375,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
+	db.Serving()
 	log.Info("fraudd listening", "addr", ln.Addr().String(), "version", version, "data_dir", cfg.dataDir)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fraudd/fraudd/internal/backup"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// runBackup is `fraudd backup DIR`: a restorable copy of the data directory
+// in DIR (absolute or relative to the current directory; absent or empty).
+// When a server runs on the data dir (it holds the store's lock), the
+// server writes the backup (POST /admin/v1/backup), so it is taken online.
+// When none does, the store is opened here and backed up offline.
+func runBackup(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fraudd backup", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", env("FRAUDD_DATA_DIR", "./data"), "data directory to back up (env FRAUDD_DATA_DIR)")
+	base := fs.String("url", env("FRAUDD_URL", "http://127.0.0.1:8080"), "the server running on the data dir (env FRAUDD_URL)")
+	token := fs.String("admin-token", env("FRAUDD_ADMIN_TOKEN", ""), "operator token; default <data-dir>/admin-token (env FRAUDD_ADMIN_TOKEN)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: fraudd backup [flags] DIR\n\nWrites the store and the secret files into DIR (absent or empty).\nRestore: copy DIR into place as the data directory and start fraudd on it.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	dir, err := filepath.Abs(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudd backup: %v\n", err)
+		return 2
+	}
+	restrictUmask()
+	rep, err := backupOffline(*dataDir, dir)
+	if errors.Is(err, errServerRunning) {
+		rep, err = backupOnline(*base, *token, *dataDir, dir)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudd backup: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "backup written to %s: %s\n", rep.Dir, strings.Join(rep.Files, ", "))
+	for _, n := range rep.Notes {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
+	return 0
+}
+
+var errServerRunning = errors.New("a server runs on the data dir")
+
+// backupOffline backs the data dir up from here, unless a server holds its
+// store (errServerRunning) or there is no store there (the server may run
+// elsewhere; errServerRunning too).
+func backupOffline(dataDir, dir string) (*backup.Report, error) {
+	store := filepath.Join(dataDir, backup.StoreDir)
+	if _, err := os.Stat(store); os.IsNotExist(err) {
+		return nil, errServerRunning
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := storage.Open(store, storage.Options{Logger: quiet})
+	if errors.Is(err, storage.ErrLocked) {
+		return nil, errServerRunning
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep, err := backup.Write(backup.Source{DataDir: dataDir, Store: db}, dir)
+	if cerr := db.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("close the store: %w", cerr)
+	}
+	return rep, err
+}
+
+// backupOnline asks the server to write the backup.
+func backupOnline(base, token, dataDir, dir string) (*backup.Report, error) {
+	tok, err := adminToken(token, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	payload, _ := json.Marshal(map[string]string{"dir": dir})
+	// A backup onto another filesystem copies every table: no short timeout.
+	status, out, err := callAdmin(base, tok, "POST", "/admin/v1/backup", payload, 6*time.Hour)
+	if err != nil {
+		return nil, fmt.Errorf("ask the server at %s: %w", base, err)
+	}
+	if status != 200 {
+		return nil, fmt.Errorf("server at %s: HTTP %d\n%s", base, status, out)
+	}
+	var r struct {
+		Dir   string   `json:"dir"`
+		Files []string `json:"files"`
+		Notes []string `json:"notes"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return nil, fmt.Errorf("server answer: %w", err)
+	}
+	return &backup.Report{Dir: r.Dir, Files: r.Files, Notes: r.Notes}, nil
+}

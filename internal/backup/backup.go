@@ -1,0 +1,214 @@
+// Package backup writes a restorable copy of a data directory, also while
+// the server runs: a checkpoint of the store (a consistent Pebble copy of
+// everything acknowledged before it started) and the secret files beside it.
+// The backup directory is a data directory: copy it into place and start
+// fraudd on it to restore.
+package backup
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/fraudd/fraudd/storage"
+)
+
+// ErrExists is returned for a target directory that exists and is not empty:
+// a backup never overwrites anything.
+var ErrExists = errors.New("backup directory exists and is not empty")
+
+// ErrStoreUnavailable is returned when the store could not be copied
+// because it is unavailable (storage.ErrUnavailable).
+var ErrStoreUnavailable = errors.New("store unavailable")
+
+// ErrInvalid is returned for a target that cannot hold a backup (not
+// absolute, inside the data directory, a file).
+var ErrInvalid = errors.New("invalid backup directory")
+
+// Store is the part of the store a backup needs; *storage.DB implements it.
+type Store interface {
+	// Checkpoint writes a consistent copy of the store into dir, which must
+	// not exist.
+	Checkpoint(dir string) error
+}
+
+// Source is what is backed up.
+type Source struct {
+	DataDir string
+	Store   Store
+	// SecretOutside is set when the master secret came from --secret or
+	// FRAUDD_SECRET rather than the data dir's master-secret file.
+	SecretOutside bool
+}
+
+// Report says what a backup holds.
+type Report struct {
+	Dir   string
+	Files []string // relative to Dir; "pebble/" is the store
+	Notes []string // what the operator must keep beside the backup
+}
+
+// StoreDir is the store's directory inside a data directory.
+const StoreDir = "pebble"
+
+// Secret files of a data directory, copied when present.
+var secretFiles = []string{"master-secret", "admin-token"}
+
+// Write backs src up into dir. dir must be absolute, outside the data
+// directory, and absent or empty; it is created 0700, and every file in it
+// is 0600 and synced before Write returns. A failed backup removes what it
+// wrote.
+func Write(src Source, dir string) (rep *Report, err error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("%w: %q is not an absolute path", ErrInvalid, dir)
+	}
+	dir = filepath.Clean(dir)
+	data, err := filepath.Abs(src.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if dir == data || strings.HasPrefix(dir, data+string(filepath.Separator)) {
+		return nil, fmt.Errorf("%w: %s is inside the data directory %s", ErrInvalid, dir, data)
+	}
+	created, err := prepare(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		if created {
+			_ = os.RemoveAll(dir)
+			return
+		}
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}()
+	rep = &Report{Dir: dir}
+	if err := src.Store.Checkpoint(filepath.Join(dir, StoreDir)); err != nil {
+		if errors.Is(err, storage.ErrUnavailable) {
+			return nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		}
+		return nil, fmt.Errorf("checkpoint the store: %w", err)
+	}
+	if err := tighten(filepath.Join(dir, StoreDir)); err != nil {
+		return nil, err
+	}
+	rep.Files = append(rep.Files, StoreDir+"/")
+	for _, name := range secretFiles {
+		ok, err := copySecret(filepath.Join(src.DataDir, name), filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			rep.Files = append(rep.Files, name)
+		}
+	}
+	if src.SecretOutside {
+		rep.Notes = append(rep.Notes, "the master secret was given by --secret/FRAUDD_SECRET, not a file: keep it with this backup; a restore needs the same value")
+	} else if !contains(rep.Files, "master-secret") {
+		rep.Notes = append(rep.Notes, "no master-secret file in the data directory: a restore needs the secret the store was written with")
+	}
+	if err := syncDir(dir); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// prepare makes dir an empty directory, refusing one with anything in it.
+func prepare(dir string) (created bool, err error) {
+	st, err := os.Stat(dir)
+	switch {
+	case os.IsNotExist(err):
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return false, fmt.Errorf("create %s: %w", dir, err)
+		}
+		return true, syncDir(filepath.Dir(dir))
+	case err != nil:
+		return false, fmt.Errorf("backup directory: %w", err)
+	case !st.IsDir():
+		return false, fmt.Errorf("%w: %s is not a directory", ErrInvalid, dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false, fmt.Errorf("backup directory: %w", err)
+	}
+	if len(entries) > 0 {
+		return false, fmt.Errorf("%w: %s", ErrExists, dir)
+	}
+	return false, nil
+}
+
+// copySecret copies a secret file 0600 and syncs it; a missing source is
+// not an error (the value came from a flag).
+func copySecret(from, to string) (bool, error) {
+	in, err := os.Open(from)
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", from, err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return false, fmt.Errorf("create %s: %w", to, err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return false, fmt.Errorf("copy %s: %w", from, err)
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return false, fmt.Errorf("sync %s: %w", to, err)
+	}
+	if err := out.Close(); err != nil {
+		return false, fmt.Errorf("close %s: %w", to, err)
+	}
+	return true, nil
+}
+
+// tighten makes the checkpoint's directories 0700 and files 0600, whatever
+// the process umask let Pebble create them with.
+func tighten(root string) error {
+	return filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := os.FileMode(0o600)
+		if d.IsDir() {
+			mode = 0o700
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			return fmt.Errorf("tighten %s: %w", path, err)
+		}
+		return nil
+	})
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
