@@ -20,6 +20,9 @@ var ErrTimeout = fmt.Errorf("%w: did not answer in time", ErrUnavailable)
 // shard is restarted. The request was not carried out.
 var ErrShardDown = fmt.Errorf("%w: shard down, restarting", ErrUnavailable)
 
+// ErrStopped answers a call sent after the shards began to stop.
+var ErrStopped = fmt.Errorf("%w: stopped", ErrUnavailable)
+
 // Call carries one request to an actor and its answer back on a buffered
 // channel: protoactor's Send plus a channel costs about half a RequestFuture
 // and avoids its open data race (protoactor-go #1145). Calls are pooled.

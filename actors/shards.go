@@ -252,12 +252,19 @@ func (s *Shards) PID(h uint64) *actor.PID { return s.slots[h&s.mask].pid.Load() 
 // Send delivers msg to the shard owning hash h, fire-and-forget. Messages from
 // one sender to one shard arrive in the order sent. While that shard is down a
 // *Call is answered ErrShardDown at once, a Tick is dropped (the next one
-// comes), and anything else waits for the restarted shard.
+// comes), and anything else waits for the restarted shard. Once Stop began, a
+// *Call is answered ErrStopped and anything else is dropped.
 func (s *Shards) Send(h uint64, msg any) { s.send(&s.slots[h&s.mask], msg) }
 
 func (s *Shards) send(sl *slot, msg any) {
-	if !sl.down.Load() {
+	if !sl.down.Load() && !s.stopping.Load() {
 		s.root.Send(sl.pid.Load(), msg)
+		return
+	}
+	if s.stopping.Load() {
+		if f, ok := msg.(failer); ok {
+			f.fail(ErrStopped)
+		}
 		return
 	}
 	if f, ok := msg.(failer); ok {

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -41,7 +42,7 @@ const (
 
 var (
 	// ErrStopped is returned after Stop.
-	ErrStopped = errors.New("challenge: stopped")
+	ErrStopped = fmt.Errorf("challenge: stopped: %w", actors.ErrUnavailable)
 	// ErrOutstanding: MaxOutstanding challenges are unexpired and unused (409).
 	ErrOutstanding = errors.New("challenge: too many outstanding challenges")
 )

@@ -23,7 +23,7 @@ import (
 // Errors. Any error from Observe means "no device-history facts": answer
 // without them (fail open); the evaluation itself is not affected.
 var (
-	ErrStopped = errors.New("devicehist: stopped")
+	ErrStopped = fmt.Errorf("devicehist: stopped: %w", actors.ErrUnavailable)
 	// ErrInvalid: an id is longer than its bound (or the customer is empty).
 	ErrInvalid = errors.New("devicehist: invalid observation")
 	// ErrUnavailable wraps store failures.

@@ -50,7 +50,7 @@ import (
 )
 
 // ErrStopped is returned after Stop.
-var ErrStopped = errors.New("device: stopped")
+var ErrStopped = fmt.Errorf("device: stopped: %w", actors.ErrUnavailable)
 
 // Store is where events and sightings live; *storage.DB implements it.
 // OnSync registers the flush that runs before each of the store's group

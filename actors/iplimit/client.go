@@ -1,7 +1,6 @@
 package iplimit
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync/atomic"
@@ -14,7 +13,7 @@ import (
 )
 
 // ErrStopped is returned after Stop.
-var ErrStopped = errors.New("iplimit: stopped")
+var ErrStopped = fmt.Errorf("iplimit: stopped: %w", actors.ErrUnavailable)
 
 // Take asks the address's shard to take one request from each limiter in Kinds.
 type Take struct {

@@ -18,7 +18,7 @@ import (
 var ErrUnavailable = errors.New("quota: usage store unavailable")
 
 // ErrStopped is returned after Stop.
-var ErrStopped = errors.New("quota: stopped")
+var ErrStopped = fmt.Errorf("quota: stopped: %w", actors.ErrUnavailable)
 
 // Config configures New. The zero value works (memory only, no warnings).
 type Config struct {
