@@ -123,7 +123,9 @@ func TestChangeWaitIsBounded(t *testing.T) {
 	}
 	release := make(chan struct{})
 	defer close(release)
-	go s.run(func() (any, error) { <-release; return nil, nil })
+	busy := make(chan struct{})
+	go s.run(func() (any, error) { close(busy); <-release; return nil, nil })
+	<-busy
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.Create(NewAccount{Email: "stuck@example.com", Plan: "free"})
