@@ -184,7 +184,24 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	for i := range c.states {
 		c.states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger)
 	}
-	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} })
+	opts := []actors.ShardOption{actors.Named("devicehist"), actors.WithLogger(cfg.Logger)}
+	if cfg.Store != nil {
+		// After a panic the shard's memory may be half-changed: what it
+		// changed before is stored first (as its next flush would have),
+		// then it starts empty and loads records from the store on first
+		// touch.
+		opts = append(opts, actors.OnRestart(func(i int) {
+			st := c.states[i]
+			shard{st}.flush(nil)
+			if err := c.commit.Barrier(cfg.Timeout); err != nil {
+				cfg.Logger.Warn("devicehist: shard restarts before its writes were stored", "shard", i, "err", err)
+			}
+			st.devices = actors.NewTable[deviceKey, *deviceEntry](64)
+			st.accounts = actors.NewTable[accountKey, *accountEntry](64)
+			st.addresses = actors.NewTable[addressKey, *addressEntry](64)
+		}))
+	}
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} }, opts...)
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	if cfg.Store != nil {
 		c.unhook = cfg.Store.OnSync(c.flush)

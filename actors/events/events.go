@@ -261,7 +261,23 @@ func New(root *actor.RootContext, cfg Config) *Client {
 			store:     cfg.Store, commit: c.commit, idleAfter: cfg.IdleAfter, log: cfg.Logger,
 		}
 	}
-	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} })
+	opts := []actors.ShardOption{actors.Named("events"), actors.WithLogger(cfg.Logger)}
+	if cfg.Store != nil {
+		// After a panic the shard's memory may be half-changed: what it
+		// changed before is stored first (as its next flush would have),
+		// then it starts empty and loads entries from the store on first
+		// touch.
+		opts = append(opts, actors.OnRestart(func(i int) {
+			st := c.states[i]
+			shard{st}.flush(nil)
+			if err := c.commit.Barrier(cfg.Timeout); err != nil {
+				cfg.Logger.Warn("events: shard restarts before its writes were stored", "shard", i, "err", err)
+			}
+			st.events = actors.NewTable[EventID, *eventEntry](64)
+			st.sightings = actors.NewTable[string, *sightingsEntry](64)
+		}))
+	}
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} }, opts...)
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	if cfg.Store != nil {
 		c.unhook = cfg.Store.OnSync(c.flush)
