@@ -299,9 +299,14 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}()
 
 	// Webhook shards stop before the mailer and storage they use (defers run
-	// in reverse); pending retries are in-process and dropped (SPEC §6).
-	hooks := webhook.New(system.Root, webhook.Config{Accounts: accts, DB: db, Mail: mail, Clock: clk, Logger: log,
+	// in reverse). Pending deliveries are kept in the store and resumed here
+	// on their schedule, so a restart between a failed attempt and its retry
+	// loses nothing (an interrupted attempt is made again).
+	hooks, err := webhook.New(system.Root, webhook.Config{Accounts: accts, DB: db, Mail: mail, Clock: clk, Logger: log,
 		AllowPrivate: cfg.allowPrivateWebhooks, UserAgent: "fraudd-webhooks/" + version})
+	if err != nil {
+		return err
+	}
 	defer func() {
 		if err := hooks.Stop(); err != nil {
 			log.Error("stop webhook actors", "err", err)
