@@ -136,7 +136,7 @@ func (s *Shards) spawn(i int) *actor.PID {
 	sl := &s.slots[i]
 	return s.root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		if sl.produced && s.onRestart != nil {
-			s.onRestart(i)
+			s.restartHook(i)
 		}
 		sl.produced = true
 		inner := s.produce(i)
@@ -148,6 +148,19 @@ func (s *Shards) spawn(i int) *actor.PID {
 		}
 		return &shardActor{s: s, i: i, inner: inner}
 	}, actor.WithDispatcher(s.dispatchers[i])))
+}
+
+// restartHook runs OnRestart for shard i. A panic in it is logged and
+// survived: the shard then starts on whatever state the hook left, which is
+// better than a shard that can never start again.
+func (s *Shards) restartHook(i int) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("actor shard restart hook panicked", "shards", s.name, "shard", i, "panic", fmt.Sprint(r),
+				"stack", string(debug.Stack()))
+		}
+	}()
+	s.onRestart(i)
 }
 
 // shardActor wraps a shard's own actor to watch its life cycle.
@@ -192,11 +205,11 @@ func (s *Shards) stopped(i int, pid *actor.PID) {
 	sl.down.Store(true)
 	// A shard that ran a while since its last start gets the short delay
 	// again; one that keeps failing waits longer each time.
-	min, max := s.sup.delays()
+	lo, hi := s.sup.delays()
 	if sl.backoff == 0 || time.Since(sl.upSince) > time.Minute {
-		sl.backoff = min
+		sl.backoff = lo
 	} else {
-		sl.backoff = minDur(2*sl.backoff, max)
+		sl.backoff = minDur(2*sl.backoff, hi)
 	}
 	wait := sl.backoff
 	sl.mu.Unlock()
@@ -220,7 +233,17 @@ func (s *Shards) respawn(i int) {
 		return
 	}
 	sl := &s.slots[i]
-	pid := s.spawn(i)
+	pid, err := s.trySpawn(i)
+	if err != nil {
+		s.log.Error("actor shard not restarted; trying again", "shards", s.name, "shard", i, "err", err)
+		sl.mu.Lock()
+		_, hi := s.sup.delays()
+		sl.backoff = minDur(2*sl.backoff, hi)
+		wait := sl.backoff
+		sl.mu.Unlock()
+		time.AfterFunc(wait, func() { s.respawn(i) })
+		return
+	}
 	sl.mu.Lock()
 	sl.pid.Store(pid)
 	for j, m := range sl.held {
@@ -234,6 +257,17 @@ func (s *Shards) respawn(i int) {
 	sl.down.Store(false)
 	sl.mu.Unlock()
 	s.log.Warn("actor shard restarted", "shards", s.name, "shard", i, "dropped_while_down", dropped)
+}
+
+// trySpawn is spawn for a respawn, off any actor's goroutine: a panic while
+// producing the actor would otherwise end the process.
+func (s *Shards) trySpawn(i int) (pid *actor.PID, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("producing the actor panicked: %v", r)
+		}
+	}()
+	return s.spawn(i), nil
 }
 
 // failer is a call that can be answered with an error by whoever holds it:
