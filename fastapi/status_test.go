@@ -43,6 +43,7 @@ func TestStatusReportsCrashedShard(t *testing.T) {
 	}
 	t.Cleanup(func() { q.Stop(); mon.Stop() })
 	e.srv.deps.Quota, e.srv.deps.Health = q, mon
+	e.srv.checks = pipeline(&e.srv.deps, e.srv.log)
 	sec := 0
 	status := func() map[string]any {
 		t.Helper()
