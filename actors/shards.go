@@ -341,6 +341,10 @@ func (s *Shards) Down() int {
 	return n
 }
 
+// IsDown reports whether shard i is down (stopped by its supervisor, not yet
+// restarted): a sender that would wait for it can skip it instead.
+func (s *Shards) IsDown(i int) bool { return s.slots[i].down.Load() }
+
 // Name is the shard set's name.
 func (s *Shards) Name() string { return s.name }
 

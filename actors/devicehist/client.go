@@ -142,7 +142,6 @@ type Client struct {
 	stopped atomic.Bool
 
 	flushMu sync.Mutex // one flush at a time; Stop waits for it
-	acks    flushReq
 	unhook  func()
 
 	daily actors.Daily
@@ -180,7 +179,6 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	}
 	n := actors.ShardCount(cfg.Shards)
 	c.states = make([]*shardState, n)
-	c.acks = make(flushReq, n)
 	for i := range c.states {
 		c.states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger)
 	}
@@ -401,15 +399,32 @@ func (c *Client) flush() {
 	if c.stopped.Load() {
 		return
 	}
-	n := 0
+	// A shard that is down holds its changes until it restarts (its
+	// restart stores them); waiting for it would stall every sync. Each
+	// flush has its own channel, so an answer that comes after the wait
+	// gave up cannot be taken for the next flush's.
+	var todo []int
 	for i, st := range c.states {
-		if st.pending.Load() {
-			c.shards.Send(uint64(i), c.acks)
-			n++
+		if st.pending.Load() && !c.shards.IsDown(i) {
+			todo = append(todo, i)
 		}
 	}
-	for ; n > 0; n-- {
-		<-c.acks
+	if len(todo) == 0 {
+		return
+	}
+	acks := make(flushReq, len(todo))
+	for _, i := range todo {
+		c.shards.Send(uint64(i), acks)
+	}
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	for range todo {
+		select {
+		case <-acks:
+		case <-t.C:
+			c.log.Warn("devicehist: shards did not store their changes in time; the sync goes on without them")
+			return
+		}
 	}
 }
 

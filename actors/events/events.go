@@ -224,10 +224,10 @@ type Client struct {
 	resolves *actors.Calls[Resolve, Resolved]
 	store    Store
 	log      *slog.Logger
+	timeout  time.Duration
 	stopped  atomic.Bool
 
 	flushMu sync.Mutex // one flush at a time; Stop waits for it
-	acks    flushReq
 	unhook  func()
 
 	daily actors.Daily
@@ -247,13 +247,12 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = time.Minute
 	}
-	c := &Client{resolves: actors.NewCalls[Resolve, Resolved](cfg.Timeout), store: cfg.Store, log: cfg.Logger}
+	c := &Client{resolves: actors.NewCalls[Resolve, Resolved](cfg.Timeout), store: cfg.Store, log: cfg.Logger, timeout: cfg.Timeout}
 	if cfg.Store != nil {
 		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
 	}
 	n := actors.ShardCount(cfg.Shards)
 	c.states = make([]*shardState, n)
-	c.acks = make(flushReq, n)
 	for i := range c.states {
 		c.states[i] = &shardState{
 			events:    actors.NewTable[EventID, *eventEntry](64),
@@ -368,15 +367,32 @@ func (c *Client) flush() {
 	if c.stopped.Load() {
 		return
 	}
-	n := 0
+	// A shard that is down holds its changes until it restarts (its
+	// restart stores them); waiting for it would stall every sync. Each
+	// flush has its own channel, so an answer that comes after the wait
+	// gave up cannot be taken for the next flush's.
+	var todo []int
 	for i, st := range c.states {
-		if st.pending.Load() {
-			c.shards.Send(uint64(i), c.acks)
-			n++
+		if st.pending.Load() && !c.shards.IsDown(i) {
+			todo = append(todo, i)
 		}
 	}
-	for ; n > 0; n-- {
-		<-c.acks
+	if len(todo) == 0 {
+		return
+	}
+	acks := make(flushReq, len(todo))
+	for _, i := range todo {
+		c.shards.Send(uint64(i), acks)
+	}
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	for range todo {
+		select {
+		case <-acks:
+		case <-t.C:
+			c.log.Warn("events: shards did not store their changes in time; the sync goes on without them")
+			return
+		}
 	}
 }
 
