@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,5 +186,30 @@ func TestGroupCommitter(t *testing.T) {
 		if v != i+1 {
 			t.Fatalf("order broken at %d: %d", i, v)
 		}
+	}
+}
+
+// TestGroupCommitterBarrier: a barrier returns only after every item queued
+// before it went through apply and done.
+func TestGroupCommitterBarrier(t *testing.T) {
+	var done atomic.Int64
+	release := make(chan struct{})
+	g := NewGroupCommitter(GroupConfig{}, func(items []int) error {
+		<-release
+		return nil
+	}, func(items []int, _ error) { done.Add(int64(len(items))) })
+	defer g.Close()
+	for i := 0; i < 100; i++ {
+		g.Add(i)
+	}
+	if err := g.Barrier(20 * time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("barrier behind a stuck apply: %v", err)
+	}
+	close(release)
+	if err := g.Barrier(5 * time.Second); err != nil || done.Load() != 100 {
+		t.Fatalf("barrier: %v, %d items done", err, done.Load())
+	}
+	if err := g.Barrier(time.Second); err != nil {
+		t.Fatalf("barrier on an idle committer: %v", err)
 	}
 }

@@ -2,13 +2,26 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
 
+// ErrUnavailable is wrapped by every error that means an actor could not
+// answer (timeout, shard down): the edge answers 503, as for an unreadable
+// store, and the caller may retry.
+var ErrUnavailable = errors.New("actor unavailable")
+
 // ErrTimeout is returned by Calls.Wait when no answer came in time. The
 // request may still be carried out afterwards.
-var ErrTimeout = errors.New("actor did not answer in time")
+var ErrTimeout = fmt.Errorf("%w: did not answer in time", ErrUnavailable)
+
+// ErrShardDown answers a call to a shard its supervisor stopped, until the
+// shard is restarted. The request was not carried out.
+var ErrShardDown = fmt.Errorf("%w: shard down, restarting", ErrUnavailable)
+
+// ErrStopped answers a call sent after the shards began to stop.
+var ErrStopped = fmt.Errorf("%w: stopped", ErrUnavailable)
 
 // Call carries one request to an actor and its answer back on a buffered
 // channel: protoactor's Send plus a channel costs about half a RequestFuture
@@ -31,6 +44,13 @@ type answer[Resp any] struct {
 // Reply answers the call. It never blocks.
 func (c *Call[Req, Resp]) Reply(v Resp, err error) {
 	c.reply <- answer[Resp]{v, err}
+}
+
+// fail answers the call with err; for Shards.Send, which holds a call it
+// could not deliver.
+func (c *Call[Req, Resp]) fail(err error) {
+	var zero Resp
+	c.Reply(zero, err)
 }
 
 // Calls is a pool of Call values for one request type. The zero value is not

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // GroupCommitter turns many small writes into few batches. Senders (shard
@@ -15,7 +16,7 @@ import (
 // commits a lone item at once (no timer, no added latency). Being one
 // goroutine, it also keeps one sender's writes in the order they were added.
 type GroupCommitter[T any] struct {
-	in    chan T
+	in    chan queued[T]
 	apply func([]T) error
 	done  func([]T, error)
 	max   int
@@ -32,6 +33,13 @@ type GroupConfig struct {
 	MaxGroup int // most items per Apply. 0 = 4096
 }
 
+// queued is an item, or a barrier (closed once everything queued before it
+// went through Apply and Done).
+type queued[T any] struct {
+	item    T
+	barrier chan struct{}
+}
+
 // NewGroupCommitter starts the committing goroutine. apply writes a group and
 // reports whether it is durable; done sees every group with apply's result.
 // Both run on the committer goroutine, in order, and must not call Add.
@@ -42,14 +50,35 @@ func NewGroupCommitter[T any](cfg GroupConfig, apply func([]T) error, done func(
 	if cfg.MaxGroup <= 0 {
 		cfg.MaxGroup = 4096
 	}
-	g := &GroupCommitter[T]{in: make(chan T, cfg.Queue), apply: apply, done: done, max: cfg.MaxGroup}
+	g := &GroupCommitter[T]{in: make(chan queued[T], cfg.Queue), apply: apply, done: done, max: cfg.MaxGroup}
 	g.wg.Add(1)
 	go g.run()
 	return g
 }
 
 // Add queues an item. It must not be called after Close.
-func (g *GroupCommitter[T]) Add(item T) { g.in <- item }
+func (g *GroupCommitter[T]) Add(item T) { g.in <- queued[T]{item: item} }
+
+// Barrier waits until every item queued before it went through Apply and
+// Done, or until wait passes (ErrTimeout). A shard that reloads its state
+// from the store calls it first, so that what it reads includes its own
+// writes still in the queue. It must not be called after Close.
+func (g *GroupCommitter[T]) Barrier(wait time.Duration) error {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	ch := make(chan struct{})
+	select {
+	case g.in <- queued[T]{barrier: ch}:
+	case <-t.C:
+		return ErrTimeout
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return ErrTimeout
+	}
+}
 
 // Close commits everything queued and stops the goroutine, waiting for it.
 func (g *GroupCommitter[T]) Close() {
@@ -67,25 +96,34 @@ func (g *GroupCommitter[T]) run() {
 	buf := make([]T, 0, 64)
 	var zero T
 	for {
-		item, ok := <-g.in
+		q, ok := <-g.in
 		if !ok {
 			return
 		}
-		buf = append(buf[:0], item)
+		if q.barrier != nil {
+			close(q.barrier) // every earlier group is done
+			continue
+		}
+		buf = append(buf[:0], q.item)
 		if len(g.in) == 0 {
 			// Let the senders that are ready to run add theirs first: under
 			// load this grows the group at the cost of one scheduler pass;
 			// on an idle system nobody else is runnable and it returns at once.
 			runtime.Gosched()
 		}
+		var barrier chan struct{}
 	gather:
 		for len(buf) < g.max {
 			select {
-			case item, ok := <-g.in:
+			case q, ok := <-g.in:
 				if !ok {
 					break gather
 				}
-				buf = append(buf, item)
+				if q.barrier != nil {
+					barrier = q.barrier // after this group
+					break gather
+				}
+				buf = append(buf, q.item)
 			default:
 				break gather
 			}
@@ -96,6 +134,9 @@ func (g *GroupCommitter[T]) run() {
 		g.items.Add(uint64(len(buf)))
 		for i := range buf {
 			buf[i] = zero // drop references for the GC
+		}
+		if barrier != nil {
+			close(barrier)
 		}
 	}
 }

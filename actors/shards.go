@@ -2,9 +2,13 @@ package actors
 
 import (
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"runtime"
+	"runtime/debug"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -19,22 +23,77 @@ const MaxShards = 1024
 // from the service clock, so eviction follows the test clock like everything else.
 type Tick struct{ Now time.Time }
 
+// maxHeld bounds the fire-and-forget messages one down shard keeps for its
+// successor; more are dropped (and counted in the log).
+const maxHeld = 65536
+
 // Shards is a fixed, power-of-two set of shard actors of one kind. An entity's
 // key hashes (HashString, HashAddr, Mix64) to exactly one shard, which owns the
 // entity's state: no locks guard it. Routing is a mask over the hash and a
 // direct Send to that shard's PID, so nothing is ever dropped for want of a
 // route (protoactor's consistent-hash router drops what it cannot route).
+//
+// Supervision. protoactor restarts a shard whose handler panics, from its
+// producer, and stops it for good after 10 panics within 10 seconds. Shards
+// notices both: after a panic it calls the OnRestart hook before the shard is
+// produced again (so a shard whose state lives in the store reloads it
+// instead of trusting memory a panic may have left half-changed), and a shard
+// its supervisor stopped is marked down, reported by Supervision.Down (and so
+// by /api/status), and spawned again after a growing delay. While a shard is
+// down, calls to it fail at once with ErrShardDown instead of waiting for an
+// answer that cannot come, and its fire-and-forget messages are held (up to
+// maxHeld) and handed to the new shard in order.
 type Shards struct {
 	root        *actor.RootContext
-	pids        []*actor.PID
+	name        string
+	slots       []slot
 	dispatchers []*workerDispatcher
 	mask        uint64
+	produce     func(i int) actor.Actor
+	onRestart   func(i int)
+	sup         *Supervision
+	log         *slog.Logger
+
+	mu       sync.Mutex // spawning against stopping
+	stopping atomic.Bool
 
 	tickOnce sync.Once
 	stopTick chan struct{}
 	tickDone chan struct{}
 	stopOnce sync.Once
 }
+
+// slot is one shard's place: its current PID and, while it is down, what
+// waits for its successor.
+type slot struct {
+	pid  atomic.Pointer[actor.PID]
+	down atomic.Bool
+
+	mu      sync.Mutex // held, dropped, backoff, upSince
+	held    []any
+	dropped int
+	backoff time.Duration
+	upSince time.Time
+	// produced says the shard's actor was produced before: the next
+	// production is a restart (OnRestart runs first).
+	produced bool
+}
+
+// ShardOption configures SpawnShards.
+type ShardOption func(*Shards)
+
+// Named names the shard set in logs and in Supervision.Down.
+func Named(name string) ShardOption { return func(s *Shards) { s.name = name } }
+
+// OnRestart sets fn to run before a shard's actor is produced again after a
+// panic or after its supervisor stopped it: a kind whose state lives in the
+// store drops the shard's memory there (waiting for its queued writes first)
+// so that the new actor loads entities afresh. It runs on the goroutine that
+// restarts the shard, never concurrently with that shard's handler.
+func OnRestart(fn func(i int)) ShardOption { return func(s *Shards) { s.onRestart = fn } }
+
+// WithLogger sets the logger of supervision events; default slog.Default().
+func WithLogger(l *slog.Logger) ShardOption { return func(s *Shards) { s.log = l } }
 
 // ShardCount normalises a requested shard count: n ≤ 0 means 2×GOMAXPROCS;
 // the result is rounded up to a power of two and capped at MaxShards.
@@ -49,41 +108,245 @@ func ShardCount(n int) int {
 }
 
 // SpawnShards spawns ShardCount(n) shard actors. produce is called with the
-// shard index each time the shard's actor is (re)created; protoactor's default
-// supervisor restarts a panicking actor from its producer, so a shard whose
-// state must survive a panic keeps that state outside the actor value and
-// hands the same pointer back on every call.
-func SpawnShards(root *actor.RootContext, n int, produce func(i int) actor.Actor) *Shards {
+// shard index each time the shard's actor is (re)created. A shard whose state
+// must survive a panic keeps that state outside the actor value and hands the
+// same pointer back on every call; one that reloads from the store replaces
+// it in an OnRestart hook.
+func SpawnShards(root *actor.RootContext, n int, produce func(i int) actor.Actor, opts ...ShardOption) *Shards {
 	n = ShardCount(n)
-	s := &Shards{root: root, pids: make([]*actor.PID, n), dispatchers: make([]*workerDispatcher, n), mask: uint64(n - 1)}
-	for i := range s.pids {
-		i := i
+	s := &Shards{root: root, slots: make([]slot, n), dispatchers: make([]*workerDispatcher, n), mask: uint64(n - 1), produce: produce}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.sup = SupervisionOf(root.ActorSystem())
+	s.sup.add(s)
+	for i := range s.slots {
 		s.dispatchers[i] = newWorkerDispatcher()
-		s.pids[i] = root.Spawn(actor.PropsFromProducer(func() actor.Actor { return produce(i) },
-			actor.WithDispatcher(s.dispatchers[i])))
+		s.slots[i].upSince = time.Now()
+		s.slots[i].pid.Store(s.spawn(i))
 	}
 	return s
 }
 
+// spawn starts shard i's actor on its worker.
+func (s *Shards) spawn(i int) *actor.PID {
+	sl := &s.slots[i]
+	return s.root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		if sl.produced && s.onRestart != nil {
+			s.restartHook(i)
+		}
+		sl.produced = true
+		inner := s.produce(i)
+		if s.name == "" {
+			// A readable default, set while shard 0 is first spawned (in
+			// SpawnShards, before anything else runs): the shard's type,
+			// e.g. "quota.shard".
+			s.name = strings.TrimPrefix(fmt.Sprintf("%T", inner), "*")
+		}
+		return &shardActor{s: s, i: i, inner: inner}
+	}, actor.WithDispatcher(s.dispatchers[i])))
+}
+
+// restartHook runs OnRestart for shard i. A panic in it is logged and
+// survived: the shard then starts on whatever state the hook left, which is
+// better than a shard that can never start again.
+func (s *Shards) restartHook(i int) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("actor shard restart hook panicked", "shards", s.name, "shard", i, "panic", fmt.Sprint(r),
+				"stack", string(debug.Stack()))
+		}
+	}()
+	s.onRestart(i)
+}
+
+// shardActor wraps a shard's own actor to watch its life cycle.
+type shardActor struct {
+	s     *Shards
+	i     int
+	inner actor.Actor
+}
+
+func (a *shardActor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Stopped:
+		a.inner.Receive(ctx)
+		a.s.stopped(a.i, ctx.Self())
+		return
+	case *actor.Restarting:
+		a.s.log.Warn("actor shard restarting after a panic", "shards", a.s.name, "shard", a.i)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			// protoactor logs only the value; the stack says where.
+			a.s.log.Error("actor shard panicked", "shards", a.s.name, "shard", a.i, "panic", fmt.Sprint(r),
+				"message", fmt.Sprintf("%T", ctx.Message()), "stack", string(debug.Stack()))
+			panic(r)
+		}
+	}()
+	a.inner.Receive(ctx)
+}
+
+// stopped runs when shard i's actor (pid) has stopped: by Stop, or by its
+// supervisor after repeated panics. The latter marks it down and schedules a
+// new one.
+func (s *Shards) stopped(i int, pid *actor.PID) {
+	if s.stopping.Load() {
+		return
+	}
+	sl := &s.slots[i]
+	if cur := sl.pid.Load(); cur == nil || !cur.Equal(pid) {
+		return
+	}
+	sl.mu.Lock()
+	sl.down.Store(true)
+	// A shard that ran a while since its last start gets the short delay
+	// again; one that keeps failing waits longer each time.
+	lo, hi := s.sup.delays()
+	if sl.backoff == 0 || time.Since(sl.upSince) > time.Minute {
+		sl.backoff = lo
+	} else {
+		sl.backoff = minDur(2*sl.backoff, hi)
+	}
+	wait := sl.backoff
+	sl.mu.Unlock()
+	s.log.Error("actor shard stopped by its supervisor after repeated panics; reported down until it is restarted",
+		"shards", s.name, "shard", i, "restart_in", wait)
+	time.AfterFunc(wait, func() { s.respawn(i) })
+}
+
+func minDur(a, b time.Duration) time.Duration {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+// respawn starts a new actor for down shard i and hands it what was held.
+func (s *Shards) respawn(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping.Load() {
+		return
+	}
+	sl := &s.slots[i]
+	pid, err := s.trySpawn(i)
+	if err != nil {
+		s.log.Error("actor shard not restarted; trying again", "shards", s.name, "shard", i, "err", err)
+		sl.mu.Lock()
+		_, hi := s.sup.delays()
+		sl.backoff = minDur(2*sl.backoff, hi)
+		wait := sl.backoff
+		sl.mu.Unlock()
+		time.AfterFunc(wait, func() { s.respawn(i) })
+		return
+	}
+	sl.mu.Lock()
+	sl.pid.Store(pid)
+	for j, m := range sl.held {
+		s.root.Send(pid, m)
+		sl.held[j] = nil
+	}
+	sl.held = sl.held[:0]
+	dropped := sl.dropped
+	sl.dropped = 0
+	sl.upSince = time.Now()
+	sl.down.Store(false)
+	sl.mu.Unlock()
+	s.log.Warn("actor shard restarted", "shards", s.name, "shard", i, "dropped_while_down", dropped)
+}
+
+// trySpawn is spawn for a respawn, off any actor's goroutine: a panic while
+// producing the actor would otherwise end the process.
+func (s *Shards) trySpawn(i int) (pid *actor.PID, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("producing the actor panicked: %v", r)
+		}
+	}()
+	return s.spawn(i), nil
+}
+
+// failer is a call that can be answered with an error by whoever holds it:
+// *Call, while the shard it was meant for is down.
+type failer interface{ fail(error) }
+
 // Len is the number of shards.
-func (s *Shards) Len() int { return len(s.pids) }
+func (s *Shards) Len() int { return len(s.slots) }
 
 // Index is the shard owning hash h.
 func (s *Shards) Index(h uint64) int { return int(h & s.mask) }
 
-// PID is the shard owning hash h.
-func (s *Shards) PID(h uint64) *actor.PID { return s.pids[h&s.mask] }
+// PID is the current actor of the shard owning hash h.
+func (s *Shards) PID(h uint64) *actor.PID { return s.slots[h&s.mask].pid.Load() }
 
 // Send delivers msg to the shard owning hash h, fire-and-forget. Messages from
-// one sender to one shard arrive in the order sent.
-func (s *Shards) Send(h uint64, msg any) { s.root.Send(s.pids[h&s.mask], msg) }
+// one sender to one shard arrive in the order sent. While that shard is down a
+// *Call is answered ErrShardDown at once, a Tick is dropped (the next one
+// comes), and anything else waits for the restarted shard. Once Stop began, a
+// *Call is answered ErrStopped and anything else is dropped.
+func (s *Shards) Send(h uint64, msg any) { s.send(&s.slots[h&s.mask], msg) }
+
+func (s *Shards) send(sl *slot, msg any) {
+	if !sl.down.Load() && !s.stopping.Load() {
+		s.root.Send(sl.pid.Load(), msg)
+		return
+	}
+	if s.stopping.Load() {
+		if f, ok := msg.(failer); ok {
+			f.fail(ErrStopped)
+		}
+		return
+	}
+	if f, ok := msg.(failer); ok {
+		f.fail(ErrShardDown)
+		return
+	}
+	if _, ok := msg.(Tick); ok {
+		return
+	}
+	sl.mu.Lock()
+	if !sl.down.Load() { // restarted meanwhile
+		sl.mu.Unlock()
+		s.root.Send(sl.pid.Load(), msg)
+		return
+	}
+	if len(sl.held) < maxHeld {
+		sl.held = append(sl.held, msg)
+	} else {
+		sl.dropped++
+	}
+	sl.mu.Unlock()
+}
 
 // Broadcast delivers msg to every shard.
 func (s *Shards) Broadcast(msg any) {
-	for _, pid := range s.pids {
-		s.root.Send(pid, msg)
+	for i := range s.slots {
+		s.send(&s.slots[i], msg)
 	}
 }
+
+// Down is the number of shards currently down (stopped by their supervisor,
+// not yet restarted).
+func (s *Shards) Down() int {
+	n := 0
+	for i := range s.slots {
+		if s.slots[i].down.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// IsDown reports whether shard i is down (stopped by its supervisor, not yet
+// restarted): a sender that would wait for it can skip it instead.
+func (s *Shards) IsDown(i int) bool { return s.slots[i].down.Load() }
+
+// Name is the shard set's name.
+func (s *Shards) Name() string { return s.name }
 
 // Tick starts a goroutine that broadcasts Tick{Now: clk.Now()} every interval
 // until Stop. Calling it again has no effect.
@@ -112,7 +375,8 @@ func (s *Shards) Tick(clk clock.Clock, every time.Duration) {
 
 // Stop ends the ticker, then lets every shard finish the messages already in
 // its mailbox and stops it, waiting for all of them. Messages sent after Stop
-// go to protoactor's dead letters; stop the senders first.
+// go to protoactor's dead letters; stop the senders first. A shard that is
+// down is not restarted any more.
 func (s *Shards) Stop() error {
 	var err error
 	s.stopOnce.Do(func() {
@@ -120,18 +384,22 @@ func (s *Shards) Stop() error {
 			close(s.stopTick)
 			<-s.tickDone
 		}
-		futures := make([]*actor.Future, len(s.pids))
-		for i, pid := range s.pids {
-			futures[i] = s.root.PoisonFuture(pid)
+		s.mu.Lock()
+		s.stopping.Store(true)
+		s.mu.Unlock()
+		futures := make([]*actor.Future, len(s.slots))
+		for i := range s.slots {
+			futures[i] = s.root.PoisonFuture(s.slots[i].pid.Load())
 		}
 		for i, f := range futures {
 			if _, e := f.Result(); e != nil && err == nil {
-				err = fmt.Errorf("stop shard %d: %w", i, e)
+				err = fmt.Errorf("stop shard %s/%d: %w", s.name, i, e)
 			}
 		}
 		for _, d := range s.dispatchers {
 			d.stop()
 		}
+		s.sup.remove(s)
 	})
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/wire"
 )
 
@@ -524,14 +526,20 @@ func (s *Server) adminClock(ctx *fasthttp.RequestCtx, r *request) {
 			s.badRequest(ctx, "set must be an RFC 3339 date-time.")
 			return
 		}
-		now = s.deps.TestClock.Set(t)
+		if now, err = s.deps.TestClock.Set(t); err != nil {
+			s.badRequest(ctx, "set must lie from %s up to %s.", clock.Earliest.Format(time.RFC3339), clock.Latest.Format(time.RFC3339))
+			return
+		}
 	case in.Advance != nil:
 		d, err := parseAdvance(in.Advance)
 		if err != nil {
 			s.badRequest(ctx, "%v.", err)
 			return
 		}
-		now = s.deps.TestClock.Advance(d)
+		if now, err = s.deps.TestClock.Advance(d); err != nil {
+			s.badRequest(ctx, "advance would move the clock outside %s to %s.", clock.Earliest.Format(time.RFC3339), clock.Latest.Format(time.RFC3339))
+			return
+		}
 	default:
 		now = s.deps.TestClock.Now()
 	}
@@ -546,14 +554,24 @@ func parseAdvance(raw json.RawMessage) (time.Duration, error) {
 		if err := json.Unmarshal(raw, &n); err != nil {
 			return 0, errors.New("advance must be a Go duration like \"25h\" or whole seconds")
 		}
-		return time.Duration(n) * time.Second, nil
+		return seconds(n)
 	}
 	if n, err := strconv.ParseInt(sv, 10, 64); err == nil {
-		return time.Duration(n) * time.Second, nil
+		return seconds(n)
 	}
 	d, err := time.ParseDuration(sv)
 	if err != nil {
 		return 0, errors.New("advance must be a Go duration like \"25h\" or whole seconds")
 	}
 	return d, nil
+}
+
+// seconds converts whole seconds to a Duration, refusing what would wrap
+// around (past about 292 years).
+func seconds(n int64) (time.Duration, error) {
+	const most = math.MaxInt64 / int64(time.Second)
+	if n > most || n < -most {
+		return 0, errors.New("advance is out of range")
+	}
+	return time.Duration(n) * time.Second, nil
 }

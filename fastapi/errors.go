@@ -1,10 +1,12 @@
 package fastapi
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/wire"
 )
@@ -68,8 +70,16 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, status int, msg, code, hin
 	s.writeJSON(ctx, status, &wire.Error{Error: msg, Code: code, Hint: hint})
 }
 
-// serverError logs the cause and sends the generic 500.
+// serverError logs the cause and sends the generic 500, or the 503 of SPEC
+// §7 when an actor could not answer (timed out, stopped, or its shard is down
+// and restarting): that is temporary and nothing was carried out.
 func (s *Server) serverError(ctx *fasthttp.RequestCtx, where string, err error) {
+	if errors.Is(err, actors.ErrUnavailable) {
+		s.log.Warn("request failed: actor unavailable", "where", where, "err", err,
+			"request_id", string(ctx.Response.Header.Peek(headerRequestID)))
+		s.storageUnavailable(ctx)
+		return
+	}
 	s.log.Error("request failed", "where", where, "err", err,
 		"request_id", string(ctx.Response.Header.Peek(headerRequestID)))
 	s.writeError(ctx, fasthttp.StatusInternalServerError, checks.MsgServerError, "", "")

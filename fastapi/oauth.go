@@ -3,6 +3,7 @@ package fastapi
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/bytedance/sonic"
 	"github.com/valyala/fasthttp"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/iplimit"
@@ -126,6 +128,11 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	v, err := s.deps.Limits.Take(iplimit.Of(iplimit.AuthFail, iplimit.OAuth), r.Addr, r.Now)
+	if errors.Is(err, actors.ErrUnavailable) {
+		s.log.Warn("oauth limits unavailable", "err", err)
+		s.oauthUnavailable(ctx, checks.DescUnavailable)
+		return
+	}
 	if err != nil {
 		s.serverError(ctx, "oauth limits", err)
 		return
@@ -140,10 +147,7 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	if s.deps.Store != nil && !s.deps.Store.Available() {
-		ctx.Response.Header.Set(headerRetryAfter, itoa(checks.RetryAfterStorage))
-		ctx.Response.Header.Set("Cache-Control", "no-store")
-		s.writeJSON(ctx, fasthttp.StatusServiceUnavailable, &wire.OAuthError{Error: "temporarily_unavailable",
-			ErrorDescription: checks.DescStorage, Code: checks.CodeStorage})
+		s.oauthUnavailable(ctx, checks.DescStorage)
 		return
 	}
 	tr := readTokenRequest(ctx)
@@ -224,3 +228,11 @@ func (s *Server) handlePRMetadata(ctx *fasthttp.RequestCtx, r *request) {
 }
 
 func itoa(n int) string { return string(fasthttp.AppendUint(nil, n)) }
+
+// oauthUnavailable sends the token endpoint's 503 (SPEC 4.9).
+func (s *Server) oauthUnavailable(ctx *fasthttp.RequestCtx, desc string) {
+	ctx.Response.Header.Set(headerRetryAfter, itoa(checks.RetryAfterStorage))
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	s.writeJSON(ctx, fasthttp.StatusServiceUnavailable, &wire.OAuthError{Error: "temporarily_unavailable",
+		ErrorDescription: desc, Code: checks.CodeStorage})
+}

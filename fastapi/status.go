@@ -1,6 +1,7 @@
 package fastapi
 
 import (
+	"slices"
 	"time"
 
 	"github.com/bytedance/sonic"
@@ -52,6 +53,14 @@ func (s *Server) statusPayload(now time.Time) wire.Status {
 		return wire.ServiceHealth{Status: "degraded", UptimePct: pct}
 	}
 	storeOK := s.deps.Store == nil || s.deps.Store.Available()
+	// An actor shard its supervisor stopped makes part of the API fail until
+	// it is restarted; the accounts actor carries every admin change.
+	var down []string
+	if s.deps.Health != nil {
+		down = s.deps.Health.Down()
+	}
+	actorsOK := len(down) == 0
+	accountsOK := !slices.Contains(down, "accounts")
 	st := wire.Status{
 		Status: "operational",
 		Uptime: wire.Uptime{
@@ -61,17 +70,22 @@ func (s *Server) statusPayload(now time.Time) wire.Status {
 			Started: s.cfg.StartedAt.UTC().Format(time.RFC3339),
 		},
 		Services: wire.Services{
-			API: health(true, 100), Storage: health(storeOK, 100), Authentication: health(storeOK, 100), Feeds: health(true, 100),
+			API: health(actorsOK, 100), Storage: health(storeOK, 100), Authentication: health(storeOK && accountsOK, 100), Feeds: health(true, 100),
 		},
 		LastProbe: now.UTC().Format(time.RFC3339),
 		Version:   s.cfg.Version,
 	}
 	if s.deps.Health != nil {
-		if rep, err := s.deps.Health.Report(now); err == nil {
+		rep, err := s.deps.Health.Report(now)
+		if err != nil {
+			// The health actor itself did not answer.
+			s.log.Warn("status: health report unavailable", "err", err)
+			st.Services.API = health(false, 100)
+		} else {
 			st.Services = wire.Services{
-				API:            health(rep.API.OK, rep.API.UptimePct),
+				API:            health(rep.API.OK && actorsOK, rep.API.UptimePct),
 				Storage:        health(rep.Storage.OK && storeOK, rep.Storage.UptimePct),
-				Authentication: health(rep.Auth.OK && storeOK, rep.Auth.UptimePct),
+				Authentication: health(rep.Auth.OK && storeOK && accountsOK, rep.Auth.UptimePct),
 				Feeds:          health(rep.Feeds.OK, rep.Feeds.UptimePct),
 			}
 			if !rep.LastProbe.IsZero() {
@@ -84,7 +98,8 @@ func (s *Server) statusPayload(now time.Time) wire.Status {
 			}
 		}
 	}
-	if st.Services.Storage.Status != "operational" || st.Services.Feeds.Status != "operational" {
+	if st.Services.Storage.Status != "operational" || st.Services.Feeds.Status != "operational" ||
+		st.Services.API.Status != "operational" || st.Services.Authentication.Status != "operational" {
 		st.Status = "degraded"
 	}
 	return st

@@ -18,8 +18,9 @@ const (
 	prefixHistRecent byte = 0x34 // customer + ^last seen + device → empty: most recently seen devices (devicehist.go)
 	prefixGPUSample  byte = 0x35 // customer + device hash → sealed latest GPU feature vector (challenge.go, actors/challenge)
 	// 0x36–0x3f: free for further device records.
-	prefixMail     byte = 0x40 // time + id → mail outbox record
-	prefixDelivery byte = 0x41 // account id + 0x00 + time + event id + attempt → webhook delivery attempt
-	prefixTraffic  byte = 0x50 // bucket start → threat-feed traffic counts
-	prefixHealth   byte = 0x51 // UTC day → status probe counts
+	prefixMail        byte = 0x40 // time + id → mail outbox record
+	prefixDelivery    byte = 0x41 // account id + 0x00 + time + event id + attempt → webhook delivery attempt
+	prefixHookPending byte = 0x42 // account id + 0x00 + event id → webhook event still being delivered (hookpending.go, actors/webhook)
+	prefixTraffic     byte = 0x50 // bucket start → threat-feed traffic counts
+	prefixHealth      byte = 0x51 // UTC day → status probe counts
 )

@@ -17,6 +17,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
@@ -119,13 +120,17 @@ type Config struct {
 	DB     *storage.DB
 	Master secrets.Master
 	Clock  clock.Clock
+	// Timeout bounds one change's round trip to the actor (admin requests
+	// wait for it); 0 means 10 s. A change that times out may still be
+	// applied afterwards.
+	Timeout time.Duration
 }
 
 // Service is the typed client of the accounts actor plus the read directory.
 type Service struct {
 	cfg    Config
-	root   *actor.RootContext
-	pid    *actor.PID
+	actor  *actors.Shards // one shard: every change in arrival order
+	calls  *actors.Calls[func() (any, error), any]
 	pepper []byte
 	sealer *secrets.Sealer
 	hashes sync.Pool
@@ -134,16 +139,19 @@ type Service struct {
 	byID  sync.Map // account id → *View; written only by the actor
 }
 
-// call is the one message kind: the actor runs do, so every change happens in
-// its single goroutine, in arrival order.
-type call struct {
-	do    func() (any, error)
-	reply chan result
-}
+// call is the one message kind: the actor runs the change, so every change
+// happens in its single goroutine, in arrival order.
+type call = actors.Call[func() (any, error), any]
 
-type result struct {
-	v   any
-	err error
+// changer runs changes. Its only state is in the store and in the published
+// directory, which a change updates only after the store took it, so a
+// restart after a panic has nothing to reload.
+type changer struct{}
+
+func (changer) Receive(c actor.Context) {
+	if m, ok := c.Message().(*call); ok {
+		m.Reply(m.Req())
+	}
 }
 
 // Start loads every account from storage and spawns the actor.
@@ -155,7 +163,11 @@ func Start(root *actor.RootContext, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, root: root, pepper: cfg.Master.Derive(secrets.LabelAPIKeyPepper), sealer: sealer}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	s := &Service{cfg: cfg, pepper: cfg.Master.Derive(secrets.LabelAPIKeyPepper), sealer: sealer,
+		calls: actors.NewCalls[func() (any, error), any](cfg.Timeout)}
 	s.hashes.New = func() any { return &hasher{h: hmac.New(sha256.New, s.pepper), in: make([]byte, 0, 96)} }
 	err = cfg.DB.Accounts(func(a *storage.Account) error {
 		rules, err := cfg.DB.GetRules(a.ID)
@@ -172,25 +184,21 @@ func Start(root *actor.RootContext, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load accounts: %w", err)
 	}
-	s.pid = root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		if m, ok := c.Message().(*call); ok {
-			v, err := m.do()
-			m.reply <- result{v, err}
-		}
-	}))
+	s.actor = actors.SpawnShards(root, 1, func(int) actor.Actor { return changer{} }, actors.Named("accounts"))
 	return s, nil
 }
 
 // Stop ends the actor after the changes already queued.
 func (s *Service) Stop() {
-	_ = s.root.PoisonFuture(s.pid).Wait()
+	_ = s.actor.Stop()
 }
 
+// run has the actor make a change and waits at most Config.Timeout for it
+// (actors.ErrUnavailable after that, or at once while the actor is down).
 func (s *Service) run(do func() (any, error)) (any, error) {
-	ch := make(chan result, 1)
-	s.root.Send(s.pid, &call{do: do, reply: ch})
-	r := <-ch
-	return r.v, r.err
+	c := s.calls.Get(do)
+	s.actor.Send(0, c)
+	return s.calls.Wait(c)
 }
 
 // hasher is a pooled HMAC with scratch space, so hashing a key on the request

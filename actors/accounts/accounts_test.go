@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
@@ -101,5 +102,41 @@ func TestKeysRotationAndTokens(t *testing.T) {
 	s2, _ := start(t, fs, clk)
 	if a, ok := s2.Authenticate(test2, clk.Now()); !ok || a.View.Allowed(netip.MustParseAddr("192.0.2.1")) || len(a.View.Policy.Rules) != 1 {
 		t.Fatalf("after restart: %+v %v", a, ok)
+	}
+}
+
+// TestChangeWaitIsBounded: while the accounts actor is busy with a change
+// that never finishes, the next admin change answers actors.ErrUnavailable
+// within the timeout instead of hanging its request.
+func TestChangeWaitIsBounded(t *testing.T) {
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+	s, err := Start(sys.Root, Config{DB: db, Master: secrets.FromBytes([]byte("unit")), Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	busy := make(chan struct{})
+	go s.run(func() (any, error) { close(busy); <-release; return nil, nil })
+	<-busy
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Create(NewAccount{Email: "stuck@example.com", Plan: "free"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, actors.ErrUnavailable) {
+			t.Fatalf("want actors.ErrUnavailable, got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the change waited on a stuck actor without bound")
 	}
 }

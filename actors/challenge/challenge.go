@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -41,7 +42,7 @@ const (
 
 var (
 	// ErrStopped is returned after Stop.
-	ErrStopped = errors.New("challenge: stopped")
+	ErrStopped = fmt.Errorf("challenge: stopped: %w", actors.ErrUnavailable)
 	// ErrOutstanding: MaxOutstanding challenges are unexpired and unused (409).
 	ErrOutstanding = errors.New("challenge: too many outstanding challenges")
 )
@@ -179,13 +180,24 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		panic(err)
 	}
 	n := actors.ShardCount(cfg.Shards)
-	states := make([]*shardState, n)
-	for i := range states {
-		states[i] = &shardState{customers: actors.NewTable[string, *customer](64), key: key, log: cfg.Logger,
+	fresh := func() *shardState {
+		return &shardState{customers: actors.NewTable[string, *customer](64), key: key, log: cfg.Logger,
 			store: cfg.Store, aead: aead, purged: map[string]bool{}}
 	}
+	states := make([]*shardState, n)
+	for i := range states {
+		states[i] = fresh()
+	}
 	c.states = states
-	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
+	opts := []actors.ShardOption{actors.Named("challenge"), actors.WithLogger(cfg.Logger)}
+	if cfg.Store != nil {
+		// After a panic the shard starts empty, as after a process restart:
+		// GPU samples load from the store on first touch; outstanding
+		// challenges and consistency hashes, which live in memory only,
+		// are gone (a new challenge is one request away).
+		opts = append(opts, actors.OnRestart(func(i int) { states[i] = fresh() }))
+	}
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} }, opts...)
 	if cfg.SweepEvery == 0 {
 		cfg.SweepEvery = time.Minute
 	}

@@ -1,8 +1,11 @@
 package checks
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/fraudd/fraudd/actors"
 )
 
 // Public message texts: everything a client can read in an error body (SPEC
@@ -68,6 +71,7 @@ const (
 	// The token endpoint's error_description texts (SPEC 4.9).
 	DescOAuthOff           = "OAuth is not enabled on this server."
 	DescStorage            = "The account store is unavailable; retry later."
+	DescUnavailable        = "The service is briefly unavailable; retry later."
 	DescJSONUnreadable     = "The JSON body could not be read."
 	DescRepeated           = "Each parameter may be sent once."
 	DescBasicUnreadable    = "The Basic credentials could not be read."
@@ -196,8 +200,13 @@ func Invalid(msg string) *Refusal { return &Refusal{Status: http.StatusBadReques
 // Invalidf is Invalid with a format from the table.
 func Invalidf(format string, args ...any) *Refusal { return Invalid(fmt.Sprintf(format, args...)) }
 
-// ServerError is the generic 500; cause is logged, never sent.
+// ServerError is the generic 500; cause is logged, never sent. An actor that
+// could not answer (timed out, stopped, or its shard down and restarting) is
+// the 503 of SPEC §7 instead: temporary, and nothing was carried out.
 func ServerError(cause error) *Refusal {
+	if errors.Is(cause, actors.ErrUnavailable) {
+		return storageUnavailable(cause)
+	}
 	return &Refusal{Status: http.StatusInternalServerError, Msg: MsgServerError, Cause: cause}
 }
 

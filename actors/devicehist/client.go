@@ -23,7 +23,7 @@ import (
 // Errors. Any error from Observe means "no device-history facts": answer
 // without them (fail open); the evaluation itself is not affected.
 var (
-	ErrStopped = errors.New("devicehist: stopped")
+	ErrStopped = fmt.Errorf("devicehist: stopped: %w", actors.ErrUnavailable)
 	// ErrInvalid: an id is longer than its bound (or the customer is empty).
 	ErrInvalid = errors.New("devicehist: invalid observation")
 	// ErrUnavailable wraps store failures.
@@ -142,7 +142,6 @@ type Client struct {
 	stopped atomic.Bool
 
 	flushMu sync.Mutex // one flush at a time; Stop waits for it
-	acks    flushReq
 	unhook  func()
 
 	daily actors.Daily
@@ -180,11 +179,27 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	}
 	n := actors.ShardCount(cfg.Shards)
 	c.states = make([]*shardState, n)
-	c.acks = make(flushReq, n)
 	for i := range c.states {
 		c.states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger)
 	}
-	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} })
+	opts := []actors.ShardOption{actors.Named("devicehist"), actors.WithLogger(cfg.Logger)}
+	if cfg.Store != nil {
+		// After a panic the shard's memory may be half-changed: what it
+		// changed before is stored first (as its next flush would have),
+		// then it starts empty and loads records from the store on first
+		// touch.
+		opts = append(opts, actors.OnRestart(func(i int) {
+			st := c.states[i]
+			shard{st}.flush(nil)
+			if err := c.commit.Barrier(cfg.Timeout); err != nil {
+				cfg.Logger.Warn("devicehist: shard restarts before its writes were stored", "shard", i, "err", err)
+			}
+			st.devices = actors.NewTable[deviceKey, *deviceEntry](64)
+			st.accounts = actors.NewTable[accountKey, *accountEntry](64)
+			st.addresses = actors.NewTable[addressKey, *addressEntry](64)
+		}))
+	}
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} }, opts...)
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	if cfg.Store != nil {
 		c.unhook = cfg.Store.OnSync(c.flush)
@@ -384,15 +399,32 @@ func (c *Client) flush() {
 	if c.stopped.Load() {
 		return
 	}
-	n := 0
+	// A shard that is down holds its changes until it restarts (its
+	// restart stores them); waiting for it would stall every sync. Each
+	// flush has its own channel, so an answer that comes after the wait
+	// gave up cannot be taken for the next flush's.
+	var todo []int
 	for i, st := range c.states {
-		if st.pending.Load() {
-			c.shards.Send(uint64(i), c.acks)
-			n++
+		if st.pending.Load() && !c.shards.IsDown(i) {
+			todo = append(todo, i)
 		}
 	}
-	for ; n > 0; n-- {
-		<-c.acks
+	if len(todo) == 0 {
+		return
+	}
+	acks := make(flushReq, len(todo))
+	for _, i := range todo {
+		c.shards.Send(uint64(i), acks)
+	}
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	for range todo {
+		select {
+		case <-acks:
+		case <-t.C:
+			c.log.Warn("devicehist: shards did not store their changes in time; the sync goes on without them")
+			return
+		}
 	}
 }
 

@@ -71,8 +71,9 @@ type pending struct {
 
 var writePool = sync.Pool{New: func() any { return new(storage.HistWrite) }}
 
-// shardState outlives the actor value, so a restart after a panic keeps the
-// entries (protoactor's supervisor recreates the actor from its producer).
+// shardState outlives the actor value. With a store, a restart after a panic
+// stores what changed and then drops the entries (see New); without one it
+// keeps them, as the only copy.
 type shardState struct {
 	devices   *actors.Table[deviceKey, *deviceEntry]
 	accounts  *actors.Table[accountKey, *accountEntry]

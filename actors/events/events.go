@@ -50,7 +50,7 @@ import (
 )
 
 // ErrStopped is returned after Stop.
-var ErrStopped = errors.New("device: stopped")
+var ErrStopped = fmt.Errorf("device: stopped: %w", actors.ErrUnavailable)
 
 // Store is where events and sightings live; *storage.DB implements it.
 // OnSync registers the flush that runs before each of the store's group
@@ -224,10 +224,10 @@ type Client struct {
 	resolves *actors.Calls[Resolve, Resolved]
 	store    Store
 	log      *slog.Logger
+	timeout  time.Duration
 	stopped  atomic.Bool
 
 	flushMu sync.Mutex // one flush at a time; Stop waits for it
-	acks    flushReq
 	unhook  func()
 
 	daily actors.Daily
@@ -247,13 +247,12 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = time.Minute
 	}
-	c := &Client{resolves: actors.NewCalls[Resolve, Resolved](cfg.Timeout), store: cfg.Store, log: cfg.Logger}
+	c := &Client{resolves: actors.NewCalls[Resolve, Resolved](cfg.Timeout), store: cfg.Store, log: cfg.Logger, timeout: cfg.Timeout}
 	if cfg.Store != nil {
 		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
 	}
 	n := actors.ShardCount(cfg.Shards)
 	c.states = make([]*shardState, n)
-	c.acks = make(flushReq, n)
 	for i := range c.states {
 		c.states[i] = &shardState{
 			events:    actors.NewTable[EventID, *eventEntry](64),
@@ -261,7 +260,23 @@ func New(root *actor.RootContext, cfg Config) *Client {
 			store:     cfg.Store, commit: c.commit, idleAfter: cfg.IdleAfter, log: cfg.Logger,
 		}
 	}
-	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} })
+	opts := []actors.ShardOption{actors.Named("events"), actors.WithLogger(cfg.Logger)}
+	if cfg.Store != nil {
+		// After a panic the shard's memory may be half-changed: what it
+		// changed before is stored first (as its next flush would have),
+		// then it starts empty and loads entries from the store on first
+		// touch.
+		opts = append(opts, actors.OnRestart(func(i int) {
+			st := c.states[i]
+			shard{st}.flush(nil)
+			if err := c.commit.Barrier(cfg.Timeout); err != nil {
+				cfg.Logger.Warn("events: shard restarts before its writes were stored", "shard", i, "err", err)
+			}
+			st.events = actors.NewTable[EventID, *eventEntry](64)
+			st.sightings = actors.NewTable[string, *sightingsEntry](64)
+		}))
+	}
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} }, opts...)
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	if cfg.Store != nil {
 		c.unhook = cfg.Store.OnSync(c.flush)
@@ -352,15 +367,32 @@ func (c *Client) flush() {
 	if c.stopped.Load() {
 		return
 	}
-	n := 0
+	// A shard that is down holds its changes until it restarts (its
+	// restart stores them); waiting for it would stall every sync. Each
+	// flush has its own channel, so an answer that comes after the wait
+	// gave up cannot be taken for the next flush's.
+	var todo []int
 	for i, st := range c.states {
-		if st.pending.Load() {
-			c.shards.Send(uint64(i), c.acks)
-			n++
+		if st.pending.Load() && !c.shards.IsDown(i) {
+			todo = append(todo, i)
 		}
 	}
-	for ; n > 0; n-- {
-		<-c.acks
+	if len(todo) == 0 {
+		return
+	}
+	acks := make(flushReq, len(todo))
+	for _, i := range todo {
+		c.shards.Send(uint64(i), acks)
+	}
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	for range todo {
+		select {
+		case <-acks:
+		case <-t.C:
+			c.log.Warn("events: shards did not store their changes in time; the sync goes on without them")
+			return
+		}
 	}
 }
 

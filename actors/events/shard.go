@@ -47,8 +47,9 @@ var writePool = sync.Pool{New: func() any { return new(write) }}
 // committer; the channel gets one value once that is stored.
 type flushReq chan struct{}
 
-// shardState outlives the actor value, so a restart after a panic keeps the
-// entries (protoactor's supervisor recreates the actor from its producer).
+// shardState outlives the actor value. With a store, a restart after a panic
+// stores what changed and then drops the entries (see New); without one it
+// keeps them, as the only copy.
 type shardState struct {
 	events    *actors.Table[EventID, *eventEntry]
 	sightings *actors.Table[string, *sightingsEntry]

@@ -6,6 +6,7 @@
 package health
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -23,6 +24,10 @@ const Days = 90
 type Checks struct {
 	Storage func() error // write and read back with sync
 	Feeds   func() bool  // a snapshot with coverage is loaded
+	// Actors names the actor shard sets with a shard down (stopped by its
+	// supervisor, not yet restarted): the API cannot fully answer meanwhile.
+	// actors.Supervision.Down fits.
+	Actors func() []string
 }
 
 // Config configures New.
@@ -58,6 +63,7 @@ type Report struct {
 type Monitor struct {
 	shards  *actors.Shards
 	reports *actors.Calls[time.Time, Report]
+	down    func() []string
 }
 
 type state struct {
@@ -82,23 +88,49 @@ func New(root *actor.RootContext, cfg Config) (*Monitor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	st := &state{cfg: cfg, days: map[int64]*storage.HealthDay{}}
-	if cfg.DB != nil {
-		hs, err := cfg.DB.Health(dayOf(cfg.Clock.Now()).AddDate(0, 0, -Days))
-		if err == nil {
-			for i := range hs {
-				h := hs[i]
-				st.days[h.Day.Unix()/86400] = &h
-			}
-		}
-	}
-	m := &Monitor{reports: actors.NewCalls[time.Time, Report](0)}
-	m.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return owner{st} })
+	st := &state{cfg: cfg}
+	st.load()
+	m := &Monitor{reports: actors.NewCalls[time.Time, Report](0), down: cfg.Checks.Actors}
+	// A restart after a panic reads the history from the store again.
+	m.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return owner{st} },
+		actors.Named("health"), actors.WithLogger(cfg.Logger), actors.OnRestart(func(int) { st.load() }))
 	done := make(chan struct{})
 	m.shards.Send(0, &probeNow{done: done})
-	<-done
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		m.shards.Stop()
+		return nil, fmt.Errorf("health: first probe did not finish in 30 s")
+	}
 	m.shards.Tick(cfg.Clock, cfg.Interval)
 	return m, nil
+}
+
+// load reads the stored history (memory only without a store).
+func (st *state) load() {
+	st.days = map[int64]*storage.HealthDay{}
+	st.last, st.lastOK = time.Time{}, [4]bool{}
+	if st.cfg.DB == nil {
+		return
+	}
+	hs, err := st.cfg.DB.Health(dayOf(st.cfg.Clock.Now()).AddDate(0, 0, -Days))
+	if err != nil {
+		st.cfg.Logger.Warn("health: history not loaded", "err", err)
+		return
+	}
+	for i := range hs {
+		h := hs[i]
+		st.days[h.Day.Unix()/86400] = &h
+	}
+}
+
+// Down names the actor shard sets with a shard down right now. It asks no
+// actor, so it answers even while the health actor itself is down.
+func (m *Monitor) Down() []string {
+	if m.down == nil {
+		return nil
+	}
+	return m.down()
 }
 
 // Report returns the health as of now.
@@ -136,10 +168,12 @@ func b2u(b bool) uint64 {
 func (st *state) probe(now time.Time) {
 	storageOK := st.cfg.Checks.Storage == nil || st.cfg.Checks.Storage() == nil
 	feedsOK := st.cfg.Checks.Feeds == nil || st.cfg.Checks.Feeds()
-	// The API answers from this process, so it is up whenever a probe runs;
-	// authentication reads the key directory in memory but needs the store
-	// for the quota and account writes behind every authenticated call.
-	apiOK, authOK := true, storageOK
+	// The API answers from this process, so it is up whenever a probe runs
+	// and every actor shard runs; authentication reads the key directory in
+	// memory but needs the store for the quota and account writes behind
+	// every authenticated call.
+	apiOK := st.cfg.Checks.Actors == nil || len(st.cfg.Checks.Actors()) == 0
+	authOK := storageOK
 	st.last = now
 	st.lastOK = [4]bool{apiOK, storageOK, authOK, feedsOK}
 	k := now.Unix() / 86400

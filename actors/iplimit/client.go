@@ -1,7 +1,6 @@
 package iplimit
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync/atomic"
@@ -14,7 +13,7 @@ import (
 )
 
 // ErrStopped is returned after Stop.
-var ErrStopped = errors.New("iplimit: stopped")
+var ErrStopped = fmt.Errorf("iplimit: stopped: %w", actors.ErrUnavailable)
 
 // Take asks the address's shard to take one request from each limiter in Kinds.
 type Take struct {
@@ -81,12 +80,15 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	if cfg.MaxEntries > 0 {
 		per = max(cfg.MaxEntries/n, 64)
 	}
-	ls := make([]*limiter, n) // outlive a restarted actor
+	// The limiters outlive a restarted actor: they are the only copy of the
+	// counts and lockouts, and an attacker who could crash a shard must not
+	// wipe its lockouts by doing so.
+	ls := make([]*limiter, n)
 	for i := range ls {
 		ls[i] = newLimiter(per)
 	}
 	c := &Client{
-		shards: actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{ls[i]} }),
+		shards: actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{ls[i]} }, actors.Named("iplimit")),
 		calls:  actors.NewCalls[Take, Verdict](cfg.Timeout),
 	}
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)

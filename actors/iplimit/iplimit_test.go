@@ -374,3 +374,94 @@ func TestTakeAllocs(t *testing.T) {
 		t.Fatalf("%.1f allocations per take, want ≤ 1", n)
 	}
 }
+
+// TestLockoutPer64: a guesser rotating through the addresses of one IPv6 /64
+// is locked out after 20 invalid credentials in 15 minutes, as one address
+// would be; its neighbours in other /64s are not.
+func TestLockoutPer64(t *testing.T) {
+	l := newLimiter(0)
+	for i := 0; i < 19; i++ {
+		if l.fail(v6n(i), t0) {
+			t.Fatalf("locked after %d failures", i+1)
+		}
+	}
+	if !l.take(Of(AuthFail), v6n(500), t0).Allowed {
+		t.Fatal("locked before the 20th failure")
+	}
+	if !l.fail(v6n(19), t0) {
+		t.Fatal("20th failure from one /64 did not lock it")
+	}
+	if v := l.take(Of(AuthFail, Protect), v6n(1000), t0); v.Allowed || v.Kind != AuthFail || v.RetryAfter != 900 {
+		t.Fatalf("a fresh address of the locked /64: %+v", v)
+	}
+	other := netip.MustParseAddr("2001:db8:1:3::1")
+	if !l.take(Of(AuthFail), other, t0).Allowed {
+		t.Fatal("the lock spread to another /64")
+	}
+	if !l.take(Of(AuthFail), v6n(1000), t0.Add(15*time.Minute)).Allowed {
+		t.Fatal("still locked after 15 minutes")
+	}
+
+	// The same through the shard actors.
+	c := New(quietSystem().Root, Config{Shards: 4})
+	defer c.Stop()
+	for i := 0; i < 20; i++ {
+		c.Fail(v6n(i), t0)
+	}
+	if v, err := c.Check(v6n(777), t0); err != nil || v.Allowed || v.RetryAfter != 900 {
+		t.Fatalf("client: %+v %v", v, err)
+	}
+}
+
+// TestSweepKeepsPartialLockoutCounts: a sweep tick stamped a moment before a
+// failure it is queued behind must not drop that failure's count; nor may a
+// full table flush partial counts by filling up with cheap requests.
+func TestSweepKeepsPartialLockoutCounts(t *testing.T) {
+	l := newLimiter(0)
+	for i := 0; i < 19; i++ {
+		l.fail(v4, t0.Add(time.Millisecond))
+	}
+	l.sweep(t0) // stamped before the failures, handled after them
+	if !l.fail(v4, t0.Add(2*time.Millisecond)) {
+		t.Fatal("the sweep forgot 19 failures: the 20th did not lock")
+	}
+
+	// Failures handled out of their stamping order count in one window.
+	l = newLimiter(0)
+	l.fail(v4, t0.Add(time.Millisecond))
+	for i := 0; i < 18; i++ {
+		l.fail(v4, t0)
+	}
+	if !l.fail(v4, t0.Add(time.Millisecond)) {
+		t.Fatal("failures stamped before the window's first one were lost")
+	}
+
+	// A table filled by twice-seen addresses relieves them, not the count.
+	l = newLimiter(10_000)
+	for i := 0; i < 10; i++ {
+		l.fail(v4, t0)
+	}
+	for i := 0; i < 50_000; i++ {
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		l.take(Of(Protect), a, t0)
+		l.take(Of(Protect), a, t0)
+	}
+	if l.relieved == 0 {
+		t.Fatal("nothing relieved")
+	}
+	for i := 0; i < 9; i++ {
+		if l.fail(v4, t0.Add(time.Minute)) {
+			t.Fatalf("locked after %d failures", 11+i)
+		}
+	}
+	if !l.fail(v4, t0.Add(time.Minute)) {
+		t.Fatal("relieving the full table dropped a partial lockout count")
+	}
+
+	// A count whose window has ended does go at the next sweep.
+	l = newLimiter(0)
+	l.fail(v4, t0)
+	if n := l.sweep(t0.Add(15 * time.Minute)); n != 1 || l.t.Len() != 0 {
+		t.Fatalf("ended window kept: swept %d, %d left", n, l.t.Len())
+	}
+}

@@ -86,8 +86,11 @@ func newLimiter(max int) *limiter {
 // least-used counters (1 request, then up to 16, then every counter), never
 // a running lockout. Dropping a counter only gives that address a fresh
 // window, so heavy hitters, which have high counts, are the last to lose
-// theirs. Each call frees at least a quarter of the table, so the cost is
-// amortised over the inserts that filled it.
+// theirs. Invalid-credential counts go only after every other counter: they
+// are what a lockout is built from, and a guesser who could flush them by
+// filling the table with cheap requests would never be locked out. Each call
+// frees at least a quarter of the table, so the cost is amortised over the
+// inserts that filled it.
 func (l *limiter) relieve(ns int64) {
 	target := l.max * 3 / 4
 	before := l.t.Len()
@@ -96,7 +99,10 @@ func (l *limiter) relieve(ns int64) {
 		if l.t.Len() <= target {
 			break
 		}
-		l.t.Sweep(func(k slotKey, s slot) bool { return k.win != lockSlot && s.n <= most })
+		l.t.Sweep(func(k slotKey, s slot) bool { return k.win != lockSlot && k.kind != AuthFail && s.n <= most })
+	}
+	if l.t.Len() > target {
+		l.t.Sweep(func(k slotKey, _ slot) bool { return k.win != lockSlot })
 	}
 	l.relieved += before - l.t.Len()
 }
@@ -106,11 +112,20 @@ func secondsUntil(end, now int64) int64 {
 	return max((d+int64(time.Second)-1)/int64(time.Second), 1)
 }
 
-// current returns k's window as of now (empty when it has ended, or when the
-// test clock went back before its start).
+// live reports whether a window of length that began at start still runs at
+// now. A now a little before start is not a new window: requests are stamped
+// before they queue for the shard, so one stamped earlier can arrive after
+// one stamped later that opened the window (and a sweep tick is stamped the
+// same way). Only a now a whole window before start — a test clock moved
+// back — is outside it.
+func live(start int64, length time.Duration, now int64) bool {
+	return now < start+int64(length) && now > start-int64(length)
+}
+
+// current returns k's window as of now (empty when it is not live).
 func (l *limiter) current(k slotKey, length time.Duration, now int64) slot {
 	s, ok := l.t.Get(k)
-	if !ok || now >= s.start+int64(length) || now < s.start {
+	if !ok || !live(s.start, length, now) {
 		return slot{}
 	}
 	return s
@@ -233,8 +248,10 @@ func (l *limiter) fail(a netip.Addr, now time.Time) bool {
 	return locked
 }
 
-// sweep deletes every counter whose window has ended and every lock that has
-// run out, and reports how many went.
+// sweep deletes every counter whose window is no longer live and every lock
+// that has run out, and reports how many went. A counter that still carries
+// requests of a live window stays, even when the tick was stamped before the
+// window's first request (see live).
 func (l *limiter) sweep(now time.Time) int { return l.sweepNS(now.UnixNano()) }
 
 func (l *limiter) sweepNS(ns int64) int {
@@ -242,6 +259,6 @@ func (l *limiter) sweepNS(ns int64) int {
 		if k.win == lockSlot {
 			return ns >= s.start
 		}
-		return ns >= s.start+int64(Rules[k.kind].Windows[k.win].Len) || ns < s.start
+		return !live(s.start, Rules[k.kind].Windows[k.win].Len, ns)
 	})
 }

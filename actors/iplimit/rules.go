@@ -39,7 +39,10 @@ type Rule struct {
 
 // Rules is the table of SPEC §8 / §5 figures.
 var Rules = [NumKinds]Rule{
-	AuthFail:          {Name: "auth_fail", Windows: []Window{{Len: 15 * time.Minute, PerAddr: 20}}, LockFor: 15 * time.Minute},
+	// The lockout also counts per IPv6 /64, with the same figure: one
+	// subscriber's /64 holds more addresses than anyone can exhaust, so a
+	// per-address count alone lets a guesser rotate through them.
+	AuthFail:          {Name: "auth_fail", Windows: []Window{{Len: 15 * time.Minute, PerAddr: 20, Per64: 20}}, LockFor: 15 * time.Minute},
 	Protect:           {Name: "protect", Windows: []Window{{Len: time.Hour, PerAddr: 200_000}}},
 	LookupFree:        {Name: "lookup_free", Windows: []Window{{Len: time.Minute, PerAddr: 12, Per64: 72}, {Len: 24 * time.Hour, PerAddr: 80, Per64: 480}}},
 	LookupFreeInvalid: {Name: "lookup_free_invalid", Windows: []Window{{Len: time.Minute, PerAddr: 60}}},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/internal/clock"
@@ -49,10 +50,9 @@ type Message struct {
 
 // Mailer is the typed client of the mail actor.
 type Mailer struct {
-	cfg  Config
-	smtp *smtpTarget
-	root *actor.RootContext
-	pid  *actor.PID
+	cfg   Config
+	smtp  *smtpTarget
+	actor *actors.Shards // one shard; it keeps nothing between messages
 }
 
 type smtpTarget struct {
@@ -96,7 +96,7 @@ func New(root *actor.RootContext, cfg Config) (*Mailer, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 20 * time.Second
 	}
-	m := &Mailer{cfg: cfg, root: root}
+	m := &Mailer{cfg: cfg}
 	if cfg.SMTPURL != "" {
 		t, err := ParseSMTPURL(cfg.SMTPURL)
 		if err != nil {
@@ -104,12 +104,13 @@ func New(root *actor.RootContext, cfg Config) (*Mailer, error) {
 		}
 		m.smtp = t
 	}
-	m.pid = root.Spawn(actor.PropsFromFunc(m.receive))
+	m.actor = actors.SpawnShards(root, 1, func(int) actor.Actor { return actor.ReceiveFunc(m.receive) },
+		actors.Named("mailer"), actors.WithLogger(cfg.Logger))
 	return m, nil
 }
 
 // Send queues a message; it returns at once.
-func (m *Mailer) Send(msg Message) { m.root.Send(m.pid, &msg) }
+func (m *Mailer) Send(msg Message) { m.actor.Send(0, &msg) }
 
 // Warn implements quota.Notifier: it turns a usage threshold into an email.
 func (m *Mailer) Warn(w quota.Warning) {
@@ -120,7 +121,7 @@ func (m *Mailer) Warn(w quota.Warning) {
 func (m *Mailer) Recent(limit int) ([]*storage.Mail, error) { return m.cfg.DB.RecentMail(limit) }
 
 // Stop ends the actor after the messages already queued.
-func (m *Mailer) Stop() { _ = m.root.PoisonFuture(m.pid).Wait() }
+func (m *Mailer) Stop() { _ = m.actor.Stop() }
 
 func (m *Mailer) receive(c actor.Context) {
 	msg, ok := c.Message().(*Message)

@@ -17,8 +17,12 @@ import (
 // storage_unavailable, and nothing was charged.
 var ErrUnavailable = errors.New("quota: usage store unavailable")
 
+// restartWait bounds how long a restarting shard waits for its queued
+// writes before it reloads from the store.
+const restartWait = 5 * time.Second
+
 // ErrStopped is returned after Stop.
-var ErrStopped = errors.New("quota: stopped")
+var ErrStopped = fmt.Errorf("quota: stopped: %w", actors.ErrUnavailable)
 
 // Config configures New. The zero value works (memory only, no warnings).
 type Config struct {
@@ -86,9 +90,8 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		warn = cfg.Notifier.Warn
 	}
 	n := actors.ShardCount(cfg.Shards)
-	states := make([]*shardState, n)
-	for i := range states {
-		states[i] = &shardState{
+	fresh := func() *shardState {
+		return &shardState{
 			accounts:  actors.NewTable[string, *account](64),
 			store:     cfg.Store,
 			commit:    c.commit,
@@ -97,7 +100,25 @@ func New(root *actor.RootContext, cfg Config) *Client {
 			warnFn:    warn,
 		}
 	}
-	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} })
+	states := make([]*shardState, n)
+	for i := range states {
+		states[i] = fresh()
+	}
+	opts := []actors.ShardOption{actors.Named("quota"), actors.WithLogger(cfg.Logger)}
+	if cfg.Store != nil {
+		// After a panic the shard's memory may be half-changed: start it
+		// empty, so that each account loads its month and totals from the
+		// store again (hourly windows restart, as on a process restart;
+		// SPEC §8 calls them advisory). The barrier lets the deltas it
+		// queued land first, so the reload counts them.
+		opts = append(opts, actors.OnRestart(func(i int) {
+			if err := c.commit.Barrier(restartWait); err != nil {
+				cfg.Logger.Warn("quota: shard restarts before its queued usage was stored", "shard", i, "err", err)
+			}
+			states[i] = fresh()
+		}))
+	}
+	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} }, opts...)
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	return c
 }

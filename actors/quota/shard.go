@@ -50,9 +50,9 @@ type lenProbe chan int
 // rollback tells a shard that a delta failed to reach the store.
 type rollback struct{ p pending }
 
-// shardState outlives the shard's actor value, so a restart after a panic
-// (protoactor's default supervisor recreates the actor from its producer)
-// keeps the accounts and the in-flight bookkeeping.
+// shardState is one shard's memory. With a store it is replaced by an empty
+// one when the shard restarts after a panic (see New); without one it
+// outlives the actor value, as the only copy of the counts.
 type shardState struct {
 	accounts  *actors.Table[string, *account]
 	store     Store

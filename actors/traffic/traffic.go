@@ -75,25 +75,48 @@ func New(root *actor.RootContext, cfg Config) (*Counter, error) {
 	if cfg.FlushEvery == 0 {
 		cfg.FlushEvery = 10 * time.Second
 	}
-	st := &state{buckets: map[int64]*storage.TrafficCounts{}, dirty: map[int64]bool{}, store: cfg.Store, log: cfg.Logger}
-	if cfg.Store != nil {
-		now := time.Now()
+	st := &state{store: cfg.Store, log: cfg.Logger}
+	now := func() time.Time {
 		if cfg.Clock != nil {
-			now = cfg.Clock.Now()
+			return cfg.Clock.Now()
 		}
-		bs, err := cfg.Store.Traffic(now.Add(-week - Bucket))
-		if err != nil {
-			return nil, fmt.Errorf("load traffic counts: %w", err)
-		}
-		for _, b := range bs {
-			c := b.Counts
-			st.buckets[b.Start.Unix()] = &c
-		}
+		return time.Now()
+	}
+	if err := st.load(now()); err != nil {
+		return nil, err
 	}
 	c := &Counter{st: st, feeds: actors.NewCalls[time.Time, Feed](0)}
-	c.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return owner{st} })
+	opts := []actors.ShardOption{actors.Named("traffic"), actors.WithLogger(cfg.Logger)}
+	if cfg.Store != nil {
+		// After a panic the actor reads the week from the store again; the
+		// counts of the last tick not yet written are lost, as on a crash.
+		opts = append(opts, actors.OnRestart(func(int) {
+			if err := st.load(now()); err != nil {
+				cfg.Logger.Warn("traffic: counts not reloaded after a restart; starting empty", "err", err)
+			}
+		}))
+	}
+	c.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return owner{st} }, opts...)
 	c.shards.Tick(cfg.Clock, cfg.FlushEvery)
 	return c, nil
+}
+
+// load replaces the buckets with the stored week as of now (empty without a
+// store or on a failure).
+func (st *state) load(now time.Time) error {
+	st.buckets, st.dirty = map[int64]*storage.TrafficCounts{}, map[int64]bool{}
+	if st.store == nil {
+		return nil
+	}
+	bs, err := st.store.Traffic(now.Add(-week - Bucket))
+	if err != nil {
+		return fmt.Errorf("load traffic counts: %w", err)
+	}
+	for _, b := range bs {
+		c := b.Counts
+		st.buckets[b.Start.Unix()] = &c
+	}
+	return nil
 }
 
 // Record counts one call, fire-and-forget.
@@ -106,11 +129,17 @@ func (c *Counter) Feed(now time.Time) (Feed, error) {
 	return c.feeds.Wait(call)
 }
 
-// Stop writes the last counts and stops the actor.
+// Stop writes the last counts and stops the actor. It waits at most 30 s
+// for the write (the actor may be down, or the store stuck).
 func (c *Counter) Stop() error {
 	done := make(chan error, 1)
 	c.shards.Send(0, &flush{done: done})
-	err := <-done
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		err = fmt.Errorf("traffic: last counts not written: %w", actors.ErrTimeout)
+	}
 	if serr := c.shards.Stop(); err == nil {
 		err = serr
 	}

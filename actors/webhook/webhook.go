@@ -7,8 +7,15 @@
 // applies at once. Attempts run on their own goroutines and report back to
 // the shard, which logs each one in storage (the 25 most recent per account
 // are listed, 30 days at most) and emails the owner once when 5 events in a
-// row failed every attempt. Pending retries live in memory only: a restart
-// drops them, as the SPEC allows.
+// row failed every attempt.
+//
+// Deliveries survive a restart: an event is stored (storage.PendingHook) when
+// it is queued and again after each failed attempt that will be retried, with
+// the attempts made and the next one's due time, and deleted when its
+// delivery ends. New resumes every stored event on its schedule; an attempt a
+// crash interrupted is made again (receivers dedupe on event_id, SPEC §6). A
+// shard that restarts after a panic reloads its accounts' pending events the
+// same way; attempts still running then report back to the new shard.
 package webhook
 
 import (
@@ -16,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -91,12 +99,27 @@ type Service struct {
 	cfg    Config
 	client *http.Client
 	shards *actors.Shards
+	states []*shard // the shard actors; replaced when one restarts
+	mask   uint64   // shard index = HashString(account) & mask
 	ctx    context.Context
 	cancel context.CancelFunc
+	// flights are the attempts running, by event id. A restarted shard
+	// finds its accounts' running attempts here instead of starting them
+	// again, and an attempt's result counts only while its entry is here.
+	flights sync.Map // event id → *flight
 }
 
-// New spawns the shards and starts their tick.
-func New(root *actor.RootContext, cfg Config) *Service {
+// flight is one running attempt.
+type flight struct {
+	account string
+	ev      *event
+	started time.Time // wall clock
+}
+
+// New spawns the shards, resumes the deliveries a previous run left pending
+// in the store, and starts the tick. It fails when a stored delivery cannot
+// be read back.
+func New(root *actor.RootContext, cfg Config) (*Service, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
@@ -115,13 +138,66 @@ func New(root *actor.RootContext, cfg Config) *Service {
 	s := &Service{cfg: cfg, client: newClient(cfg.Timeout, cfg.AllowPrivate)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	n := actors.ShardCount(cfg.Shards)
-	states := make([]*shard, n)
-	for i := range states {
-		states[i] = &shard{svc: s, index: i, accts: actors.NewTable[string, *acct](16)}
+	s.mask = uint64(n - 1)
+	s.states = make([]*shard, n)
+	for i := range s.states {
+		s.states[i] = s.newShard(i)
 	}
-	s.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return states[i] })
+	opts := []actors.ShardOption{actors.Named("webhook"), actors.WithLogger(cfg.Logger)}
+	if cfg.DB != nil {
+		now := cfg.Clock.Now()
+		resumed, err := s.loadPending(func(acc string) *shard { return s.states[actors.HashString(acc)&s.mask] }, now)
+		if err != nil {
+			s.cancel()
+			return nil, fmt.Errorf("resume pending webhook deliveries: %w", err)
+		}
+		if resumed > 0 {
+			cfg.Logger.Info("webhook deliveries resumed", "pending", resumed)
+		}
+		// After a panic the shard's queues may be half-changed: it starts
+		// afresh from the store, which holds every pending event.
+		opts = append(opts, actors.OnRestart(func(i int) {
+			if old := s.states[i]; old.preparing != nil {
+				// The panic came while this event's attempt was being
+				// prepared: resumed, it would crash the shard again.
+				cfg.Logger.Error("webhook event dropped: preparing it crashed the shard",
+					"account", old.preparingFor, "event_id", old.preparing.id)
+				old.forget(old.preparingFor, old.preparing)
+			}
+			sh := s.newShard(i)
+			if _, err := s.loadPending(func(acc string) *shard {
+				if int(actors.HashString(acc)&s.mask) == i {
+					return sh
+				}
+				return nil
+			}, cfg.Clock.Now()); err != nil {
+				cfg.Logger.Error("webhook: pending deliveries not reloaded after a restart", "shard", i, "err", err)
+			}
+			s.states[i] = sh
+		}))
+	}
+	s.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return s.states[i] }, opts...)
 	s.shards.Tick(cfg.Clock, cfg.TickEvery)
-	return s
+	return s, nil
+}
+
+func (s *Service) newShard(i int) *shard {
+	return &shard{svc: s, index: i, accts: actors.NewTable[string, *acct](16)}
+}
+
+// loadPending hands every stored pending event to the shard state into
+// returns for its account (nil: not this one) and reports how many it handed.
+// They wait for the next tick, which starts those that are due.
+func (s *Service) loadPending(into func(account string) *shard, now time.Time) (int, error) {
+	n := 0
+	err := s.cfg.DB.PendingHooks(func(p *storage.PendingHook) error {
+		if sh := into(p.Account); sh != nil {
+			sh.resume(p, now)
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
 
 // AllowPrivate reports whether private receivers are allowed.
@@ -149,8 +225,9 @@ func (s *Service) Recent(account string, now time.Time) ([]*storage.Delivery, er
 	return s.cfg.DB.Deliveries(account, now.Add(-Retention), ListLen)
 }
 
-// Stop cancels attempts in flight (their results are dropped with the
-// pending retries), then stops the shards.
+// Stop cancels attempts in flight, then stops the shards. Pending events stay
+// in the store: the next start resumes them (an interrupted attempt is made
+// again).
 func (s *Service) Stop() error {
 	s.cancel()
 	return s.shards.Stop()
@@ -195,6 +272,29 @@ type acct struct {
 
 func (a *acct) pending() int { return len(a.ready) + len(a.waiting) + a.inflight }
 
+// stillRunning is how long after its start an attempt is taken to be still
+// running: past its timeout (and the hop back), its result was lost with a
+// stopped shard's mailbox, and the stored event is resumed instead.
+func (s *Service) stillRunning(f *flight) bool {
+	return time.Since(f.started) < s.cfg.Timeout+5*time.Second
+}
+
+// resume takes a stored pending event into the shard's state (New, or a
+// restart after a panic). An event whose attempt is still running is only
+// counted: its result comes back here.
+func (sh *shard) resume(p *storage.PendingHook, now time.Time) {
+	a := sh.get(p.Account, now)
+	if v, ok := sh.svc.flights.Load(p.EventID); ok {
+		if sh.svc.stillRunning(v.(*flight)) {
+			a.inflight++
+			return
+		}
+		sh.svc.flights.Delete(p.EventID)
+	}
+	e := eventOf(p)
+	a.waiting = append(a.waiting, e) // the next tick starts it when due
+}
+
 // shard owns the accounts whose id hashes to it. The state lives in this
 // value, which SpawnShards hands back on a restart.
 type shard struct {
@@ -202,6 +302,10 @@ type shard struct {
 	index     int
 	accts     *actors.Table[string, *acct]
 	lastPrune time.Time
+	// preparing is the event whose attempt is being prepared (with its
+	// account), for the restart after a panic there.
+	preparing    *event
+	preparingFor string
 }
 
 func (sh *shard) Receive(c actor.Context) {
@@ -212,7 +316,40 @@ func (sh *shard) Receive(c actor.Context) {
 		sh.finish(m)
 	case actors.Tick:
 		sh.tick(m.Now)
+	case barrier:
+		close(m)
 	}
+}
+
+// barrier is closed by the shard once it handled everything sent to it
+// before (tests).
+type barrier chan struct{}
+
+// settled waits until no attempt is running and every shard handled what it
+// was sent, or until wait passes (tests).
+func (s *Service) settled(wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		running := false
+		s.flights.Range(func(any, any) bool { running = true; return false })
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; i < s.shards.Len(); i++ {
+		ch := make(barrier)
+		s.shards.Send(uint64(i), ch)
+		select {
+		case <-ch:
+		case <-time.After(time.Until(deadline)):
+			return false
+		}
+	}
+	return true
 }
 
 func (sh *shard) get(id string, now time.Time) *acct {
@@ -234,8 +371,28 @@ func (sh *shard) enqueue(m *queued, now time.Time) {
 		}
 		return
 	}
-	a.ready = append(a.ready, &event{kind: m.kind, id: m.id, ev: m.ev, body: Payload(m.kind, m.id, m.ev)})
+	e := &event{kind: m.kind, id: m.id, ev: m.ev, body: Payload(m.kind, m.id, m.ev)}
+	sh.keep(m.ev.Account, e)
+	a.ready = append(a.ready, e)
 	sh.pump(m.ev.Account, a)
+}
+
+// keep stores e as pending (with its attempts so far and next due time).
+func (sh *shard) keep(id string, e *event) {
+	if db := sh.svc.cfg.DB; db != nil {
+		if err := db.PutPendingHook(pendingOf(id, e)); err != nil {
+			sh.svc.cfg.Logger.Warn("webhook event not stored; a restart would drop it", "account", id, "event_id", e.id, "err", err)
+		}
+	}
+}
+
+// forget deletes e's pending record: its delivery ended.
+func (sh *shard) forget(id string, e *event) {
+	if db := sh.svc.cfg.DB; db != nil {
+		if err := db.DeletePendingHook(id, e.id); err != nil {
+			sh.svc.cfg.Logger.Warn("webhook pending record not deleted; a restart would send it again", "account", id, "event_id", e.id, "err", err)
+		}
+	}
 }
 
 // pump starts attempts while the account has free slots.
@@ -247,12 +404,16 @@ func (sh *shard) pump(id string, a *acct) {
 		if len(a.ready) == 0 {
 			a.ready = nil
 		}
+		sh.preparing, sh.preparingFor = e, id
 		at, ok := sh.prepare(id, e)
+		sh.preparing, sh.preparingFor = nil, ""
 		if !ok {
+			sh.forget(id, e)
 			continue
 		}
 		e.attempts++
 		a.inflight++
+		sh.svc.flights.Store(e.id, &flight{account: id, ev: e, started: time.Now()})
 		go func() {
 			out := sh.svc.post(sh.svc.ctx, at)
 			if sh.svc.ctx.Err() != nil {
@@ -285,6 +446,9 @@ func (sh *shard) prepare(id string, e *event) (*attempt, bool) {
 }
 
 func (sh *shard) finish(m *finished) {
+	if _, ok := sh.svc.flights.LoadAndDelete(m.ev.id); !ok {
+		return // given up for lost after a restart; the stored event was resumed
+	}
 	a := sh.get(m.account, m.out.end)
 	a.inflight--
 	e := m.ev
@@ -292,12 +456,15 @@ func (sh *shard) finish(m *finished) {
 		At: m.out.start, Duration: m.out.end.Sub(m.out.start), URL: m.url, StatusCode: m.out.status, Error: m.out.err}
 	switch {
 	case m.out.ok():
+		sh.forget(m.account, e)
 		a.streak, a.mailed = 0, false
 	case e.attempts < MaxAttempts:
 		e.due = m.out.end.Add(Backoff[e.attempts-1])
 		rec.NextAt = e.due
+		sh.keep(m.account, e)
 		a.waiting = append(a.waiting, e)
 	default:
+		sh.forget(m.account, e)
 		a.streak++
 		if a.streak >= FailureStreak && !a.mailed {
 			a.mailed = true

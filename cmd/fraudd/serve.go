@@ -20,6 +20,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/challenge"
 	"github.com/fraudd/fraudd/actors/devicehist"
@@ -307,9 +308,14 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}()
 
 	// Webhook shards stop before the mailer and storage they use (defers run
-	// in reverse); pending retries are in-process and dropped (SPEC §6).
-	hooks := webhook.New(system.Root, webhook.Config{Accounts: accts, DB: db, Mail: mail, Clock: clk, Logger: log,
+	// in reverse). Pending deliveries are kept in the store and resumed here
+	// on their schedule, so a restart between a failed attempt and its retry
+	// loses nothing (an interrupted attempt is made again).
+	hooks, err := webhook.New(system.Root, webhook.Config{Accounts: accts, DB: db, Mail: mail, Clock: clk, Logger: log,
 		AllowPrivate: cfg.allowPrivateWebhooks, UserAgent: "fraudd-webhooks/" + version})
+	if err != nil {
+		return err
+	}
 	defer func() {
 		if err := hooks.Stop(); err != nil {
 			log.Error("stop webhook actors", "err", err)
@@ -337,9 +343,12 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	// The health monitor re-checks the store on a tick, so an unreadable disk
 	// turns into 503s (and a recovered one back into service) without waiting
 	// for a failed request, and keeps the status history.
+	// A shard its supervisor stopped after repeated panics is restarted by
+	// itself; until then /api/status reports the API degraded.
 	monitor, err := health.New(system.Root, health.Config{DB: db, Clock: clk, Logger: log, Checks: health.Checks{
 		Storage: db.Probe,
 		Feeds:   func() bool { return feeds.Current().Coverage().TorExits > 0 },
+		Actors:  actors.SupervisionOf(system).Down,
 	}})
 	if err != nil {
 		return err
