@@ -22,4 +22,8 @@ const (
 	prefixDelivery byte = 0x41 // account id + 0x00 + time + event id + attempt → webhook delivery attempt
 	prefixTraffic  byte = 0x50 // bucket start → threat-feed traffic counts
 	prefixHealth   byte = 0x51 // UTC day → status probe counts
+
+	// account id + 0x00 + time + sequence → one recent evaluation, at most 200
+	// per account, kept 7 days (recent.go, actors/recent)
+	prefixEvaluation byte = 0x42
 )
