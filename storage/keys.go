@@ -26,4 +26,7 @@ const (
 	// account id + 0x00 + time + sequence → one recent evaluation, at most 200
 	// per account, kept 7 days (recent.go, actors/recent)
 	prefixEvaluation byte = 0x42
+	// account id + UTC day → counted checks and lookups of the day, 62 days
+	// (dailyusage.go, quota actors)
+	prefixUsageDay byte = 0x22
 )
