@@ -57,6 +57,12 @@ const RequestIDMax = 32
 // ErrStopped is returned by List after Stop.
 var ErrStopped = errors.New("recent: stopped")
 
+// ErrUnavailable wraps a store that cannot be read.
+var ErrUnavailable = storage.ErrUnavailable
+
+// Evaluation is one listed entry, as stored.
+type Evaluation = storage.Evaluation
+
 // Entry is one evaluation as the evaluate path hands it over. It is copied
 // by value; its strings must be immutable ones (the account view's id, the
 // policy's pin fields), never views of a request buffer.
@@ -131,7 +137,7 @@ type List struct {
 	Limit   int
 }
 
-type listCall = actors.Call[List, []*storage.Evaluation]
+type listCall = actors.Call[List, []*Evaluation]
 
 // batch carries pending entries to the owner; the owner puts the buffer back.
 type batch struct {
@@ -150,7 +156,7 @@ type Client struct {
 	free chan []Entry
 
 	shards  *actors.Shards
-	lists   *actors.Calls[List, []*storage.Evaluation]
+	lists   *actors.Calls[List, []*Evaluation]
 	store   Store
 	log     *slog.Logger
 	stopped atomic.Bool
@@ -178,7 +184,7 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	if cfg.IdleAfter <= 0 {
 		cfg.IdleAfter = 30 * time.Minute
 	}
-	c := &Client{max: cfg.MaxPending, lists: actors.NewCalls[List, []*storage.Evaluation](cfg.Timeout),
+	c := &Client{max: cfg.MaxPending, lists: actors.NewCalls[List, []*Evaluation](cfg.Timeout),
 		store: cfg.Store, log: cfg.Logger, stopFl: make(chan struct{}), flDone: make(chan struct{})}
 	c.free = make(chan []Entry, 4)
 	c.pending = c.buffer()
@@ -261,7 +267,7 @@ func (c *Client) flushLoop(every time.Duration) {
 
 // List returns up to l.Limit of the account's entries of the last
 // Retention, newest first, including everything recorded before the call.
-func (c *Client) List(l List) ([]*storage.Evaluation, error) {
+func (c *Client) List(l List) ([]*Evaluation, error) {
 	if c.stopped.Load() {
 		return nil, ErrStopped
 	}
