@@ -33,6 +33,7 @@ const (
 	MsgNoWebhookURL    = "No webhook URL is set for this account."
 	HintNoWebhookURL   = "Set one with PUT /admin/v1/accounts/{id}/webhook first."
 	MsgWebhooksOff     = "Webhook delivery is not running."
+	MsgListLimit       = "limit must be an integer from 1 to %d." // the largest limit
 
 	// Credentials (SPEC §5).
 	MsgMissingKey       = "Missing Key."
