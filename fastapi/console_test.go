@@ -32,7 +32,9 @@ type consoleEnv struct {
 	quota  *quota.Client
 }
 
-func newConsoleEnv(t *testing.T, separate bool) *consoleEnv {
+// newConsoleEnv builds the server; the recent list flushes when listed, or
+// every flush when given.
+func newConsoleEnv(t *testing.T, separate bool, flush ...time.Duration) *consoleEnv {
 	t.Helper()
 	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
 	if err != nil {
@@ -50,7 +52,11 @@ func newConsoleEnv(t *testing.T, separate bool) *consoleEnv {
 	}
 	limits := iplimit.New(sys.Root, iplimit.Config{Shards: 2})
 	q := quota.New(sys.Root, quota.Config{Shards: 2, Store: db})
-	rec, err := recent.New(sys.Root, recent.Config{Store: db, FlushEvery: time.Hour})
+	every := time.Hour
+	if len(flush) > 0 {
+		every = flush[0]
+	}
+	rec, err := recent.New(sys.Root, recent.Config{Store: db, FlushEvery: every})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,9 +267,9 @@ func TestAdminEvaluations(t *testing.T) {
 		if en.IP.IsValid() {
 			en.SetCountry("NL")
 		}
-		e.recent.Record(en)
+		e.recent.Record(*en)
 	}
-	e.recent.Record(&recent.Entry{Account: "acc_other", At: fixedNow, Decision: score.Block})
+	e.recent.Record(recent.Entry{Account: "acc_other", At: fixedNow, Decision: score.Block})
 	ctx := e.do("GET", "/admin/v1/accounts/"+e.acct.View.ID+"/evaluations", "Bearer adm", nil)
 	if ctx.Response.StatusCode() != 200 {
 		t.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
@@ -337,5 +343,73 @@ func TestAdminFeeds(t *testing.T) {
 	}
 	if dated == 0 {
 		t.Fatal("no feed carries a date")
+	}
+}
+
+// TestEvaluationListedWithItsRequestID: an answered evaluation is in the
+// account's recent list under the X-Request-Id its answer carried, with the
+// policy that decided.
+func TestEvaluationListedWithItsRequestID(t *testing.T) {
+	e := newConsoleEnv(t, false)
+	id := e.acct.View.ID
+	if ctx := e.do("PUT", "/admin/v1/accounts/"+id+"/rules", "Bearer adm", []byte(`[{"signal":"vpn","action":"block"}]`)); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("rules: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	ev := e.do("POST", "/v1/evaluate", "Bearer "+e.acct.LiveKey, []byte(`{"token":"test_vpn"}`))
+	if ev.Response.StatusCode() != 200 {
+		t.Fatalf("evaluate: %d %s", ev.Response.StatusCode(), ev.Response.Body())
+	}
+	reqID := string(ev.Response.Header.Peek("X-Request-Id"))
+	// The sandbox is no account's evaluation.
+	if ctx := e.do("POST", "/v1/evaluate", "Bearer "+SandboxKey, []byte(`{"token":"test_tor"}`)); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("sandbox: %d", ctx.Response.StatusCode())
+	}
+	got := decodeJSON[[]map[string]any](t, e.do("GET", "/admin/v1/accounts/"+id+"/evaluations", "Bearer adm", nil))
+	if len(got) != 1 {
+		t.Fatalf("%d listed: %v", len(got), got)
+	}
+	g := got[0]
+	if g["request_id"] != reqID || len(reqID) != 28 || g["decision"] != "block" || g["decision_source"] != "rules" || g["rule"] != "vpn" ||
+		g["engine_decision"] != "review" || g["ip"] != "89.187.178.24" || g["test"] != true {
+		t.Fatalf("listed %v (request id %s)", g, reqID)
+	}
+}
+
+// BenchmarkEvaluateRecent is the evaluate handler without and with the
+// recent-evaluations ring wired in, side by side: the difference is what
+// the ring costs an evaluation (its owner's batch work runs elsewhere).
+func BenchmarkEvaluateRecent(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "on"
+		}
+		b.Run(name, func(b *testing.B) {
+			// The ring as served: flushed to its owner every 20 ms.
+			e := newConsoleEnv(&testing.T{}, false, 20*time.Millisecond)
+			if !on {
+				e.srv.deps.Recent = nil
+				e.srv.rewire()
+			}
+			id := e.acct.View.ID
+			if _, err := e.accts.Update(id, accountsPatchPlan("public_interest")); err != nil {
+				b.Fatal(err)
+			}
+			ctx := new(fasthttp.RequestCtx)
+			b.ReportAllocs()
+			for b.Loop() {
+				ctx.Request.Reset()
+				ctx.Response.Reset()
+				ctx.Request.Header.SetMethod("POST")
+				ctx.Request.SetRequestURI("/v1/evaluate")
+				ctx.Request.Header.Set("User-Agent", "bench/1")
+				ctx.Request.Header.Set("Authorization", "Bearer "+e.acct.LiveKey)
+				ctx.Request.SetBodyString(`{"token":"test_vpn","email":"a@b.co","tz":"Europe/Berlin"}`)
+				e.srv.Handle(ctx)
+				if ctx.Response.StatusCode() != 200 {
+					b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+				}
+			}
+		})
 	}
 }

@@ -143,6 +143,9 @@ func pipeline(d *Deps, log *slog.Logger) *checks.Service {
 	if d.Webhooks != nil {
 		cfg.Webhooks = d.Webhooks
 	}
+	if d.Recent != nil {
+		cfg.Recent = d.Recent
+	}
 	p, err := checks.New(cfg)
 	if err != nil {
 		// A wiring mistake of the caller, not input: cmd/fraudd sets them all.
@@ -408,6 +411,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes []*route) {
 	}
 	r := s.reqs.Get().(*request)
 	*r = request{Call: checks.Call{Now: s.deps.Clock.Now()}}
+	copy(r.RequestID[:], ctx.Response.Header.Peek(headerRequestID))
 	defer s.reqs.Put(r)
 	defer s.recoverPanic(ctx)
 	rt, allow := matchIn(routes, ctx.Method(), path, r)

@@ -187,7 +187,7 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	c := &Client{max: cfg.MaxPending, lists: actors.NewCalls[List, []*Evaluation](cfg.Timeout),
 		store: cfg.Store, log: cfg.Logger, stopFl: make(chan struct{}), flDone: make(chan struct{})}
 	c.free = make(chan []Entry, 4)
-	c.pending = c.buffer()
+	c.pending = c.buffer(0)
 	st := &owner{rings: actors.NewTable[string, *ring](64), store: cfg.Store, log: cfg.Logger,
 		idleAfter: cfg.IdleAfter, client: c}
 	c.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return st })
@@ -202,11 +202,12 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 }
 
 // Record queues one evaluation, fire-and-forget. It never blocks on the
-// owner and does not allocate.
-func (c *Client) Record(e *Entry) {
+// owner and does not allocate. The entry is taken by value, so a caller
+// behind an interface keeps its own on the stack.
+func (c *Client) Record(e Entry) {
 	c.mu.Lock()
 	if len(c.pending) < c.max {
-		c.pending = append(c.pending, *e)
+		c.pending = append(c.pending, e)
 	} else {
 		c.dropped++
 	}
@@ -221,20 +222,22 @@ func (c *Client) flushLocked() {
 		return
 	}
 	b := &batch{entries: c.pending, dropped: c.dropped}
-	c.pending, c.dropped = c.buffer(), 0
+	c.pending, c.dropped = c.buffer(len(b.entries)), 0
 	c.shards.Send(0, b)
 }
 
-// keepBuffer is the largest buffer (in entries) kept for reuse; a burst's
-// bigger ones go to the GC.
-const keepBuffer = 1024
+// keepBuffer is the largest buffer (in entries, 200 bytes each) kept for
+// reuse; a burst's bigger ones go to the GC.
+const keepBuffer = 4096
 
-func (c *Client) buffer() []Entry {
+// buffer returns an empty pending buffer: a reused one, or a new one sized
+// for the last batch, so a steady rate stops regrowing buffers.
+func (c *Client) buffer(last int) []Entry {
 	select {
 	case b := <-c.free:
 		return b[:0]
 	default:
-		return make([]Entry, 0, 64)
+		return make([]Entry, 0, min(max(64, last), keepBuffer))
 	}
 }
 

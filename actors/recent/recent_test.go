@@ -66,9 +66,9 @@ func TestRingKeepsNewest200(t *testing.T) {
 	defer db.Close()
 	c := start(t, db)
 	for i := 0; i < 250; i++ {
-		c.Record(entry("acc_a", i))
+		c.Record(*entry("acc_a", i))
 		if i < 3 {
-			c.Record(entry("acc_b", i))
+			c.Record(*entry("acc_b", i))
 		}
 	}
 	got, err := c.List(List{Account: "acc_a", Now: t0.Add(time.Hour), Limit: 500})
@@ -113,7 +113,7 @@ func TestEntryFormatted(t *testing.T) {
 	degraded.IP, degraded.Test = netip.Addr{}, true
 	degraded.SetCountry("")
 	for _, e := range []*Entry{byRule, byPin, degraded} {
-		c.Record(e)
+		c.Record(*e)
 	}
 	got, err := c.List(List{Account: "acc_a", Now: t0, Limit: 10})
 	if err != nil || len(got) != 3 {
@@ -140,7 +140,7 @@ func TestRingSurvivesRestart(t *testing.T) {
 	db := memDB(t, fs)
 	c := start(t, db)
 	for i := 0; i < 150; i++ {
-		c.Record(entry("acc_a", i))
+		c.Record(*entry("acc_a", i))
 	}
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
@@ -162,7 +162,7 @@ func TestRingSurvivesRestart(t *testing.T) {
 	}
 	c = start(t, db)
 	for i := 150; i < 160; i++ {
-		c.Record(entry("acc_a", i))
+		c.Record(*entry("acc_a", i))
 	}
 	got, err := c.List(List{Account: "acc_a", Now: t0, Limit: Size})
 	if err != nil || len(got) != Size || got[0].RequestID != "req_0159" {
@@ -182,8 +182,8 @@ func TestRetention(t *testing.T) {
 	db := memDB(t, vfs.NewMem())
 	defer db.Close()
 	c := start(t, db)
-	c.Record(entry("acc_a", 0))
-	c.Record(entry("acc_a", 86400*6))
+	c.Record(*entry("acc_a", 0))
+	c.Record(*entry("acc_a", 86400*6))
 	if got, _ := c.List(List{Account: "acc_a", Now: t0.Add(7*24*time.Hour + time.Minute), Limit: 10}); len(got) != 1 {
 		t.Fatalf("an entry past 7 days listed: %v", ids(got))
 	}
@@ -206,7 +206,7 @@ func TestPendingBounded(t *testing.T) {
 	}
 	defer c.Stop()
 	for i := 0; i < 10; i++ {
-		c.Record(entry("acc_a", i))
+		c.Record(*entry("acc_a", i))
 	}
 	if got, _ := c.List(List{Account: "acc_a", Now: t0, Limit: 10}); len(got) != 3 || got[0].RequestID != "req_0002" {
 		t.Fatalf("kept %v", ids(got))
@@ -221,7 +221,7 @@ func TestFlusherRunsByItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop()
-	c.Record(entry("acc_a", 1))
+	c.Record(*entry("acc_a", 1))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		refs, _, err := db.EvaluationRefs("acc_a", 10)
@@ -247,7 +247,7 @@ func TestStoreFailureIsNotFatal(t *testing.T) {
 	db := memDB(t, vfs.NewMem())
 	defer db.Close()
 	c := start(t, failing{db})
-	c.Record(entry("acc_a", 1))
+	c.Record(*entry("acc_a", 1))
 	if got, err := c.List(List{Account: "acc_a", Now: t0, Limit: 10}); err != nil || len(got) != 0 {
 		t.Fatalf("%v %v", got, err)
 	}
@@ -266,9 +266,9 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 	}
 	defer c.Stop()
 	e := entry("acc_a", 1)
-	c.Record(e) // the first append sizes the buffer
+	c.Record(*e) // the first append sizes the buffer
 	c.pending = append(make([]Entry, 0, 4096), c.pending...)
-	if n := testing.AllocsPerRun(1000, func() { c.Record(e) }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { c.Record(*e) }); n != 0 {
 		t.Fatalf("Record allocates %.1f", n)
 	}
 }
@@ -289,7 +289,7 @@ func BenchmarkRecordSaturated(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			c.Record(e)
+			c.Record(*e)
 		}
 	})
 }
@@ -311,7 +311,7 @@ func BenchmarkRecordSerial(b *testing.B) {
 		if len(c.pending) == cap(c.pending) {
 			c.pending = c.pending[:0]
 		}
-		c.Record(e)
+		c.Record(*e)
 	}
 }
 
@@ -329,6 +329,6 @@ func BenchmarkOwnerApply(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += len(entries) {
-		o.apply(&batch{entries: append(c.buffer(), entries...)})
+		o.apply(&batch{entries: append(c.buffer(len(entries)), entries...)})
 	}
 }
