@@ -146,7 +146,7 @@ type EvalDelete struct {
 }
 
 // WriteEvaluations commits w as one write-behind batch (synced within
-// Options.WriteBehindSync): the list is a view nobody pays for, and a crash
+// Options.SyncInterval): the list is a view nobody pays for, and a crash
 // loses at most the entries of the last moments.
 func (d *DB) WriteEvaluations(w *EvalWrite) error {
 	if len(w.Put) == 0 && len(w.Delete) == 0 {

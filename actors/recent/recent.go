@@ -20,7 +20,7 @@
 // stored entries, oldest first, loaded from the store on an account's first
 // entry. It formats a batch into records and commits the new entries and
 // point deletes of those that fell out of their rings as one write-behind
-// batch (storage syncs it within its WriteBehindSync, like the device
+// batch (storage syncs it within its SyncInterval, like the device
 // stores), so a crash loses at most the last moments of the list. A ring
 // found over Size on load is trimmed with one range delete. Rings idle for
 // IdleAfter leave memory. Entries older than Retention are never listed and
