@@ -45,6 +45,9 @@ type Server struct {
 	DataDir string
 	URL     string
 	Args    []string // extra flags
+	// AdminURL is the admin listener's address when the server runs with
+	// --admin-addr; Admin calls go there.
+	AdminURL string
 
 	// Bare starts the server without --admin-token and FRAUDD_SECRET, as on a
 	// first start by hand.
@@ -60,7 +63,10 @@ type Server struct {
 	client *http.Client
 }
 
-var listenRE = regexp.MustCompile(`msg="fraudd listening" addr=(\S+)`)
+var (
+	listenRE      = regexp.MustCompile(`msg="fraudd listening" addr=(\S+)`)
+	adminListenRE = regexp.MustCompile(`msg="fraudd admin listening" addr=(\S+)`)
+)
 
 // Start runs bin with a fresh temp data dir and the standard test flags.
 func Start(t testing.TB, bin string, extra ...string) *Server {
@@ -120,6 +126,11 @@ func (s *Server) start() {
 			s.mu.Lock()
 			s.logs.WriteString(line + "\n")
 			s.mu.Unlock()
+			if m := adminListenRE.FindStringSubmatch(line); m != nil && !sent {
+				s.mu.Lock()
+				s.AdminURL = "http://" + m[1]
+				s.mu.Unlock()
+			}
 			if m := listenRE.FindStringSubmatch(line); m != nil && !sent {
 				addr <- m[1]
 				sent = true
@@ -207,6 +218,8 @@ type Req struct {
 	Header  map[string]string
 	Bearer  string
 	NoAgent bool
+	// Base replaces the server's URL (the admin listener's, say).
+	Base string
 }
 
 // Do performs a request and reads the whole answer.
@@ -231,7 +244,11 @@ func (s *Server) Do(t testing.TB, r Req) *Response {
 	if r.Method == "" {
 		r.Method = "GET"
 	}
-	req, err := http.NewRequest(r.Method, s.URL+r.Path, body)
+	base := s.URL
+	if r.Base != "" {
+		base = r.Base
+	}
+	req, err := http.NewRequest(r.Method, base+r.Path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +284,10 @@ func (s *Server) Do(t testing.TB, r Req) *Response {
 // Admin performs an operator API call.
 func (s *Server) Admin(t testing.TB, method, path string, body any) *Response {
 	t.Helper()
-	return s.Do(t, Req{Method: method, Path: path, Body: body, Bearer: AdminToken})
+	s.mu.Lock()
+	base := s.AdminURL
+	s.mu.Unlock()
+	return s.Do(t, Req{Method: method, Path: path, Body: body, Bearer: AdminToken, Base: base})
 }
 
 // Account is a created account with its secrets.

@@ -3,6 +3,7 @@
 // rendering of answers and refusals. A handler decodes its request, calls
 // one function of the transport-free pipeline (actors/checks) and encodes
 // what it returns; the admin API, the token endpoint and the status pages
-// call typed actor clients directly. It never imports Pebble, protoactor or
-// storage (internal/archtest).
+// call typed actor clients directly. It also serves the operator console
+// (fastapi/console), on its own listener with Config.AdminSeparate. It never
+// imports Pebble, protoactor or storage (internal/archtest).
 package fastapi

@@ -193,6 +193,10 @@ var goldenWithoutScript = map[string]string{
 	"admin_devices": "TestAdminDevices",
 	// It needs a day's budget of device events first (TestCollectDeviceDailyBudget).
 	"error_collect_budget": "TestCollectDeviceDailyBudget",
+	// Entries recorded at chosen past times, one past the 7-day window.
+	"admin_evaluations": "TestAdminEvaluations",
+	// Charges on chosen past days.
+	"admin_usage": "TestAdminUsage",
 }
 
 // TestHandlerScriptsCoverGoldenFiles: every committed golden file of an

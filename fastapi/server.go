@@ -29,6 +29,7 @@ import (
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/recent"
 	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/netlists"
@@ -57,6 +58,11 @@ type Config struct {
 	// (server-to-server clients) and the server's own loopback origin; as
 	// ParseMCPOrigins returns them.
 	MCPOrigins []string
+
+	// AdminSeparate serves the admin API and the console only on the
+	// listener given to ServeAdmin (--admin-addr), keeping them off the
+	// public one.
+	AdminSeparate bool
 }
 
 // DefaultEdgeBlockAgents are bare library defaults that real integrations do
@@ -110,6 +116,9 @@ type Deps struct {
 	// Backup writes a backup of the data directory into an absolute
 	// directory path (POST /admin/v1/backup); nil answers 404.
 	Backup func(dir string) (*backup.Report, error)
+	// Recent keeps each account's recent evaluations for the console; nil
+	// records nothing and lists none.
+	Recent *recent.Client
 }
 
 // pipeline wires the public operations' flows to deps. A nil part turns
@@ -138,6 +147,9 @@ func pipeline(d *Deps, log *slog.Logger) *checks.Service {
 	if d.Webhooks != nil {
 		cfg.Webhooks = d.Webhooks
 	}
+	if d.Recent != nil {
+		cfg.Recent = d.Recent
+	}
 	p, err := checks.New(cfg)
 	if err != nil {
 		// A wiring mistake of the caller, not input: cmd/fraudd sets them all.
@@ -159,9 +171,34 @@ type Server struct {
 	reqs   sync.Pool
 
 	idPrefix [8]byte
+
+	// With Config.AdminSeparate, public and admin are the routes each
+	// listener serves and adminSrv is the admin listener's server.
+	public, admin []*route
+	adminSrv      *fasthttp.Server
 }
 
 type handlerFunc func(ctx *fasthttp.RequestCtx, r *request)
+
+// surface says which listener serves a route when the admin API has its own
+// (Config.AdminSeparate); otherwise the one listener serves every route.
+type surface uint8
+
+const (
+	onPublic surface = iota
+	onAdmin          // the admin API and the console
+	onBoth           // read-only public pages the console shows too
+)
+
+func surfaceOf(pattern string) surface {
+	switch {
+	case strings.HasPrefix(pattern, "/admin/"), pattern == "/console", strings.HasPrefix(pattern, "/console/"):
+		return onAdmin
+	case pattern == "/api/status", pattern == "/api/threat-feed":
+		return onBoth
+	}
+	return onPublic
+}
 
 // route is one line of the route table.
 type route struct {
@@ -224,9 +261,30 @@ func New(cfg Config, deps Deps) *Server {
 	s.routes = s.routeTable()
 	for _, rt := range s.routes {
 		rt.segs = strings.Split(strings.Trim(rt.pattern, "/"), "/")
+		if !cfg.AdminSeparate {
+			continue
+		}
+		switch surfaceOf(rt.pattern) {
+		case onPublic:
+			s.public = append(s.public, rt)
+		case onAdmin:
+			s.admin = append(s.admin, rt)
+		case onBoth:
+			s.public = append(s.public, rt)
+			s.admin = append(s.admin, rt)
+		}
 	}
-	s.srv = &fasthttp.Server{
-		Handler:                       s.Handle,
+	s.srv = s.newHTTPServer(s.Handle)
+	if cfg.AdminSeparate {
+		s.adminSrv = s.newHTTPServer(s.HandleAdmin)
+	}
+	return s
+}
+
+func (s *Server) newHTTPServer(h fasthttp.RequestHandler) *fasthttp.Server {
+	cfg := s.cfg
+	return &fasthttp.Server{
+		Handler:                       h,
 		ErrorHandler:                  s.handleParseError,
 		Name:                          "fraudd",
 		ReadTimeout:                   cfg.ReadTimeout,
@@ -242,7 +300,6 @@ func New(cfg Config, deps Deps) *Server {
 		SecureErrorLogMessage: true,
 		Logger:                newFasthttpLogger(cfg.Logger),
 	}
-	return s
 }
 
 // routeTable lists every route with who may call it. Body limits are the
@@ -252,6 +309,7 @@ func (s *Server) routeTable() []*route {
 	rs := []*route{
 		{method: "GET", pattern: "/api/status", handler: s.handleStatus},
 
+		{method: "GET", pattern: "/admin/v1/accounts", admin: true, handler: s.adminListAccounts},
 		{method: "POST", pattern: "/admin/v1/accounts", admin: true, handler: s.adminCreateAccount},
 		{method: "GET", pattern: "/admin/v1/accounts/{id}", admin: true, handler: s.adminGetAccount},
 		{method: "PATCH", pattern: "/admin/v1/accounts/{id}", admin: true, handler: s.adminPatchAccount},
@@ -267,6 +325,9 @@ func (s *Server) routeTable() []*route {
 		{method: "POST", pattern: "/admin/v1/accounts/{id}/webhook/test", admin: true, handler: s.adminWebhookTest},
 		{method: "GET", pattern: "/admin/v1/accounts/{id}/webhook/deliveries", admin: true, handler: s.adminWebhookDeliveries},
 		{method: "GET", pattern: "/admin/v1/accounts/{id}/devices", admin: true, handler: s.adminDevices},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/usage", admin: true, handler: s.adminUsage},
+		{method: "GET", pattern: "/admin/v1/accounts/{id}/evaluations", admin: true, handler: s.adminEvaluations},
+		{method: "GET", pattern: "/admin/v1/feeds", admin: true, handler: s.adminFeeds},
 		{method: "GET", pattern: "/admin/v1/mail", admin: true, handler: s.adminMail},
 		{method: "POST", pattern: "/admin/v1/clock", admin: true, handler: s.adminClock},
 		{method: "POST", pattern: "/admin/v1/backup", admin: true, handler: s.adminBackup},
@@ -284,6 +345,9 @@ func (s *Server) routeTable() []*route {
 		{method: "POST", pattern: "/api/lookup", handler: s.handleFreeLookup},
 		{method: "POST", pattern: "/api/lookup-bulk", handler: s.handleBulkLookup},
 
+		{method: "GET", pattern: "/console", handler: s.handleConsole},
+		{method: "GET", pattern: "/console/{file}", handler: s.handleConsole},
+
 		{method: "GET", pattern: "/collector.js", handler: s.handleCollectorJS},
 		{method: "POST", pattern: "/v1/collect/network", access: checks.AccessCollect, handler: s.handleCollectNetwork},
 		{method: "OPTIONS", pattern: "/v1/collect/network", handler: s.handleCollectPreflight},
@@ -299,12 +363,43 @@ func (s *Server) rewire() { s.checks = pipeline(&s.deps, s.log) }
 // Serve serves on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(lingerListener{ln}) }
 
-// Shutdown stops accepting, waits for in-flight requests, and closes idle
-// keep-alive connections.
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+// ServeAdmin serves the admin API and the console on ln until Shutdown; it
+// needs Config.AdminSeparate.
+func (s *Server) ServeAdmin(ln net.Listener) error {
+	if s.adminSrv == nil {
+		return errors.New("fastapi: ServeAdmin needs Config.AdminSeparate")
+	}
+	return s.adminSrv.Serve(lingerListener{ln})
+}
 
-// Handle is the fasthttp handler: request id, edge block, routing, auth.
-func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
+// Shutdown stops accepting, waits for in-flight requests, and closes idle
+// keep-alive connections, on both listeners.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.ShutdownWithContext(ctx)
+	if s.adminSrv != nil {
+		err = errors.Join(err, s.adminSrv.ShutdownWithContext(ctx))
+	}
+	return err
+}
+
+// Handle is the public listener's fasthttp handler.
+func (s *Server) Handle(ctx *fasthttp.RequestCtx) { s.handle(ctx, s.publicRoutes()) }
+
+// HandleAdmin is the admin listener's fasthttp handler (Config.AdminSeparate).
+func (s *Server) HandleAdmin(ctx *fasthttp.RequestCtx) { s.handle(ctx, s.admin) }
+
+// publicRoutes are the public listener's: every route unless the admin API
+// has its own listener.
+func (s *Server) publicRoutes() []*route {
+	if s.cfg.AdminSeparate {
+		return s.public
+	}
+	return s.routes
+}
+
+// handle serves one request from routes: request id, edge block, routing,
+// auth.
+func (s *Server) handle(ctx *fasthttp.RequestCtx, routes []*route) {
 	// Response headers keep the SPEC's spelling (X-RateLimit-Limit, not
 	// fasthttp's X-Ratelimit-Limit); request headers stay case-insensitive.
 	ctx.Response.Header.DisableNormalizing()
@@ -321,9 +416,10 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	}
 	r := s.reqs.Get().(*request)
 	*r = request{Call: checks.Call{Now: s.deps.Clock.Now()}}
+	copy(r.RequestID[:], ctx.Response.Header.Peek(headerRequestID))
 	defer s.reqs.Put(r)
 	defer s.recoverPanic(ctx)
-	rt, allow := s.match(ctx.Method(), path, r)
+	rt, allow := matchIn(routes, ctx.Method(), path, r)
 	if rt == nil {
 		if allow != "" {
 			ctx.Response.Header.Set("Allow", allow)
@@ -371,14 +467,20 @@ func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// match finds the route for method and path. When the path exists under other
-// methods only, it returns nil and the Allow header value.
+// match finds the public listener's route for method and path. When the
+// path exists under other methods only, it returns nil and the Allow header
+// value.
 func (s *Server) match(method, path []byte, r *request) (*route, string) {
+	return matchIn(s.publicRoutes(), method, path, r)
+}
+
+// matchIn is match over one listener's routes.
+func matchIn(routes []*route, method, path []byte, r *request) (*route, string) {
 	// The path bytes live as long as the request; parameters that must
 	// outlive it are copied by their handlers.
 	p := strings.Trim(unsafe.String(unsafe.SliceData(path), len(path)), "/")
 	var allow []string
-	for _, rt := range s.routes {
+	for _, rt := range routes {
 		if !matchSegs(rt.segs, p, r) {
 			continue
 		}

@@ -23,4 +23,11 @@ const (
 	prefixHookPending byte = 0x42 // account id + 0x00 + event id → webhook event still being delivered (hookpending.go, actors/webhook)
 	prefixTraffic     byte = 0x50 // bucket start → threat-feed traffic counts
 	prefixHealth      byte = 0x51 // UTC day → status probe counts
+
+	// account id + 0x00 + time + sequence → one recent evaluation, at most 200
+	// per account, kept 7 days (recent.go, actors/recent)
+	prefixEvaluation byte = 0x43
+	// account id + UTC day → counted checks and lookups of the day, 62 days
+	// (dailyusage.go, quota actors)
+	prefixUsageDay byte = 0x22
 )

@@ -44,6 +44,9 @@ type UsageDelta struct {
 	Month   Month
 	Counts  MonthCounts
 	Totals  Totals
+	// Day is the UTC day Counts also add to (the console's daily chart);
+	// zero adds to no day.
+	Day Day
 }
 
 const (
@@ -215,6 +218,10 @@ func (d *DB) ApplyUsage(deltas []UsageDelta) error {
 		t.LimitHits = max(t.LimitHits+add.LimitHits, 0)
 		val = MarshalTotals(val[:0], t)
 		_ = b.Set(key, val, nil)
+	}
+	if err := d.addDays(b, deltas); err != nil {
+		b.Close()
+		return err
 	}
 	if d.durability == Strict {
 		return d.commit(b)

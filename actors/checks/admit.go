@@ -10,6 +10,7 @@ import (
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/recent"
 	"github.com/fraudd/fraudd/internal/accesstoken"
 )
 
@@ -33,6 +34,9 @@ type Call struct {
 	// RateLimit is set by a charge of a capped account: the X-RateLimit-*
 	// figures the answer carries.
 	RateLimit RateLimit
+	// RequestID is the answer's request id (X-Request-Id), zero-padded;
+	// the transport sets it. The console's recent list shows it.
+	RequestID [recent.RequestIDMax]byte
 }
 
 // liveKey reports whether a live key authenticated (the current one or the

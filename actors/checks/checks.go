@@ -12,6 +12,7 @@ import (
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/recent"
 	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/netlists"
@@ -75,6 +76,9 @@ type (
 	Traffic interface{ Record(traffic.Record) }
 	// Webhooks queues threat alerts (*webhook.Service).
 	Webhooks interface{ Notify(*webhook.Event) }
+	// Recent keeps each account's recent evaluations for the console
+	// (*recent.Client).
+	Recent interface{ Record(recent.Entry) }
 )
 
 // Config wires the pipeline. Accounts, Limits, Quota and Feeds are
@@ -107,7 +111,9 @@ type Config struct {
 	Traffic Traffic
 	// Webhooks nil: no alert is sent.
 	Webhooks Webhooks
-	Logger   *slog.Logger
+	// Recent nil: the console lists no recent evaluations.
+	Recent Recent
+	Logger *slog.Logger
 }
 
 // Service runs the public operations over the parts in Config.
@@ -125,6 +131,7 @@ type Service struct {
 	challenges Challenges
 	traffic    Traffic
 	webhooks   Webhooks
+	recent     Recent
 	log        *slog.Logger
 }
 
@@ -137,7 +144,7 @@ func New(cfg Config) (*Service, error) {
 		accounts: cfg.Accounts, limits: cfg.Limits, quota: cfg.Quota, feeds: cfg.Feeds,
 		store: cfg.Store, tokens: cfg.Tokens, netTokens: cfg.NetTokens, events: cfg.Events,
 		visitorKey: cfg.VisitorKey, history: cfg.History, challenges: cfg.Challenges,
-		traffic: cfg.Traffic, webhooks: cfg.Webhooks, log: cfg.Logger,
+		traffic: cfg.Traffic, webhooks: cfg.Webhooks, recent: cfg.Recent, log: cfg.Logger,
 	}
 	if s.store == nil {
 		s.store = alwaysAvailable{}
@@ -163,6 +170,9 @@ func New(cfg Config) (*Service, error) {
 	if s.webhooks == nil {
 		s.webhooks = noWebhooks{}
 	}
+	if s.recent == nil {
+		s.recent = noRecent{}
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -182,6 +192,7 @@ type (
 	noChallenges    struct{}
 	noTraffic       struct{}
 	noWebhooks      struct{}
+	noRecent        struct{}
 )
 
 func (alwaysAvailable) Available() bool { return true }
@@ -218,3 +229,4 @@ func (noChallenges) Purge(string) error { return nil }
 
 func (noTraffic) Record(traffic.Record)  {}
 func (noWebhooks) Notify(*webhook.Event) {}
+func (noRecent) Record(recent.Entry)     {}

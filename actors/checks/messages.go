@@ -39,6 +39,7 @@ const (
 	MsgBackupNoDir     = "dir is required: an absolute path on the server's machine."
 	MsgBackupDir       = "dir: %v." // why the directory cannot hold a backup
 	MsgBackupExists    = "The backup directory exists and is not empty; a backup never overwrites one."
+	MsgListLimit       = "limit must be an integer from 1 to %d." // the largest limit
 
 	// Credentials (SPEC §5).
 	MsgMissingKey       = "Missing Key."

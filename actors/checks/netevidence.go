@@ -3,10 +3,10 @@ package checks
 import (
 	"strconv"
 
-	"github.com/fraudd/fraudd/wire"
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/wire"
 )
 
 // Sources of the evidence array that are not feeds.

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fraudd/fraudd/actors/recent"
 	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/netlists"
@@ -17,12 +18,18 @@ import (
 //	quota.CountTotal         degraded evaluation, live key, not a bare allow  actors/quota
 //	traffic.Record           visitor check or lookup with a live key          actors/traffic
 //	webhook.Notify           visitor check with a live key, a SPEC §6 threat  actors/webhook
+//	recent.Record            every answered evaluation of an account          actors/recent
+//	                         (test keys and test tokens marked; no sandbox,
+//	                         no samples)
 //
 // Device sightings and customer history were recorded by the resolve
 // stage's calls themselves (events.Resolve, devicehist.Observe).
 
 // recordEvaluation records an answered evaluation.
 func (s *Service) recordEvaluation(c *Call, ev *Evaluation, out outcome) {
+	if c.Auth.View != nil {
+		s.recent.Record(recentEntry(c, ev))
+	}
 	if !c.liveKey() {
 		return
 	}
@@ -47,6 +54,25 @@ func (s *Service) recordEvaluation(c *Call, ev *Evaluation, out outcome) {
 			s.webhooks.Notify(e)
 		}
 	}
+}
+
+// recentEntry is the console's view of an evaluation: fixed-size, with no
+// pointer into the request (the account and pin strings are the immutable
+// view's and policy's).
+func recentEntry(c *Call, ev *Evaluation) recent.Entry {
+	res, n := &ev.res, &ev.in.Network
+	e := recent.Entry{Account: c.Auth.View.ID, At: c.Now, RequestID: c.RequestID,
+		Decision: res.Decision, Engine: res.EngineDecision, Source: res.DecisionSource,
+		Rule: res.RuleSignal, RuleMatched: res.RuleMatched, Risk: uint8(min(max(res.RiskScore, 0), 100)),
+		Reasons: res.Reasons, Test: ev.opts.test}
+	if !n.Degraded {
+		e.IP = n.IP
+		e.SetCountry(n.Country)
+	}
+	if p, ok := res.ExceptionWinner(); ok {
+		e.Pin = p
+	}
+	return e
 }
 
 // bareAllow is the degraded fallback that SPEC 2.8.6 leaves out of totals:

@@ -3,11 +3,20 @@ package checks
 import (
 	"net/netip"
 	"reflect"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/recent"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/storage"
 )
 
 func TestWebhookEventMirrorsEvaluation(t *testing.T) {
@@ -61,6 +70,148 @@ func TestWebhookEventMirrorsEvaluation(t *testing.T) {
 		c.want.Account, c.want.At = "acc_1", now
 		if !ok || !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", c.name, got, c.want)
+		}
+	}
+}
+
+// recents keeps what the record stage hands the console's recent list.
+type recents struct {
+	mu      sync.Mutex
+	entries []recent.Entry
+}
+
+func (r *recents) Record(e recent.Entry) {
+	r.mu.Lock()
+	r.entries = append(r.entries, e)
+	r.mu.Unlock()
+}
+
+// TestRecentEvaluationsRecorded: every answered evaluation of an account is
+// handed to the recent list, test keys and test tokens marked; a refused
+// one, a 400, the sandbox and a sample are not.
+func TestRecentEvaluationsRecorded(t *testing.T) {
+	rec := &recents{}
+	ts := newTestService(t, Config{Recent: rec})
+	pin, err := score.ParsePin("89.187.178.24", "", "allow", "office")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.accounts.view.Policy = score.Policy{Pins: []score.Pin{pin}}
+	answer := func(kind accounts.KeyKind, req EvalRequest, id string) {
+		t.Helper()
+		c := ts.call(kind)
+		copy(c.RequestID[:], id)
+		req.TokenSent = req.Token != ""
+		ev, ref := ts.Evaluate(c, &req)
+		if ev != nil {
+			ev.Release()
+		}
+		_ = ref
+	}
+	answer(accounts.KeyLive, EvalRequest{Token: "test_vpn"}, "req_pinned")
+	answer(accounts.KeyLive, EvalRequest{}, "req_degraded")
+	answer(accounts.KeyTest, EvalRequest{Email: "a@mailinator.com", EmailSent: true}, "req_testkey")
+	answer(accounts.KeyLive, EvalRequest{Token: "not-a-token"}, "req_rejected")
+	ts.quota.result = quota.ChargeResult{Refusal: quota.RefusedHourly}
+	answer(accounts.KeyLive, EvalRequest{}, "req_refused")
+	ts.quota.result = quota.ChargeResult{}
+	sb := &Call{Now: fixedNow, Sandbox: true}
+	if ev, ref := ts.Evaluate(sb, &EvalRequest{Token: "test_tor", TokenSent: true}); ref != nil {
+		t.Fatal(ref.Msg)
+	} else {
+		ev.Release()
+	}
+	if ev, _ := ts.Sample("vpn"); ev != nil {
+		ev.Release()
+	}
+
+	if len(rec.entries) != 3 {
+		t.Fatalf("%d entries recorded, want 3: %+v", len(rec.entries), rec.entries)
+	}
+	id := func(e recent.Entry) string { return strings.TrimRight(string(e.RequestID[:]), "\x00") }
+	p, d, tk := rec.entries[0], rec.entries[1], rec.entries[2]
+	if id(p) != "req_pinned" || p.Account != "acc_unit" || !p.At.Equal(fixedNow) || p.Source != score.SourceException ||
+		p.Pin.Name() != "office" || p.Decision != score.Allow || p.Engine != score.Review || !p.Test ||
+		p.IP != netip.MustParseAddr("89.187.178.24") || p.Country != [2]byte{'N', 'L'} || p.Risk == 0 || p.Reasons == 0 {
+		t.Fatalf("pinned test-token entry: %+v", p)
+	}
+	if id(d) != "req_degraded" || d.IP.IsValid() || d.Country != [2]byte{} || d.Test || d.Source != score.SourceEngine {
+		t.Fatalf("degraded entry: %+v", d)
+	}
+	if id(tk) != "req_testkey" || !tk.Test || !tk.Reasons.Has(score.ReasonDisposableEmail) {
+		t.Fatalf("test-key entry: %+v", tk)
+	}
+}
+
+// lastEntry keeps the last entry only: a recent list that allocates nothing.
+type lastEntry struct{ e recent.Entry }
+
+func (l *lastEntry) Record(e recent.Entry) { l.e = e }
+
+// evaluated is an answered evaluation of the fake account, decided by a pin.
+func evaluated(t testing.TB, ts *testService) (*Call, *Evaluation) {
+	pin, err := score.ParsePin("89.187.178.24", "", "allow", "office")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.accounts.view.Policy = score.Policy{Pins: []score.Pin{pin}}
+	c := ts.call(accounts.KeyLive)
+	copy(c.RequestID[:], "req_0123456789abcdef01234567")
+	ev, ref := ts.Evaluate(c, &EvalRequest{Token: "test_vpn", TokenSent: true, Email: "a@b.co", EmailSent: true})
+	if ref != nil {
+		t.Fatal(ref.Msg)
+	}
+	return c, ev
+}
+
+// TestRecentRecordDoesNotAllocate: handing an evaluation to the recent list
+// costs evaluate no allocation (the entry goes by value, even through the
+// interface).
+func TestRecentRecordDoesNotAllocate(t *testing.T) {
+	l := &lastEntry{}
+	ts := newTestService(t, Config{Recent: l})
+	c, ev := evaluated(t, ts)
+	defer ev.Release()
+	if n := testing.AllocsPerRun(1000, func() { ts.recent.Record(recentEntry(c, ev)) }); n != 0 {
+		t.Fatalf("the record stage's recent entry allocates %.1f", n)
+	}
+	if l.e.Pin.Name() != "office" {
+		t.Fatalf("entry: %+v", l.e)
+	}
+}
+
+// BenchmarkRecentRecord is all an evaluation pays for the console's recent
+// list: building the entry and recent.Client.Record into the real client.
+// Every 1024 entries the timer stops while a List hands the batch to the
+// owner and waits for it to be written (to an in-memory Pebble), so the
+// owner's work — which runs on its own goroutine, off the evaluate path —
+// is not in the figure and the pending buffer is reused as when served.
+func BenchmarkRecentRecord(b *testing.B) {
+	db, err := storage.Open("r", storage.Options{FS: vfs.NewMem()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	rc, err := recent.New(sys.Root, recent.Config{Store: db, FlushEvery: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Stop()
+	ts := newTestService(b, Config{Recent: rc})
+	c, ev := evaluated(b, ts)
+	defer ev.Release()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		ts.recent.Record(recentEntry(c, ev))
+		if n++; n%1024 == 0 {
+			b.StopTimer()
+			if _, err := rc.List(recent.List{Account: "acc_unit", Now: fixedNow, Limit: 1}); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
 		}
 	}
 }

@@ -60,7 +60,7 @@ type shardState struct {
 
 	// Changed since the last flush (shard goroutine only).
 	dirtyEvents []*eventEntry
-	dirtySights  []*sightingsEntry
+	dirtySights []*sightingsEntry
 	// pending is set when the first entry turns dirty after a flush, so the
 	// flush hook messages only shards with something to write.
 	pending atomic.Bool

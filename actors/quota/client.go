@@ -61,6 +61,7 @@ type Client struct {
 	collect *actors.Calls[Collect, CollectResult]
 	log     *slog.Logger
 	stopped atomic.Bool
+	store   Store
 }
 
 // New spawns the quota shards (and the group committer when there is a store).
@@ -81,6 +82,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		usages:  actors.NewCalls[Usage, UsageView](cfg.Timeout),
 		collect: actors.NewCalls[Collect, CollectResult](cfg.Timeout),
 		log:     cfg.Logger,
+		store:   cfg.Store,
 	}
 	if cfg.Store != nil {
 		c.commit = newCommitter(root, cfg.Store, cfg.Group, cfg.Logger)

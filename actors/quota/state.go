@@ -245,6 +245,7 @@ func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.U
 	}
 	if c.Monthly {
 		*used++
+		d.Day = storage.DayOf(c.Now)
 		if c.Kind == Lookup {
 			d.Counts.Lookups = 1
 		} else {

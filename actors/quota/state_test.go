@@ -91,7 +91,7 @@ func TestMonthlyAllowance(t *testing.T) {
 	if want := (ChargeResult{Allowed: true, Capped: true, Limit: 2, Remaining: 1, Reset: jan}); r1 != want {
 		t.Fatalf("first: %+v want %+v", r1, want)
 	}
-	if d1 != (storage.UsageDelta{Account: "a", Month: 202612, Counts: storage.MonthCounts{Used: 1}, Totals: storage.Totals{Evaluations: 1}}) {
+	if d1 != (storage.UsageDelta{Account: "a", Month: 202612, Counts: storage.MonthCounts{Used: 1}, Totals: storage.Totals{Evaluations: 1}, Day: storage.DayOf(now)}) {
 		t.Fatalf("first delta %+v", d1)
 	}
 	if !r2.Allowed || r2.Remaining != 0 {

@@ -29,6 +29,7 @@ import (
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/recent"
 	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/fastapi"
@@ -59,6 +60,9 @@ type serveConfig struct {
 	debugAddr       string
 	durability      storage.Durability
 	syncInterval    time.Duration
+	// adminAddr, when set, is the admin API's and the console's own
+	// listener; the public one then serves neither.
+	adminAddr string
 	// allowPrivateWebhooks also accepts http:// and loopback or private
 	// webhook receivers (development and tests).
 	allowPrivateWebhooks bool
@@ -111,6 +115,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	agents := fs.String("edge-block-agents", env("FRAUDD_EDGE_BLOCK_AGENTS", strings.Join(fastapi.DefaultEdgeBlockAgents, ",")), "comma-separated User-Agent prefixes the edge block rejects (env FRAUDD_EDGE_BLOCK_AGENTS)")
 	mcpOrigins := fs.String("mcp-origins", env("FRAUDD_MCP_ORIGINS", ""), "comma-separated browser origins (https://agent.example) allowed to call /mcp; requests without Origin always may (env FRAUDD_MCP_ORIGINS)")
 	fs.DurationVar(&c.feedsRefresh, "feeds-refresh", envDuration("FRAUDD_FEEDS_REFRESH", 0), "download fresh feeds from upstream this often and swap them in without a pause; 0 = off (env FRAUDD_FEEDS_REFRESH)")
+	fs.StringVar(&c.adminAddr, "admin-addr", env("FRAUDD_ADMIN_ADDR", ""), "serve the admin API and the console (/console) on this address only, e.g. 127.0.0.1:8081; empty: on --addr (env FRAUDD_ADMIN_ADDR)")
 	fs.StringVar(&c.debugAddr, "debug-addr", env("FRAUDD_DEBUG_ADDR", ""), "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty (env FRAUDD_DEBUG_ADDR)")
 	fs.StringVar(&c.smtpURL, "smtp-url", env("FRAUDD_SMTP_URL", ""), "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way (env FRAUDD_SMTP_URL)")
 	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", envBool("FRAUDD_ALLOW_PRIVATE_WEBHOOKS", false), "also accept http:// and loopback/private webhook receivers; for development and tests (env FRAUDD_ALLOW_PRIVATE_WEBHOOKS)")
@@ -359,6 +364,18 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		}
 	}()
 
+	// Each account's recent evaluations for the console; its last batch is
+	// written before Pebble closes.
+	recents, err := recent.New(system.Root, recent.Config{Store: db, Clock: clk, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := recents.Stop(); err != nil {
+			log.Error("stop recent-evaluations actor", "err", err)
+		}
+	}()
+
 	srv := fastapi.New(fastapi.Config{
 		AdminToken:      adminToken,
 		TrustedProxies:  cfg.trustedProxies,
@@ -368,10 +385,11 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		Version:         version,
 		StartedAt:       clk.Now(),
 		Logger:          log,
+		AdminSeparate:   cfg.adminAddr != "",
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
-		DeviceHist: devHist, Challenges: challenges,
+		DeviceHist: devHist, Challenges: challenges, Recent: recents,
 		Backup: func(dir string) (*backup.Report, error) {
 			return backup.Write(backup.Source{DataDir: cfg.dataDir, Store: db, SecretOutside: cfg.secret != ""}, dir)
 		}})
@@ -380,14 +398,29 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		startDebug(cfg.debugAddr, db, log)
 	}
 
+	// The admin listener comes first, so that once "fraudd listening" is
+	// logged every listener is up.
+	var adminLn net.Listener
+	if cfg.adminAddr != "" {
+		if adminLn, err = net.Listen("tcp", cfg.adminAddr); err != nil {
+			return fmt.Errorf("listen on --admin-addr %s: %w", cfg.adminAddr, err)
+		}
+		log.Info("fraudd admin listening", "addr", adminLn.Addr().String(), "console", "/console")
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
+		if adminLn != nil {
+			adminLn.Close()
+		}
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
 	db.Serving()
 	log.Info("fraudd listening", "addr", ln.Addr().String(), "version", version, "data_dir", cfg.dataDir)
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
+	if adminLn != nil {
+		go func() { served <- srv.ServeAdmin(adminLn) }()
+	}
 
 	select {
 	case err := <-served:

@@ -1,0 +1,481 @@
+// One account: plan and limits, usage, keys, access (suspension, allowlist,
+// origins), rules, exception pins, webhook, the device-evidence beta, recent
+// evaluations and the mail outbox. Every destructive action asks first.
+
+const SIGNALS = ['vpn', 'proxy', 'tor', 'datacenter', 'anonymous', 'automation', 'antidetect', 'emulator',
+  'virtual_machine', 'incognito', 'privacy_mode', 'ip_blocklisted', 'high_activity', 'multi_account',
+  'disposable_email', 'timezone_mismatch'];
+const ACTIONS = ['allow', 'review', 'block'];
+
+function options(values, current) {
+  return values.map((v) => h('option', { value: v, selected: v === current }, v));
+}
+
+function decisionBadge(d) {
+  return h('span.badge.' + d, null, d);
+}
+
+function lines(text) {
+  return text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+}
+
+async function renderAccount(id) {
+  const [a, rules, pins] = await Promise.all([api('GET', acct(id)), api('GET', acct(id, '/rules')), api('GET', acct(id, '/exceptions'))]);
+  const st = { id, a, rules, pins };
+  const slots = {};
+  const put = (name, el) => {
+    if (slots[name]) slots[name].replaceWith(el);
+    slots[name] = el;
+    return el;
+  };
+  // refresh re-reads the account and redraws the parts that show it.
+  st.refresh = async (...names) => {
+    st.a = await api('GET', acct(id));
+    put('head', accountHead(st));
+    for (const n of names) put(n, SECTIONS[n](st, put));
+  };
+  const grid = h('div.grid', null,
+    put('plan', planCard(st, put)),
+    put('keys', keysCard(st, put)),
+    put('usage', usageCard(st)),
+    put('access', accessCard(st, put)),
+    put('beta', betaCard(st, put)),
+    put('rules', rulesCard(st, put)),
+    put('pins', pinsCard(st, put)),
+    put('webhook', webhookCard(st, put)),
+    put('evaluations', evaluationsCard(st)),
+    put('mail', mailCard(st)));
+  page(a.email, put('head', accountHead(st)), grid);
+}
+
+function accountHead(st) {
+  const a = st.a;
+  return h('div.head', { id: 'account-head' },
+    h('p.sub', null, h('span.mono', { id: 'account-id' }, a.id), ' · plan ', h('span.badge', { id: 'account-plan' }, a.plan),
+      a.suspended ? h('span.badge.bad', { id: 'account-suspended' }, 'suspended') : null,
+      ' · created ', fmtTime(a.created_at)),
+    h('a', { href: '#/accounts' }, '← All accounts'));
+}
+
+function planCard(st, put) {
+  const a = st.a;
+  const plan = planSelect('plan', a.plan);
+  const hourly = limitInput('hourly-limit', a.hourly_limit);
+  const monthly = limitInput('monthly-limit', a.monthly_limit);
+  const custom = h('div.row', { hidden: a.plan !== 'custom' }, h('label', null, 'Hourly limit', hourly), h('label', null, 'Monthly limit', monthly));
+  plan.addEventListener('change', () => { custom.hidden = plan.value !== 'custom'; });
+  const err = errLine('plan-error');
+  const form = h('form', {
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      err.textContent = '';
+      const body = { plan: plan.value };
+      if (plan.value === 'custom') {
+        body.hourly_limit = limitValue(hourly);
+        body.monthly_limit = limitValue(monthly);
+      }
+      try {
+        await busy(form.querySelector('button'), () => api('PATCH', acct(st.id), body));
+        announce('Plan saved.');
+        await st.refresh('plan', 'usage');
+      } catch (e) {
+        err.textContent = errorText(e);
+      }
+    },
+  },
+  h('dl.kv', null,
+    h('dt', null, 'Hourly limit'), h('dd', null, a.hourly_limit === null ? 'none' : fmtNum(a.hourly_limit)),
+    h('dt', null, 'Monthly limit'), h('dd', null, a.monthly_limit === null ? 'none' : fmtNum(a.monthly_limit))),
+  h('div.row', null, h('label', null, 'Plan', plan), custom, h('button#save-plan', { type: 'submit' }, 'Save plan')),
+  err);
+  return card('Plan and limits', { id: 'plan' }, form);
+}
+
+function keyLine(k) {
+  return h('code', null, k.prefix + '…' + k.last4);
+}
+
+function keysCard(st, put, secret) {
+  const a = st.a;
+  const err = errLine('keys-error');
+  const act = (label, btnID, confirmText, fn) => h('button#' + btnID, {
+    type: 'button',
+    class: confirmText ? 'danger' : null,
+    onclick: async (ev) => {
+      const btn = ev.currentTarget;
+      err.textContent = '';
+      if (confirmText && !(await confirmAction(confirmText, label))) return;
+      try {
+        const shown = await busy(btn, fn);
+        await st.refresh();
+        put('keys', keysCard(st, put, shown));
+        announce(label + ': done.');
+      } catch (e) {
+        err.textContent = errorText(e);
+      }
+    },
+  }, label);
+  const prev = a.previous_live_key;
+  return card('Keys', { id: 'keys' },
+    h('dl.kv', null,
+      h('dt', null, 'Live key'), h('dd#live-key', null, keyLine(a.live_key), ' created ', fmtTime(a.live_key.created_at)),
+      prev ? [h('dt', null, 'Previous live key'), h('dd#previous-key', null, keyLine(prev), ' works until ', fmtTime(prev.valid_until))] : null,
+      h('dt', null, 'Test key'), h('dd#test-key', null, keyLine(a.test_key), ' created ', fmtTime(a.test_key.created_at)),
+      h('dt', null, 'Publishable key'), h('dd', null, h('code', null, a.publishable_key))),
+    h('div.actions', null,
+      act('Rotate live key', 'rotate-live', 'Issue a new live key? The current one keeps working for 24 hours (a second rotation ends that grace for the one before).', async () => {
+        const r = await api('POST', acct(st.id, '/keys/live/rotate'));
+        return secretBox('New live key', [['Live key', r.live_key, 'secret-live']]);
+      }),
+      prev ? act('Revoke previous key', 'revoke-previous', 'Stop the previous live key now? Calls still using it get 401 at once.', async () => {
+        await api('POST', acct(st.id, '/keys/live/revoke-previous'));
+        return null;
+      }) : null,
+      act('Rotate test key', 'rotate-test', 'Replace the test key? The current one stops working at once.', async () => {
+        const r = await api('POST', acct(st.id, '/keys/test/rotate'));
+        return secretBox('New test key', [['Test key', r.test_key, 'secret-test']]);
+      })),
+    err, secret || null);
+}
+
+function usageFigure(label, used, limit, id) {
+  const over = limit !== null && limit !== undefined && used >= limit;
+  return h('div.fig', { id: id },
+    h('div.note', null, label),
+    h('div.n', null, fmtNum(used), limit === null || limit === undefined ? ' (no limit)' : ' / ' + fmtNum(limit)),
+    limit ? h('progress', { max: String(limit), value: String(Math.min(used, limit)), class: over ? 'over' : null, 'aria-label': label }) : null);
+}
+
+function usageCard(st) {
+  const body = h('div', null, h('p.note', null, 'Loading…'));
+  const c = card('Usage', { id: 'usage', wide: true }, body);
+  api('GET', acct(st.id, '/usage')).then((u) => {
+    const figures = h('div.figs', null,
+      usageFigure('Live key, this hour', u.live.used_this_hour, u.live.hourly_limit, 'usage-live-hour'),
+      usageFigure('Test key, this hour', u.test.used_this_hour, u.test.hourly_limit, 'usage-test-hour'),
+      usageFigure('Visitor checks this month', u.live.month_used, u.live.monthly_limit, 'usage-month'),
+      usageFigure('Lookups this month', u.live.month_lookups_used, u.live.monthly_lookup_limit, 'usage-lookups'),
+      h('div.fig', null, h('div.note', null, 'Lifetime evaluations'), h('div.n', null, fmtNum(u.live.total_evaluations))),
+      h('div.fig', null, h('div.note', null, 'Refused (limit hits)'), h('div.n', null, fmtNum(u.live.limit_hits))));
+    const rows = u.daily.slice().reverse().map((d) => h('tr', null,
+      h('td', null, d.day), h('td.num', null, fmtNum(d.used)), h('td.num', null, fmtNum(d.lookups))));
+    const table = h('table', null,
+      h('thead', null, h('tr', null, h('th', { scope: 'col' }, 'Day'), h('th.num', { scope: 'col' }, 'Checks'), h('th.num', { scope: 'col' }, 'Lookups'))),
+      h('tbody', null, rows));
+    replace(body, figures,
+      h('h3', null, 'Counted calls per day, last 30 days (UTC)'),
+      dailyChart(u.daily),
+      h('div.legend', null, h('span.l-used', null, 'visitor checks'), h('span.l-lookups', null, 'lookups')),
+      h('details', null, h('summary', null, 'Daily figures'), h('div.scroll', null, table)),
+      u.live.month_resets_at ? h('p.note', null, 'The month resets at ', fmtTime(u.live.month_resets_at), '.') : null);
+  }).catch((e) => replace(body, h('p.error', null, errorText(e))));
+  return c;
+}
+
+// dailyChart draws stacked bars (checks, lookups) per day.
+function dailyChart(days) {
+  const W = 10;
+  const top = Math.max(1, ...days.map((d) => d.used + d.lookups));
+  const bar = (x, y, hgt, cls, tip) => s('rect', { x, y, width: W - 2, height: Math.max(hgt, 0), class: cls }, s('title', null, tip));
+  return s('svg', { class: 'chart', id: 'usage-chart', viewBox: '0 0 ' + days.length * W + ' 100', preserveAspectRatio: 'none', role: 'img', 'aria-label': 'Counted calls per day over the last 30 days; the daily figures are in the table below.' },
+    s('line', { x1: 0, y1: 99.5, x2: days.length * W, y2: 99.5, class: 'axis' }),
+    days.map((d, i) => {
+      const hu = (d.used / top) * 96;
+      const hl = (d.lookups / top) * 96;
+      const tip = d.day + ': ' + d.used + ' checks, ' + d.lookups + ' lookups';
+      return [bar(i * W + 1, 99 - hu, hu, 'used', tip), bar(i * W + 1, 99 - hu - hl, hl, 'lookups', tip)];
+    }));
+}
+
+function accessCard(st, put) {
+  const a = st.a;
+  const allow = h('textarea#allowlist', { rows: 4, spellcheck: 'false', 'aria-describedby': 'allowlist-help' }, a.allowlist.join('\n'));
+  const origins = h('textarea#origins', { rows: 3, spellcheck: 'false', 'aria-describedby': 'origins-help' }, a.origins.join('\n'));
+  const err = errLine('access-error');
+  const save = h('form', {
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      err.textContent = '';
+      const body = { allowlist: lines(allow.value), origins: lines(origins.value) };
+      const removed = a.allowlist.length + a.origins.length - [...a.allowlist.filter((x) => body.allowlist.includes(x)), ...a.origins.filter((x) => body.origins.includes(x))].length;
+      if (removed > 0 && !(await confirmAction('Remove ' + removed + ' allowlist or origin entr' + (removed === 1 ? 'y' : 'ies') + '? Calls from them may be refused at once.', 'Save'))) return;
+      try {
+        await busy(save.querySelector('button[type=submit]'), () => api('PATCH', acct(st.id), body));
+        announce('Allowlist and origins saved.');
+        await st.refresh('access');
+      } catch (e) {
+        err.textContent = errorText(e);
+      }
+    },
+  },
+  h('label', null, 'IP allowlist (live key), one IP or CIDR a line; empty: any address', allow),
+  h('p#allowlist-help.note', null, 'Applies to evaluate, lookup, MCP and token minting; the test key is exempt.'),
+  h('label', null, 'Website origins (collector and device-evidence beta), one a line', origins),
+  h('p#origins-help.note', null, 'Like https://shop.example. Empty: any origin may use the publishable key.'),
+  h('div.actions', null, h('button#save-access', { type: 'submit' }, 'Save allowlist and origins')),
+  err);
+  const suspendErr = errLine('suspend-error');
+  const suspend = h('button#suspend', {
+    type: 'button',
+    class: a.suspended ? null : 'danger',
+    onclick: async (ev) => {
+      const btn = ev.currentTarget;
+      suspendErr.textContent = '';
+      const to = !a.suspended;
+      const q = to ? 'Suspend ' + a.email + '? Every call with its keys gets 403 until it is resumed.' : 'Resume ' + a.email + '? Its keys work again at once.';
+      if (!(await confirmAction(q, to ? 'Suspend' : 'Resume'))) return;
+      try {
+        await busy(btn, () => api('PATCH', acct(st.id), { suspended: to }));
+        announce(to ? 'Account suspended.' : 'Account resumed.');
+        await st.refresh('access');
+      } catch (e) {
+        suspendErr.textContent = errorText(e);
+      }
+    },
+  }, a.suspended ? 'Resume account' : 'Suspend account');
+  return card('Access', { id: 'access' },
+    h('p', null, 'State: ', a.suspended ? h('span.badge.bad', null, 'suspended') : h('span.badge.good', null, 'active')),
+    h('div.actions', null, suspend), suspendErr, h('h3', null, 'Allowlist and origins'), save);
+}
+
+function betaCard(st, put) {
+  const a = st.a;
+  const box = h('input#beta', { type: 'checkbox', checked: a.device_evidence_beta });
+  const err = errLine('beta-error');
+  box.addEventListener('change', async () => {
+    err.textContent = '';
+    const to = box.checked;
+    if (!to && !(await confirmAction('Turn the device-evidence beta off? This deletes the account\'s GPU samples, consistency hashes and challenges.', 'Turn off'))) {
+      box.checked = true;
+      return;
+    }
+    try {
+      box.disabled = true;
+      await api('PATCH', acct(st.id), { device_evidence_beta: to });
+      announce('Device-evidence beta ' + (to ? 'on.' : 'off.'));
+      await st.refresh('beta');
+    } catch (e) {
+      box.checked = !to;
+      err.textContent = errorText(e);
+    } finally {
+      box.disabled = false;
+    }
+  });
+  return card('Device-evidence beta', { id: 'beta' },
+    h('label.check', null, box, 'Experimental GPU and browser-consistency evidence (SPEC 2.5, 2.6)'),
+    h('p.note', null, 'Needs at least one website origin. Evidence never changes a score or blocks.'), err);
+}
+
+// editorCard edits a list that the API replaces as a whole (rules, pins):
+// rows are drafts until Save; the API validates and its error text is shown.
+function editorCard(o) {
+  const list = h('ul.editor', { id: o.id + '-list' });
+  const err = errLine(o.id + '-error');
+  const addRow = (item) => {
+    const li = h('li', null, o.row(item), h('button', { type: 'button', 'aria-label': 'Remove this ' + o.noun, onclick: () => { li.remove(); } }, 'Remove'));
+    list.append(li);
+    return li;
+  };
+  o.items.forEach(addRow);
+  const form = h('form', {
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      err.textContent = '';
+      const next = [...list.children].map((li) => o.read(li));
+      const kept = o.items.filter((it) => next.some((n) => JSON.stringify(n) === JSON.stringify(it))).length;
+      const removed = o.items.length - kept;
+      if (removed > 0 && !(await confirmAction('Save and remove ' + removed + ' ' + o.noun + (removed === 1 ? '' : 's') + '?', 'Save'))) return;
+      try {
+        await busy(form.querySelector('button[type=submit]'), o.save.bind(null, next));
+        announce(o.title + ' saved.');
+      } catch (e) {
+        err.textContent = errorText(e);
+      }
+    },
+  },
+  list,
+  o.items.length === 0 ? h('p.empty', { id: o.id + '-empty' }, 'None yet.') : null,
+  h('div.actions', null,
+    h('button', { type: 'button', id: 'add-' + o.noun.replace(/ /g, '-'), onclick: () => { const li = addRow(o.blank()); li.querySelector('select, input').focus(); } }, 'Add ' + o.noun),
+    h('button.primary', { type: 'submit', id: 'save-' + o.id }, 'Save ' + o.title.toLowerCase())),
+  err);
+  return card(o.title, { id: o.id }, o.help ? h('p.note', null, o.help) : null, form);
+}
+
+function rulesCard(st, put) {
+  return editorCard({
+    id: 'rules', title: 'Rules', noun: 'rule', items: st.rules,
+    help: 'When a signal fires, its rule sets the decision; the most severe matching rule wins. Exception pins outrank rules.',
+    blank: () => ({ signal: SIGNALS.find((x) => !st.rules.some((r) => r.signal === x)) || 'vpn', action: 'block' }),
+    row: (r) => [
+      h('label', null, 'Signal', h('select', { 'data-field': 'signal' }, options(SIGNALS, r.signal))),
+      h('label', null, 'Action', h('select', { 'data-field': 'action' }, options(ACTIONS, r.action)))],
+    read: (li) => ({ signal: li.querySelector('[data-field=signal]').value, action: li.querySelector('[data-field=action]').value }),
+    save: async (next) => {
+      st.rules = await api('PUT', acct(st.id, '/rules'), next);
+      put('rules', rulesCard(st, put));
+    },
+  });
+}
+
+function pinsCard(st, put) {
+  return editorCard({
+    id: 'pins', title: 'Exception pins', noun: 'pin', items: st.pins,
+    help: 'A pin fixes the decision for one address, range or device (visitor id), whatever the signals and rules say.',
+    blank: () => ({ ip: '', action: 'allow', label: '' }),
+    row: (p) => {
+      const kind = h('select', { 'data-field': 'kind' }, options(['ip', 'visitor_id'], p.visitor_id ? 'visitor_id' : 'ip'));
+      return [
+        h('label', null, 'Target', kind),
+        h('label.grow', null, 'IP, CIDR or visitor id', h('input', { 'data-field': 'target', required: true, value: p.visitor_id || p.ip || '', spellcheck: 'false' })),
+        h('label', null, 'Action', h('select', { 'data-field': 'action' }, options(ACTIONS, p.action))),
+        h('label', null, 'Label', h('input', { 'data-field': 'label', value: p.label || '', maxlength: '100' }))];
+    },
+    read: (li) => {
+      const p = {};
+      p[li.querySelector('[data-field=kind]').value] = li.querySelector('[data-field=target]').value.trim();
+      p.action = li.querySelector('[data-field=action]').value;
+      const label = li.querySelector('[data-field=label]').value.trim();
+      if (label) p.label = label;
+      return p;
+    },
+    save: async (next) => {
+      st.pins = await api('PUT', acct(st.id, '/exceptions'), next);
+      put('pins', pinsCard(st, put));
+    },
+  });
+}
+
+function webhookCard(st, put, secret) {
+  const a = st.a;
+  const url = h('input#webhook-url', { type: 'url', value: a.webhook_url || '', placeholder: 'https://hooks.example/fraudd', spellcheck: 'false' });
+  const err = errLine('webhook-error');
+  const deliveries = h('div#deliveries.scroll', null, h('p.note', null, 'Loading…'));
+  const loadDeliveries = async () => {
+    const ds = await api('GET', acct(st.id, '/webhook/deliveries'));
+    replace(deliveries, ds.length === 0 ? h('p.empty', null, 'No deliveries in the last 30 days.') : h('table', null,
+      h('thead', null, h('tr', null, ['Attempted', 'Event', 'Attempt', 'Result', 'Event id'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', null, ds.map((d) => h('tr', { 'data-event-id': d.event_id, 'data-status': d.status },
+        h('td', null, fmtTime(d.attempted_at)),
+        h('td', null, d.event),
+        h('td.num', null, d.attempt),
+        h('td', null, h('span.badge.' + (d.status === 'delivered' ? 'good' : d.status === 'retrying' ? 'warn' : 'bad'), null, d.status),
+          ' ', d.status_code !== null ? 'HTTP ' + d.status_code : '', d.error ? ' ' + d.error : ''),
+        h('td.mono', null, d.event_id))))));
+    return ds;
+  };
+  const run = (label, fn) => async (ev) => {
+    err.textContent = '';
+    try {
+      await busy(ev.currentTarget, fn);
+    } catch (e) {
+      err.textContent = errorText(e);
+    }
+  };
+  const form = h('form.row', {
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      err.textContent = '';
+      const v = url.value.trim();
+      if (v === '' && a.webhook_url && !(await confirmAction('Remove the webhook URL? Threat alerts stop at once.', 'Remove'))) return;
+      try {
+        await busy(form.querySelector('button'), () => api('PUT', acct(st.id, '/webhook'), { url: v === '' ? null : v }));
+        announce(v === '' ? 'Webhook removed.' : 'Webhook URL saved.');
+        await st.refresh();
+        put('webhook', webhookCard(st, put));
+      } catch (e) {
+        err.textContent = errorText(e);
+      }
+    },
+  }, h('label.grow', null, 'Receiver URL (empty: none)', url), h('button#save-webhook', { type: 'submit' }, 'Save URL'));
+  const c = card('Webhook', { id: 'webhook', wide: true },
+    form,
+    h('div.actions', null,
+      h('button#webhook-test', {
+        type: 'button',
+        onclick: run('Send test', async () => {
+          const r = await api('POST', acct(st.id, '/webhook/test'));
+          announce('Test event ' + r.event_id + ' queued.');
+          // Show its delivery as soon as it is logged (a few seconds at most).
+          for (let i = 0; i < 24; i++) {
+            const ds = await loadDeliveries();
+            if (ds.some((d) => d.event_id === r.event_id && d.status !== 'retrying')) return;
+            await new Promise((res) => setTimeout(res, 500));
+          }
+        }),
+      }, 'Send test event'),
+      h('button#rotate-webhook-secret.danger', {
+        type: 'button',
+        onclick: run('Rotate secret', async () => {
+          if (!(await confirmAction('Replace the signing secret? Deliveries use the new one at once; receivers checking the old one reject them.', 'Rotate'))) return;
+          const r = await api('POST', acct(st.id, '/webhook/secret/rotate'));
+          put('webhook', webhookCard(st, put, secretBox('New webhook secret', [['Webhook secret', r.webhook_secret, 'secret-webhook']])));
+        }),
+      }, 'Rotate signing secret'),
+      h('button#refresh-deliveries', { type: 'button', onclick: run('Refresh', loadDeliveries) }, 'Refresh deliveries')),
+    err, secret || null,
+    h('h3', null, 'Recent deliveries (25 most recent attempts)'), deliveries);
+  loadDeliveries().catch((e) => replace(deliveries, h('p.error', null, errorText(e))));
+  return c;
+}
+
+function evaluationsCard(st) {
+  const body = h('div#evaluations-list.scroll', null, h('p.note', null, 'Loading…'));
+  const err = errLine('evaluations-error');
+  const load = async () => {
+    const es = await api('GET', acct(st.id, '/evaluations?limit=200'));
+    replace(body, es.length === 0 ? h('p.empty', null, 'No evaluations in the last 7 days.') : h('table', null,
+      h('thead', null, h('tr', null, ['Time', 'Request id', 'Decision', 'Risk', 'Reasons', 'IP', 'Decided by'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', null, es.map((e) => h('tr', { 'data-request-id': e.request_id },
+        h('td', null, fmtTime(e.at)),
+        h('td.mono', null, e.request_id),
+        h('td', null, decisionBadge(e.decision), e.test ? h('span.badge', null, 'test') : null),
+        h('td.num', null, e.risk_score),
+        h('td', null, e.reasons.length ? e.reasons.join(', ') : '—'),
+        h('td.mono', null, e.ip, e.country ? ' (' + e.country + ')' : ''),
+        h('td', null, policyText(e)))))));
+  };
+  const c = card('Recent evaluations', { id: 'evaluations', wide: true },
+    h('p.note', null, 'The 200 most recent, none older than 7 days, newest first.'),
+    h('div.actions', null, h('button#refresh-evaluations', {
+      type: 'button',
+      onclick: async (ev) => {
+        err.textContent = '';
+        try {
+          await busy(ev.currentTarget, load);
+          announce('Evaluations refreshed.');
+        } catch (e) {
+          err.textContent = errorText(e);
+        }
+      },
+    }, 'Refresh')),
+    err, body);
+  load().catch((e) => replace(body, h('p.error', null, errorText(e))));
+  return c;
+}
+
+// policyText says what decided: the engine, a rule or a pin.
+function policyText(e) {
+  const changed = e.engine_decision !== e.decision ? ' (engine: ' + e.engine_decision + ')' : '';
+  switch (e.decision_source) {
+    case 'rules': return 'rule ' + (e.rule || e.rule_matched.join(', ')) + changed;
+    case 'exception': return 'pin ' + (e.exception_matched || '') + changed;
+    default: return 'engine';
+  }
+}
+
+function mailCard(st) {
+  const body = h('div#mail-list.scroll', null, h('p.note', null, 'Loading…'));
+  api('GET', '/admin/v1/mail').then((all) => {
+    const ms = all.filter((m) => m.account_id === st.id);
+    replace(body, ms.length === 0 ? h('p.empty', null, 'No mail sent for this account.') : h('table', null,
+      h('thead', null, h('tr', null, ['Time', 'Kind', 'To', 'Subject', 'Status'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', null, ms.map((m) => h('tr', null,
+        h('td', null, fmtTime(m.at)), h('td', null, m.kind), h('td', null, m.to),
+        h('td', null, h('details', null, h('summary', null, m.subject), h('pre', null, m.body))),
+        h('td', null, m.status, m.error ? ': ' + m.error : ''))))));
+  }).catch((e) => replace(body, h('p.error', null, errorText(e))));
+  return card('Mail outbox', { id: 'mail', wide: true }, h('p.note', null, 'Usage warnings and webhook failure notices sent (or tried) for this account, newest first.'), body);
+}
+
+const SECTIONS = { plan: planCard, keys: keysCard, usage: usageCard, access: accessCard, beta: betaCard, rules: rulesCard, pins: pinsCard, webhook: webhookCard, evaluations: evaluationsCard, mail: mailCard };

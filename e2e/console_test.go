@@ -1,0 +1,256 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// console drives the operator console in headless Chromium.
+type console struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// do performs browser steps, each bounded, failing the test with the page's
+// status and error lines when one does not complete.
+func (c *console) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.ctx, 45*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		c.t.Fatalf("%s: %v%s", what, err, c.diagnose())
+	}
+}
+
+// text reads an element's text, waiting for it to be visible.
+func (c *console) text(what, sel string) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.ctx, 45*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		c.t.Fatalf("%s: %v%s", what, err, c.diagnose())
+	}
+	return s
+}
+
+// diagnose reports the page's status line and error lines.
+func (c *console) diagnose() string {
+	return fmt.Sprintf("\npage status line: %q\nerror lines: %q", c.eval(`document.getElementById('status').textContent`),
+		c.eval(`[...document.querySelectorAll('.error')].map((e) => e.textContent).filter((t) => t).join(' | ')`))
+}
+
+// eval evaluates a string expression; "" when it fails (diagnostics only).
+func (c *console) eval(expr string) string {
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	return s
+}
+
+// until waits for a JavaScript condition on the page.
+func (c *console) until(what, cond string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.ctx, 45*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(40*time.Second))); err != nil {
+		c.t.Fatalf("%s: %v%s", what, err, c.diagnose())
+	}
+}
+
+// waitStatus waits until the live status line says msg.
+func (c *console) waitStatus(what, msg string) {
+	c.t.Helper()
+	c.until(what, fmt.Sprintf(`document.getElementById('status').textContent === %q`, msg))
+}
+
+// confirm accepts the confirmation dialog a destructive action opens.
+func (c *console) confirm(what string) {
+	c.t.Helper()
+	c.do(what+": confirm", chromedp.WaitVisible(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")),
+		chromedp.WaitNotVisible(chromedp.CSS("#confirm")))
+}
+
+func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+// mustEvaluate evaluates with token and key, expecting 200.
+func mustEvaluate(t *testing.T, s *Server, key, token string) *Response {
+	t.Helper()
+	r := evaluate(s, t, key, map[string]any{"token": token}, nil)
+	if r.Status != 200 {
+		t.Fatalf("evaluate with %s…: %d %s", key[:12], r.Status, r.Body)
+	}
+	return r
+}
+
+// TestConsoleOperatorFlow drives the real binary through real Chromium the
+// way an operator would: sign in, create an account, rotate its live key
+// (the old one still works in its grace), add a rule and an exception pin
+// (an evaluation's answer changes), send a webhook test and see it
+// delivered, and find the evaluation in the recent list. The console runs
+// on its own listener (--admin-addr): the public one has none of it. It
+// saves a screenshot of the account page (FRAUDD_CONSOLE_SCREENSHOT names
+// the file; docs/console-account.png is one).
+func TestConsoleOperatorFlow(t *testing.T) {
+	chromium := findChromium()
+	if chromium == "" {
+		t.Skip("SKIPPED: no Chromium installed (apt-get install -y chromium); the console browser test did not run")
+	}
+	s := Start(t, bin, "--admin-addr", "127.0.0.1:0", "--allow-private-webhooks")
+	if s.AdminURL == "" || s.AdminURL == s.URL {
+		t.Fatalf("no separate admin listener: %q\n%s", s.AdminURL, s.Logs())
+	}
+	for _, p := range []string{"/console", "/admin/v1/accounts"} {
+		if r := s.Do(t, Req{Path: p, Bearer: AdminToken}); r.Status != 404 {
+			t.Fatalf("public listener serves %s: %d", p, r.Status)
+		}
+	}
+	hook := newHookReceiver(t)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")), chromedp.WindowSize(1440, 1000))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	defer cancelBrowser()
+	// The first call starts the browser and ties its life to its context:
+	// that one has no timeout; every step gets its own.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	c := &console{t: t, ctx: bctx}
+
+	// Sign in with the keyboard: type the token, press Enter.
+	c.do("open the console", chromedp.Navigate(s.AdminURL+"/console"), chromedp.WaitVisible(css("#signin-token")))
+	c.do("sign in", chromedp.SendKeys(css("#signin-token"), AdminToken+kb.Enter),
+		chromedp.WaitVisible(css("#search")), chromedp.WaitVisible(css("#nav")))
+	stored := c.eval(`sessionStorage.getItem('fraudd.console.token') + '|' + document.cookie + '|' + location.href`)
+	if stored != AdminToken+"||"+s.AdminURL+"/console#/accounts" {
+		t.Fatalf("token storage: %q", stored)
+	}
+
+	// Create an account; its secrets are shown once.
+	c.do("create an account",
+		chromedp.SendKeys(css("#new-email"), "console@example.com"),
+		chromedp.SetValue(css("#new-plan"), "starter"),
+		chromedp.Click(css("#create-account")))
+	oldKey := c.text("the live key is shown", "#secret-live")
+	if !strings.HasPrefix(oldKey, "sk_live_") {
+		t.Fatalf("live key shown: %q", oldKey)
+	}
+	c.do("the list finds it", chromedp.SendKeys(css("#search"), "console@"),
+		chromedp.WaitVisible(css(`#account-list a[href^="#/accounts/acc_"]`)))
+
+	// Open it.
+	c.do("open the account", chromedp.Click(css("#open-created")), chromedp.WaitVisible(css("#usage-chart")))
+	acctID := c.text("the account id", "#account-id")
+	if !strings.HasPrefix(acctID, "acc_") {
+		t.Fatalf("account id: %q", acctID)
+	}
+	before := mustEvaluate(t, s, oldKey, "test_vpn").JSON(t)
+	if before["decision"] != "review" || before["decision_source"] != nil {
+		t.Fatalf("engine answer for test_vpn: %v %v", before["decision"], before["decision_source"])
+	}
+
+	// Rotate the live key: the new one is shown once; the old one keeps
+	// working through its grace.
+	c.do("rotate the live key", chromedp.Click(css("#rotate-live")))
+	c.confirm("rotate the live key")
+	newKey := c.text("the new key is shown", "#keys #secret-live")
+	c.do("the previous key is listed", chromedp.WaitVisible(css("#previous-key")))
+	if !strings.HasPrefix(newKey, "sk_live_") || newKey == oldKey {
+		t.Fatalf("rotated key: %q (old %q)", newKey, oldKey)
+	}
+	mustEvaluate(t, s, oldKey, "test_clean")
+	mustEvaluate(t, s, newKey, "test_clean")
+
+	// A rule: VPN blocked. The answer changes, decided by the rule.
+	c.do("add a rule", chromedp.Click(css("#add-rule")),
+		chromedp.SetValue(css("#rules-list li:last-child select[data-field=signal]"), "vpn"),
+		chromedp.SetValue(css("#rules-list li:last-child select[data-field=action]"), "block"),
+		chromedp.Click(css("#save-rules")))
+	c.waitStatus("save the rule", "Rules saved.")
+	ruled := mustEvaluate(t, s, newKey, "test_vpn").JSON(t)
+	if ruled["decision"] != "block" || ruled["decision_source"] != "rules" {
+		t.Fatalf("after the rule: %v %v", ruled["decision"], ruled["decision_source"])
+	}
+
+	// A pin the API refuses shows the API's own error text.
+	c.do("add a bad pin", chromedp.Click(css("#add-pin")),
+		chromedp.SendKeys(css("#pins-list li:last-child input[data-field=target]"), "not-an-address"),
+		chromedp.Click(css("#save-pins")))
+	c.until("the API's refusal is shown", `document.getElementById('pins-error').textContent.startsWith('exceptions[0]')`)
+	// A pin on the test token's address: allow. It outranks the rule.
+	c.do("fix the pin",
+		chromedp.SetValue(css("#pins-list li:last-child input[data-field=target]"), "89.187.178.24"),
+		chromedp.SetValue(css("#pins-list li:last-child select[data-field=action]"), "allow"),
+		chromedp.SendKeys(css("#pins-list li:last-child input[data-field=label]"), "office NAT"),
+		chromedp.Click(css("#save-pins")))
+	c.waitStatus("save the pin", "Exception pins saved.")
+	pinned := mustEvaluate(t, s, newKey, "test_vpn")
+	pm := pinned.JSON(t)
+	if pm["decision"] != "allow" || pm["decision_source"] != "exception" || pm["exception_matched"] != "office NAT" {
+		t.Fatalf("after the pin: %v %v %v", pm["decision"], pm["decision_source"], pm["exception_matched"])
+	}
+	reqID := pinned.Header.Get("X-Request-Id")
+
+	// The webhook: set the receiver, send a test, see it delivered.
+	c.do("set the webhook", chromedp.SetValue(css("#webhook-url"), hook.URL+"/ok"), chromedp.Click(css("#save-webhook")))
+	c.waitStatus("save the webhook", "Webhook URL saved.")
+	c.do("send a test event", chromedp.Click(css("#webhook-test")))
+	hit := hook.waitHits(t, 1)[0]
+	if !strings.Contains(string(hit.Body), `"event":"test"`) {
+		t.Fatalf("receiver got %s", hit.Body)
+	}
+	c.do("the delivery is listed", chromedp.WaitVisible(css(fmt.Sprintf(`#deliveries tr[data-event-id=%q][data-status="delivered"]`, hit.EventID))))
+
+	// The evaluation in the recent list, decided by the pin.
+	row := fmt.Sprintf(`#evaluations-list tr[data-request-id=%q]`, reqID)
+	c.do("the evaluation is listed", chromedp.Click(css("#refresh-evaluations")), chromedp.WaitVisible(css(row)))
+	if got := c.text("the evaluation's row", row); !strings.Contains(got, "allow") || !strings.Contains(got, "pin office NAT (engine: review)") || !strings.Contains(got, "89.187.178.24") {
+		t.Fatalf("recent evaluation row: %q", got)
+	}
+
+	// Counted checks for the usage figures and chart, then the page as an
+	// operator finds it (no secret on screen).
+	for i := 0; i < 3; i++ {
+		mustEvaluate(t, s, newKey, "")
+	}
+	c.do("reload the account", chromedp.Reload(), chromedp.WaitVisible(css(row)),
+		chromedp.WaitVisible(css(`#usage-month`)))
+	if got := c.text("month usage", "#usage-month"); !strings.Contains(got, "3 / 50,000") {
+		t.Fatalf("usage this month: %q", got)
+	}
+
+	// Screenshot of the account page.
+	sctx, scancel := context.WithTimeout(bctx, 45*time.Second)
+	png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
+	scancel()
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	shot := os.Getenv("FRAUDD_CONSOLE_SCREENSHOT")
+	if shot == "" {
+		shot = filepath.Join(t.TempDir(), "console-account.png")
+	}
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("account page screenshot: %s (%d bytes)", shot, len(png))
+
+	// A 360-px phone: nothing wider than the screen but the scrolling
+	// tables' own boxes.
+	c.do("phone width", chromedp.EmulateViewport(360, 740), chromedp.Reload(), chromedp.WaitVisible(css("#evaluations-list table")))
+	if w := c.eval(`String(document.documentElement.scrollWidth)`); w != "360" {
+		t.Fatalf("the account page is %s px wide on a 360-px screen", w)
+	}
+}

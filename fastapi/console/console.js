@@ -1,0 +1,833 @@
+/*! fraudd console */
+(() => {
+'use strict';
+function h(spec, attrs, ...children) {
+const m = /^([a-z0-9]+)(#[\w-]+)?((?:\.[\w-]+)*)$/.exec(spec);
+const el = document.createElement(m[1]);
+if (m[2]) el.id = m[2].slice(1);
+if (m[3]) el.className = m[3].slice(1).replace(/\./g, ' ');
+setAttrs(el, attrs);
+append(el, children);
+return el;
+}
+const SVGNS = 'http://www.w3.org/2000/svg';
+function s(tag, attrs, ...children) {
+const el = document.createElementNS(SVGNS, tag);
+setAttrs(el, attrs);
+append(el, children);
+return el;
+}
+function setAttrs(el, attrs) {
+for (const [k, v] of Object.entries(attrs || {})) {
+if (v === null || v === undefined || v === false) continue;
+if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+else if (k === 'class') el.setAttribute('class', v);
+else if (k === 'value' && 'value' in el) el.value = v;
+else if (k === 'checked') el.checked = !!v;
+else el.setAttribute(k, v === true ? '' : String(v));
+}
+}
+function append(el, children) {
+for (const c of children.flat(Infinity)) {
+if (c === null || c === undefined || c === false) continue;
+el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+}
+}
+function replace(el, ...children) {
+el.replaceChildren();
+append(el, children);
+return el;
+}
+function announce(msg) {
+const st = document.getElementById('status');
+st.textContent = msg;
+}
+function errorText(err) {
+if (err && err.body && typeof err.body.error === 'string') {
+return err.body.hint ? err.body.error + ' ' + err.body.hint : err.body.error;
+}
+return String((err && err.message) || err);
+}
+function fmtTime(iso) {
+if (!iso) return '—';
+return iso.replace('T', ' ').replace(/(\.\d+)?Z$/, ' UTC');
+}
+function fmtNum(n) {
+return n === null || n === undefined ? '—' : Number(n).toLocaleString('en-US');
+}
+function confirmAction(text, okLabel) {
+const dlg = document.getElementById('confirm');
+document.getElementById('confirm-text').textContent = text;
+const ok = document.getElementById('confirm-ok');
+const cancel = document.getElementById('confirm-cancel');
+ok.textContent = okLabel || 'Confirm';
+return new Promise((resolve) => {
+const done = (v) => {
+ok.removeEventListener('click', onOK);
+cancel.removeEventListener('click', onCancel);
+dlg.removeEventListener('close', onClose);
+if (dlg.open) dlg.close();
+resolve(v);
+};
+const onOK = () => done(true);
+const onCancel = () => done(false);
+const onClose = () => done(false);
+ok.addEventListener('click', onOK);
+cancel.addEventListener('click', onCancel);
+dlg.addEventListener('close', onClose);
+dlg.showModal();
+cancel.focus();
+});
+}
+function copyButton(value, label) {
+return h('button', {
+type: 'button',
+'aria-label': 'Copy ' + label,
+onclick: async (ev) => {
+const b = ev.currentTarget;
+try {
+await navigator.clipboard.writeText(value);
+} catch (_) {
+const code = b.parentElement.querySelector('code');
+const r = document.createRange();
+r.selectNodeContents(code);
+const sel = window.getSelection();
+sel.removeAllRanges();
+sel.addRange(r);
+document.execCommand('copy');
+}
+b.textContent = 'Copied';
+announce(label + ' copied.');
+},
+}, 'Copy');
+}
+function secretBox(title, items) {
+return h('div.secret', { role: 'region', 'aria-label': title },
+h('p', null, title + ' — shown once; copy it now.'),
+items.map(([label, value, id]) => h('div.row', null,
+h('span', null, label),
+h('code', { id: id, 'data-secret': label }, value),
+copyButton(value, label))));
+}
+function card(title, opts, ...children) {
+return h('section.card' + (opts && opts.wide ? '.wide' : ''), { 'aria-labelledby': opts.id + '-h', id: opts.id },
+h('h2#' + opts.id + '-h', null, title), children);
+}
+function errLine(id) {
+return h('p.error', { id: id, role: 'alert' });
+}
+async function busy(btn, fn) {
+btn.disabled = true;
+try {
+return await fn();
+} finally {
+btn.disabled = false;
+}
+}
+const TOKEN_KEY = 'fraudd.console.token';
+function token() {
+return sessionStorage.getItem(TOKEN_KEY) || '';
+}
+function setToken(t) {
+if (t) sessionStorage.setItem(TOKEN_KEY, t);
+else sessionStorage.removeItem(TOKEN_KEY);
+}
+class APIError extends Error {
+constructor(status, body) {
+super((body && body.error) || 'HTTP ' + status);
+this.status = status;
+this.body = body;
+}
+}
+async function api(method, path, body) {
+const init = { method, headers: { Authorization: 'Bearer ' + token() }, cache: 'no-store', credentials: 'omit' };
+if (body !== undefined) {
+init.headers['Content-Type'] = 'application/json';
+init.body = JSON.stringify(body);
+}
+let res;
+try {
+res = await fetch(path, init);
+} catch (e) {
+throw new APIError(0, { error: 'The service did not answer (' + e.message + ').' });
+}
+let data = null;
+const text = await res.text();
+if (text) {
+try {
+data = JSON.parse(text);
+} catch (_) {
+data = { error: text.slice(0, 200) };
+}
+}
+if (res.status === 401 && path.startsWith('/admin/')) {
+setToken('');
+showSignIn('The operator token was not accepted. Sign in again.');
+throw new APIError(401, data);
+}
+if (!res.ok) throw new APIError(res.status, data);
+return data;
+}
+function acct(id, rest) {
+return '/admin/v1/accounts/' + encodeURIComponent(id) + (rest || '');
+}
+const PLANS = ['free', 'starter', 'growth', 'scale', 'custom', 'public_interest'];
+function planSelect(id, current) {
+return h('select#' + id, null, PLANS.map((p) => h('option', { value: p, selected: p === current }, p)));
+}
+function limitInput(id, value) {
+return h('input#' + id, { type: 'number', min: '0', step: '1', inputmode: 'numeric', placeholder: 'no limit', value: value === null || value === undefined ? '' : String(value) });
+}
+function limitValue(input) {
+return input.value.trim() === '' ? null : Number(input.value);
+}
+async function renderAccounts() {
+const q = h('input#search.grow', { type: 'search', placeholder: 'email or acc_…', 'aria-label': 'Search accounts by email or id' });
+const results = h('div#account-list.scroll', { 'aria-live': 'polite' });
+const count = h('p#account-count.note');
+let seq = 0;
+const load = async () => {
+const mine = ++seq;
+const path = '/admin/v1/accounts?limit=200' + (q.value.trim() ? '&q=' + encodeURIComponent(q.value.trim()) : '');
+const list = await api('GET', path);
+if (mine !== seq) return;
+count.textContent = list.length === 0 ? 'No accounts match.' : list.length + (list.length === 200 ? '+' : '') + ' account' + (list.length === 1 ? '' : 's');
+replace(results, list.length === 0 ? null : h('table', null,
+h('thead', null, h('tr', null, ['Email', 'Id', 'Plan', 'State', 'Created'].map((c) => h('th', { scope: 'col' }, c)))),
+h('tbody', null, list.map((a) => h('tr', null,
+h('td', null, h('a', { href: '#/accounts/' + encodeURIComponent(a.id) }, a.email)),
+h('td.mono', null, a.id),
+h('td', null, a.plan),
+h('td', null, a.suspended ? h('span.badge.bad', null, 'suspended') : 'active'),
+h('td', null, fmtTime(a.created_at)))))));
+};
+let timer;
+q.addEventListener('input', () => {
+clearTimeout(timer);
+timer = setTimeout(() => load().catch((e) => { count.textContent = errorText(e); }), 200);
+});
+const email = h('input#new-email', { type: 'email', required: true, autocomplete: 'off' });
+const plan = planSelect('new-plan', 'free');
+const hourly = limitInput('new-hourly', null);
+const monthly = limitInput('new-monthly', null);
+const custom = h('div.row', { hidden: true }, h('label', null, 'Hourly limit', hourly), h('label', null, 'Monthly limit', monthly));
+plan.addEventListener('change', () => { custom.hidden = plan.value !== 'custom'; });
+const err = errLine('create-error');
+const created = h('div#created');
+const form = h('form.row', {
+onsubmit: async (ev) => {
+ev.preventDefault();
+err.textContent = '';
+const body = { email: email.value.trim(), plan: plan.value };
+if (plan.value === 'custom') {
+body.hourly_limit = limitValue(hourly);
+body.monthly_limit = limitValue(monthly);
+}
+try {
+const a = await busy(form.querySelector('button'), () => api('POST', '/admin/v1/accounts', body));
+email.value = '';
+replace(created, secretBox('Secrets of ' + a.email, [
+['Live key', a.live_key, 'secret-live'],
+['Test key', a.test_key, 'secret-test'],
+['Publishable key', a.publishable_key, 'secret-publishable'],
+['Webhook secret', a.webhook_secret, 'secret-webhook'],
+]), h('div.actions', null, h('a#open-created', { href: '#/accounts/' + encodeURIComponent(a.id) }, 'Open ' + a.email)));
+announce('Account ' + a.id + ' created.');
+await load();
+} catch (e) {
+err.textContent = errorText(e);
+}
+},
+},
+h('label.grow', null, 'Email', email),
+h('label', null, 'Plan', plan),
+custom,
+h('button#create-account.primary', { type: 'submit' }, 'Create account'));
+page('Accounts',
+h('div.grid', null,
+card('Find an account', { id: 'find', wide: true }, h('div.row', null, q), count, results),
+card('Create an account', { id: 'create', wide: true }, form, err, created)));
+await load();
+}
+const SIGNALS = ['vpn', 'proxy', 'tor', 'datacenter', 'anonymous', 'automation', 'antidetect', 'emulator',
+'virtual_machine', 'incognito', 'privacy_mode', 'ip_blocklisted', 'high_activity', 'multi_account',
+'disposable_email', 'timezone_mismatch'];
+const ACTIONS = ['allow', 'review', 'block'];
+function options(values, current) {
+return values.map((v) => h('option', { value: v, selected: v === current }, v));
+}
+function decisionBadge(d) {
+return h('span.badge.' + d, null, d);
+}
+function lines(text) {
+return text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+}
+async function renderAccount(id) {
+const [a, rules, pins] = await Promise.all([api('GET', acct(id)), api('GET', acct(id, '/rules')), api('GET', acct(id, '/exceptions'))]);
+const st = { id, a, rules, pins };
+const slots = {};
+const put = (name, el) => {
+if (slots[name]) slots[name].replaceWith(el);
+slots[name] = el;
+return el;
+};
+st.refresh = async (...names) => {
+st.a = await api('GET', acct(id));
+put('head', accountHead(st));
+for (const n of names) put(n, SECTIONS[n](st, put));
+};
+const grid = h('div.grid', null,
+put('plan', planCard(st, put)),
+put('keys', keysCard(st, put)),
+put('usage', usageCard(st)),
+put('access', accessCard(st, put)),
+put('beta', betaCard(st, put)),
+put('rules', rulesCard(st, put)),
+put('pins', pinsCard(st, put)),
+put('webhook', webhookCard(st, put)),
+put('evaluations', evaluationsCard(st)),
+put('mail', mailCard(st)));
+page(a.email, put('head', accountHead(st)), grid);
+}
+function accountHead(st) {
+const a = st.a;
+return h('div.head', { id: 'account-head' },
+h('p.sub', null, h('span.mono', { id: 'account-id' }, a.id), ' · plan ', h('span.badge', { id: 'account-plan' }, a.plan),
+a.suspended ? h('span.badge.bad', { id: 'account-suspended' }, 'suspended') : null,
+' · created ', fmtTime(a.created_at)),
+h('a', { href: '#/accounts' }, '← All accounts'));
+}
+function planCard(st, put) {
+const a = st.a;
+const plan = planSelect('plan', a.plan);
+const hourly = limitInput('hourly-limit', a.hourly_limit);
+const monthly = limitInput('monthly-limit', a.monthly_limit);
+const custom = h('div.row', { hidden: a.plan !== 'custom' }, h('label', null, 'Hourly limit', hourly), h('label', null, 'Monthly limit', monthly));
+plan.addEventListener('change', () => { custom.hidden = plan.value !== 'custom'; });
+const err = errLine('plan-error');
+const form = h('form', {
+onsubmit: async (ev) => {
+ev.preventDefault();
+err.textContent = '';
+const body = { plan: plan.value };
+if (plan.value === 'custom') {
+body.hourly_limit = limitValue(hourly);
+body.monthly_limit = limitValue(monthly);
+}
+try {
+await busy(form.querySelector('button'), () => api('PATCH', acct(st.id), body));
+announce('Plan saved.');
+await st.refresh('plan', 'usage');
+} catch (e) {
+err.textContent = errorText(e);
+}
+},
+},
+h('dl.kv', null,
+h('dt', null, 'Hourly limit'), h('dd', null, a.hourly_limit === null ? 'none' : fmtNum(a.hourly_limit)),
+h('dt', null, 'Monthly limit'), h('dd', null, a.monthly_limit === null ? 'none' : fmtNum(a.monthly_limit))),
+h('div.row', null, h('label', null, 'Plan', plan), custom, h('button#save-plan', { type: 'submit' }, 'Save plan')),
+err);
+return card('Plan and limits', { id: 'plan' }, form);
+}
+function keyLine(k) {
+return h('code', null, k.prefix + '…' + k.last4);
+}
+function keysCard(st, put, secret) {
+const a = st.a;
+const err = errLine('keys-error');
+const act = (label, btnID, confirmText, fn) => h('button#' + btnID, {
+type: 'button',
+class: confirmText ? 'danger' : null,
+onclick: async (ev) => {
+const btn = ev.currentTarget;
+err.textContent = '';
+if (confirmText && !(await confirmAction(confirmText, label))) return;
+try {
+const shown = await busy(btn, fn);
+await st.refresh();
+put('keys', keysCard(st, put, shown));
+announce(label + ': done.');
+} catch (e) {
+err.textContent = errorText(e);
+}
+},
+}, label);
+const prev = a.previous_live_key;
+return card('Keys', { id: 'keys' },
+h('dl.kv', null,
+h('dt', null, 'Live key'), h('dd#live-key', null, keyLine(a.live_key), ' created ', fmtTime(a.live_key.created_at)),
+prev ? [h('dt', null, 'Previous live key'), h('dd#previous-key', null, keyLine(prev), ' works until ', fmtTime(prev.valid_until))] : null,
+h('dt', null, 'Test key'), h('dd#test-key', null, keyLine(a.test_key), ' created ', fmtTime(a.test_key.created_at)),
+h('dt', null, 'Publishable key'), h('dd', null, h('code', null, a.publishable_key))),
+h('div.actions', null,
+act('Rotate live key', 'rotate-live', 'Issue a new live key? The current one keeps working for 24 hours (a second rotation ends that grace for the one before).', async () => {
+const r = await api('POST', acct(st.id, '/keys/live/rotate'));
+return secretBox('New live key', [['Live key', r.live_key, 'secret-live']]);
+}),
+prev ? act('Revoke previous key', 'revoke-previous', 'Stop the previous live key now? Calls still using it get 401 at once.', async () => {
+await api('POST', acct(st.id, '/keys/live/revoke-previous'));
+return null;
+}) : null,
+act('Rotate test key', 'rotate-test', 'Replace the test key? The current one stops working at once.', async () => {
+const r = await api('POST', acct(st.id, '/keys/test/rotate'));
+return secretBox('New test key', [['Test key', r.test_key, 'secret-test']]);
+})),
+err, secret || null);
+}
+function usageFigure(label, used, limit, id) {
+const over = limit !== null && limit !== undefined && used >= limit;
+return h('div.fig', { id: id },
+h('div.note', null, label),
+h('div.n', null, fmtNum(used), limit === null || limit === undefined ? ' (no limit)' : ' / ' + fmtNum(limit)),
+limit ? h('progress', { max: String(limit), value: String(Math.min(used, limit)), class: over ? 'over' : null, 'aria-label': label }) : null);
+}
+function usageCard(st) {
+const body = h('div', null, h('p.note', null, 'Loading…'));
+const c = card('Usage', { id: 'usage', wide: true }, body);
+api('GET', acct(st.id, '/usage')).then((u) => {
+const figures = h('div.figs', null,
+usageFigure('Live key, this hour', u.live.used_this_hour, u.live.hourly_limit, 'usage-live-hour'),
+usageFigure('Test key, this hour', u.test.used_this_hour, u.test.hourly_limit, 'usage-test-hour'),
+usageFigure('Visitor checks this month', u.live.month_used, u.live.monthly_limit, 'usage-month'),
+usageFigure('Lookups this month', u.live.month_lookups_used, u.live.monthly_lookup_limit, 'usage-lookups'),
+h('div.fig', null, h('div.note', null, 'Lifetime evaluations'), h('div.n', null, fmtNum(u.live.total_evaluations))),
+h('div.fig', null, h('div.note', null, 'Refused (limit hits)'), h('div.n', null, fmtNum(u.live.limit_hits))));
+const rows = u.daily.slice().reverse().map((d) => h('tr', null,
+h('td', null, d.day), h('td.num', null, fmtNum(d.used)), h('td.num', null, fmtNum(d.lookups))));
+const table = h('table', null,
+h('thead', null, h('tr', null, h('th', { scope: 'col' }, 'Day'), h('th.num', { scope: 'col' }, 'Checks'), h('th.num', { scope: 'col' }, 'Lookups'))),
+h('tbody', null, rows));
+replace(body, figures,
+h('h3', null, 'Counted calls per day, last 30 days (UTC)'),
+dailyChart(u.daily),
+h('div.legend', null, h('span.l-used', null, 'visitor checks'), h('span.l-lookups', null, 'lookups')),
+h('details', null, h('summary', null, 'Daily figures'), h('div.scroll', null, table)),
+u.live.month_resets_at ? h('p.note', null, 'The month resets at ', fmtTime(u.live.month_resets_at), '.') : null);
+}).catch((e) => replace(body, h('p.error', null, errorText(e))));
+return c;
+}
+function dailyChart(days) {
+const W = 10;
+const top = Math.max(1, ...days.map((d) => d.used + d.lookups));
+const bar = (x, y, hgt, cls, tip) => s('rect', { x, y, width: W - 2, height: Math.max(hgt, 0), class: cls }, s('title', null, tip));
+return s('svg', { class: 'chart', id: 'usage-chart', viewBox: '0 0 ' + days.length * W + ' 100', preserveAspectRatio: 'none', role: 'img', 'aria-label': 'Counted calls per day over the last 30 days; the daily figures are in the table below.' },
+s('line', { x1: 0, y1: 99.5, x2: days.length * W, y2: 99.5, class: 'axis' }),
+days.map((d, i) => {
+const hu = (d.used / top) * 96;
+const hl = (d.lookups / top) * 96;
+const tip = d.day + ': ' + d.used + ' checks, ' + d.lookups + ' lookups';
+return [bar(i * W + 1, 99 - hu, hu, 'used', tip), bar(i * W + 1, 99 - hu - hl, hl, 'lookups', tip)];
+}));
+}
+function accessCard(st, put) {
+const a = st.a;
+const allow = h('textarea#allowlist', { rows: 4, spellcheck: 'false', 'aria-describedby': 'allowlist-help' }, a.allowlist.join('\n'));
+const origins = h('textarea#origins', { rows: 3, spellcheck: 'false', 'aria-describedby': 'origins-help' }, a.origins.join('\n'));
+const err = errLine('access-error');
+const save = h('form', {
+onsubmit: async (ev) => {
+ev.preventDefault();
+err.textContent = '';
+const body = { allowlist: lines(allow.value), origins: lines(origins.value) };
+const removed = a.allowlist.length + a.origins.length - [...a.allowlist.filter((x) => body.allowlist.includes(x)), ...a.origins.filter((x) => body.origins.includes(x))].length;
+if (removed > 0 && !(await confirmAction('Remove ' + removed + ' allowlist or origin entr' + (removed === 1 ? 'y' : 'ies') + '? Calls from them may be refused at once.', 'Save'))) return;
+try {
+await busy(save.querySelector('button[type=submit]'), () => api('PATCH', acct(st.id), body));
+announce('Allowlist and origins saved.');
+await st.refresh('access');
+} catch (e) {
+err.textContent = errorText(e);
+}
+},
+},
+h('label', null, 'IP allowlist (live key), one IP or CIDR a line; empty: any address', allow),
+h('p#allowlist-help.note', null, 'Applies to evaluate, lookup, MCP and token minting; the test key is exempt.'),
+h('label', null, 'Website origins (collector and device-evidence beta), one a line', origins),
+h('p#origins-help.note', null, 'Like https://shop.example. Empty: any origin may use the publishable key.'),
+h('div.actions', null, h('button#save-access', { type: 'submit' }, 'Save allowlist and origins')),
+err);
+const suspendErr = errLine('suspend-error');
+const suspend = h('button#suspend', {
+type: 'button',
+class: a.suspended ? null : 'danger',
+onclick: async (ev) => {
+const btn = ev.currentTarget;
+suspendErr.textContent = '';
+const to = !a.suspended;
+const q = to ? 'Suspend ' + a.email + '? Every call with its keys gets 403 until it is resumed.' : 'Resume ' + a.email + '? Its keys work again at once.';
+if (!(await confirmAction(q, to ? 'Suspend' : 'Resume'))) return;
+try {
+await busy(btn, () => api('PATCH', acct(st.id), { suspended: to }));
+announce(to ? 'Account suspended.' : 'Account resumed.');
+await st.refresh('access');
+} catch (e) {
+suspendErr.textContent = errorText(e);
+}
+},
+}, a.suspended ? 'Resume account' : 'Suspend account');
+return card('Access', { id: 'access' },
+h('p', null, 'State: ', a.suspended ? h('span.badge.bad', null, 'suspended') : h('span.badge.good', null, 'active')),
+h('div.actions', null, suspend), suspendErr, h('h3', null, 'Allowlist and origins'), save);
+}
+function betaCard(st, put) {
+const a = st.a;
+const box = h('input#beta', { type: 'checkbox', checked: a.device_evidence_beta });
+const err = errLine('beta-error');
+box.addEventListener('change', async () => {
+err.textContent = '';
+const to = box.checked;
+if (!to && !(await confirmAction('Turn the device-evidence beta off? This deletes the account\'s GPU samples, consistency hashes and challenges.', 'Turn off'))) {
+box.checked = true;
+return;
+}
+try {
+box.disabled = true;
+await api('PATCH', acct(st.id), { device_evidence_beta: to });
+announce('Device-evidence beta ' + (to ? 'on.' : 'off.'));
+await st.refresh('beta');
+} catch (e) {
+box.checked = !to;
+err.textContent = errorText(e);
+} finally {
+box.disabled = false;
+}
+});
+return card('Device-evidence beta', { id: 'beta' },
+h('label.check', null, box, 'Experimental GPU and browser-consistency evidence (SPEC 2.5, 2.6)'),
+h('p.note', null, 'Needs at least one website origin. Evidence never changes a score or blocks.'), err);
+}
+function editorCard(o) {
+const list = h('ul.editor', { id: o.id + '-list' });
+const err = errLine(o.id + '-error');
+const addRow = (item) => {
+const li = h('li', null, o.row(item), h('button', { type: 'button', 'aria-label': 'Remove this ' + o.noun, onclick: () => { li.remove(); } }, 'Remove'));
+list.append(li);
+return li;
+};
+o.items.forEach(addRow);
+const form = h('form', {
+onsubmit: async (ev) => {
+ev.preventDefault();
+err.textContent = '';
+const next = [...list.children].map((li) => o.read(li));
+const kept = o.items.filter((it) => next.some((n) => JSON.stringify(n) === JSON.stringify(it))).length;
+const removed = o.items.length - kept;
+if (removed > 0 && !(await confirmAction('Save and remove ' + removed + ' ' + o.noun + (removed === 1 ? '' : 's') + '?', 'Save'))) return;
+try {
+await busy(form.querySelector('button[type=submit]'), o.save.bind(null, next));
+announce(o.title + ' saved.');
+} catch (e) {
+err.textContent = errorText(e);
+}
+},
+},
+list,
+o.items.length === 0 ? h('p.empty', { id: o.id + '-empty' }, 'None yet.') : null,
+h('div.actions', null,
+h('button', { type: 'button', id: 'add-' + o.noun.replace(/ /g, '-'), onclick: () => { const li = addRow(o.blank()); li.querySelector('select, input').focus(); } }, 'Add ' + o.noun),
+h('button.primary', { type: 'submit', id: 'save-' + o.id }, 'Save ' + o.title.toLowerCase())),
+err);
+return card(o.title, { id: o.id }, o.help ? h('p.note', null, o.help) : null, form);
+}
+function rulesCard(st, put) {
+return editorCard({
+id: 'rules', title: 'Rules', noun: 'rule', items: st.rules,
+help: 'When a signal fires, its rule sets the decision; the most severe matching rule wins. Exception pins outrank rules.',
+blank: () => ({ signal: SIGNALS.find((x) => !st.rules.some((r) => r.signal === x)) || 'vpn', action: 'block' }),
+row: (r) => [
+h('label', null, 'Signal', h('select', { 'data-field': 'signal' }, options(SIGNALS, r.signal))),
+h('label', null, 'Action', h('select', { 'data-field': 'action' }, options(ACTIONS, r.action)))],
+read: (li) => ({ signal: li.querySelector('[data-field=signal]').value, action: li.querySelector('[data-field=action]').value }),
+save: async (next) => {
+st.rules = await api('PUT', acct(st.id, '/rules'), next);
+put('rules', rulesCard(st, put));
+},
+});
+}
+function pinsCard(st, put) {
+return editorCard({
+id: 'pins', title: 'Exception pins', noun: 'pin', items: st.pins,
+help: 'A pin fixes the decision for one address, range or device (visitor id), whatever the signals and rules say.',
+blank: () => ({ ip: '', action: 'allow', label: '' }),
+row: (p) => {
+const kind = h('select', { 'data-field': 'kind' }, options(['ip', 'visitor_id'], p.visitor_id ? 'visitor_id' : 'ip'));
+return [
+h('label', null, 'Target', kind),
+h('label.grow', null, 'IP, CIDR or visitor id', h('input', { 'data-field': 'target', required: true, value: p.visitor_id || p.ip || '', spellcheck: 'false' })),
+h('label', null, 'Action', h('select', { 'data-field': 'action' }, options(ACTIONS, p.action))),
+h('label', null, 'Label', h('input', { 'data-field': 'label', value: p.label || '', maxlength: '100' }))];
+},
+read: (li) => {
+const p = {};
+p[li.querySelector('[data-field=kind]').value] = li.querySelector('[data-field=target]').value.trim();
+p.action = li.querySelector('[data-field=action]').value;
+const label = li.querySelector('[data-field=label]').value.trim();
+if (label) p.label = label;
+return p;
+},
+save: async (next) => {
+st.pins = await api('PUT', acct(st.id, '/exceptions'), next);
+put('pins', pinsCard(st, put));
+},
+});
+}
+function webhookCard(st, put, secret) {
+const a = st.a;
+const url = h('input#webhook-url', { type: 'url', value: a.webhook_url || '', placeholder: 'https://hooks.example/fraudd', spellcheck: 'false' });
+const err = errLine('webhook-error');
+const deliveries = h('div#deliveries.scroll', null, h('p.note', null, 'Loading…'));
+const loadDeliveries = async () => {
+const ds = await api('GET', acct(st.id, '/webhook/deliveries'));
+replace(deliveries, ds.length === 0 ? h('p.empty', null, 'No deliveries in the last 30 days.') : h('table', null,
+h('thead', null, h('tr', null, ['Attempted', 'Event', 'Attempt', 'Result', 'Event id'].map((c) => h('th', { scope: 'col' }, c)))),
+h('tbody', null, ds.map((d) => h('tr', { 'data-event-id': d.event_id, 'data-status': d.status },
+h('td', null, fmtTime(d.attempted_at)),
+h('td', null, d.event),
+h('td.num', null, d.attempt),
+h('td', null, h('span.badge.' + (d.status === 'delivered' ? 'good' : d.status === 'retrying' ? 'warn' : 'bad'), null, d.status),
+' ', d.status_code !== null ? 'HTTP ' + d.status_code : '', d.error ? ' ' + d.error : ''),
+h('td.mono', null, d.event_id))))));
+return ds;
+};
+const run = (label, fn) => async (ev) => {
+err.textContent = '';
+try {
+await busy(ev.currentTarget, fn);
+} catch (e) {
+err.textContent = errorText(e);
+}
+};
+const form = h('form.row', {
+onsubmit: async (ev) => {
+ev.preventDefault();
+err.textContent = '';
+const v = url.value.trim();
+if (v === '' && a.webhook_url && !(await confirmAction('Remove the webhook URL? Threat alerts stop at once.', 'Remove'))) return;
+try {
+await busy(form.querySelector('button'), () => api('PUT', acct(st.id, '/webhook'), { url: v === '' ? null : v }));
+announce(v === '' ? 'Webhook removed.' : 'Webhook URL saved.');
+await st.refresh();
+put('webhook', webhookCard(st, put));
+} catch (e) {
+err.textContent = errorText(e);
+}
+},
+}, h('label.grow', null, 'Receiver URL (empty: none)', url), h('button#save-webhook', { type: 'submit' }, 'Save URL'));
+const c = card('Webhook', { id: 'webhook', wide: true },
+form,
+h('div.actions', null,
+h('button#webhook-test', {
+type: 'button',
+onclick: run('Send test', async () => {
+const r = await api('POST', acct(st.id, '/webhook/test'));
+announce('Test event ' + r.event_id + ' queued.');
+for (let i = 0; i < 24; i++) {
+const ds = await loadDeliveries();
+if (ds.some((d) => d.event_id === r.event_id && d.status !== 'retrying')) return;
+await new Promise((res) => setTimeout(res, 500));
+}
+}),
+}, 'Send test event'),
+h('button#rotate-webhook-secret.danger', {
+type: 'button',
+onclick: run('Rotate secret', async () => {
+if (!(await confirmAction('Replace the signing secret? Deliveries use the new one at once; receivers checking the old one reject them.', 'Rotate'))) return;
+const r = await api('POST', acct(st.id, '/webhook/secret/rotate'));
+put('webhook', webhookCard(st, put, secretBox('New webhook secret', [['Webhook secret', r.webhook_secret, 'secret-webhook']])));
+}),
+}, 'Rotate signing secret'),
+h('button#refresh-deliveries', { type: 'button', onclick: run('Refresh', loadDeliveries) }, 'Refresh deliveries')),
+err, secret || null,
+h('h3', null, 'Recent deliveries (25 most recent attempts)'), deliveries);
+loadDeliveries().catch((e) => replace(deliveries, h('p.error', null, errorText(e))));
+return c;
+}
+function evaluationsCard(st) {
+const body = h('div#evaluations-list.scroll', null, h('p.note', null, 'Loading…'));
+const err = errLine('evaluations-error');
+const load = async () => {
+const es = await api('GET', acct(st.id, '/evaluations?limit=200'));
+replace(body, es.length === 0 ? h('p.empty', null, 'No evaluations in the last 7 days.') : h('table', null,
+h('thead', null, h('tr', null, ['Time', 'Request id', 'Decision', 'Risk', 'Reasons', 'IP', 'Decided by'].map((c) => h('th', { scope: 'col' }, c)))),
+h('tbody', null, es.map((e) => h('tr', { 'data-request-id': e.request_id },
+h('td', null, fmtTime(e.at)),
+h('td.mono', null, e.request_id),
+h('td', null, decisionBadge(e.decision), e.test ? h('span.badge', null, 'test') : null),
+h('td.num', null, e.risk_score),
+h('td', null, e.reasons.length ? e.reasons.join(', ') : '—'),
+h('td.mono', null, e.ip, e.country ? ' (' + e.country + ')' : ''),
+h('td', null, policyText(e)))))));
+};
+const c = card('Recent evaluations', { id: 'evaluations', wide: true },
+h('p.note', null, 'The 200 most recent, none older than 7 days, newest first.'),
+h('div.actions', null, h('button#refresh-evaluations', {
+type: 'button',
+onclick: async (ev) => {
+err.textContent = '';
+try {
+await busy(ev.currentTarget, load);
+announce('Evaluations refreshed.');
+} catch (e) {
+err.textContent = errorText(e);
+}
+},
+}, 'Refresh')),
+err, body);
+load().catch((e) => replace(body, h('p.error', null, errorText(e))));
+return c;
+}
+function policyText(e) {
+const changed = e.engine_decision !== e.decision ? ' (engine: ' + e.engine_decision + ')' : '';
+switch (e.decision_source) {
+case 'rules': return 'rule ' + (e.rule || e.rule_matched.join(', ')) + changed;
+case 'exception': return 'pin ' + (e.exception_matched || '') + changed;
+default: return 'engine';
+}
+}
+function mailCard(st) {
+const body = h('div#mail-list.scroll', null, h('p.note', null, 'Loading…'));
+api('GET', '/admin/v1/mail').then((all) => {
+const ms = all.filter((m) => m.account_id === st.id);
+replace(body, ms.length === 0 ? h('p.empty', null, 'No mail sent for this account.') : h('table', null,
+h('thead', null, h('tr', null, ['Time', 'Kind', 'To', 'Subject', 'Status'].map((c) => h('th', { scope: 'col' }, c)))),
+h('tbody', null, ms.map((m) => h('tr', null,
+h('td', null, fmtTime(m.at)), h('td', null, m.kind), h('td', null, m.to),
+h('td', null, h('details', null, h('summary', null, m.subject), h('pre', null, m.body))),
+h('td', null, m.status, m.error ? ': ' + m.error : ''))))));
+}).catch((e) => replace(body, h('p.error', null, errorText(e))));
+return card('Mail outbox', { id: 'mail', wide: true }, h('p.note', null, 'Usage warnings and webhook failure notices sent (or tried) for this account, newest first.'), body);
+}
+const SECTIONS = { plan: planCard, keys: keysCard, usage: usageCard, access: accessCard, beta: betaCard, rules: rulesCard, pins: pinsCard, webhook: webhookCard, evaluations: evaluationsCard, mail: mailCard };
+const staleDays = 14;
+async function renderService() {
+const [st, feed, feeds] = await Promise.all([api('GET', '/api/status'), api('GET', '/api/threat-feed'), api('GET', '/admin/v1/feeds')]);
+const up = st.uptime;
+const services = Object.entries(st.services);
+page('Service',
+h('div.grid', null,
+card('Status', { id: 'svc-status' },
+h('p', null, h('span.badge.' + (st.status === 'operational' ? 'good' : 'bad'), { id: 'svc-overall' }, st.status), ' version ', h('code', null, st.version)),
+h('dl.kv', null,
+h('dt', null, 'Up for'), h('dd', null, up.days + ' d ' + up.hours + ' h ' + up.minutes + ' min'),
+h('dt', null, 'Started'), h('dd', null, fmtTime(up.started)),
+h('dt', null, 'Last probe'), h('dd', null, fmtTime(st.last_probe))),
+h('div.scroll', null, h('table', null,
+h('thead', null, h('tr', null, h('th', { scope: 'col' }, 'Part'), h('th', { scope: 'col' }, 'State'), h('th.num', { scope: 'col' }, 'Uptime, 90 days'))),
+h('tbody', null, services.map(([name, sv]) => h('tr', null,
+h('td', null, name),
+h('td', null, h('span.badge.' + (sv.status === 'operational' ? 'good' : 'bad'), null, sv.status)),
+h('td.num', null, sv.uptime_pct.toFixed(3) + ' %'))))))),
+card('Threat feed', { id: 'svc-feed' },
+h('div.figs', null,
+h('div.fig', null, h('div.note', null, 'Checks, last 24 h'), h('div.n', null, fmtNum(feed.today.total))),
+h('div.fig', null, h('div.note', null, 'Threats, last 24 h'), h('div.n', null, fmtNum(feed.today.threats))),
+h('div.fig', null, h('div.note', null, 'Checks, last 7 days'), h('div.n', null, fmtNum(feed.week_total))),
+h('div.fig', null, h('div.note', null, 'Threats, last 7 days'), h('div.n', null, fmtNum(feed.week.threats)))),
+h('dl.kv', null,
+h('dt', null, 'VPN / proxy / datacenter today'), h('dd', null, fmtNum(feed.today.vpn) + ' / ' + fmtNum(feed.today.proxy) + ' / ' + fmtNum(feed.today.dch)),
+h('dt', null, 'Coverage'), h('dd', null, fmtNum(feed.coverage.tor_exits) + ' Tor exits, ' + fmtNum(feed.coverage.dch_ranges) + ' datacenter ranges, ' +
+fmtNum(feed.coverage.cloud_providers) + ' cloud providers, ' + fmtNum(feed.coverage.disposable_domains) + ' disposable domains'))),
+card('Uptime history', { id: 'svc-history', wide: true },
+st.history_90d && st.history_90d.length ? [uptimeChart(st.history_90d),
+h('p.note', null, 'One bar a day, oldest first: the share of probes that passed. Grey: no probe ran.')] : h('p.empty', null, 'No history yet.')),
+feedsCard(feeds)));
+}
+function feedsCard(feeds) {
+const head = ['Feed', 'Snapshot', 'Age', 'Entries', 'Loaded from'].map((c, i) => h(i === 2 || i === 3 ? 'th.num' : 'th', { scope: 'col' }, c));
+const rows = feeds.map((f) => h('tr', { 'data-feed': f.name },
+h('td', null, f.name),
+h('td', null, f.date || '—'),
+h('td', { class: f.age_days !== null && f.age_days >= staleDays ? 'num stale' : 'num' }, f.age_days === null ? '—' : f.age_days + ' d'),
+h('td.num', null, f.entries === 0 ? h('span.stale', null, 'not loaded') : fmtNum(f.entries)),
+h('td', null, f.source)));
+return card('Feed freshness', { id: 'svc-feeds', wide: true },
+h('div.scroll', null, h('table', null, h('thead', null, h('tr', null, head)), h('tbody', null, rows))),
+h('p.note', null, 'Ages of ' + staleDays + ' days or more are flagged; fraudd feeds update or --feeds-refresh fetch fresh copies.'));
+}
+function uptimeChart(days) {
+const W = 10;
+return s('svg', { class: 'chart', id: 'uptime-chart', viewBox: '0 0 ' + days.length * W + ' 100', preserveAspectRatio: 'none', role: 'img', 'aria-label': 'Daily uptime over the last ' + days.length + ' days' },
+days.map((d, i) => {
+const pct = d.pct;
+const hgt = pct === null ? 96 : Math.max(4, (pct / 100) * 96);
+const cls = pct === null ? 'none' : pct >= 99.9 ? 'up' : 'down';
+return s('rect', { x: i * W + 1, y: 99 - hgt, width: W - 2, height: hgt, class: cls },
+s('title', null, d.day + ': ' + (pct === null ? 'no probes' : pct.toFixed(2) + ' % of ' + d.samples + ' probes')));
+}));
+}
+const main = () => document.getElementById('main');
+function showSignIn(msg) {
+document.getElementById('nav').hidden = true;
+const input = h('input#signin-token', { type: 'password', autocomplete: 'current-password', required: true, 'aria-describedby': 'signin-help' });
+const err = errLine('signin-error');
+if (msg) err.textContent = msg;
+const form = h('form.card.signin', {
+'aria-labelledby': 'signin-h',
+onsubmit: async (ev) => {
+ev.preventDefault();
+const btn = form.querySelector('button');
+setToken(input.value.trim());
+err.textContent = '';
+try {
+await busy(btn, () => api('GET', '/admin/v1/accounts?limit=1'));
+} catch (e) {
+setToken('');
+err.textContent = errorText(e);
+input.focus();
+return;
+}
+input.value = '';
+if (!location.hash || location.hash === '#/signin') location.hash = '#/accounts';
+route();
+},
+},
+h('h1#signin-h', null, 'Sign in'),
+h('label', null, 'Operator token', input),
+h('p#signin-help.note', null, 'The token from --admin-token, FRAUDD_ADMIN_TOKEN or <data dir>/admin-token. It is kept in this tab only (sessionStorage) and sent as a bearer header.'),
+h('div.actions', null, h('button.primary', { type: 'submit' }, 'Sign in')),
+err);
+replace(main(), form);
+input.focus();
+}
+async function route() {
+if (!token()) {
+showSignIn();
+return;
+}
+document.getElementById('nav').hidden = false;
+const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+for (const a of document.querySelectorAll('#nav a')) a.removeAttribute('aria-current');
+announce('');
+try {
+if (parts[0] === 'accounts' && parts[1]) {
+document.getElementById('nav-accounts').setAttribute('aria-current', 'page');
+await renderAccount(parts[1]);
+} else if (parts[0] === 'service') {
+document.getElementById('nav-service').setAttribute('aria-current', 'page');
+await renderService();
+} else {
+document.getElementById('nav-accounts').setAttribute('aria-current', 'page');
+await renderAccounts();
+}
+} catch (e) {
+if (e instanceof APIError && e.status === 401) return;
+replace(main(), h('div.card', { role: 'alert' }, h('h1', null, 'Could not load this page'), h('p.error', null, errorText(e))));
+}
+}
+function page(title, ...children) {
+const h1 = h('h1', { tabindex: '-1' }, title);
+replace(main(), h1, children);
+h1.focus();
+document.title = title + ' · fraudd console';
+}
+document.addEventListener('DOMContentLoaded', () => {
+document.getElementById('signout').addEventListener('click', () => {
+setToken('');
+location.hash = '#/signin';
+showSignIn('Signed out.');
+});
+window.addEventListener('hashchange', route);
+route();
+});
+})();
