@@ -19,11 +19,11 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		// The one-command start: `fraudd` alone serves on its defaults.
-		return runServe(nil, stderr)
+		return runServe(nil, stdout, stderr)
 	}
 	switch args[0] {
 	case "serve":
-		return runServe(args[1:], stderr)
+		return runServe(args[1:], stdout, stderr)
 	case "admin":
 		return runAdmin(args[1:], stdout, stderr)
 	case "feeds":
