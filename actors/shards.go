@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -34,6 +35,11 @@ type Shards struct {
 	stopTick chan struct{}
 	tickDone chan struct{}
 	stopOnce sync.Once
+
+	// kind, mailboxes and stopped serve Kinds (readiness, metrics).
+	kind      string
+	mailboxes []actor.Mailbox
+	stopped   atomic.Bool
 }
 
 // ShardCount normalises a requested shard count: n ≤ 0 means 2×GOMAXPROCS;
@@ -55,13 +61,17 @@ func ShardCount(n int) int {
 // hands the same pointer back on every call.
 func SpawnShards(root *actor.RootContext, n int, produce func(i int) actor.Actor) *Shards {
 	n = ShardCount(n)
-	s := &Shards{root: root, pids: make([]*actor.PID, n), dispatchers: make([]*workerDispatcher, n), mask: uint64(n - 1)}
+	s := &Shards{root: root, pids: make([]*actor.PID, n), dispatchers: make([]*workerDispatcher, n), mask: uint64(n - 1),
+		mailboxes: make([]actor.Mailbox, n), kind: kindOf(produce(0))}
 	for i := range s.pids {
 		i := i
 		s.dispatchers[i] = newWorkerDispatcher()
+		// The mailbox is kept for its depth; Spawn makes it synchronously.
+		mailbox := func() actor.Mailbox { m := actor.Unbounded()(); s.mailboxes[i] = m; return m }
 		s.pids[i] = root.Spawn(actor.PropsFromProducer(func() actor.Actor { return produce(i) },
-			actor.WithDispatcher(s.dispatchers[i])))
+			actor.WithDispatcher(s.dispatchers[i]), actor.WithMailbox(mailbox)))
 	}
+	KindsOf(root.ActorSystem()).add(s)
 	return s
 }
 
@@ -116,6 +126,7 @@ func (s *Shards) Tick(clk clock.Clock, every time.Duration) {
 func (s *Shards) Stop() error {
 	var err error
 	s.stopOnce.Do(func() {
+		s.stopped.Store(true)
 		if s.stopTick != nil {
 			close(s.stopTick)
 			<-s.tickDone

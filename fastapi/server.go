@@ -106,6 +106,9 @@ type Deps struct {
 	// consistency hashes); nil answers the challenge route 503 and reports
 	// submitted evidence unavailable.
 	Challenges *challenge.Client
+	// Shards reports stopped or stuck actor shards for GET /readyz; nil
+	// checks none.
+	Shards ShardHealth
 }
 
 // pipeline wires the public operations' flows to deps. A nil part turns
@@ -247,6 +250,9 @@ func New(cfg Config, deps Deps) *Server {
 func (s *Server) routeTable() []*route {
 	rs := []*route{
 		{method: "GET", pattern: "/api/status", handler: s.handleStatus},
+		// Probes: no auth, no limiter, no edge block (see Handle).
+		{method: "GET", pattern: "/healthz", handler: s.handleHealthz},
+		{method: "GET", pattern: "/readyz", handler: s.handleReadyz},
 
 		{method: "POST", pattern: "/admin/v1/accounts", admin: true, handler: s.adminCreateAccount},
 		{method: "GET", pattern: "/admin/v1/accounts/{id}", admin: true, handler: s.adminGetAccount},
@@ -308,7 +314,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	path := ctx.Path()
-	if s.cfg.EdgeBlock && !bytes.Equal(path, []byte("/mcp")) && s.edgeBlocked(ctx.UserAgent()) {
+	if s.cfg.EdgeBlock && !edgeExempt(path) && s.edgeBlocked(ctx.UserAgent()) {
 		ctx.SetStatusCode(edgeBlockStatus)
 		ctx.SetContentType(contentTypeText)
 		ctx.SetBodyString(edgeBlockBody)

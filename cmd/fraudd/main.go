@@ -28,6 +28,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runAdmin(args[1:], stdout, stderr)
 	case "feeds":
 		return runFeeds(args[1:], stdout, stderr)
+	case "health":
+		return runHealth(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version)
 		return 0
@@ -48,6 +50,7 @@ commands:
   serve    run the service (the default when no command is given)
   admin    call the operator API (create-account, rotate-live, set-rules, …)
   feeds    build, update and inspect the intelligence feeds
+  health   probe a running server's /readyz (exit 0 when ready; for HEALTHCHECK)
   version  print the version
 
 Run 'fraudd <command> -h' for a command's flags.

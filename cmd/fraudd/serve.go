@@ -19,6 +19,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/challenge"
 	"github.com/fraudd/fraudd/actors/devicehist"
@@ -316,7 +317,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
-		DeviceHist: devHist, Challenges: challenges})
+		DeviceHist: devHist, Challenges: challenges, Shards: actors.KindsOf(system)})
 
 	if cfg.debugAddr != "" {
 		startDebug(cfg.debugAddr, db, log)

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// runHealth is `fraudd health`: GET <url>/readyz (or /healthz with --live)
+// and exit 0 on 200, 1 otherwise. Distroless and scratch images have no curl
+// or wget, so the image's HEALTHCHECK runs the binary itself.
+func runHealth(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fraudd health", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	base := fs.String("url", "http://127.0.0.1:8080", "service base URL")
+	live := fs.Bool("live", false, "probe /healthz (the process serves) instead of /readyz (ready for traffic)")
+	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
+	if err := parseFlagsEnv(fs, args, osEnv()); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, "usage: fraudd health [flags]\n\nExits 0 when the server at --url is ready (GET /readyz answers 200), 1 otherwise.\n\nflags:\n")
+			printFlags(stdout, fs, true)
+			return 0
+		}
+		fmt.Fprintf(stderr, "fraudd health: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fraudd health: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	path := "/readyz"
+	if *live {
+		path = "/healthz"
+	}
+	req, err := http.NewRequest("GET", strings.TrimRight(*base, "/")+path, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudd health: %v\n", err)
+		return 2
+	}
+	req.Header.Set("User-Agent", "fraudd-health/"+version)
+	resp, err := (&http.Client{Timeout: *timeout}).Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudd health: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "fraudd health: %s: HTTP %d %s\n", req.URL, resp.StatusCode, strings.TrimSpace(string(body)))
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s\n", strings.TrimSpace(string(body)))
+	return 0
+}
