@@ -60,7 +60,7 @@ func TestGoodEnvironmentApplies(t *testing.T) {
 // TestHelpExitsZero: the help of each command is asked for, so it goes to
 // stdout and exits 0, and shows boolean flags as booleans.
 func TestHelpExitsZero(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"--help"}, {"serve", "-h"}, {"serve", "--help"}, {"admin", "-h"}, {"admin", "clock", "-h"}, {"feeds", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"serve", "-h"}, {"serve", "--help"}, {"admin", "-h"}, {"admin", "clock", "-h"}, {"feeds", "-h"}, {"health", "-h"}} {
 		cmd := exec.Command(bin, args...)
 		var stdout, stderr strings.Builder
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr

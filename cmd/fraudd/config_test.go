@@ -74,3 +74,18 @@ func TestParseServeRefusesBadValues(t *testing.T) {
 		t.Errorf("-h: %v", err)
 	}
 }
+
+func TestHealthURLFollowsAddr(t *testing.T) {
+	for addr, want := range map[string]string{
+		"": "http://127.0.0.1:8080", ":9000": "http://127.0.0.1:9000", "0.0.0.0:81": "http://127.0.0.1:81",
+		"[::]:82": "http://127.0.0.1:82", "10.1.2.3:83": "http://10.1.2.3:83", "[::1]:84": "http://[::1]:84", "junk": "http://127.0.0.1:8080",
+	} {
+		env := envVars{}
+		if addr != "" {
+			env["FRAUDD_ADDR"] = addr
+		}
+		if got := localURL(env); got != want {
+			t.Errorf("FRAUDD_ADDR=%q: %s, want %s", addr, got, want)
+		}
+	}
+}

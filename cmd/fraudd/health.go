@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -16,7 +17,7 @@ import (
 func runHealth(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fraudd health", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	base := fs.String("url", "http://127.0.0.1:8080", "service base URL")
+	base := fs.String("url", localURL(osEnv()), "service base URL (default: the loopback address of FRAUDD_ADDR)")
 	live := fs.Bool("live", false, "probe /healthz (the process serves) instead of /readyz (ready for traffic)")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
 	if err := parseFlagsEnv(fs, args, osEnv()); err != nil {
@@ -55,4 +56,21 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s\n", strings.TrimSpace(string(body)))
 	return 0
+}
+
+// localURL is the loopback URL of the server this environment configures
+// (FRAUDD_ADDR, default :8080), so a HEALTHCHECK follows a changed port.
+func localURL(env envVars) string {
+	addr, ok := env.lookup("FRAUDD_ADDR")
+	if !ok || addr == "" {
+		return "http://127.0.0.1:8080"
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://127.0.0.1:8080"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
