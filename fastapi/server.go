@@ -56,6 +56,8 @@ type Config struct {
 	// (server-to-server clients) and the server's own loopback origin; as
 	// ParseMCPOrigins returns them.
 	MCPOrigins []string
+	// AccessLog, when set, gets one line per request (--access-log).
+	AccessLog *slog.Logger
 }
 
 // DefaultEdgeBlockAgents are bare library defaults that real integrations do
@@ -225,7 +227,7 @@ func New(cfg Config, deps Deps) *Server {
 		rt.segs = strings.Split(strings.Trim(rt.pattern, "/"), "/")
 	}
 	s.srv = &fasthttp.Server{
-		Handler:                       s.Handle,
+		Handler:                       s.serveHTTP,
 		ErrorHandler:                  s.handleParseError,
 		Name:                          "fraudd",
 		ReadTimeout:                   cfg.ReadTimeout,

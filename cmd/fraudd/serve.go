@@ -45,6 +45,8 @@ type serveConfig struct {
 	// unknownEnv are FRAUDD_* variables that name no flag (logged as a
 	// warning: most likely misspelt).
 	unknownEnv []string
+	// accessLog writes one line per request to stderr.
+	accessLog bool
 
 	addr            string
 	dataDir         string
@@ -84,6 +86,7 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	fs.Var(offDuration{&c.feedsRefresh}, "feeds-refresh", "download fresh feeds from upstream this often and swap them in without a pause; 0 = off")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	fs.StringVar(&c.smtpURL, "smtp-url", "", "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way")
+	fs.BoolVar(&c.accessLog, "access-log", false, "log one structured line per request (method, path, status, bytes, µs, client, request id; never headers, bodies or query strings)")
 	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", false, "also accept http:// and loopback/private webhook receivers; for development and tests")
 	fs.Var(durabilityValue{&c.durability}, "durability", "interval: a counted call is answered once committed, and one group sync every --sync-interval makes it durable (a crash loses at most the last interval); strict: fsync before each answer")
 	fs.Var(syncIntervalValue{&c.syncInterval}, "sync-interval", "period of the group sync: the most a crash can lose in interval mode, and the bound for device history in either mode")
@@ -305,7 +308,13 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		}
 	}()
 
+	var accessLog *slog.Logger
+	if cfg.accessLog {
+		// Its own handler at info, so --log-level does not silence it.
+		accessLog = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("log", "access")
+	}
 	srv := fastapi.New(fastapi.Config{
+		AccessLog:       accessLog,
 		AdminToken:      adminToken,
 		TrustedProxies:  cfg.trustedProxies,
 		EdgeBlock:       cfg.edgeBlock,
