@@ -74,3 +74,16 @@ func localURL(env envVars) string {
 	}
 	return "http://" + net.JoinHostPort(host, port)
 }
+
+// listenURL is the URL a local client uses for the listener at a: an
+// unspecified host (":8080") becomes localhost.
+func listenURL(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return "http://" + a.String()
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}

@@ -336,7 +336,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
-	log.Info("fraudd listening", "addr", ln.Addr().String(), "version", version, "data_dir", cfg.dataDir)
+	log.Info("fraudd listening", "addr", ln.Addr().String(), "url", listenURL(ln.Addr()), "version", version, "data_dir", cfg.dataDir)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
