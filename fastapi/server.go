@@ -255,6 +255,7 @@ func (s *Server) routeTable() []*route {
 		// Probes: no auth, no limiter, no edge block (see Handle).
 		{method: "GET", pattern: "/healthz", handler: s.handleHealthz},
 		{method: "GET", pattern: "/readyz", handler: s.handleReadyz},
+		{method: "GET", pattern: "/openapi.json", handler: s.handleOpenAPI},
 
 		{method: "POST", pattern: "/admin/v1/accounts", admin: true, handler: s.adminCreateAccount},
 		{method: "GET", pattern: "/admin/v1/accounts/{id}", admin: true, handler: s.adminGetAccount},
