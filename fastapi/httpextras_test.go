@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-func (e *testEnv) serve(method, uri string, hdr map[string]string) *fasthttp.RequestCtx {
+func (e *testEnv) serveHTTP(method, uri string, hdr map[string]string) *fasthttp.RequestCtx {
 	ctx := new(fasthttp.RequestCtx)
 	ctx.Request.Header.SetMethod(method)
 	ctx.Request.SetRequestURI(uri)
@@ -38,14 +38,14 @@ func gunzip(t *testing.T, b []byte) []byte {
 
 func TestGzipOverOneKB(t *testing.T) {
 	e := newTestEnv(t)
-	plain := e.serve("GET", "/collector.js", nil)
+	plain := e.serveHTTP("GET", "/collector.js", nil)
 	if ce := plain.Response.Header.ContentEncoding(); len(ce) != 0 {
 		t.Fatalf("compressed without Accept-Encoding: %s", ce)
 	}
 	if v := string(plain.Response.Header.Peek("Vary")); v != "Accept-Encoding" {
 		t.Fatalf("Vary on a compressible answer: %q", v)
 	}
-	z := e.serve("GET", "/collector.js", map[string]string{"Accept-Encoding": "br, gzip;q=0.9"})
+	z := e.serveHTTP("GET", "/collector.js", map[string]string{"Accept-Encoding": "br, gzip;q=0.9"})
 	if string(z.Response.Header.ContentEncoding()) != "gzip" {
 		t.Fatalf("not compressed: %q", z.Response.Header.ContentEncoding())
 	}
@@ -60,16 +60,16 @@ func TestGzipOverOneKB(t *testing.T) {
 		t.Fatalf("gzip ETag %q (plain %q): want the weak form", et, plain.Response.Header.Peek("ETag"))
 	}
 	// The weak tag still revalidates.
-	if nm := e.serve("GET", "/collector.js", map[string]string{"Accept-Encoding": "gzip", "If-None-Match": et}); nm.Response.StatusCode() != 304 {
+	if nm := e.serveHTTP("GET", "/collector.js", map[string]string{"Accept-Encoding": "gzip", "If-None-Match": et}); nm.Response.StatusCode() != 304 {
 		t.Fatalf("If-None-Match with the weak tag: %d", nm.Response.StatusCode())
 	}
 	// Small answers stay as they are, with no Vary.
-	small := e.serve("GET", "/healthz", map[string]string{"Accept-Encoding": "gzip"})
+	small := e.serveHTTP("GET", "/healthz", map[string]string{"Accept-Encoding": "gzip"})
 	if len(small.Response.Header.ContentEncoding()) != 0 || len(small.Response.Header.Peek("Vary")) != 0 {
 		t.Fatalf("a %d-byte answer was compressed or varied", len(small.Response.Body()))
 	}
 	// An evaluate answer (over 1 KB) is compressed too.
-	ev := e.serve("GET", "/v1/evaluate/sample?scenario=vpn", map[string]string{"Accept-Encoding": "gzip"})
+	ev := e.serveHTTP("GET", "/v1/evaluate/sample?scenario=vpn", map[string]string{"Accept-Encoding": "gzip"})
 	if ev.Response.StatusCode() != 200 || string(ev.Response.Header.ContentEncoding()) != "gzip" ||
 		!bytes.Contains(gunzip(t, ev.Response.Body()), []byte(`"decision"`)) {
 		t.Fatalf("sample: %d %q", ev.Response.StatusCode(), ev.Response.Header.ContentEncoding())
@@ -78,7 +78,7 @@ func TestGzipOverOneKB(t *testing.T) {
 
 func TestWWWAuthenticateOn401(t *testing.T) {
 	e := newTestEnv(t)
-	missing := e.serve("GET", "/v1/usage", nil)
+	missing := e.serveHTTP("GET", "/v1/usage", nil)
 	if missing.Response.StatusCode() != 401 {
 		t.Fatalf("usage without key: %d", missing.Response.StatusCode())
 	}
@@ -86,16 +86,16 @@ func TestWWWAuthenticateOn401(t *testing.T) {
 		!strings.Contains(v, `resource_metadata="http://`) || strings.Contains(v, "error=") {
 		t.Fatalf("no credential: WWW-Authenticate %q", v)
 	}
-	bad := e.serve("GET", "/v1/usage", map[string]string{"Authorization": "Bearer sk_live_nope"})
+	bad := e.serveHTTP("GET", "/v1/usage", map[string]string{"Authorization": "Bearer sk_live_nope"})
 	if v := string(bad.Response.Header.Peek("WWW-Authenticate")); bad.Response.StatusCode() != 401 || !strings.HasSuffix(v, `error="invalid_token"`) {
 		t.Fatalf("bad key: %d WWW-Authenticate %q", bad.Response.StatusCode(), v)
 	}
-	adm := e.serve("GET", "/admin/v1/mail", map[string]string{"Authorization": "Bearer wrong"})
+	adm := e.serveHTTP("GET", "/admin/v1/mail", map[string]string{"Authorization": "Bearer wrong"})
 	if v := string(adm.Response.Header.Peek("WWW-Authenticate")); adm.Response.StatusCode() != 401 || !strings.HasPrefix(v, "Bearer") {
 		t.Fatalf("admin: %d WWW-Authenticate %q", adm.Response.StatusCode(), v)
 	}
 	// Non-401 answers carry none.
-	if ok := e.serve("GET", "/api/status", nil); len(ok.Response.Header.Peek("WWW-Authenticate")) != 0 {
+	if ok := e.serveHTTP("GET", "/api/status", nil); len(ok.Response.Header.Peek("WWW-Authenticate")) != 0 {
 		t.Fatal("WWW-Authenticate on a 200")
 	}
 }
@@ -105,7 +105,7 @@ func TestAccessLogKeepsSecretsOut(t *testing.T) {
 	var buf bytes.Buffer
 	e.srv.cfg.AccessLog = slog.New(slog.NewTextHandler(&buf, nil))
 	key := e.acct.LiveKey
-	ctx := e.serve("GET", "/v1/usage?email=someone@example.com", map[string]string{"Authorization": "Bearer " + key})
+	ctx := e.serveHTTP("GET", "/v1/usage?email=someone@example.com", map[string]string{"Authorization": "Bearer " + key})
 	if ctx.Response.StatusCode() != 200 {
 		t.Fatalf("usage: %d", ctx.Response.StatusCode())
 	}
