@@ -38,8 +38,8 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, env envVars) error {
 	if err := fs.Parse(args); err != nil {
 		// The standard message names the flag but not what it takes.
 		if m := invalidFlagRE.FindStringSubmatch(err.Error()); m != nil {
-			if f := fs.Lookup(m[1]); f != nil {
-				return fmt.Errorf("%v; accepted: %s", err, accepted(f))
+			if f := fs.Lookup(m[2]); f != nil {
+				return fmt.Errorf("--%s=%s is not valid (%s); accepted: %s", m[2], m[1], flagErr(errors.New(m[3])), accepted(f))
 			}
 		}
 		return err
@@ -63,7 +63,7 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, env envVars) error {
 	return errors.Join(errs...)
 }
 
-var invalidFlagRE = regexp.MustCompile(`^invalid (?:boolean )?value ".*" for (?:flag )?-([\w-]+)`)
+var invalidFlagRE = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-([\w-]+): (.*)$`)
 
 // unknownEnv lists the FRAUDD_* variables in environ that name no flag of fs
 // (nor one of except): most likely a misspelling that would otherwise be
