@@ -1,6 +1,9 @@
 package actors
 
 import (
+	"sync/atomic"
+	"time"
+
 	"github.com/asynkron/protoactor-go/actor"
 )
 
@@ -13,6 +16,10 @@ import (
 type workerDispatcher struct {
 	work chan func()
 	done chan struct{}
+	// since is when the current mailbox run started (Unix ns; 0 = idle), so
+	// Kinds.Down can tell a stuck shard. Wall time on purpose: the service's
+	// test clock must not make a shard look stuck.
+	since atomic.Int64
 }
 
 // throughput is how many messages a mailbox run handles before yielding; with
@@ -33,7 +40,9 @@ func (d *workerDispatcher) loop() {
 	for {
 		select {
 		case fn := <-d.work:
+			d.since.Store(time.Now().UnixNano())
 			fn()
+			d.since.Store(0)
 		case <-d.done:
 			// Drain what was queued before the stop so no mailbox is left
 			// marked running with messages in it.
@@ -48,6 +57,8 @@ func (d *workerDispatcher) loop() {
 		}
 	}
 }
+
+func (d *workerDispatcher) runningSince() int64 { return d.since.Load() }
 
 // Schedule implements actor.Dispatcher.
 func (d *workerDispatcher) Schedule(fn func()) {

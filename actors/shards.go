@@ -61,6 +61,12 @@ type Shards struct {
 	stopTick chan struct{}
 	tickDone chan struct{}
 	stopOnce sync.Once
+
+	// kind and mailboxes serve Kinds (readiness, metrics): the package of
+	// the shard's actor type, and each shard's current mailbox (replaced
+	// when the shard is spawned again).
+	kind      string
+	mailboxes []atomic.Pointer[actor.Mailbox]
 }
 
 // slot is one shard's place: its current PID and, while it is down, what
@@ -114,7 +120,8 @@ func ShardCount(n int) int {
 // it in an OnRestart hook.
 func SpawnShards(root *actor.RootContext, n int, produce func(i int) actor.Actor, opts ...ShardOption) *Shards {
 	n = ShardCount(n)
-	s := &Shards{root: root, slots: make([]slot, n), dispatchers: make([]*workerDispatcher, n), mask: uint64(n - 1), produce: produce}
+	s := &Shards{root: root, slots: make([]slot, n), dispatchers: make([]*workerDispatcher, n), mask: uint64(n - 1), produce: produce,
+		mailboxes: make([]atomic.Pointer[actor.Mailbox], n)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -128,6 +135,7 @@ func SpawnShards(root *actor.RootContext, n int, produce func(i int) actor.Actor
 		s.slots[i].upSince = time.Now()
 		s.slots[i].pid.Store(s.spawn(i))
 	}
+	KindsOf(root.ActorSystem()).add(s)
 	return s
 }
 
@@ -140,6 +148,9 @@ func (s *Shards) spawn(i int) *actor.PID {
 		}
 		sl.produced = true
 		inner := s.produce(i)
+		if s.kind == "" {
+			s.kind = kindOf(inner)
+		}
 		if s.name == "" {
 			// A readable default, set while shard 0 is first spawned (in
 			// SpawnShards, before anything else runs): the shard's type,
@@ -147,7 +158,12 @@ func (s *Shards) spawn(i int) *actor.PID {
 			s.name = strings.TrimPrefix(fmt.Sprintf("%T", inner), "*")
 		}
 		return &shardActor{s: s, i: i, inner: inner}
-	}, actor.WithDispatcher(s.dispatchers[i])))
+	}, actor.WithDispatcher(s.dispatchers[i]), actor.WithMailbox(func() actor.Mailbox {
+		// Spawn makes the mailbox synchronously; it is kept for its depth.
+		m := actor.Unbounded()()
+		s.mailboxes[i].Store(&m)
+		return m
+	})))
 }
 
 // restartHook runs OnRestart for shard i. A panic in it is logged and

@@ -67,6 +67,24 @@ type RunConfig struct {
 	// end of the measured window (e.g. to sample a server's CPU time).
 	OnMeasureStart func()
 	OnMeasureEnd   func()
+	// Progress, when set, is called about once a second while the run goes
+	// on, from a goroutine of its own.
+	Progress func(Progress)
+}
+
+// Progress is a run's state so far, for a live line.
+type Progress struct {
+	// Elapsed since the run started, warm-up included.
+	Elapsed time.Duration
+	// Measuring is false during the warm-up; the figures below cover the
+	// measured window only.
+	Measuring bool
+	Requests  int64
+	Errors    int64
+	// RPS is answered requests per second of measured window so far.
+	RPS float64
+	// P99 of the measured answers so far.
+	P99 time.Duration
 }
 
 // warmup is the warm-up to run (none when Warmup is negative).
@@ -125,6 +143,20 @@ type Result struct {
 	Parts []PartResult
 	// Timeline counts answers per interval of the window.
 	Timeline Timeline
+	// Interrupted is true when the run was stopped (ctx ended) before its
+	// window or request count was complete.
+	Interrupted bool
+	// First429 is the first measured 429 answer, to tell why the server
+	// refused (nil when none).
+	First429 *Refusal
+}
+
+// Refusal is one 429 answer as the server gave it.
+type Refusal struct {
+	Body []byte
+	// RateLimited: the answer carried X-RateLimit-Limit (an account cap,
+	// not a per-address limit).
+	RateLimited bool
 }
 
 // PartResult is one workload part's share of a run.
@@ -151,8 +183,12 @@ func (r *Result) RPS() float64 {
 	return float64(r.Requests) / r.Window.Seconds()
 }
 
-// worker accumulates one goroutine's measurements; merged at the end.
+// worker accumulates one goroutine's measurements; merged at the end. mu
+// guards it against the progress reporter (uncontended on the request path
+// but for one short read a second).
 type worker struct {
+	mu       sync.Mutex
+	first429 *Refusal
 	hist     *hdrhistogram.Histogram
 	parts    []partAcc
 	errs     map[string]int64
@@ -191,6 +227,8 @@ func recordUS(h *hdrhistogram.Histogram, d time.Duration) {
 // record notes one measured answer (or failure) that completed at done,
 // sinceStart after the window opened.
 func (w *worker) record(part int, lat time.Duration, sinceStart time.Duration, errKey string, done time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.n++
 	recordUS(w.hist, lat)
 	pa := &w.parts[part]
@@ -213,6 +251,16 @@ func (w *worker) record(part int, lat time.Duration, sinceStart time.Duration, e
 	if done.After(w.lastDone) {
 		w.lastDone = done
 	}
+}
+
+// note429 keeps the first 429 answer a worker saw.
+func (w *worker) note429(errKey string, resp *fasthttp.Response) {
+	if errKey != "429" || w.first429 != nil {
+		return
+	}
+	w.mu.Lock()
+	w.first429 = &Refusal{Body: append([]byte(nil), resp.Body()...), RateLimited: len(resp.Header.Peek("X-RateLimit-Limit")) > 0}
+	w.mu.Unlock()
 }
 
 // outcome classifies one exchange: "" for success, else the error key.
@@ -284,6 +332,10 @@ func Run(ctx context.Context, t *Target, w *Workload, cfg RunConfig) (*Result, e
 		winStart time.Time
 		winEnd   time.Time
 	)
+	if cfg.Progress != nil {
+		stop := reportProgress(&cfg, workers)
+		defer stop()
+	}
 	switch cfg.Mode {
 	case Closed:
 		winStart, winEnd = runClosed(ctx, t, w, &cfg, workers)
@@ -292,7 +344,46 @@ func Run(ctx context.Context, t *Target, w *Workload, cfg RunConfig) (*Result, e
 	}
 	res = merge(w, &cfg, workers)
 	res.Window = winEnd.Sub(winStart)
+	res.Interrupted = ctx.Err() != nil
 	return res, nil
+}
+
+// reportProgress calls cfg.Progress once a second until stop.
+func reportProgress(cfg *RunConfig, workers []*worker) (stop func()) {
+	start := time.Now()
+	warmEnd := start.Add(cfg.warmup())
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		h := hdrhistogram.New(1, maxLatencyUS, partSigFigs)
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				// A tick that lands within a hair of the window's start has
+				// nothing measured yet: it still counts as warm-up.
+				p := Progress{Elapsed: now.Sub(start), Measuring: now.Sub(warmEnd) > 50*time.Millisecond}
+				h.Reset()
+				for _, wk := range workers {
+					wk.mu.Lock()
+					p.Requests += wk.n
+					p.Errors += wk.nerr + wk.missed
+					h.Merge(wk.hist)
+					wk.mu.Unlock()
+				}
+				if p.Measuring {
+					p.RPS = float64(p.Requests) / now.Sub(warmEnd).Seconds()
+				}
+				p.P99 = time.Duration(h.ValueAtQuantile(99)) * time.Microsecond
+				cfg.Progress(p)
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // runClosed runs the closed loop; it returns the measured window.
@@ -331,7 +422,9 @@ func runClosed(ctx context.Context, t *Target, w *Workload, cfg *RunConfig, work
 				if !measured || (!end.IsZero() && done.After(end)) {
 					continue
 				}
-				wk.record(part, done.Sub(sent), done.Sub(warmEnd), outcome(err, resp), done)
+				key := outcome(err, resp)
+				wk.note429(key, resp)
+				wk.record(part, done.Sub(sent), done.Sub(warmEnd), key, done)
 			}
 		}()
 	}
@@ -401,7 +494,9 @@ func runOpen(ctx context.Context, t *Target, w *Workload, cfg *RunConfig, worker
 				if time.Now().After(deadline) {
 					// Past the drain deadline: what is left is missed.
 					if i >= first {
+						wk.mu.Lock()
 						wk.missed++
+						wk.mu.Unlock()
 					}
 					continue
 				}
@@ -411,7 +506,9 @@ func runOpen(ctx context.Context, t *Target, w *Workload, cfg *RunConfig, worker
 				if i < first {
 					continue
 				}
-				wk.record(part, done.Sub(at), done.Sub(warmEnd), outcome(err, resp), done)
+				key := outcome(err, resp)
+				wk.note429(key, resp)
+				wk.record(part, done.Sub(at), done.Sub(warmEnd), key, done)
 			}
 		}()
 	}
@@ -500,6 +597,9 @@ func merge(w *Workload, cfg *RunConfig, workers []*worker) *Result {
 	}
 	res.Timeline.Interval = workers[0].tl.Interval
 	for _, wk := range workers {
+		if res.First429 == nil {
+			res.First429 = wk.first429
+		}
 		res.Requests += wk.n
 		res.Errors += wk.nerr + wk.missed
 		res.Missed += wk.missed

@@ -30,6 +30,12 @@ type Report struct {
 	Skipped []Skip          `json:"skipped"`
 	Notes   []string        `json:"notes,omitempty"`
 	Config  ReportRunConfig `json:"config"`
+	// Interrupted is true when the run was stopped (SIGINT/SIGTERM) before
+	// every scenario had run its full window.
+	Interrupted bool `json:"interrupted"`
+	// Thresholds are the --max-p99/--max-error-rate/--min-rps checks, one
+	// per threshold and measured server row.
+	Thresholds []ThresholdCheck `json:"thresholds,omitempty"`
 }
 
 // ReportRunConfig is the driver configuration in the report.
@@ -61,8 +67,11 @@ type Skip struct {
 // fields are null when not measured (no floor, or a server fraudbench did not
 // start and was not given a pid).
 type Row struct {
-	Scenario       string           `json:"scenario"`
-	Mode           Mode             `json:"mode"`
+	Scenario string `json:"scenario"`
+	Mode     Mode   `json:"mode"`
+	// Interrupted: the run was stopped before its window was complete; its
+	// figures cover the part that ran.
+	Interrupted    bool             `json:"interrupted"`
 	Connections    int              `json:"connections"`
 	Rate           *float64         `json:"rate"`
 	DurationS      float64          `json:"duration_s"`
@@ -220,6 +229,7 @@ func BuildRow(scenario string, m Measured, floor *Measured) Row {
 		Mean:           round(h.Mean()/1000, 3),
 		Curve:          curve(h),
 		Timeline:       series(r.Timeline, r.Window),
+		Interrupted:    r.Interrupted,
 	}
 	if r.Mode == Open {
 		row.Rate = ptr(round(r.Rate, 1))
@@ -336,8 +346,12 @@ func (rep *Report) WriteTable(w io.Writer) {
 		if r.Rate != nil {
 			rate = fmt.Sprintf("%.0f/s", *r.Rate)
 		}
+		mode := string(r.Mode)
+		if r.Interrupted {
+			mode += " interrupted"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%s\t%s\t%s\t\n",
-			pad(r.Scenario), r.Mode, r.Connections, rate, r.Requests, fmtErrors(r.Errors, r.ErrorsByStatus), r.RPS,
+			pad(r.Scenario), mode, r.Connections, rate, r.Requests, fmtErrors(r.Errors, r.ErrorsByStatus), r.RPS,
 			r.P50, r.P90, r.P99, r.P999, r.Max, fmtOpt(r.ServerCPU, "%.1f"), fmtOpt(r.ServerPeakRSS, "%.0f"), fmtOpt(r.ClientCPU, "%.1f"))
 		if r.FloorRPS != nil {
 			fmt.Fprintf(tw, pad("  floor")+"\t%s\t%d\t%s\t%d\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%s\t%s\t\t\n",
@@ -361,5 +375,13 @@ func (rep *Report) WriteTable(w io.Writer) {
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if rep.Interrupted {
+		fmt.Fprintln(w, "interrupted: the run was stopped early; rows marked interrupted cover the part that ran")
+	}
+	for _, c := range rep.Thresholds {
+		if !c.Pass {
+			fmt.Fprintf(w, "threshold failed: %s\n", c)
+		}
 	}
 }

@@ -139,6 +139,10 @@ func probe(env *Env, p *Part, n int, check func(body []byte) error) error {
 		if code == 404 || code == 405 {
 			return &Unavailable{Reason: fmt.Sprintf("endpoint not available (%d): %s %s", code, method, pathOnly(uri))}
 		}
+		if code == 429 {
+			ref := &Refusal{Body: resp.Body(), RateLimited: len(resp.Header.Peek("X-RateLimit-Limit")) > 0}
+			return fmt.Errorf("%s: probe %s %s: HTTP 429: %s: %s", p.Name, method, pathOnly(uri), snippet(resp.Body()), cause429(ref, true))
+		}
 		if code != 200 {
 			return fmt.Errorf("%s: probe %s %s: HTTP %d: %s", p.Name, method, pathOnly(uri), code, snippet(resp.Body()))
 		}

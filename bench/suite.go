@@ -68,6 +68,34 @@ type Config struct {
 	Command string
 }
 
+// Validate checks the configuration without starting or building anything,
+// so a usage error is reported before any work.
+func (c *Config) Validate() error {
+	if _, err := expandScenarios(c.Scenarios); err != nil {
+		return err
+	}
+	if _, err := parseModes(c.Mode, c.Run.Rate); err != nil {
+		return err
+	}
+	if c.Plan != "" && c.Plan != "custom" && c.Plan != "public_interest" {
+		return fmt.Errorf("plan %q: want custom or public_interest (plans that throttle would measure the limiter)", c.Plan)
+	}
+	if c.OpenFraction < 0 || c.OpenFraction > 1 {
+		return fmt.Errorf("open fraction %v: want a fraction of the closed loop's rate in (0, 1]", c.OpenFraction)
+	}
+	if c.Run.Conns < 0 || c.Run.Duration < 0 || c.Run.Requests < 0 || c.Run.Timeout < 0 {
+		return errors.New("connections, duration, requests and timeout cannot be negative")
+	}
+	if c.URL != "" && c.Fraudd != "" {
+		return errors.New("a URL and a fraudd binary exclude each other")
+	}
+	return nil
+}
+
+// ErrInterrupted is RunSuite's error when ctx ended before every scenario
+// ran its full window; the report marks what was cut short.
+var ErrInterrupted = errors.New("interrupted")
+
 // ErrSetup is wrapped by RunSuite's error when some scenario failed for a
 // reason other than a missing endpoint (the report still has the others).
 var ErrSetup = errors.New("scenario failed")
@@ -96,6 +124,9 @@ func RunSuite(ctx context.Context, cfg Config) (*Report, error) {
 	s := &suite{cfg: cfg, log: cfg.Log}
 	if s.log == nil {
 		s.log = io.Discard
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	defer func() {
 		for i := len(s.cleanup) - 1; i >= 0; i-- {
@@ -148,7 +179,9 @@ func RunSuite(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	for _, name := range names {
 		if ctx.Err() != nil {
-			break
+			s.rep.Interrupted = true
+			s.rep.Skipped = append(s.rep.Skipped, Skip{Scenario: name, Reason: "interrupted before it ran"})
+			continue
 		}
 		if err := s.scenario(ctx, name, env, modes, rc); err != nil {
 			s.failed = append(s.failed, name)
@@ -159,10 +192,14 @@ func RunSuite(ctx context.Context, cfg Config) (*Report, error) {
 	if len(s.failed) > 0 {
 		return s.rep, fmt.Errorf("%w: %s", ErrSetup, strings.Join(s.failed, ", "))
 	}
+	if ctx.Err() != nil {
+		s.rep.Interrupted = true
+		return s.rep, ErrInterrupted
+	}
 	if len(s.rep.Results) == 0 {
 		return s.rep, errors.New("no scenario could run")
 	}
-	return s.rep, ctx.Err()
+	return s.rep, nil
 }
 
 func expandScenarios(names []string) ([]string, error) {
@@ -341,7 +378,7 @@ func (s *suite) scenario(ctx context.Context, name string, env *Env, modes []Mod
 		var floorM *Measured
 		if floorURL != "" {
 			s.logf("%s: %s", name, describe(run, "floor"))
-			fm, err := s.measure(ctx, floorURL, w, run, floorPID)
+			fm, err := s.measure(ctx, name+" floor", floorURL, w, run, floorPID)
 			if err != nil {
 				return fmt.Errorf("floor run: %w", err)
 			}
@@ -349,7 +386,10 @@ func (s *suite) scenario(ctx context.Context, name string, env *Env, modes []Mod
 			s.logf("%s:   floor %.0f req/s, %d errors", name, fm.Result.RPS(), fm.Result.Errors)
 		}
 		s.logf("%s: %s", name, describe(run, "server"))
-		m, err := s.measure(ctx, s.srvURL, w, run, s.srvPID)
+		if ctx.Err() != nil {
+			break // interrupted during the floor run
+		}
+		m, err := s.measure(ctx, name, s.srvURL, w, run, s.srvPID)
 		if err != nil {
 			return err
 		}
@@ -362,9 +402,45 @@ func (s *suite) scenario(ctx context.Context, name string, env *Env, modes []Mod
 		}
 		row := BuildRow(name, m, floorM)
 		row.Notes = append(append(row.Notes, w.Notes...), notes...)
+		if why := Explain429(m.Result, s.cfg.URL != ""); why != "" {
+			s.logf("%s: %s", name, why)
+			row.Notes = append(row.Notes, why)
+		}
 		s.rep.Results = append(s.rep.Results, row)
+		if m.Result.Interrupted {
+			s.rep.Interrupted = true
+			s.logf("%s: interrupted after %.1fs of its window", name, m.Result.Window.Seconds())
+			break
+		}
 	}
 	return nil
+}
+
+// Explain429 says why most answers of a run were 429, or "" when they were
+// not: a per-address limit (the usual cause: the target does not believe the
+// X-Forwarded-For addresses fraudbench spreads its requests over), an
+// account's hourly cap, or its monthly allowance.
+func Explain429(r *Result, external bool) string {
+	n429 := r.ErrorsBy["429"]
+	if r.Requests == 0 || n429*2 <= r.Requests {
+		return ""
+	}
+	share := fmt.Sprintf("%d of %d answers (%.0f%%) were 429", n429, r.Requests, 100*float64(n429)/float64(r.Requests))
+	return share + ": " + cause429(r.First429, external)
+}
+
+// cause429 names the likely cause of a 429 answer.
+func cause429(ref *Refusal, external bool) string {
+	switch {
+	case ref != nil && strings.Contains(string(ref.Body), "monthly_quota_exceeded"):
+		return "the scenario account's monthly allowance ran out; run with --plan public_interest, or give the account a custom plan with null limits"
+	case ref != nil && ref.RateLimited:
+		return "the scenario account's hourly cap refused them (the answers carry X-RateLimit-*); run with --plan public_interest or custom with null limits"
+	case external:
+		return "a per-address limit refused them, so the target counts every request as one caller; start it with --trusted-proxies covering this machine (e.g. --trusted-proxies 127.0.0.0/8) so that the X-Forwarded-For addresses fraudbench sends are believed"
+	default:
+		return "a per-address limit refused them although fraudbench started fraudd with --trusted-proxies 127.0.0.0/8; check the --fraudd-arg flags"
+	}
 }
 
 func describe(rc RunConfig, who string) string {
@@ -424,12 +500,13 @@ func (s *suite) waitFloor(ctx context.Context, url string) error {
 }
 
 // measure runs w against url, sampling pid's CPU (pid > 0) and this
-// process's around the measured window.
-func (s *suite) measure(ctx context.Context, url string, w *Workload, rc RunConfig, pid int) (Measured, error) {
+// process's around the measured window, with a progress line a second.
+func (s *suite) measure(ctx context.Context, label, url string, w *Workload, rc RunConfig, pid int) (Measured, error) {
 	t, err := NewTarget(url, TargetOptions{Conns: rc.Conns, Timeout: rc.Timeout, AllowRemote: s.cfg.AllowRemote})
 	if err != nil {
 		return Measured{}, err
 	}
+	rc.Progress = func(p Progress) { s.logf("%s", FormatProgress(label, p)) }
 	defer t.CloseIdle()
 	return Measure(ctx, t, w, rc, pid)
 }
@@ -465,4 +542,18 @@ func Measure(ctx context.Context, t *Target, w *Workload, rc RunConfig, pid int)
 		m.ClientCPU, m.HasClient = cpu, true
 	}
 	return m, nil
+}
+
+// FormatProgress is the once-a-second line: elapsed time, req/s, errors and
+// p99 of the measured window so far.
+func FormatProgress(label string, p Progress) string {
+	if !p.Measuring {
+		return fmt.Sprintf("%s: %4.0fs  warm-up", label, p.Elapsed.Seconds())
+	}
+	rate := 0.0
+	if p.Requests > 0 {
+		rate = 100 * float64(p.Errors) / float64(p.Requests)
+	}
+	return fmt.Sprintf("%s: %4.0fs  %8.0f req/s  errors %d (%.2f%%)  p99 %s",
+		label, p.Elapsed.Seconds(), p.RPS, p.Errors, rate, p.P99.Round(time.Microsecond))
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fraudd/fraudd/internal/testtools"
 )
 
 // findChromium returns a Chromium binary, or "" when none is installed.
@@ -131,7 +133,7 @@ func tail(s string) string {
 func TestBrowserCollectorEndToEnd(t *testing.T) {
 	chromium := findChromium()
 	if chromium == "" {
-		t.Skip("SKIPPED: no Chromium installed (apt-get install -y chromium); the real-browser test did not run")
+		testtools.Skip(t, "chromium", "apt-get install -y chromium; the real-browser test")
 	}
 	s := Start(t, bin)
 	acct := s.CreateAccount(t, map[string]any{"email": "browser@example.com", "plan": "starter"})

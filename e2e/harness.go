@@ -54,6 +54,8 @@ type Server struct {
 	Bare bool
 	// NoTestClock starts the server without --test-clock.
 	NoTestClock bool
+	// Env is added to the server's environment (e.g. FRAUDD_EDGE_BLOCK=false).
+	Env []string
 
 	t      testing.TB
 	cmd    *exec.Cmd
@@ -107,6 +109,7 @@ func (s *Server) start() {
 		args = append(args, "--admin-token", AdminToken)
 		env = append(env, "FRAUDD_SECRET=e2e-master-secret")
 	}
+	env = append(env, s.Env...)
 	s.cmd = exec.Command(s.Bin, append(args, s.Args...)...)
 	s.cmd.Env = env
 	stderr, err := s.cmd.StderrPipe()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/fraudd/fraudd/internal/testtools"
 )
 
 // bin is the fraudd binary built once for the whole package.
@@ -20,7 +22,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := testtools.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -146,7 +146,7 @@ func (s *Server) adminCreateAccount(ctx *fasthttp.RequestCtx, r *request) {
 			continue
 		}
 		if in.Plan != "custom" {
-			s.badRequest(ctx, "%s is only for the custom plan.", l.name)
+			s.writeError(ctx, fasthttp.StatusBadRequest, l.name+" is only for the custom plan.", "", planLimitHint(in.Plan, l.name))
 			return
 		}
 		v, err := optLimit(l.raw, l.name)
@@ -167,6 +167,11 @@ func (s *Server) adminCreateAccount(ctx *fasthttp.RequestCtx, r *request) {
 		HourlyLimit: v.HourlyLimit, MonthlyLimit: v.MonthlyLimit,
 		LiveKey: c.LiveKey, TestKey: c.TestKey, PublishableKey: c.PublishableKey, WebhookSecret: c.WebhookSecret,
 	})
+}
+
+// planLimitHint says why a limit was refused and how to set one.
+func planLimitHint(plan, field string) string {
+	return fmt.Sprintf(`The %s plan has fixed allowances and would ignore %s; send "plan": "custom" with it to set your own limits.`, plan, field)
 }
 
 // validEmail: at most 254 bytes of valid UTF-8 with a local part and a
@@ -227,13 +232,28 @@ func (s *Server) adminPatchAccount(ctx *fasthttp.RequestCtx, r *request) {
 		}
 		p.Plan = in.Plan
 	}
+	plan := cur.Plan
+	if p.Plan != nil {
+		plan = *p.Plan
+	}
 	for _, l := range []struct {
 		raw  json.RawMessage
 		name string
 		dst  ***int64
 	}{{in.HourlyLimit, "hourly_limit", &p.HourlyLimit}, {in.MonthlyLimit, "monthly_limit", &p.MonthlyLimit}} {
 		if l.raw == nil {
+			// Limits are the custom plan's own: leaving it drops them, so
+			// no figure is kept that nothing enforces.
+			if plan != "custom" && cur.Plan == "custom" {
+				var none *int64
+				*l.dst = &none
+			}
 			continue
+		}
+		// A limit the plan would ignore is refused, not stored and ignored.
+		if plan != "custom" {
+			s.writeError(ctx, fasthttp.StatusBadRequest, l.name+" is only for the custom plan.", "", planLimitHint(plan, l.name))
+			return
 		}
 		v, err := optLimit(l.raw, l.name)
 		if err != nil {
@@ -504,7 +524,7 @@ func (s *Server) adminMail(ctx *fasthttp.RequestCtx, r *request) {
 
 func (s *Server) adminClock(ctx *fasthttp.RequestCtx, r *request) {
 	if s.deps.TestClock == nil {
-		s.writeError(ctx, fasthttp.StatusNotFound, checks.MsgNotFound, "", "")
+		s.writeError(ctx, fasthttp.StatusNotFound, checks.MsgNotFound, "", "This server runs without --test-clock, so its clock cannot be moved.")
 		return
 	}
 	var in struct {

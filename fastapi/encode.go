@@ -22,6 +22,9 @@ func (s *Server) writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 		ctx.SetBodyString(`{"error":"Server error."}`)
 		return
 	}
+	if status == fasthttp.StatusUnauthorized {
+		s.setChallenge(ctx)
+	}
 	ctx.SetStatusCode(status)
 	ctx.SetContentType(contentTypeJSON)
 	ctx.SetBody(*bp) // copies

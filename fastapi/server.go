@@ -63,6 +63,8 @@ type Config struct {
 	// listener given to ServeAdmin (--admin-addr), keeping them off the
 	// public one.
 	AdminSeparate bool
+	// AccessLog, when set, gets one line per request (--access-log).
+	AccessLog *slog.Logger
 }
 
 // DefaultEdgeBlockAgents are bare library defaults that real integrations do
@@ -119,6 +121,9 @@ type Deps struct {
 	// Recent keeps each account's recent evaluations for the console; nil
 	// records nothing and lists none.
 	Recent *recent.Client
+	// Shards reports stopped or stuck actor shards for GET /readyz; nil
+	// checks none.
+	Shards ShardHealth
 }
 
 // pipeline wires the public operations' flows to deps. A nil part turns
@@ -274,9 +279,9 @@ func New(cfg Config, deps Deps) *Server {
 			s.admin = append(s.admin, rt)
 		}
 	}
-	s.srv = s.newHTTPServer(s.Handle)
+	s.srv = s.newHTTPServer(s.serveHTTP)
 	if cfg.AdminSeparate {
-		s.adminSrv = s.newHTTPServer(s.HandleAdmin)
+		s.adminSrv = s.newHTTPServer(s.serveAdminHTTP)
 	}
 	return s
 }
@@ -308,6 +313,10 @@ func (s *Server) newHTTPServer(h fasthttp.RequestHandler) *fasthttp.Server {
 func (s *Server) routeTable() []*route {
 	rs := []*route{
 		{method: "GET", pattern: "/api/status", handler: s.handleStatus},
+		// Probes: no auth, no limiter, no edge block (see Handle).
+		{method: "GET", pattern: "/healthz", handler: s.handleHealthz},
+		{method: "GET", pattern: "/readyz", handler: s.handleReadyz},
+		{method: "GET", pattern: "/openapi.json", handler: s.handleOpenAPI},
 
 		{method: "GET", pattern: "/admin/v1/accounts", admin: true, handler: s.adminListAccounts},
 		{method: "POST", pattern: "/admin/v1/accounts", admin: true, handler: s.adminCreateAccount},
@@ -408,7 +417,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes []*route) {
 		return
 	}
 	path := ctx.Path()
-	if s.cfg.EdgeBlock && !bytes.Equal(path, []byte("/mcp")) && s.edgeBlocked(ctx.UserAgent()) {
+	if s.cfg.EdgeBlock && !edgeExempt(path) && s.edgeBlocked(ctx.UserAgent()) {
 		ctx.SetStatusCode(edgeBlockStatus)
 		ctx.SetContentType(contentTypeText)
 		ctx.SetBodyString(edgeBlockBody)

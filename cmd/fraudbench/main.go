@@ -85,6 +85,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if rep == nil {
 		return code
 	}
+	var failed []bench.ThresholdCheck
+	if o.thresholds.Any() {
+		failed = o.thresholds.Check(rep)
+	}
 	fmt.Fprintln(stdout)
 	rep.WriteTable(stdout)
 	if o.jsonPath != "" {
@@ -104,15 +108,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "wrote %s\n", o.svgPath)
 		}
 	}
+	// Last, on stderr, so a CI log ends with why the run failed.
+	for _, c := range failed {
+		fmt.Fprintf(stderr, "fraudbench: threshold failed: %s\n", c)
+	}
+	if len(failed) > 0 {
+		code = 1
+	}
 	return code
 }
 
 type options struct {
-	cfg      bench.Config
-	jsonPath string
-	svgPath  string
-	quiet    bool
-	list     bool
+	cfg        bench.Config
+	thresholds bench.Thresholds
+	jsonPath   string
+	svgPath    string
+	quiet      bool
+	list       bool
 }
 
 type multiFlag []string
@@ -174,6 +186,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.svgPath, "svg", "", "write latency and throughput charts as SVG to this file")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&o.list, "list", false, "list the scenarios and exit")
+	fs.DurationVar(&o.thresholds.MaxP99, "max-p99", 0, "threshold: fail (exit 1) when a server run's p99 latency exceeds this, e.g. 1ms")
+	maxErr := fs.String("max-error-rate", "", "threshold: fail (exit 1) when a server run's errors exceed this share of its requests, e.g. 0.01 or 1%")
+	fs.Float64Var(&o.thresholds.MinRPS, "min-rps", 0, "threshold: fail (exit 1) when a server run's req/s falls below this")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -195,6 +210,22 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if c.URL != "" && c.Fraudd != "" {
 		return nil, errors.New("--url and --fraudd exclude each other")
+	}
+	o.thresholds.MaxErrorRate = bench.NoErrorRate
+	if *maxErr != "" {
+		r, err := bench.ParseErrorRate(*maxErr)
+		if err != nil {
+			return nil, fmt.Errorf("--max-error-rate: %v", err)
+		}
+		o.thresholds.MaxErrorRate = r
+	}
+	if o.thresholds.MaxP99 < 0 || o.thresholds.MinRPS < 0 {
+		return nil, errors.New("--max-p99 and --min-rps cannot be negative")
+	}
+	// Everything else that can be wrong with the flags is found now, before
+	// fraudd is built or started.
+	if err := c.Validate(); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

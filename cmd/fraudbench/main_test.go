@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -52,11 +53,58 @@ func TestBadFlags(t *testing.T) {
 		{"--connections", "0"},
 		{"--url", "http://127.0.0.1:1", "--fraudd", "/bin/true"},
 		{"extra"},
+		// Found before fraudd is built: these return at once.
+		{"--scenario", "nope"},
+		{"--mode", "sideways"},
+		{"--plan", "free"},
+		{"--max-error-rate", "5"},
+		{"--max-p99", "-1ms"},
+		{"--min-rps", "-3"},
 	} {
 		var out, errb bytes.Buffer
+		start := time.Now()
 		if code := run(args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
+		if strings.Contains(errb.String(), "building fraudd") || time.Since(start) > 2*time.Second {
+			t.Errorf("%v: a usage error built or ran something first:\n%s", args, errb.String())
+		}
+	}
+}
+
+// TestThresholdFailsLoudly: an overloaded run (every answer takes 3 ms)
+// against --max-p99 1ms exits 1 and says which threshold failed, after a
+// progress line a second.
+func TestThresholdFailsLoudly(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		time.Sleep(3 * time.Millisecond)
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"operational"}`)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Shutdown()
+	var out, errb bytes.Buffer
+	code := run([]string{"--url", "http://" + ln.Addr().String(), "--admin-token", "adm", "--scenario", "status",
+		"--connections", "2", "--duration", "1500ms", "--warmup", "0", "--max-p99", "1ms", "--max-error-rate", "1%", "--min-rps", "1"}, &out, &errb)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, out.String(), errb.String())
+	}
+	e := errb.String()
+	if !strings.Contains(e, "fraudbench: threshold failed: status closed: p99 ") || !strings.Contains(e, "exceeds --max-p99 1ms") {
+		t.Fatalf("stderr does not name the failed threshold:\n%s", e)
+	}
+	if strings.Contains(e, "max-error-rate") || strings.Contains(e, "min-rps") {
+		t.Fatalf("a passing threshold reported as failed:\n%s", e)
+	}
+	if !strings.Contains(e, "req/s") || !strings.Contains(e, "p99 ") {
+		t.Fatalf("no progress line:\n%s", e)
+	}
+	if !strings.Contains(out.String(), "threshold failed: status closed: p99") {
+		t.Fatalf("table does not name the failed threshold:\n%s", out.String())
 	}
 }
 

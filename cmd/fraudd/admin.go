@@ -140,26 +140,37 @@ var adminCommands = []adminCommand{
 		}},
 }
 
-func adminUsage(w io.Writer) {
+func adminUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, "usage: fraudd admin [--url URL] [--admin-token T | --data-dir DIR] <command> [flags] [args]\n\ncommands:\n")
 	for _, c := range adminCommands {
-		fmt.Fprintf(w, "  %-22s %s\n", strings.TrimSpace(c.name+" "+c.args), c.help)
+		fmt.Fprintf(w, "  %-25s %s\n", strings.TrimSpace(c.name+" "+c.args), c.help)
 	}
+	fmt.Fprint(w, "\nflags (before the command):\n")
+	printFlags(w, fs, true)
+	fmt.Fprint(w, "\nRun 'fraudd admin <command> -h' for a command's own flags.\n")
 }
 
 func runAdmin(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fraudd admin", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	base := fs.String("url", env("FRAUDD_URL", "http://127.0.0.1:8080"), "service base URL (env FRAUDD_URL)")
-	token := fs.String("admin-token", env("FRAUDD_ADMIN_TOKEN", ""), "operator token (env FRAUDD_ADMIN_TOKEN)")
-	dataDir := fs.String("data-dir", env("FRAUDD_DATA_DIR", "./data"), "read the token from <data-dir>/admin-token when --admin-token is empty")
-	fs.Usage = func() { adminUsage(stderr); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
+	fs.SetOutput(io.Discard)
+	base := fs.String("url", "http://127.0.0.1:8080", "service base URL")
+	token := fs.String("admin-token", "", "operator token")
+	dataDir := fs.String("data-dir", "./data", "read the token from <data-dir>/admin-token when --admin-token is empty")
+	if err := parseFlagsEnv(fs, args, osEnv()); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			adminUsage(stdout, fs)
+			return 0
+		}
+		fmt.Fprintf(stderr, "fraudd admin: %v\nRun 'fraudd admin -h' for the commands and flags.\n", err)
 		return 2
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
+		adminUsage(stderr, fs)
 		return 2
+	}
+	if a := fs.Arg(0); a == "help" {
+		adminUsage(stdout, fs)
+		return 0
 	}
 	var cmd *adminCommand
 	for i := range adminCommands {
@@ -168,24 +179,42 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(stderr, "fraudd admin: unknown command %q\n", fs.Arg(0))
-		adminUsage(stderr)
+		fmt.Fprintf(stderr, "fraudd admin: unknown command %q\nRun 'fraudd admin -h' for the commands.\n", fs.Arg(0))
 		return 2
 	}
 	cfs := flag.NewFlagSet("fraudd admin "+cmd.name, flag.ContinueOnError)
-	cfs.SetOutput(stderr)
+	cfs.SetOutput(io.Discard)
 	var body func() (any, error)
 	if cmd.flags != nil {
 		body = cmd.flags(cfs)
 	}
-	if err := cfs.Parse(fs.Args()[1:]); err != nil {
-		return 2
+	var code int
+	parseCmd := func(args []string) bool {
+		err := cfs.Parse(args)
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "usage: fraudd admin %s\n\n%s (%s %s)\n", strings.TrimSpace(cmd.name+" [flags] "+cmd.args), cmd.help, cmd.method, cmd.path(placeholders(cmd)))
+			if cmd.flags != nil {
+				fmt.Fprint(stdout, "\nflags:\n")
+				printFlags(stdout, cfs, false)
+			}
+			code = 0
+			return false
+		}
+		fmt.Fprintf(stderr, "fraudd admin %s: %v\nRun 'fraudd admin %s -h' for its flags.\n", cmd.name, err, cmd.name)
+		code = 2
+		return false
+	}
+	if !parseCmd(fs.Args()[1:]) {
+		return code
 	}
 	// Positional arguments may come before or after the flags.
 	pos := cfs.Args()
 	if len(pos) > cmd.npos && cmd.flags != nil {
-		if err := cfs.Parse(pos[cmd.npos:]); err != nil {
-			return 2
+		if !parseCmd(pos[cmd.npos:]) {
+			return code
 		}
 		pos = append(pos[:cmd.npos:cmd.npos], cfs.Args()...)
 	}
@@ -210,6 +239,10 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	status, out, err := callAdmin(*base, tok, cmd.method, cmd.path(pos), payload, 30*time.Second)
 	if err != nil {
 		fmt.Fprintf(stderr, "fraudd admin: %v\n", err)
+		return 1
+	}
+	if cmd.name == "clock" && status == http.StatusNotFound {
+		fmt.Fprintf(stderr, "fraudd admin clock: the server at %s runs without --test-clock, so its clock cannot be moved (start it with 'fraudd serve --test-clock', for tests only)\n", *base)
 		return 1
 	}
 	if status >= 300 {
@@ -264,4 +297,13 @@ func callAdmin(base, tok, method, path string, payload []byte, timeout time.Dura
 		out = append(pretty.Bytes(), '\n')
 	}
 	return resp.StatusCode, out, nil
+}
+
+// placeholders fills a command's positional arguments with their names, for help.
+func placeholders(c *adminCommand) []string {
+	p := strings.Fields(c.args)
+	for len(p) < c.npos {
+		p = append(p, "ARG")
+	}
+	return p
 }

@@ -23,18 +23,21 @@ import (
 // When none does, the store is opened here and backed up offline.
 func runBackup(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fraudd backup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", env("FRAUDD_DATA_DIR", "./data"), "data directory to back up (env FRAUDD_DATA_DIR)")
-	base := fs.String("url", env("FRAUDD_URL", "http://127.0.0.1:8080"), "the server running on the data dir (env FRAUDD_URL)")
-	token := fs.String("admin-token", env("FRAUDD_ADMIN_TOKEN", ""), "operator token; default <data-dir>/admin-token (env FRAUDD_ADMIN_TOKEN)")
+	fs.SetOutput(io.Discard) // errors are reported once, below
+	dataDir := fs.String("data-dir", "./data", "data directory to back up (env FRAUDD_DATA_DIR)")
+	base := fs.String("url", "http://127.0.0.1:8080", "the server running on the data dir (env FRAUDD_URL)")
+	token := fs.String("admin-token", "", "operator token; default <data-dir>/admin-token (env FRAUDD_ADMIN_TOKEN)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: fraudd backup [flags] DIR\n\nWrites the store and the secret files into DIR (absent or empty).\nRestore: copy DIR into place as the data directory and start fraudd on it.\n\n")
+		fs.SetOutput(stderr)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlagsEnv(fs, args, osEnv()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(stderr, "fraudd backup: %v\n", err)
 		return 2
 	}
 	if fs.NArg() != 1 {

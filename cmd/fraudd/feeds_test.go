@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fraudd/fraudd/intel/netlists"
+	"github.com/fraudd/fraudd/internal/testtools"
 )
 
 func runFeedsT(args ...string) (code int, stdout, stderr string) {
@@ -63,7 +64,7 @@ func TestFeedsStatus(t *testing.T) {
 func TestFeedsBuild(t *testing.T) {
 	from := "../../../shared/data"
 	if _, err := os.Stat(filepath.Join(from, "SOURCES.md")); err != nil {
-		t.Skip("raw snapshots not present")
+		testtools.Skip(t, "raw snapshots in "+from, "the shared data directory beside the repository")
 	}
 	out := t.TempDir()
 	code, stdout, errOut := runFeedsT("build", "--from", from, "--out", out)
@@ -82,3 +83,5 @@ func TestFeedsBuild(t *testing.T) {
 		t.Errorf("build from an empty dir: %d", code)
 	}
 }
+
+func TestMain(m *testing.M) { os.Exit(testtools.Main(m)) }

@@ -20,17 +20,19 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		// The one-command start: `fraudd` alone serves on its defaults.
-		return runServe(nil, stderr)
+		return runServe(nil, stdout, stderr)
 	}
 	switch args[0] {
 	case "serve":
-		return runServe(args[1:], stderr)
+		return runServe(args[1:], stdout, stderr)
 	case "admin":
 		return runAdmin(args[1:], stdout, stderr)
 	case "feeds":
 		return runFeeds(args[1:], stdout, stderr)
 	case "backup":
 		return runBackup(args[1:], stdout, stderr)
+	case "health":
+		return runHealth(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version)
 		return 0
@@ -52,6 +54,7 @@ commands:
   admin    call the operator API (create-account, rotate-live, set-rules, …)
   feeds    build, update and inspect the intelligence feeds
   backup   copy the store and secrets into a directory (online when a server runs)
+  health   probe a running server's /readyz (exit 0 when ready; for HEALTHCHECK)
   version  print the version
 
 Run 'fraudd <command> -h' for a command's flags.

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -45,6 +44,12 @@ import (
 
 // serveConfig is everything `fraudd serve` reads from flags and environment.
 type serveConfig struct {
+	// unknownEnv are FRAUDD_* variables that name no flag (logged as a
+	// warning: most likely misspelt).
+	unknownEnv []string
+	// accessLog writes one line per request to stderr.
+	accessLog bool
+
 	addr            string
 	dataDir         string
 	adminToken      string
@@ -68,92 +73,39 @@ type serveConfig struct {
 	allowPrivateWebhooks bool
 }
 
-// env returns the FRAUDD_* variable or def.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	v, ok := os.LookupEnv(name)
-	if !ok {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return def
-	}
-	return d
-}
-
-func envBool(name string, def bool) bool {
-	v, ok := os.LookupEnv(name)
-	if !ok {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return def
-	}
-	return b
-}
-
-func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
+func parseServe(args []string, env envVars) (*serveConfig, error) {
 	fs := flag.NewFlagSet("fraudd serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c := &serveConfig{}
-	fs.StringVar(&c.addr, "addr", env("FRAUDD_ADDR", ":8080"), "listen address (env FRAUDD_ADDR)")
-	fs.StringVar(&c.dataDir, "data-dir", env("FRAUDD_DATA_DIR", "./data"), "data directory (env FRAUDD_DATA_DIR)")
-	fs.StringVar(&c.adminToken, "admin-token", env("FRAUDD_ADMIN_TOKEN", ""), "operator API token; generated into <data-dir>/admin-token when empty (env FRAUDD_ADMIN_TOKEN)")
-	fs.StringVar(&c.secret, "secret", env("FRAUDD_SECRET", ""), "master secret; generated into <data-dir>/master-secret when empty (env FRAUDD_SECRET)")
-	trusted := fs.String("trusted-proxies", env("FRAUDD_TRUSTED_PROXIES", ""), "comma-separated CIDRs whose X-Forwarded-For is believed (env FRAUDD_TRUSTED_PROXIES)")
-	fs.BoolVar(&c.testClock, "test-clock", envBool("FRAUDD_TEST_CLOCK", false), "enable POST /admin/v1/clock (tests only; env FRAUDD_TEST_CLOCK)")
-	level := fs.String("log-level", env("FRAUDD_LOG_LEVEL", "info"), "debug, info, warn or error (env FRAUDD_LOG_LEVEL)")
-	fs.BoolVar(&c.edgeBlock, "edge-block", envBool("FRAUDD_EDGE_BLOCK", true), "answer 403 `error code: 1010` to requests with no User-Agent or a bare library default (env FRAUDD_EDGE_BLOCK)")
-	agents := fs.String("edge-block-agents", env("FRAUDD_EDGE_BLOCK_AGENTS", strings.Join(fastapi.DefaultEdgeBlockAgents, ",")), "comma-separated User-Agent prefixes the edge block rejects (env FRAUDD_EDGE_BLOCK_AGENTS)")
-	mcpOrigins := fs.String("mcp-origins", env("FRAUDD_MCP_ORIGINS", ""), "comma-separated browser origins (https://agent.example) allowed to call /mcp; requests without Origin always may (env FRAUDD_MCP_ORIGINS)")
-	fs.DurationVar(&c.feedsRefresh, "feeds-refresh", envDuration("FRAUDD_FEEDS_REFRESH", 0), "download fresh feeds from upstream this often and swap them in without a pause; 0 = off (env FRAUDD_FEEDS_REFRESH)")
-	fs.StringVar(&c.adminAddr, "admin-addr", env("FRAUDD_ADMIN_ADDR", ""), "serve the admin API and the console (/console) on this address only, e.g. 127.0.0.1:8081; empty: on --addr (env FRAUDD_ADMIN_ADDR)")
-	fs.StringVar(&c.debugAddr, "debug-addr", env("FRAUDD_DEBUG_ADDR", ""), "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty (env FRAUDD_DEBUG_ADDR)")
-	fs.StringVar(&c.smtpURL, "smtp-url", env("FRAUDD_SMTP_URL", ""), "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way (env FRAUDD_SMTP_URL)")
-	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", envBool("FRAUDD_ALLOW_PRIVATE_WEBHOOKS", false), "also accept http:// and loopback/private webhook receivers; for development and tests (env FRAUDD_ALLOW_PRIVATE_WEBHOOKS)")
-	durability := fs.String("durability", env("FRAUDD_DURABILITY", "interval"), "interval: a counted call is answered once committed, and one group sync every --sync-interval makes it durable (a crash loses at most the last interval); strict: fsync before each answer (env FRAUDD_DURABILITY)")
-	syncInterval := fs.String("sync-interval", env("FRAUDD_SYNC_INTERVAL", storage.DefaultSyncInterval.String()), "period of the group sync: the most a crash can lose in interval mode, and the bound for device history in either mode (env FRAUDD_SYNC_INTERVAL)")
-	if err := fs.Parse(args); err != nil {
+	fs.SetOutput(io.Discard)
+	c := &serveConfig{logLevel: slog.LevelInfo, edgeBlock: true, edgeBlockAgents: fastapi.DefaultEdgeBlockAgents,
+		durability: storage.Interval, syncInterval: storage.DefaultSyncInterval}
+	fs.StringVar(&c.addr, "addr", ":8080", "listen address")
+	fs.StringVar(&c.dataDir, "data-dir", "./data", "data directory: Pebble store, secrets, refreshed feeds")
+	fs.StringVar(&c.adminToken, "admin-token", "", "operator API token; generated into <data-dir>/admin-token when empty")
+	fs.StringVar(&c.secret, "secret", "", "master secret; generated into <data-dir>/master-secret when empty")
+	fs.Var((*prefixList)(&c.trustedProxies), "trusted-proxies", "comma-separated CIDRs whose X-Forwarded-For is believed")
+	fs.BoolVar(&c.testClock, "test-clock", false, "enable POST /admin/v1/clock (tests only)")
+	fs.Var(levelValue{&c.logLevel}, "log-level", "debug, info, warn or error")
+	fs.BoolVar(&c.edgeBlock, "edge-block", true, "answer 403 'error code: 1010' to requests with no User-Agent or a bare library default")
+	fs.Var((*stringList)(&c.edgeBlockAgents), "edge-block-agents", "comma-separated User-Agent prefixes the edge block rejects")
+	fs.Var(originList{&c.mcpOrigins}, "mcp-origins", "comma-separated browser origins (https://agent.example) allowed to call /mcp; requests without Origin always may")
+	fs.Var(offDuration{&c.feedsRefresh}, "feeds-refresh", "download fresh feeds from upstream this often and swap them in without a pause; 0 = off")
+	fs.StringVar(&c.adminAddr, "admin-addr", "", "serve the admin API and the console (/console) on this address only, e.g. 127.0.0.1:8081; empty: on --addr")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
+	fs.StringVar(&c.smtpURL, "smtp-url", "", "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way")
+	fs.BoolVar(&c.accessLog, "access-log", false, "log one structured line per request (method, path, status, bytes, µs, client, request id; never headers, bodies or query strings)")
+	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", false, "also accept http:// and loopback/private webhook receivers; for development and tests")
+	fs.Var(durabilityValue{&c.durability}, "durability", "interval: a counted call is answered once committed, and one group sync every --sync-interval makes it durable (a crash loses at most the last interval); strict: fsync before each answer")
+	fs.Var(syncIntervalValue{&c.syncInterval}, "sync-interval", "period of the group sync: the most a crash can lose in interval mode, and the bound for device history in either mode")
+	if err := parseFlagsEnv(fs, args, env); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, helpError{fs}
+		}
 		return nil, err
-	}
-	var err error
-	if c.durability, err = storage.ParseDurability(*durability); err != nil {
-		return nil, fmt.Errorf("--durability: %w", err)
-	}
-	if c.syncInterval, err = time.ParseDuration(*syncInterval); err != nil || c.syncInterval < time.Millisecond || c.syncInterval > 10*time.Second {
-		return nil, fmt.Errorf("--sync-interval: %q is not a duration between 1ms and 10s", *syncInterval)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	for _, p := range splitList(*trusted) {
-		pr, err := netip.ParsePrefix(p)
-		if err != nil {
-			a, aerr := netip.ParseAddr(p)
-			if aerr != nil {
-				return nil, fmt.Errorf("--trusted-proxies: %q is not a CIDR", p)
-			}
-			pr = netip.PrefixFrom(a, a.BitLen())
-		}
-		c.trustedProxies = append(c.trustedProxies, pr.Masked())
-	}
-	c.edgeBlockAgents = splitList(*agents)
-	origins, err := fastapi.ParseMCPOrigins(splitList(*mcpOrigins))
-	if err != nil {
-		return nil, fmt.Errorf("--mcp-origins: %w", err)
-	}
-	c.mcpOrigins = origins
+	c.unknownEnv = unknownEnv(fs, env, "FRAUDD_URL")
 	return c, nil
 }
 
@@ -167,17 +119,26 @@ func splitList(s string) []string {
 	return out
 }
 
-func runServe(args []string, stderr io.Writer) int {
-	cfg, err := parseServe(args, stderr)
+func runServe(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseServe(args, osEnv())
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		var h helpError
+		if errors.As(err, &h) {
+			fmt.Fprint(stdout, "usage: fraudd serve [flags]\n\nRuns the service. Every flag falls back to its FRAUDD_* environment variable.\n\nflags:\n")
+			printFlags(stdout, h.fs, true)
 			return 0
 		}
-		fmt.Fprintf(stderr, "fraudd serve: %v\n", err)
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "fraudd serve: %s\n", line)
+		}
+		fmt.Fprintln(stderr, "Run 'fraudd serve -h' for the flags and their forms.")
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	slog.SetDefault(log)
+	for _, k := range cfg.unknownEnv {
+		log.Warn("ignoring an environment variable that names no flag of fraudd serve (misspelt?)", "var", k)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := serve(ctx, cfg, log); err != nil {
@@ -197,6 +158,11 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err := secureDataDir(cfg.dataDir, log); err != nil {
 		return err
 	}
+	unlock, err := lockDataDir(cfg.dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	adminToken, err := loadAdminToken(cfg, log)
 	if err != nil {
 		return err
@@ -376,7 +342,13 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		}
 	}()
 
+	var accessLog *slog.Logger
+	if cfg.accessLog {
+		// Its own handler at info, so --log-level does not silence it.
+		accessLog = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("log", "access")
+	}
 	srv := fastapi.New(fastapi.Config{
+		AccessLog:       accessLog,
 		AdminToken:      adminToken,
 		TrustedProxies:  cfg.trustedProxies,
 		EdgeBlock:       cfg.edgeBlock,
@@ -389,7 +361,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
-		DeviceHist: devHist, Challenges: challenges, Recent: recents,
+		DeviceHist: devHist, Challenges: challenges, Recent: recents, Shards: actors.KindsOf(system),
 		Backup: func(dir string) (*backup.Report, error) {
 			return backup.Write(backup.Source{DataDir: cfg.dataDir, Store: db, SecretOutside: cfg.secret != ""}, dir)
 		}})
@@ -415,7 +387,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
 	db.Serving()
-	log.Info("fraudd listening", "addr", ln.Addr().String(), "version", version, "data_dir", cfg.dataDir)
+	log.Info("fraudd listening", "addr", ln.Addr().String(), "url", listenURL(ln.Addr()), "version", version, "data_dir", cfg.dataDir)
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
 	if adminLn != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -26,19 +25,17 @@ func TestDurabilityFlags(t *testing.T) {
 		{args: []string{"--sync-interval", "25ms"}, mode: storage.Interval, every: 25 * time.Millisecond},
 		{env: []string{"FRAUDD_DURABILITY", "strict", "FRAUDD_SYNC_INTERVAL", "2ms"}, mode: storage.Strict, every: 2 * time.Millisecond},
 		{env: []string{"FRAUDD_DURABILITY", "strict"}, args: []string{"--durability", "interval"}, mode: storage.Interval, every: 10 * time.Millisecond},
-		{args: []string{"--durability", "fsync"}, err: "--durability"},
-		{env: []string{"FRAUDD_DURABILITY", "sometimes"}, err: "--durability"},
-		{args: []string{"--sync-interval", "0"}, err: "--sync-interval"},
-		{args: []string{"--sync-interval", "1m"}, err: "--sync-interval"},
-		{env: []string{"FRAUDD_SYNC_INTERVAL", "soon"}, err: "--sync-interval"},
+		{args: []string{"--durability", "fsync"}, err: "-durability"},
+		{env: []string{"FRAUDD_DURABILITY", "sometimes"}, err: `FRAUDD_DURABILITY="sometimes" is not valid (unknown mode); accepted: interval or strict`},
+		{args: []string{"--sync-interval", "0"}, err: "-sync-interval"},
+		{args: []string{"--sync-interval", "1m"}, err: "-sync-interval"},
+		{env: []string{"FRAUDD_SYNC_INTERVAL", "soon"}, err: "FRAUDD_SYNC_INTERVAL"},
 	} {
+		env := envVars{}
 		for i := 0; i < len(c.env); i += 2 {
-			os.Setenv(c.env[i], c.env[i+1])
+			env[c.env[i]] = c.env[i+1]
 		}
-		cfg, err := parseServe(c.args, io.Discard)
-		for i := 0; i < len(c.env); i += 2 {
-			os.Unsetenv(c.env[i])
-		}
+		cfg, err := parseServe(c.args, env)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%v %v: err %v, want one naming %s", c.env, c.args, err, c.err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/netlists/feedfile"
+	"github.com/fraudd/fraudd/internal/testtools"
 )
 
 // sharedData is the raw snapshot directory next to the repository. Tests
@@ -24,7 +25,7 @@ const sharedData = "../../../shared/data"
 func needShared(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(sharedData, "SOURCES.md")); err != nil {
-		t.Skip("raw snapshots not present")
+		testtools.Skip(t, "raw snapshots in "+sharedData, "the shared data directory beside the repository")
 	}
 }
 
@@ -36,7 +37,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testtools.Main(m)
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fraudd/fraudd/fastapi"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// envPrefix names the environment fallback of every top-level flag:
+// --feeds-refresh is read from FRAUDD_FEEDS_REFRESH.
+const envPrefix = "FRAUDD_"
+
+func envKey(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseFlagsEnv parses args, then gives every flag the command line left
+// unset its FRAUDD_* variable through the flag's own Set, so a variable is
+// held to exactly the forms the flag accepts. A value that does not parse is
+// an error naming the variable and the accepted forms, never a silent
+// default: an operator who wrote FRAUDD_EDGE_BLOCK=off meant something.
+//
+// We do not use ff/v4 for this: its only release is an alpha, and given a
+// standard FlagSet it swaps in its own getopt parser (single-dash long flags
+// stop working) and reports env errors without the accepted forms.
+func parseFlagsEnv(fs *flag.FlagSet, args []string, env envVars) error {
+	if err := fs.Parse(args); err != nil {
+		// The standard message names the flag but not what it takes.
+		if m := invalidFlagRE.FindStringSubmatch(err.Error()); m != nil {
+			if f := fs.Lookup(m[2]); f != nil {
+				return fmt.Errorf("--%s=%s is not valid (%s); accepted: %s", m[2], m[1], flagErr(errors.New(m[3])), accepted(f))
+			}
+		}
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		key := envKey(f.Name)
+		v, ok := env.lookup(key)
+		if !ok {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not valid (%v); accepted: %s", key, v, flagErr(err), accepted(f)))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+var invalidFlagRE = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-([\w-]+): (.*)$`)
+
+// unknownEnv lists the FRAUDD_* variables in environ that name no flag of fs
+// (nor one of except): most likely a misspelling that would otherwise be
+// silently ignored.
+func unknownEnv(fs *flag.FlagSet, env envVars, except ...string) []string {
+	known := map[string]bool{}
+	for _, e := range except {
+		known[e] = true
+	}
+	fs.VisitAll(func(f *flag.Flag) { known[envKey(f.Name)] = true })
+	var out []string
+	for k := range env {
+		if strings.HasPrefix(k, envPrefix) && !known[k] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// flagErr drops the standard library's uninformative "parse error" wrapper.
+func flagErr(err error) string {
+	s := err.Error()
+	if s == "parse error" || s == "invalid syntax" {
+		return "does not parse"
+	}
+	return s
+}
+
+// formsOf describes what a flag accepts, for error messages and help.
+type formsOf interface{ Forms() string }
+
+// accepted names the forms a flag's value accepts.
+func accepted(f *flag.Flag) string {
+	if v, ok := f.Value.(formsOf); ok {
+		return v.Forms()
+	}
+	switch kindOf(f) {
+	case "bool":
+		return "true or false (also 1/0, t/f, TRUE/FALSE)"
+	case "duration":
+		return "a Go duration with a unit, e.g. 6h, 90m or 30s (0 = off)"
+	case "int":
+		return "a whole number"
+	}
+	return "any string"
+}
+
+// kindOf names a flag's value type for help: bool, duration, int or string.
+func kindOf(f *flag.Flag) string {
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return "bool"
+	}
+	if g, ok := f.Value.(flag.Getter); ok {
+		switch g.Get().(type) {
+		case time.Duration:
+			return "duration"
+		case int, int64, uint, uint64:
+			return "int"
+		}
+	}
+	if k, ok := f.Value.(interface{ Kind() string }); ok {
+		return k.Kind()
+	}
+	return "string"
+}
+
+// printFlags writes a flag set's help: every flag with its type, default and
+// environment variable, booleans shown as booleans. withEnv is false for
+// subcommand flags, which have no environment fallback.
+func printFlags(w io.Writer, fs *flag.FlagSet, withEnv bool) {
+	fs.VisitAll(func(f *flag.Flag) {
+		kind := kindOf(f)
+		head := "  --" + f.Name
+		if kind == "bool" {
+			head += "[=true|false]"
+		} else {
+			head += " " + kind
+		}
+		var notes []string
+		if d := f.DefValue; d != "" && !isZeroDefault(f) {
+			notes = append(notes, "default "+d)
+		}
+		if withEnv {
+			notes = append(notes, "env "+envKey(f.Name))
+		}
+		fmt.Fprintln(w, head)
+		usage := f.Usage
+		if len(notes) > 0 {
+			usage += " (" + strings.Join(notes, ", ") + ")"
+		}
+		fmt.Fprintf(w, "        %s\n", usage)
+	})
+}
+
+func isZeroDefault(f *flag.Flag) bool {
+	switch f.DefValue {
+	case "", "false", "0", "0s":
+		return true
+	}
+	return false
+}
+
+// prefixList is a comma-separated list of IPs and CIDRs (--trusted-proxies);
+// a bare IP is its own /32 or /128.
+type prefixList []netip.Prefix
+
+func (p *prefixList) String() string {
+	if p == nil {
+		return ""
+	}
+	s := make([]string, len(*p))
+	for i, pr := range *p {
+		s[i] = pr.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *prefixList) Set(v string) error {
+	var out prefixList
+	for _, part := range splitList(v) {
+		pr, err := netip.ParsePrefix(part)
+		if err != nil {
+			a, aerr := netip.ParseAddr(part)
+			if aerr != nil {
+				return fmt.Errorf("%q is not an IP or CIDR", part)
+			}
+			pr = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, pr.Masked())
+	}
+	*p = out
+	return nil
+}
+
+func (p *prefixList) Forms() string {
+	return "comma-separated IPs or CIDRs, e.g. 10.0.0.0/8,192.0.2.7 (empty = none)"
+}
+
+func (p *prefixList) Kind() string { return "cidrs" }
+
+// stringList is a comma-separated list of strings.
+type stringList []string
+
+func (l *stringList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+func (l *stringList) Set(v string) error { *l = splitList(v); return nil }
+
+func (l *stringList) Kind() string { return "list" }
+
+// originList is --mcp-origins: browser origins, canonicalised.
+type originList struct{ l *[]string }
+
+func (o originList) String() string {
+	if o.l == nil {
+		return ""
+	}
+	return strings.Join(*o.l, ",")
+}
+
+func (o originList) Set(v string) error {
+	l, err := fastapi.ParseMCPOrigins(splitList(v))
+	if err != nil {
+		return err
+	}
+	*o.l = l
+	return nil
+}
+
+func (o originList) Forms() string {
+	return "comma-separated origins like https://agent.example (empty = none)"
+}
+
+func (o originList) Kind() string { return "origins" }
+
+// durabilityValue is --durability.
+type durabilityValue struct{ d *storage.Durability }
+
+func (v durabilityValue) String() string {
+	if v.d == nil {
+		return storage.Interval.String()
+	}
+	return v.d.String()
+}
+
+func (v durabilityValue) Set(s string) error {
+	d, err := storage.ParseDurability(s)
+	if err != nil {
+		return errors.New("unknown mode")
+	}
+	*v.d = d
+	return nil
+}
+
+func (v durabilityValue) Forms() string { return "interval or strict" }
+
+func (v durabilityValue) Kind() string { return "mode" }
+
+// syncIntervalValue is --sync-interval: a duration from 1ms to 10s.
+type syncIntervalValue struct{ d *time.Duration }
+
+func (v syncIntervalValue) String() string {
+	if v.d == nil {
+		return storage.DefaultSyncInterval.String()
+	}
+	return v.d.String()
+}
+
+func (v syncIntervalValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "time: "))
+	}
+	if d < time.Millisecond || d > 10*time.Second {
+		return errors.New("out of range")
+	}
+	*v.d = d
+	return nil
+}
+
+func (v syncIntervalValue) Get() any { return *v.d }
+
+func (v syncIntervalValue) Forms() string { return "a Go duration from 1ms to 10s, e.g. 10ms" }
+
+func (v syncIntervalValue) Kind() string { return "duration" }
+
+// levelValue is --log-level.
+type levelValue struct{ l *slog.Level }
+
+func (v levelValue) String() string {
+	if v.l == nil {
+		return slog.LevelInfo.String()
+	}
+	return strings.ToLower(v.l.String())
+}
+
+func (v levelValue) Set(s string) error {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return errors.New("unknown level")
+	}
+	*v.l = l
+	return nil
+}
+
+func (v levelValue) Forms() string { return "debug, info, warn or error" }
+
+func (v levelValue) Kind() string { return "level" }
+
+// offDuration is a duration where 0 means off and negatives are refused.
+type offDuration struct{ d *time.Duration }
+
+func (o offDuration) String() string {
+	if o.d == nil {
+		return "0s"
+	}
+	return o.d.String()
+}
+
+func (o offDuration) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "time: "))
+	}
+	if d < 0 {
+		return errors.New("negative")
+	}
+	*o.d = d
+	return nil
+}
+
+func (o offDuration) Get() any { return *o.d }
+
+func (o offDuration) Forms() string {
+	return "a Go duration with a unit, e.g. 6h, 90m or 30s; 0 = off"
+}
+
+func (o offDuration) Kind() string { return "duration" }
+
+// envVars is an environment: the process's (osEnv) or a test's.
+type envVars map[string]string
+
+func osEnv() envVars {
+	e := envVars{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		e[k] = v
+	}
+	return e
+}
+
+func (e envVars) lookup(k string) (string, bool) { v, ok := e[k]; return v, ok }
+
+// helpError is -h or --help: the caller prints fs's help to stdout and exits 0.
+type helpError struct{ fs *flag.FlagSet }
+
+func (helpError) Error() string { return "help requested" }

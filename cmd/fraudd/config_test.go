@@ -1,0 +1,91 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseServeEnvironment(t *testing.T) {
+	c, err := parseServe(nil, envVars{
+		"FRAUDD_ADDR": "127.0.0.1:9", "FRAUDD_EDGE_BLOCK": "false", "FRAUDD_FEEDS_REFRESH": "6h",
+		"FRAUDD_LOG_LEVEL": "warn", "FRAUDD_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.7", "FRAUDD_EDGE_BLOCK_AGENTS": "",
+		"FRAUDD_SPELLED_WRONG": "1", "FRAUDD_URL": "http://x", "HOME": "/root",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32")}
+	if c.addr != "127.0.0.1:9" || c.edgeBlock || c.feedsRefresh != 6*time.Hour || c.logLevel != slog.LevelWarn ||
+		len(c.trustedProxies) != 2 || c.trustedProxies[0] != want[0] || c.trustedProxies[1] != want[1] || len(c.edgeBlockAgents) != 0 {
+		t.Fatalf("config from env: %+v", c)
+	}
+	if len(c.unknownEnv) != 1 || c.unknownEnv[0] != "FRAUDD_SPELLED_WRONG" {
+		t.Fatalf("unknown env: %v", c.unknownEnv)
+	}
+
+	// A flag outranks its variable, and a bad variable behind a given flag
+	// is not consulted.
+	c, err = parseServe([]string{"--edge-block=true", "--feeds-refresh", "1h"}, envVars{"FRAUDD_EDGE_BLOCK": "false", "FRAUDD_FEEDS_REFRESH": "6"})
+	if err != nil || !c.edgeBlock || c.feedsRefresh != time.Hour {
+		t.Fatalf("flags over env: %+v %v", c, err)
+	}
+
+	// Defaults.
+	c, err = parseServe(nil, envVars{})
+	if err != nil || c.addr != ":8080" || c.dataDir != "./data" || !c.edgeBlock || c.logLevel != slog.LevelInfo ||
+		len(c.edgeBlockAgents) != 1 || c.feedsRefresh != 0 {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+}
+
+func TestParseServeRefusesBadValues(t *testing.T) {
+	for _, c := range []struct {
+		env  envVars
+		args []string
+		want []string
+	}{
+		{env: envVars{"FRAUDD_EDGE_BLOCK": "off"}, want: []string{`FRAUDD_EDGE_BLOCK="off"`, "true or false"}},
+		{env: envVars{"FRAUDD_FEEDS_REFRESH": "6"}, want: []string{`FRAUDD_FEEDS_REFRESH="6"`, "missing unit", "e.g. 6h"}},
+		{env: envVars{"FRAUDD_FEEDS_REFRESH": "-5m"}, want: []string{"negative"}},
+		{env: envVars{"FRAUDD_LOG_LEVEL": "loud"}, want: []string{"FRAUDD_LOG_LEVEL", "debug, info, warn or error"}},
+		{env: envVars{"FRAUDD_TRUSTED_PROXIES": "10.0.0.0/33"}, want: []string{"FRAUDD_TRUSTED_PROXIES", "IPs or CIDRs"}},
+		{env: envVars{"FRAUDD_EDGE_BLOCK": "", "FRAUDD_TEST_CLOCK": "2"}, want: []string{"FRAUDD_EDGE_BLOCK", "FRAUDD_TEST_CLOCK"}},
+		{args: []string{"--feeds-refresh", "6"}, want: []string{"-feeds-refresh", "accepted: a Go duration"}},
+		{args: []string{"--edge-block=off"}, want: []string{"-edge-block", "accepted: true or false"}},
+		{args: []string{"extra"}, want: []string{`unexpected argument "extra"`}},
+	} {
+		_, err := parseServe(c.args, c.env)
+		if err == nil {
+			t.Errorf("%v %v: accepted", c.env, c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v %v: error %q lacks %q", c.env, c.args, err, w)
+			}
+		}
+	}
+	var h helpError
+	if _, err := parseServe([]string{"-h"}, envVars{"FRAUDD_EDGE_BLOCK": "off"}); !errors.As(err, &h) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func TestHealthURLFollowsAddr(t *testing.T) {
+	for addr, want := range map[string]string{
+		"": "http://127.0.0.1:8080", ":9000": "http://127.0.0.1:9000", "0.0.0.0:81": "http://127.0.0.1:81",
+		"[::]:82": "http://127.0.0.1:82", "10.1.2.3:83": "http://10.1.2.3:83", "[::1]:84": "http://[::1]:84", "junk": "http://127.0.0.1:8080",
+	} {
+		env := envVars{}
+		if addr != "" {
+			env["FRAUDD_ADDR"] = addr
+		}
+		if got := localURL(env); got != want {
+			t.Errorf("FRAUDD_ADDR=%q: %s, want %s", addr, got, want)
+		}
+	}
+}
