@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
@@ -33,6 +36,8 @@ type oaExchange struct {
 	// open on purpose (MCP messages, the document itself, the collector's
 	// device report).
 	loose bool
+	// ctype, when set, is the media type the answer must have.
+	ctype string
 }
 
 // TestOpenAPIAnswers sends real requests through the binary, covering every
@@ -92,6 +97,23 @@ func TestOpenAPIAnswers(t *testing.T) {
 		return map[string]any{"key": key, "v": 1, "ua": "Mozilla/5.0", "hc": 8, "touch": 0, "plugins": 5}
 	}
 	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+
+	// The console's views: an account whose recent list holds a decision by
+	// a rule and a degraded answer (ip "unknown", country null). The list is
+	// written behind, so wait until both are there.
+	rec := s.CreateAccount(t, map[string]any{"email": "oa-recent@example.com", "plan": "starter"})
+	recent := "/admin/v1/accounts/" + rec.ID + "/evaluations"
+	if r := s.Admin(t, "PUT", "/admin/v1/accounts/"+rec.ID+"/rules", []map[string]any{{"signal": "tor", "action": "block"}}); r.Status != 200 {
+		t.Fatalf("rules: %d %s", r.Status, r.Body)
+	}
+	for _, body := range []map[string]any{{"token": "test_tor"}, {}} {
+		if r := s.Do(t, Req{Method: "POST", Path: "/v1/evaluate", Bearer: rec.LiveKey, Body: body}); r.Status != 200 {
+			t.Fatalf("evaluate %v: %d %s", body, r.Status, r.Body)
+		}
+	}
+	waitRecent(t, s, recent, 2)
+	backupDir := filepath.Join(t.TempDir(), "backup")
+	consoleTag := s.Do(t, Req{Path: "/console"}).Header.Get("ETag")
 
 	walk := []oaExchange{
 		{name: "evaluate sandbox", method: "POST", path: "/v1/evaluate", bearer: "sk_test_sandbox", body: map[string]any{"token": "test_vpn"}, status: 200},
@@ -180,6 +202,27 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{name: "admin mail", method: "GET", path: "/admin/v1/mail", bearer: AdminToken, status: 200},
 		{name: "admin clock", method: "POST", path: "/admin/v1/clock", bearer: AdminToken, body: map[string]any{"advance": "1h"}, status: 200},
 		{name: "admin clock bad", method: "POST", path: "/admin/v1/clock", bearer: AdminToken, body: map[string]any{"advance": "soon"}, status: 400},
+		{name: "admin list accounts", method: "GET", path: "/admin/v1/accounts", bearer: AdminToken, status: 200},
+		{name: "admin search accounts", method: "GET", path: "/admin/v1/accounts?q=OA-&limit=2", bearer: AdminToken, status: 200},
+		{name: "admin list accounts bad limit", method: "GET", path: "/admin/v1/accounts?limit=0", bearer: AdminToken, status: 400},
+		{name: "admin list accounts no token", method: "GET", path: "/admin/v1/accounts", status: 401},
+		{name: "admin usage", method: "GET", path: acc + "/usage", bearer: AdminToken, status: 200},
+		{name: "admin usage missing", method: "GET", path: "/admin/v1/accounts/acc_nope/usage", bearer: AdminToken, status: 404},
+		{name: "admin evaluations", method: "GET", path: recent, bearer: AdminToken, status: 200},
+		{name: "admin evaluations limit", method: "GET", path: recent + "?limit=1", bearer: AdminToken, status: 200},
+		{name: "admin evaluations bad limit", method: "GET", path: recent + "?limit=201", bearer: AdminToken, status: 400},
+		{name: "admin evaluations missing", method: "GET", path: "/admin/v1/accounts/acc_nope/evaluations", bearer: AdminToken, status: 404},
+		{name: "admin feeds", method: "GET", path: "/admin/v1/feeds", bearer: AdminToken, status: 200},
+		{name: "admin backup", method: "POST", path: "/admin/v1/backup", bearer: AdminToken, body: map[string]any{"dir": backupDir}, status: 200},
+		{name: "admin backup again", method: "POST", path: "/admin/v1/backup", bearer: AdminToken, body: map[string]any{"dir": backupDir}, status: 409},
+		{name: "admin backup relative", method: "POST", path: "/admin/v1/backup", bearer: AdminToken, body: map[string]any{"dir": "backup"}, status: 400},
+		{name: "admin backup no dir", method: "POST", path: "/admin/v1/backup", bearer: AdminToken, body: map[string]any{}, status: 400},
+		{name: "console", method: "GET", path: "/console", status: 200, ctype: "text/html"},
+		{name: "console cached", method: "GET", path: "/console", header: map[string]string{"If-None-Match": consoleTag}, status: 304},
+		{name: "console script", method: "GET", path: "/console/console.js", status: 200, ctype: "application/javascript"},
+		{name: "console stylesheet", method: "GET", path: "/console/console.css", status: 200, ctype: "text/css"},
+		{name: "console unknown file", method: "GET", path: "/console/nope.js", status: 404},
+		{name: "console edge block", method: "GET", path: "/console", noAgent: true, status: 403},
 	}
 
 	covered := map[string]bool{}
@@ -190,6 +233,9 @@ func TestOpenAPIAnswers(t *testing.T) {
 			continue
 		}
 		covered[oaOperation(doc, x.method, x.path)] = true
+		if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); x.ctype != "" && ct != x.ctype {
+			t.Errorf("%s: %s %s: Content-Type %q, want %s", x.name, x.method, x.path, resp.Header.Get("Content-Type"), x.ctype)
+		}
 		resp.Body = io.NopCloser(bytes.NewReader(body))
 		v := v
 		if x.loose {
@@ -218,6 +264,27 @@ func TestOpenAPIAnswers(t *testing.T) {
 	sort.Strings(missing)
 	if len(missing) > 0 {
 		t.Errorf("operations of the document no request exercised: %v", missing)
+	}
+}
+
+// waitRecent waits until the recent evaluations at path list n entries:
+// they are written behind the answers.
+func waitRecent(t *testing.T, s *Server, path string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := s.Admin(t, "GET", path, nil)
+		var list []json.RawMessage
+		if r.Status != 200 || json.Unmarshal(r.Body, &list) != nil {
+			t.Fatalf("GET %s: %d %s", path, r.Status, r.Body)
+		}
+		if len(list) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %d evaluations after 30 s, want %d", path, len(list), n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
