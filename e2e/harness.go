@@ -48,6 +48,9 @@ type Server struct {
 	// AdminURL is the admin listener's address when the server runs with
 	// --admin-addr; Admin calls go there.
 	AdminURL string
+	// MetricsURL is the metrics listener's address when the server runs
+	// with --metrics-addr.
+	MetricsURL string
 
 	// Bare starts the server without --admin-token and FRAUDD_SECRET, as on a
 	// first start by hand.
@@ -68,6 +71,7 @@ type Server struct {
 var (
 	listenRE      = regexp.MustCompile(`msg="fraudd listening" addr=(\S+)`)
 	adminListenRE = regexp.MustCompile(`msg="fraudd admin listening" addr=(\S+)`)
+	metricsRE     = regexp.MustCompile(`msg="metrics served without auth" metrics_addr=(\S+)`)
 )
 
 // Start runs bin with a fresh temp data dir and the standard test flags.
@@ -132,6 +136,11 @@ func (s *Server) start() {
 			if m := adminListenRE.FindStringSubmatch(line); m != nil && !sent {
 				s.mu.Lock()
 				s.AdminURL = "http://" + m[1]
+				s.mu.Unlock()
+			}
+			if m := metricsRE.FindStringSubmatch(line); m != nil && !sent {
+				s.mu.Lock()
+				s.MetricsURL = "http://" + m[1]
 				s.mu.Unlock()
 			}
 			if m := listenRE.FindStringSubmatch(line); m != nil && !sent {

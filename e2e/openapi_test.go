@@ -174,6 +174,8 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{name: "healthz", method: "GET", path: "/healthz", status: 200},
 		{name: "readyz", method: "GET", path: "/readyz", status: 200},
 		{name: "openapi", loose: true, method: "GET", path: "/openapi.json", status: 200},
+		{name: "metrics", method: "GET", path: "/metrics", bearer: AdminToken, status: 200},
+		{name: "metrics no token", method: "GET", path: "/metrics", status: 401},
 
 		{name: "admin create", method: "POST", path: "/admin/v1/accounts", bearer: AdminToken, body: map[string]any{"email": "oa-new@example.com", "plan": "custom", "hourly_limit": 10, "monthly_limit": nil}, status: 201},
 		{name: "admin create bad", method: "POST", path: "/admin/v1/accounts", bearer: AdminToken, body: map[string]any{"email": "x@y.z", "plan": "gold"}, status: 400},

@@ -35,6 +35,7 @@ func (s *Server) refuse(ctx *fasthttp.RequestCtx, ref *checks.Refusal) {
 		s.log.Error("request failed", "status", ref.Status, "err", ref.Cause,
 			"request_id", string(ctx.Response.Header.Peek(headerRequestID)))
 	}
+	s.countRefusal(ref)
 	h := &ctx.Response.Header
 	setRateLimit(h, ref.RateLimit)
 	if ref.RetryAfter > 0 {

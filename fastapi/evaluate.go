@@ -13,7 +13,9 @@ func (s *Server) handleEvaluate(ctx *fasthttp.RequestCtx, r *request) {
 		s.refuse(ctx, ref)
 		return
 	}
-	s.reply(ctx, r, ev.Body(), nil)
+	body := ev.Body()
+	s.cfg.Metrics.Decision(body.Decision, body.Reasons, body.Test || body.Sandbox)
+	s.reply(ctx, r, body, nil)
 	ev.Release()
 }
 

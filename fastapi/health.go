@@ -53,11 +53,11 @@ func (s *Server) handleReadyz(ctx *fasthttp.RequestCtx, _ *request) {
 }
 
 // edgeExempt: the edge block does not apply to /mcp (agent clients often send
-// no User-Agent) nor to the probes (load balancers and orchestrators send
-// whatever they send).
+// no User-Agent) nor to the probes and the metrics scrape (load balancers,
+// orchestrators and scrapers send whatever they send).
 func edgeExempt(path []byte) bool {
 	switch string(path) {
-	case "/mcp", "/healthz", "/readyz":
+	case "/mcp", "/healthz", "/readyz", "/metrics":
 		return true
 	}
 	return false

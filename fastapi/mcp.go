@@ -296,6 +296,7 @@ func (s *Server) rpcRefusal(ctx *fasthttp.RequestCtx, id sonic.NoCopyRawMessage,
 		s.log.Error("request failed", "status", ref.Status, "err", ref.Cause,
 			"request_id", string(ctx.Response.Header.Peek(headerRequestID)))
 	}
+	s.countRefusal(ref)
 	if len(id) == 0 {
 		id = sonic.NoCopyRawMessage("null")
 	}

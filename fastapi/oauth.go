@@ -143,6 +143,7 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 			retry = checks.RetryAfterLockout
 		}
 		ctx.Response.Header.Set(headerRetryAfter, itoa(retry))
+		s.cfg.Metrics.Refusal(tokenRefusal(v.Kind))
 		s.oauthError(ctx, fasthttp.StatusTooManyRequests, "rate_limited", checks.MsgTokenLimits)
 		return
 	}

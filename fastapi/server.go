@@ -37,6 +37,7 @@ import (
 	"github.com/fraudd/fraudd/internal/accesstoken"
 	"github.com/fraudd/fraudd/internal/backup"
 	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/internal/metrics"
 )
 
 // Config is the HTTP surface's configuration. The zero value serves, with no
@@ -65,6 +66,10 @@ type Config struct {
 	AdminSeparate bool
 	// AccessLog, when set, gets one line per request (--access-log).
 	AccessLog *slog.Logger
+	// Metrics, when set, counts requests by route and status with their
+	// latency, decisions and refusals, and GET /metrics serves it to the
+	// operator (the admin token, on the admin API's listener).
+	Metrics *metrics.Metrics
 }
 
 // DefaultEdgeBlockAgents are bare library defaults that real integrations do
@@ -171,9 +176,11 @@ type Server struct {
 	log    *slog.Logger
 	routes []*route
 	srv    *fasthttp.Server
-	status atomic.Pointer[statusBody]
-	mcp    fasthttp.RequestHandler
-	reqs   sync.Pool
+	// unmatched counts the requests no route answered (/metrics).
+	unmatched *metrics.Route
+	status    atomic.Pointer[statusBody]
+	mcp       fasthttp.RequestHandler
+	reqs      sync.Pool
 
 	idPrefix [8]byte
 
@@ -191,13 +198,13 @@ type surface uint8
 
 const (
 	onPublic surface = iota
-	onAdmin          // the admin API and the console
+	onAdmin          // the admin API, the console and /metrics
 	onBoth           // read-only public pages the console shows too
 )
 
 func surfaceOf(pattern string) surface {
 	switch {
-	case strings.HasPrefix(pattern, "/admin/"), pattern == "/console", strings.HasPrefix(pattern, "/console/"):
+	case strings.HasPrefix(pattern, "/admin/"), pattern == "/console", strings.HasPrefix(pattern, "/console/"), pattern == "/metrics":
 		return onAdmin
 	case pattern == "/api/status", pattern == "/api/threat-feed":
 		return onBoth
@@ -216,6 +223,8 @@ type route struct {
 	access  checks.Access
 	handler handlerFunc
 	segs    []string
+	// obs counts the route's requests for /metrics (nil: no metrics).
+	obs *metrics.Route
 }
 
 // request is the per-request state handlers share; pooled. Call is the
@@ -266,6 +275,7 @@ func New(cfg Config, deps Deps) *Server {
 	s.routes = s.routeTable()
 	for _, rt := range s.routes {
 		rt.segs = strings.Split(strings.Trim(rt.pattern, "/"), "/")
+		rt.obs = cfg.Metrics.Route(rt.pattern)
 		if !cfg.AdminSeparate {
 			continue
 		}
@@ -279,6 +289,7 @@ func New(cfg Config, deps Deps) *Server {
 			s.admin = append(s.admin, rt)
 		}
 	}
+	s.unmatched = cfg.Metrics.Route("unmatched")
 	s.srv = s.newHTTPServer(s.serveHTTP)
 	if cfg.AdminSeparate {
 		s.adminSrv = s.newHTTPServer(s.serveAdminHTTP)
@@ -317,6 +328,8 @@ func (s *Server) routeTable() []*route {
 		{method: "GET", pattern: "/healthz", handler: s.handleHealthz},
 		{method: "GET", pattern: "/readyz", handler: s.handleReadyz},
 		{method: "GET", pattern: "/openapi.json", handler: s.handleOpenAPI},
+		// The operator's: the admin token, on the admin API's listener.
+		{method: "GET", pattern: "/metrics", admin: true, handler: s.handleMetrics},
 
 		{method: "GET", pattern: "/admin/v1/accounts", admin: true, handler: s.adminListAccounts},
 		{method: "POST", pattern: "/admin/v1/accounts", admin: true, handler: s.adminCreateAccount},
@@ -407,8 +420,9 @@ func (s *Server) publicRoutes() []*route {
 }
 
 // handle serves one request from routes: request id, edge block, routing,
-// auth.
-func (s *Server) handle(ctx *fasthttp.RequestCtx, routes []*route) {
+// auth. It reports the route that answered: nil when none did (framing
+// errors, the edge block, unknown paths and methods).
+func (s *Server) handle(ctx *fasthttp.RequestCtx, routes []*route) (rt *route) {
 	// Response headers keep the SPEC's spelling (X-RateLimit-Limit, not
 	// fasthttp's X-Ratelimit-Limit); request headers stay case-insensitive.
 	ctx.Response.Header.DisableNormalizing()
@@ -428,7 +442,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes []*route) {
 	copy(r.RequestID[:], ctx.Response.Header.Peek(headerRequestID))
 	defer s.reqs.Put(r)
 	defer s.recoverPanic(ctx)
-	rt, allow := matchIn(routes, ctx.Method(), path, r)
+	var allow string
+	rt, allow = matchIn(routes, ctx.Method(), path, r)
 	if rt == nil {
 		if allow != "" {
 			ctx.Response.Header.Set("Allow", allow)
@@ -462,6 +477,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes []*route) {
 		}
 	}
 	rt.handler(ctx, r)
+	return rt
 }
 
 // recoverPanic turns a handler panic into a logged 500 instead of a dead

@@ -458,3 +458,12 @@ func (c *Client) Stop() error {
 	}
 	return nil
 }
+
+// Stats reports the group committer's work so far: batches and writes (one
+// event or sighting each); zero without a store.
+func (c *Client) Stats() (groups, writes uint64) {
+	if c.commit == nil {
+		return 0, 0
+	}
+	return c.commit.Stats()
+}

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -107,6 +108,14 @@ type Service struct {
 	// finds its accounts' running attempts here instead of starting them
 	// again, and an attempt's result counts only while its entry is here.
 	flights sync.Map // event id → *flight
+	// outcomes counts finished attempts: delivered, retrying, failed.
+	outcomes [3]atomic.Uint64
+}
+
+// Outcomes counts the attempts finished so far: delivered (2xx), retrying
+// (failed, another attempt scheduled) and failed (the last attempt failed).
+func (s *Service) Outcomes() (delivered, retrying, failed uint64) {
+	return s.outcomes[0].Load(), s.outcomes[1].Load(), s.outcomes[2].Load()
 }
 
 // flight is one running attempt.
@@ -456,14 +465,17 @@ func (sh *shard) finish(m *finished) {
 		At: m.out.start, Duration: m.out.end.Sub(m.out.start), URL: m.url, StatusCode: m.out.status, Error: m.out.err}
 	switch {
 	case m.out.ok():
+		sh.svc.outcomes[0].Add(1)
 		sh.forget(m.account, e)
 		a.streak, a.mailed = 0, false
 	case e.attempts < MaxAttempts:
+		sh.svc.outcomes[1].Add(1)
 		e.due = m.out.end.Add(Backoff[e.attempts-1])
 		rec.NextAt = e.due
 		sh.keep(m.account, e)
 		a.waiting = append(a.waiting, e)
 	default:
+		sh.svc.outcomes[2].Add(1)
 		sh.forget(m.account, e)
 		a.streak++
 		if a.streak >= FailureStreak && !a.mailed {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -38,6 +39,7 @@ import (
 	"github.com/fraudd/fraudd/internal/accesstoken"
 	"github.com/fraudd/fraudd/internal/backup"
 	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/internal/metrics"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
 )
@@ -49,6 +51,10 @@ type serveConfig struct {
 	unknownEnv []string
 	// accessLog writes one line per request to stderr.
 	accessLog bool
+	// metricsAddr, when set, serves /metrics without auth on its own
+	// listener (a scraper on a private network); the admin API's listener
+	// serves it to the admin token either way.
+	metricsAddr string
 
 	addr            string
 	dataDir         string
@@ -92,6 +98,7 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "serve the admin API and the console (/console) on this address only, e.g. 127.0.0.1:8081; empty: on --addr")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	fs.StringVar(&c.smtpURL, "smtp-url", "", "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "also serve the Prometheus /metrics on this address without auth, e.g. 127.0.0.1:9464 (keep it on loopback or a private network); empty: /metrics only with the admin token")
 	fs.BoolVar(&c.accessLog, "access-log", false, "log one structured line per request (method, path, status, bytes, µs, client, request id; never headers, bodies or query strings)")
 	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", false, "also accept http:// and loopback/private webhook receivers; for development and tests")
 	fs.Var(durabilityValue{&c.durability}, "durability", "interval: a counted call is answered once committed, and one group sync every --sync-interval makes it durable (a crash loses at most the last interval); strict: fsync before each answer")
@@ -347,7 +354,15 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		// Its own handler at info, so --log-level does not silence it.
 		accessLog = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("log", "access")
 	}
+	// Metrics: the request path records into mx; everything else is read
+	// when Prometheus scrapes.
+	mx := metrics.New(version)
+	if err := addSources(mx, metricSources{kinds: actors.KindsOf(system), db: db, quota: quotas, events: devices, history: devHist,
+		hooks: hooks, feeds: feeds, clock: clk}); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	srv := fastapi.New(fastapi.Config{
+		Metrics:         mx,
 		AccessLog:       accessLog,
 		AdminToken:      adminToken,
 		TrustedProxies:  cfg.trustedProxies,
@@ -378,6 +393,16 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 			return fmt.Errorf("listen on --admin-addr %s: %w", cfg.adminAddr, err)
 		}
 		log.Info("fraudd admin listening", "addr", adminLn.Addr().String(), "console", "/console")
+	}
+	var metricsSrv *http.Server
+	if cfg.metricsAddr != "" {
+		if metricsSrv, err = startMetrics(cfg.metricsAddr, mx, log); err != nil {
+			if adminLn != nil {
+				adminLn.Close()
+			}
+			return err
+		}
+		defer metricsSrv.Close()
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

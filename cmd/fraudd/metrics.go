@@ -1,0 +1,191 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/webhook"
+	"github.com/fraudd/fraudd/intel/netlists"
+	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/internal/metrics"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// metricSources are the parts whose figures are read at scrape time.
+type metricSources struct {
+	kinds   *actors.Kinds
+	db      *storage.DB
+	quota   *quota.Client
+	events  *events.Client
+	history *devicehist.Client
+	hooks   *webhook.Service
+	feeds   *netlists.Store
+	clock   clock.Clock
+}
+
+// addSources registers the scrape-time figures: actor mailboxes and shards,
+// group commits, the store's writes and syncs and Pebble's own metrics, feed
+// ages and webhook outcomes. Nothing here runs on the request path; every
+// read is of counters the parts keep anyway.
+func addSources(m *metrics.Metrics, src metricSources) error {
+	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
+	one := func(f func() float64) func(func(string, float64)) {
+		return func(emit func(string, float64)) { emit("", f()) }
+	}
+	err := m.Add(
+		metrics.Source{Name: "actor_mailbox_depth", Help: "Messages waiting in the mailboxes of one kind of actor shard, summed over its shards.", Type: gauge, Label: "kind",
+			Read: func(emit func(string, float64)) {
+				sums := map[string]int{}
+				var order []string
+				src.kinds.Depths(func(kind string, depth int) {
+					if _, ok := sums[kind]; !ok {
+						order = append(order, kind)
+					}
+					sums[kind] += depth
+				})
+				for _, k := range order {
+					emit(k, float64(sums[k]))
+				}
+			}},
+		metrics.Source{Name: "actor_shards_down", Help: "Actor shards stopped by their supervisor or stuck (GET /readyz answers 503 while it is above 0).", Type: gauge,
+			Read: one(func() float64 { return float64(len(src.kinds.Down())) })},
+		metrics.Source{Name: "group_commit_groups_total", Help: "Groups (one store batch each) written by a group committer; items_total / groups_total is the mean group size.", Type: counter, Label: "committer",
+			Read: func(emit func(string, float64)) {
+				for _, g := range groupStats(src) {
+					emit(g.kind, float64(g.groups))
+				}
+			}},
+		metrics.Source{Name: "group_commit_items_total", Help: "Items (usage deltas, device events, history writes) written by a group committer.", Type: counter, Label: "committer",
+			Read: func(emit func(string, float64)) {
+				for _, g := range groupStats(src) {
+					emit(g.kind, float64(g.items))
+				}
+			}},
+		metrics.Source{Name: "store_commits_total", Help: "Batches committed to the store.", Type: counter,
+			Read: one(func() float64 { return float64(src.db.WriteStats().Commits) })},
+		metrics.Source{Name: "store_syncs_total", Help: "WAL syncs the service asked for: strict commits and group syncs.", Type: counter,
+			Read: one(func() float64 { return float64(src.db.WriteStats().Syncs) })},
+		metrics.Source{Name: "store_late_syncs_total", Help: "Usage commits that synced themselves because the group sync ran late.", Type: counter,
+			Read: one(func() float64 { return float64(src.db.WriteStats().LateSyncs) })},
+		metrics.Source{Name: "feed_age_seconds", Help: "Age of each loaded feed's snapshot, from its date (midnight UTC; feeds without a date are not listed).", Type: gauge, Label: "feed",
+			Read: func(emit func(string, float64)) {
+				now := src.clock.Now()
+				for _, f := range src.feeds.Current().Feeds() {
+					if d, err := time.Parse(time.DateOnly, f.Date); err == nil {
+						emit(f.Name, now.Sub(d).Seconds())
+					}
+				}
+			}},
+		metrics.Source{Name: "feed_entries", Help: "Entries of each feed (0: not loaded).", Type: gauge, Label: "feed",
+			Read: func(emit func(string, float64)) {
+				for _, f := range src.feeds.Current().Feeds() {
+					emit(f.Name, float64(f.Entries))
+				}
+			}},
+		metrics.Source{Name: "webhook_attempts_total", Help: "Finished webhook delivery attempts by outcome: delivered (2xx), retrying (failed, another attempt is due), failed (the last attempt failed).", Type: counter, Label: "outcome",
+			Read: func(emit func(string, float64)) {
+				d, r, f := src.hooks.Outcomes()
+				emit("delivered", float64(d))
+				emit("retrying", float64(r))
+				emit("failed", float64(f))
+			}},
+	)
+	if err != nil {
+		return err
+	}
+	return m.Register(newStoreCollector(src.db))
+}
+
+type groupStat struct {
+	kind          string
+	groups, items uint64
+}
+
+func groupStats(src metricSources) []groupStat {
+	var out []groupStat
+	add := func(kind string, g, i uint64) { out = append(out, groupStat{kind, g, i}) }
+	g, i := src.quota.Stats()
+	add("quota", g, i)
+	g, i = src.events.Stats()
+	add("events", g, i)
+	g, i = src.history.Stats()
+	add("devicehist", g, i)
+	return out
+}
+
+// storeCollector reads Pebble's metrics once per scrape (they take a lock
+// and some work inside Pebble) and reports them as separate families.
+type storeCollector struct {
+	db                                                  *storage.DB
+	debt, readAmp, hits, misses, ratio, cacheBytes      *prometheus.Desc
+	memtable, disk, compacting, flushes, compacts, sync *prometheus.Desc
+}
+
+func newStoreCollector(db *storage.DB) *storeCollector {
+	d := metrics.Desc
+	return &storeCollector{db: db,
+		debt:       d("pebble_compaction_debt_bytes", "Bytes Pebble's compactions must still rewrite for the LSM to settle; growing without end means writes outpace compactions."),
+		readAmp:    d("pebble_read_amplification", "Sublevels and levels a read may have to visit."),
+		hits:       d("pebble_block_cache_hits_total", "Block cache lookups that hit."),
+		misses:     d("pebble_block_cache_misses_total", "Block cache lookups that missed (a read from the OS)."),
+		ratio:      d("pebble_block_cache_hit_ratio", "Block cache hits over lookups since the store opened (NaN before the first lookup)."),
+		cacheBytes: d("pebble_block_cache_bytes", "Bytes held in the block cache."),
+		memtable:   d("pebble_memtable_bytes", "Bytes allocated to memtables."),
+		disk:       d("pebble_disk_bytes", "Bytes the store takes on disk (tables, WAL, manifest)."),
+		compacting: d("pebble_compactions_in_progress", "Compactions running now."),
+		flushes:    d("pebble_flushes_total", "Memtable flushes finished."),
+		compacts:   d("pebble_compactions_total", "Compactions finished."),
+		sync:       d("store_sync_seconds", "Duration of each WAL fsync (group syncs, strict commits, Pebble's own); Pebble's histogram, restarted when the store reopens."),
+	}
+}
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.debt, c.readAmp, c.hits, c.misses, c.ratio, c.cacheBytes, c.memtable, c.disk, c.compacting, c.flushes, c.compacts, c.sync} {
+		ch <- d
+	}
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.db.StoreStats()
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	gauge(c.debt, float64(st.CompactionDebt))
+	gauge(c.readAmp, float64(st.ReadAmp))
+	counter(c.hits, float64(st.BlockCacheHits))
+	counter(c.misses, float64(st.BlockCacheMisses))
+	gauge(c.ratio, float64(st.BlockCacheHits)/float64(st.BlockCacheHits+st.BlockCacheMisses))
+	gauge(c.cacheBytes, float64(st.BlockCacheBytes))
+	gauge(c.memtable, float64(st.MemTableBytes))
+	gauge(c.disk, float64(st.DiskBytes))
+	gauge(c.compacting, float64(st.CompactionsInProgress))
+	counter(c.flushes, float64(st.Flushes))
+	counter(c.compacts, float64(st.Compactions))
+	ch <- prometheus.MustNewConstHistogram(c.sync, st.Syncs.Count, st.Syncs.Sum, st.Syncs.Buckets)
+}
+
+// startMetrics serves /metrics without auth on its own listener
+// (--metrics-addr), for a scraper on a private network; a listen error stops
+// the start.
+func startMetrics(addr string, m *metrics.Metrics, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --metrics-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	log.Info("metrics served without auth", "metrics_addr", ln.Addr().String(), "path", "/metrics")
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}
