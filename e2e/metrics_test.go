@@ -125,6 +125,12 @@ func TestMetricsScrape(t *testing.T) {
 		t.Fatalf("fourth evaluate of a 3/h key: %d %v", st, m)
 	}
 
+	// A body over the 64 KiB limit is refused while it is read, before any
+	// route: counted as "unreadable".
+	if r := s.Do(t, Req{Method: "POST", Path: "/v1/evaluate", Bearer: capped.LiveKey, Body: []byte(`{"token":"` + strings.Repeat("x", 70<<10) + `"}`)}); r.Status != 413 {
+		t.Fatalf("oversized body: %d", r.Status)
+	}
+
 	// One webhook delivered, one failing (retried in a minute).
 	rcv := newHookReceiver(t)
 	for _, c := range []struct{ email, path string }{{"hook-ok@example.com", "/ok"}, {"hook-fail@example.com", "/fail"}} {
@@ -167,6 +173,7 @@ func TestMetricsScrape(t *testing.T) {
 			{"fraudd_http_requests_total", []string{"route", "/v1/evaluate", "status", "200"}, 3},
 			{"fraudd_http_requests_total", []string{"route", "/v1/evaluate", "status", "429"}, 1},
 			{"fraudd_http_requests_total", []string{"route", "/metrics", "status", "401"}, 2},
+			{"fraudd_http_requests_total", []string{"route", "unreadable", "status", "413"}, 1},
 			{"fraudd_http_request_duration_seconds", []string{"route", "/v1/evaluate"}, 4},
 			{"fraudd_decisions_total", []string{"mode", "test", "decision", "review"}, 1},
 			{"fraudd_decisions_total", []string{"mode", "test", "decision", "block"}, 1},

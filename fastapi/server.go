@@ -176,11 +176,12 @@ type Server struct {
 	log    *slog.Logger
 	routes []*route
 	srv    *fasthttp.Server
-	// unmatched counts the requests no route answered (/metrics).
-	unmatched *metrics.Route
-	status    atomic.Pointer[statusBody]
-	mcp       fasthttp.RequestHandler
-	reqs      sync.Pool
+	// unmatched counts the requests no route answered, unreadable those
+	// fasthttp could not read (/metrics).
+	unmatched, unreadable *metrics.Route
+	status                atomic.Pointer[statusBody]
+	mcp                   fasthttp.RequestHandler
+	reqs                  sync.Pool
 
 	idPrefix [8]byte
 
@@ -290,6 +291,7 @@ func New(cfg Config, deps Deps) *Server {
 		}
 	}
 	s.unmatched = cfg.Metrics.Route("unmatched")
+	s.unreadable = cfg.Metrics.Route("unreadable")
 	s.srv = s.newHTTPServer(s.serveHTTP)
 	if cfg.AdminSeparate {
 		s.adminSrv = s.newHTTPServer(s.serveAdminHTTP)
@@ -576,6 +578,7 @@ func (s *Server) setRequestID(ctx *fasthttp.RequestCtx) {
 // handleParseError maps fasthttp's request-parsing failures to JSON; an
 // oversized body is 413, not fasthttp's default 400.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	defer func() { s.unreadable.Count(ctx.Response.StatusCode()) }()
 	s.setRequestID(ctx)
 	// The client may still be sending what was not read: let it finish and
 	// read this answer.

@@ -63,7 +63,7 @@ func New(version string) *Metrics {
 		Help: "Always 1; the version label is the running build.", ConstLabels: prometheus.Labels{"version": version}})
 	info.Set(1)
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "http_requests_total",
-		Help: "HTTP requests answered, by route pattern (\"unmatched\": no route) and status code."}, []string{"route", "status"})
+		Help: "HTTP requests answered, by route pattern (\"unmatched\": no route; \"unreadable\": refused while reading, without a latency) and status code."}, []string{"route", "status"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "http_request_duration_seconds",
 		Help:    "Time from the request handed to the handler to its answer ready to send (gzip included), by route pattern.",
 		Buckets: LatencyBuckets}, []string{"route"})
@@ -154,6 +154,15 @@ func (r *Route) Observe(status int, took time.Duration) {
 		return
 	}
 	r.latency.Observe(took.Seconds())
+	r.Count(status)
+}
+
+// Count records one answered request without its latency: for answers sent
+// before a handler ran, whose start fasthttp does not stamp.
+func (r *Route) Count(status int) {
+	if r == nil {
+		return
+	}
 	i := statusSlot(status)
 	if i < 0 {
 		r.m.requests.WithLabelValues(r.name, strconv.Itoa(status)).Inc()

@@ -25,6 +25,7 @@ func TestRequestSeriesAndSources(t *testing.T) {
 	ev.Observe(200, 2*time.Millisecond)
 	ev.Observe(429, time.Millisecond)
 	ev.Observe(418, time.Millisecond) // not in the cached table
+	m.Route("unreadable").Count(431)  // no latency
 	m.Decision("review", []string{"vpn_detected", "datacenter_asn"}, false)
 	m.Decision("review", []string{"vpn_detected"}, false)
 	m.Decision("block", []string{"vpn_detected"}, true)
@@ -47,6 +48,8 @@ func TestRequestSeriesAndSources(t *testing.T) {
 		`fraudd_http_requests_total{route="/v1/evaluate",status="429"} 1`,
 		`fraudd_http_requests_total{route="/v1/evaluate",status="418"} 1`,
 		`fraudd_http_request_duration_seconds_count{route="/v1/evaluate"} 4`,
+		`fraudd_http_requests_total{route="unreadable",status="431"} 1`,
+		`fraudd_http_request_duration_seconds_count{route="unreadable"} 0`,
 		`fraudd_http_request_duration_seconds_bucket{route="/v1/evaluate",le="0.0005"} 1`,
 		`fraudd_http_request_duration_seconds_bucket{route="/v1/evaluate",le="0.001"} 3`,
 		`fraudd_decisions_total{decision="review",mode="live"} 2`,
