@@ -14,6 +14,7 @@ package metrics
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -34,17 +35,24 @@ const ContentType = string(expfmt.FmtText)
 
 // LatencyBuckets are the request latency histogram's bounds in seconds: the
 // service answers in tens of microseconds, so the buckets start there.
-var LatencyBuckets = []float64{
+var LatencyBuckets = [...]float64{
 	0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5,
 }
+
+// latencyNS are LatencyBuckets in nanoseconds: the request path compares
+// integers.
+var latencyNS = func() (ns [len(LatencyBuckets)]int64) {
+	for i, b := range LatencyBuckets {
+		ns[i] = int64(math.Round(b * float64(time.Second)))
+	}
+	return ns
+}()
 
 // Metrics owns the registry and the request-path series. Make it with New;
 // a nil *Metrics records nothing (every request-path method checks).
 type Metrics struct {
 	reg *prometheus.Registry
 
-	requests  *prometheus.CounterVec
-	latency   *prometheus.HistogramVec
 	decisions *prometheus.CounterVec
 	reasons   *prometheus.CounterVec
 
@@ -52,21 +60,19 @@ type Metrics struct {
 	refused  [refusalKinds]prometheus.Counter
 	reasonMu sync.Mutex
 	reasonC  [2]atomic.Pointer[map[string]prometheus.Counter] // by mode
+
+	routesMu sync.Mutex
+	routes   map[string]*Route
 }
 
 // New makes a registry with the Go runtime and process collectors, the
 // build info, and the request-path series.
 func New(version string) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry()}
+	m := &Metrics{reg: prometheus.NewRegistry(), routes: map[string]*Route{}}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
 		Help: "Always 1; the version label is the running build.", ConstLabels: prometheus.Labels{"version": version}})
 	info.Set(1)
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "http_requests_total",
-		Help: "HTTP requests answered, by route pattern (\"unmatched\": no route; \"unreadable\": refused while reading, without a latency) and status code."}, []string{"route", "status"})
-	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "http_request_duration_seconds",
-		Help:    "Time from the request handed to the handler to its answer ready to send (gzip included), by route pattern.",
-		Buckets: LatencyBuckets}, []string{"route"})
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "decisions_total",
 		Help: "Evaluate answers by decision; mode test: a test key, test token or the sandbox (samples are not counted)."},
 		[]string{"mode", "decision"})
@@ -76,7 +82,10 @@ func New(version string) *Metrics {
 	refusals := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "refusals_total",
 		Help: "Calls refused with 429 by a quota (hourly, monthly) or a limiter (per_address, lockout, challenge, collect_budget, token)."},
 		[]string{"limit"})
-	m.reg.MustRegister(info, m.requests, m.latency, m.decisions, m.reasons, refusals)
+	m.reg.MustRegister(info, m.decisions, m.reasons, refusals, &routeCollector{m: m,
+		requests: Desc("http_requests_total", "HTTP requests answered, by route pattern (\"unmatched\": no route; \"unreadable\": refused while reading, without a latency) and status code.", "route", "status"),
+		latency:  Desc("http_request_duration_seconds", "Time from the request handed to the handler to its answer ready to send (gzip included), by route pattern.", "route"),
+	})
 	for mode, ml := range []string{"live", "test"} {
 		for i, d := range []string{"allow", "review", "block"} {
 			m.verdict[mode][i] = m.decisions.WithLabelValues(ml, d)
@@ -113,20 +122,24 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// Route is one route's request series. Make one per route at start-up.
+// Route is one route's request series: plain atomics side by side, read
+// only when Prometheus scrapes, so that recording a request touches two or
+// three words in one place (client_golang's histogram keeps two copies of
+// its counts to make every scrape exactly consistent, at four atomic
+// operations a request; a scrape here may see a request's bucket before its
+// sum).
 type Route struct {
-	m       *Metrics
 	name    string
-	latency prometheus.Observer
-	// byStatus caches the counters of the statuses the service sends; a
-	// status outside the table goes through the vector.
-	byStatus [len(statusCodes)]atomic.Pointer[counter]
+	status  [len(statusCodes)]atomic.Uint64
+	buckets [len(LatencyBuckets) + 1]atomic.Uint64 // by bound; the last counts the slower ones
+	sumNS   atomic.Int64
+
+	mu    sync.Mutex
+	other map[int]uint64 // statuses outside statusCodes
 }
 
-type counter struct{ prometheus.Counter }
-
-// statusCodes are the statuses with a cached counter per route.
-var statusCodes = [...]int{200, 201, 202, 204, 304, 400, 401, 403, 404, 405, 406, 409, 413, 414, 415, 422, 429, 431, 500, 503}
+// statusCodes are the statuses with their own counter per route.
+var statusCodes = [...]int{200, 201, 202, 204, 304, 400, 401, 403, 404, 405, 406, 408, 409, 413, 414, 415, 422, 429, 431, 500, 503}
 
 // statusSlot is code's index in statusCodes, or -1.
 func statusSlot(code int) int {
@@ -139,13 +152,21 @@ func statusSlot(code int) int {
 }
 
 // Route returns the series of the route named pattern (a route-table pattern
-// such as /v1/lookup/{ip}, never a raw path: labels must stay few). Nil
-// Metrics returns nil, which records nothing.
+// such as /v1/lookup/{ip}, never a raw path: labels must stay few); the same
+// pattern gets the same series. Nil Metrics returns nil, which records
+// nothing.
 func (m *Metrics) Route(pattern string) *Route {
 	if m == nil {
 		return nil
 	}
-	return &Route{m: m, name: pattern, latency: m.latency.WithLabelValues(pattern)}
+	m.routesMu.Lock()
+	defer m.routesMu.Unlock()
+	r := m.routes[pattern]
+	if r == nil {
+		r = &Route{name: pattern}
+		m.routes[pattern] = r
+	}
+	return r
 }
 
 // Observe records one answered request.
@@ -153,7 +174,13 @@ func (r *Route) Observe(status int, took time.Duration) {
 	if r == nil {
 		return
 	}
-	r.latency.Observe(took.Seconds())
+	ns := int64(took)
+	i := 0
+	for i < len(latencyNS) && ns > latencyNS[i] {
+		i++
+	}
+	r.buckets[i].Add(1)
+	r.sumNS.Add(ns)
 	r.Count(status)
 }
 
@@ -163,19 +190,61 @@ func (r *Route) Count(status int) {
 	if r == nil {
 		return
 	}
-	i := statusSlot(status)
-	if i < 0 {
-		r.m.requests.WithLabelValues(r.name, strconv.Itoa(status)).Inc()
+	if i := statusSlot(status); i >= 0 {
+		r.status[i].Add(1)
 		return
 	}
-	c := r.byStatus[i].Load()
-	if c == nil {
-		// Two first requests may both get here: the vector hands both the
-		// same counter, so either pointer does.
-		c = &counter{r.m.requests.WithLabelValues(r.name, strconv.Itoa(status))}
-		r.byStatus[i].Store(c)
+	r.mu.Lock()
+	if r.other == nil {
+		r.other = map[int]uint64{}
 	}
-	c.Inc()
+	r.other[status]++
+	r.mu.Unlock()
+}
+
+// routeCollector reports every route's requests and latency.
+type routeCollector struct {
+	m                 *Metrics
+	requests, latency *prometheus.Desc
+}
+
+func (c *routeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.requests
+	ch <- c.latency
+}
+
+func (c *routeCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.routesMu.Lock()
+	routes := make([]*Route, 0, len(c.m.routes))
+	for _, r := range c.m.routes {
+		routes = append(routes, r)
+	}
+	c.m.routesMu.Unlock()
+	for _, r := range routes {
+		counts := make(map[int]uint64)
+		for i, code := range statusCodes {
+			if n := r.status[i].Load(); n > 0 {
+				counts[code] = n
+			}
+		}
+		r.mu.Lock()
+		for code, n := range r.other {
+			counts[code] = n
+		}
+		r.mu.Unlock()
+		for code, n := range counts {
+			ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(n), r.name, strconv.Itoa(code))
+		}
+		var cum uint64
+		bounds := make(map[float64]uint64, len(LatencyBuckets))
+		for i, b := range LatencyBuckets {
+			cum += r.buckets[i].Load()
+			bounds[b] = cum
+		}
+		if count := cum + r.buckets[len(LatencyBuckets)].Load(); count > 0 {
+			ch <- prometheus.MustNewConstHistogram(c.latency, count, time.Duration(r.sumNS.Load()).Seconds(), bounds, r.name)
+		}
+	}
 }
 
 // Decision records one evaluate answer: its decision and reason codes, in

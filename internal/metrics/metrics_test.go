@@ -49,9 +49,10 @@ func TestRequestSeriesAndSources(t *testing.T) {
 		`fraudd_http_requests_total{route="/v1/evaluate",status="418"} 1`,
 		`fraudd_http_request_duration_seconds_count{route="/v1/evaluate"} 4`,
 		`fraudd_http_requests_total{route="unreadable",status="431"} 1`,
-		`fraudd_http_request_duration_seconds_count{route="unreadable"} 0`,
 		`fraudd_http_request_duration_seconds_bucket{route="/v1/evaluate",le="0.0005"} 1`,
 		`fraudd_http_request_duration_seconds_bucket{route="/v1/evaluate",le="0.001"} 3`,
+		`fraudd_http_request_duration_seconds_bucket{route="/v1/evaluate",le="+Inf"} 4`,
+		`fraudd_http_request_duration_seconds_sum{route="/v1/evaluate"} 0.0043`,
 		`fraudd_decisions_total{decision="review",mode="live"} 2`,
 		`fraudd_decisions_total{decision="allow",mode="live"} 1`,
 		`fraudd_decisions_total{decision="block",mode="live"} 0`,
@@ -71,6 +72,12 @@ func TestRequestSeriesAndSources(t *testing.T) {
 	}
 	if strings.Contains(out, `limit="unknown"`) {
 		t.Error("an out-of-range refusal kind made a series")
+	}
+	if strings.Contains(out, `fraudd_http_request_duration_seconds_count{route="unreadable"}`) {
+		t.Error("a route without a timed request has a latency histogram")
+	}
+	if m.Route("/v1/evaluate") != ev {
+		t.Error("the same pattern got new series")
 	}
 }
 
