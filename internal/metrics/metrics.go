@@ -7,8 +7,8 @@
 //
 // The request path stays cheap: every series it touches is created before
 // the first request or once on first use, then cached, so recording a
-// request is a few atomic adds and a histogram bucket search, with no lock,
-// no label hashing and no allocation.
+// request is a few atomic adds, a bucket search and a map read per reason
+// code, with no lock and no allocation (BenchmarkEvaluateOverhead).
 package metrics
 
 import (
