@@ -4,6 +4,8 @@
 // one function of the transport-free pipeline (actors/checks) and encodes
 // what it returns; the admin API, the token endpoint and the status pages
 // call typed actor clients directly. It also serves the operator console
-// (fastapi/console), on its own listener with Config.AdminSeparate. It never
-// imports Pebble, protoactor or storage (internal/archtest).
+// (fastapi/console), on its own listener with Config.AdminSeparate, and
+// records every answer in the Prometheus metrics (internal/metrics) that
+// GET /metrics shows the operator. It never imports Pebble, protoactor or
+// storage (internal/archtest).
 package fastapi
