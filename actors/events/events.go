@@ -33,7 +33,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -143,6 +142,8 @@ type Resolve struct {
 	ID      EventID
 	Account string // copied by the caller: it crosses into the actor
 	Now     time.Time
+	// Peek finds the event without counting a use (Client.Peek).
+	Peek bool
 }
 
 // Resolved is Resolve's answer.
@@ -324,26 +325,13 @@ func (c *Client) Collect(m Collected) (EventID, error) {
 	return e.ID, nil
 }
 
-// Peek finds the account's event without counting a use when it is already
-// stored, so that issuing a device-evidence challenge does not make the
-// evaluation that follows a replay; an event not stored yet (or without a
-// store) goes through Resolve, which counts one. It reads the store on the
-// caller's goroutine: keep it off the evaluate path.
+// Peek finds the account's event without counting a use, so that issuing a
+// device-evidence challenge does not make the evaluation that follows a
+// replay. It asks the event's shard, which holds the events written behind
+// and not yet stored: a peek at the store alone missed an event collected
+// within the last sync interval and fell back to counting a use.
 func (c *Client) Peek(m Resolve) (Resolved, error) {
-	if c.stopped.Load() {
-		return Resolved{}, ErrStopped
-	}
-	if c.store != nil {
-		e, err := c.store.GetEvent(m.ID)
-		switch {
-		case err == nil && e.Account == m.Account:
-			return Resolved{Found: true, Event: *e}, nil
-		case err == nil:
-			return Resolved{}, nil
-		case !errors.Is(err, storage.ErrNotFound):
-			return Resolved{}, fmt.Errorf("device event: %w", err)
-		}
-	}
+	m.Peek = true
 	return c.Resolve(m)
 }
 

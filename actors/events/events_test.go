@@ -287,3 +287,34 @@ func TestPeekCountsNoUse(t *testing.T) {
 		t.Fatalf("resolve after peeks: %v %+v", err, r)
 	}
 }
+
+// TestPeekSeesEventsNotYetStored: an event collected within the last sync
+// interval is still only in its shard. A peek at it (a device-evidence
+// challenge issued right after collection) must not count a use either,
+// or the evaluation that follows reports device_replayed. It used to fall
+// back to Resolve whenever the store had not the event yet.
+func TestPeekSeesEventsNotYetStored(t *testing.T) {
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 2, Store: db})
+	defer c.Stop()
+	e := event("acc_a", "visitor-q", t0)
+	c.Record(e)
+	if r, err := c.Peek(Resolve{ID: e.ID, Account: "acc_a", Now: t0}); err != nil || !r.Found || r.Replayed {
+		t.Fatalf("peek: %v %+v", err, r)
+	}
+	if _, err := db.GetEvent(e.ID); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("the event is already stored (%v): the test shows nothing", err)
+	}
+	if r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0}); err != nil || !r.Found || r.Replayed {
+		t.Fatalf("resolve after a peek: %v %+v", err, r)
+	}
+	if r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0}); err != nil || !r.Replayed {
+		t.Fatalf("second resolve: %v %+v", err, r)
+	}
+}

@@ -137,6 +137,9 @@ func (s shard) resolve(r *Resolve) (Resolved, error) {
 	}
 	ent.touched = r.Now
 	res := Resolved{Found: true, Event: ent.e, Replayed: ent.e.Uses > 0}
+	if r.Peek {
+		return res, nil
+	}
 	ent.e.Uses++
 	if ent.e.FirstUse.IsZero() {
 		ent.e.FirstUse = r.Now
