@@ -1,0 +1,82 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fraudd/fraudd/cluster/embedetcd"
+)
+
+// endpoints of the etcd member the tests share. Each test works under a
+// cluster root of its own.
+var endpoints []string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "cluster-etcd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// A 10 ms tick lets etcd grant 1 s leases (it raises any lease below
+	// 1.5 election timeouts), so expiry tests take about a second.
+	srv, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: dir, Tick: 10 * time.Millisecond, Election: 100 * time.Millisecond, NoFsync: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer srv.Close()
+	endpoints = srv.Endpoints()
+	return m.Run()
+}
+
+func newClient(tb testing.TB) *clientv3.Client {
+	tb.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func testRoot(tb testing.TB) string {
+	r, err := Root(strings.NewReplacer("/", "-").Replace(tb.Name()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+func join(t *testing.T, cli *clientv3.Client, root, id string, ttl time.Duration) *Member {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := Join(ctx, MemberConfig{Client: cli, Root: root, ID: id, Addr: "127.0.0.1:1", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// eventually polls cond every 10 ms until it holds or 10 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
