@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // Config describes one member. The zero value (with Dir set) is a single
@@ -39,6 +40,9 @@ type Config struct {
 	NoFsync bool
 	// StartTimeout bounds the wait for the member to be ready; 30 s when zero.
 	StartTimeout time.Duration
+	// Logger gets etcd's own log. Nil discards it: etcd logs at error level
+	// on every normal shutdown.
+	Logger *zap.Logger
 }
 
 // Server is a running member.
@@ -58,7 +62,11 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if c.Name != "" {
 		cfg.Name = c.Name
 	}
-	cfg.LogLevel = "error"
+	lg := c.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	cfg.UnsafeNoFsync = c.NoFsync
 	if c.Tick > 0 {
 		cfg.TickMs = uint(c.Tick / time.Millisecond)
