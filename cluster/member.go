@@ -335,4 +335,3 @@ func (m *Member) revoke() {
 	defer cancel()
 	m.cfg.Client.Revoke(ctx, m.Lease())
 }
-

@@ -356,3 +356,10 @@ func (s *Store[T]) Modify(ctx context.Context, fn func(tx *Tx[T]) error) (int64,
 	}
 	return resp.Header.Revision, nil
 }
+
+// revChanged is closed when the applied revision next moves.
+func (s *Store[T]) revChanged() <-chan struct{} {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.revSeen
+}
