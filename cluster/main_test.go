@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,8 +52,11 @@ func newClient(tb testing.TB) *clientv3.Client {
 	return cli
 }
 
+// roots counts test roots, so that -count=N runs start on empty prefixes.
+var roots atomic.Int64
+
 func testRoot(tb testing.TB) string {
-	r, err := Root(strings.NewReplacer("/", "-").Replace(tb.Name()))
+	r, err := Root(fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-").Replace(tb.Name()), roots.Add(1)))
 	if err != nil {
 		tb.Fatal(err)
 	}
