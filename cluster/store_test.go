@@ -131,12 +131,11 @@ func TestConfigRereadsAfterCompaction(t *testing.T) {
 		}
 	}
 	s := newPlanStore(t, newClient(t), prefix, nil)
-	release := make(chan struct{})
-	var firstFrom int64
+	release, held := make(chan struct{}), make(chan int64, 1)
 	var once sync.Once
 	s.onWatch(func(from int64) {
 		once.Do(func() {
-			firstFrom = from
+			held <- from
 			<-release
 		})
 	})
@@ -147,6 +146,7 @@ func TestConfigRereadsAfterCompaction(t *testing.T) {
 		t.Fatalf("first read: %v", got)
 	}
 
+	firstFrom := <-held
 	// While the watch is held back: add, change, delete, then compact past it.
 	if _, err := cli.Put(ctx, prefix+"acct/3", `{"name":"p3","limit":3}`); err != nil {
 		t.Fatal(err)
