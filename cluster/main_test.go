@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,36 +16,50 @@ import (
 	"github.com/fraudd/fraudd/cluster/embedetcd"
 )
 
-// endpoints of the etcd member the tests share. Each test works under a
-// cluster root of its own.
-var endpoints []string
+// The etcd member the tests share, started by the first test that needs
+// one (benchmarks start their own, so its ticks do not count against them).
+// Each test works under a cluster root of its own.
+var (
+	shared     sync.Once
+	endpoints  []string
+	sharedErr  error
+	stopShared = func() {}
+)
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	code := m.Run()
+	stopShared()
+	os.Exit(code)
 }
 
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "cluster-etcd-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+func sharedEtcd(tb testing.TB) []string {
+	tb.Helper()
+	shared.Do(func() {
+		dir, err := os.MkdirTemp("", "cluster-etcd-")
+		if err != nil {
+			sharedErr = err
+			return
+		}
+		// A 10 ms tick lets etcd grant 1 s leases (it raises any lease below
+		// 1.5 election timeouts), so expiry tests take about a second.
+		srv, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: dir, Tick: 10 * time.Millisecond, Election: 100 * time.Millisecond, NoFsync: true})
+		if err != nil {
+			os.RemoveAll(dir)
+			sharedErr = err
+			return
+		}
+		endpoints = srv.Endpoints()
+		stopShared = func() { srv.Close(); os.RemoveAll(dir) }
+	})
+	if sharedErr != nil {
+		tb.Fatalf("embedded etcd: %v", sharedErr)
 	}
-	defer os.RemoveAll(dir)
-	// A 10 ms tick lets etcd grant 1 s leases (it raises any lease below
-	// 1.5 election timeouts), so expiry tests take about a second.
-	srv, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: dir, Tick: 10 * time.Millisecond, Election: 100 * time.Millisecond, NoFsync: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer srv.Close()
-	endpoints = srv.Endpoints()
-	return m.Run()
+	return endpoints
 }
 
 func newClient(tb testing.TB) *clientv3.Client {
 	tb.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: sharedEtcd(tb), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		tb.Fatal(err)
 	}
