@@ -52,7 +52,9 @@ func under(p, dir string) bool { r := rel(p); return r == dir || strings.HasPref
 // intel, storage and wire import nothing of ours (intel may use its own
 // subpackages); actors never import fasthttp or sonic; fastapi never imports
 // Pebble, protoactor or storage (as Tailscale's deptest and Pebble's
-// forbidden-imports test pin theirs); only cmd reads flags.
+// forbidden-imports test pin theirs); cluster imports nothing of ours but its
+// own subpackages, and the embedded etcd server is linked only by cmd, e2e
+// and cluster's tests; only cmd reads flags.
 func TestDependencyDirection(t *testing.T) {
 	for _, p := range listPackages(t) {
 		for _, imp := range p.Imports {
@@ -98,6 +100,10 @@ func forbidden(p, imp string) string {
 		return "only cmd/ parses flags"
 	case under(p, "bench") && ours:
 		return "bench is black-box over HTTP"
+	case under(p, "cluster") && ours && !under(imp, "cluster"):
+		return "cluster (etcd membership and ownership) imports nothing of ours; the wiring imports it"
+	case under(imp, "cluster/embedetcd") && !under(p, "cluster") && !under(p, "cmd") && !under(p, "e2e"):
+		return "the etcd server links only where an embedded member is asked for"
 	}
 	return ""
 }
@@ -118,6 +124,11 @@ func TestForbiddenImports(t *testing.T) {
 		{module + "/wire", module + "/intel/score", true},
 		{module + "/intel/score", module + "/intel/ipaddr", false},
 		{module + "/intel/score", module + "/storage", true},
+		{module + "/cluster", module + "/fastapi", true},
+		{module + "/cluster", module + "/actors/quota", true},
+		{module + "/cluster", module + "/cluster/embedetcd", false},
+		{module + "/actors/quota", module + "/cluster/embedetcd", true},
+		{module + "/cmd/fraudd", module + "/cluster/embedetcd", false},
 	} {
 		if got := forbidden(c.p, c.imp) != ""; got != c.bad {
 			t.Errorf("%s → %s: forbidden %v, want %v", rel(c.p), rel(c.imp), got, c.bad)

@@ -1,0 +1,189 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// BalancerConfig configures RunBalancer.
+type BalancerConfig struct {
+	Member *Member
+	// View is the node's started owner view.
+	View  *OwnerView
+	Kinds []Kind
+	// Acquired runs after a shard is claimed and before it is reported
+	// owned: rebuild its state (the G-counter shares) here.
+	Acquired func(ctx context.Context, c Claim)
+	// Releasing runs before a shard is handed over: stop admitting, flush,
+	// send its device history. An error keeps the shard; the next pass
+	// tries again.
+	Releasing func(ctx context.Context, c Claim) error
+	// Lost runs for each claim that went with a lost lease: the shard's
+	// owner-only work must stop (its fenced writes fail already).
+	Lost func(c Claim)
+	// Every is the period of a pass when nothing changed; 1 s when zero.
+	Every time.Duration
+}
+
+// Balancer keeps one member's claims in line with the rendezvous assignment.
+type Balancer struct {
+	cfg BalancerConfig
+
+	mu     sync.Mutex
+	claims map[Kind]map[int]Claim
+}
+
+// NewBalancer checks cfg; Run drives it.
+func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
+	if cfg.Member == nil || cfg.View == nil || len(cfg.Kinds) == 0 {
+		return nil, errors.New("cluster balancer: member, view and kinds are required")
+	}
+	for _, k := range cfg.Kinds {
+		if Shards(k) == 0 {
+			return nil, errors.New("cluster balancer: unknown shard kind " + string(k))
+		}
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = time.Second
+	}
+	b := &Balancer{cfg: cfg, claims: map[Kind]map[int]Claim{}}
+	for _, k := range cfg.Kinds {
+		b.claims[k] = map[int]Claim{}
+	}
+	return b, nil
+}
+
+// Run passes on every change of the member set or of this member's lease,
+// on every change of the owner view, and every cfg.Every, until ctx ends.
+func (b *Balancer) Run(ctx context.Context) {
+	t := time.NewTicker(b.cfg.Every)
+	defer t.Stop()
+	for {
+		changed, viewed := b.cfg.Member.Changed(), b.cfg.View.Store().revChanged()
+		b.Pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-viewed:
+		case <-t.C:
+		}
+	}
+}
+
+// Claim is the member's current claim of a shard, if it holds one.
+func (b *Balancer) Claim(k Kind, shard int) (Claim, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, ok := b.claims[k][shard]
+	return c, ok
+}
+
+// Owned counts the shards of kind k the member holds.
+func (b *Balancer) Owned(k Kind) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.claims[k])
+}
+
+// ReleaseAll hands every shard over (Releasing first), for a graceful leave.
+func (b *Balancer) ReleaseAll(ctx context.Context) error {
+	var errs []error
+	for _, k := range b.cfg.Kinds {
+		b.mu.Lock()
+		cs := make([]Claim, 0, len(b.claims[k]))
+		for _, c := range b.claims[k] {
+			cs = append(cs, c)
+		}
+		b.mu.Unlock()
+		for _, c := range cs {
+			errs = append(errs, b.release(ctx, c))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Pass runs one round: drop claims of a lost lease, release what belongs to
+// another member now, claim what belongs to this one and nobody holds.
+func (b *Balancer) Pass(ctx context.Context) {
+	m := b.cfg.Member
+	lease := m.Lease()
+	held := m.Held(m.cfg.Now())
+	var lost []Claim
+	b.mu.Lock()
+	for _, cs := range b.claims {
+		for s, c := range cs {
+			if !held || c.Lease != lease {
+				lost = append(lost, c)
+				delete(cs, s)
+			}
+		}
+	}
+	b.mu.Unlock()
+	if b.cfg.Lost != nil {
+		for _, c := range lost {
+			b.cfg.Lost(c)
+		}
+	}
+	if !held {
+		return
+	}
+	members := m.MemberIDs()
+	for _, k := range b.cfg.Kinds {
+		owners := b.cfg.View.Owners(k)
+		// The view can lag this member's own claims; count them as its own.
+		b.mu.Lock()
+		for s := range b.claims[k] {
+			owners[s] = m.ID()
+		}
+		b.mu.Unlock()
+		p := PlanFor(k, m.ID(), members, owners)
+		for _, s := range p.Release {
+			if c, ok := b.Claim(k, s); ok {
+				b.release(ctx, c)
+			}
+		}
+		b.claimAll(ctx, k, p.Claim)
+	}
+}
+
+func (b *Balancer) release(ctx context.Context, c Claim) error {
+	if b.cfg.Releasing != nil {
+		if err := b.cfg.Releasing(ctx, c); err != nil {
+			return err
+		}
+	}
+	err := b.cfg.Member.Release(ctx, c)
+	if err == nil || errors.Is(err, ErrFenced) {
+		b.mu.Lock()
+		delete(b.claims[c.Kind], c.Shard)
+		b.mu.Unlock()
+	}
+	return err
+}
+
+// claimAll claims shards 16 at a time: etcd batches concurrent writes into
+// one sync, so a node taking over many shards is not paced by fsyncs.
+func (b *Balancer) claimAll(ctx context.Context, k Kind, shards []int) {
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, s := range shards {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c, err := b.cfg.Member.Claim(ctx, k, s)
+			if err != nil {
+				return // owned meanwhile, or the lease went: the next pass sees it
+			}
+			if b.cfg.Acquired != nil {
+				b.cfg.Acquired(ctx, c)
+			}
+			b.mu.Lock()
+			b.claims[k][s] = c
+			b.mu.Unlock()
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,136 @@
+package cluster
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+type node struct {
+	m        *Member
+	view     *OwnerView
+	b        *Balancer
+	stop     context.CancelFunc
+	done     chan struct{}
+	released atomic.Int64
+	acquired atomic.Int64
+}
+
+func startNode(t *testing.T, root, id string) *node {
+	t.Helper()
+	cli := newClient(t)
+	n := &node{m: join(t, cli, root, id, time.Second), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stop = cancel
+	view, err := NewOwnerView(cli, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := view.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.view = view
+	n.b, err = NewBalancer(BalancerConfig{
+		Member: n.m, View: view, Kinds: []Kind{KindAddr}, Every: 100 * time.Millisecond,
+		Acquired:  func(context.Context, Claim) { n.acquired.Add(1) },
+		Releasing: func(context.Context, Claim) error { n.released.Add(1); return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { defer close(n.done); n.b.Run(ctx) }()
+	return n
+}
+
+// halt stops the node's balancer; kill also stops renewing without revoking,
+// as kill -9 does.
+func (n *node) halt() { n.stop(); <-n.done }
+
+func (n *node) kill() { n.halt(); n.m.Close() }
+
+// settled: the owner view of obs matches the rendezvous assignment over ids.
+func settled(obs *node, ids []string) bool {
+	want := Assign(KindAddr, ids)
+	got := obs.view.Owners(KindAddr)
+	if len(got) != len(want) {
+		return false
+	}
+	for s, o := range want {
+		if got[s] != o {
+			return false
+		}
+	}
+	return true
+}
+
+// TestBalancerJoinKillLeave: three nodes settle on the assignment; a fourth
+// joins and takes only its shards, each handed over after the old owner's
+// flush hook; a killed node's shards move once its lease runs out; a node
+// leaving gracefully hands over every shard first.
+func TestBalancerJoinKillLeave(t *testing.T) {
+	root := testRoot(t)
+	var nodes []*node
+	var mu sync.Mutex
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range nodes {
+			n.halt()
+			n.m.Close()
+		}
+	}()
+	add := func(id string) *node {
+		n := startNode(t, root, id)
+		mu.Lock()
+		nodes = append(nodes, n)
+		mu.Unlock()
+		return n
+	}
+	a, b, c := add("a"), add("b"), add("c")
+	eventually(t, "three nodes settle", func() bool { return settled(a, []string{"a", "b", "c"}) })
+	before := Assign(KindAddr, []string{"a", "b", "c"})
+	// Nodes started one after another hand shards on as each arrives; count
+	// from here.
+	handedBefore := a.released.Load() + b.released.Load() + c.released.Load()
+
+	d := add("d")
+	four := []string{"a", "b", "c", "d"}
+	eventually(t, "four nodes settle", func() bool { return settled(a, four) && int64(d.b.Owned(KindAddr)) == d.acquired.Load() })
+	moved := 0
+	for s, o := range Assign(KindAddr, four) {
+		if o != before[s] {
+			moved++
+		}
+	}
+	if handed := a.released.Load() + b.released.Load() + c.released.Load() - handedBefore; handed != int64(moved) || d.acquired.Load() != int64(moved) {
+		t.Fatalf("%d shards moved; old owners flushed %d, d acquired %d", moved, handed, d.acquired.Load())
+	}
+	t.Logf("join: %d of %d shards moved", moved, AddrShards)
+
+	killed := time.Now()
+	c.kill()
+	eventually(t, "c's shards move after its lease", func() bool { return settled(a, []string{"a", "b", "d"}) })
+	t.Logf("kill: the others own c's shards %v after the kill (TTL 1s)", time.Since(killed).Round(10*time.Millisecond))
+
+	d.halt()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dOwned := d.b.Owned(KindAddr)
+	flushed := d.released.Load()
+	if err := d.b.ReleaseAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.released.Load() - flushed; got != int64(dOwned) || d.b.Owned(KindAddr) != 0 {
+		t.Fatalf("graceful leave flushed %d of %d shards, still owns %d", got, dOwned, d.b.Owned(KindAddr))
+	}
+	if err := d.m.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "d's shards move after its leave", func() bool { return settled(a, []string{"a", "b"}) })
+	if !slices.Equal(b.m.MemberIDs(), []string{"a", "b"}) {
+		t.Fatalf("b sees %v", b.m.MemberIDs())
+	}
+}

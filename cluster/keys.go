@@ -1,0 +1,75 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+)
+
+// Kind names a shard space.
+type Kind string
+
+// The shard spaces. Their sizes are fixed for the life of a cluster: they
+// are part of the key space.
+const (
+	KindAccount Kind = "account"
+	KindAddr    Kind = "addr"
+
+	AccountShards = 1024
+	AddrShards    = 256
+)
+
+// Shards is the number of shards of kind k, 0 for an unknown kind.
+func Shards(k Kind) int {
+	switch k {
+	case KindAccount:
+		return AccountShards
+	case KindAddr:
+		return AddrShards
+	}
+	return 0
+}
+
+// ShardOf maps a key (an account id, a source address key) to its shard.
+func ShardOf(k Kind, key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(Shards(k)))
+}
+
+// Root is the key prefix of a cluster: /fraudd/<name>/.
+func Root(name string) (string, error) {
+	if name == "" || strings.ContainsAny(name, "/ \t\n") {
+		return "", fmt.Errorf("cluster name %q: want a non-empty name without slashes or spaces", name)
+	}
+	return "/fraudd/" + name + "/", nil
+}
+
+func membersPrefix(root string) string { return root + "members/" }
+
+func ownersPrefix(root string, k Kind) string { return root + "owners/" + string(k) + "/" }
+
+func ownerKey(root string, k Kind, shard int) string {
+	return fmt.Sprintf("%s%04d", ownersPrefix(root, k), shard)
+}
+
+// ConfigPrefix is where the account configuration of a cluster lives.
+func ConfigPrefix(root string) string { return root + "config/" }
+
+func parseShard(suffix string, k Kind) (int, error) {
+	if len(suffix) != 4 {
+		return 0, errors.New("shard key: want four digits")
+	}
+	n := 0
+	for _, c := range suffix {
+		if c < '0' || c > '9' {
+			return 0, errors.New("shard key: want four digits")
+		}
+		n = n*10 + int(c-'0')
+	}
+	if n >= Shards(k) {
+		return 0, fmt.Errorf("shard key: %d out of range for %s", n, k)
+	}
+	return n, nil
+}

@@ -1,0 +1,337 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ProtocolVersion is the version of the node-to-node messages this build
+// speaks; members advertise it so a rolling deploy can tell who speaks what.
+const ProtocolVersion = 1
+
+// DefaultTTL is the membership lease TTL when none is configured.
+const DefaultTTL = 3 * time.Second
+
+// ErrDuplicateID is a registration refused because another live process
+// holds the node id.
+var ErrDuplicateID = errors.New("cluster: node id is registered by another live process")
+
+// MemberInfo is what a node advertises under members/<id>.
+type MemberInfo struct {
+	ID      string    `json:"id"`
+	Addr    string    `json:"addr"`
+	Proto   int       `json:"proto"`
+	Epoch   int64     `json:"epoch"`
+	Started time.Time `json:"started"`
+}
+
+// DecodeMemberInfo parses a members/ record.
+func DecodeMemberInfo(b []byte) (MemberInfo, error) {
+	var mi MemberInfo
+	if err := json.Unmarshal(b, &mi); err != nil {
+		return MemberInfo{}, fmt.Errorf("member record: %w", err)
+	}
+	if mi.ID == "" || mi.Proto <= 0 || mi.Epoch <= 0 {
+		return MemberInfo{}, errors.New("member record: id, proto and epoch are required")
+	}
+	return mi, nil
+}
+
+var memberCodec = Codec[MemberInfo]{
+	Marshal:   func(mi MemberInfo) ([]byte, error) { return json.Marshal(mi) },
+	Unmarshal: DecodeMemberInfo,
+}
+
+// MemberConfig configures a Member.
+type MemberConfig struct {
+	Client *clientv3.Client
+	// Root is the cluster's prefix (Root(name)).
+	Root string
+	// ID names the node; unique among live members.
+	ID string
+	// Addr is the advertised gRPC host:port.
+	Addr string
+	// TTL of the membership lease, whole seconds, at least 1 s; DefaultTTL
+	// when zero.
+	TTL time.Duration
+	// Now reads the clock; time.Now when nil. Its monotonic reading is what
+	// the validity deadline is kept on.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Member is a node's membership: a lease it renews itself, its registration,
+// the live member set, and the shards it claimed under that lease.
+type Member struct {
+	cfg    MemberConfig
+	ttl    int64
+	log    *slog.Logger
+	view   *Store[MemberInfo]
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu         sync.Mutex
+	lease      clientv3.LeaseID
+	epoch      int64
+	validUntil time.Time
+	losses     int
+	changed    chan struct{}
+
+	// paused stops renewals (tests: what a SIGSTOP or a long GC pause does).
+	paused atomic.Bool
+}
+
+// Join registers the node and starts renewing its lease and watching the
+// member set, until Close or Leave.
+func Join(ctx context.Context, cfg MemberConfig) (*Member, error) {
+	if cfg.Client == nil || cfg.Root == "" || cfg.ID == "" {
+		return nil, errors.New("cluster member: client, root and id are required")
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL < time.Second || cfg.TTL%time.Second != 0 {
+		return nil, fmt.Errorf("cluster member: lease TTL %v: want whole seconds, at least 1s (etcd leases count seconds)", cfg.TTL)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &Member{cfg: cfg, ttl: int64(cfg.TTL / time.Second), log: log.With("node", cfg.ID), changed: make(chan struct{}), done: make(chan struct{})}
+	view, err := NewStore(StoreConfig[MemberInfo]{
+		Client: cfg.Client, Prefix: membersPrefix(cfg.Root), Codec: memberCodec, Logger: log,
+		OnChange: func(bool, []string) { m.notify() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.view = view
+	if err := m.register(ctx); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	if err := view.Start(runCtx); err != nil {
+		cancel()
+		m.revoke()
+		return nil, err
+	}
+	go m.renew(runCtx)
+	return m, nil
+}
+
+// register grants a new lease and writes members/<id> under it, refusing a
+// key another lease holds.
+func (m *Member) register(ctx context.Context) error {
+	sent := m.cfg.Now()
+	g, err := m.cfg.Client.Grant(ctx, m.ttl)
+	if err != nil {
+		return fmt.Errorf("cluster member %s: grant lease: %w", m.cfg.ID, err)
+	}
+	m.mu.Lock()
+	epoch := m.epoch + 1
+	m.mu.Unlock()
+	info, err := json.Marshal(MemberInfo{ID: m.cfg.ID, Addr: m.cfg.Addr, Proto: ProtocolVersion, Epoch: epoch, Started: m.cfg.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	key := membersPrefix(m.cfg.Root) + m.cfg.ID
+	resp, err := m.cfg.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(info), clientv3.WithLease(g.ID))).
+		Commit()
+	if err == nil && !resp.Succeeded {
+		err = ErrDuplicateID
+	}
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		m.cfg.Client.Revoke(rctx, g.ID)
+		cancel()
+		return fmt.Errorf("cluster member %s: register: %w", m.cfg.ID, err)
+	}
+	m.mu.Lock()
+	m.lease, m.epoch = g.ID, epoch
+	m.validUntil = sent.Add(time.Duration(g.TTL) * time.Second)
+	m.mu.Unlock()
+	m.notify()
+	return nil
+}
+
+// renew keeps the lease alive with one KeepAliveOnce every TTL/3 and moves
+// the validity deadline to send time + TTL on each answer. A lease etcd no
+// longer knows is lost: the member registers again with a new lease and
+// epoch; the shards it held went with the old lease.
+func (m *Member) renew(ctx context.Context) {
+	defer close(m.done)
+	every := m.cfg.TTL / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if m.paused.Load() {
+			continue
+		}
+		m.mu.Lock()
+		lease := m.lease
+		m.mu.Unlock()
+		sent := m.cfg.Now()
+		rctx, cancel := context.WithTimeout(ctx, every)
+		resp, err := m.cfg.Client.KeepAliveOnce(rctx, lease)
+		cancel()
+		switch {
+		case err == nil:
+			m.mu.Lock()
+			if until := sent.Add(time.Duration(resp.TTL) * time.Second); m.lease == lease && until.After(m.validUntil) {
+				m.validUntil = until
+			}
+			m.mu.Unlock()
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			m.mu.Lock()
+			m.losses++
+			m.validUntil = time.Time{}
+			m.mu.Unlock()
+			m.notify()
+			m.log.Warn("cluster membership lease lost; registering again", "lease", fmt.Sprintf("%x", int64(lease)))
+			m.rejoin(ctx)
+		case ctx.Err() != nil:
+			return
+		default:
+			// etcd unreachable: keep trying; Held turns false at the deadline.
+			m.log.Warn("cluster lease renewal failed", "err", err)
+		}
+	}
+}
+
+func (m *Member) rejoin(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for {
+		rctx, cancel := context.WithTimeout(ctx, m.cfg.TTL)
+		err := m.register(rctx)
+		cancel()
+		if err == nil {
+			m.log.Info("cluster member registered again", "epoch", m.Epoch())
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Warn("cluster register failed", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, m.cfg.TTL)
+	}
+}
+
+func (m *Member) notify() {
+	m.mu.Lock()
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+}
+
+// Changed is closed at the next change of the member set or of this
+// member's lease (lost, registered again). Call it again for the one after.
+func (m *Member) Changed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// ID is the node id.
+func (m *Member) ID() string { return m.cfg.ID }
+
+// Epoch counts registrations: it grows each time a lost lease is replaced.
+func (m *Member) Epoch() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.epoch
+}
+
+// Losses counts leases lost since Join.
+func (m *Member) Losses() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.losses
+}
+
+// Lease is the current lease.
+func (m *Member) Lease() clientv3.LeaseID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lease
+}
+
+// Held says whether the membership lease is certainly alive at now: now is
+// before the send time of the last acknowledged renewal plus the TTL. Every
+// owner-only action checks it first.
+func (m *Member) Held(now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lease != 0 && now.Before(m.validUntil)
+}
+
+// Members lists the live members, sorted by id.
+func (m *Member) Members() []MemberInfo {
+	var out []MemberInfo
+	for _, k := range m.view.Keys() {
+		if e, ok := m.view.Get(k); ok {
+			out = append(out, e.Value)
+		}
+	}
+	return out
+}
+
+// MemberIDs lists the live members' ids, sorted.
+func (m *Member) MemberIDs() []string {
+	ids := m.view.Keys()
+	sort.Strings(ids)
+	return ids
+}
+
+// Close stops renewing and watching without revoking: the lease runs out
+// on its own, as when the process dies.
+func (m *Member) Close() {
+	m.cancel()
+	<-m.done
+	<-m.view.Done()
+}
+
+// Leave revokes the lease (the registration and every owner key go with it
+// at once) and stops. Hand shards over before calling it.
+func (m *Member) Leave(ctx context.Context) error {
+	m.Close()
+	m.mu.Lock()
+	lease := m.lease
+	m.lease, m.validUntil = 0, time.Time{}
+	m.mu.Unlock()
+	if _, err := m.cfg.Client.Revoke(ctx, lease); err != nil {
+		return fmt.Errorf("cluster member %s: revoke lease: %w", m.cfg.ID, err)
+	}
+	return nil
+}
+
+func (m *Member) revoke() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	m.cfg.Client.Revoke(ctx, m.Lease())
+}
