@@ -46,9 +46,9 @@ func (c *Call[Req, Resp]) Reply(v Resp, err error) {
 	c.reply <- answer[Resp]{v, err}
 }
 
-// fail answers the call with err; for Shards.Send, which holds a call it
+// Fail answers the call with err; for Shards.Send, which holds a call it
 // could not deliver.
-func (c *Call[Req, Resp]) fail(err error) {
+func (c *Call[Req, Resp]) Fail(err error) {
 	var zero Resp
 	c.Reply(zero, err)
 }

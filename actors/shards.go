@@ -286,9 +286,11 @@ func (s *Shards) trySpawn(i int) (pid *actor.PID, err error) {
 	return s.spawn(i), nil
 }
 
-// failer is a call that can be answered with an error by whoever holds it:
-// *Call, while the shard it was meant for is down.
-type failer interface{ fail(error) }
+// Failer is a message that can be answered with an error by whoever holds
+// it: a *Call, or a step of a chained call (one message that visits several
+// shards in turn and answers its caller once), while the shard it was meant
+// for is down or stopping. Fail must not block; the message is not delivered.
+type Failer interface{ Fail(error) }
 
 // Len is the number of shards.
 func (s *Shards) Len() int { return len(s.slots) }
@@ -301,7 +303,7 @@ func (s *Shards) PID(h uint64) *actor.PID { return s.slots[h&s.mask].pid.Load() 
 
 // Send delivers msg to the shard owning hash h, fire-and-forget. Messages from
 // one sender to one shard arrive in the order sent. While that shard is down a
-// *Call is answered ErrShardDown at once, a Tick is dropped (the next one
+// Failer (a *Call) is answered ErrShardDown at once, a Tick is dropped (the next one
 // comes), and anything else waits for the restarted shard. Once Stop began, a
 // *Call is answered ErrStopped and anything else is dropped.
 func (s *Shards) Send(h uint64, msg any) { s.send(&s.slots[h&s.mask], msg) }
@@ -312,13 +314,13 @@ func (s *Shards) send(sl *slot, msg any) {
 		return
 	}
 	if s.stopping.Load() {
-		if f, ok := msg.(failer); ok {
-			f.fail(ErrStopped)
+		if f, ok := msg.(Failer); ok {
+			f.Fail(ErrStopped)
 		}
 		return
 	}
-	if f, ok := msg.(failer); ok {
-		f.fail(ErrShardDown)
+	if f, ok := msg.(Failer); ok {
+		f.Fail(ErrShardDown)
 		return
 	}
 	if _, ok := msg.(Tick); ok {

@@ -37,6 +37,10 @@ type Call struct {
 	// RequestID is the answer's request id (X-Request-Id), zero-padded;
 	// the transport sets it. The console's recent list shows it.
 	RequestID [recent.RequestIDMax]byte
+
+	// limits are the per-address limiters Admit left for the operation's
+	// charge to take in the same chained call (Access.Chained).
+	limits iplimit.Kinds
 }
 
 // liveKey reports whether a live key authenticated (the current one or the
@@ -68,13 +72,19 @@ type Access struct {
 	// Limits are the per-address limiters the operation takes, in the same
 	// iplimit hop as the lockout check.
 	Limits iplimit.Kinds
+	// Chained: the operation charges every admitted call (its function
+	// calls charge first), so an admission that can only pass once the
+	// limiters allow it leaves them to be taken in the charge's chained
+	// call (chain.go): one round trip for both instead of two. A refusal
+	// is the same and comes in the same order; only the hop moves.
+	Chained bool
 }
 
 // The admission table (SPEC §4, §5, §8). An operation that is not here
 // takes no limit and needs no key.
 var (
-	AccessEvaluate  = Access{Key: true, Allowlist: true, Sandbox: true}
-	AccessLookup    = Access{Key: true, Allowlist: true}
+	AccessEvaluate  = Access{Key: true, Allowlist: true, Sandbox: true, Chained: true}
+	AccessLookup    = Access{Key: true, Allowlist: true, Chained: true}
 	AccessChallenge = Access{Key: true, Allowlist: true}
 	// AccessMCP is /mcp with a bearer; without one the caller is anonymous
 	// and lookup_ip takes the free tool's limits (FreeLookup).
@@ -122,6 +132,12 @@ func (s *Service) Admit(c *Call, cred Credential, a Access) *Refusal {
 		if c.Sandbox || auth.View.Plan != quota.PlanPublicInterest {
 			kinds |= iplimit.Of(iplimit.Protect)
 		}
+	}
+	if a.Chained && valid && !c.Sandbox && !auth.View.Suspended &&
+		(!a.Allowlist || auth.Kind == accounts.KeyTest || auth.View.Allowed(c.Addr)) {
+		// Admitted once the limiters allow it: the charge takes them.
+		c.Auth, c.limits = auth, kinds
+		return nil
 	}
 	if ref := s.takeLimits(c, kinds); ref != nil {
 		return ref
@@ -193,6 +209,11 @@ func (s *Service) takeLimits(c *Call, kinds iplimit.Kinds) *Refusal {
 	if v.Allowed {
 		return nil
 	}
+	return limitRefusal(v)
+}
+
+// limitRefusal is the answer to a take the limiters refused.
+func limitRefusal(v iplimit.Verdict) *Refusal {
 	ref := &Refusal{Status: http.StatusTooManyRequests, Msg: MsgTooMany, RetryAfter: v.RetryAfter}
 	switch v.Kind {
 	case iplimit.AuthFail:
@@ -250,20 +271,23 @@ var charges = [...]struct {
 }
 
 // charge checks and charges one call of the authenticated account in one
-// quota hop, by its row of the charge table, and sets c.RateLimit. Charge
-// before any other work, so a refused call costs nothing else.
+// quota hop, by its row of the charge table, and sets c.RateLimit; the
+// limiters Admit left (Access.Chained) are taken first, in the same chained
+// call. Charge before any other work, so a refused call costs nothing else.
 func (s *Service) charge(c *Call, o outcome) *Refusal {
-	row := charges[o]
-	v := c.Auth.View
-	res, err := s.quota.Charge(quota.Charge{
-		Account: v.ID, Bucket: bucketOf(c.Auth.Kind), Kind: row.kind, Limits: limitsOf(v, c.Now), Hourly: true, Monthly: row.monthly, Total: row.total == totalLiveKey && c.liveKey(), Now: c.Now,
-	})
+	ch := s.newChain(c, o)
+	ref, _ := s.run(c, ch)
+	ch.release()
+	return ref
+}
+
+// chargeRefusal reads a charge's answer: c.RateLimit for a capped account,
+// and the refusal, if any.
+func chargeRefusal(c *Call, res quota.ChargeResult, err error) *Refusal {
 	if err != nil {
-		return storageUnavailable(fmt.Errorf("quota charge for %s: %w", v.ID, err))
+		return storageUnavailable(fmt.Errorf("quota charge for %s: %w", c.Auth.View.ID, err))
 	}
-	if res.Capped {
-		c.RateLimit = RateLimit{Capped: true, Limit: res.Limit, Remaining: res.Remaining, Reset: res.Reset}
-	}
+	setRateLimit(c, &res)
 	switch res.Refusal {
 	case quota.RefusedMonthly:
 		return &Refusal{Status: http.StatusTooManyRequests, Msg: MsgMonthly, Code: CodeMonthly, RetryAfter: res.RetryAfter, RateLimit: c.RateLimit}
@@ -271,6 +295,12 @@ func (s *Service) charge(c *Call, o outcome) *Refusal {
 		return &Refusal{Status: http.StatusTooManyRequests, Msg: MsgHourly, Hint: HintHourly, RetryAfter: res.RetryAfter, RateLimit: c.RateLimit}
 	}
 	return nil
+}
+
+func setRateLimit(c *Call, res *quota.ChargeResult) {
+	if res.Capped {
+		c.RateLimit = RateLimit{Capped: true, Limit: res.Limit, Remaining: res.Remaining, Reset: res.Reset}
+	}
 }
 
 // limitsOf computes an account's allowances at now.

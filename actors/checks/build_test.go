@@ -2,6 +2,7 @@ package checks
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"testing"
@@ -122,6 +123,25 @@ func TestDeviceSightingsFields(t *testing.T) {
 	if d.TimesSeen != 7 || d.FirstSeen != "2026-10-01T07:00:00Z" || d.LinkedAccounts == nil || *d.LinkedAccounts != 2 || d.CustomerHistory == nil {
 		t.Fatalf("with history: %+v", d)
 	}
+}
+
+// observeDevice runs the history step of a chain alone for the request's
+// evidence: the device id is the resolved event's visitor id.
+func (ts *testService) observeDevice(c *Call, eventID, deviceID, accountID string, n *score.Network) (devicehist.Facts, error) {
+	ch := ts.newChain(c, evalToken)
+	defer ch.release()
+	ch.obs = observation(c, eventID, accountID, n)
+	if err := ts.chHistory.Prepare(ch.obs, &ch.observe); err != nil {
+		return devicehist.Facts{}, err
+	}
+	ch.obs.DeviceID = deviceID
+	ch.observe.SetDevice(deviceID)
+	ch.observeP = true
+	ch.toObserve()
+	if !ch.wait() {
+		return devicehist.Facts{}, errors.New("no answer")
+	}
+	return ch.facts, ch.histErr
 }
 
 func TestObserveDeviceFromRequest(t *testing.T) {

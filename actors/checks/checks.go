@@ -133,6 +133,12 @@ type Service struct {
 	webhooks   Webhooks
 	recent     Recent
 	log        *slog.Logger
+
+	// The same parts as steps of a chained call (chain.go).
+	chLimits  chainLimiter
+	chQuota   chainQuota
+	chEvents  chainEvents
+	chHistory chainHistory
 }
 
 // New builds the pipeline.
@@ -176,6 +182,7 @@ func New(cfg Config) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.chainParts()
 	return s, nil
 }
 

@@ -133,7 +133,15 @@ func TestAdmit(t *testing.T) {
 	admit := func(key string, a Access) (*Call, *Refusal) {
 		ts.limits.taken = nil
 		c := &Call{Addr: addr, Now: fixedNow}
-		return c, ts.Admit(c, Credential{Key: key, Hint: HintNoAuthorization}, a)
+		ref := ts.Admit(c, Credential{Key: key, Hint: HintNoAuthorization}, a)
+		if ref == nil && c.limits != 0 {
+			// A chained access leaves its limiters to the charge's call.
+			if !a.Chained || len(ts.limits.taken) != 0 {
+				t.Fatalf("%+v left limiters %v after taking %v", a, c.limits, ts.limits.taken)
+			}
+			ref = ts.charge(c, lookupAnswered)
+		}
+		return c, ref
 	}
 	if c, ref := admit("sk_live_unit", AccessLookup); ref != nil || c.Auth.View == nil || c.Auth.Kind != accounts.KeyLive ||
 		ts.limits.taken[0] != iplimit.Of(iplimit.AuthFail, iplimit.Protect) {

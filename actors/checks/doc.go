@@ -21,9 +21,9 @@
 //	  │
 //	  ▼
 //	2. resolve  the facts the answer needs from the actors, every call named
-//	            in facts.go: the device event (events), the device evidence
-//	            (challenge), this customer's history (devicehist). Each fails
-//	            open: the answer goes on without what it could not read.
+//	            in facts.go: the device event (events), this customer's
+//	            history (devicehist), the device evidence (challenge). Each
+//	            fails open: the answer goes on without what it could not read.
 //	  │
 //	  ▼
 //	3. score    intel/score over the request, the feed snapshot and the
@@ -35,6 +35,13 @@
 //	  │
 //	  ▼
 //	answer (wire shapes, built in build.go) ──▶ transport encodes it
+//
+// One round trip. For a counted call (evaluate, lookup, MCP lookup_ip) the
+// iplimit hop, the quota hop and the event and history calls are not four
+// waits but one chained call (chain.go): a single message goes limiter →
+// quota (→ its commit) → events → devicehist, each actor handing it to the
+// next, and the caller waits once for the answer. A refusal stops it where
+// it happens, so the order of the stages above is kept exactly.
 //
 // A refusal is a value (Refusal: status, code, message, hint, Retry-After,
 // rate-limit figures), rendered in one place per transport: an error body

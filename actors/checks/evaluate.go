@@ -86,13 +86,13 @@ func (s *Service) Evaluate(c *Call, req *EvalRequest) (*Evaluation, *Refusal) {
 	}
 
 	// 1. Admit: the caller was authenticated; charge by the table.
-	if ref := s.charge(c, out); ref != nil {
-		return nil, ref
-	}
-	if req.Err != nil {
-		return nil, Invalid(req.Err.Error())
-	}
-	if out == evalRejected {
+	if req.Err != nil || out == evalRejected {
+		if ref := s.charge(c, out); ref != nil {
+			return nil, ref
+		}
+		if req.Err != nil {
+			return nil, Invalid(req.Err.Error())
+		}
 		return nil, Invalid(MsgInvalidToken)
 	}
 
@@ -113,12 +113,26 @@ func (s *Service) Evaluate(c *Call, req *EvalRequest) (*Evaluation, *Refusal) {
 		o.netEv = networkEvidence(ev.netEv[:0], &ev.in.Network, &nf, snap)
 		o.networkAgeS, o.hasNetAge = nettoken.Age(&nf, c.Now), true
 	}
+
+	// The charge and, for a visitor check, the facts it needs (facts.go)
+	// travel as one chained call: one round trip.
+	ch := s.newChain(c, out)
+	if o.kind == kindVisitor {
+		s.planFacts(c, ch, ev, req)
+	}
+	ref, timedOut := s.run(c, ch)
+	if ref != nil {
+		ch.release()
+		ev.Release()
+		return nil, ref
+	}
 	ev.extras(req, snap)
 
-	// 2. Resolve the facts a visitor check needs (facts.go).
+	// 2. Resolve: read what the chain brought back.
 	if o.kind == kindVisitor {
-		s.resolveFacts(c, ev, req)
+		s.resolveFacts(c, ch, ev, req, timedOut)
 	}
+	ch.release()
 
 	// 3. Score.
 	score.Evaluate(&ev.in, &ev.res)

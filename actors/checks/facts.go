@@ -12,47 +12,69 @@ import (
 	"github.com/fraudd/fraudd/wire"
 )
 
-// resolveFacts is the resolve stage of a visitor check: every actor call an
-// evaluation waits on after its charge is made here, in this order.
+// The resolve stage of a visitor check: every actor call an evaluation
+// waits on after its charge is planned here, in this order.
 //
 //	call                 when                                       actor
 //	events.Resolve       a fingerprintEventId was sent              actors/events
-//	challenge.Submit     evidence was sent and the event resolved   actors/challenge
 //	devicehist.Observe   a resolved device or an accountId          actors/devicehist
+//	challenge.Submit     evidence was sent and the event resolved   actors/challenge
 //
-// Each is one round trip answered on a pooled channel, and each fails open:
-// the answer goes on without what it could not read. The second and third
-// need the first's visitor id. Before them Admit took the per-address
-// limiters (actors/iplimit) and the charge went to actors/quota, one round
-// trip each: a live evaluation with a device event and an accountId waits
-// on four in a row.
-func (s *Service) resolveFacts(c *Call, ev *Evaluation, req *EvalRequest) {
-	account := c.Auth.View.ID
-	s.resolveDevice(c, ev, req.FingerprintEventID, account)
-	if (req.GPUEvidence != nil || req.BrowserEvidence != nil) && ev.in.Device.Present {
-		s.submitEvidence(c, ev, req, account)
-	}
-	s.observeHistory(c, ev, req)
-}
+// The first two travel in the charge's chained call (chain.go): the
+// limiters, the charge, the event and the history are one round trip, each
+// actor handing the call to the next, and the history hears the visitor id
+// the event resolved to. The evidence (a beta) is a round trip of its own
+// after the chain. Each fails open: the answer goes on without what it
+// could not read.
 
-// resolveDevice resolves fingerprintEventId and sets device_status: ok when
-// the event resolved for this account, unavailable when an id was sent that
-// did not (unknown, malformed, another account's, pruned, or the device
-// store failing), not_sent otherwise. Without a resolved event the engine
-// sees no device (SPEC 2.8.7: network-only decision, no device object, not
-// degraded).
-func (s *Service) resolveDevice(c *Call, ev *Evaluation, eventID, account string) {
+// planFacts adds the event and the history to the chain.
+func (s *Service) planFacts(c *Call, ch *chain, ev *Evaluation, req *EvalRequest) {
 	o := &ev.opts
 	o.deviceStatus = "not_sent"
-	if eventID == "" {
+	if req.FingerprintEventID != "" {
+		o.deviceStatus = "unavailable"
+		if id, ok := events.ParseEventID(req.FingerprintEventID); ok {
+			ch.resolve = events.Resolve{ID: id, Account: c.Auth.View.ID, Now: c.Now}
+			ch.resolveP = true
+		}
+	}
+	ch.obs = observation(c, req.FingerprintEventID, req.AccountID, &ev.in.Network)
+	if err := s.chHistory.Prepare(ch.obs, &ch.observe); err != nil {
+		ch.histErr = err
 		return
 	}
-	o.deviceStatus = "unavailable"
-	id, ok := events.ParseEventID(eventID)
-	if !ok {
+	ch.observeP = true
+}
+
+// resolveFacts feeds what the chain brought back to the engine and the
+// builder, then submits the evidence. timedOut: the chain did not answer
+// in time after the charge; the answer goes on without device or history.
+func (s *Service) resolveFacts(c *Call, ch *chain, ev *Evaluation, req *EvalRequest, timedOut bool) {
+	if timedOut {
+		s.log.Warn("device event and history not read in time")
 		return
 	}
-	res, err := s.events.Resolve(events.Resolve{ID: id, Account: account, Now: c.Now})
+	if ch.resolveP {
+		s.applyDevice(c, ev, &ch.resolved, ch.eventErr)
+	}
+	if (req.GPUEvidence != nil || req.BrowserEvidence != nil) && ev.in.Device.Present {
+		s.submitEvidence(c, ev, req, c.Auth.View.ID)
+	}
+	if ch.histErr != nil {
+		s.log.Warn("device history not observed", "err", ch.histErr)
+		return
+	}
+	s.applyFacts(c, ev, &ch.facts)
+}
+
+// applyDevice reads the resolved fingerprintEventId and sets device_status:
+// ok when the event resolved for this account, unavailable when an id was
+// sent that did not (unknown, malformed, another account's, pruned, or the
+// device store failing), not_sent otherwise. Without a resolved event the
+// engine sees no device (SPEC 2.8.7: network-only decision, no device
+// object, not degraded).
+func (s *Service) applyDevice(c *Call, ev *Evaluation, res *events.Resolved, err error) {
+	o := &ev.opts
 	if err != nil {
 		s.log.Warn("device event not resolved", "err", err)
 		return
@@ -195,20 +217,10 @@ func canonicalEventID(id string) string {
 	return strings.Clone(id)
 }
 
-// observeHistory runs the device-history call of a visitor check and feeds
-// the facts it answers to the engine and the builder. A failure is logged
-// and the answer goes on without history.
-func (s *Service) observeHistory(c *Call, ev *Evaluation, req *EvalRequest) {
-	deviceID := ""
-	if ev.in.Device.Present {
-		deviceID = ev.in.Device.VisitorID
-	}
-	f, err := s.observeDevice(c, req.FingerprintEventID, deviceID, req.AccountID, &ev.in.Network)
-	if err != nil {
-		s.log.Warn("device history not observed", "err", err)
-		return
-	}
-	ev.histFacts = f
+// applyFacts feeds the customer's history facts to the engine and the
+// builder.
+func (s *Service) applyFacts(c *Call, ev *Evaluation, f *devicehist.Facts) {
+	ev.histFacts = *f
 	ev.opts.hist = &ev.histFacts
 	var timesSeen int64
 	var firstSeen time.Time
@@ -218,21 +230,21 @@ func (s *Service) observeHistory(c *Call, ev *Evaluation, req *EvalRequest) {
 	applyHistory(&ev.in, &ev.histFacts, c.liveKey(), timesSeen, firstSeen, c.Now)
 }
 
-// observeDevice records an evaluation's device and account evidence on the
-// customer's device-history shard and answers its facts, in one round trip.
-// deviceID is the resolved event's visitor id ("" without device evidence),
-// accountID the request's accountId ("" when not sent). The personal test
-// key reads without recording. Errors mean "no facts".
-func (s *Service) observeDevice(c *Call, eventID, deviceID, accountID string, n *score.Network) (devicehist.Facts, error) {
+// observation is an evaluation's device and account evidence for the
+// customer's device-history shard. The device id (the resolved event's
+// visitor id) is set once the event resolved; accountID is the request's
+// accountId ("" when not sent). The personal test key reads without
+// recording.
+func observation(c *Call, eventID, accountID string, n *score.Network) devicehist.Observation {
 	o := devicehist.Observation{
 		Customer: c.Auth.View.ID, Test: !c.liveKey(),
-		EventID: eventID, DeviceID: deviceID, AccountID: accountID,
+		EventID: eventID, AccountID: accountID,
 		SharedExit: n.SharedExit(), Now: c.Now,
 	}
 	if !n.Degraded {
 		o.IP = n.IP
 	}
-	return s.history.Observe(o)
+	return o
 }
 
 // applyHistory sets the engine inputs that come from device history:

@@ -221,15 +221,56 @@ func (c *Client) Observe(o Observation) (Facts, error) {
 	if c.stopped.Load() {
 		return Facts{}, ErrStopped
 	}
-	if o.Customer == "" || len(o.Customer) > storage.MaxHistCustomer || len(o.DeviceID) > storage.MaxHistDevice || len(o.AccountID) > maxAccountBytes {
-		return Facts{}, ErrInvalid
-	}
 	call := c.calls.Get(obsReq{})
-	q := &call.Req
+	if err := c.prepare(o, &call.Req); err != nil {
+		return Facts{}, err
+	}
+	c.shards.Send(actors.HashString(o.Customer), call)
+	f, err := c.calls.Wait(call)
+	if err != nil {
+		return Facts{}, fmt.Errorf("devicehist: %w", err)
+	}
+	return f, nil
+}
+
+// Prepared is an Observation made ready to cross into a shard as one step
+// of a chained call (Prepare, then ObserveThen): its strings copied and the
+// accountId hashed on the caller's goroutine. The zero value observes
+// nothing.
+type Prepared struct {
+	q    obsReq
+	hash uint64 // the customer's shard
+}
+
+// SetDevice sets the resolved event's visitor id, known only once the
+// event resolved (an earlier step of the chain); "" for none. An id over
+// its bound is dropped (observed without a device).
+func (p *Prepared) SetDevice(id string) {
+	if len(id) > storage.MaxHistDevice {
+		id = ""
+	}
+	p.q.nDev = uint8(copy(p.q.dev[:], id))
+}
+
+// Prepare readies o for ObserveThen; o.DeviceID may be left "" and set
+// later with SetDevice. The error is Observe's ErrInvalid.
+func (c *Client) Prepare(o Observation, p *Prepared) error {
+	if err := c.prepare(o, &p.q); err != nil {
+		return err
+	}
+	p.hash = actors.HashString(o.Customer)
+	return nil
+}
+
+func (c *Client) prepare(o Observation, q *obsReq) error {
+	if o.Customer == "" || len(o.Customer) > storage.MaxHistCustomer || len(o.DeviceID) > storage.MaxHistDevice || len(o.AccountID) > maxAccountBytes {
+		return ErrInvalid
+	}
 	q.now, q.test = o.Now.Unix(), o.Test
 	q.nCust = uint8(copy(q.cust[:], o.Customer))
 	q.nDev = uint8(copy(q.dev[:], o.DeviceID))
 	q.nAcct = uint16(copy(q.acctID[:], o.AccountID))
+	q.ev, q.acct, q.ip = 0, storage.AccountHash{}, netip.Addr{}
 	if o.EventID != "" {
 		q.ev = max(actors.HashString(o.EventID), 1)
 	}
@@ -240,12 +281,29 @@ func (c *Client) Observe(o Observation) (Facts, error) {
 		}
 	}
 	q.sharedExit = o.SharedExit
-	c.shards.Send(actors.HashString(o.Customer), call)
-	f, err := c.calls.Wait(call)
-	if err != nil {
-		return Facts{}, fmt.Errorf("devicehist: %w", err)
+	return nil
+}
+
+// ObserveStep is an Observe that is one step of a chained call
+// (actors/checks): the customer's shard hands the facts to Observed on its
+// own goroutine instead of answering a waiting caller. Observed must not
+// block. While the shard is down or stopping, Fail gets the error instead
+// (on the sender's goroutine).
+type ObserveStep interface {
+	actors.Failer
+	ObserveReq() *Prepared
+	Observed(Facts, error)
+}
+
+// ObserveThen is Observe as a step of a chained call, for an observation
+// made ready with Prepare: it sends st to the customer's shard and returns
+// at once; the shard calls st.Observed.
+func (c *Client) ObserveThen(st ObserveStep) {
+	if c.stopped.Load() {
+		st.Fail(ErrStopped)
+		return
 	}
-	return f, nil
+	c.shards.Send(st.ObserveReq().hash, st)
 }
 
 // accountHash is HMAC-SHA256(derived key, customer ‖ 0 ‖ accountId), cut to

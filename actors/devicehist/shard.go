@@ -120,6 +120,8 @@ func (s shard) Receive(ctx actor.Context) {
 	case *obsCall:
 		f, err := s.observe(&m.Req)
 		m.Reply(f, err)
+	case ObserveStep:
+		m.Observed(s.observe(&m.ObserveReq().q))
 	case *devicesCall:
 		m.Reply(s.list(&m.Req), nil)
 	case barrier:

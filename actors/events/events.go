@@ -161,6 +161,17 @@ type Resolved struct {
 
 type resolveCall = actors.Call[Resolve, Resolved]
 
+// ResolveStep is a Resolve that is one step of a chained call
+// (actors/checks): the event's shard hands the answer to Resolved on its own
+// goroutine instead of answering a waiting caller. Resolved must not block.
+// While the shard is down or stopping, Fail gets the error instead (on the
+// sender's goroutine).
+type ResolveStep interface {
+	actors.Failer
+	ResolveReq() *Resolve
+	Resolved(Resolved, error)
+}
+
 // Verdict is the device verdict stored with the event, as intel/device
 // computed it when the event arrived (its findings aside).
 func (r *Resolved) Verdict() device.Verdict {
@@ -345,6 +356,17 @@ func (c *Client) Resolve(m Resolve) (Resolved, error) {
 	call := c.resolves.Get(m)
 	c.shards.Send(routeHash(binary.BigEndian.Uint16(m.ID[4:6])), call)
 	return c.resolves.Wait(call)
+}
+
+// ResolveThen is Resolve as a step of a chained call: it sends st to the
+// event's shard and returns at once; the shard calls st.Resolved.
+func (c *Client) ResolveThen(st ResolveStep) {
+	if c.stopped.Load() {
+		st.Fail(ErrStopped)
+		return
+	}
+	id := &st.ResolveReq().ID
+	c.shards.Send(routeHash(binary.BigEndian.Uint16(id[4:6])), st)
 }
 
 // flush has every shard with changes hand them to the committer and waits

@@ -75,6 +75,8 @@ func (s shard) Receive(ctx actor.Context) {
 	case *resolveCall:
 		res, err := s.resolve(&m.Req)
 		m.Reply(res, err)
+	case ResolveStep:
+		m.Resolved(s.resolve(m.ResolveReq()))
 	case *record:
 		s.record(m.e)
 	case flushReq:

@@ -24,6 +24,17 @@ type Take struct {
 
 type takeCall = actors.Call[Take, Verdict]
 
+// TakeStep is a Take that is one step of a chained call (actors/checks): the
+// shard hands the verdict to Taken on its own goroutine instead of answering
+// a waiting caller, and Taken sends the chain on or answers it. Taken must
+// not block. While the shard is down or stopping, Fail gets the error
+// instead (on the sender's goroutine).
+type TakeStep interface {
+	actors.Failer
+	TakeReq() *Take
+	Taken(Verdict)
+}
+
 // failMsg records one invalid credential (fire-and-forget).
 type failMsg struct {
 	addr netip.Addr
@@ -41,6 +52,9 @@ func (s shard) Receive(ctx actor.Context) {
 		m.Reply(s.l.take(m.Req.Kinds, m.Req.Addr, m.Req.Now), nil)
 	case *failMsg:
 		s.l.fail(m.addr, m.now)
+	case TakeStep:
+		r := m.TakeReq()
+		m.Taken(s.l.take(r.Kinds, r.Addr, r.Now))
 	case actors.Tick:
 		s.l.sweep(m.Now)
 	case lenProbe:
@@ -104,6 +118,16 @@ func (c *Client) Take(kinds Kinds, addr netip.Addr, now time.Time) (Verdict, err
 	call := c.calls.Get(Take{Kinds: kinds, Addr: addr, Now: now})
 	c.shards.Send(shardHash(addr), call)
 	return c.calls.Wait(call)
+}
+
+// TakeThen is Take as a step of a chained call: it sends st to the
+// address's shard and returns at once; the shard calls st.Taken.
+func (c *Client) TakeThen(st TakeStep) {
+	if c.stopped.Load() {
+		st.Fail(ErrStopped)
+		return
+	}
+	c.shards.Send(shardHash(st.TakeReq().Addr), st)
 }
 
 // Check reports whether addr is locked out (Take of AuthFail alone).

@@ -139,6 +139,17 @@ func (c *Client) Charge(m Charge) (ChargeResult, error) {
 	return c.charges.Wait(call)
 }
 
+// ChargeThen is Charge as a step of a chained call: it sends st to the
+// account's shard and returns at once; st.Charged hears the result, after
+// the increment is committed as for Charge.
+func (c *Client) ChargeThen(st ChargeStep) {
+	if c.stopped.Load() {
+		st.Fail(ErrStopped)
+		return
+	}
+	c.shards.Send(actors.HashString(st.ChargeReq().Account), st)
+}
+
 // Usage reports an account's usage without consuming anything.
 func (c *Client) Usage(m Usage) (UsageView, error) {
 	if c.stopped.Load() {

@@ -33,7 +33,7 @@ func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, 
 				p := &ps[i]
 				p.ent.inflight.Add(-1)
 				if p.call != nil {
-					p.call.Reply(p.res, nil)
+					p.call.Charged(p.res, nil)
 				}
 			}
 			return
@@ -48,7 +48,7 @@ func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, 
 			// caller can send its next message there.
 			root.Send(p.shard, &rollback{p: p})
 			if call != nil {
-				call.Reply(ChargeResult{}, err)
+				call.Charged(ChargeResult{}, err)
 			}
 		}
 	}

@@ -26,6 +26,27 @@ type (
 	collectCall = actors.Call[Collect, CollectResult]
 )
 
+// ChargeStep is a Charge that is one step of a chained call
+// (actors/checks): the account's shard hands the result to Charged, on its
+// own goroutine or, for a charge that waits for its increment to be
+// committed, on the group committer's, instead of answering a waiting
+// caller. Charged must not block. While the shard is down or stopping,
+// Fail gets the error instead (on the sender's goroutine).
+type ChargeStep interface {
+	actors.Failer
+	ChargeReq() *Charge
+	Charged(ChargeResult, error)
+}
+
+// charged is whoever hears a charge's result: a waiting caller (callReply)
+// or a chained step.
+type charged interface{ Charged(ChargeResult, error) }
+
+// callReply answers a waiting caller's Call.
+type callReply struct{ c *chargeCall }
+
+func (r callReply) Charged(res ChargeResult, err error) { r.c.Reply(res, err) }
+
 // countTotal adds one to total_evaluations without a check (fire-and-forget).
 type countTotal struct {
 	account string
@@ -34,7 +55,7 @@ type countTotal struct {
 
 // pending is one delta on its way to the store, with whoever waits for it.
 type pending struct {
-	call   *chargeCall // nil when nobody waits
+	call   charged // nil when nobody waits
 	res    ChargeResult
 	ent    *account
 	delta  storage.UsageDelta
@@ -67,7 +88,9 @@ type shard struct{ *shardState }
 func (s shard) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *chargeCall:
-		s.charge(ctx, m)
+		s.charge(ctx, &m.Req, callReply{m})
+	case ChargeStep:
+		s.charge(ctx, m.ChargeReq(), m)
 	case *usageCall:
 		a, err := s.account(m.Req.Account, m.Req.Now)
 		if err != nil {
@@ -104,16 +127,15 @@ func (s shard) Receive(ctx actor.Context) {
 	}
 }
 
-func (s shard) charge(ctx actor.Context, call *chargeCall) {
-	c := &call.Req
+func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 	a, err := s.account(c.Account, c.Now)
 	if err != nil {
-		call.Reply(ChargeResult{}, err)
+		call.Charged(ChargeResult{}, err)
 		return
 	}
 	res, d := a.charge(c, s.warnFn)
 	if s.commit == nil || (d.Counts == storage.MonthCounts{} && d.Totals == storage.Totals{}) {
-		call.Reply(res, nil)
+		call.Charged(res, nil)
 		return
 	}
 	p := pending{res: res, ent: a, delta: d, bucket: c.Bucket}
@@ -122,7 +144,7 @@ func (s shard) charge(ctx actor.Context, call *chargeCall) {
 		p.call, p.hourly, p.wstart = call, c.Hourly, a.hour[c.Bucket&1].start
 	} else {
 		// A refusal only adds a limit hit; nobody pays for losing it in a crash.
-		call.Reply(res, nil)
+		call.Charged(res, nil)
 	}
 	s.persist(ctx, p)
 }

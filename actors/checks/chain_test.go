@@ -1,0 +1,280 @@
+package checks
+
+import (
+	"bytes"
+	"log/slog"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/actors/iplimit"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/intel/device"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// goid is the current goroutine's id, read from its stack header (tests
+// only): a call made on the caller's goroutine is a round trip it waits on,
+// one made on an actor's is a hop of a chain.
+func goid() uint64 {
+	var b [64]byte
+	n := runtime.Stack(b[:], false)
+	f := bytes.Fields(b[:n])
+	id, _ := strconv.ParseUint(string(f[1]), 10, 64)
+	return id
+}
+
+// hops counts the actor calls of the pipeline by kind and by where they
+// were made: on the caller's goroutine (a round trip, blocking or the start
+// of a chain) or on an actor's (a chain handed on).
+type hops struct {
+	mu     sync.Mutex
+	caller uint64
+	trips  int            // round trips the caller waited on
+	by     map[string]int // every call, by actor
+}
+
+func (h *hops) note(actor string, chained bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.by[actor]++
+	if !chained || goid() == h.caller {
+		h.trips++
+	}
+}
+
+func (h *hops) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.caller, h.trips, h.by = goid(), 0, map[string]int{}
+}
+
+// The real actor clients, counted.
+type (
+	countedLimiter struct {
+		*iplimit.Client
+		h *hops
+	}
+	countedQuota struct {
+		*quota.Client
+		h *hops
+	}
+	countedEvents struct {
+		*events.Client
+		h *hops
+	}
+	countedHistory struct {
+		*devicehist.Client
+		h *hops
+	}
+)
+
+func (l countedLimiter) Take(k iplimit.Kinds, a netip.Addr, n time.Time) (iplimit.Verdict, error) {
+	l.h.note("iplimit", false)
+	return l.Client.Take(k, a, n)
+}
+func (l countedLimiter) TakeThen(st iplimit.TakeStep) {
+	l.h.note("iplimit", true)
+	l.Client.TakeThen(st)
+}
+func (q countedQuota) Charge(c quota.Charge) (quota.ChargeResult, error) {
+	q.h.note("quota", false)
+	return q.Client.Charge(c)
+}
+func (q countedQuota) ChargeThen(st quota.ChargeStep) {
+	q.h.note("quota", true)
+	q.Client.ChargeThen(st)
+}
+func (e countedEvents) Resolve(r events.Resolve) (events.Resolved, error) {
+	e.h.note("events", false)
+	return e.Client.Resolve(r)
+}
+func (e countedEvents) ResolveThen(st events.ResolveStep) {
+	e.h.note("events", true)
+	e.Client.ResolveThen(st)
+}
+func (d countedHistory) Observe(o devicehist.Observation) (devicehist.Facts, error) {
+	d.h.note("devicehist", false)
+	return d.Client.Observe(o)
+}
+func (d countedHistory) ObserveThen(st devicehist.ObserveStep) {
+	d.h.note("devicehist", true)
+	d.Client.ObserveThen(st)
+}
+
+// usageStore is a quota.Store in memory, so that charges wait for the group
+// committer as they do on a real store.
+type usageStore struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (s *usageStore) LoadUsage(string, storage.Month) (storage.MonthCounts, storage.Totals, error) {
+	return storage.MonthCounts{}, storage.Totals{}, nil
+}
+
+func (s *usageStore) ApplyUsage(d []storage.UsageDelta) error {
+	s.mu.Lock()
+	s.n += len(d)
+	s.mu.Unlock()
+	return nil
+}
+
+type realPipeline struct {
+	*Service
+	h      *hops
+	events *events.Client
+	view   *accounts.View
+	store  *usageStore
+}
+
+func newRealPipeline(t *testing.T) *realPipeline {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	h := &hops{}
+	lim := iplimit.New(sys.Root, iplimit.Config{Shards: 2})
+	store := &usageStore{}
+	q := quota.New(sys.Root, quota.Config{Shards: 2, Store: store, Logger: slog.New(slog.DiscardHandler)})
+	ev := events.New(sys.Root, events.Config{Shards: 2})
+	t.Cleanup(func() { _ = lim.Stop(); _ = q.Stop(); _ = ev.Stop() })
+	fa := newFakeAccounts()
+	s, err := New(Config{Accounts: fa, Limits: countedLimiter{lim, h}, Quota: countedQuota{q, h}, Feeds: testFeeds(t),
+		Events: countedEvents{ev, h}, History: countedHistory{newDeviceHist(t), h}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &realPipeline{Service: s, h: h, events: ev, view: fa.view, store: store}
+}
+
+// event collects a device event for the fake account.
+func (p *realPipeline) event(t *testing.T, visitor string) string {
+	t.Helper()
+	id, err := p.events.Collect(events.Collected{Account: p.view.ID, Now: fixedNow, Verdict: &device.Verdict{VisitorID: visitor, Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events.FormatEventID(id)
+}
+
+// evaluate admits a live-key caller and evaluates req, counting the hops.
+func (p *realPipeline) evaluate(t *testing.T, req *EvalRequest) (*Evaluation, *Refusal) {
+	t.Helper()
+	p.h.reset()
+	c := &Call{Addr: netip.MustParseAddr("73.0.0.1"), Now: fixedNow}
+	if ref := p.Admit(c, Credential{Key: "sk_live_unit"}, AccessEvaluate); ref != nil {
+		return nil, ref
+	}
+	return p.Evaluate(c, req)
+}
+
+// TestLiveEvaluationOneRoundTrip: a live evaluation with a device event and
+// an accountId waits on one round trip (it waited on four: the limiter, the
+// quota, the event, the history, one after another), while every actor
+// still does its part; a lookup waits on one (it waited on two).
+func TestLiveEvaluationOneRoundTrip(t *testing.T) {
+	p := newRealPipeline(t)
+	req := &EvalRequest{FingerprintEventID: p.event(t, "visitor-1"), AccountID: "user-1"}
+	for i := range 3 { // the first resolve, then replays: the same hops
+		ev, ref := p.evaluate(t, req)
+		if ref != nil {
+			t.Fatalf("refused: %+v", ref)
+		}
+		body := ev.Body()
+		if body.Device == nil || body.DeviceStatus != "ok" || body.Device.CustomerHistory == nil || body.Account == nil {
+			t.Fatalf("evaluation %d lacks its facts: status %q device %+v account %+v", i, body.DeviceStatus, body.Device, body.Account)
+		}
+		ev.Release()
+		want := map[string]int{"iplimit": 1, "quota": 1, "events": 1, "devicehist": 1}
+		if p.h.trips != 1 || !sameCounts(p.h.by, want) {
+			t.Fatalf("evaluation %d: %d round trips over %v; want 1 over %v", i, p.h.trips, p.h.by, want)
+		}
+	}
+	if p.store.n == 0 {
+		t.Fatal("the charges were not committed")
+	}
+
+	// A lookup: the limiters and the charge in one round trip.
+	p.h.reset()
+	c := &Call{Addr: netip.MustParseAddr("73.0.0.1"), Now: fixedNow}
+	if ref := p.Admit(c, Credential{Key: "sk_live_unit"}, AccessLookup); ref != nil {
+		t.Fatal(ref.Msg)
+	}
+	if _, ref := p.Lookup(c, PathTarget("1.1.1.1")); ref != nil {
+		t.Fatal(ref.Msg)
+	}
+	if want := map[string]int{"iplimit": 1, "quota": 1}; p.h.trips != 1 || !sameCounts(p.h.by, want) {
+		t.Fatalf("lookup: %d round trips over %v; want 1 over %v", p.h.trips, p.h.by, want)
+	}
+}
+
+// TestRefusedChainRecordsNoDeviceUse: a call the quota refuses ends the
+// chain there: its event is not resolved (no use recorded) and nothing is
+// observed.
+func TestRefusedChainRecordsNoDeviceUse(t *testing.T) {
+	p := newRealPipeline(t)
+	one := int64(1)
+	p.view.Plan, p.view.HourlyLimit = quota.PlanCustom, &one
+	req := &EvalRequest{FingerprintEventID: p.event(t, "visitor-2"), AccountID: "user-2"}
+	ev, ref := p.evaluate(t, req)
+	if ref != nil {
+		t.Fatalf("first call refused: %+v", ref)
+	}
+	ev.Release()
+	_, ref = p.evaluate(t, req)
+	if ref == nil || ref.Status != 429 || ref.Msg != MsgHourly {
+		t.Fatalf("second call: %+v", ref)
+	}
+	if want := map[string]int{"iplimit": 1, "quota": 1}; p.h.trips != 1 || !sameCounts(p.h.by, want) {
+		t.Fatalf("refused: %d round trips over %v; want 1 over %v", p.h.trips, p.h.by, want)
+	}
+	id, _ := events.ParseEventID(req.FingerprintEventID)
+	res, err := p.events.Resolve(events.Resolve{ID: id, Account: p.view.ID, Now: fixedNow})
+	if err != nil || !res.Found || res.Event.Uses != 1 {
+		t.Fatalf("the event was used %d times (found %v, %v); want once, by the allowed call", res.Event.Uses, res.Found, err)
+	}
+}
+
+// TestChainFailsOpenOnStoppedFacts: an event actor that cannot take the
+// chain (stopped) leaves the device out; the history still runs and the
+// call is answered.
+func TestChainFailsOpenOnStoppedFacts(t *testing.T) {
+	p := newRealPipeline(t)
+	req := &EvalRequest{FingerprintEventID: p.event(t, "visitor-3"), AccountID: "user-3"}
+	if err := p.events.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ev, ref := p.evaluate(t, req)
+	if ref != nil {
+		t.Fatalf("refused: %+v", ref)
+	}
+	defer ev.Release()
+	if b := ev.Body(); b.DeviceStatus != "unavailable" || b.Device != nil || b.Account == nil {
+		t.Fatalf("status %q device %+v account %+v", b.DeviceStatus, b.Device, b.Account)
+	}
+	if p.h.trips != 1 || p.h.by["devicehist"] != 1 {
+		t.Fatalf("%d round trips over %v", p.h.trips, p.h.by)
+	}
+}
+
+func sameCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+var _ actors.Failer = (*chain)(nil)
