@@ -26,7 +26,7 @@ func encodeBody(t *testing.T, v any) string {
 	return string(b)
 }
 
-func newDeviceHist(t *testing.T) *devicehist.Client {
+func newDeviceHist(t testing.TB) *devicehist.Client {
 	t.Helper()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	c, err := devicehist.New(sys.Root, devicehist.Config{Shards: 2, Secret: secrets.FromBytes([]byte("unit"))})

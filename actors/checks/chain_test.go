@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,7 +138,12 @@ type realPipeline struct {
 	store  *usageStore
 }
 
-func newRealPipeline(t *testing.T) *realPipeline {
+func newRealPipeline(t testing.TB) *realPipeline { return newPipelineOf(t, false) }
+
+// newPipelineOf builds the pipeline over real actors, counting their calls
+// in tests (not in benchmarks); blocking hides their chained calls, so that
+// every hop is a round trip of its own, as before the chain.
+func newPipelineOf(t testing.TB, blocking bool) *realPipeline {
 	t.Helper()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	h := &hops{}
@@ -147,8 +153,16 @@ func newRealPipeline(t *testing.T) *realPipeline {
 	ev := events.New(sys.Root, events.Config{Shards: 2})
 	t.Cleanup(func() { _ = lim.Stop(); _ = q.Stop(); _ = ev.Stop() })
 	fa := newFakeAccounts()
-	s, err := New(Config{Accounts: fa, Limits: countedLimiter{lim, h}, Quota: countedQuota{q, h}, Feeds: testFeeds(t),
-		Events: countedEvents{ev, h}, History: countedHistory{newDeviceHist(t), h}, Logger: slog.New(slog.DiscardHandler)})
+	hist := newDeviceHist(t)
+	cfg := Config{Accounts: fa, Limits: lim, Quota: q, Feeds: testFeeds(t), Events: ev, History: hist, Logger: slog.New(slog.DiscardHandler)}
+	if _, bench := t.(*testing.B); !bench {
+		cfg.Limits, cfg.Quota, cfg.Events, cfg.History = countedLimiter{lim, h}, countedQuota{q, h}, countedEvents{ev, h}, countedHistory{hist, h}
+	}
+	if blocking {
+		cfg.Limits, cfg.Quota = struct{ Limiter }{cfg.Limits}, struct{ Quota }{cfg.Quota}
+		cfg.Events, cfg.History = struct{ Events }{cfg.Events}, struct{ History }{cfg.History}
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +170,7 @@ func newRealPipeline(t *testing.T) *realPipeline {
 }
 
 // event collects a device event for the fake account.
-func (p *realPipeline) event(t *testing.T, visitor string) string {
+func (p *realPipeline) event(t testing.TB, visitor string) string {
 	t.Helper()
 	id, err := p.events.Collect(events.Collected{Account: p.view.ID, Now: fixedNow, Verdict: &device.Verdict{VisitorID: visitor, Complete: true}})
 	if err != nil {
@@ -166,7 +180,7 @@ func (p *realPipeline) event(t *testing.T, visitor string) string {
 }
 
 // evaluate admits a live-key caller and evaluates req, counting the hops.
-func (p *realPipeline) evaluate(t *testing.T, req *EvalRequest) (*Evaluation, *Refusal) {
+func (p *realPipeline) evaluate(t testing.TB, req *EvalRequest) (*Evaluation, *Refusal) {
 	t.Helper()
 	p.h.reset()
 	c := &Call{Addr: netip.MustParseAddr("73.0.0.1"), Now: fixedNow}
@@ -263,6 +277,80 @@ func TestChainFailsOpenOnStoppedFacts(t *testing.T) {
 	if p.h.trips != 1 || p.h.by["devicehist"] != 1 {
 		t.Fatalf("%d round trips over %v", p.h.trips, p.h.by)
 	}
+}
+
+// BenchmarkLiveEvaluation is a live evaluation with a device event and an
+// accountId through the pipeline over real actors (the quota waiting for
+// its group committer), its hops as four round trips (blocking, as before
+// the chain) and as one chained call.
+func BenchmarkLiveEvaluation(b *testing.B) {
+	for _, blocking := range []bool{true, false} {
+		name := "chained"
+		if blocking {
+			name = "blocking"
+		}
+		b.Run(name, func(b *testing.B) {
+			p := newPipelineOf(b, blocking)
+			p.view.Plan = quota.PlanPublicInterest
+			req := &EvalRequest{FingerprintEventID: p.event(b, "visitor-b"), AccountID: "user-b"}
+			c := &Call{Addr: netip.MustParseAddr("73.0.0.1"), Now: fixedNow}
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				*c = Call{Addr: c.Addr, Now: fixedNow}
+				if ref := p.Admit(c, Credential{Key: "sk_live_unit"}, AccessEvaluate); ref != nil {
+					b.Fatal(ref.Msg)
+				}
+				ev, ref := p.Evaluate(c, req)
+				if ref != nil {
+					b.Fatal(ref.Msg)
+				}
+				ev.Release()
+			}
+			// Process CPU (every goroutine: caller, actors, committer) per
+			// evaluation, the figure fraudbench's srv µs/req is made of.
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkLookupChain is a lookup through the pipeline over real actors:
+// the limiters and the durable charge as two round trips (blocking) and as
+// one chained call.
+func BenchmarkLookupChain(b *testing.B) {
+	for _, blocking := range []bool{true, false} {
+		name := "chained"
+		if blocking {
+			name = "blocking"
+		}
+		b.Run(name, func(b *testing.B) {
+			p := newPipelineOf(b, blocking)
+			p.view.Plan = quota.PlanPublicInterest
+			c := &Call{}
+			t := PathTarget("1.1.1.1")
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				*c = Call{Addr: netip.MustParseAddr("73.0.0.1"), Now: fixedNow}
+				if ref := p.Admit(c, Credential{Key: "sk_live_unit"}, AccessLookup); ref != nil {
+					b.Fatal(ref.Msg)
+				}
+				if _, ref := p.Lookup(c, t); ref != nil {
+					b.Fatal(ref.Msg)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func sameCounts(a, b map[string]int) bool {
