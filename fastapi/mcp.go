@@ -165,7 +165,12 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	anonymous := true
 	if len(bytes.TrimSpace(ctx.Request.Header.Peek("Authorization"))) > 0 {
-		if ref := s.checks.Admit(&r.Call, credential(ctx.Request.Header.Peek("Authorization")), checks.AccessMCP); ref != nil {
+		access := checks.AccessMCP
+		if mcpLookupCall(ctx) {
+			// It goes on to Lookup: the limiters ride its charge's call.
+			access = checks.AccessMCPLookup
+		}
+		if ref := s.checks.Admit(&r.Call, credential(ctx.Request.Header.Peek("Authorization")), access); ref != nil {
 			s.refuse(ctx, ref)
 			return
 		}
@@ -218,6 +223,10 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 		if method == "tools/call" && rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip" {
 			ip, isString := jsonString(params.Arguments.IP)
 			if ref := s.mcpPrepare(r, call, anonymous, ip); ref != nil {
+				if ref.Admission {
+					s.refuse(ctx, ref) // Admit's refusal, taken with the charge
+					return
+				}
 				s.rpcRefusal(ctx, peek.ID, ref)
 				return
 			}
@@ -232,6 +241,38 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	ctx.SetUserValue(mcpCallKey, call)
 	s.mcp(ctx)
+}
+
+// mcpLookupCall reports whether handleMCP will take the request to
+// mcpPrepare's Lookup: the transport is right and the body is one JSON-RPC
+// 2.0 tools/call of lookup_ip. It only reads; handleMCP checks the same
+// again in order and answers what fails.
+func mcpLookupCall(ctx *fasthttp.RequestCtx) bool {
+	ct, _, _ := bytes.Cut(ctx.Request.Header.ContentType(), []byte(";"))
+	if !bytes.EqualFold(bytes.TrimSpace(ct), []byte(contentTypeJSON)) {
+		return false
+	}
+	if jsonOK, sseOK := mcpAccepts(ctx.Request.Header.Peek("Accept")); !jsonOK || !sseOK {
+		return false
+	}
+	raw := ctx.PostBody()
+	body := bytes.TrimLeft(raw, " \t\r\n")
+	if len(body) == 0 || body[0] != '{' || !rpcPeekJSON.Valid(raw) {
+		return false
+	}
+	var peek rpcPeek
+	if rpcPeekJSON.Unmarshal(raw, &peek) != nil {
+		return false
+	}
+	if v, ok := jsonString(peek.JSONRPC); !ok || v != "2.0" {
+		return false
+	}
+	method, ok := jsonString(peek.Method)
+	if !ok || method != "tools/call" || !mcpMethods[method] {
+		return false
+	}
+	var params rpcCallParams
+	return rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip"
 }
 
 // mcpPrepare runs lookup_ip's pipeline call for the address ip into call. A

@@ -89,6 +89,9 @@ var (
 	// AccessMCP is /mcp with a bearer; without one the caller is anonymous
 	// and lookup_ip takes the free tool's limits (FreeLookup).
 	AccessMCP     = Access{Key: true, Allowlist: true}
+	// AccessMCPLookup is AccessMCP for a request the transport knows to be
+	// one lookup_ip call that goes on to Lookup (which charges it first).
+	AccessMCPLookup = Access{Key: true, Allowlist: true, Chained: true}
 	AccessUsage   = Access{Key: true, Limits: iplimit.Of(iplimit.Usage)}
 	AccessSample  = Access{Limits: iplimit.Of(iplimit.Sample)}
 	AccessFeed    = Access{Limits: iplimit.Of(iplimit.Feed)}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/iplimit"
@@ -114,8 +115,13 @@ func (s *Service) run(c *Call, ch *chain) (ref *Refusal, timedOut bool) {
 		ch.toCharge()
 	}
 	if !ch.wait() {
-		if ch.stage.Load() < stageResolve {
-			return storageUnavailable(fmt.Errorf("quota charge for %s: no answer in %v", ch.charge.Account, chainTimeout)), true
+		switch st := ch.stage.Load(); {
+		case st == stageTake:
+			ref = ServerError(fmt.Errorf("per-address limits: %w", actors.ErrTimeout))
+			ref.Admission = true
+			return ref, true
+		case st < stageResolve:
+			return storageUnavailable(fmt.Errorf("quota charge for %s: %w", ch.charge.Account, actors.ErrTimeout)), true
 		}
 		// The charge went through (its result is final): answer without
 		// the facts still under way.
@@ -124,10 +130,13 @@ func (s *Service) run(c *Call, ch *chain) (ref *Refusal, timedOut bool) {
 	}
 	if ch.take.Kinds != 0 {
 		if ch.takeErr != nil {
-			return ServerError(fmt.Errorf("per-address limits: %w", ch.takeErr)), false
+			ref = ServerError(fmt.Errorf("per-address limits: %w", ch.takeErr))
+		} else if !ch.verdict.Allowed {
+			ref = limitRefusal(ch.verdict)
 		}
-		if !ch.verdict.Allowed {
-			return limitRefusal(ch.verdict), false
+		if ref != nil {
+			ref.Admission = true
+			return ref, false
 		}
 	}
 	return chargeRefusal(c, ch.res, ch.chargeEr), false

@@ -177,6 +177,10 @@ type Refusal struct {
 	RateLimit RateLimit
 	// Cause is the internal failure behind a 5xx: logged, never sent.
 	Cause error
+	// Admission: the per-address limiters refused (or failed), in the
+	// admission step a chained call took for Admit (Access.Chained). A
+	// transport that renders Admit's refusals apart renders this one so.
+	Admission bool
 }
 
 // RateLimit is the X-RateLimit-* figures of a charged call (SPEC 4.1):
