@@ -88,14 +88,14 @@ var (
 	AccessChallenge = Access{Key: true, Allowlist: true}
 	// AccessMCP is /mcp with a bearer; without one the caller is anonymous
 	// and lookup_ip takes the free tool's limits (FreeLookup).
-	AccessMCP     = Access{Key: true, Allowlist: true}
+	AccessMCP = Access{Key: true, Allowlist: true}
 	// AccessMCPLookup is AccessMCP for a request the transport knows to be
 	// one lookup_ip call that goes on to Lookup (which charges it first).
 	AccessMCPLookup = Access{Key: true, Allowlist: true, Chained: true}
-	AccessUsage   = Access{Key: true, Limits: iplimit.Of(iplimit.Usage)}
-	AccessSample  = Access{Limits: iplimit.Of(iplimit.Sample)}
-	AccessFeed    = Access{Limits: iplimit.Of(iplimit.Feed)}
-	AccessCollect = Access{Limits: iplimit.Of(iplimit.Protect, iplimit.Collect)}
+	AccessUsage     = Access{Key: true, Limits: iplimit.Of(iplimit.Usage)}
+	AccessSample    = Access{Limits: iplimit.Of(iplimit.Sample)}
+	AccessFeed      = Access{Limits: iplimit.Of(iplimit.Feed)}
+	AccessCollect   = Access{Limits: iplimit.Of(iplimit.Protect, iplimit.Collect)}
 )
 
 // Admit lets a caller into an operation with access a. With a key it
