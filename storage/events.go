@@ -81,6 +81,9 @@ type DeviceEvent struct {
 
 	// Uses counts the evaluations that resolved the event; FirstUse is the
 	// first of them. The second resolve is a replay (evidence.device_replayed).
+	// Only Uses > 0 is ever read: the owner writes an event when its first
+	// use comes, and stores later uses only with a later write of the event
+	// (a replay costs no write), so a stored Uses can be below the count.
 	Uses     uint32
 	FirstUse time.Time
 }

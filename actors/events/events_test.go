@@ -130,7 +130,9 @@ func TestDurableAcrossEvictionAndRestart(t *testing.T) {
 	c = New(sys.Root, Config{Shards: 8, Store: db}) // another shard count: routing is by the id
 	defer c.Stop()
 	r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(2 * time.Hour)})
-	if err != nil || !r.Found || !r.Replayed || r.Event.Uses != 2 || r.Sightings.TimesSeen != 1 {
+	// The stored first use makes it a replay; the replay after the
+	// eviction was not written (only Uses > 0 is read).
+	if err != nil || !r.Found || !r.Replayed || r.Event.Uses != 1 || r.Sightings.TimesSeen != 1 {
 		t.Fatalf("after restart: %v %+v", err, r)
 	}
 	// Let the use recorded by that resolve reach the store so the prune
@@ -144,6 +146,52 @@ func TestDurableAcrossEvictionAndRestart(t *testing.T) {
 	}
 	if _, err := db.GetEvent(e.ID); err == nil {
 		t.Fatal("event survived retention")
+	}
+}
+
+// TestReplaysWriteNothing: once an event's first use is stored, replays
+// are answered from memory and write nothing; after a crash the stored first
+// use still makes the next resolve a replay.
+func TestReplaysWriteNothing(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	db, err := storage.Open("d", storage.Options{FS: fs, SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 4, Store: db})
+	defer c.Stop()
+	e := event("acc_a", "visitor-4", t0)
+	c.Record(e)
+	if r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0}); err != nil || !r.Found || r.Replayed {
+		t.Fatalf("first use: %v %+v", err, r)
+	}
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	before := db.WriteStats()
+	for i := range 50 {
+		if r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(time.Duration(i+1) * time.Second)}); err != nil || !r.Replayed || r.Event.Uses != uint32(i+1) {
+			t.Fatalf("replay %d: %v %+v", i, err, r)
+		}
+	}
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if d := db.WriteStats().Keys - before.Keys; d != 0 {
+		t.Fatalf("50 replays wrote %d keys, want 0", d)
+	}
+	db2, err := storage.Open("d", storage.Options{FS: fs.CrashClone(vfs.CrashCloneCfg{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	c2 := New(sys.Root, Config{Shards: 4, Store: db2})
+	defer c2.Stop()
+	if r, err := c2.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(time.Hour)}); err != nil || !r.Found || !r.Replayed {
+		t.Fatalf("after a crash: %v %+v", err, r)
 	}
 }
 

@@ -144,9 +144,12 @@ func (s shard) resolve(r *Resolve) (Resolved, error) {
 	}
 	ent.e.Uses++
 	if ent.e.FirstUse.IsZero() {
+		// Only the first use changes what a resolve reads back (Replayed):
+		// it is written. Later uses are counted here and stored with the
+		// event's next write, if any; a replay costs no write.
 		ent.e.FirstUse = r.Now
+		s.markEvent(ent)
 	}
-	s.markEvent(ent)
 	if v := ent.e.VisitorID; v != "" {
 		if he, err := s.sightingsOf(v, r.Now); err == nil {
 			res.Sightings = he.h
