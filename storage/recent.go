@@ -90,6 +90,12 @@ type EvalRef struct {
 	Seq uint32
 }
 
+// Before reports whether r's key sorts before o's (by time, then sequence).
+func (r EvalRef) Before(o EvalRef) bool {
+	a, b := evalNanos(r.At), evalNanos(o.At)
+	return a < b || a == b && r.Seq < o.Seq
+}
+
 // evalTail is the length of a key after the account id and its 0x00.
 const evalTail = 8 + 4
 
@@ -130,11 +136,23 @@ func parseEvalKey(k []byte, account string) (EvalRef, bool) {
 	return EvalRef{At: time.Unix(0, int64(binary.BigEndian.Uint64(tail))).UTC(), Seq: binary.BigEndian.Uint32(tail[8:])}, true
 }
 
-// EvalWrite is one commit of the ring's owner: entries to store and entries
-// to drop (those that fell out of an account's ring).
+// EvalWrite is one commit of the ring's owner: entries to store, entries
+// to drop (those that fell out of an account's ring), and ranges to drop
+// (the entries of an account between two refs, in one range delete).
 type EvalWrite struct {
 	Put    []*Evaluation
 	Delete []EvalDelete
+	Trim   []EvalTrim
+}
+
+// EvalTrim drops account's entries from From (the account's first entry
+// when !HasFrom) up to To, To excluded. It is applied after the batch's
+// puts, so it drops an entry put in the same batch too.
+type EvalTrim struct {
+	Account string
+	HasFrom bool
+	From    EvalRef
+	To      EvalRef
 }
 
 // EvalDelete names an entry to drop.
@@ -147,7 +165,7 @@ type EvalDelete struct {
 // Options.SyncInterval): the list is a view nobody pays for, and a crash
 // loses at most the entries of the last moments.
 func (d *DB) WriteEvaluations(w *EvalWrite) error {
-	if len(w.Put) == 0 && len(w.Delete) == 0 {
+	if len(w.Put) == 0 && len(w.Delete) == 0 && len(w.Trim) == 0 {
 		return nil
 	}
 	b := d.newBatch()
@@ -160,6 +178,15 @@ func (d *DB) WriteEvaluations(w *EvalWrite) error {
 	for _, x := range w.Delete {
 		key = evalKey(key[:0], x.Account, x.Ref)
 		_ = b.Delete(key, nil)
+	}
+	for _, t := range w.Trim {
+		if t.HasFrom {
+			key = evalKey(key[:0], t.Account, t.From)
+		} else {
+			key = evalPrefix(key[:0], t.Account)
+		}
+		val = evalKey(val[:0], t.Account, t.To)
+		_ = b.DeleteRange(key, val, nil) // copies both
 	}
 	return d.commitBehind(b)
 }

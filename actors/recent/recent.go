@@ -306,10 +306,39 @@ func (c *Client) Stop() error {
 }
 
 // ring is one account's stored refs, oldest first, in a circular buffer.
+//
+// An entry pushed out of the ring is not deleted at once: once Size of them
+// wait (stale), one range delete drops every stored entry below the oldest
+// the ring keeps, from where the last one ended (trimmed). A busy account
+// then writes one key per evaluation, not two (a put and a point delete).
+// The list never shows the stale ones: it reads the newest Size entries, and
+// with a clock that only moves forward those are the ring's.
 type ring struct {
 	refs    [Size]storage.EvalRef
 	head, n int
 	touched time.Time // service clock of the last entry
+
+	stale   int             // entries pushed out since the last trim
+	trimmed storage.EvalRef // stored entries below it are gone (hasTrim)
+	hasTrim bool
+}
+
+// trim returns the range delete that drops what fell out of the ring, and
+// notes it; ok is false when there is nothing to drop below the ring.
+func (r *ring) trim(account string) (t storage.EvalTrim, ok bool) {
+	oldest := r.refs[r.head]
+	for i := 1; i < r.n; i++ {
+		if ref := r.refs[(r.head+i)%Size]; ref.Before(oldest) {
+			oldest = ref
+		}
+	}
+	r.stale = 0
+	if r.hasTrim && !r.trimmed.Before(oldest) {
+		return t, false // the clock went back: the next trim covers them
+	}
+	t = storage.EvalTrim{Account: account, HasFrom: r.hasTrim, From: r.trimmed, To: oldest}
+	r.trimmed, r.hasTrim = oldest, true
+	return t, true
 }
 
 func (r *ring) push(ref storage.EvalRef) (evicted storage.EvalRef, full bool) {
@@ -352,11 +381,11 @@ func (o *owner) Receive(ctx actor.Context) {
 	}
 }
 
-// apply stores a batch: new entries, and point deletes of the entries they
-// push out of their rings.
+// apply stores a batch: new entries, and range deletes of the entries they
+// pushed out of their rings (ring).
 func (o *owner) apply(b *batch) {
 	w := &o.write
-	w.Put, w.Delete = w.Put[:0], w.Delete[:0]
+	w.Put, w.Delete, w.Trim = w.Put[:0], w.Delete[:0], w.Trim[:0]
 	for i := range b.entries {
 		e := &b.entries[i]
 		r, err := o.ring(e.Account)
@@ -366,8 +395,12 @@ func (o *owner) apply(b *batch) {
 		}
 		o.seq++
 		ref := storage.EvalRef{At: e.At.UTC(), Seq: o.seq}
-		if old, full := r.push(ref); full {
-			w.Delete = append(w.Delete, storage.EvalDelete{Account: e.Account, Ref: old})
+		if _, full := r.push(ref); full {
+			if r.stale++; r.stale >= Size {
+				if t, ok := r.trim(e.Account); ok {
+					w.Trim = append(w.Trim, t)
+				}
+			}
 		}
 		r.touched = e.At
 		w.Put = append(w.Put, record(e, ref))
@@ -402,6 +435,10 @@ func (o *owner) ring(account string) (*ring, error) {
 	r := &ring{}
 	for i := len(refs) - 1; i >= 0; i-- { // refs are newest first
 		r.push(refs[i])
+	}
+	if len(refs) > 0 && more {
+		// Everything below the oldest loaded entry was trimmed just now.
+		r.trimmed, r.hasTrim = refs[len(refs)-1], true
 	}
 	o.rings.Put(account, r)
 	return r, nil

@@ -78,8 +78,9 @@ func TestRingKeepsNewest200(t *testing.T) {
 	if len(got) != Size || got[0].RequestID != "req_0249" || got[Size-1].RequestID != "req_0050" {
 		t.Fatalf("ring of %d: first %s last %s", len(got), ids(got)[0], ids(got)[len(got)-1])
 	}
-	// The store itself holds the ring, no more.
-	if refs, more, err := db.EvaluationRefs("acc_a", 1000); err != nil || len(refs) != Size || more {
+	// The 50 pushed out are still stored: they go with the next trim, once
+	// Size of them wait.
+	if refs, more, err := db.EvaluationRefs("acc_a", 1000); err != nil || len(refs) != 250 || more {
 		t.Fatalf("stored: %d %v %v", len(refs), more, err)
 	}
 	if got, _ := c.List(List{Account: "acc_b", Now: t0, Limit: 2}); len(got) != 2 || got[0].RequestID != "req_0002" {
@@ -87,6 +88,45 @@ func TestRingKeepsNewest200(t *testing.T) {
 	}
 	if got, err := c.List(List{Account: "acc_none", Now: t0, Limit: 50}); err != nil || len(got) != 0 {
 		t.Fatalf("unknown account: %v %v", got, err)
+	}
+	// 150 more: Size have fallen out, and one range delete drops them. The
+	// store holds the ring, no more.
+	for i := 250; i < 400; i++ {
+		c.Record(*entry("acc_a", i))
+	}
+	if got, err := c.List(List{Account: "acc_a", Now: t0.Add(time.Hour), Limit: 500}); err != nil || len(got) != Size || got[0].RequestID != "req_0399" || got[Size-1].RequestID != "req_0200" {
+		t.Fatalf("after a trim: %v %v", ids(got), err)
+	}
+	if refs, more, err := db.EvaluationRefs("acc_a", 1000); err != nil || len(refs) != Size || more {
+		t.Fatalf("stored after a trim: %d %v %v", len(refs), more, err)
+	}
+}
+
+// TestOneKeyPerEntry: a busy account writes one key per entry, plus one
+// range delete per Size entries, not a put and a point delete each.
+func TestOneKeyPerEntry(t *testing.T) {
+	db := memDB(t, vfs.NewMem())
+	defer db.Close()
+	c := start(t, db)
+	for i := 0; i < Size; i++ {
+		c.Record(*entry("acc_a", i))
+	}
+	if _, err := c.List(List{Account: "acc_a", Now: t0, Limit: 1}); err != nil { // after the ring is full
+		t.Fatal(err)
+	}
+	before := db.WriteStats()
+	const n = 10 * Size
+	for i := Size; i < Size+n; i++ {
+		c.Record(*entry("acc_a", i))
+	}
+	if _, err := c.List(List{Account: "acc_a", Now: t0, Limit: 1}); err != nil { // everything flushed
+		t.Fatal(err)
+	}
+	if keys := db.WriteStats().Keys - before.Keys; keys != n+n/Size {
+		t.Fatalf("%d entries wrote %d keys, want %d", n, keys, n+n/Size)
+	}
+	if refs, more, err := db.EvaluationRefs("acc_a", 10*Size); err != nil || len(refs) != Size || more {
+		t.Fatalf("stored: %d %v %v", len(refs), more, err)
 	}
 }
 
@@ -168,7 +208,9 @@ func TestRingSurvivesRestart(t *testing.T) {
 	if err != nil || len(got) != Size || got[0].RequestID != "req_0159" {
 		t.Fatalf("after restart: %d %v", len(got), err)
 	}
-	if refs, more, _ := db.EvaluationRefs("acc_a", 1000); len(refs) != Size || more {
+	// The start trimmed the excess; the 10 the new entries pushed out wait
+	// for the next trim.
+	if refs, more, _ := db.EvaluationRefs("acc_a", 1000); len(refs) != Size+10 || more {
 		t.Fatalf("stored after restart: %d", len(refs))
 	}
 	// Kept: the 160 recorded entries, then the newest 40 of the 80 extra.
