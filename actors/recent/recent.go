@@ -18,9 +18,10 @@
 //
 // One actor owns every account's ring: the refs (time, sequence) of its
 // stored entries, oldest first, loaded from the store on an account's first
-// entry. It formats a batch into records and commits the new entries and
-// point deletes of those that fell out of their rings as one write-behind
-// batch (storage syncs it within its SyncInterval, like the device
+// entry. It formats a batch into records and commits the new entries (not
+// those that Size newer ones of the same batch push out at once) and, once
+// Size entries have fallen out of a ring, one range delete of them, as one
+// write-behind batch (storage syncs it within its SyncInterval, like the device
 // stores), so a crash loses at most the last moments of the list. A ring
 // found over Size on load is trimmed with one range delete. Rings idle for
 // IdleAfter leave memory. Entries older than Retention are never listed and
@@ -188,7 +189,7 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 		store: cfg.Store, log: cfg.Logger, stopFl: make(chan struct{}), flDone: make(chan struct{})}
 	c.free = make(chan []Entry, 4)
 	c.pending = c.buffer(0)
-	st := &owner{rings: actors.NewTable[string, *ring](64), store: cfg.Store, log: cfg.Logger,
+	st := &owner{rings: actors.NewTable[string, *ring](64), left: map[string]int{}, store: cfg.Store, log: cfg.Logger,
 		idleAfter: cfg.IdleAfter, client: c}
 	c.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return st })
 	go c.flushLoop(cfg.FlushEvery)
@@ -364,6 +365,7 @@ type owner struct {
 	client    *Client
 	write     storage.EvalWrite
 	lost      uint64
+	left      map[string]int // per account: entries of the batch not yet applied
 }
 
 func (o *owner) Receive(ctx actor.Context) {
@@ -386,8 +388,19 @@ func (o *owner) Receive(ctx actor.Context) {
 func (o *owner) apply(b *batch) {
 	w := &o.write
 	w.Put, w.Delete, w.Trim = w.Put[:0], w.Delete[:0], w.Trim[:0]
+	// An entry with Size newer ones of its account in the same batch would
+	// be pushed out before it is ever listed: it is not written at all.
+	left := o.left
+	for i := range b.entries {
+		left[b.entries[i].Account]++
+	}
 	for i := range b.entries {
 		e := &b.entries[i]
+		n := left[e.Account]
+		left[e.Account] = n - 1
+		if n > Size {
+			continue
+		}
 		r, err := o.ring(e.Account)
 		if err != nil {
 			o.lost++
@@ -414,6 +427,7 @@ func (o *owner) apply(b *batch) {
 		o.lost = 0
 	}
 	clear(w.Put) // drop records for the GC
+	clear(left)
 	o.client.release(b.entries)
 }
 

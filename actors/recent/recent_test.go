@@ -78,9 +78,9 @@ func TestRingKeepsNewest200(t *testing.T) {
 	if len(got) != Size || got[0].RequestID != "req_0249" || got[Size-1].RequestID != "req_0050" {
 		t.Fatalf("ring of %d: first %s last %s", len(got), ids(got)[0], ids(got)[len(got)-1])
 	}
-	// The 50 pushed out are still stored: they go with the next trim, once
-	// Size of them wait.
-	if refs, more, err := db.EvaluationRefs("acc_a", 1000); err != nil || len(refs) != 250 || more {
+	// The store itself holds the ring, no more: the 50 pushed out came in
+	// the same batch as the Size newer ones, and were never written.
+	if refs, more, err := db.EvaluationRefs("acc_a", 1000); err != nil || len(refs) != Size || more {
 		t.Fatalf("stored: %d %v %v", len(refs), more, err)
 	}
 	if got, _ := c.List(List{Account: "acc_b", Now: t0, Limit: 2}); len(got) != 2 || got[0].RequestID != "req_0002" {
@@ -89,12 +89,20 @@ func TestRingKeepsNewest200(t *testing.T) {
 	if got, err := c.List(List{Account: "acc_none", Now: t0, Limit: 50}); err != nil || len(got) != 0 {
 		t.Fatalf("unknown account: %v %v", got, err)
 	}
-	// 150 more: Size have fallen out, and one range delete drops them. The
-	// store holds the ring, no more.
-	for i := 250; i < 400; i++ {
+	// Batches of 50 (each one listed): the entries they push out stay
+	// stored until Size of them wait, and one range delete drops them.
+	for i := 250; i < 450; i++ {
 		c.Record(*entry("acc_a", i))
+		if i%50 == 49 {
+			if _, err := c.List(List{Account: "acc_a", Now: t0.Add(time.Hour), Limit: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if refs, _, _ := db.EvaluationRefs("acc_a", 1000); i < 449 && len(refs) != Size+i+1-250 {
+				t.Fatalf("after entry %d: %d stored, want %d", i, len(refs), Size+i+1-250)
+			}
+		}
 	}
-	if got, err := c.List(List{Account: "acc_a", Now: t0.Add(time.Hour), Limit: 500}); err != nil || len(got) != Size || got[0].RequestID != "req_0399" || got[Size-1].RequestID != "req_0200" {
+	if got, err := c.List(List{Account: "acc_a", Now: t0.Add(time.Hour), Limit: 500}); err != nil || len(got) != Size || got[0].RequestID != "req_0449" || got[Size-1].RequestID != "req_0250" {
 		t.Fatalf("after a trim: %v %v", ids(got), err)
 	}
 	if refs, more, err := db.EvaluationRefs("acc_a", 1000); err != nil || len(refs) != Size || more {
@@ -118,14 +126,28 @@ func TestOneKeyPerEntry(t *testing.T) {
 	const n = 10 * Size
 	for i := Size; i < Size+n; i++ {
 		c.Record(*entry("acc_a", i))
-	}
-	if _, err := c.List(List{Account: "acc_a", Now: t0, Limit: 1}); err != nil { // everything flushed
-		t.Fatal(err)
+		if i%Size == Size-1 { // a batch per Size entries: each one is listed
+			if _, err := c.List(List{Account: "acc_a", Now: t0, Limit: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if keys := db.WriteStats().Keys - before.Keys; keys != n+n/Size {
 		t.Fatalf("%d entries wrote %d keys, want %d", n, keys, n+n/Size)
 	}
-	if refs, more, err := db.EvaluationRefs("acc_a", 10*Size); err != nil || len(refs) != Size || more {
+	// One batch of 3×Size: only the newest Size are written.
+	before = db.WriteStats()
+	for i := Size + n; i < 4*Size+n; i++ {
+		c.Record(*entry("acc_a", i))
+	}
+	got, err := c.List(List{Account: "acc_a", Now: t0.Add(time.Hour), Limit: Size})
+	if err != nil || len(got) != Size || got[0].RequestID != fmt.Sprintf("req_%04d", 4*Size+n-1) || got[Size-1].RequestID != fmt.Sprintf("req_%04d", 3*Size+n) {
+		t.Fatalf("after a big batch: %d %v", len(got), err)
+	}
+	if keys := db.WriteStats().Keys - before.Keys; keys > Size+1 {
+		t.Fatalf("a batch of %d entries wrote %d keys, want at most %d", 3*Size, keys, Size+1)
+	}
+	if refs, more, err := db.EvaluationRefs("acc_a", 20*Size); err != nil || len(refs) != Size || more {
 		t.Fatalf("stored: %d %v %v", len(refs), more, err)
 	}
 }
