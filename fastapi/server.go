@@ -479,6 +479,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes []*route) (rt *route) {
 		}
 	}
 	rt.handler(ctx, r)
+	s.checks.Settle(&r.Call)
 	return rt
 }
 

@@ -164,6 +164,19 @@ func (s *Service) Admit(c *Call, cred Credential, a Access) *Refusal {
 	return nil
 }
 
+// Settle takes the limiters Admit left for a charge (Access.Chained) that
+// the operation did not make: an answer that never reached the charge still
+// counts toward the caller's per-address limits. Transports call it once the
+// operation returned; it costs nothing when the charge took them.
+func (s *Service) Settle(c *Call) {
+	if c.limits == 0 {
+		return
+	}
+	kinds := c.limits
+	c.limits = 0
+	_ = s.takeLimits(c, kinds) // the answer is out; only the count matters
+}
+
 // AdmitOperator lets a caller into the operator API; the transport checked
 // the operator token (valid) in constant time. Wrong tokens are throttled
 // like bad API keys: each presented one counts toward the caller's

@@ -366,3 +366,33 @@ func sameCounts(a, b map[string]int) bool {
 }
 
 var _ actors.Failer = (*chain)(nil)
+
+// TestSettleTakesLeftLimiters: limiters Admit left for a charge that never
+// came are taken once the operation returned, once.
+func TestSettleTakesLeftLimiters(t *testing.T) {
+	ts := newTestService(t, Config{})
+	c := &Call{Addr: netip.MustParseAddr("73.0.0.1"), Now: fixedNow}
+	if ref := ts.Admit(c, Credential{Key: "sk_live_unit"}, AccessLookup); ref != nil {
+		t.Fatal(ref.Msg)
+	}
+	if len(ts.limits.taken) != 0 {
+		t.Fatalf("Admit took %v for a chained access", ts.limits.taken)
+	}
+	ts.Settle(c)
+	ts.Settle(c)
+	if len(ts.limits.taken) != 1 || ts.limits.taken[0] != iplimit.Of(iplimit.AuthFail, iplimit.Protect) {
+		t.Fatalf("settled %v", ts.limits.taken)
+	}
+	// After a charge there is nothing left to settle.
+	c = &Call{Addr: netip.MustParseAddr("73.0.0.1"), Now: fixedNow}
+	if ref := ts.Admit(c, Credential{Key: "sk_live_unit"}, AccessLookup); ref != nil {
+		t.Fatal(ref.Msg)
+	}
+	if _, ref := ts.Lookup(c, PathTarget("1.1.1.1")); ref != nil {
+		t.Fatal(ref.Msg)
+	}
+	ts.Settle(c)
+	if len(ts.limits.taken) != 2 {
+		t.Fatalf("took %v", ts.limits.taken)
+	}
+}
