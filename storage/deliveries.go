@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -68,16 +67,11 @@ func UnmarshalDelivery(b []byte) (*Delivery, error) {
 
 // deliveryPrefix is the start of one account's records.
 func deliveryPrefix(dst []byte, account string) []byte {
-	dst = append(dst, prefixDelivery)
-	dst = append(dst, account...)
-	return append(dst, 0)
+	return accountPrefix(dst, prefixDelivery, account)
 }
 
 // deliveryAt is the first key of account at or after t.
-func deliveryAt(account string, t time.Time) []byte {
-	k := deliveryPrefix(make([]byte, 0, len(account)+10), account)
-	return binary.BigEndian.AppendUint64(k, uint64(t.UnixNano()))
-}
+func deliveryAt(account string, t time.Time) []byte { return accountAt(prefixDelivery, account, t) }
 
 func deliveryKey(d *Delivery) []byte {
 	k := deliveryPrefix(make([]byte, 0, len(d.Account)+11+len(d.EventID)), d.Account)
@@ -87,11 +81,7 @@ func deliveryKey(d *Delivery) []byte {
 }
 
 // deliveryEnd is the first key after every record of account.
-func deliveryEnd(account string) []byte {
-	k := deliveryPrefix(make([]byte, 0, len(account)+2), account)
-	k[len(k)-1] = 1
-	return k
-}
+func deliveryEnd(account string) []byte { return accountEnd(prefixDelivery, account) }
 
 // commitNoSync applies a batch without waiting for fsync: the write is in
 // the WAL, so a process crash loses nothing, a machine crash at most the
@@ -168,32 +158,5 @@ func (d *DB) TrimDeliveries(account string, keep int) error {
 // seek and one range delete per account that has records, never a scan of
 // the records themselves.
 func (d *DB) PruneDeliveries(before time.Time) error {
-	it, err := d.newIter([]byte{prefixDelivery}, []byte{prefixDelivery + 1})
-	if err != nil {
-		return err
-	}
-	b := d.newBatch()
-	for ok := it.First(); ok; {
-		k := it.Key()
-		end := bytes.IndexByte(k[1:], 0)
-		if end < 0 {
-			// Not a record key of ours; skip past it.
-			ok = it.Next()
-			continue
-		}
-		account := string(k[1 : 1+end])
-		_ = b.DeleteRange(deliveryPrefix(nil, account), deliveryAt(account, before), nil)
-		ok = it.SeekGE(deliveryEnd(account))
-	}
-	err = it.Err("iterate deliveries")
-	it.Close()
-	if err != nil {
-		b.Close()
-		return err
-	}
-	if b.Empty() {
-		b.Close()
-		return nil
-	}
-	return d.commitNoSync(b)
+	return d.pruneAccounts(prefixDelivery, before, d.commitNoSync)
 }

@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -100,9 +99,7 @@ func (r EvalRef) Before(o EvalRef) bool {
 const evalTail = 8 + 4
 
 func evalPrefix(dst []byte, account string) []byte {
-	dst = append(dst, prefixEvaluation)
-	dst = append(dst, account...)
-	return append(dst, 0)
+	return accountPrefix(dst, prefixEvaluation, account)
 }
 
 func evalNanos(t time.Time) uint64 { return uint64(max(t.UnixNano(), 0)) }
@@ -115,17 +112,10 @@ func evalKey(dst []byte, account string, ref EvalRef) []byte {
 }
 
 // evalAt is the first key of account at or after t.
-func evalAt(account string, t time.Time) []byte {
-	k := evalPrefix(make([]byte, 0, len(account)+2+8), account)
-	return binary.BigEndian.AppendUint64(k, evalNanos(t))
-}
+func evalAt(account string, t time.Time) []byte { return accountAt(prefixEvaluation, account, t) }
 
 // evalEnd is the first key after every entry of account.
-func evalEnd(account string) []byte {
-	k := evalPrefix(make([]byte, 0, len(account)+2), account)
-	k[len(k)-1] = 1
-	return k
-}
+func evalEnd(account string) []byte { return accountEnd(prefixEvaluation, account) }
 
 // parseEvalKey splits a key of account's range into its ref.
 func parseEvalKey(k []byte, account string) (EvalRef, bool) {
@@ -263,32 +253,5 @@ func (d *DB) TrimEvaluations(account string, keep EvalRef) error {
 // seek and one range delete per account that has entries, never a scan of
 // the entries themselves.
 func (d *DB) PruneEvaluations(before time.Time) error {
-	it, err := d.newIter([]byte{prefixEvaluation}, []byte{prefixEvaluation + 1})
-	if err != nil {
-		return err
-	}
-	b := d.newBatch()
-	for ok := it.First(); ok; {
-		k := it.Key()
-		end := bytes.IndexByte(k[1:], 0)
-		if end < 0 {
-			// Not a key of ours; step past it.
-			ok = it.Next()
-			continue
-		}
-		account := string(k[1 : 1+end])
-		_ = b.DeleteRange(evalPrefix(nil, account), evalAt(account, before), nil)
-		ok = it.SeekGE(evalEnd(account))
-	}
-	err = it.Err("iterate evaluations")
-	it.Close()
-	if err != nil {
-		b.Close()
-		return err
-	}
-	if b.Empty() {
-		b.Close()
-		return nil
-	}
-	return d.commitBehind(b)
+	return d.pruneAccounts(prefixEvaluation, before, d.commitBehind)
 }

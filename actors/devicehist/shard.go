@@ -49,8 +49,8 @@ type (
 	// barrier is closed once every change the shard made before it is stored.
 	barrier chan struct{}
 	// flushReq asks a shard to hand what changed since its last flush to the
-	// committer; the channel gets one value once that is stored.
-	flushReq chan struct{}
+	// committer (Shards.FlushPending sends it).
+	flushReq = actors.FlushReq
 	// expire asks the owner to trim or delete a record the expiry index names.
 	expire struct {
 		ref storage.HistRef

@@ -377,32 +377,8 @@ func (c *Client) flush() {
 	if c.stopped.Load() {
 		return
 	}
-	// A shard that is down holds its changes until it restarts (its
-	// restart stores them); waiting for it would stall every sync. Each
-	// flush has its own channel, so an answer that comes after the wait
-	// gave up cannot be taken for the next flush's.
-	var todo []int
-	for i, st := range c.states {
-		if st.pending.Load() && !c.shards.IsDown(i) {
-			todo = append(todo, i)
-		}
-	}
-	if len(todo) == 0 {
-		return
-	}
-	acks := make(flushReq, len(todo))
-	for _, i := range todo {
-		c.shards.Send(uint64(i), acks)
-	}
-	t := time.NewTimer(c.timeout)
-	defer t.Stop()
-	for range todo {
-		select {
-		case <-acks:
-		case <-t.C:
-			c.log.Warn("events: shards did not store their changes in time; the sync goes on without them")
-			return
-		}
+	if !c.shards.FlushPending(func(i int) bool { return c.states[i].pending.Load() }, c.timeout) {
+		c.log.Warn("events: shards did not store their changes in time; the sync goes on without them")
 	}
 }
 

@@ -44,8 +44,8 @@ type write struct {
 var writePool = sync.Pool{New: func() any { return new(write) }}
 
 // flushReq asks a shard to hand what changed since its last flush to the
-// committer; the channel gets one value once that is stored.
-type flushReq chan struct{}
+// committer (Shards.FlushPending sends it).
+type flushReq = actors.FlushReq
 
 // shardState outlives the actor value. With a store, a restart after a panic
 // stores what changed and then drops the entries (see New); without one it
