@@ -91,13 +91,16 @@ func OpenGPUSample(aead cipher.AEAD, key, val []byte) (*GPUSample, error) {
 	if len(plain) < 1 || len(plain) != 1+int(plain[0])+4*GPUFeatures {
 		return nil, fmt.Errorf("gpu sample body: %w", errCorrupt)
 	}
+	// Lengths are bytes: widen them before adding, or a 255-byte visitor
+	// (or a 254-byte customer) wraps around to an empty slice bound.
+	nc, nv := int(key[1]), int(plain[0])
 	s := &GPUSample{
-		Customer: string(key[2 : 2+key[1]]),
+		Customer: string(key[2 : 2+nc]),
 		Last:     time.Unix(int64(binary.BigEndian.Uint64(val[1:9])), 0).UTC(),
-		Visitor:  string(plain[1 : 1+plain[0]]),
+		Visitor:  string(plain[1 : 1+nv]),
 	}
-	copy(s.Device[:], key[2+key[1]:])
-	p := plain[1+plain[0]:]
+	copy(s.Device[:], key[2+nc:])
+	p := plain[1+nv:]
 	for i := range s.Features {
 		s.Features[i] = math.Float32frombits(binary.BigEndian.Uint32(p[4*i:]))
 	}

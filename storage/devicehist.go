@@ -643,7 +643,8 @@ func parseExpiryKey(k []byte) (HistRef, bool) {
 	if len(rest) < 1 || int(rest[0]) > len(rest)-1 {
 		return ref, false
 	}
-	ref.Customer, rest = string(rest[1:1+rest[0]]), rest[1+rest[0]:]
+	n := int(rest[0]) // widened: 1+rest[0] wraps to 0 for a 255-byte customer
+	ref.Customer, rest = string(rest[1:1+n]), rest[1+n:]
 	switch ref.Kind {
 	case HistKindCustomerDevice:
 		ref.Device = string(rest)

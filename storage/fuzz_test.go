@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -130,6 +131,8 @@ func FuzzExpiryKey(f *testing.F) {
 		&HistAddress{Customer: "acc_2", Addr: netip.MustParseAddr("2001:db8::7")}} {
 		f.Add(appendExpiryKey(nil, 20714, r))
 	}
+	// A 255-byte customer: its length byte plus one wrapped to 0 once.
+	f.Add(append(append([]byte{prefixHistExpiry, 0, 0, 0x50, 0xea, byte(HistKindCustomerDevice), 255}, strings.Repeat("c", 255)...), "dev"...))
 	f.Fuzz(func(t *testing.T, k []byte) {
 		ref, ok := parseExpiryKey(k)
 		if !ok {
