@@ -169,6 +169,8 @@ type DB struct {
 
 	stopSync chan struct{}
 	syncDone chan struct{}
+	// idle hands a write to a writer goroutine waiting for one (wait).
+	idle chan *commitCall
 }
 
 // Open opens (or creates) the store in dir.
@@ -204,7 +206,7 @@ func Open(dir string, o Options) (*DB, error) {
 	}
 	d := &DB{dir: dir, fs: o.FS, lock: lock, cache: pebble.NewCache(o.CacheBytes), log: o.Logger,
 		closeWait: o.CloseWait, durability: o.Durability, interval: o.SyncInterval, epoch: time.Now(),
-		hooks: map[int]func(){}, stopSync: make(chan struct{}), syncDone: make(chan struct{})}
+		hooks: map[int]func(){}, stopSync: make(chan struct{}), syncDone: make(chan struct{}), idle: make(chan *commitCall)}
 	if initialised {
 		d.checkWALTail()
 	}
@@ -484,10 +486,30 @@ func (c *commitCall) run() {
 
 func (c *commitCall) commit() error { return c.b.Commit(c.opts) }
 
-// wait runs c on its own goroutine and waits for it or for h to break.
+// writer runs c, then the writes handed to it while it waits idle, until the
+// store closes. Writers outlive their writes so that a commit does not pay
+// for a new goroutine and its stack's growth (Pebble's commit path is deep);
+// one that a stalled pipeline keeps is simply not idle, and the next write
+// starts another.
+func (d *DB) writer(c *commitCall) {
+	for {
+		c.run() // c belongs to its waiter again once answered
+		select {
+		case c = <-d.idle:
+		case <-d.stopSync:
+			return
+		}
+	}
+}
+
+// wait runs c on a writer goroutine and waits for it or for h to break.
 func (d *DB) wait(h *handle, c *commitCall) error {
 	c.h = h
-	go c.run()
+	select {
+	case d.idle <- c: // a writer that finished its last write takes it
+	default:
+		go d.writer(c)
+	}
 	var err error
 	select {
 	case err = <-c.done:
