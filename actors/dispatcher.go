@@ -14,12 +14,15 @@ import (
 // profile) plus an allocation per hop. A shard's own worker keeps its grown
 // stack and allocates nothing.
 type workerDispatcher struct {
-	work chan func()
-	done chan struct{}
-	// since is when the current mailbox run started (Unix ns; 0 = idle), so
-	// Kinds.Down can tell a stuck shard. Wall time on purpose: the service's
-	// test clock must not make a shard look stuck.
-	since atomic.Int64
+	// work carries mailbox runs; a nil run is the stop signal. A plain
+	// channel send and receive: a select over a second "done" channel cost
+	// as much as the rest of the hand-off (runtime.selectgo in profiles).
+	work    chan func()
+	stopped atomic.Bool
+	// runs counts mailbox runs started and ended: odd while one runs. Kinds
+	// samples it to tell a stuck shard (the same odd value for longer than
+	// StuckAfter), so the worker reads no clock per run.
+	runs atomic.Uint64
 }
 
 // throughput is how many messages a mailbox run handles before yielding; with
@@ -29,55 +32,66 @@ const throughput = 300
 
 func newWorkerDispatcher() *workerDispatcher {
 	// A mailbox schedules itself only when it goes from idle to running, so
-	// at most one run is queued while another finishes: a small buffer never
-	// blocks the sender.
-	d := &workerDispatcher{work: make(chan func(), 4), done: make(chan struct{})}
+	// at most one run is queued while another finishes, plus the stop
+	// signal: a small buffer never blocks the sender.
+	d := &workerDispatcher{work: make(chan func(), 4)}
 	go d.loop()
 	return d
 }
 
 func (d *workerDispatcher) loop() {
 	for {
-		select {
-		case fn := <-d.work:
-			d.since.Store(time.Now().UnixNano())
-			fn()
-			d.since.Store(0)
-		case <-d.done:
+		fn := <-d.work
+		if fn == nil {
 			// Drain what was queued before the stop so no mailbox is left
 			// marked running with messages in it.
 			for {
 				select {
 				case fn := <-d.work:
-					fn()
+					if fn != nil {
+						fn()
+					}
 				default:
 					return
 				}
 			}
 		}
+		d.runs.Add(1)
+		fn()
+		d.runs.Add(1)
 	}
 }
 
-func (d *workerDispatcher) runningSince() int64 { return d.since.Load() }
+// running returns the run sequence and whether a run is under way.
+func (d *workerDispatcher) running() (seq uint64, busy bool) {
+	seq = d.runs.Load()
+	return seq, seq&1 == 1
+}
 
 // Schedule implements actor.Dispatcher.
 func (d *workerDispatcher) Schedule(fn func()) {
-	select {
-	case <-d.done:
+	if d.stopped.Load() {
 		go fn() // after stop (dead letters, late system messages)
-	default:
-		select {
-		case d.work <- fn:
-		case <-d.done:
-			go fn()
-		}
+		return
 	}
+	d.work <- fn
 }
 
 // Throughput implements actor.Dispatcher.
 func (d *workerDispatcher) Throughput() int { return throughput }
 
 // stop ends the worker once it has run what is queued.
-func (d *workerDispatcher) stop() { close(d.done) }
+func (d *workerDispatcher) stop() {
+	if d.stopped.CompareAndSwap(false, true) {
+		d.work <- nil
+	}
+}
+
+// stuckWatch remembers, per dispatcher, the busy run sequence first seen and
+// when, so that Kinds.Down can tell a run that has lasted past StuckAfter.
+type stuckWatch struct {
+	seq  uint64
+	seen time.Time
+}
 
 var _ actor.Dispatcher = (*workerDispatcher)(nil)

@@ -21,6 +21,9 @@ var StuckAfter = 10 * time.Second
 type Kinds struct {
 	mu   sync.Mutex
 	sets []*Shards
+	// watch holds the busy run each dispatcher was last seen in (Down).
+	watchMu sync.Mutex
+	watch   map[*workerDispatcher]stuckWatch
 }
 
 var (
@@ -76,14 +79,36 @@ func (k *Kinds) Down() []string {
 				out = append(out, fmt.Sprintf("%s shard %d stopped", s.kind, i))
 				continue
 			}
-			if since := s.dispatchers[i].runningSince(); since > 0 {
-				if d := now.Sub(time.Unix(0, since)); d > StuckAfter {
-					out = append(out, fmt.Sprintf("%s shard %d stuck for %s", s.kind, i, d.Round(time.Second)))
-				}
+			if d, stuck := k.stuck(s.dispatchers[i], now); stuck {
+				out = append(out, fmt.Sprintf("%s shard %d stuck for %s", s.kind, i, d.Round(time.Second)))
 			}
 		}
 	})
 	return out
+}
+
+// stuck reports whether d has been in one mailbox run for longer than
+// StuckAfter, timing the run from the first Down call that saw it: probes
+// call Down every few seconds, so a stuck shard is reported at most one
+// probe interval late, and the worker itself reads no clock.
+func (k *Kinds) stuck(d *workerDispatcher, now time.Time) (time.Duration, bool) {
+	seq, busy := d.running()
+	k.watchMu.Lock()
+	defer k.watchMu.Unlock()
+	if !busy {
+		delete(k.watch, d)
+		return 0, false
+	}
+	w, ok := k.watch[d]
+	if !ok || w.seq != seq {
+		if k.watch == nil {
+			k.watch = map[*workerDispatcher]stuckWatch{}
+		}
+		k.watch[d] = stuckWatch{seq: seq, seen: now}
+		return 0, false
+	}
+	since := now.Sub(w.seen)
+	return since, since > StuckAfter
 }
 
 // Depths calls fn with each kind's total mailbox depth (messages waiting),

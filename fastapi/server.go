@@ -224,6 +224,9 @@ type route struct {
 	access  checks.Access
 	handler handlerFunc
 	segs    []string
+	// nsegs is len(segs): matchIn skips a route whose segment count differs
+	// from the path's before comparing any segment.
+	nsegs int
 	// obs counts the route's requests for /metrics (nil: no metrics).
 	obs *metrics.Route
 }
@@ -276,6 +279,7 @@ func New(cfg Config, deps Deps) *Server {
 	s.routes = s.routeTable()
 	for _, rt := range s.routes {
 		rt.segs = strings.Split(strings.Trim(rt.pattern, "/"), "/")
+		rt.nsegs = len(rt.segs)
 		rt.obs = cfg.Metrics.Route(rt.pattern)
 		if !cfg.AdminSeparate {
 			continue
@@ -508,8 +512,9 @@ func matchIn(routes []*route, method, path []byte, r *request) (*route, string) 
 	// outlive it are copied by their handlers.
 	p := strings.Trim(unsafe.String(unsafe.SliceData(path), len(path)), "/")
 	var allow []string
+	n := strings.Count(p, "/") + 1
 	for _, rt := range routes {
-		if !matchSegs(rt.segs, p, r) {
+		if rt.nsegs != n || !matchSegs(rt.segs, p, r) {
 			continue
 		}
 		if rt.method == string(method) || (rt.method == "GET" && string(method) == "HEAD") {

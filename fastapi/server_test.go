@@ -164,7 +164,7 @@ func accountsPatchPlan(p string) accounts.Patch { return accounts.Patch{Plan: &p
 
 func TestHandlerPanicIsA500(t *testing.T) {
 	e := newTestEnv(t)
-	e.srv.routes = append(e.srv.routes, &route{method: "GET", pattern: "/boom", segs: []string{"boom"},
+	e.srv.routes = append(e.srv.routes, &route{method: "GET", pattern: "/boom", segs: []string{"boom"}, nsegs: 1,
 		handler: func(*fasthttp.RequestCtx, *request) { panic("boom") }})
 	ctx := e.do("GET", "/boom", "", nil)
 	if ctx.Response.StatusCode() != 500 || string(ctx.Response.Body()) != `{"error":"Server error."}` || len(ctx.Response.Header.Peek("X-Request-Id")) == 0 {

@@ -63,7 +63,7 @@ type dayRef struct {
 }
 
 // addDays adds the deltas' daily counts to batch b (ApplyUsage's batch).
-func (d *DB) addDays(b batch, deltas []UsageDelta) error {
+func (d *DB) addDays(b batch, uc *usageCache, deltas []UsageDelta) error {
 	days := map[dayRef]DayUsage{}
 	for i := range deltas {
 		u := &deltas[i]
@@ -79,14 +79,22 @@ func (d *DB) addDays(b batch, deltas []UsageDelta) error {
 	var key, val []byte
 	for ref, add := range days {
 		key = dayUsageKey(key[:0], ref.account, ref.day)
-		cur, found, err := d.dayUsage(key)
-		if err != nil {
-			return fmt.Errorf("apply daily usage %q day %d: %w", ref.account, ref.day, err)
+		cached := uc.day(key)
+		var cur DayUsage
+		found := cached != nil
+		if found {
+			cur = *cached
+		} else {
+			var err error
+			if cur, found, err = d.dayUsage(key); err != nil {
+				return fmt.Errorf("apply daily usage %q day %d: %w", ref.account, ref.day, err)
+			}
 		}
 		cur.Used = max(cur.Used+add.Used, 0)
 		cur.Lookups = max(cur.Lookups+add.Lookups, 0)
 		val = MarshalDayUsage(val[:0], cur)
 		_ = b.Set(key, val, nil)
+		uc.stageDay(key, cached, cur)
 		if !found && ref.day > DailyUsageDays {
 			// A new day: drop the account's days past retention.
 			_ = b.DeleteRange(dayUsageKey(nil, ref.account, 0), dayUsageKey(nil, ref.account, ref.day-DailyUsageDays+1), nil)

@@ -171,6 +171,8 @@ type DB struct {
 	syncDone chan struct{}
 	// idle hands a write to a writer goroutine waiting for one (wait).
 	idle chan *commitCall
+	// usage caches the usage records ApplyUsage last committed.
+	usage usageCache
 }
 
 // Open opens (or creates) the store in dir.

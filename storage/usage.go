@@ -193,42 +193,60 @@ func (d *DB) ApplyUsage(deltas []UsageDelta) error {
 		return nil
 	}
 	b := d.newBatch()
+	uc := &d.usage
+	uc.mu.Lock()
+	defer uc.mu.Unlock()
+	uc.on(b.h)
 	var key, val []byte
 	for ref, add := range months {
 		key = usageKey(key[:0], ref.account, ref.month)
-		c, err := d.monthCounts(key)
-		if err != nil {
-			b.Close()
-			return fmt.Errorf("apply usage %q %d: %w", ref.account, ref.month, err)
+		cur := uc.month(key)
+		var c MonthCounts
+		if cur != nil {
+			c = *cur
+		} else {
+			var err error
+			if c, err = d.monthCounts(key); err != nil {
+				b.Close()
+				return fmt.Errorf("apply usage %q %d: %w", ref.account, ref.month, err)
+			}
 		}
 		c.Used = max(c.Used+add.Used, 0)
 		c.Lookups = max(c.Lookups+add.Lookups, 0)
 		c.Warned |= add.Warned
 		val = MarshalMonthCounts(val[:0], c)
 		_ = b.Set(key, val, nil) // Set copies key and value into the batch
+		uc.stageMonth(key, cur, c)
 	}
 	for account, add := range totals {
 		key = totalsKey(key[:0], account)
-		t, err := d.totals(key)
-		if err != nil {
-			b.Close()
-			return fmt.Errorf("apply usage totals %q: %w", account, err)
+		cur := uc.total(key)
+		var t Totals
+		if cur != nil {
+			t = *cur
+		} else {
+			var err error
+			if t, err = d.totals(key); err != nil {
+				b.Close()
+				return fmt.Errorf("apply usage totals %q: %w", account, err)
+			}
 		}
 		t.Evaluations = max(t.Evaluations+add.Evaluations, 0)
 		t.LimitHits = max(t.LimitHits+add.LimitHits, 0)
 		val = MarshalTotals(val[:0], t)
 		_ = b.Set(key, val, nil)
+		uc.stageTotal(key, cur, t)
 	}
-	if err := d.addDays(b, deltas); err != nil {
+	if err := d.addDays(b, uc, deltas); err != nil {
 		b.Close()
 		return err
 	}
+	var err error
 	if d.durability == Strict {
-		return d.commit(b)
+		err = d.commit(b)
+	} else if err = d.commitBehind(b); err == nil {
+		d.catchUp()
 	}
-	if err := d.commitBehind(b); err != nil {
-		return err
-	}
-	d.catchUp()
-	return nil
+	uc.settle(err == nil)
+	return err
 }

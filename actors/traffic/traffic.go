@@ -1,14 +1,16 @@
 // Package traffic counts authenticated API traffic for the public threat feed
 // (SPEC 2.4): totals, threats and VPN/proxy/datacenter hits in 10-minute
 // buckets over a rolling week. One actor owns the buckets; requests record
-// fire-and-forget, and the buckets are written to storage on a tick, so a
-// restart keeps the week (losing at most one tick of counts: these are
-// advisory statistics, not billing).
+// fire-and-forget into a small shared tally that the actor takes whenever it
+// needs current figures (a feed, a tick, a stop), and the buckets are
+// written to storage on a tick, so a restart keeps the week (losing at most
+// one tick of counts: these are advisory statistics, not billing).
 package traffic
 
 import (
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -52,7 +54,78 @@ type Counter struct {
 	shards *actors.Shards
 	feeds  *actors.Calls[time.Time, Feed]
 	st     *state
+	tally  *tally
 }
+
+// tally holds the counts recorded since the actor last took them. A request
+// adds to it under a mutex instead of sending the actor a message: one
+// message per counted call cost an allocation and a wake-up of the actor's
+// worker, more than the counting itself.
+type tally struct {
+	mu      sync.Mutex
+	buckets []pendingBucket // few: the calls of one tick fall in one or two buckets
+	spare   []pendingBucket
+}
+
+type pendingBucket struct {
+	start  int64 // bucket start, Unix seconds
+	counts storage.TrafficCounts
+}
+
+// maxPendingBuckets bounds the tally: records whose times spread over more
+// buckets than this (a test clock jumping about) are handed to the actor
+// at once instead.
+const maxPendingBuckets = 64
+
+func (t *tally) add(r *Record) (full bool) {
+	k := r.Now.Truncate(Bucket).Unix()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var b *storage.TrafficCounts
+	for i := len(t.buckets) - 1; i >= 0; i-- {
+		if t.buckets[i].start == k {
+			b = &t.buckets[i].counts
+			break
+		}
+	}
+	if b == nil {
+		t.buckets = append(t.buckets, pendingBucket{start: k})
+		b = &t.buckets[len(t.buckets)-1].counts
+	}
+	b.Total++
+	if r.Threat {
+		b.Threats++
+	}
+	if r.VPN {
+		b.VPN++
+	}
+	if r.Proxy {
+		b.Proxy++
+	}
+	if r.DCH {
+		b.DCH++
+	}
+	return len(t.buckets) >= maxPendingBuckets
+}
+
+// drain adds the tally into st and empties it (on the actor).
+func (t *tally) drain(st *state) {
+	t.mu.Lock()
+	bs := t.buckets
+	t.buckets, t.spare = t.spare[:0], nil
+	t.mu.Unlock()
+	for i := range bs {
+		st.add(bs[i].start, &bs[i].counts)
+	}
+	t.mu.Lock()
+	if t.spare == nil {
+		t.spare = bs[:0]
+	}
+	t.mu.Unlock()
+}
+
+// drainReq asks the actor to take the tally now (it grew full).
+type drainReq struct{}
 
 type state struct {
 	buckets map[int64]*storage.TrafficCounts // bucket start (Unix seconds) → counts
@@ -65,7 +138,10 @@ type feedCall = actors.Call[time.Time, Feed]
 
 type flush struct{ done chan error }
 
-type owner struct{ st *state }
+type owner struct {
+	st    *state
+	tally *tally
+}
 
 // New loads the last week from the store and spawns the actor.
 func New(root *actor.RootContext, cfg Config) (*Counter, error) {
@@ -85,7 +161,7 @@ func New(root *actor.RootContext, cfg Config) (*Counter, error) {
 	if err := st.load(now()); err != nil {
 		return nil, err
 	}
-	c := &Counter{st: st, feeds: actors.NewCalls[time.Time, Feed](0)}
+	c := &Counter{st: st, feeds: actors.NewCalls[time.Time, Feed](0), tally: &tally{}}
 	opts := []actors.ShardOption{actors.Named("traffic"), actors.WithLogger(cfg.Logger)}
 	if cfg.Store != nil {
 		// After a panic the actor reads the week from the store again; the
@@ -96,7 +172,7 @@ func New(root *actor.RootContext, cfg Config) (*Counter, error) {
 			}
 		}))
 	}
-	c.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return owner{st} }, opts...)
+	c.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return owner{st, c.tally} }, opts...)
 	c.shards.Tick(cfg.Clock, cfg.FlushEvery)
 	return c, nil
 }
@@ -120,7 +196,11 @@ func (st *state) load(now time.Time) error {
 }
 
 // Record counts one call, fire-and-forget.
-func (c *Counter) Record(r Record) { c.shards.Send(0, &r) }
+func (c *Counter) Record(r Record) {
+	if c.tally.add(&r) {
+		c.shards.Send(0, drainReq{})
+	}
+}
 
 // Feed returns the traffic figures as of now.
 func (c *Counter) Feed(now time.Time) (Feed, error) {
@@ -149,34 +229,33 @@ func (c *Counter) Stop() error {
 func (o owner) Receive(ctx actor.Context) {
 	st := o.st
 	switch m := ctx.Message().(type) {
-	case *Record:
-		k := m.Now.Truncate(Bucket).Unix()
-		b := st.buckets[k]
-		if b == nil {
-			b = &storage.TrafficCounts{}
-			st.buckets[k] = b
-		}
-		b.Total++
-		if m.Threat {
-			b.Threats++
-		}
-		if m.VPN {
-			b.VPN++
-		}
-		if m.Proxy {
-			b.Proxy++
-		}
-		if m.DCH {
-			b.DCH++
-		}
-		st.dirty[k] = true
+	case drainReq:
+		o.tally.drain(st)
 	case *feedCall:
+		o.tally.drain(st)
 		m.Reply(st.feed(m.Req), nil)
 	case actors.Tick:
+		o.tally.drain(st)
 		st.flush(m.Now)
 	case *flush:
+		o.tally.drain(st)
 		m.done <- st.flush(time.Time{})
 	}
+}
+
+// add counts one bucket's tally.
+func (st *state) add(k int64, c *storage.TrafficCounts) {
+	b := st.buckets[k]
+	if b == nil {
+		b = &storage.TrafficCounts{}
+		st.buckets[k] = b
+	}
+	b.Total += c.Total
+	b.Threats += c.Threats
+	b.VPN += c.VPN
+	b.Proxy += c.Proxy
+	b.DCH += c.DCH
+	st.dirty[k] = true
 }
 
 // feed sums the buckets inside the rolling day and week ending at now.

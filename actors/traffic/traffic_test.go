@@ -57,3 +57,38 @@ func TestRollingWindowsAndRestart(t *testing.T) {
 		t.Fatalf("a day later: %+v", f3)
 	}
 }
+
+// Records spread over more buckets than the tally holds are handed to the
+// actor early; concurrent records are all counted, none twice.
+func TestTallyHandsOffAndCountsEveryRecord(t *testing.T) {
+	c, err := New(quiet().Root, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	// 3 × maxPendingBuckets distinct buckets inside the last day.
+	n := 3 * maxPendingBuckets
+	for i := 0; i < n; i++ {
+		c.Record(Record{Now: now.Add(-time.Duration(i) * Bucket / 2), Threat: i%2 == 0})
+	}
+	done := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		go func() {
+			for i := 0; i < 500; i++ {
+				c.Record(Record{Now: now, VPN: true})
+			}
+			done <- struct{}{}
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		<-done
+	}
+	f, err := c.Feed(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(n + 2000); f.Today.Total != want || f.WeekTotal != want || f.Today.VPN != 2000 || f.Today.Threats != uint64(n/2) {
+		t.Fatalf("feed %+v, want %d calls, 2000 VPN, %d threats", f, want, n/2)
+	}
+}
