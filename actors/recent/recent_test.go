@@ -264,7 +264,7 @@ func TestRetention(t *testing.T) {
 func TestPendingBounded(t *testing.T) {
 	db := memDB(t, vfs.NewMem())
 	defer db.Close()
-	c, err := New(system(t), Config{Store: db, FlushEvery: time.Hour, MaxPending: 3, Logger: quiet()})
+	c, err := New(system(t), Config{Store: db, FlushEvery: time.Hour, FlushAt: 100, MaxPending: 3, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,6 +274,35 @@ func TestPendingBounded(t *testing.T) {
 	}
 	if got, _ := c.List(List{Account: "acc_a", Now: t0, Limit: 10}); len(got) != 3 || got[0].RequestID != "req_0002" {
 		t.Fatalf("kept %v", ids(got))
+	}
+}
+
+// TestFlushAtHandsOverEarly: a full batch goes to the owner (and the store)
+// without waiting for the flusher or a List.
+func TestFlushAtHandsOverEarly(t *testing.T) {
+	db := memDB(t, vfs.NewMem())
+	defer db.Close()
+	c, err := New(system(t), Config{Store: db, FlushEvery: time.Hour, FlushAt: 5, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	for i := 0; i < 4; i++ {
+		c.Record(*entry("acc_a", i))
+	}
+	time.Sleep(50 * time.Millisecond)
+	if refs, _, _ := db.EvaluationRefs("acc_a", 10); len(refs) != 0 {
+		t.Fatalf("%d entries stored before the batch was full", len(refs))
+	}
+	c.Record(*entry("acc_a", 4))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		refs, _, err := db.EvaluationRefs("acc_a", 10)
+		if err == nil && len(refs) == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the full batch was not stored: %d entries, %v", len(refs), err)
+		}
 	}
 }
 
