@@ -77,6 +77,8 @@ type serveConfig struct {
 	// allowPrivateWebhooks also accepts http:// and loopback or private
 	// webhook receivers (development and tests).
 	allowPrivateWebhooks bool
+	// cluster holds the --cluster-* flags; cluster mode only when enabled.
+	cluster clusterFlags
 }
 
 func parseServe(args []string, env envVars) (*serveConfig, error) {
@@ -103,6 +105,7 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", false, "also accept http:// and loopback/private webhook receivers; for development and tests")
 	fs.Var(durabilityValue{&c.durability}, "durability", "interval: a counted call is answered once committed, and one group sync every --sync-interval makes it durable (a crash loses at most the last interval); strict: fsync before each answer")
 	fs.Var(syncIntervalValue{&c.syncInterval}, "sync-interval", "period of the group sync: the most a crash can lose in interval mode, and the bound for device history in either mode")
+	addClusterFlags(fs, &c.cluster)
 	if err := parseFlagsEnv(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, helpError{fs}
@@ -111,6 +114,11 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := c.cluster.finish(given, c.dataDir, osHostname); err != nil {
+		return nil, err
 	}
 	c.unknownEnv = unknownEnv(fs, env, "FRAUDD_URL")
 	return c, nil
