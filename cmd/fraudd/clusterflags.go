@@ -132,7 +132,9 @@ func (v clusterNameValue) Set(s string) error {
 	return nil
 }
 
-func (v clusterNameValue) Forms() string { return "a name of 1 to 64 characters without slashes or spaces" }
+func (v clusterNameValue) Forms() string {
+	return "a name of 1 to 64 characters without slashes or spaces"
+}
 
 func (v clusterNameValue) Kind() string { return "name" }
 
