@@ -76,6 +76,10 @@ type ConfigSync struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// beforeWrite, when set (tests), runs between Modify's read and its
+	// transaction.
+	beforeWrite func()
 }
 
 var _ accounts.Shared = (*ConfigSync)(nil)
@@ -109,7 +113,12 @@ func (c *ConfigSync) Start(ctx context.Context, accts *accounts.Service) error {
 		close(c.done)
 		return fmt.Errorf("cluster: read the account configuration: %w", err)
 	}
-	err := c.reconcile(ctx)
+	seeded, err := c.reconcile(ctx)
+	if err == nil && seeded > 0 {
+		// The full install below must see the seed, or it would take the
+		// seeded accounts for deleted ones.
+		err = c.store.Wait(ctx, seeded)
+	}
 	if err == nil {
 		c.pmu.Lock()
 		c.full = true
@@ -139,8 +148,9 @@ func (c *ConfigSync) stop() {
 	<-c.store.Done()
 }
 
-// reconcile compares the accounts Pebble holds with the cluster's.
-func (c *ConfigSync) reconcile(ctx context.Context) error {
+// reconcile compares the accounts Pebble holds with the cluster's; it
+// returns the revision of the seed it wrote (0: none).
+func (c *ConfigSync) reconcile(ctx context.Context) (int64, error) {
 	inCluster := 0
 	for _, k := range c.store.Keys() {
 		if kind, _, ok := parseKey(k); ok && kind == kindAccount {
@@ -155,20 +165,23 @@ func (c *ConfigSync) reconcile(ctx context.Context) error {
 		return true
 	})
 	if len(local) == 0 {
-		return nil
+		return 0, nil
 	}
 	sort.Slice(local, func(i, j int) bool { return local[i].ID < local[j].ID })
 	if inCluster > 0 {
-		return fmt.Errorf("cluster: this data directory holds %d accounts the cluster does not know (first %s): it belongs to another cluster or was used alone before; start this node with an empty --data-dir (it receives the configuration from the cluster), or seed a new cluster from it", len(local), local[0].ID)
+		return 0, fmt.Errorf("cluster: this data directory holds %d accounts the cluster does not know (first %s): it belongs to another cluster or was used alone before; start this node with an empty --data-dir (it receives the configuration from the cluster), or seed a new cluster from it", len(local), local[0].ID)
 	}
+	var rev int64
 	for _, v := range local {
 		a := v.Account
-		if _, err := c.create(ctx, &accounts.Records{Account: &a, Rules: v.Rules, Pins: v.Pins}); err != nil {
-			return fmt.Errorf("cluster: seed the empty cluster configuration with account %s: %w", v.ID, err)
+		r, err := c.create(ctx, &accounts.Records{Account: &a, Rules: v.Rules, Pins: v.Pins})
+		if err != nil {
+			return 0, fmt.Errorf("cluster: seed the empty cluster configuration with account %s: %w", v.ID, err)
 		}
+		rev = r
 	}
 	c.log.Info("seeded the cluster's empty account configuration from this data directory", "accounts", len(local))
-	return nil
+	return rev, nil
 }
 
 // changed is the store's OnChange: it only records what to apply, so the
@@ -406,6 +419,9 @@ func (c *ConfigSync) Modify(id string, change func(r *accounts.Records) error) e
 	}
 	if !strings.EqualFold(oldEmail, r.Account.Email) {
 		return errors.New("cluster: an account's email cannot change")
+	}
+	if c.beforeWrite != nil {
+		c.beforeWrite()
 	}
 	resp, err := c.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
