@@ -369,3 +369,41 @@ func TestStartRefusesUnreachableEtcd(t *testing.T) {
 		t.Fatalf("unreachable etcd: %v", err)
 	}
 }
+
+// TestDownWhenTheLeaseLapses: a node that cannot renew its membership lease
+// says so (serve adds it to /api/status's degraded list) once the lease's
+// TTL has passed, not before.
+func TestDownWhenTheLeaseLapses(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: dir, NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Start(context.Background(), Config{Name: clusterName(t), Endpoints: srv.Endpoints(), NodeID: "a", Advertise: "127.0.0.1:1",
+		LeaseTTL: 2 * time.Second, DialTimeout: time.Second})
+	if err != nil {
+		srv.Close()
+		t.Fatal(err)
+	}
+	if d := n.Down(); len(d) != 0 {
+		t.Fatalf("a joined node reports %v", d)
+	}
+	// The last renewal may have been acknowledged just now: the lease is
+	// vouched for until then + TTL.
+	lost := time.Now()
+	srv.Close()
+	within(t, 5*time.Second, "the node reports its lost membership", func() bool {
+		d := n.Down()
+		return len(d) == 1 && d[0] == "cluster membership"
+	})
+	if time.Since(lost) < time.Second {
+		t.Fatalf("membership reported lost %v after etcd went, before the lease could have run out", time.Since(lost))
+	}
+	closed := make(chan struct{})
+	go func() { n.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs without etcd")
+	}
+}
