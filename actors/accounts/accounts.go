@@ -1,7 +1,10 @@
 // Package accounts owns account records and API keys. One actor serialises every
 // change (admin traffic is rare) and writes it to storage before publishing it;
 // requests authenticate against a read-only directory the actor keeps current,
-// so the hot path never waits on the actor or on Pebble.
+// so the hot path never waits on the actor or on Pebble. In cluster mode
+// (Config.Shared) a change is written to the cluster's shared configuration
+// instead, and every node's actor installs it from there (Install), so the
+// hot path stays local there too.
 package accounts
 
 import (
