@@ -19,6 +19,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/cluster"
@@ -111,7 +113,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.cli, err = clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: cfg.DialTimeout, TLS: tlsCfg, Logger: zap.NewNop(),
 		// Keepalives notice a dead connection within a lease TTL.
-		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: cfg.DialTimeout})
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: cfg.DialTimeout,
+		// gRPC's default reconnect backoff grows to minutes: after an etcd
+		// restart the node would stay cut off (and lose its lease) long
+		// after etcd is back. A second at most keeps it within one TTL.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		})}})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: etcd client for %s: %w", strings.Join(endpoints, ","), err)
 	}
