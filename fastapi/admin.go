@@ -56,6 +56,8 @@ func (s *Server) adminFailure(ctx *fasthttp.RequestCtx, where string, err error)
 		s.refuse(ctx, refuseNoAccount)
 	case errors.Is(err, accounts.ErrExists):
 		s.writeError(ctx, fasthttp.StatusConflict, checks.MsgAccountExists, "", "")
+	case errors.Is(err, accounts.ErrConflict):
+		s.writeError(ctx, fasthttp.StatusConflict, checks.MsgAccountConflict, "", checks.HintAccountConflict)
 	case errors.Is(err, accounts.ErrUnavailable):
 		s.storageUnavailable(ctx)
 	default:

@@ -92,6 +92,10 @@ type Deps struct {
 	Limits *iplimit.Client
 	// Quota owns per-account allowances.
 	Quota *quota.Client
+	// ChargeQuota, when set (cluster mode), is what the checks pipeline
+	// charges instead of Quota: a client that routes each account to its
+	// shard's owner. Admin usage views still read Quota.
+	ChargeQuota checks.Quota
 	// Feeds holds the current intelligence snapshot.
 	Feeds *netlists.Store
 	// Mail is the outbox (GET /admin/v1/mail); nil lists nothing.
@@ -136,6 +140,9 @@ type Deps struct {
 func pipeline(d *Deps, log *slog.Logger) *checks.Service {
 	cfg := checks.Config{Accounts: d.Accounts, Limits: d.Limits, Quota: d.Quota, Feeds: d.Feeds,
 		Store: d.Store, VisitorKey: d.VisitorKey, Logger: log}
+	if d.ChargeQuota != nil {
+		cfg.Quota = d.ChargeQuota
+	}
 	if d.Tokens != nil {
 		cfg.Tokens = d.Tokens
 	}

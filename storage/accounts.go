@@ -306,3 +306,32 @@ func (d *DB) GetPins(id string) ([]Pin, error) {
 	}
 	return UnmarshalPins(v)
 }
+
+// ReplaceAccount writes an account with its rules and pins as one durable
+// batch, moving its email claim when the email changed from oldEmail (""
+// for an account new to this store). Cluster mode installs the records the
+// shared configuration holds this way: the store then holds exactly them.
+func (d *DB) ReplaceAccount(a *Account, rules []Rule, pins []Pin, oldEmail string) error {
+	b := d.newBatch()
+	if oldEmail != "" && !strings.EqualFold(oldEmail, a.Email) {
+		_ = b.Delete(emailKey(oldEmail), nil)
+	}
+	_ = b.Set(accountKey(a.ID), MarshalAccount(nil, a), nil)
+	_ = b.Set(emailKey(a.Email), []byte(a.ID), nil)
+	_ = b.Set(append([]byte{prefixRules}, a.ID...), MarshalRules(nil, rules), nil)
+	_ = b.Set(append([]byte{prefixPins}, a.ID...), MarshalPins(nil, pins), nil)
+	return d.commit(b)
+}
+
+// DeleteAccount removes an account, its email claim, rules and pins as one
+// durable batch (cluster mode: the shared configuration no longer holds it).
+func (d *DB) DeleteAccount(id, email string) error {
+	b := d.newBatch()
+	_ = b.Delete(accountKey(id), nil)
+	if email != "" {
+		_ = b.Delete(emailKey(email), nil)
+	}
+	_ = b.Delete(append([]byte{prefixRules}, id...), nil)
+	_ = b.Delete(append([]byte{prefixPins}, id...), nil)
+	return d.commit(b)
+}

@@ -127,3 +127,52 @@ func TestReopenKeepsEverything(t *testing.T) {
 		t.Fatalf("probe: %v", err)
 	}
 }
+
+func TestReplaceAndDeleteAccount(t *testing.T) {
+	db, err := Open("d", Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	a := sampleAccount()
+	if err := db.ReplaceAccount(a, []Rule{{"vpn", "block"}}, nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := db.GetAccount(a.ID); err != nil || !reflect.DeepEqual(got, a) {
+		t.Fatalf("replaced account: %+v %v", got, err)
+	}
+	// The email claim moves with the email: the old one is free again.
+	moved := *a
+	moved.Email = "new@example.com"
+	if err := db.ReplaceAccount(&moved, nil, []Pin{{IP: "1.2.3.4/32", Action: "allow"}}, a.Email); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := db.GetRules(a.ID); len(r) != 0 {
+		t.Fatalf("rules not replaced: %v", r)
+	}
+	if p, _ := db.GetPins(a.ID); len(p) != 1 {
+		t.Fatalf("pins not replaced: %v", p)
+	}
+	other := sampleAccount()
+	other.ID = "acc_2"
+	if err := db.CreateAccount(other); err != nil {
+		t.Fatalf("old email still claimed: %v", err)
+	}
+	dup := sampleAccount()
+	dup.ID, dup.Email = "acc_3", "NEW@example.com"
+	if err := db.CreateAccount(dup); !errors.Is(err, ErrExists) {
+		t.Fatalf("new email not claimed: %v", err)
+	}
+	if err := db.DeleteAccount(a.ID, moved.Email); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.GetAccount(a.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted account: %v", err)
+	}
+	if p, _ := db.GetPins(a.ID); len(p) != 0 {
+		t.Fatalf("pins of a deleted account: %v", p)
+	}
+	if err := db.CreateAccount(dup); err != nil {
+		t.Fatalf("email of a deleted account still claimed: %v", err)
+	}
+}

@@ -1,10 +1,14 @@
 // Package accounts owns account records and API keys. One actor serialises every
 // change (admin traffic is rare) and writes it to storage before publishing it;
 // requests authenticate against a read-only directory the actor keeps current,
-// so the hot path never waits on the actor or on Pebble.
+// so the hot path never waits on the actor or on Pebble. In cluster mode
+// (Config.Shared) a change is written to the cluster's shared configuration
+// instead, and every node's actor installs it from there (Install), so the
+// hot path stays local there too.
 package accounts
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -12,6 +16,7 @@ import (
 	"fmt"
 	"hash"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,6 +75,10 @@ var (
 	ErrNotFound = errors.New("account not found")
 	ErrExists   = errors.New("email already registered")
 	ErrNoPrev   = errors.New("no previous live key")
+	// ErrConflict: cluster mode, another node changed the account between
+	// this node's read and its write (the revision check refused it). The
+	// admin API answers 409; reading the account again and retrying works.
+	ErrConflict = errors.New("the account changed on another node")
 	// ErrUnavailable: the account store cannot be read or written (SPEC §7:
 	// 503 storage_unavailable); errors of every method wrap it then.
 	ErrUnavailable = storage.ErrUnavailable
@@ -124,6 +133,33 @@ type Config struct {
 	// wait for it); 0 means 10 s. A change that times out may still be
 	// applied afterwards.
 	Timeout time.Duration
+	// Shared, set in cluster mode, is the configuration every node shares:
+	// changes are written there instead of to DB, and come back to every
+	// node (this one included) through Install. Nil: single node.
+	Shared Shared
+}
+
+// Records are one account's stored configuration: the records the store
+// holds, sealed and hashed as they are (never a clear key or secret).
+type Records struct {
+	Account *storage.Account
+	Rules   []Rule
+	Pins    []Pin
+}
+
+// Shared is a configuration store several nodes share (cluster mode). It
+// writes with revision checks and returns only once this node installed the
+// write (read-your-write). Errors wrap ErrExists, ErrNotFound, ErrConflict
+// or ErrUnavailable.
+type Shared interface {
+	// Create stores a new account (no rules, no pins); ErrExists when its
+	// email is taken.
+	Create(a *storage.Account) error
+	// Modify reads the account's current records, lets change edit them
+	// (it may replace slices, never mutate them in place) and writes back
+	// what changed, refused with ErrConflict when any of them changed in
+	// between.
+	Modify(id string, change func(r *Records) error) error
 }
 
 // Service is the typed client of the accounts actor plus the read directory.
@@ -343,23 +379,21 @@ type Created struct {
 
 // Create makes an account with fresh keys. The email must be unused.
 func (s *Service) Create(in NewAccount) (*Created, error) {
+	if s.cfg.Shared != nil {
+		// Cluster mode: the records are written to the shared store, which
+		// checks the email across the cluster; this node publishes them
+		// when Install brings them back, before Shared.Create returns.
+		a, out := s.newAccount(in)
+		if err := s.cfg.Shared.Create(a); err != nil {
+			return nil, err
+		}
+		if out.View = s.Get(a.ID); out.View == nil {
+			return nil, fmt.Errorf("create account %s: written but not installed: %w", a.ID, ErrUnavailable)
+		}
+		return out, nil
+	}
 	v, err := s.run(func() (any, error) {
-		now := s.cfg.Clock.Now()
-		created := in.CreatedAt
-		if created.IsZero() {
-			created = now
-		}
-		a := &storage.Account{
-			ID: "acc_" + secrets.Random62(12), Email: in.Email, Plan: in.Plan, CreatedAt: created.UTC(),
-			HourlyLimit: in.HourlyLimit, MonthlyLimit: in.MonthlyLimit,
-		}
-		out := &Created{}
-		out.LiveKey, a.Live = s.newKey(PrefixLive, 1, now)
-		out.TestKey, a.Test = s.newKey(PrefixTest, 1, now)
-		out.PublishableKey = PrefixPublishable + secrets.Random62(24)
-		a.PublishableKey = out.PublishableKey
-		out.WebhookSecret = PrefixWebhook + secrets.Random62(24)
-		a.WebhookSecret = s.sealer.Seal([]byte(out.WebhookSecret))
+		a, out := s.newAccount(in)
 		if err := s.cfg.DB.CreateAccount(a); err != nil {
 			if errors.Is(err, storage.ErrExists) {
 				return nil, ErrExists
@@ -375,8 +409,45 @@ func (s *Service) Create(in NewAccount) (*Created, error) {
 	return v.(*Created), nil
 }
 
+// newAccount makes a new account's record and its secrets in clear (shown
+// once, in Created).
+func (s *Service) newAccount(in NewAccount) (*storage.Account, *Created) {
+	now := s.cfg.Clock.Now()
+	created := in.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
+	a := &storage.Account{
+		ID: "acc_" + secrets.Random62(12), Email: in.Email, Plan: in.Plan, CreatedAt: created.UTC(),
+		HourlyLimit: in.HourlyLimit, MonthlyLimit: in.MonthlyLimit,
+	}
+	out := &Created{}
+	out.LiveKey, a.Live = s.newKey(PrefixLive, 1, now)
+	out.TestKey, a.Test = s.newKey(PrefixTest, 1, now)
+	out.PublishableKey = PrefixPublishable + secrets.Random62(24)
+	a.PublishableKey = out.PublishableKey
+	out.WebhookSecret = PrefixWebhook + secrets.Random62(24)
+	a.WebhookSecret = s.sealer.Seal([]byte(out.WebhookSecret))
+	return a, out
+}
+
 // update runs change on a copy of the account, stores it, and publishes it.
 func (s *Service) update(id string, change func(a *storage.Account, now time.Time) (any, error)) (any, error) {
+	if s.cfg.Shared != nil {
+		var out any
+		err := s.cfg.Shared.Modify(id, func(r *Records) error {
+			var err error
+			out, err = change(r.Account, s.cfg.Clock.Now())
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = s.Get(id)
+		}
+		return out, nil
+	}
 	return s.run(func() (any, error) {
 		old := s.Get(id)
 		if old == nil {
@@ -526,35 +597,106 @@ func (s *Service) WebhookSecret(v *View) (string, error) {
 
 // SetRules replaces the account's rule set (already validated by the caller).
 func (s *Service) SetRules(id string, rules []Rule) (*View, error) {
-	return s.setPolicy(id, func(v *View) ([]storage.Rule, []storage.Pin, error) {
-		return rules, v.Pins, s.cfg.DB.PutRules(id, rules)
-	})
+	return s.setPolicy(id, func(r *Records) { r.Rules = rules })
 }
 
 // SetPins replaces the account's exception pins (already validated).
 func (s *Service) SetPins(id string, pins []Pin) (*View, error) {
-	return s.setPolicy(id, func(v *View) ([]storage.Rule, []storage.Pin, error) {
-		return v.Rules, pins, s.cfg.DB.PutPins(id, pins)
-	})
+	return s.setPolicy(id, func(r *Records) { r.Pins = pins })
 }
 
-func (s *Service) setPolicy(id string, put func(*View) ([]storage.Rule, []storage.Pin, error)) (*View, error) {
+func (s *Service) setPolicy(id string, edit func(r *Records)) (*View, error) {
+	if s.cfg.Shared != nil {
+		if err := s.cfg.Shared.Modify(id, func(r *Records) error { edit(r); return nil }); err != nil {
+			return nil, err
+		}
+		return s.Get(id), nil
+	}
 	v, err := s.run(func() (any, error) {
 		old := s.Get(id)
 		if old == nil {
 			return nil, ErrNotFound
 		}
-		rules, pins, err := put(old)
+		r := Records{Rules: old.Rules, Pins: old.Pins}
+		edit(&r)
+		var err error
+		if !slices.Equal(r.Rules, old.Rules) {
+			err = s.cfg.DB.PutRules(id, r.Rules)
+		}
+		if err == nil && !slices.Equal(r.Pins, old.Pins) {
+			err = s.cfg.DB.PutPins(id, r.Pins)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("store policy: %w", err)
 		}
 		a := old.Account
-		return s.publish(&a, rules, pins, old), nil
+		return s.publish(&a, r.Rules, r.Pins, old), nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return v.(*View), nil
+}
+
+// Install makes recs this node's copy of those accounts, as they are, and
+// removes the accounts named in gone: cluster mode applies what the shared
+// configuration delivered this way, through the actor like any change. An
+// account whose records equal the published ones is left alone, so a full
+// re-read of the shared store rewrites nothing.
+func (s *Service) Install(recs []Records, gone []string) error {
+	_, err := s.run(func() (any, error) {
+		for _, r := range recs {
+			old := s.Get(r.Account.ID)
+			if old != nil && sameRecords(old, r) {
+				continue
+			}
+			oldEmail := ""
+			if old != nil {
+				oldEmail = old.Email
+			}
+			if err := s.cfg.DB.ReplaceAccount(r.Account, r.Rules, r.Pins, oldEmail); err != nil {
+				return nil, fmt.Errorf("install account %s: %w", r.Account.ID, err)
+			}
+			s.publish(r.Account, r.Rules, r.Pins, old)
+		}
+		for _, id := range gone {
+			old := s.Get(id)
+			if old == nil {
+				continue
+			}
+			if err := s.cfg.DB.DeleteAccount(id, old.Email); err != nil {
+				return nil, fmt.Errorf("remove account %s: %w", id, err)
+			}
+			s.unpublish(old)
+		}
+		return nil, nil
+	})
+	return err
+}
+
+func sameRecords(v *View, r Records) bool {
+	return bytes.Equal(storage.MarshalAccount(nil, &v.Account), storage.MarshalAccount(nil, r.Account)) &&
+		bytes.Equal(storage.MarshalRules(nil, v.Rules), storage.MarshalRules(nil, r.Rules)) &&
+		bytes.Equal(storage.MarshalPins(nil, v.Pins), storage.MarshalPins(nil, r.Pins))
+}
+
+// unpublish removes an account and every key binding of it.
+func (s *Service) unpublish(v *View) {
+	for _, k := range []*storage.KeyRecord{&v.Live, &v.Test, v.PrevLive} {
+		if k == nil {
+			continue
+		}
+		if b, ok := s.byKey.Load(k.Hash); ok && b.(binding).accountID == v.ID {
+			s.byKey.Delete(k.Hash)
+		}
+	}
+	if v.PublishableKey != "" {
+		h := s.HashKey(v.PublishableKey)
+		if b, ok := s.byKey.Load(h); ok && b.(binding).accountID == v.ID {
+			s.byKey.Delete(h)
+		}
+	}
+	s.byID.Delete(v.ID)
 }
 
 // CompilePolicy parses stored rules and pins into the engine's form. They were

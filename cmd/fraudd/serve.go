@@ -23,6 +23,7 @@ import (
 	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/challenge"
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/health"
@@ -32,6 +33,8 @@ import (
 	"github.com/fraudd/fraudd/actors/recent"
 	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/actors/webhook"
+	"github.com/fraudd/fraudd/cluster/embedetcd"
+	"github.com/fraudd/fraudd/cmd/fraudd/clusterserve"
 	"github.com/fraudd/fraudd/fastapi"
 	intelfeeds "github.com/fraudd/fraudd/intel/feeds"
 	"github.com/fraudd/fraudd/intel/netlists"
@@ -77,6 +80,8 @@ type serveConfig struct {
 	// allowPrivateWebhooks also accepts http:// and loopback or private
 	// webhook receivers (development and tests).
 	allowPrivateWebhooks bool
+	// cluster holds the --cluster-* flags; cluster mode only when enabled.
+	cluster clusterFlags
 }
 
 func parseServe(args []string, env envVars) (*serveConfig, error) {
@@ -103,6 +108,7 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", false, "also accept http:// and loopback/private webhook receivers; for development and tests")
 	fs.Var(durabilityValue{&c.durability}, "durability", "interval: a counted call is answered once committed, and one group sync every --sync-interval makes it durable (a crash loses at most the last interval); strict: fsync before each answer")
 	fs.Var(syncIntervalValue{&c.syncInterval}, "sync-interval", "period of the group sync: the most a crash can lose in interval mode, and the bound for device history in either mode")
+	addClusterFlags(fs, &c.cluster)
 	if err := parseFlagsEnv(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, helpError{fs}
@@ -111,6 +117,11 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := c.cluster.finish(given, c.dataDir, osHostname); err != nil {
+		return nil, err
 	}
 	c.unknownEnv = unknownEnv(fs, env, "FRAUDD_URL")
 	return c, nil
@@ -210,6 +221,9 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
+	// leave, in cluster mode, hands this node's shards over and revokes its
+	// lease once the HTTP server drained.
+	leave := func() {}
 
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(s *actor.ActorSystem) *slog.Logger {
 		return log.With("lib", "protoactor")
@@ -218,11 +232,47 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		system.Shutdown()
 		log.Info("actor system stopped")
 	}()
-	accts, err := accounts.Start(system.Root, accounts.Config{DB: db, Master: master, Clock: clk})
+	// Cluster mode: join before anything serves, and keep the accounts
+	// actor a copy of the cluster's configuration. Single-node mode starts
+	// none of it.
+	var node *clusterserve.Node
+	var shared *clusterserve.ConfigSync
+	acctsCfg := accounts.Config{DB: db, Master: master, Clock: clk}
+	if cfg.cluster.enabled() {
+		if node, err = clusterserve.Start(ctx, clusterConfig(cfg, log)); err != nil {
+			return err
+		}
+		left := false
+		defer func() {
+			if !left {
+				node.Close()
+			}
+		}()
+		leave = func() {
+			left = true
+			lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := node.Leave(lctx); err != nil {
+				log.Error("leave the cluster", "err", err)
+				return
+			}
+			log.Info("left the cluster")
+		}
+		if shared, err = node.NewConfigSync(); err != nil {
+			return err
+		}
+		acctsCfg.Shared = shared
+	}
+	accts, err := accounts.Start(system.Root, acctsCfg)
 	if err != nil {
 		return err
 	}
 	defer accts.Stop()
+	if shared != nil {
+		if err := shared.Start(ctx, accts); err != nil {
+			return err
+		}
+	}
 	limits := iplimit.New(system.Root, iplimit.Config{Clock: clk})
 	defer func() {
 		if err := limits.Stop(); err != nil {
@@ -318,6 +368,12 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	log.Info("feeds loaded", "took", time.Since(loadStart).Round(time.Millisecond),
 		"tor_exits", cov.TorExits, "dc_ranges", cov.DCRanges, "cloud_providers", cov.CloudProviders, "disposable_domains", cov.DisposableDomains)
 
+	down := actors.SupervisionOf(system).Down
+	if node != nil {
+		// A lost membership lease degrades the API in /api/status.
+		supervised := down
+		down = func() []string { return append(supervised(), node.Down()...) }
+	}
 	// The health monitor re-checks the store on a tick, so an unreadable disk
 	// turns into 503s (and a recovered one back into service) without waiting
 	// for a failed request, and keeps the status history.
@@ -326,7 +382,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	monitor, err := health.New(system.Root, health.Config{DB: db, Clock: clk, Logger: log, Checks: health.Checks{
 		Storage: db.Probe,
 		Feeds:   func() bool { return feeds.Current().Coverage().TorExits > 0 },
-		Actors:  actors.SupervisionOf(system).Down,
+		Actors:  down,
 	}})
 	if err != nil {
 		return err
@@ -376,7 +432,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
-		DeviceHist: devHist, Challenges: challenges, Recent: recents, Shards: actors.KindsOf(system),
+		DeviceHist: devHist, Challenges: challenges, Recent: recents, Shards: actors.KindsOf(system), ChargeQuota: chargeQuota(node),
 		Backup: func(dir string) (*backup.Report, error) {
 			return backup.Write(backup.Source{DataDir: cfg.dataDir, Store: db, SecretOutside: cfg.secret != ""}, dir)
 		}})
@@ -431,7 +487,29 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		log.Error("drain requests", "err", err)
 	}
 	log.Info("http server stopped")
+	leave()
 	return nil
+}
+
+// clusterConfig is the cluster start's configuration from the flags.
+func clusterConfig(cfg *serveConfig, log *slog.Logger) clusterserve.Config {
+	c := cfg.cluster
+	out := clusterserve.Config{Name: c.name, Endpoints: c.etcd, CA: c.etcdCA, Cert: c.etcdCert, Key: c.etcdKey,
+		NodeID: c.nodeID, Listen: c.listen, Advertise: c.advertise, LeaseTTL: c.leaseTTL, Logger: log}
+	if c.embedded {
+		out.Embedded = &embedetcd.Config{Dir: c.embedDir, Name: c.embedName, ClientURL: c.embedClientURL,
+			PeerURL: c.embedPeerURL, InitialCluster: c.initial}
+	}
+	return out
+}
+
+// chargeQuota is the seam where cluster mode's routing quota client
+// replaces the local one in the checks pipeline (nil: the local one).
+func chargeQuota(node *clusterserve.Node) checks.Quota {
+	if node == nil || node.Parts.Quota == nil {
+		return nil
+	}
+	return node.Parts.Quota
 }
 
 // loadMaster returns the master secret from --secret, or from the data dir's
