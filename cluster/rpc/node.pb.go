@@ -224,7 +224,7 @@ type ChargeReply struct {
 	Capped     bool                   `protobuf:"varint,4,opt,name=capped,proto3" json:"capped,omitempty"`
 	Limit      int64                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	Remaining  int64                  `protobuf:"varint,6,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	Reset_     int64                  `protobuf:"varint,7,opt,name=reset,proto3" json:"reset,omitempty"`
+	ResetUnix  int64                  `protobuf:"varint,7,opt,name=reset_unix,json=resetUnix,proto3" json:"reset_unix,omitempty"` // quota.ChargeResult.Reset
 	RetryAfter int64                  `protobuf:"varint,8,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// token is the owner's fencing token of the claim it charged under.
 	Token         int64 `protobuf:"varint,9,opt,name=token,proto3" json:"token,omitempty"`
@@ -304,9 +304,9 @@ func (x *ChargeReply) GetRemaining() int64 {
 	return 0
 }
 
-func (x *ChargeReply) GetReset_() int64 {
+func (x *ChargeReply) GetResetUnix() int64 {
 	if x != nil {
-		return x.Reset_
+		return x.ResetUnix
 	}
 	return 0
 }
@@ -839,15 +839,16 @@ const file_node_proto_rawDesc = "" +
 	"\x05total\x18\b \x01(\bR\x05total\x12\"\n" +
 	"\rnow_unix_nano\x18\t \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05token\x18\n" +
-	" \x01(\x03R\x05token\"\xf4\x01\n" +
+	" \x01(\x03R\x05token\"\xfd\x01\n" +
 	"\vChargeReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aallowed\x18\x02 \x01(\bR\aallowed\x12\x18\n" +
 	"\arefusal\x18\x03 \x01(\rR\arefusal\x12\x16\n" +
 	"\x06capped\x18\x04 \x01(\bR\x06capped\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x1c\n" +
-	"\tremaining\x18\x06 \x01(\x03R\tremaining\x12\x14\n" +
-	"\x05reset\x18\a \x01(\x03R\x05reset\x12\x1f\n" +
+	"\tremaining\x18\x06 \x01(\x03R\tremaining\x12\x1d\n" +
+	"\n" +
+	"reset_unix\x18\a \x01(\x03R\tresetUnix\x12\x1f\n" +
 	"\vretry_after\x18\b \x01(\x03R\n" +
 	"retryAfter\x12\x14\n" +
 	"\x05token\x18\t \x01(\x03R\x05token\"\xc7\x01\n" +

@@ -1,0 +1,327 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/cluster"
+)
+
+// DefaultTimeout bounds one routed call (both attempts and the view refresh
+// between them) when QuotaConfig.Timeout is zero.
+const DefaultTimeout = 500 * time.Millisecond
+
+var (
+	// ErrNoOwner is a call no owner answered within its deadline: no owner
+	// known, the owner unreachable, or refused twice. It wraps
+	// quota.ErrUnavailable: the pipeline answers 503 storage_unavailable
+	// and nothing was charged, as for a local store failure.
+	ErrNoOwner = fmt.Errorf("cluster rpc: no owner answered for the account: %w", quota.ErrUnavailable)
+	// ErrBusy is a chained charge refused because every worker is busy
+	// and the queue is full.
+	ErrBusy = fmt.Errorf("cluster rpc: too many remote charges in flight: %w", quota.ErrUnavailable)
+	// ErrClosed is a call after Close.
+	ErrClosed = fmt.Errorf("cluster rpc: client closed: %w", quota.ErrUnavailable)
+)
+
+// QuotaConfig configures NewQuota.
+type QuotaConfig struct {
+	// Local is this node's quota actors, used for the shards it owns.
+	Local  LocalQuota
+	Owners Ownership
+	// Timeout bounds each routed call; DefaultTimeout when zero.
+	Timeout time.Duration
+	// Workers carry chained charges (ChargeThen) to remote owners: a
+	// blocking gRPC call each, as many at once as there are workers;
+	// 64 when zero. Queue is how many may wait for one (16 × Workers when
+	// zero); past it a chained charge fails with ErrBusy.
+	Workers, Queue int
+	// DialOptions for the connections to peers; plaintext when nil.
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
+}
+
+// Quota implements checks.Quota (and its chained ChargeThen) across the
+// cluster: each account's charge and usage run at the owner of its shard.
+// Collect and CountTotal stay on this node: the collection budget and the
+// totals are per-node shares (docs/cluster.md).
+type Quota struct {
+	cfg    QuotaConfig
+	log    *slog.Logger
+	remote atomic.Int64
+	work   chan quota.ChargeStep
+	done   chan struct{}
+	closed atomic.Bool
+	wg     sync.WaitGroup
+
+	mu    sync.RWMutex
+	peers map[string]*peer
+}
+
+// peer is one member's connection, reused by every call to it until its
+// advertised address changes.
+type peer struct {
+	addr string
+	conn *grpc.ClientConn
+	cli  NodeClient
+}
+
+// NewQuota starts the client's workers; Close stops them.
+func NewQuota(cfg QuotaConfig) (*Quota, error) {
+	if cfg.Local == nil || cfg.Owners == nil {
+		return nil, errors.New("cluster rpc quota: local quota and owners are required")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 64
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = 16 * cfg.Workers
+	}
+	if cfg.DialOptions == nil {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	q := &Quota{cfg: cfg, log: log, work: make(chan quota.ChargeStep, cfg.Queue), done: make(chan struct{}), peers: map[string]*peer{}}
+	for range cfg.Workers {
+		q.wg.Go(q.worker)
+	}
+	return q, nil
+}
+
+// RemoteCalls counts gRPC round trips to other members since NewQuota
+// (fraudbench and tests: hops per evaluation).
+func (q *Quota) RemoteCalls() int64 { return q.remote.Load() }
+
+// Close stops the workers and closes every peer connection. Chained charges
+// still queued are failed with ErrClosed.
+func (q *Quota) Close() {
+	if q.closed.Swap(true) {
+		return
+	}
+	close(q.done)
+	q.wg.Wait()
+	for len(q.work) > 0 {
+		(<-q.work).Fail(ErrClosed)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for id, p := range q.peers {
+		p.conn.Close()
+		delete(q.peers, id)
+	}
+}
+
+// local reports whether this node owns the account's shard with a valid
+// claim now: the case of no hop at all.
+func (q *Quota) local(account string) bool {
+	shard := cluster.ShardOf(cluster.KindAccount, account)
+	node, _, ok := q.cfg.Owners.Owner(shard)
+	if !ok || node != q.cfg.Owners.Self() {
+		return false
+	}
+	_, err := q.cfg.Owners.Held(shard)
+	return err == nil
+}
+
+// Charge implements checks.Quota.
+func (q *Quota) Charge(c quota.Charge) (quota.ChargeResult, error) {
+	if q.local(c.Account) {
+		return q.cfg.Local.Charge(c)
+	}
+	return q.charge(&c)
+}
+
+// ChargeThen implements the chained charge: on the owner it is the local
+// actors' ChargeThen (no goroutine, no hop); elsewhere a worker makes the
+// call and st.Charged runs on that worker when the answer is in.
+func (q *Quota) ChargeThen(st quota.ChargeStep) {
+	if q.closed.Load() {
+		st.Fail(ErrClosed)
+		return
+	}
+	if q.local(st.ChargeReq().Account) {
+		q.cfg.Local.ChargeThen(st)
+		return
+	}
+	select {
+	case q.work <- st:
+	default:
+		st.Charged(quota.ChargeResult{}, ErrBusy)
+	}
+}
+
+func (q *Quota) worker() {
+	for {
+		select {
+		case <-q.done:
+			return
+		case st := <-q.work:
+			res, err := q.charge(st.ChargeReq())
+			st.Charged(res, err)
+		}
+	}
+}
+
+// charge runs c at the owner, wherever it is.
+func (q *Quota) charge(c *quota.Charge) (quota.ChargeResult, error) {
+	return route(q, c.Account,
+		func() (quota.ChargeResult, error) { return q.cfg.Local.Charge(*c) },
+		func(ctx context.Context, cli NodeClient, token int64) (quota.ChargeResult, int64, error) {
+			rep, err := cli.Charge(ctx, chargeMsg(c, token))
+			if err != nil {
+				return quota.ChargeResult{}, 0, err
+			}
+			res, err := chargeResultOf(rep)
+			return res, rep.Token, err
+		})
+}
+
+// Usage implements checks.Quota.
+func (q *Quota) Usage(u quota.Usage) (quota.UsageView, error) {
+	if q.local(u.Account) {
+		return q.cfg.Local.Usage(u)
+	}
+	return route(q, u.Account,
+		func() (quota.UsageView, error) { return q.cfg.Local.Usage(u) },
+		func(ctx context.Context, cli NodeClient, token int64) (quota.UsageView, int64, error) {
+			rep, err := cli.Usage(ctx, usageMsg(&u, token))
+			if err != nil {
+				return quota.UsageView{}, 0, err
+			}
+			return usageViewOf(rep), rep.Token, nil
+		})
+}
+
+// CountTotal implements checks.Quota: totals are per-node shares, summed
+// by the G-counter rebuild, so this node counts its own.
+func (q *Quota) CountTotal(account string, now time.Time) { q.cfg.Local.CountTotal(account, now) }
+
+// Collect implements checks.Quota on this node's budget (memory only, as
+// on one node): in a cluster each node keeps its own day's count.
+func (q *Quota) Collect(m quota.Collect) (quota.CollectResult, error) { return q.cfg.Local.Collect(m) }
+
+// route runs an owner-only call for account: locally when this node holds
+// a valid claim of the shard, else with one gRPC call to the owner in the
+// view. When the owner refuses (it no longer owns the shard) or answers
+// under a token older than the view's, the view is refreshed and the call
+// tried once more. Everything, the refresh included, runs within one
+// Timeout; past it the answer is ErrNoOwner.
+func route[T any](q *Quota, account string, local func() (T, error), remote func(context.Context, NodeClient, int64) (T, int64, error)) (T, error) {
+	var zero T
+	if q.closed.Load() {
+		return zero, ErrClosed
+	}
+	shard := cluster.ShardOf(cluster.KindAccount, account)
+	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Timeout)
+	defer cancel()
+	var last error
+	for attempt := 0; attempt < 2; attempt++ {
+		node, token, ok := q.cfg.Owners.Owner(shard)
+		if !ok {
+			return zero, fmt.Errorf("account shard %04d has no owner: %w", shard, ErrNoOwner)
+		}
+		if node == q.cfg.Owners.Self() {
+			if _, err := q.cfg.Owners.Held(shard); err == nil {
+				return local()
+			} else {
+				last = err
+			}
+		} else {
+			p, err := q.peer(node)
+			if err != nil {
+				return zero, err
+			}
+			q.remote.Add(1)
+			v, got, err := remote(ctx, p.cli, token)
+			if err == nil {
+				_, cur, ok := q.cfg.Owners.Owner(shard)
+				if !ok || got >= cur {
+					return v, nil
+				}
+				// An answer under a claim older than the one we know of:
+				// the stale owner's, which must not count.
+				err = fmt.Errorf("%s answered under token %d, the shard's is %d: %w", node, got, cur, cluster.ErrFenced)
+			} else if status.Code(err) != codes.FailedPrecondition {
+				return zero, fmt.Errorf("account shard %04d at %s: %w: %w", shard, node, ErrNoOwner, err)
+			}
+			last = err
+		}
+		if attempt == 0 {
+			q.refresh(ctx, shard, token, last)
+		}
+	}
+	return zero, fmt.Errorf("account shard %04d: %w: %w", shard, ErrNoOwner, last)
+}
+
+// refresh waits, within ctx, for the view to move past the claim that was
+// refused: to the token the refusing node named when it knows a later one,
+// else to any other claim of the shard.
+func (q *Quota) refresh(ctx context.Context, shard int, token int64, refusal error) {
+	if st, ok := status.FromError(refusal); ok {
+		for _, d := range st.Details() {
+			if no, ok := d.(*NotOwner); ok && no.Token > token {
+				q.cfg.Owners.Wait(ctx, no.Token)
+				return
+			}
+		}
+	}
+	for {
+		rev := q.cfg.Owners.Revision()
+		if _, cur, ok := q.cfg.Owners.Owner(shard); ok && cur != token {
+			return
+		}
+		// The owner view moves with every claim and release: wait for its
+		// next revision, then look again.
+		if q.cfg.Owners.Wait(ctx, rev+1) != nil {
+			return
+		}
+	}
+}
+
+// peer is the member's reused connection at its advertised address.
+func (q *Quota) peer(node string) (*peer, error) {
+	addr, ok := q.cfg.Owners.Addr(node)
+	if !ok {
+		return nil, fmt.Errorf("member %q has no advertised address: %w", node, ErrNoOwner)
+	}
+	q.mu.RLock()
+	p := q.peers[node]
+	q.mu.RUnlock()
+	if p != nil && p.addr == addr {
+		return p, nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if p := q.peers[node]; p != nil {
+		if p.addr == addr {
+			return p, nil
+		}
+		// The member came back elsewhere: calls still on the old
+		// connection fail and answer 503, as the dead address would.
+		p.conn.Close()
+	}
+	conn, err := grpc.NewClient(addr, q.cfg.DialOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("member %q at %s: %w: %w", node, addr, ErrNoOwner, err)
+	}
+	p = &peer{addr: addr, conn: conn, cli: NewNodeClient(conn)}
+	q.peers[node] = p
+	return p, nil
+}
