@@ -30,7 +30,8 @@ var (
 	ErrNoOwner = fmt.Errorf("cluster rpc: no owner answered for the account: %w", quota.ErrUnavailable)
 	// ErrBusy is a chained charge refused because every worker is busy
 	// and the queue is full.
-	ErrBusy = fmt.Errorf("cluster rpc: too many remote charges in flight: %w", quota.ErrUnavailable)
+	ErrBusy   = fmt.Errorf("cluster rpc: too many remote charges in flight: %w", quota.ErrUnavailable)
+	errNoAddr = errors.New("not a live member with an advertised address")
 	// ErrClosed is a call after Close.
 	ErrClosed = fmt.Errorf("cluster rpc: client closed: %w", quota.ErrUnavailable)
 )
@@ -219,9 +220,9 @@ func (q *Quota) Collect(m quota.Collect) (quota.CollectResult, error) { return q
 
 // route runs an owner-only call for account: locally when this node holds
 // a valid claim of the shard, else with one gRPC call to the owner in the
-// view. When the owner refuses (it no longer owns the shard) or answers
-// under a token older than the view's, the view is refreshed and the call
-// tried once more. Everything, the refresh included, runs within one
+// view. When the view has no owner, or the owner refuses (it no longer owns
+// the shard), or answers under a token older than the view's, the view is
+// refreshed and the call tried once more. Everything, the refresh included, runs within one
 // Timeout; past it the answer is ErrNoOwner.
 func route[T any](q *Quota, account string, local func() (T, error), remote func(context.Context, NodeClient, int64) (T, int64, error)) (T, error) {
 	var zero T
@@ -234,23 +235,30 @@ func route[T any](q *Quota, account string, local func() (T, error), remote func
 	var last error
 	for attempt := 0; attempt < 2; attempt++ {
 		node, token, ok := q.cfg.Owners.Owner(shard)
-		if !ok {
-			return zero, fmt.Errorf("account shard %04d has no owner: %w", shard, ErrNoOwner)
-		}
-		if node == q.cfg.Owners.Self() {
-			if _, err := q.cfg.Owners.Held(shard); err == nil {
-				return local()
-			} else {
-				last = err
-			}
-		} else {
-			p, err := q.peer(node)
-			if err != nil {
-				return zero, err
-			}
-			q.remote.Add(1)
-			v, got, err := remote(ctx, p.cli, token)
+		switch {
+		case !ok:
+			// Between an owner's loss and the next claim: wait for the
+			// claim within the deadline.
+			last = errors.New("no owner in the view")
+		case node == q.cfg.Owners.Self():
+			_, err := q.cfg.Owners.Held(shard)
 			if err == nil {
+				return local()
+			}
+			last = err
+		default:
+			p, err := q.peer(node)
+			var v T
+			var got int64
+			if err == nil {
+				q.remote.Add(1)
+				v, got, err = remote(ctx, p.cli, token)
+			}
+			switch {
+			case errors.Is(err, errNoAddr):
+				// The owner in the view is no longer a member: its claim
+				// is about to go; the view will show the next one.
+			case err == nil:
 				_, cur, ok := q.cfg.Owners.Owner(shard)
 				if !ok || got >= cur {
 					return v, nil
@@ -258,7 +266,7 @@ func route[T any](q *Quota, account string, local func() (T, error), remote func
 				// An answer under a claim older than the one we know of:
 				// the stale owner's, which must not count.
 				err = fmt.Errorf("%s answered under token %d, the shard's is %d: %w", node, got, cur, cluster.ErrFenced)
-			} else if status.Code(err) != codes.FailedPrecondition {
+			case status.Code(err) != codes.FailedPrecondition:
 				return zero, fmt.Errorf("account shard %04d at %s: %w: %w", shard, node, ErrNoOwner, err)
 			}
 			last = err
@@ -299,7 +307,7 @@ func (q *Quota) refresh(ctx context.Context, shard int, token int64, refusal err
 func (q *Quota) peer(node string) (*peer, error) {
 	addr, ok := q.cfg.Owners.Addr(node)
 	if !ok {
-		return nil, fmt.Errorf("member %q has no advertised address: %w", node, ErrNoOwner)
+		return nil, fmt.Errorf("member %q: %w", node, errNoAddr)
 	}
 	q.mu.RLock()
 	p := q.peers[node]

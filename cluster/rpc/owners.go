@@ -19,6 +19,8 @@ type Ownership interface {
 	Held(shard int) (token int64, err error)
 	// Owner is the shard's owner and token in this node's view.
 	Owner(shard int) (node string, token int64, ok bool)
+	// Members lists the live members' ids.
+	Members() []string
 	// Addr is a live member's advertised gRPC address.
 	Addr(node string) (string, bool)
 	// Revision is the etcd revision the view reflects.
@@ -67,3 +69,6 @@ func (c Cluster) Wait(ctx context.Context, rev int64) error { return c.View.Stor
 
 // Revision implements Ownership.
 func (c Cluster) Revision() int64 { return c.View.Store().Revision() }
+
+// Members implements Ownership.
+func (c Cluster) Members() []string { return c.Member.MemberIDs() }
