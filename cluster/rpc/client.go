@@ -43,10 +43,12 @@ type QuotaConfig struct {
 	Owners Ownership
 	// Timeout bounds each routed call; DefaultTimeout when zero.
 	Timeout time.Duration
-	// Workers carry chained charges (ChargeThen) to remote owners: a
-	// blocking gRPC call each, as many at once as there are workers;
-	// 64 when zero. Queue is how many may wait for one (16 × Workers when
-	// zero); past it a chained charge fails with ErrBusy.
+	// Workers carry chained charges (ChargeThen) to remote owners: each
+	// peer has its own (a paused peer holds up only the charges for its
+	// shards), making a blocking gRPC call each, as many at once as there
+	// are workers; 32 when zero. Queue is how many charges may wait for a
+	// peer's workers (16 × Workers when zero); past it a chained charge
+	// fails with ErrBusy.
 	Workers, Queue int
 	// DialOptions for the connections to peers; plaintext when nil.
 	DialOptions []grpc.DialOption
@@ -61,6 +63,9 @@ type Quota struct {
 	cfg    QuotaConfig
 	log    *slog.Logger
 	remote atomic.Int64
+	// work is for chained charges with no peer to go to yet (no owner
+	// in the view, or this node named but its claim not valid): its
+	// workers wait for the view within the deadline.
 	work   chan quota.ChargeStep
 	done   chan struct{}
 	closed atomic.Bool
@@ -71,11 +76,16 @@ type Quota struct {
 }
 
 // peer is one member's connection, reused by every call to it until its
-// advertised address changes.
+// advertised address changes, and the workers that carry chained charges
+// to it.
 type peer struct {
 	addr string
 	conn *grpc.ClientConn
 	cli  NodeClient
+	work chan quota.ChargeStep
+	stop chan struct{}
+	// stopped is set, under Quota.mu, when the peer is replaced.
+	stopped bool
 }
 
 // NewQuota starts the client's workers; Close stops them.
@@ -87,7 +97,7 @@ func NewQuota(cfg QuotaConfig) (*Quota, error) {
 		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 64
+		cfg.Workers = 32
 	}
 	if cfg.Queue <= 0 {
 		cfg.Queue = 16 * cfg.Workers
@@ -101,7 +111,7 @@ func NewQuota(cfg QuotaConfig) (*Quota, error) {
 	}
 	q := &Quota{cfg: cfg, log: log, work: make(chan quota.ChargeStep, cfg.Queue), done: make(chan struct{}), peers: map[string]*peer{}}
 	for range cfg.Workers {
-		q.wg.Go(q.worker)
+		q.wg.Go(func() { q.worker(q.work, nil) })
 	}
 	return q, nil
 }
@@ -113,18 +123,22 @@ func (q *Quota) RemoteCalls() int64 { return q.remote.Load() }
 // Close stops the workers and closes every peer connection. Chained charges
 // still queued are failed with ErrClosed.
 func (q *Quota) Close() {
-	if q.closed.Swap(true) {
+	// Under the lock, so that no peer starts workers after the wait below
+	// began.
+	q.mu.Lock()
+	was := q.closed.Swap(true)
+	q.mu.Unlock()
+	if was {
 		return
 	}
 	close(q.done)
 	q.wg.Wait()
-	for len(q.work) > 0 {
-		(<-q.work).Fail(ErrClosed)
-	}
+	failAll(q.work, ErrClosed)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for id, p := range q.peers {
 		p.conn.Close()
+		failAll(p.work, ErrClosed)
 		delete(q.peers, id)
 	}
 }
@@ -157,26 +171,57 @@ func (q *Quota) ChargeThen(st quota.ChargeStep) {
 		st.Fail(ErrClosed)
 		return
 	}
-	if q.local(st.ChargeReq().Account) {
-		q.cfg.Local.ChargeThen(st)
+	shard := cluster.ShardOf(cluster.KindAccount, st.ChargeReq().Account)
+	node, _, ok := q.cfg.Owners.Owner(shard)
+	if ok && node == q.cfg.Owners.Self() {
+		if _, err := q.cfg.Owners.Held(shard); err == nil {
+			q.cfg.Local.ChargeThen(st)
+			return
+		}
+	}
+	var p *peer
+	if ok && node != q.cfg.Owners.Self() {
+		p, _ = q.peer(node)
+	}
+	// The read lock keeps a peer from being replaced (its queue handed
+	// over) while a step goes in; the send never blocks.
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if q.closed.Load() {
+		st.Fail(ErrClosed)
 		return
 	}
+	work := q.work
+	if p != nil && !p.stopped {
+		work = p.work
+	}
 	select {
-	case q.work <- st:
+	case work <- st:
 	default:
 		st.Charged(quota.ChargeResult{}, ErrBusy)
 	}
 }
 
-func (q *Quota) worker() {
+// worker carries chained charges from work until the client closes (or
+// stop, the peer's, closes). The whole route runs here, the retry at
+// another owner included, and st.Charged runs here when the answer is in.
+func (q *Quota) worker(work chan quota.ChargeStep, stop chan struct{}) {
 	for {
 		select {
 		case <-q.done:
 			return
-		case st := <-q.work:
+		case <-stop:
+			return
+		case st := <-work:
 			res, err := q.charge(st.ChargeReq())
 			st.Charged(res, err)
 		}
+	}
+}
+
+func failAll(work chan quota.ChargeStep, err error) {
+	for len(work) > 0 {
+		(<-work).Fail(err)
 	}
 }
 
@@ -316,20 +361,45 @@ func (q *Quota) peer(node string) (*peer, error) {
 		return p, nil
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if p := q.peers[node]; p != nil {
-		if p.addr == addr {
-			return p, nil
+	var queued []quota.ChargeStep
+	if old := q.peers[node]; old != nil {
+		if old.addr == addr {
+			q.mu.Unlock()
+			return old, nil
 		}
 		// The member came back elsewhere: calls still on the old
-		// connection fail and answer 503, as the dead address would.
-		p.conn.Close()
+		// connection fail and answer 503, as the dead address would, and
+		// the charges queued for it are routed again below.
+		old.stopped = true
+		close(old.stop)
+		old.conn.Close()
+		for len(old.work) > 0 {
+			queued = append(queued, <-old.work)
+		}
+		delete(q.peers, node)
+	}
+	p, err := q.dialLocked(node, addr)
+	q.mu.Unlock()
+	for _, st := range queued {
+		q.ChargeThen(st)
+	}
+	return p, err
+}
+
+// dialLocked opens a connection to a member and starts its workers; q.mu
+// is held.
+func (q *Quota) dialLocked(node, addr string) (*peer, error) {
+	if q.closed.Load() {
+		return nil, ErrClosed
 	}
 	conn, err := grpc.NewClient(addr, q.cfg.DialOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("member %q at %s: %w: %w", node, addr, ErrNoOwner, err)
 	}
-	p = &peer{addr: addr, conn: conn, cli: NewNodeClient(conn)}
+	p := &peer{addr: addr, conn: conn, cli: NewNodeClient(conn), work: make(chan quota.ChargeStep, q.cfg.Queue), stop: make(chan struct{})}
+	for range q.cfg.Workers {
+		q.wg.Go(func() { q.worker(p.work, p.stop) })
+	}
 	q.peers[node] = p
 	return p, nil
 }

@@ -200,3 +200,44 @@ func TestUnreachableOwner(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// TestPeerMovesAddress: a member that comes back on another address (a
+// restart) is reached there; the connection to the old one is dropped.
+func TestPeerMovesAddress(t *testing.T) {
+	owner := &fakeOwners{self: "a", owner: "a", token: 7}
+	first, firstQuota := serve(t, owner)
+	second, secondQuota := serve(t, owner)
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	caller := &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": first}}
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: caller, Workers: 2, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	used := func(c *quota.Client) int64 {
+		v, err := c.Usage(quota.Usage{Account: capped.Account, Limits: capped.Limits, Now: testNow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.UsedThisHour
+	}
+	if _, err := chargeThen(q, capped); err != nil {
+		t.Fatal(err)
+	}
+	caller.mu.Lock()
+	caller.addrs["a"] = second
+	caller.mu.Unlock()
+	for range 2 {
+		if _, err := chargeThen(q, capped); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := used(firstQuota), used(secondQuota); a != 1 || b != 2 {
+		t.Fatalf("charges at the old address %d, at the new %d; want 1 and 2", a, b)
+	}
+	if n := q.RemoteCalls(); n != 3 {
+		t.Fatalf("%d remote calls for 3 charges", n)
+	}
+}
