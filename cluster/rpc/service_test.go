@@ -52,9 +52,13 @@ func (f *fakeOwners) Addr(node string) (string, bool) {
 	a, ok := f.addrs[node]
 	return a, ok
 }
-func (f *fakeOwners) Revision() int64 { return f.token }
+func (f *fakeOwners) Revision() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.token
+}
 func (f *fakeOwners) Wait(ctx context.Context, rev int64) error {
-	if rev <= f.token {
+	if rev <= f.Revision() {
 		return nil
 	}
 	<-ctx.Done()
@@ -239,5 +243,55 @@ func TestPeerMovesAddress(t *testing.T) {
 	}
 	if n := q.RemoteCalls(); n != 3 {
 		t.Fatalf("%d remote calls for 3 charges", n)
+	}
+}
+
+// movingOwners is a server's Ownership whose Held runs a hook: the moment
+// a charge is fenced there is the moment the test moves the caller's view.
+type movingOwners struct {
+	*fakeOwners
+	onHeld func()
+}
+
+func (m movingOwners) Held(shard int) (int64, error) {
+	if m.onHeld != nil {
+		m.onHeld()
+	}
+	return m.fakeOwners.Held(shard)
+}
+
+// TestAnswerUnderOldTokenRefused is the receiver's half of the fence: the
+// shard moves to b while a, whose claim still looked valid to itself,
+// charges; a's answer carries a's older token, so the caller does not take
+// it and charges at b instead.
+func TestAnswerUnderOldTokenRefused(t *testing.T) {
+	caller := &fakeOwners{self: "c", owner: "a", token: 5, addrs: map[string]string{}}
+	move := func() {
+		caller.mu.Lock()
+		defer caller.mu.Unlock()
+		caller.owner, caller.token = "b", 7
+	}
+	addrA, quotaA := serve(t, movingOwners{fakeOwners: &fakeOwners{self: "a", owner: "a", token: 5}, onHeld: move})
+	addrB, quotaB := serve(t, &fakeOwners{self: "b", owner: "b", token: 7})
+	caller.addrs["a"], caller.addrs["b"] = addrA, addrB
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: caller, Workers: 2, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	res, err := q.Charge(capped)
+	if err != nil || !res.Allowed || res.Remaining != 9 {
+		t.Fatalf("charge while the shard moved: %+v, %v", res, err)
+	}
+	if n := q.RemoteCalls(); n != 2 {
+		t.Fatalf("%d round trips, want 2 (a's answer refused, then b)", n)
+	}
+	for name, c := range map[string]*quota.Client{"a": quotaA, "b": quotaB} {
+		if v, err := c.Usage(quota.Usage{Account: capped.Account, Limits: capped.Limits, Now: testNow}); err != nil || v.UsedThisHour != 1 {
+			t.Fatalf("%s counted %+v, %v", name, v, err)
+		}
 	}
 }
