@@ -63,6 +63,8 @@ type Quota struct {
 	cfg    QuotaConfig
 	log    *slog.Logger
 	remote atomic.Int64
+	// shareCalls counts Shares requests (shares.go).
+	shareCalls atomic.Int64
 	// work is for chained charges with no peer to go to yet (no owner
 	// in the view, or this node named but its claim not valid): its
 	// workers wait for the view within the deadline.
@@ -116,8 +118,8 @@ func NewQuota(cfg QuotaConfig) (*Quota, error) {
 	return q, nil
 }
 
-// RemoteCalls counts gRPC round trips to other members since NewQuota
-// (fraudbench and tests: hops per evaluation).
+// RemoteCalls counts the charges' and usage reads' gRPC round trips to
+// other members since NewQuota (fraudbench and tests: hops per evaluation).
 func (q *Quota) RemoteCalls() int64 { return q.remote.Load() }
 
 // Close stops the workers and closes every peer connection. Chained charges

@@ -109,6 +109,11 @@ func TestCapsAcrossNodes(t *testing.T) {
 	if got := []int64{nodes[0].q.RemoteCalls(), nodes[1].q.RemoteCalls(), nodes[2].q.RemoteCalls()}; got[0] != 0 || got[1] != n || got[2] != n {
 		t.Fatalf("remote round trips (owner, b, c) = %v, want [0 %d %d]", got, n, n)
 	}
+	// The owner loaded the account once: one Shares request to each other
+	// member. The others never loaded it.
+	if got := []int64{nodes[0].q.ShareCalls(), nodes[1].q.ShareCalls(), nodes[2].q.ShareCalls()}; got[0] != 2 || got[1] != 0 || got[2] != 0 {
+		t.Fatalf("Shares requests (owner, b, c) = %v, want [2 0 0]", got)
+	}
 
 	account = accountOwnedBy("b", ids)
 	monthly := quota.Charge{Account: account, Kind: quota.Evaluate, Monthly: true, Total: true, Now: testNow,
@@ -251,5 +256,42 @@ func TestStaleOwnerRefused(t *testing.T) {
 	v, err := b.local.Usage(quota.Usage{Account: account, Limits: ch.Limits, Now: testNow})
 	if err != nil || v.UsedThisHour != 1 {
 		t.Fatalf("the new owner b counted %+v, %v; want the retried charge", v, err)
+	}
+}
+
+// TestMonthlyCapAcrossRebalance is the G-counter rebuild: an account's
+// month is half used at its owner a; d joins and takes the account's
+// shard; d loads the month as the sum of every member's persisted share,
+// so across the move the cap of N still admits exactly N.
+func TestMonthlyCapAcrossRebalance(t *testing.T) {
+	root := testRoot(t)
+	ids := []string{"a", "b", "c"}
+	nodes := []*node{startNode(t, root, "a", nil), startNode(t, root, "b", nil), startNode(t, root, "c", nil)}
+	settle(t, nodes, ids)
+	four := append(ids[:3:3], "d")
+	account := accountOwnedBy("a", ids, "d", four)
+	const n = 30
+	ch := quota.Charge{Account: account, Kind: quota.Evaluate, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, nil, limit(n), testNow, testNow)}
+	for i := range n / 2 {
+		if res, err := nodes[1+i%2].q.Charge(ch); err != nil || !res.Allowed {
+			t.Fatalf("charge %d before the move: %+v, %v", i, res, err)
+		}
+	}
+
+	d := startNode(t, root, "d", nil)
+	nodes = append(nodes, d)
+	settle(t, nodes, four)
+	before := d.q.ShareCalls()
+	allowed, refusals := capAcrossNodes(t, nodes[1:], ch, n)
+	if allowed != n/2 || refusals[quota.RefusedMonthly] != 3*n-n/2 {
+		t.Fatalf("after the move to d: %d admitted (want %d), refusals %v", allowed, n/2, refusals)
+	}
+	if got := d.q.ShareCalls() - before; got != 3 {
+		t.Fatalf("d asked %d members for their shares, want 3", got)
+	}
+	own, _, err := d.db.LoadUsage(account, storage.MonthOf(testNow))
+	if err != nil || own.Used != n/2 {
+		t.Fatalf("d's own share: %+v, %v; want the %d it charged", own, err, n/2)
 	}
 }

@@ -19,6 +19,10 @@
 // storage_unavailable, nothing charged: the pipeline's rule for a quota
 // error) when no owner answers within the call deadline.
 //
+// SharedStore is the quota actors' store on a cluster node: each node
+// writes only its own share, and loading an account sums every member's
+// (the G-counter), so a new owner starts from the whole count.
+//
 // Generated code (node.pb.go, node_grpc.pb.go) is committed; CI never runs
 // protoc. To regenerate after editing node.proto, with protoc 3.21 (Debian
 // bookworm: apt-get install protobuf-compiler) and the plugins at the

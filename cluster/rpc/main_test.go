@@ -130,7 +130,8 @@ func startNode(tb testing.TB, root, id string, wrap func(Ownership) Ownership) *
 		tb.Fatal(err)
 	}
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: n.db, Logger: quietLog})
+	shared := NewSharedStore(n.db, id)
+	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
 	n.owners = Cluster{Member: n.m, Balancer: n.bal, View: n.view}
 	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db})
 	if err != nil {
@@ -146,6 +147,7 @@ func startNode(tb testing.TB, root, id string, wrap func(Ownership) Ownership) *
 	if n.q, err = NewQuota(QuotaConfig{Local: n.local, Owners: routed, Timeout: 2 * time.Second, Logger: quietLog}); err != nil {
 		tb.Fatal(err)
 	}
+	shared.Attach(n.q)
 	tb.Cleanup(n.close)
 	return n
 }

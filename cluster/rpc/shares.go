@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fraudd/fraudd/storage"
 )
@@ -51,7 +52,7 @@ func (q *Quota) share(ctx context.Context, id, account string, m storage.Month) 
 	if err != nil {
 		return Share{}, err
 	}
-	q.remote.Add(1)
+	q.shareCalls.Add(1)
 	r, err := p.cli.Shares(ctx, &SharesRequest{Version: version, Account: account, Month: uint32(m)})
 	if err != nil {
 		return Share{}, err
@@ -91,4 +92,60 @@ func Merge(shares ...Share) (storage.MonthCounts, storage.Totals) {
 		t.LimitHits += b.Totals.LimitHits
 	}
 	return c, t
+}
+
+// ShareCalls counts Shares requests to other members: one per member for
+// each account the quota actors load (RemoteCalls counts the charges' and
+// usage reads' hops).
+func (q *Quota) ShareCalls() int64 { return q.shareCalls.Load() }
+
+// LocalStore is the node's own store of counts (*storage.DB).
+type LocalStore interface {
+	ShareStore
+	ApplyUsage(deltas []storage.UsageDelta) error
+}
+
+// SharedStore is the quota actors' store on a cluster node (quota.Store).
+// Writes go to this node's own store: each node persists only what it
+// charged, its share. A read, which the actors make when an account is
+// first touched (after this node took its shard, or after an eviction),
+// is the G-counter: this node's share plus every other live member's,
+// asked through the client attached with Attach. A member that does not
+// answer within the client's Timeout is left out, so the count errs
+// permissive until it returns (docs/cluster.md). The read blocks the
+// account's quota shard for that fan-out.
+type SharedStore struct {
+	local LocalStore
+	self  string
+	peers atomic.Pointer[Quota]
+}
+
+// NewSharedStore wraps the node's own store; self is the node's id.
+func NewSharedStore(local LocalStore, self string) *SharedStore {
+	return &SharedStore{local: local, self: self}
+}
+
+// Attach sets the client that asks the other members. Until it is set,
+// reads are this node's share alone (the quota client needs the store
+// before the routing client, which needs the quota client, exists).
+func (s *SharedStore) Attach(q *Quota) { s.peers.Store(q) }
+
+// ApplyUsage implements quota.Store: this node's share only.
+func (s *SharedStore) ApplyUsage(deltas []storage.UsageDelta) error {
+	return s.local.ApplyUsage(deltas)
+}
+
+// LoadUsage implements quota.Store: the sum of the members' shares.
+func (s *SharedStore) LoadUsage(account string, m storage.Month) (storage.MonthCounts, storage.Totals, error) {
+	c, t, err := s.local.LoadUsage(account, m)
+	if err != nil {
+		return c, t, err
+	}
+	q := s.peers.Load()
+	if q == nil {
+		return c, t, nil
+	}
+	shares, _ := q.Shares(context.Background(), account, m)
+	c, t = Merge(append(shares, Share{Node: s.self, Counts: c, Totals: t})...)
+	return c, t, nil
 }
