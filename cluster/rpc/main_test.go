@@ -133,7 +133,7 @@ func startNode(tb testing.TB, root, id string, wrap func(Ownership) Ownership) *
 	shared := NewSharedStore(n.db, id)
 	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
 	n.owners = Cluster{Member: n.m, Balancer: n.bal, View: n.view}
-	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db})
+	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Now: func() time.Time { return testNow }})
 	if err != nil {
 		tb.Fatal(err)
 	}

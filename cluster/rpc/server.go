@@ -37,6 +37,13 @@ type ServerConfig struct {
 	// Shares nil: Shares answers Unavailable (a node without a store has
 	// nothing persisted to share).
 	Shares ShareStore
+	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
+	// A charge or usage read runs at the owner's now, not the caller's:
+	// an hourly window that starts at one node's time and is charged at
+	// another's earlier time would start again (the quota actors take a
+	// clock going back as a new window), so the nodes' clock skew would
+	// admit more than the cap.
+	Now func() time.Time
 }
 
 // Server answers fraudd.cluster.v1.Node for this node.
@@ -49,6 +56,9 @@ type Server struct {
 func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Quota == nil || cfg.Owners == nil {
 		return nil, errors.New("cluster rpc server: quota and owners are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	return &Server{cfg: cfg}, nil
 }
@@ -89,6 +99,7 @@ func (s *Server) Charge(_ context.Context, r *ChargeRequest) (*ChargeReply, erro
 	if err != nil {
 		return nil, err
 	}
+	c.Now = s.cfg.Now()
 	res, err := s.cfg.Quota.Charge(c)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
@@ -106,6 +117,7 @@ func (s *Server) Usage(_ context.Context, r *UsageRequest) (*UsageReply, error) 
 	if err != nil {
 		return nil, err
 	}
+	u.Now = s.cfg.Now()
 	v, err := s.cfg.Quota.Usage(u)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())

@@ -71,7 +71,7 @@ func serve(tb testing.TB, owners Ownership) (string, *quota.Client) {
 	tb.Helper()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
 	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
-	s, err := NewServer(ServerConfig{Quota: local, Owners: owners})
+	s, err := NewServer(ServerConfig{Quota: local, Owners: owners, Now: func() time.Time { return testNow }})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -293,5 +293,28 @@ func TestAnswerUnderOldTokenRefused(t *testing.T) {
 		if v, err := c.Usage(quota.Usage{Account: capped.Account, Limits: capped.Limits, Now: testNow}); err != nil || v.UsedThisHour != 1 {
 			t.Fatalf("%s counted %+v, %v", name, v, err)
 		}
+	}
+}
+
+// TestOwnerClockDecides: callers whose clocks disagree (skew between nodes)
+// charge one hourly window at the owner. A caller whose clock is behind the
+// window's start must not start the window again (the quota actors read a
+// clock going back as a new window), or each node's skew would admit more
+// than the cap.
+func TestOwnerClockDecides(t *testing.T) {
+	addr, owner := serve(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	cli := NewNodeClient(dial(t, addr))
+	one := capped
+	one.Limits.Hourly = 1
+	for i, skew := range []time.Duration{0, -time.Second, -time.Minute} {
+		c := one
+		c.Now = testNow.Add(skew)
+		rep, err := cli.Charge(context.Background(), chargeMsg(&c, 7))
+		if err != nil || rep.Allowed != (i == 0) {
+			t.Fatalf("charge %d with the caller's clock %v off: %+v, %v", i, skew, rep, err)
+		}
+	}
+	if v, err := owner.Usage(quota.Usage{Account: one.Account, Limits: one.Limits, Now: testNow}); err != nil || v.UsedThisHour != 1 || v.LimitHits != 2 {
+		t.Fatalf("owner's count: %+v, %v", v, err)
 	}
 }
