@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,52 +12,26 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fraudd/fraudd/cluster"
-	"github.com/fraudd/fraudd/cluster/embedetcd"
 )
 
-// freePort reserves a loopback port for a listener the binary opens.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// TestClusterHourlyCapAcrossNodes: three fraudd processes on one etcd (an
-// embedded member in the test process); an account created on node 1 with
-// an hourly cap of N; 3N evaluations spread over the three nodes at once
-// admit exactly N, every other one is refused 429, none fails.
+// TestClusterHourlyCapAcrossNodes: three fraudd processes on one etcd (the
+// cluster harness, an embedded member in the test process); an account
+// created on node 1 with an hourly cap of N; 3N evaluations spread over the
+// three nodes at once admit exactly N, every other one is refused 429, none
+// fails.
 func TestClusterHourlyCapAcrossNodes(t *testing.T) {
-	dir := t.TempDir()
-	etcd, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: dir, NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A cleanup registered before the nodes start runs after they stopped:
-	// each leaves the cluster (hands its shards over) through this etcd.
-	t.Cleanup(etcd.Close)
-	ep := etcd.Endpoints()[0]
-	name := fmt.Sprintf("e2e-cap-%d", time.Now().UnixNano())
-	ids := []string{"n1", "n2", "n3"}
-	var nodes []*Server
-	for _, id := range ids {
-		addr := freePort(t)
-		nodes = append(nodes, Start(t, bin, "--cluster-etcd", ep, "--cluster-name", name, "--cluster-node-id", id,
-			"--cluster-listen", addr, "--cluster-advertise", addr))
-	}
+	c := StartCluster(t, bin, ClusterOptions{})
+	nodes, ids := c.Nodes, []string{"node1", "node2", "node3"}
 
 	// Settled: every account shard owned as the rendezvous assignment over
 	// the three says, so no shard moves (and no hourly window restarts)
 	// while the test charges.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	root, err := cluster.Root(name)
+	root, err := cluster.Root(c.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +51,7 @@ func TestClusterHourlyCapAcrossNodes(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, 30*time.Second, "the three nodes settle on the shard assignment", settled)
+	Within(t, 30*time.Second, "the three nodes settle on the shard assignment", settled)
 
 	const n = 12
 	a := nodes[0].CreateAccount(t, map[string]any{"email": "cap@example.com", "plan": "custom", "hourly_limit": n})
@@ -88,7 +61,7 @@ func TestClusterHourlyCapAcrossNodes(t *testing.T) {
 	// The account reaches every node through etcd; usage (which charges
 	// nothing) answers once it has, and once the owner answers for it.
 	for i, s := range nodes {
-		waitFor(t, 10*time.Second, fmt.Sprintf("node %d serves the account's usage", i+1), func() bool {
+		Within(t, 10*time.Second, fmt.Sprintf("node %d serves the account's usage", i+1), func() bool {
 			return s.Do(t, Req{Method: "GET", Path: "/v1/usage", Bearer: a.LiveKey}).Status == 200
 		})
 	}
@@ -120,17 +93,5 @@ func TestClusterHourlyCapAcrossNodes(t *testing.T) {
 	u := nodes[2].Do(t, Req{Method: "GET", Path: "/v1/usage", Bearer: a.LiveKey}).JSON(t)
 	if num(t, u, "used_this_hour") != n || num(t, u, "remaining") != 0 {
 		t.Fatalf("usage read on node 3: %v", u)
-	}
-}
-
-// waitFor polls cond every 50 ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
