@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 	"slices"
 	"testing"
@@ -114,7 +115,13 @@ func TestShardOfAndRoot(t *testing.T) {
 	}
 	seen := map[int]bool{}
 	for i := range 10000 {
-		s := ShardOf(KindAccount, fmt.Sprintf("acct_%d", i))
+		a := fmt.Sprintf("acct_%d", i)
+		s := ShardOf(KindAccount, a)
+		h := fnv.New32a()
+		h.Write([]byte(a))
+		if want := int(h.Sum32() % AccountShards); s != want {
+			t.Fatalf("ShardOf(%q) = %d, FNV-1a gives %d", a, s, want)
+		}
 		if s < 0 || s >= AccountShards {
 			t.Fatalf("shard %d out of range", s)
 		}

@@ -3,7 +3,6 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
 )
 
@@ -31,11 +30,34 @@ func Shards(k Kind) int {
 	return 0
 }
 
-// ShardOf maps a key (an account id, a source address key) to its shard.
+// ShardOf maps a key (an account id, a source address key) to its shard:
+// FNV-1a, written out so that the per-request lookup allocates nothing.
 func ShardOf(k Kind, key string) int {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return int(h.Sum32() % uint32(Shards(k)))
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % uint32(Shards(k)))
+}
+
+// viewKeys are the owner view's keys (<kind>/<shard>) of every shard,
+// built once: Owner runs per request.
+var viewKeys = map[Kind][]string{KindAccount: shardKeys(KindAccount), KindAddr: shardKeys(KindAddr)}
+
+func shardKeys(k Kind) []string {
+	out := make([]string, Shards(k))
+	for s := range out {
+		out[s] = fmt.Sprintf("%s/%04d", k, s)
+	}
+	return out
+}
+
+func viewKey(k Kind, shard int) string {
+	if ks := viewKeys[k]; shard >= 0 && shard < len(ks) {
+		return ks[shard]
+	}
+	return fmt.Sprintf("%s/%04d", k, shard)
 }
 
 // Root is the key prefix of a cluster: /fraudd/<name>/.

@@ -301,6 +301,14 @@ func (m *Member) Members() []MemberInfo {
 	return out
 }
 
+// Info is a live member's record: its advertised address, protocol and
+// epoch. The node-to-node client looks a peer's address up here per call,
+// so a member that came back on another address is reached there.
+func (m *Member) Info(id string) (MemberInfo, bool) {
+	e, ok := m.view.Get(id)
+	return e.Value, ok
+}
+
 // MemberIDs lists the live members' ids, sorted.
 func (m *Member) MemberIDs() []string {
 	ids := m.view.Keys()

@@ -136,7 +136,7 @@ func (v *OwnerView) Store() *Store[string] { return v.s }
 
 // Owner is the shard's current owner and token; ok false when unowned.
 func (v *OwnerView) Owner(k Kind, shard int) (node string, token int64, ok bool) {
-	e, ok := v.s.Get(fmt.Sprintf("%s/%04d", k, shard))
+	e, ok := v.s.Get(viewKey(k, shard))
 	return e.Value, e.Rev, ok
 }
 

@@ -100,14 +100,17 @@ func TestClusterConfigPropagates(t *testing.T) {
 // member keeps its data in node 1's data dir).
 func TestClusterEmbeddedEtcd(t *testing.T) {
 	client, peer := "http://"+freePort(t), "http://"+freePort(t)
+	// Each node advertises its real gRPC address: an evaluation on the
+	// node that does not own the account's shard charges at the owner.
+	grpc1, grpc2 := freePort(t), freePort(t)
 	n1 := StartServer(t, &Server{Bin: bin, Args: []string{"--cluster-embedded-etcd", "--cluster-node-id", "node1",
 		"--cluster-etcd-client-url", client, "--cluster-etcd-peer-url", peer,
-		"--cluster-listen", freePort(t), "--cluster-advertise", "127.0.0.1:1", "--cluster-lease-ttl", "2s"}})
+		"--cluster-listen", grpc1, "--cluster-advertise", grpc1, "--cluster-lease-ttl", "2s"}})
 	if !strings.Contains(n1.Logs(), `msg="embedded etcd member started"`) {
 		t.Fatalf("node 1 did not start its etcd member:\n%s", n1.Logs())
 	}
 	n2 := StartServer(t, &Server{Bin: bin, Args: []string{"--cluster-etcd", client, "--cluster-node-id", "node2",
-		"--cluster-listen", freePort(t), "--cluster-advertise", "127.0.0.1:2", "--cluster-lease-ttl", "2s"}})
+		"--cluster-listen", grpc2, "--cluster-advertise", grpc2, "--cluster-lease-ttl", "2s"}})
 
 	a := n2.CreateAccount(t, map[string]any{"email": "embedded@example.com", "plan": "free"})
 	Within(t, time.Second, "node 2's account evaluates on node 1", func() bool { return evalStatus(t, n1, a.LiveKey) == http.StatusOK })

@@ -73,13 +73,13 @@ func (m *model) state(acct string, now time.Time) (*[2]struct {
 	return m.win[acct], m.months[acct][mo], m.tot[acct]
 }
 
-// expire empties a window that has run out (or lies in the future after the
-// test clock went back) when it is used.
+// expire empties a window that has run out (or lies more than Stagger in the
+// future after the test clock went back) when it is used.
 func expire(w *struct {
 	start time.Time
 	n     int64
 }, now time.Time) {
-	if w.n > 0 && (now.Sub(w.start) >= time.Hour || now.Before(w.start)) {
+	if w.n > 0 && (now.Sub(w.start) >= time.Hour || now.Before(w.start.Add(-Stagger))) {
 		w.n = 0
 	}
 }

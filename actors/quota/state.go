@@ -174,11 +174,25 @@ func (a *account) touch(now time.Time) {
 	}
 }
 
-// win returns b's window as of now, emptied when it has run out (or when the
-// clock went back before its start).
+// Stagger is how far before a window's start a charge may be stamped and
+// still count in it. Requests are stamped when they arrive and reach the
+// shard in any order, so the charge that opened a window can carry a later
+// time than one queued behind it (and, in a cluster, than one stamped on
+// another node). Only a clock moved back further than this starts a new
+// window; without it the earlier-stamped charge would empty the window and
+// concurrent calls at a window's start would admit more than the cap.
+const Stagger = 5 * time.Second
+
+// over reports whether w no longer applies at now: it ran out, or the clock
+// went back more than Stagger before its start.
+func (w *window) over(now time.Time) bool {
+	return w.n > 0 && (!now.Before(w.end()) || now.Before(w.start.Add(-Stagger)))
+}
+
+// win returns b's window as of now, emptied when it is over.
 func (a *account) win(b Bucket, now time.Time) *window {
 	w := &a.hour[b&1]
-	if w.n > 0 && (!now.Before(w.end()) || now.Before(w.start)) {
+	if w.over(now) {
 		*w = window{}
 	}
 	return w
@@ -369,7 +383,7 @@ func (a *account) idle(now time.Time, idleAfter time.Duration) bool {
 		return false
 	}
 	for i := range a.hour {
-		if w := &a.hour[i]; w.n > 0 && now.Before(w.end()) && !now.Before(w.start) {
+		if w := &a.hour[i]; w.n > 0 && !w.over(now) {
 			return false
 		}
 	}

@@ -78,6 +78,32 @@ func TestHourlyWindow(t *testing.T) {
 	}
 }
 
+// TestHourlyWindowStagger: charges reach the shard in another order than
+// they were stamped (concurrent requests; in a cluster, requests stamped on
+// other nodes). One stamped a little before the window's start counts in
+// the window instead of starting a new one, which admitted a call over the
+// cap; a clock moved back further than Stagger still starts a new window.
+func TestHourlyWindowStagger(t *testing.T) {
+	a := newAcct(t0)
+	l := custom(2, -1)
+	ch := func(now time.Time) ChargeResult {
+		r, _ := a.charge(&Charge{Account: "a", Bucket: Live, Limits: l, Hourly: true, Now: now}, nil)
+		return r
+	}
+	if r := ch(t0); !r.Allowed || r.Remaining != 1 {
+		t.Fatalf("first: %+v", r)
+	}
+	if r := ch(t0.Add(-40 * time.Millisecond)); !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("stamped 40 ms before the window's start: %+v", r)
+	}
+	if r := ch(t0.Add(-Stagger + time.Millisecond)); r.Allowed {
+		t.Fatalf("third within the stagger: %+v, want refused", r)
+	}
+	if r := ch(t0.Add(-Stagger - time.Second)); !r.Allowed || r.Remaining != 1 {
+		t.Fatalf("clock moved back past the stagger: %+v, want a new window", r)
+	}
+}
+
 func TestMonthlyAllowance(t *testing.T) {
 	now := time.Date(2026, 12, 31, 23, 59, 0, 0, time.UTC)
 	a := newAcct(now)

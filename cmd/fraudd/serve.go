@@ -34,6 +34,7 @@ import (
 	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/cluster/embedetcd"
+	"github.com/fraudd/fraudd/cluster/rpc"
 	"github.com/fraudd/fraudd/cmd/fraudd/clusterserve"
 	"github.com/fraudd/fraudd/fastapi"
 	intelfeeds "github.com/fraudd/fraudd/intel/feeds"
@@ -284,7 +285,15 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	defer mail.Stop()
-	quotas := quota.New(system.Root, quota.Config{Store: db, Clock: clk, Logger: log, Notifier: mail})
+	// In cluster mode the quota actors keep this node's share of each
+	// count and load the sum of every member's (cluster/rpc.SharedStore).
+	var quotaStore quota.Store = db
+	var sharedQuota *rpc.SharedStore
+	if node != nil {
+		sharedQuota = node.QuotaStore(db)
+		quotaStore = sharedQuota
+	}
+	quotas := quota.New(system.Root, quota.Config{Store: quotaStore, Clock: clk, Logger: log, Notifier: mail})
 	// Deferred after the limiters, so it runs before them: the quota shards
 	// flush their last group commit while Pebble is still open.
 	defer func() {
@@ -292,6 +301,15 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 			log.Error("stop quota actors", "err", err)
 		}
 	}()
+	if node != nil {
+		// The node-to-node service and the routing client; stopped before
+		// the quota actors (deferred after them).
+		stopRPC, err := node.StartRPC(quotas, db, sharedQuota, clk.Now, rpc.DefaultTimeout)
+		if err != nil {
+			return err
+		}
+		defer stopRPC()
+	}
 
 	counts, err := traffic.New(system.Root, traffic.Config{Store: db, Clock: clk, Logger: log})
 	if err != nil {

@@ -53,7 +53,8 @@ func under(p, dir string) bool { r := rel(p); return r == dir || strings.HasPref
 // subpackages); actors never import fasthttp or sonic; fastapi never imports
 // Pebble, protoactor or storage (as Tailscale's deptest and Pebble's
 // forbidden-imports test pin theirs); cluster imports nothing of ours but its
-// own subpackages, and the embedded etcd server is linked only by cmd, e2e
+// own subpackages, except cluster/rpc, which wires it to the actors and the
+// store, and the embedded etcd server is linked only by cmd, e2e
 // and cluster's tests; only cmd reads flags.
 func TestDependencyDirection(t *testing.T) {
 	for _, p := range listPackages(t) {
@@ -100,7 +101,9 @@ func forbidden(p, imp string) string {
 		return "only cmd/ parses flags"
 	case under(p, "bench") && ours:
 		return "bench is black-box over HTTP"
-	case under(p, "cluster") && ours && !under(imp, "cluster"):
+	case under(p, "cluster/rpc") && ours && !under(imp, "cluster") && !under(imp, "actors") && !under(imp, "storage"):
+		return "cluster/rpc (the node-to-node service) wires cluster to the actors and the store only, never a transport"
+	case under(p, "cluster") && !under(p, "cluster/rpc") && ours && !under(imp, "cluster"):
 		return "cluster (etcd membership and ownership) imports nothing of ours; the wiring imports it"
 	case under(imp, "cluster/embedetcd") && !under(p, "cluster") && !under(p, "cmd") && !under(p, "e2e"):
 		return "the etcd server links only where an embedded member is asked for"
@@ -126,6 +129,8 @@ func TestForbiddenImports(t *testing.T) {
 		{module + "/intel/score", module + "/storage", true},
 		{module + "/cluster", module + "/fastapi", true},
 		{module + "/cluster", module + "/actors/quota", true},
+		{module + "/cluster/rpc", module + "/actors/quota", false},
+		{module + "/cluster/rpc", module + "/fastapi", true},
 		{module + "/cluster", module + "/cluster/embedetcd", false},
 		{module + "/actors/quota", module + "/cluster/embedetcd", true},
 		{module + "/cmd/fraudd", module + "/cluster/embedetcd", false},

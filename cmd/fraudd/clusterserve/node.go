@@ -25,6 +25,7 @@ import (
 	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/cluster/embedetcd"
+	"github.com/fraudd/fraudd/cluster/rpc"
 )
 
 // Config is what serve's --cluster-* flags say.
@@ -51,8 +52,8 @@ type Config struct {
 type Parts struct {
 	// Quota, when set, is the quota client the checks pipeline calls
 	// instead of the local *quota.Client: the routing client of
-	// cluster/rpc, which charges on the account shard's owner. Nil until
-	// that client is wired in Start.
+	// cluster/rpc, which charges on the account shard's owner. StartRPC
+	// sets it.
 	Quota checks.Quota
 }
 
@@ -69,8 +70,9 @@ type Node struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// Parts is the seam described on the type; Start fills it.
+	// Parts is the seam described on the type; StartRPC fills it.
 	Parts Parts
+	rpc   *rpc.Quota
 
 	config *ConfigSync
 }

@@ -1,0 +1,407 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/cluster"
+)
+
+// DefaultTimeout bounds one routed call (both attempts and the view refresh
+// between them) when QuotaConfig.Timeout is zero.
+const DefaultTimeout = 500 * time.Millisecond
+
+var (
+	// ErrNoOwner is a call no owner answered within its deadline: no owner
+	// known, the owner unreachable, or refused twice. It wraps
+	// quota.ErrUnavailable: the pipeline answers 503 storage_unavailable
+	// and nothing was charged, as for a local store failure.
+	ErrNoOwner = fmt.Errorf("cluster rpc: no owner answered for the account: %w", quota.ErrUnavailable)
+	// ErrBusy is a chained charge refused because every worker is busy
+	// and the queue is full.
+	ErrBusy   = fmt.Errorf("cluster rpc: too many remote charges in flight: %w", quota.ErrUnavailable)
+	errNoAddr = errors.New("not a live member with an advertised address")
+	// ErrClosed is a call after Close.
+	ErrClosed = fmt.Errorf("cluster rpc: client closed: %w", quota.ErrUnavailable)
+)
+
+// QuotaConfig configures NewQuota.
+type QuotaConfig struct {
+	// Local is this node's quota actors, used for the shards it owns.
+	Local  LocalQuota
+	Owners Ownership
+	// Timeout bounds each routed call; DefaultTimeout when zero.
+	Timeout time.Duration
+	// Workers carry chained charges (ChargeThen) to remote owners: each
+	// peer has its own (a paused peer holds up only the charges for its
+	// shards), making a blocking gRPC call each, as many at once as there
+	// are workers; 32 when zero. Queue is how many charges may wait for a
+	// peer's workers (16 × Workers when zero); past it a chained charge
+	// fails with ErrBusy.
+	Workers, Queue int
+	// DialOptions for the connections to peers; plaintext when nil.
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
+}
+
+// Quota implements checks.Quota (and its chained ChargeThen) across the
+// cluster: each account's charge and usage run at the owner of its shard.
+// Collect and CountTotal stay on this node: the collection budget and the
+// totals are per-node shares (docs/cluster.md).
+type Quota struct {
+	cfg    QuotaConfig
+	log    *slog.Logger
+	remote atomic.Int64
+	// shareCalls counts Shares requests (shares.go).
+	shareCalls atomic.Int64
+	// work is for chained charges with no peer to go to yet (no owner
+	// in the view, or this node named but its claim not valid): its
+	// workers wait for the view within the deadline.
+	work   chan quota.ChargeStep
+	done   chan struct{}
+	closed atomic.Bool
+	wg     sync.WaitGroup
+
+	mu    sync.RWMutex
+	peers map[string]*peer
+}
+
+// peer is one member's connection, reused by every call to it until its
+// advertised address changes, and the workers that carry chained charges
+// to it.
+type peer struct {
+	addr string
+	conn *grpc.ClientConn
+	cli  NodeClient
+	work chan quota.ChargeStep
+	stop chan struct{}
+	// stopped is set, under Quota.mu, when the peer is replaced.
+	stopped bool
+}
+
+// NewQuota starts the client's workers; Close stops them.
+func NewQuota(cfg QuotaConfig) (*Quota, error) {
+	if cfg.Local == nil || cfg.Owners == nil {
+		return nil, errors.New("cluster rpc quota: local quota and owners are required")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 32
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = 16 * cfg.Workers
+	}
+	if cfg.DialOptions == nil {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	q := &Quota{cfg: cfg, log: log, work: make(chan quota.ChargeStep, cfg.Queue), done: make(chan struct{}), peers: map[string]*peer{}}
+	for range cfg.Workers {
+		q.wg.Go(func() { q.worker(q.work, nil) })
+	}
+	return q, nil
+}
+
+// RemoteCalls counts the charges' and usage reads' gRPC round trips to
+// other members since NewQuota (fraudbench and tests: hops per evaluation).
+func (q *Quota) RemoteCalls() int64 { return q.remote.Load() }
+
+// Close stops the workers and closes every peer connection. Chained charges
+// still queued are failed with ErrClosed.
+func (q *Quota) Close() {
+	// Under the lock, so that no peer starts workers after the wait below
+	// began.
+	q.mu.Lock()
+	was := q.closed.Swap(true)
+	q.mu.Unlock()
+	if was {
+		return
+	}
+	close(q.done)
+	q.wg.Wait()
+	failAll(q.work, ErrClosed)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for id, p := range q.peers {
+		p.conn.Close()
+		failAll(p.work, ErrClosed)
+		delete(q.peers, id)
+	}
+}
+
+// local reports whether this node owns the account's shard with a valid
+// claim now: the case of no hop at all.
+func (q *Quota) local(account string) bool {
+	shard := cluster.ShardOf(cluster.KindAccount, account)
+	node, _, ok := q.cfg.Owners.Owner(shard)
+	if !ok || node != q.cfg.Owners.Self() {
+		return false
+	}
+	_, err := q.cfg.Owners.Held(shard)
+	return err == nil
+}
+
+// Charge implements checks.Quota.
+func (q *Quota) Charge(c quota.Charge) (quota.ChargeResult, error) {
+	if q.local(c.Account) {
+		return q.cfg.Local.Charge(c)
+	}
+	return q.charge(&c)
+}
+
+// ChargeThen implements the chained charge: on the owner it is the local
+// actors' ChargeThen (no goroutine, no hop); elsewhere a worker makes the
+// call and st.Charged runs on that worker when the answer is in.
+func (q *Quota) ChargeThen(st quota.ChargeStep) {
+	if q.closed.Load() {
+		st.Fail(ErrClosed)
+		return
+	}
+	shard := cluster.ShardOf(cluster.KindAccount, st.ChargeReq().Account)
+	node, _, ok := q.cfg.Owners.Owner(shard)
+	if ok && node == q.cfg.Owners.Self() {
+		if _, err := q.cfg.Owners.Held(shard); err == nil {
+			q.cfg.Local.ChargeThen(st)
+			return
+		}
+	}
+	var p *peer
+	if ok && node != q.cfg.Owners.Self() {
+		p, _ = q.peer(node)
+	}
+	// The read lock keeps a peer from being replaced (its queue handed
+	// over) while a step goes in; the send never blocks.
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if q.closed.Load() {
+		st.Fail(ErrClosed)
+		return
+	}
+	work := q.work
+	if p != nil && !p.stopped {
+		work = p.work
+	}
+	select {
+	case work <- st:
+	default:
+		st.Charged(quota.ChargeResult{}, ErrBusy)
+	}
+}
+
+// worker carries chained charges from work until the client closes (or
+// stop, the peer's, closes). The whole route runs here, the retry at
+// another owner included, and st.Charged runs here when the answer is in.
+func (q *Quota) worker(work chan quota.ChargeStep, stop chan struct{}) {
+	for {
+		select {
+		case <-q.done:
+			return
+		case <-stop:
+			return
+		case st := <-work:
+			res, err := q.charge(st.ChargeReq())
+			st.Charged(res, err)
+		}
+	}
+}
+
+func failAll(work chan quota.ChargeStep, err error) {
+	for len(work) > 0 {
+		(<-work).Fail(err)
+	}
+}
+
+// charge runs c at the owner, wherever it is.
+func (q *Quota) charge(c *quota.Charge) (quota.ChargeResult, error) {
+	return route(q, c.Account,
+		func() (quota.ChargeResult, error) { return q.cfg.Local.Charge(*c) },
+		func(ctx context.Context, cli NodeClient, token int64) (quota.ChargeResult, int64, error) {
+			rep, err := cli.Charge(ctx, chargeMsg(c, token))
+			if err != nil {
+				return quota.ChargeResult{}, 0, err
+			}
+			res, err := chargeResultOf(rep)
+			return res, rep.Token, err
+		})
+}
+
+// Usage implements checks.Quota.
+func (q *Quota) Usage(u quota.Usage) (quota.UsageView, error) {
+	if q.local(u.Account) {
+		return q.cfg.Local.Usage(u)
+	}
+	return route(q, u.Account,
+		func() (quota.UsageView, error) { return q.cfg.Local.Usage(u) },
+		func(ctx context.Context, cli NodeClient, token int64) (quota.UsageView, int64, error) {
+			rep, err := cli.Usage(ctx, usageMsg(&u, token))
+			if err != nil {
+				return quota.UsageView{}, 0, err
+			}
+			return usageViewOf(rep), rep.Token, nil
+		})
+}
+
+// CountTotal implements checks.Quota: totals are per-node shares, summed
+// by the G-counter rebuild, so this node counts its own.
+func (q *Quota) CountTotal(account string, now time.Time) { q.cfg.Local.CountTotal(account, now) }
+
+// Collect implements checks.Quota on this node's budget (memory only, as
+// on one node): in a cluster each node keeps its own day's count.
+func (q *Quota) Collect(m quota.Collect) (quota.CollectResult, error) { return q.cfg.Local.Collect(m) }
+
+// route runs an owner-only call for account: locally when this node holds
+// a valid claim of the shard, else with one gRPC call to the owner in the
+// view. When the view has no owner, or the owner refuses (it no longer owns
+// the shard), or answers under a token older than the view's, the view is
+// refreshed and the call tried once more. Everything, the refresh included, runs within one
+// Timeout; past it the answer is ErrNoOwner.
+func route[T any](q *Quota, account string, local func() (T, error), remote func(context.Context, NodeClient, int64) (T, int64, error)) (T, error) {
+	var zero T
+	if q.closed.Load() {
+		return zero, ErrClosed
+	}
+	shard := cluster.ShardOf(cluster.KindAccount, account)
+	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Timeout)
+	defer cancel()
+	var last error
+	for attempt := 0; attempt < 2; attempt++ {
+		node, token, ok := q.cfg.Owners.Owner(shard)
+		switch {
+		case !ok:
+			// Between an owner's loss and the next claim: wait for the
+			// claim within the deadline.
+			last = errors.New("no owner in the view")
+		case node == q.cfg.Owners.Self():
+			_, err := q.cfg.Owners.Held(shard)
+			if err == nil {
+				return local()
+			}
+			last = err
+		default:
+			p, err := q.peer(node)
+			var v T
+			var got int64
+			if err == nil {
+				q.remote.Add(1)
+				v, got, err = remote(ctx, p.cli, token)
+			}
+			switch {
+			case errors.Is(err, errNoAddr):
+				// The owner in the view is no longer a member: its claim
+				// is about to go; the view will show the next one.
+			case err == nil:
+				_, cur, ok := q.cfg.Owners.Owner(shard)
+				if !ok || got >= cur {
+					return v, nil
+				}
+				// An answer under a claim older than the one we know of:
+				// the stale owner's, which must not count.
+				err = fmt.Errorf("%s answered under token %d, the shard's is %d: %w", node, got, cur, cluster.ErrFenced)
+			case status.Code(err) != codes.FailedPrecondition:
+				return zero, fmt.Errorf("account shard %04d at %s: %w: %w", shard, node, ErrNoOwner, err)
+			}
+			last = err
+		}
+		if attempt == 0 {
+			q.refresh(ctx, shard, token, last)
+		}
+	}
+	return zero, fmt.Errorf("account shard %04d: %w: %w", shard, ErrNoOwner, last)
+}
+
+// refresh waits, within ctx, for the view to move past the claim that was
+// refused: to the token the refusing node named when it knows a later one,
+// else to any other claim of the shard.
+func (q *Quota) refresh(ctx context.Context, shard int, token int64, refusal error) {
+	if st, ok := status.FromError(refusal); ok {
+		for _, d := range st.Details() {
+			if no, ok := d.(*NotOwner); ok && no.Token > token {
+				q.cfg.Owners.Wait(ctx, no.Token)
+				return
+			}
+		}
+	}
+	for {
+		rev := q.cfg.Owners.Revision()
+		if _, cur, ok := q.cfg.Owners.Owner(shard); ok && cur != token {
+			return
+		}
+		// The owner view moves with every claim and release: wait for its
+		// next revision, then look again.
+		if q.cfg.Owners.Wait(ctx, rev+1) != nil {
+			return
+		}
+	}
+}
+
+// peer is the member's reused connection at its advertised address.
+func (q *Quota) peer(node string) (*peer, error) {
+	addr, ok := q.cfg.Owners.Addr(node)
+	if !ok {
+		return nil, fmt.Errorf("member %q: %w", node, errNoAddr)
+	}
+	q.mu.RLock()
+	p := q.peers[node]
+	q.mu.RUnlock()
+	if p != nil && p.addr == addr {
+		return p, nil
+	}
+	q.mu.Lock()
+	var queued []quota.ChargeStep
+	if old := q.peers[node]; old != nil {
+		if old.addr == addr {
+			q.mu.Unlock()
+			return old, nil
+		}
+		// The member came back elsewhere: calls still on the old
+		// connection fail and answer 503, as the dead address would, and
+		// the charges queued for it are routed again below.
+		old.stopped = true
+		close(old.stop)
+		old.conn.Close()
+		for len(old.work) > 0 {
+			queued = append(queued, <-old.work)
+		}
+		delete(q.peers, node)
+	}
+	p, err := q.dialLocked(node, addr)
+	q.mu.Unlock()
+	for _, st := range queued {
+		q.ChargeThen(st)
+	}
+	return p, err
+}
+
+// dialLocked opens a connection to a member and starts its workers; q.mu
+// is held.
+func (q *Quota) dialLocked(node, addr string) (*peer, error) {
+	if q.closed.Load() {
+		return nil, ErrClosed
+	}
+	conn, err := grpc.NewClient(addr, q.cfg.DialOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("member %q at %s: %w: %w", node, addr, ErrNoOwner, err)
+	}
+	p := &peer{addr: addr, conn: conn, cli: NewNodeClient(conn), work: make(chan quota.ChargeStep, q.cfg.Queue), stop: make(chan struct{})}
+	for range q.cfg.Workers {
+		q.wg.Go(func() { q.worker(p.work, p.stop) })
+	}
+	q.peers[node] = p
+	return p, nil
+}

@@ -1,0 +1,124 @@
+package rpc
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/cluster"
+)
+
+// version is what every message this build sends carries.
+const version = uint32(cluster.ProtocolVersion)
+
+// errBadRequest is a request the receiver cannot act on: a peer bug, never a
+// client's input (every request comes from another fraudd node).
+var errBadRequest = errors.New("cluster rpc: malformed request")
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func limitsMsg(l *quota.Limits) *Limits {
+	return &Limits{Plan: l.Plan, Hourly: l.Hourly, Monthly: l.Monthly, MonthlyLookups: l.MonthlyLookups, GrandfatheredUnixNano: unixNano(l.Grandfathered)}
+}
+
+func limitsOf(m *Limits) quota.Limits {
+	return quota.Limits{Plan: m.GetPlan(), Hourly: m.GetHourly(), Monthly: m.GetMonthly(), MonthlyLookups: m.GetMonthlyLookups(), Grandfathered: fromUnixNano(m.GetGrandfatheredUnixNano())}
+}
+
+func chargeMsg(c *quota.Charge, token int64) *ChargeRequest {
+	return &ChargeRequest{
+		Version: version, Account: c.Account, Bucket: uint32(c.Bucket), Kind: uint32(c.Kind), Limits: limitsMsg(&c.Limits),
+		Hourly: c.Hourly, Monthly: c.Monthly, Total: c.Total, NowUnixNano: c.Now.UnixNano(), Token: token,
+	}
+}
+
+// chargeOf checks and converts a request: enums in range, an account, limits
+// and a time, so that no peer's message reaches an actor half-formed.
+func chargeOf(r *ChargeRequest) (quota.Charge, error) {
+	if r.GetVersion() == 0 || r.GetAccount() == "" || r.GetBucket() > uint32(quota.Test) || r.GetKind() > uint32(quota.Lookup) || r.GetLimits() == nil || r.GetNowUnixNano() <= 0 {
+		return quota.Charge{}, fmt.Errorf("%w: charge for %q", errBadRequest, r.GetAccount())
+	}
+	return quota.Charge{
+		Account: r.Account, Bucket: quota.Bucket(r.Bucket), Kind: quota.Kind(r.Kind), Limits: limitsOf(r.Limits),
+		Hourly: r.Hourly, Monthly: r.Monthly, Total: r.Total, Now: fromUnixNano(r.NowUnixNano),
+	}, nil
+}
+
+func chargeReply(res *quota.ChargeResult, token int64) *ChargeReply {
+	return &ChargeReply{
+		Version: version, Allowed: res.Allowed, Refusal: uint32(res.Refusal), Capped: res.Capped,
+		Limit: res.Limit, Remaining: res.Remaining, ResetUnix: res.Reset, RetryAfter: res.RetryAfter, Token: token,
+	}
+}
+
+func chargeResultOf(r *ChargeReply) (quota.ChargeResult, error) {
+	if r.GetRefusal() > uint32(quota.RefusedMonthly) || r.GetAllowed() != (r.GetRefusal() == uint32(quota.NotRefused)) {
+		return quota.ChargeResult{}, fmt.Errorf("cluster rpc: charge reply: allowed %v with refusal %d", r.GetAllowed(), r.GetRefusal())
+	}
+	return quota.ChargeResult{
+		Allowed: r.Allowed, Refusal: quota.Refusal(r.Refusal), Capped: r.Capped,
+		Limit: r.Limit, Remaining: r.Remaining, Reset: r.ResetUnix, RetryAfter: r.RetryAfter,
+	}, nil
+}
+
+func usageMsg(u *quota.Usage, token int64) *UsageRequest {
+	return &UsageRequest{Version: version, Account: u.Account, Bucket: uint32(u.Bucket), Limits: limitsMsg(&u.Limits), NowUnixNano: u.Now.UnixNano(), Token: token}
+}
+
+func usageOf(r *UsageRequest) (quota.Usage, error) {
+	if r.GetVersion() == 0 || r.GetAccount() == "" || r.GetBucket() > uint32(quota.Test) || r.GetLimits() == nil || r.GetNowUnixNano() <= 0 {
+		return quota.Usage{}, fmt.Errorf("%w: usage for %q", errBadRequest, r.GetAccount())
+	}
+	return quota.Usage{Account: r.Account, Bucket: quota.Bucket(r.Bucket), Limits: limitsOf(r.Limits), Now: fromUnixNano(r.NowUnixNano)}, nil
+}
+
+func optTime(t *time.Time) *int64 {
+	if t == nil {
+		return nil
+	}
+	n := t.UnixNano()
+	return &n
+}
+
+func timeOpt(n *int64) *time.Time {
+	if n == nil {
+		return nil
+	}
+	t := fromUnixNano(*n)
+	return &t
+}
+
+func usageReply(v *quota.UsageView, token int64) *UsageReply {
+	return &UsageReply{
+		Version: version, KeyType: v.KeyType, HourlyLimit: v.HourlyLimit, UsedThisHour: v.UsedThisHour,
+		Remaining: v.Remaining, Uncapped: v.Uncapped, ResetsAtUnixNano: optTime(v.ResetsAt),
+		TotalEvaluations: v.TotalEvaluations, LimitHits: v.LimitHits, Plan: v.Plan,
+		MonthlyLimit: v.MonthlyLimit, MonthUsed: v.MonthUsed, MonthlyLookupLimit: v.MonthlyLookupLimit,
+		MonthLookupsUsed: v.MonthLookupsUsed, MonthResetsAtUnixNano: unixNano(v.MonthResetsAt),
+		GrandfatheredUntilUnixNano: optTime(v.GrandfatheredUntil), Token: token,
+	}
+}
+
+func usageViewOf(r *UsageReply) quota.UsageView {
+	return quota.UsageView{
+		KeyType: r.KeyType, HourlyLimit: r.HourlyLimit, UsedThisHour: r.UsedThisHour,
+		Remaining: r.Remaining, Uncapped: r.Uncapped, ResetsAt: timeOpt(r.ResetsAtUnixNano),
+		TotalEvaluations: r.TotalEvaluations, LimitHits: r.LimitHits, Plan: r.Plan,
+		MonthlyLimit: r.MonthlyLimit, MonthUsed: r.MonthUsed, MonthlyLookupLimit: r.MonthlyLookupLimit,
+		MonthLookupsUsed: r.MonthLookupsUsed, MonthResetsAt: fromUnixNano(r.MonthResetsAtUnixNano),
+		GrandfatheredUntil: timeOpt(r.GrandfatheredUntilUnixNano),
+	}
+}

@@ -1,0 +1,235 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/cluster"
+	"github.com/fraudd/fraudd/cluster/embedetcd"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// The etcd member the tests share, started by the first test that needs
+// one; each test works under a cluster root of its own.
+var (
+	shared     sync.Once
+	endpoints  []string
+	sharedErr  error
+	stopShared = func() {}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopShared()
+	os.Exit(code)
+}
+
+func sharedEtcd(tb testing.TB) []string {
+	tb.Helper()
+	shared.Do(func() {
+		dir, err := os.MkdirTemp("", "cluster-rpc-etcd-")
+		if err != nil {
+			sharedErr = err
+			return
+		}
+		// A 10 ms tick lets etcd grant 1 s leases, so expiry takes a second.
+		srv, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: dir, Tick: 10 * time.Millisecond, Election: 100 * time.Millisecond, NoFsync: true})
+		if err != nil {
+			os.RemoveAll(dir)
+			sharedErr = err
+			return
+		}
+		endpoints = srv.Endpoints()
+		stopShared = func() { srv.Close(); os.RemoveAll(dir) }
+	})
+	if sharedErr != nil {
+		tb.Fatalf("embedded etcd: %v", sharedErr)
+	}
+	return endpoints
+}
+
+var roots atomic.Int64
+
+func testRoot(tb testing.TB) string {
+	r, err := cluster.Root(fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-").Replace(tb.Name()), roots.Add(1)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+// node is one cluster member in the test process: its membership, owner
+// view and balancer, real quota actors on a Pebble store of its own, the
+// Node service on a loopback port, and the routing client.
+type node struct {
+	id     string
+	addr   string
+	m      *cluster.Member
+	view   *cluster.OwnerView
+	bal    *cluster.Balancer
+	db     *storage.DB
+	local  *quota.Client
+	srv    *grpc.Server
+	q      *Quota
+	owners Ownership
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+var quietLog = slog.New(slog.DiscardHandler)
+
+// startNode starts a member; wrap, when set, replaces the ownership the
+// routing client sees (a lagging view).
+func startNode(tb testing.TB, root, id string, wrap func(Ownership) Ownership) *node {
+	tb.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: sharedEtcd(tb), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := &node{id: id, addr: l.Addr().String(), done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n.m, err = cluster.Join(ctx, cluster.MemberConfig{Client: cli, Root: root, ID: id, Addr: l.Addr().String(), TTL: time.Second, Logger: quietLog})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	run, stop := context.WithCancel(context.Background())
+	n.stop = stop
+	if n.view, err = cluster.NewOwnerView(cli, root); err != nil {
+		tb.Fatal(err)
+	}
+	if err := n.view.Start(run); err != nil {
+		tb.Fatal(err)
+	}
+	n.bal, err = cluster.NewBalancer(cluster.BalancerConfig{Member: n.m, View: n.view, Kinds: []cluster.Kind{cluster.KindAccount}, Every: 100 * time.Millisecond})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go func() { defer close(n.done); n.bal.Run(run) }()
+
+	if n.db, err = storage.Open(tb.TempDir(), storage.Options{Logger: quietLog}); err != nil {
+		tb.Fatal(err)
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	shared := NewSharedStore(n.db, id)
+	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
+	n.owners = Cluster{Member: n.m, Balancer: n.bal, View: n.view}
+	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Now: func() time.Time { return testNow }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n.srv = grpc.NewServer()
+	s.Register(n.srv)
+	go n.srv.Serve(l)
+	routed := n.owners
+	if wrap != nil {
+		routed = wrap(routed)
+	}
+	if n.q, err = NewQuota(QuotaConfig{Local: n.local, Owners: routed, Timeout: 2 * time.Second, Logger: quietLog}); err != nil {
+		tb.Fatal(err)
+	}
+	shared.Attach(n.q)
+	tb.Cleanup(n.close)
+	return n
+}
+
+// halt stops the balancer and the membership's renewals without revoking
+// the lease: what a SIGSTOP looks like to the others. The gRPC server and
+// the quota actors keep running, as in a process that resumes.
+func (n *node) halt() {
+	n.stop()
+	<-n.done
+	n.m.Close()
+}
+
+func (n *node) close() {
+	n.q.Close()
+	n.srv.Stop()
+	select {
+	case <-n.done:
+	default:
+		n.halt()
+	}
+	n.local.Stop()
+	n.db.Close()
+}
+
+// settle waits until every node's view matches the rendezvous assignment
+// over ids and every node holds its own claims.
+func settle(tb testing.TB, nodes []*node, ids []string) {
+	tb.Helper()
+	want := cluster.Assign(cluster.KindAccount, ids)
+	eventually(tb, "the nodes settle on the assignment", func() bool {
+		for _, n := range nodes {
+			got := n.view.Owners(cluster.KindAccount)
+			if len(got) != len(want) {
+				return false
+			}
+			for s, o := range want {
+				if got[s] != o {
+					return false
+				}
+			}
+		}
+		for _, n := range nodes {
+			mine := 0
+			for _, o := range want {
+				if o == n.id {
+					mine++
+				}
+			}
+			if n.bal.Owned(cluster.KindAccount) != mine {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// eventually polls cond every 10 ms until it holds or 15 s pass.
+func eventually(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("after 15s: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// accountOwnedBy finds an account whose shard the assignment over ids
+// gives to owner, and (optionally) over a second member set to a second
+// owner: pairs of owner, ids.
+func accountOwnedBy(rules ...any) string {
+	for i := 0; ; i++ {
+		a := fmt.Sprintf("acct_%d", i)
+		s := cluster.ShardOf(cluster.KindAccount, a)
+		ok := true
+		for r := 0; r+1 < len(rules); r += 2 {
+			ok = ok && cluster.Owner(cluster.KindAccount, s, rules[r+1].([]string)) == rules[r].(string)
+		}
+		if ok {
+			return a
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/cluster"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// LocalQuota is the node's own quota actors (*quota.Client).
+type LocalQuota interface {
+	Charge(quota.Charge) (quota.ChargeResult, error)
+	ChargeThen(quota.ChargeStep)
+	Usage(quota.Usage) (quota.UsageView, error)
+	CountTotal(account string, now time.Time)
+	Collect(quota.Collect) (quota.CollectResult, error)
+}
+
+// ShareStore is the node's own store of monthly counts and totals
+// (*storage.DB): what this node charged while it owned each account.
+type ShareStore interface {
+	LoadUsage(account string, m storage.Month) (storage.MonthCounts, storage.Totals, error)
+}
+
+// ServerConfig configures NewServer.
+type ServerConfig struct {
+	Quota  LocalQuota
+	Owners Ownership
+	// Shares nil: Shares answers Unavailable (a node without a store has
+	// nothing persisted to share).
+	Shares ShareStore
+	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
+	// A charge or usage read runs at the owner's now, not the caller's:
+	// an hourly window that starts at one node's time and is charged at
+	// another's earlier time would start again (the quota actors take a
+	// clock going back as a new window), so the nodes' clock skew would
+	// admit more than the cap.
+	Now func() time.Time
+}
+
+// Server answers fraudd.cluster.v1.Node for this node.
+type Server struct {
+	UnimplementedNodeServer
+	cfg ServerConfig
+}
+
+// NewServer checks cfg.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Quota == nil || cfg.Owners == nil {
+		return nil, errors.New("cluster rpc server: quota and owners are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Server{cfg: cfg}, nil
+}
+
+// Register adds the service to g. Methods g does not know (a newer peer's)
+// are answered Unimplemented by grpc itself.
+func (s *Server) Register(g *grpc.Server) { RegisterNodeServer(g, s) }
+
+// own is the fence before an owner-only action: this node's valid claim of
+// the shard, and no newer claim known to the caller. A refusal is
+// FailedPrecondition with NotOwner (owner and token in this node's view).
+func (s *Server) own(account string, callerToken int64) (int64, error) {
+	shard := cluster.ShardOf(cluster.KindAccount, account)
+	token, err := s.cfg.Owners.Held(shard)
+	if err == nil && callerToken > token {
+		// The caller has seen a later claim than ours: ours is stale even
+		// if our lease still looks held.
+		err = fmt.Errorf("cluster %s/%04d: caller saw token %d, ours is %d: %w", cluster.KindAccount, shard, callerToken, token, cluster.ErrFenced)
+	}
+	if err == nil {
+		return token, nil
+	}
+	owner, cur, _ := s.cfg.Owners.Owner(shard)
+	st, derr := status.New(codes.FailedPrecondition, err.Error()).WithDetails(&NotOwner{Version: version, Shard: int32(shard), Owner: owner, Token: cur})
+	if derr != nil {
+		return 0, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return 0, st.Err()
+}
+
+// Charge implements NodeServer.
+func (s *Server) Charge(_ context.Context, r *ChargeRequest) (*ChargeReply, error) {
+	c, err := chargeOf(r)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	token, err := s.own(c.Account, r.Token)
+	if err != nil {
+		return nil, err
+	}
+	c.Now = s.cfg.Now()
+	res, err := s.cfg.Quota.Charge(c)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return chargeReply(&res, token), nil
+}
+
+// Usage implements NodeServer.
+func (s *Server) Usage(_ context.Context, r *UsageRequest) (*UsageReply, error) {
+	u, err := usageOf(r)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	token, err := s.own(u.Account, r.Token)
+	if err != nil {
+		return nil, err
+	}
+	u.Now = s.cfg.Now()
+	v, err := s.cfg.Quota.Usage(u)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return usageReply(&v, token), nil
+}
+
+// Shares implements NodeServer: what this node's store holds, owner or not.
+func (s *Server) Shares(_ context.Context, r *SharesRequest) (*SharesReply, error) {
+	m := storage.Month(r.GetMonth())
+	if r.GetVersion() == 0 || r.GetAccount() == "" || m%100 < 1 || m%100 > 12 {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: shares for %q month %d", errBadRequest, r.GetAccount(), m))
+	}
+	if s.cfg.Shares == nil {
+		return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no store")
+	}
+	c, t, err := s.cfg.Shares.LoadUsage(r.Account, m)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, fmt.Sprintf("shares of %q: %v", r.Account, err))
+	}
+	return &SharesReply{
+		Version: version, Node: s.cfg.Owners.Self(), Month: uint32(m),
+		Used: c.Used, Lookups: c.Lookups, Warned: uint32(c.Warned), Evaluations: t.Evaluations, LimitHits: t.LimitHits,
+	}, nil
+}

@@ -1,0 +1,67 @@
+package clusterserve
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/cluster/rpc"
+)
+
+// QuotaStore is the store the node's quota actors get in cluster mode: this
+// node's share written to db, the whole count (every member's share) read
+// when an account is loaded. StartRPC attaches the client that asks the
+// other members.
+func (n *Node) QuotaStore(db rpc.LocalStore) *rpc.SharedStore {
+	return rpc.NewSharedStore(db, n.member.ID())
+}
+
+// StartRPC serves the node-to-node service (fraudd.cluster.v1.Node) on
+// --cluster-listen from the node's own quota actors, and sets Parts.Quota
+// to the routing client the pipeline charges through. stop ends both: call
+// it before the quota actors stop.
+// now is the node's clock: the owner's decides the windows it charges.
+func (n *Node) StartRPC(local *quota.Client, db rpc.ShareStore, shared *rpc.SharedStore, now func() time.Time, timeout time.Duration) (stop func(), err error) {
+	owners := rpc.Cluster{Member: n.member, Balancer: n.bal, View: n.owners}
+	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Now: now})
+	if err != nil {
+		return nil, err
+	}
+	q, err := rpc.NewQuota(rpc.QuotaConfig{Local: local, Owners: owners, Timeout: timeout, Logger: n.log})
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", n.cfg.Listen)
+	if err != nil {
+		q.Close()
+		return nil, fmt.Errorf("cluster: node-to-node gRPC on %s: %w", n.cfg.Listen, err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(l) }()
+	shared.Attach(q)
+	n.Parts.Quota = q
+	n.rpc = q
+	n.log.Info("node-to-node gRPC serving", "listen", l.Addr().String(), "advertise", n.cfg.Advertise, "timeout", timeout)
+	return func() {
+		q.Close()
+		g.GracefulStop()
+		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Warn("node-to-node gRPC", "err", err)
+		}
+	}, nil
+}
+
+// RemoteCalls counts the routing client's round trips to other members (0
+// before StartRPC).
+func (n *Node) RemoteCalls() int64 {
+	if n.rpc == nil {
+		return 0
+	}
+	return n.rpc.RemoteCalls()
+}

@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fraudd/fraudd/cluster"
+)
+
+// TestClusterHourlyCapAcrossNodes: three fraudd processes on one etcd (the
+// cluster harness, an embedded member in the test process); an account
+// created on node 1 with an hourly cap of N; 3N evaluations spread over the
+// three nodes at once admit exactly N, every other one is refused 429, none
+// fails.
+func TestClusterHourlyCapAcrossNodes(t *testing.T) {
+	c := StartCluster(t, bin, ClusterOptions{})
+	nodes, ids := c.Nodes, []string{"node1", "node2", "node3"}
+
+	// Settled: every account shard owned as the rendezvous assignment over
+	// the three says, so no shard moves (and no hourly window restarts)
+	// while the test charges.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	root, err := cluster.Root(c.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cluster.Assign(cluster.KindAccount, ids)
+	settled := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, root+"owners/account/", clientv3.WithPrefix())
+		if err != nil || len(resp.Kvs) != len(want) {
+			return false
+		}
+		for _, kv := range resp.Kvs {
+			shard, err := strconv.Atoi(string(kv.Key[len(root+"owners/account/"):]))
+			if err != nil || want[shard] != string(kv.Value) {
+				return false
+			}
+		}
+		return true
+	}
+	Within(t, 30*time.Second, "the three nodes settle on the shard assignment", settled)
+
+	const n = 12
+	a := nodes[0].CreateAccount(t, map[string]any{"email": "cap@example.com", "plan": "custom", "hourly_limit": n})
+	for _, s := range nodes {
+		s.SetClock(t, "2026-11-20T10:00:00Z")
+	}
+	// The account reaches every node through etcd; usage (which charges
+	// nothing) answers once it has, and once the owner answers for it.
+	for i, s := range nodes {
+		Within(t, 10*time.Second, fmt.Sprintf("node %d serves the account's usage", i+1), func() bool {
+			return s.Do(t, Req{Method: "GET", Path: "/v1/usage", Bearer: a.LiveKey}).Status == 200
+		})
+	}
+
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	perNode := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range 3 * n {
+		s := nodes[i%3]
+		wg.Go(func() {
+			r := evaluate(s, t, a.LiveKey, map[string]any{}, map[string]string{"X-Forwarded-For": fmt.Sprintf("198.51.100.%d", 1+i)})
+			mu.Lock()
+			defer mu.Unlock()
+			statuses[r.Status]++
+			perNode[fmt.Sprintf("n%d-%d", i%3+1, r.Status)]++
+			if r.Status != 200 && r.Status != 429 {
+				t.Errorf("evaluation %d at node %d: %d %s", i, i%3+1, r.Status, r.Body)
+			}
+		})
+	}
+	wg.Wait()
+	if statuses[200] != n || statuses[429] != 2*n {
+		t.Fatalf("hourly cap %d over 3 nodes: statuses %v, per node %v", n, statuses, perNode)
+	}
+	if !settled() {
+		t.Fatal("a shard moved during the test")
+	}
+	u := nodes[2].Do(t, Req{Method: "GET", Path: "/v1/usage", Bearer: a.LiveKey}).JSON(t)
+	if num(t, u, "used_this_hour") != n || num(t, u, "remaining") != 0 {
+		t.Fatalf("usage read on node 3: %v", u)
+	}
+}
