@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,41 +24,19 @@ import (
 
 // The etcd member the tests share, started by the first test that needs
 // one; each test works under a cluster root of its own.
-var (
-	shared     sync.Once
-	endpoints  []string
-	sharedErr  error
-	stopShared = func() {}
-)
+// A 10 ms tick lets etcd grant 1 s leases (it raises any lease below
+// 1.5 election timeouts), so expiry tests take about a second.
+var etcd = embedetcd.Shared{Config: embedetcd.Config{Tick: 10 * time.Millisecond, Election: 100 * time.Millisecond, NoFsync: true}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	stopShared()
+	etcd.Stop()
 	os.Exit(code)
 }
 
 func sharedEtcd(tb testing.TB) []string {
 	tb.Helper()
-	shared.Do(func() {
-		dir, err := os.MkdirTemp("", "cluster-rpc-etcd-")
-		if err != nil {
-			sharedErr = err
-			return
-		}
-		// A 10 ms tick lets etcd grant 1 s leases, so expiry takes a second.
-		srv, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: dir, Tick: 10 * time.Millisecond, Election: 100 * time.Millisecond, NoFsync: true})
-		if err != nil {
-			os.RemoveAll(dir)
-			sharedErr = err
-			return
-		}
-		endpoints = srv.Endpoints()
-		stopShared = func() { srv.Close(); os.RemoveAll(dir) }
-	})
-	if sharedErr != nil {
-		tb.Fatalf("embedded etcd: %v", sharedErr)
-	}
-	return endpoints
+	return etcd.Endpoints(tb)
 }
 
 var roots atomic.Int64

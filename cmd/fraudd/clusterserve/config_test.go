@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,40 +26,19 @@ import (
 // The etcd member the tests share; each test works under a cluster name of
 // its own.
 var (
-	shared     sync.Once
-	endpoints  []string
-	sharedErr  error
-	stopShared = func() {}
+	sharedEtcd = embedetcd.Shared{Config: embedetcd.Config{NoFsync: true}}
 	names      atomic.Int64
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	stopShared()
+	sharedEtcd.Stop()
 	os.Exit(code)
 }
 
 func etcd(t *testing.T) []string {
 	t.Helper()
-	shared.Do(func() {
-		dir, err := os.MkdirTemp("", "clusterserve-etcd-")
-		if err != nil {
-			sharedErr = err
-			return
-		}
-		srv, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: dir, NoFsync: true})
-		if err != nil {
-			os.RemoveAll(dir)
-			sharedErr = err
-			return
-		}
-		endpoints = srv.Endpoints()
-		stopShared = func() { srv.Close(); os.RemoveAll(dir) }
-	})
-	if sharedErr != nil {
-		t.Fatalf("embedded etcd: %v", sharedErr)
-	}
-	return endpoints
+	return sharedEtcd.Endpoints(t)
 }
 
 // testNode is one node: its membership, its accounts service over its own
