@@ -64,7 +64,7 @@ type Counter struct {
 type tally struct {
 	mu      sync.Mutex
 	buckets []pendingBucket // few: the calls of one tick fall in one or two buckets
-	spare   []pendingBucket
+	spare   []pendingBucket // the actor's: swapped in by drain
 }
 
 type pendingBucket struct {
@@ -108,20 +108,17 @@ func (t *tally) add(r *Record) (full bool) {
 	return len(t.buckets) >= maxPendingBuckets
 }
 
-// drain adds the tally into st and empties it (on the actor).
+// drain adds the tally into st and empties it. Only the actor drains, so
+// spare (the buffer Record fills next time) needs no lock of its own.
 func (t *tally) drain(st *state) {
 	t.mu.Lock()
 	bs := t.buckets
-	t.buckets, t.spare = t.spare[:0], nil
+	t.buckets = t.spare[:0]
 	t.mu.Unlock()
 	for i := range bs {
 		st.add(bs[i].start, &bs[i].counts)
 	}
-	t.mu.Lock()
-	if t.spare == nil {
-		t.spare = bs[:0]
-	}
-	t.mu.Unlock()
+	t.spare = bs[:0]
 }
 
 // drainReq asks the actor to take the tally now (it grew full).
