@@ -5,8 +5,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,9 +32,22 @@ import (
 // with a fixed count to compare store options:
 //
 //	go test ./actors -run X -bench LiveWrites -benchtime 400000x
+//
+// cpu-µs/eval is the process's CPU time (user + system, every goroutine:
+// the actors, the commits, Pebble's flushes and compactions) per
+// evaluation. FRAUDD_BENCH_MEMTABLE_MB sets Pebble's memtable size to
+// compare its cost in CPU as well as in write amplification.
 func BenchmarkLiveWrites(b *testing.B) {
 	log := slog.New(slog.DiscardHandler)
-	db, err := storage.Open(b.TempDir(), storage.Options{Logger: log})
+	var mem int64
+	if v := os.Getenv("FRAUDD_BENCH_MEMTABLE_MB"); v != "" {
+		mb, err := strconv.Atoi(v)
+		if err != nil || mb <= 0 {
+			b.Fatalf("FRAUDD_BENCH_MEMTABLE_MB=%q: want a positive number of MiB", v)
+		}
+		mem = int64(mb) << 20
+	}
+	db, err := storage.Open(b.TempDir(), storage.Options{Logger: log, MemTableBytes: mem})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -63,6 +79,7 @@ func BenchmarkLiveWrites(b *testing.B) {
 	limits := quota.LimitsFor(quota.PlanCustom, nil, nil, t0, t0)
 	var next atomic.Int64
 	before := db.WriteStats()
+	cpu0 := processCPU()
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for w := range 16 {
@@ -113,6 +130,7 @@ func BenchmarkLiveWrites(b *testing.B) {
 	_ = q.Stop()
 	after := db.WriteStats()
 	n := float64(b.N)
+	b.ReportMetric(float64(processCPU()-cpu0)/1e3/n, "cpu-µs/eval")
 	b.ReportMetric(float64(after.Commits-before.Commits)/n, "commits/eval")
 	b.ReportMetric(float64(after.Keys-before.Keys)/n, "keys/eval")
 	b.ReportMetric(float64(after.Syncs-before.Syncs)/n, "syncs/eval")
@@ -129,4 +147,13 @@ func BenchmarkLiveWrites(b *testing.B) {
 	if err := db.Close(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// processCPU is the process's user + system CPU time so far, in ns.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -66,7 +66,10 @@ const (
 // gain at a bounded memory cost (Options.CacheBytes accounts for it). The
 // L0 thresholds stay at Pebble's defaults: raising the compaction threshold
 // to 8 saved a little more (1.17) for more read amplification on the
-// first-touch reads of the same records.
+// first-touch reads of the same records. Smaller memtables cost CPU as well
+// (the same benchmark's cpu-µs/eval, every goroutine of the process: 200 at
+// 32 MiB, 226 at 8 MiB, 266 at 4 MiB; FRAUDD_BENCH_MEMTABLE_MB=8): the
+// skiplist searches get cheaper, but flushes and compactions cost more.
 const memTableSize = 32 << 20
 
 // DefaultSyncInterval is the group sync period when Options leaves it 0.
@@ -110,6 +113,9 @@ type Options struct {
 	// and the write-behind stores (device events and history, GPU samples)
 	// in either mode. 0 means DefaultSyncInterval.
 	SyncInterval time.Duration
+	// MemTableBytes overrides Pebble's memtable size (memTableSize when 0);
+	// benchmarks use it to compare sizes on the live write pattern.
+	MemTableBytes int64
 	// CloseWait bounds how long a Pebble instance that hit a fatal error may
 	// take to close before the store gives up on it and opens a new one over
 	// the same files (see Probe); 0 means 2 s.
@@ -133,6 +139,7 @@ type DB struct {
 	cache     *pebble.Cache
 	log       *slog.Logger
 	closeWait time.Duration
+	memTable  int64
 
 	h        atomic.Pointer[handle]
 	reopenMu sync.Mutex // one instance swap at a time
@@ -177,8 +184,11 @@ type DB struct {
 
 // Open opens (or creates) the store in dir.
 func Open(dir string, o Options) (*DB, error) {
+	if o.MemTableBytes <= 0 {
+		o.MemTableBytes = memTableSize
+	}
 	if o.CacheBytes == 0 {
-		o.CacheBytes = 64<<20 + 2*memTableSize
+		o.CacheBytes = 64<<20 + 2*o.MemTableBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -207,7 +217,7 @@ func Open(dir string, o Options) (*DB, error) {
 		return nil, fmt.Errorf("%w: cannot lock %s (is a fraudd server running on this data dir?): %w", ErrLocked, dir, err)
 	}
 	d := &DB{dir: dir, fs: o.FS, lock: lock, cache: pebble.NewCache(o.CacheBytes), log: o.Logger,
-		closeWait: o.CloseWait, durability: o.Durability, interval: o.SyncInterval, epoch: time.Now(),
+		closeWait: o.CloseWait, memTable: o.MemTableBytes, durability: o.Durability, interval: o.SyncInterval, epoch: time.Now(),
 		hooks: map[int]func(){}, stopSync: make(chan struct{}), syncDone: make(chan struct{}), idle: make(chan *commitCall)}
 	if initialised {
 		d.checkWALTail()

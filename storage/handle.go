@@ -146,7 +146,7 @@ func (d *DB) openHandle(errorIfNotExists bool) (*handle, error) {
 	h.gen = d.gens
 	opts := &pebble.Options{
 		Cache:            d.cache,
-		MemTableSize:     memTableSize,
+		MemTableSize:     uint64(d.memTable),
 		FS:               handleFS{FS: d.fs, h: h, dir: d.dir},
 		Logger:           pebbleLogger{l: d.log.With("component", "pebble"), h: h},
 		ErrorIfNotExists: errorIfNotExists,
