@@ -23,6 +23,26 @@ type workerDispatcher struct {
 	// samples it to tell a stuck shard (the same odd value for longer than
 	// StuckAfter), so the worker reads no clock per run.
 	runs atomic.Uint64
+	// inline lets the goroutine that wakes the idle mailbox run it itself
+	// (InlineRuns).
+	inline bool
+}
+
+// inlineHeld counts the sections, on any goroutine, in which no mailbox may
+// run inline (HoldInline). It is global rather than per goroutine (Go has no
+// goroutine-local state): while one is open every mailbox goes to its
+// worker, which is always safe, only slower.
+var inlineHeld atomic.Int32
+
+// HoldInline runs fn with inline mailbox runs turned off everywhere. Code that
+// sends to shards from a goroutine that a shard's handler may itself wait on
+// (a group committer's done callback: the handler may Add to that
+// committer) or while holding a lock that handler may take, wraps the sends
+// in it, so the handler runs on its worker instead of on this goroutine.
+func HoldInline(fn func()) {
+	inlineHeld.Add(1)
+	defer inlineHeld.Add(-1)
+	fn()
 }
 
 // throughput is how many messages a mailbox run handles before yielding; with
@@ -72,6 +92,17 @@ func (d *workerDispatcher) running() (seq uint64, busy bool) {
 func (d *workerDispatcher) Schedule(fn func()) {
 	if d.stopped.Load() {
 		go fn() // after stop (dead letters, late system messages)
+		return
+	}
+	if d.inline && inlineHeld.Load() == 0 {
+		// The mailbox just went from idle to running and its worker is
+		// parked: run it here instead of waking the worker. The mailbox's
+		// own state (idle → running) still admits one run at a time, so the
+		// actor keeps its single owner; what is saved is the wake-up and
+		// the two goroutine switches of a hop.
+		d.runs.Add(1)
+		fn()
+		d.runs.Add(1)
 		return
 	}
 	d.work <- fn

@@ -129,7 +129,10 @@ func (g *GroupCommitter[T]) run() {
 			}
 		}
 		err := g.apply(buf)
-		g.done(buf, err)
+		// done answers the waiting senders; a shard it sends to must not
+		// run on this goroutine, whose handler may Add here (a full queue
+		// would then wait on itself).
+		HoldInline(func() { g.done(buf, err) })
 		g.groups.Add(1)
 		g.items.Add(uint64(len(buf)))
 		for i := range buf {

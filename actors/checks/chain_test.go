@@ -42,21 +42,45 @@ type hops struct {
 	caller uint64
 	trips  int            // round trips the caller waited on
 	by     map[string]int // every call, by actor
+	// inChain is how many chained calls the caller's goroutine is inside:
+	// a shard that runs its mailbox inline (actors.InlineRuns) hands the
+	// chain on from the caller's own goroutine, within the call that started
+	// it, and that is part of the one round trip, not a second one.
+	inChain int
 }
 
 func (h *hops) note(actor string, chained bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.by[actor]++
-	if !chained || goid() == h.caller {
+	onCaller := goid() == h.caller
+	if !chained || (onCaller && h.inChain == 0) {
 		h.trips++
+	}
+}
+
+// chained runs a chained call, noting it, and keeps count of the chained
+// calls the caller's goroutine is inside.
+func (h *hops) chained(actor string, call func()) {
+	h.note(actor, true)
+	h.mu.Lock()
+	onCaller := goid() == h.caller
+	if onCaller {
+		h.inChain++
+	}
+	h.mu.Unlock()
+	call()
+	if onCaller {
+		h.mu.Lock()
+		h.inChain--
+		h.mu.Unlock()
 	}
 }
 
 func (h *hops) reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.caller, h.trips, h.by = goid(), 0, map[string]int{}
+	h.caller, h.trips, h.by, h.inChain = goid(), 0, map[string]int{}, 0
 }
 
 // The real actor clients, counted.
@@ -84,32 +108,28 @@ func (l countedLimiter) Take(k iplimit.Kinds, a netip.Addr, n time.Time) (iplimi
 	return l.Client.Take(k, a, n)
 }
 func (l countedLimiter) TakeThen(st iplimit.TakeStep) {
-	l.h.note("iplimit", true)
-	l.Client.TakeThen(st)
+	l.h.chained("iplimit", func() { l.Client.TakeThen(st) })
 }
 func (q countedQuota) Charge(c quota.Charge) (quota.ChargeResult, error) {
 	q.h.note("quota", false)
 	return q.Client.Charge(c)
 }
 func (q countedQuota) ChargeThen(st quota.ChargeStep) {
-	q.h.note("quota", true)
-	q.Client.ChargeThen(st)
+	q.h.chained("quota", func() { q.Client.ChargeThen(st) })
 }
 func (e countedEvents) Resolve(r events.Resolve) (events.Resolved, error) {
 	e.h.note("events", false)
 	return e.Client.Resolve(r)
 }
 func (e countedEvents) ResolveThen(st events.ResolveStep) {
-	e.h.note("events", true)
-	e.Client.ResolveThen(st)
+	e.h.chained("events", func() { e.Client.ResolveThen(st) })
 }
 func (d countedHistory) Observe(o devicehist.Observation) (devicehist.Facts, error) {
 	d.h.note("devicehist", false)
 	return d.Client.Observe(o)
 }
 func (d countedHistory) ObserveThen(st devicehist.ObserveStep) {
-	d.h.note("devicehist", true)
-	d.Client.ObserveThen(st)
+	d.h.chained("devicehist", func() { d.Client.ObserveThen(st) })
 }
 
 // usageStore is a quota.Store in memory, so that charges wait for the group

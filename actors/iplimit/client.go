@@ -102,7 +102,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		ls[i] = newLimiter(per)
 	}
 	c := &Client{
-		shards: actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{ls[i]} }, actors.Named("iplimit")),
+		shards: actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{ls[i]} }, actors.Named("iplimit"), actors.InlineRuns()),
 		calls:  actors.NewCalls[Take, Verdict](cfg.Timeout),
 	}
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
