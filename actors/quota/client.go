@@ -106,7 +106,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	for i := range states {
 		states[i] = fresh()
 	}
-	opts := []actors.ShardOption{actors.Named("quota"), actors.WithLogger(cfg.Logger), actors.InlineRuns()}
+	opts := []actors.ShardOption{actors.Named("quota"), actors.WithLogger(cfg.Logger)}
 	if cfg.Store != nil {
 		// After a panic the shard's memory may be half-changed: start it
 		// empty, so that each account loads its month and totals from the
