@@ -150,16 +150,29 @@ func (b *Balancer) Pass(ctx context.Context) {
 }
 
 func (b *Balancer) release(ctx context.Context, c Claim) error {
+	// The claim goes first: from here on Claim does not report it, so the
+	// node's own routing and its gRPC service treat the shard as another's
+	// and admit nothing new for it while Releasing flushes what was
+	// admitted. Only then may the next owner read this node's share.
+	b.mu.Lock()
+	delete(b.claims[c.Kind], c.Shard)
+	b.mu.Unlock()
+	keep := func() {
+		b.mu.Lock()
+		if _, again := b.claims[c.Kind][c.Shard]; !again {
+			b.claims[c.Kind][c.Shard] = c
+		}
+		b.mu.Unlock()
+	}
 	if b.cfg.Releasing != nil {
 		if err := b.cfg.Releasing(ctx, c); err != nil {
+			keep() // the next pass tries again; Pass drops it if the lease went
 			return err
 		}
 	}
 	err := b.cfg.Member.Release(ctx, c)
-	if err == nil || errors.Is(err, ErrFenced) {
-		b.mu.Lock()
-		delete(b.claims[c.Kind], c.Shard)
-		b.mu.Unlock()
+	if err != nil && !errors.Is(err, ErrFenced) {
+		keep()
 	}
 	return err
 }

@@ -134,3 +134,66 @@ func TestBalancerJoinKillLeave(t *testing.T) {
 		t.Fatalf("b sees %v", b.m.MemberIDs())
 	}
 }
+
+// TestBalancerReleaseStopsTheClaimFirst: while Releasing runs, Claim no
+// longer reports the shard (the node's routing and gRPC service refuse new
+// owner-only work for it, so the flush is of everything admitted); a
+// Releasing that fails keeps the shard, reported as before, and the next
+// pass hands it over.
+func TestBalancerReleaseStopsTheClaimFirst(t *testing.T) {
+	root := testRoot(t)
+	cli := newClient(t)
+	m := join(t, cli, root, "a", time.Second)
+	defer m.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	view, err := NewOwnerView(cli, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := view.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		b                 *Balancer
+		stillClaimed      atomic.Int64
+		releases, refused atomic.Int64
+		failOnce          sync.Map // shard → failed already
+	)
+	b, err = NewBalancer(BalancerConfig{Member: m, View: view, Kinds: []Kind{KindAddr}, Every: 50 * time.Millisecond,
+		Releasing: func(_ context.Context, c Claim) error {
+			releases.Add(1)
+			if _, ok := b.Claim(c.Kind, c.Shard); ok {
+				stillClaimed.Add(1)
+			}
+			if _, failed := failOnce.LoadOrStore(c.Shard, true); !failed {
+				refused.Add(1)
+				return context.DeadlineExceeded // keep it this time
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "a owns every shard", func() bool { return b.Owned(KindAddr) == AddrShards })
+
+	other := startNode(t, root, "b")
+	defer func() { other.halt(); other.m.Close() }()
+	two := []string{"a", "b"}
+	eventually(t, "two nodes settle", func() bool { return settled(other, two) && b.Owned(KindAddr)+other.b.Owned(KindAddr) == AddrShards })
+	moved := 0
+	for _, o := range Assign(KindAddr, two) {
+		if o == "b" {
+			moved++
+		}
+	}
+	if stillClaimed.Load() != 0 {
+		t.Fatalf("Claim reported the shard during %d of %d Releasing calls", stillClaimed.Load(), releases.Load())
+	}
+	if refused.Load() != int64(moved) || releases.Load() != 2*int64(moved) {
+		t.Fatalf("%d shards moved: %d Releasing calls, %d refused; want every shard refused once, then handed over", moved, releases.Load(), refused.Load())
+	}
+}

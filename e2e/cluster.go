@@ -106,3 +106,15 @@ func Within(t testing.TB, d time.Duration, what string, cond func() bool) time.D
 	}
 	return time.Since(start)
 }
+
+// Signal sends sig to the running fraudd process (SIGSTOP and SIGCONT for
+// the pause tests).
+func (s *Server) Signal(t testing.TB, sig os.Signal) {
+	t.Helper()
+	if s.cmd == nil || s.cmd.Process == nil {
+		t.Fatal("signal: the server is not running")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v: %v", sig, err)
+	}
+}

@@ -150,6 +150,39 @@ func (c *Client) ChargeThen(st ChargeStep) {
 	c.shards.Send(actors.HashString(st.ChargeReq().Account), st)
 }
 
+// Drop forgets the accounts match selects, in every shard, after the
+// charges queued before it, and returns once their increments are stored
+// (the committer's barrier), or with an error when that takes longer than
+// wait. The next touch of such an account loads it from the store again.
+// A cluster node calls it when an account shard leaves it: the new owner
+// then reads a share that holds everything this node charged, and should
+// the shard come back, this node starts from the sum again instead of from
+// what it held before. Without a store it does nothing: memory is the only
+// copy of the counts.
+func (c *Client) Drop(match func(account string) bool, wait time.Duration) error {
+	if c.stopped.Load() {
+		return ErrStopped
+	}
+	if c.commit == nil {
+		return nil
+	}
+	done := make(chan struct{}, c.shards.Len())
+	c.shards.Broadcast(&dropMsg{match: match, done: done})
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for range c.shards.Len() {
+		select {
+		case <-done:
+		case <-t.C:
+			return fmt.Errorf("%w: the quota shards did not drop the accounts within %v", ErrUnavailable, wait)
+		}
+	}
+	if err := c.commit.Barrier(wait); err != nil {
+		return fmt.Errorf("%w: increments not stored within %v: %w", ErrUnavailable, wait, err)
+	}
+	return nil
+}
+
 // Usage reports an account's usage without consuming anything.
 func (c *Client) Usage(m Usage) (UsageView, error) {
 	if c.stopped.Load() {

@@ -323,3 +323,45 @@ func TestQuotaEvictionReloads(t *testing.T) {
 		t.Fatalf("after eviction: %+v %v", u, err)
 	}
 }
+
+// TestQuotaDropStoresThenForgets: Drop forgets only the accounts it selects,
+// and when it returns every charge answered before it is in the store, so
+// a reader of the store (a cluster's next owner of the shard) sees them all
+// and a later touch here loads the stored count, not a stale one.
+func TestQuotaDropStoresThenForgets(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	c := New(quietSystem().Root, Config{Shards: 2, Store: db})
+	defer c.Stop()
+	l := custom(1000, 10000)
+	var wg sync.WaitGroup
+	for _, acc := range []string{"a", "b"} {
+		for range 20 {
+			wg.Go(func() {
+				if r, err := c.Charge(Charge{Account: acc, Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}); err != nil || !r.Allowed {
+					t.Errorf("charge %s: %+v %v", acc, r, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if err := c.Drop(func(acc string) bool { return acc == "a" }, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.resident(); n != 1 {
+		t.Fatalf("resident after dropping a: %d, want 1 (b)", n)
+	}
+	counts, _, err := db.LoadUsage("a", storage.MonthOf(t0))
+	if err != nil || counts.Used != 20 {
+		t.Fatalf("stored for a after Drop: %+v %v; want 20 used", counts, err)
+	}
+	// Another node charges a meanwhile (its share, in the store here for
+	// the test); the next touch loads the sum, not the dropped 20.
+	if err := db.ApplyUsage([]storage.UsageDelta{{Account: "a", Month: storage.MonthOf(t0), Counts: storage.MonthCounts{Used: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0})
+	if err != nil || u.MonthUsed != 25 {
+		t.Fatalf("after the drop: %+v %v; want 25 used", u, err)
+	}
+}

@@ -65,6 +65,12 @@ type pending struct {
 	wstart time.Time
 }
 
+// dropMsg asks a shard to forget the accounts match selects (Drop).
+type dropMsg struct {
+	match func(account string) bool
+	done  chan struct{}
+}
+
 // lenProbe asks a shard how many accounts it holds (tests).
 type lenProbe chan int
 
@@ -117,6 +123,11 @@ func (s shard) Receive(ctx actor.Context) {
 		p := &m.p
 		p.ent.rollback(&p.delta, p.bucket, p.hourly, p.wstart)
 		p.ent.inflight.Add(-1)
+	case *dropMsg:
+		if s.store != nil { // memory only: the table is the only copy
+			s.accounts.Sweep(func(id string, _ *account) bool { return m.match(id) })
+		}
+		m.done <- struct{}{}
 	case lenProbe:
 		m <- s.accounts.Len()
 	case actors.Tick:

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/cluster/embedetcd"
 	"github.com/fraudd/fraudd/cluster/rpc"
@@ -73,6 +75,9 @@ type Node struct {
 	// Parts is the seam described on the type; StartRPC fills it.
 	Parts Parts
 	rpc   *rpc.Quota
+	// quota is the node's own quota actors (StartRPC sets it): a shard's
+	// accounts are dropped from them when the shard leaves the node.
+	quota atomic.Pointer[quota.Client]
 
 	config *ConfigSync
 }
@@ -148,8 +153,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("cluster: owner view: %w", err)
 	}
 	n.bal, err = cluster.NewBalancer(cluster.BalancerConfig{Member: n.member, View: n.owners, Kinds: []cluster.Kind{cluster.KindAccount, cluster.KindAddr},
+		Releasing: n.releasing,
 		Lost: func(c cluster.Claim) {
 			n.log.Warn("cluster shard lost with the membership lease", "kind", c.Kind, "shard", c.Shard)
+			if c.Kind == cluster.KindAccount {
+				// What this node holds of the shard's accounts is stale
+				// now: another owner counts them. Forget it, so that should
+				// the shard come back, the count starts from the sum.
+				n.dropAccounts(c.Shard, n.cfg.LeaseTTL)
+			}
 		}})
 	if err != nil {
 		stop()
@@ -253,4 +265,29 @@ func (n *Node) closeConn() {
 		n.etcd.Close()
 		n.etcd = nil
 	}
+}
+
+// releasing runs before an account shard is handed to its next owner, after
+// the Balancer stopped reporting the claim (nothing new is admitted for it):
+// the shard's accounts leave the quota actors once every charge admitted
+// before is stored, so the next owner's G-counter read sees all of this
+// node's share. An error keeps the shard; the next pass tries again.
+func (n *Node) releasing(_ context.Context, c cluster.Claim) error {
+	if c.Kind != cluster.KindAccount {
+		return nil
+	}
+	return n.dropAccounts(c.Shard, n.cfg.LeaseTTL)
+}
+
+// dropAccounts forgets the accounts of an account shard in the quota actors.
+func (n *Node) dropAccounts(shard int, wait time.Duration) error {
+	q := n.quota.Load()
+	if q == nil {
+		return nil // before StartRPC nothing was charged
+	}
+	err := q.Drop(func(acc string) bool { return cluster.ShardOf(cluster.KindAccount, acc) == shard }, wait)
+	if err != nil {
+		n.log.Warn("cluster: an account shard's quota state not flushed", "shard", shard, "err", err)
+	}
+	return err
 }

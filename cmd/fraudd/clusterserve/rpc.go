@@ -45,6 +45,7 @@ func (n *Node) StartRPC(local *quota.Client, db rpc.ShareStore, shared *rpc.Shar
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(l) }()
 	shared.Attach(q)
+	n.quota.Store(local)
 	n.Parts.Quota = q
 	n.rpc = q
 	n.log.Info("node-to-node gRPC serving", "listen", l.Addr().String(), "advertise", n.cfg.Advertise, "timeout", timeout)
