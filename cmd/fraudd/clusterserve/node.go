@@ -70,7 +70,10 @@ type Node struct {
 	owners *cluster.OwnerView
 	bal    *cluster.Balancer
 	cancel context.CancelFunc
-	done   chan struct{}
+	// stopBal ends the balancer's passes (done closes after), before the
+	// rest of the node's background work (cancel).
+	stopBal context.CancelFunc
+	done    chan struct{}
 
 	// Parts is the seam described on the type; StartRPC fills it.
 	Parts Parts
@@ -154,6 +157,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.bal, err = cluster.NewBalancer(cluster.BalancerConfig{Member: n.member, View: n.owners, Kinds: []cluster.Kind{cluster.KindAccount, cluster.KindAddr},
 		Releasing: n.releasing,
+		Acquired: func(_ context.Context, c cluster.Claim) {
+			if c.Kind == cluster.KindAccount {
+				// A non-owner holds accounts of the shard too: its own
+				// totals (CountTotal) load them. Their month counts are
+				// stale for an owner; the first charge must load the sum.
+				n.dropAccounts(c.Shard, n.cfg.LeaseTTL)
+			}
+		},
 		Lost: func(c cluster.Claim) {
 			n.log.Warn("cluster shard lost with the membership lease", "kind", c.Kind, "shard", c.Shard)
 			if c.Kind == cluster.KindAccount {
@@ -168,9 +179,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.member.Close()
 		return nil, err
 	}
+	balCtx, stopBal := context.WithCancel(runCtx)
+	n.stopBal = stopBal
 	go func() {
 		defer close(n.done)
-		n.bal.Run(runCtx)
+		n.bal.Run(balCtx)
 	}()
 	n.log.Info("joined cluster", "members", strings.Join(n.member.MemberIDs(), ","), "lease_ttl", cfg.LeaseTTL, "advertise", cfg.Advertise)
 	return n, nil
@@ -230,11 +243,16 @@ func (n *Node) Root() string { return n.root }
 // connection: the graceful end, after the HTTP server drained.
 func (n *Node) Leave(ctx context.Context) error {
 	var errs []error
+	// The balancer stops first: while this node is still a member, its
+	// passes would claim again the shards ReleaseAll just handed over
+	// (the assignment still names it), and charge them until the lease
+	// goes, a share the next owner could then no longer read.
+	n.stopBal()
+	<-n.done
 	if err := n.bal.ReleaseAll(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("cluster: hand shards over: %w", err))
 	}
 	n.cancel()
-	<-n.done
 	if n.config != nil {
 		n.config.stop()
 	}

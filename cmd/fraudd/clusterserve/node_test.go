@@ -1,0 +1,62 @@
+package clusterserve
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fraudd/fraudd/cluster"
+)
+
+// TestLeaveClaimsNothingBack: a node leaving gracefully hands its shards
+// over and claims none of them again on the way out. While it is still a
+// member the assignment names it for those shards, so a balancer pass
+// running alongside the hand-over would take each back as soon as it was
+// released, charge it until the lease went, and leave a share the next
+// owner can no longer read.
+func TestLeaveClaimsNothingBack(t *testing.T) {
+	name := clusterName(t)
+	a := mustStart(t, name, "a", vfs.NewMem())
+	b := mustStart(t, name, "b", vfs.NewMem())
+	within(t, 20*time.Second, "both nodes own their shards", func() bool {
+		na, nb := a.node.Balancer().Owned(cluster.KindAccount), b.node.Balancer().Owned(cluster.KindAccount)
+		return na > 0 && nb > 0 && na+nb == cluster.Shards(cluster.KindAccount)
+	})
+	cli := b.node.Client()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rev, err := cli.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cli.Watch(ctx, b.node.Root()+"owners/"+string(cluster.KindAccount)+"/", clientv3.WithPrefix(), clientv3.WithRev(rev.Header.Revision+1))
+	lctx, lcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer lcancel()
+	if err := a.node.Leave(lctx); err != nil {
+		t.Fatal(err)
+	}
+	end, err := cli.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := 0
+	for wr := range w {
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypePut && string(ev.Kv.Value) == "a" {
+				claimed++
+			}
+		}
+		if wr.Header.Revision >= end.Header.Revision || wr.Err() != nil {
+			break
+		}
+	}
+	if claimed != 0 {
+		t.Fatalf("the leaving node claimed %d shards again while it handed its shards over", claimed)
+	}
+	within(t, 20*time.Second, "b owns every shard", func() bool {
+		return b.node.Balancer().Owned(cluster.KindAccount) == cluster.Shards(cluster.KindAccount)
+	})
+}
