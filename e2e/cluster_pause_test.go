@@ -1,12 +1,7 @@
 package e2e
 
 import (
-	"fmt"
-	"net/http"
-	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,53 +22,10 @@ func TestClusterPauseFencing(t *testing.T) {
 		t.Skip("cluster pause test skipped in -short mode")
 	}
 	const ttl = time.Second
-	c := StartCluster(t, bin, ClusterOptions{LeaseTTL: ttl})
-	v := newOwnerView(t, c)
-	ids := []string{"node1", "node2", "node3"}
-	Within(t, 30*time.Second, "the three nodes settle on the shard assignment", func() bool { return v.settled(ids) })
-	a := accountOwnedBy(t, v, c.Nodes[0], "node3", map[string]any{"plan": "custom", "hourly_limit": 1000000})
+	c, v, a, base := node3Account(t, ttl)
 	shard := cluster.ShardOf(cluster.KindAccount, a.ID)
-	for i, s := range c.Nodes {
-		Within(t, 10*time.Second, fmt.Sprintf("node %d evaluates the account", i+1), func() bool {
-			st, err := countedEval(s, a.LiveKey)
-			return err == nil && st == http.StatusOK
-		})
-	}
-	base := monthUsed(t, c.Nodes[0], a.LiveKey)
-
-	var (
-		inflight, refused atomic.Int64
-		acks              []time.Duration
-		stop              = make(chan struct{})
-		wg                sync.WaitGroup
-		mu                sync.Mutex
-		statuses          = map[string]int{}
-	)
-	start := time.Now()
-	for i, s := range c.Nodes {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				st, err := countedEval(s, a.LiveKey) // blocks on node 3 while it is stopped
-				mu.Lock()
-				switch {
-				case err != nil:
-					inflight.Add(1)
-				case st == http.StatusOK:
-					acks = append(acks, time.Since(start))
-				default:
-					refused.Add(1) // 503 while the shard moves: nothing charged
-				}
-				statuses[fmt.Sprintf("node%d:%d", i+1, st)]++
-				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
-			}
-		})
-	}
+	// Node 3's client blocks while it is stopped, then goes on.
+	l := startAckLoad(c, a.LiveKey, func(int) bool { return false })
 	time.Sleep(500 * time.Millisecond)
 	c.Nodes[2].Signal(t, syscall.SIGSTOP)
 	paused := time.Now()
@@ -87,22 +39,20 @@ func TestClusterPauseFencing(t *testing.T) {
 	time.Sleep(2*ttl - time.Since(paused))
 	c.Nodes[2].Signal(t, syscall.SIGCONT)
 	resumed := time.Now()
-	Within(t, 20*time.Second, "node 3 rejoins and has its shards back", func() bool { return v.settled(ids) })
+	Within(t, 20*time.Second, "node 3 rejoins and has its shards back", func() bool { return v.settled([]string{"node1", "node2", "node3"}) })
 	rejoined := time.Since(resumed)
 	time.Sleep(500 * time.Millisecond) // load with node 3 the owner again
-	close(stop)
-	wg.Wait()
+	acks := l.end()
 
 	if !strings.Contains(c.Nodes[2].Logs(), "cluster shard lost with the membership lease") {
 		t.Fatalf("node 3 did not report refusing the claims its expired lease held; its log:\n%s", tail(c.Nodes[2].Logs()))
 	}
-	ack, fly := int64(len(acks)), inflight.Load()
-	sort.Slice(acks, func(i, j int) bool { return acks[i] < acks[j] })
+	ack, fly := int64(len(acks)), l.inflight.Load()
 	for i, s := range c.Nodes {
 		used := monthUsed(t, s, a.LiveKey) - base
 		if i == 0 {
 			t.Logf("paused node3 for %v: %s owned its shard %v after the stop; node 3 owned its shards again %v after SIGCONT; month_used grew by %d, %d acknowledged, %d unanswered, %d refused; %v",
-				2*ttl, taker, taken.Round(time.Millisecond), rejoined.Round(time.Millisecond), used, ack, fly, refused.Load(), statuses)
+				2*ttl, taker, taken.Round(time.Millisecond), rejoined.Round(time.Millisecond), used, ack, fly, l.refused.Load(), l.statuses)
 		}
 		if used < ack || used > ack+fly {
 			t.Fatalf("node %d: month_used grew by %d; want the %d acknowledged (+ at most %d unanswered): a call counted twice or lost across the pause", i+1, used, ack, fly)

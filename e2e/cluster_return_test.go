@@ -27,84 +27,29 @@ func TestClusterKilledOwnerReturns(t *testing.T) {
 		t.Skip("cluster crash test skipped in -short mode")
 	}
 	const ttl = time.Second
-	c := StartCluster(t, bin, ClusterOptions{LeaseTTL: ttl})
-	v := newOwnerView(t, c)
-	ids := []string{"node1", "node2", "node3"}
-	Within(t, 30*time.Second, "the three nodes settle on the shard assignment", func() bool { return v.settled(ids) })
-	a := accountOwnedBy(t, v, c.Nodes[0], "node3", map[string]any{"plan": "custom", "hourly_limit": 1000000})
-	for i, s := range c.Nodes {
-		Within(t, 10*time.Second, fmt.Sprintf("node %d evaluates the account", i+1), func() bool {
-			st, err := countedEval(s, a.LiveKey)
-			return err == nil && st == http.StatusOK
-		})
-	}
-	// The probes above were charged too; count from the usage they left.
-	base := monthUsed(t, c.Nodes[0], a.LiveKey)
-
-	var (
-		inflight, refused        atomic.Int64
-		acks                     []time.Duration // when each 200 arrived, since start
-		down                     atomic.Bool // node 3 is not running
-		stop                     = make(chan struct{})
-		wg                       sync.WaitGroup
-		mu                       sync.Mutex
-		statuses                 = map[string]int{}
-	)
-	start := time.Now()
-	for i, s := range c.Nodes {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if i == 2 && down.Load() {
-					time.Sleep(5 * time.Millisecond)
-					continue
-				}
-				st, err := countedEval(s, a.LiveKey)
-				switch {
-				case err != nil:
-					// No answer: it may have been charged before the
-					// connection broke.
-					inflight.Add(1)
-				case st == http.StatusOK:
-					mu.Lock()
-					acks = append(acks, time.Since(start))
-					mu.Unlock()
-				default:
-					refused.Add(1) // 503 while the shard has no owner: nothing charged
-				}
-				mu.Lock()
-				statuses[fmt.Sprintf("node%d:%d", i+1, st)]++
-				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
-			}
-		})
-	}
+	c, v, a, base := node3Account(t, ttl)
+	var down atomic.Bool // node 3 is not running
+	l := startAckLoad(c, a.LiveKey, func(i int) bool { return i == 2 && down.Load() })
 	time.Sleep(700 * time.Millisecond)
 	down.Store(true)
-	kill := time.Since(start)
+	kill := time.Since(l.start)
 	c.Nodes[2].Kill()
 	time.Sleep(ttl + 1500*time.Millisecond) // the survivors take node 3's shards
 	c.Nodes[2].Restart()
 	down.Store(false)
-	Within(t, 20*time.Second, "node 3 has its shards back", func() bool { return v.settled(ids) })
+	Within(t, 20*time.Second, "node 3 has its shards back", func() bool { return v.settled([]string{"node1", "node2", "node3"}) })
 	time.Sleep(700 * time.Millisecond) // load with node 3 back as the owner
-	close(stop)
-	wg.Wait()
+	acks := l.end()
 
 	if o := v.owners()[cluster.ShardOf(cluster.KindAccount, a.ID)]; o != "node3" {
 		t.Fatalf("the account's shard is owned by %q after node 3 returned", o)
 	}
-	sort.Slice(acks, func(i, j int) bool { return acks[i] < acks[j] })
-	ack, fly := int64(len(acks)), inflight.Load()
+	ack, fly := int64(len(acks)), l.inflight.Load()
 	// Node 3 owned the shard until the kill, so it charged every call
 	// acknowledged then, on any node; the default durability may lose what
 	// it acknowledged in the last interval (crashSlack as in the
-	// single-node crash test).
-	// An answer relayed by node 1 or 2 may arrive a little after the kill.
+	// single-node crash test). An answer relayed by node 1 or 2 may arrive
+	// a little after the kill.
 	const interval, relay = 10 * time.Millisecond, 100 * time.Millisecond
 	ackedIn := func(from, to time.Duration) int64 { return ackedSince(acks, from) - ackedSince(acks, to) }
 	bound := ackedIn(kill-interval-crashSlack, kill+relay)
@@ -112,7 +57,7 @@ func TestClusterKilledOwnerReturns(t *testing.T) {
 		used := monthUsed(t, s, a.LiveKey) - base
 		if i == 0 {
 			t.Logf("month_used grew by %d; %d acknowledged (%d in the last %v before the kill), %d unanswered (in flight at the kill), %d refused; %v",
-				used, ack, ackedIn(kill-interval, kill+relay), interval, fly, refused.Load(), statuses)
+				used, ack, ackedIn(kill-interval, kill+relay), interval, fly, l.refused.Load(), l.statuses)
 		}
 		if used < ack-bound || used > ack+fly {
 			t.Fatalf("node %d: month_used grew by %d over the run; want between %d (the %d acknowledged less %d around the kill: the last %v + %v before it, %v after) and %d (+ %d unanswered)",
@@ -122,6 +67,83 @@ func TestClusterKilledOwnerReturns(t *testing.T) {
 	if ack < 100 {
 		t.Fatalf("only %d evaluations acknowledged: no steady load", ack)
 	}
+}
+
+// node3Account starts three nodes with ttl leases, waits until they settle
+// on the shard assignment, and creates an account whose shard node 3 owns,
+// with a cap nothing reaches; every node has evaluated it once (counted),
+// and base is month_used after those.
+func node3Account(t *testing.T, ttl time.Duration) (c *Cluster, v *ownerView, a Account, base int64) {
+	t.Helper()
+	c = StartCluster(t, bin, ClusterOptions{LeaseTTL: ttl})
+	v = newOwnerView(t, c)
+	Within(t, 30*time.Second, "the three nodes settle on the shard assignment", func() bool { return v.settled([]string{"node1", "node2", "node3"}) })
+	a = accountOwnedBy(t, v, c.Nodes[0], "node3", map[string]any{"plan": "custom", "hourly_limit": 1000000})
+	for i, s := range c.Nodes {
+		Within(t, 10*time.Second, fmt.Sprintf("node %d evaluates the account", i+1), func() bool {
+			st, err := countedEval(s, a.LiveKey)
+			return err == nil && st == http.StatusOK
+		})
+	}
+	return c, v, a, monthUsed(t, c.Nodes[0], a.LiveKey)
+}
+
+// ackLoad sends counted evaluations for one account to every node, one
+// client each, about 200 a second per node, and notes when each 200 came.
+type ackLoad struct {
+	start             time.Time
+	inflight, refused atomic.Int64
+	stop              chan struct{}
+	wg                sync.WaitGroup
+
+	mu       sync.Mutex
+	acks     []time.Duration // since start
+	statuses map[string]int  // "node<i>:<status>" → count (0: no answer)
+}
+
+// startAckLoad starts the clients; a node for which skip says true gets
+// nothing meanwhile (it is down).
+func startAckLoad(c *Cluster, key string, skip func(i int) bool) *ackLoad {
+	l := &ackLoad{start: time.Now(), stop: make(chan struct{}), statuses: map[string]int{}}
+	for i, s := range c.Nodes {
+		l.wg.Go(func() {
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				if skip(i) {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				st, err := countedEval(s, key)
+				l.mu.Lock()
+				switch {
+				case err != nil:
+					// No answer: it may have been charged before the
+					// connection broke.
+					l.inflight.Add(1)
+				case st == http.StatusOK:
+					l.acks = append(l.acks, time.Since(l.start))
+				default:
+					l.refused.Add(1) // 503 while the shard has no owner: nothing charged
+				}
+				l.statuses[fmt.Sprintf("node%d:%d", i+1, st)]++
+				l.mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	return l
+}
+
+// end stops the clients and returns the acknowledgement times, in order.
+func (l *ackLoad) end() []time.Duration {
+	close(l.stop)
+	l.wg.Wait()
+	sort.Slice(l.acks, func(i, j int) bool { return l.acks[i] < l.acks[j] })
+	return l.acks
 }
 
 // countedEval makes one evaluation that counts toward month_used (no token:
