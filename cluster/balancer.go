@@ -130,7 +130,9 @@ func (b *Balancer) Pass(ctx context.Context) {
 	if !held {
 		return
 	}
-	members := m.MemberIDs()
+	// A leaving member (this one included) is not assigned anything: the
+	// others claim its shards as it releases them.
+	members := m.ActiveIDs()
 	for _, k := range b.cfg.Kinds {
 		owners := b.cfg.View.Owners(k)
 		// The view can lag this member's own claims; count them as its own.

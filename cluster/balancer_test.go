@@ -197,3 +197,38 @@ func TestBalancerReleaseStopsTheClaimFirst(t *testing.T) {
 		t.Fatalf("%d shards moved: %d Releasing calls, %d refused; want every shard refused once, then handed over", moved, releases.Load(), refused.Load())
 	}
 }
+
+// TestBalancerLeavingMemberIsNotAssigned: a member marked leaving stays a
+// member (it still answers the others) but the assignment leaves it out, so
+// the others claim each shard it releases at once, not after its lease.
+func TestBalancerLeavingMemberIsNotAssigned(t *testing.T) {
+	root := testRoot(t)
+	a, b := startNode(t, root, "a"), startNode(t, root, "b")
+	defer func() {
+		for _, n := range []*node{a, b} {
+			n.halt()
+			n.m.Close()
+		}
+	}()
+	eventually(t, "two nodes settle", func() bool { return settled(a, []string{"a", "b"}) })
+	b.halt()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.m.SetLeaving(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a sees b leaving", func() bool { return slices.Equal(a.m.ActiveIDs(), []string{"a"}) })
+	if !slices.Equal(a.m.MemberIDs(), []string{"a", "b"}) {
+		t.Fatalf("a sees members %v; b is still one", a.m.MemberIDs())
+	}
+	if err := b.b.ReleaseAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a owns every shard while b is still a member", func() bool { return settled(a, []string{"a"}) })
+	if !b.m.Held(time.Now()) || !slices.Contains(a.m.MemberIDs(), "b") {
+		t.Fatalf("b's membership went before its shards moved: held %v, members %v", b.m.Held(time.Now()), a.m.MemberIDs())
+	}
+	if mi, ok := a.m.Info("b"); !ok || !mi.Leaving || mi.Epoch != b.m.Epoch() {
+		t.Fatalf("b's record as a sees it: %+v %v", mi, ok)
+	}
+}

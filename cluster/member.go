@@ -33,6 +33,11 @@ type MemberInfo struct {
 	Proto   int       `json:"proto"`
 	Epoch   int64     `json:"epoch"`
 	Started time.Time `json:"started"`
+	// Leaving marks a member on its way out (a graceful leave): it still
+	// answers, and holds its claims until it hands them over, but the
+	// assignment no longer names it, so the others take each shard as soon
+	// as it is released instead of after the lease goes.
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // DecodeMemberInfo parses a members/ record.
@@ -83,6 +88,7 @@ type Member struct {
 	mu         sync.Mutex
 	lease      clientv3.LeaseID
 	epoch      int64
+	info       MemberInfo
 	validUntil time.Time
 	losses     int
 	changed    chan struct{}
@@ -144,7 +150,8 @@ func (m *Member) register(ctx context.Context) error {
 	m.mu.Lock()
 	epoch := m.epoch + 1
 	m.mu.Unlock()
-	info, err := json.Marshal(MemberInfo{ID: m.cfg.ID, Addr: m.cfg.Addr, Proto: ProtocolVersion, Epoch: epoch, Started: m.cfg.Now().UTC()})
+	mi := MemberInfo{ID: m.cfg.ID, Addr: m.cfg.Addr, Proto: ProtocolVersion, Epoch: epoch, Started: m.cfg.Now().UTC()}
+	info, err := json.Marshal(mi)
 	if err != nil {
 		return err
 	}
@@ -163,7 +170,7 @@ func (m *Member) register(ctx context.Context) error {
 		return fmt.Errorf("cluster member %s: register: %w", m.cfg.ID, err)
 	}
 	m.mu.Lock()
-	m.lease, m.epoch = g.ID, epoch
+	m.lease, m.epoch, m.info = g.ID, epoch, mi
 	m.validUntil = sent.Add(time.Duration(g.TTL) * time.Second)
 	m.mu.Unlock()
 	m.notify()
@@ -307,6 +314,48 @@ func (m *Member) Members() []MemberInfo {
 func (m *Member) Info(id string) (MemberInfo, bool) {
 	e, ok := m.view.Get(id)
 	return e.Value, ok
+}
+
+// ActiveIDs lists the live members that are not leaving, sorted: the
+// members the shard assignment is computed over.
+func (m *Member) ActiveIDs() []string {
+	var ids []string
+	for _, k := range m.view.Keys() {
+		if e, ok := m.view.Get(k); ok && !e.Value.Leaving {
+			ids = append(ids, k)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// SetLeaving marks this member as leaving in its registration (same lease,
+// same epoch): the first step of a graceful leave. It refuses a key that
+// is no longer under this member's lease.
+func (m *Member) SetLeaving(ctx context.Context) error {
+	m.mu.Lock()
+	lease, mi := m.lease, m.info
+	m.mu.Unlock()
+	if lease == 0 {
+		return fmt.Errorf("cluster member %s: mark leaving: no lease", m.cfg.ID)
+	}
+	mi.Leaving = true
+	info, err := json.Marshal(mi)
+	if err != nil {
+		return err
+	}
+	key := membersPrefix(m.cfg.Root) + m.cfg.ID
+	resp, err := m.cfg.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
+		Then(clientv3.OpPut(key, string(info), clientv3.WithLease(lease))).
+		Commit()
+	if err == nil && !resp.Succeeded {
+		err = ErrFenced
+	}
+	if err != nil {
+		return fmt.Errorf("cluster member %s: mark leaving: %w", m.cfg.ID, err)
+	}
+	return nil
 }
 
 // MemberIDs lists the live members' ids, sorted.

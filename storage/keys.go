@@ -30,4 +30,9 @@ const (
 	// account id + UTC day → counted checks and lookups of the day, 62 days
 	// (dailyusage.go, quota actors)
 	prefixUsageDay byte = 0x22
+	// account id + month + origin node id → a member's monthly counters it
+	// handed over on leaving the cluster (adoptedshares.go)
+	prefixAdoptedUsage byte = 0x23
+	// account id + origin node id → that member's lifetime totals, likewise
+	prefixAdoptedTotals byte = 0x24
 )

@@ -157,30 +157,49 @@ func (c *Client) ChargeThen(st ChargeStep) {
 // A cluster node calls it when an account shard leaves it: the new owner
 // then reads a share that holds everything this node charged, and should
 // the shard come back, this node starts from the sum again instead of from
-// what it held before. Without a store it does nothing: memory is the only
-// copy of the counts.
-func (c *Client) Drop(match func(account string) bool, wait time.Duration) error {
+// what it held before. It answers the forgotten accounts' hourly windows
+// (those with any count), which the next owner resumes: they live in
+// memory only. Without a store it does nothing: memory is the only copy of
+// the counts.
+func (c *Client) Drop(match func(account string) bool, wait time.Duration) ([]Handed, error) {
+	handed, err := c.Forget(match, wait)
+	if err != nil || c.commit == nil {
+		return handed, err
+	}
+	if err := c.commit.Barrier(wait); err != nil {
+		return nil, fmt.Errorf("%w: increments not stored within %v: %w", ErrUnavailable, wait, err)
+	}
+	return handed, nil
+}
+
+// Forget is Drop without waiting for the increments to be stored: every
+// shard has forgotten the accounts when it returns, and any message sent to
+// a shard after it returns finds them gone, so the next touch loads them
+// again. A cluster node calls it for a shard it just claimed: what it held
+// of the shard's accounts as a non-owner (its own totals) is stale for an
+// owner, and waiting for the store there would hold the claim back from
+// the requests already routed to it.
+func (c *Client) Forget(match func(account string) bool, wait time.Duration) ([]Handed, error) {
 	if c.stopped.Load() {
-		return ErrStopped
+		return nil, ErrStopped
 	}
 	if c.commit == nil {
-		return nil
+		return nil, nil
 	}
-	done := make(chan struct{}, c.shards.Len())
+	done := make(chan []Handed, c.shards.Len())
 	c.shards.Broadcast(&dropMsg{match: match, done: done})
 	t := time.NewTimer(wait)
 	defer t.Stop()
+	var handed []Handed
 	for range c.shards.Len() {
 		select {
-		case <-done:
+		case h := <-done:
+			handed = append(handed, h...)
 		case <-t.C:
-			return fmt.Errorf("%w: the quota shards did not drop the accounts within %v", ErrUnavailable, wait)
+			return nil, fmt.Errorf("%w: the quota shards did not drop the accounts within %v", ErrUnavailable, wait)
 		}
 	}
-	if err := c.commit.Barrier(wait); err != nil {
-		return fmt.Errorf("%w: increments not stored within %v: %w", ErrUnavailable, wait, err)
-	}
-	return nil
+	return handed, nil
 }
 
 // Usage reports an account's usage without consuming anything.

@@ -345,8 +345,12 @@ func TestQuotaDropStoresThenForgets(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if err := c.Drop(func(acc string) bool { return acc == "a" }, 5*time.Second); err != nil {
+	handed, err := c.Drop(func(acc string) bool { return acc == "a" }, 5*time.Second)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if len(handed) != 1 || handed[0].Account != "a" || !handed[0].Hour[Live].Start.Equal(t0) || handed[0].Hour[Live].N != 20 || handed[0].Hour[Test].N != 0 {
+		t.Fatalf("Drop handed %+v; want a's live window of 20 from t0", handed)
 	}
 	if n := c.resident(); n != 1 {
 		t.Fatalf("resident after dropping a: %d, want 1 (b)", n)
@@ -363,5 +367,52 @@ func TestQuotaDropStoresThenForgets(t *testing.T) {
 	u, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0})
 	if err != nil || u.MonthUsed != 25 {
 		t.Fatalf("after the drop: %+v %v; want 25 used", u, err)
+	}
+}
+
+// windowStore hands the same windows to every account it loads, as a
+// cluster node's store does with those the shard's last owner handed over.
+type windowStore struct {
+	*storage.DB
+	hour [2]HourWindow
+}
+
+func (w windowStore) LoadAccount(account string, m storage.Month, now time.Time) (storage.MonthCounts, storage.Totals, [2]HourWindow, error) {
+	c, t, err := w.LoadUsage(account, m)
+	return c, t, w.hour, err
+}
+
+// TestQuotaResumesHandedWindows: an account loaded from a WindowLoader
+// resumes the running windows it answers (the hourly cap counts what the
+// last owner admitted this hour) and ignores one that is over.
+func TestQuotaResumesHandedWindows(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	now := t0.Add(30 * time.Minute)
+	store := windowStore{DB: db, hour: [2]HourWindow{
+		Test: {Start: t0.Add(-2 * time.Hour), N: 9}, // over
+		Live: {Start: t0, N: 8},
+	}}
+	c := New(quietSystem().Root, Config{Shards: 2, Store: store})
+	defer c.Stop()
+	l := custom(10, 10000)
+	allowed := map[Bucket]int{}
+	for _, b := range []Bucket{Test, Live} {
+		for range 10 {
+			r, err := c.Charge(Charge{Account: "a", Bucket: b, Limits: l, Hourly: true, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				allowed[b]++
+			}
+		}
+	}
+	if allowed[Live] != 2 || allowed[Test] != 10 {
+		t.Fatalf("admitted %v; want live 2 (8 of 10 handed over), test 10 (its handed window was over)", allowed)
+	}
+	u, err := c.Usage(Usage{Account: "a", Bucket: Live, Limits: l, Now: now})
+	if err != nil || u.UsedThisHour != 10 || u.ResetsAt == nil || !u.ResetsAt.Equal(t0.Add(Window)) {
+		t.Fatalf("live usage: %+v %v; want 10 used, resetting an hour after the handed window's start", u, err)
 	}
 }

@@ -11,6 +11,18 @@ import (
 	"github.com/fraudd/fraudd/storage"
 )
 
+// WindowLoader is a Store that also knows the hourly windows an account's
+// previous holder handed over (a cluster node's store: the shard's last
+// owner answers them). An account loaded through it resumes those windows
+// instead of starting the hour afresh, which would admit up to a whole
+// hour's cap again after every shard move.
+type WindowLoader interface {
+	Store
+	// LoadAccount is LoadUsage plus the running windows, by Bucket, as of
+	// now (a zero window: none).
+	LoadAccount(account string, m storage.Month, now time.Time) (storage.MonthCounts, storage.Totals, [2]HourWindow, error)
+}
+
 // Store is where monthly counters and lifetime totals live; *storage.DB
 // implements it. ApplyUsage must have committed everything when it returns
 // nil (durable as the store's Durability says) and write nothing when it
@@ -65,10 +77,11 @@ type pending struct {
 	wstart time.Time
 }
 
-// dropMsg asks a shard to forget the accounts match selects (Drop).
+// dropMsg asks a shard to forget the accounts match selects (Drop) and
+// answer their running hourly windows.
 type dropMsg struct {
 	match func(account string) bool
-	done  chan struct{}
+	done  chan []Handed
 }
 
 // lenProbe asks a shard how many accounts it holds (tests).
@@ -124,10 +137,19 @@ func (s shard) Receive(ctx actor.Context) {
 		p.ent.rollback(&p.delta, p.bucket, p.hourly, p.wstart)
 		p.ent.inflight.Add(-1)
 	case *dropMsg:
+		var handed []Handed
 		if s.store != nil { // memory only: the table is the only copy
-			s.accounts.Sweep(func(id string, _ *account) bool { return m.match(id) })
+			s.accounts.Sweep(func(id string, a *account) bool {
+				if !m.match(id) {
+					return false
+				}
+				if h := a.handed(); h.Hour[0].N > 0 || h.Hour[1].N > 0 {
+					handed = append(handed, h)
+				}
+				return true
+			})
 		}
-		m.done <- struct{}{}
+		m.done <- handed
 	case lenProbe:
 		m <- s.accounts.Len()
 	case actors.Tick:
@@ -177,7 +199,14 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 	a, ok := s.accounts.Get(id)
 	if !ok {
 		a = &account{id: id, month: m}
-		if s.store != nil {
+		if wl, ok := s.store.(WindowLoader); ok {
+			c, t, hour, err := wl.LoadAccount(id, m, now)
+			if err != nil {
+				return nil, fmt.Errorf("%w: load %q: %w", ErrUnavailable, id, err)
+			}
+			a.counts, a.totals = c, t
+			a.resume(hour, now)
+		} else if s.store != nil {
 			c, t, err := s.store.LoadUsage(id, m)
 			if err != nil {
 				return nil, fmt.Errorf("%w: load %q: %w", ErrUnavailable, id, err)

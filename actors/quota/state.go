@@ -152,6 +152,46 @@ type window struct {
 
 func (w *window) end() time.Time { return w.start.Add(Window) }
 
+// HourWindow is an account's hourly window of one bucket as it leaves or
+// reaches a node: when it started and how many calls it admitted. N zero is
+// no window.
+type HourWindow struct {
+	Start time.Time
+	N     int64
+}
+
+// Running reports whether the window still applies at now (as the shard
+// judges its own, Stagger included).
+func (h HourWindow) Running(now time.Time) bool {
+	w := window{start: h.Start, n: h.N}
+	return h.N > 0 && !w.over(now)
+}
+
+// Handed is what Drop answers of one forgotten account: its hourly windows
+// by Bucket.
+type Handed struct {
+	Account string
+	Hour    [2]HourWindow
+}
+
+func (a *account) handed() Handed {
+	h := Handed{Account: a.id}
+	for b, w := range a.hour {
+		h.Hour[b] = HourWindow{Start: w.start, N: w.n}
+	}
+	return h
+}
+
+// resume starts a newly loaded account with the windows its previous holder
+// handed over, those still running at now.
+func (a *account) resume(hour [2]HourWindow, now time.Time) {
+	for b, h := range hour {
+		if h.Running(now) {
+			a.hour[b] = window{start: h.Start, n: h.N}
+		}
+	}
+}
+
 // account is one account's quota state, owned by its shard. Everything but
 // inflight is touched only by the shard; inflight counts deltas handed to the
 // group committer and not yet settled, and the account is not evicted while

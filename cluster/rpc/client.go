@@ -289,7 +289,10 @@ func route[T any](q *Quota, account string, local func() (T, error), remote func
 			last = errors.New("no owner in the view")
 		case node == q.cfg.Owners.Self():
 			_, err := q.cfg.Owners.Held(shard)
-			if err == nil {
+			// The view shows this node's claim before the Balancer records it
+			// (on the first attempt, or on the second after the view moved
+			// to it): wait for it rather than for a view that will not move.
+			if err == nil || q.awaitClaim(ctx, shard, token) {
 				return local()
 			}
 			last = err
@@ -323,6 +326,33 @@ func route[T any](q *Quota, account string, local func() (T, error), remote func
 		}
 	}
 	return zero, fmt.Errorf("account shard %04d: %w: %w", shard, ErrNoOwner, last)
+}
+
+// claimPoll is how often awaitClaim looks at this node's claim.
+const claimPoll = 2 * time.Millisecond
+
+// awaitClaim waits, within ctx, for this node's claim of the shard that the
+// view already shows (under token) to be valid here: the Balancer records a
+// claim only once its Acquired hook is done, which on a node taking many
+// shards at once (a member leaving) can take longer than a request may
+// wait for a view that will not move. False when the view moves to another
+// claim or ctx ends first.
+func (q *Quota) awaitClaim(ctx context.Context, shard int, token int64) bool {
+	t := time.NewTicker(claimPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		if node, cur, ok := q.cfg.Owners.Owner(shard); !ok || node != q.cfg.Owners.Self() || cur != token {
+			return false
+		}
+		if _, err := q.cfg.Owners.Held(shard); err == nil {
+			return true
+		}
+	}
 }
 
 // refresh waits, within ctx, for the view to move past the claim that was

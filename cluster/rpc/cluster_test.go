@@ -295,3 +295,135 @@ func TestMonthlyCapAcrossRebalance(t *testing.T) {
 		t.Fatalf("d's own share: %+v, %v; want the %d it charged", own, err, n/2)
 	}
 }
+
+// TestLeaverSharesOutliveIt: the owner of an account leaves after handing
+// its shares over (twice: a repeated hand-over changes nothing). The next
+// owner loads the account after the leaver is gone and counts what it
+// charged: the cap admits exactly what is left of it.
+func TestLeaverSharesOutliveIt(t *testing.T) {
+	root := testRoot(t)
+	ids := []string{"a", "b", "c"}
+	nodes := []*node{startNode(t, root, "a", nil), startNode(t, root, "b", nil), startNode(t, root, "c", nil)}
+	settle(t, nodes, ids)
+	account := accountOwnedBy("c", ids)
+	const n = 30
+	ch := quota.Charge{Account: account, Kind: quota.Evaluate, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, nil, limit(n), testNow, testNow)}
+	for i := range n / 2 {
+		if res, err := nodes[i%2].q.Charge(ch); err != nil || !res.Allowed {
+			t.Fatalf("charge %d before the leave: %+v, %v", i, res, err)
+		}
+	}
+
+	c := nodes[2]
+	c.stop()
+	<-c.done
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.m.SetLeaving(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.bal.ReleaseAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var shares []storage.OriginShare
+	if err := c.db.ExportShares("c", []storage.Month{storage.MonthOf(testNow)}, func(s storage.OriginShare) error {
+		shares = append(shares, s)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(shares) != 1 || shares[0].Counts.Used != n/2 {
+		t.Fatalf("c's shares: %+v", shares)
+	}
+	for range 2 {
+		if stored, err := c.q.HandOver(ctx, shares); err != nil || stored != 2 {
+			t.Fatalf("hand-over: stored by %d members, %v", stored, err)
+		}
+	}
+	if err := c.m.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, nodes[:2], ids[:2])
+	allowed, refusals := capAcrossNodes(t, nodes[:2], ch, n)
+	if allowed != n/2 || refusals[quota.RefusedMonthly] != 2*n-n/2 {
+		t.Fatalf("after c left: %d admitted (want %d), refusals %v", allowed, n/2, refusals)
+	}
+	for _, nd := range nodes[:2] {
+		got, err := nd.db.AdoptedShares(account, storage.MonthOf(testNow))
+		if err != nil || len(got) != 1 || got[0].Origin != "c" || got[0].Counts.Used != n/2 {
+			t.Fatalf("%s holds %+v (%v) of c's share", nd.id, got, err)
+		}
+	}
+}
+
+// TestHourlyCapAcrossRebalance: an account's shard moves to a joining
+// member halfway through an hourly cap. The old owner hands the running
+// window over with its shares, the new owner resumes it, and the cap
+// admits exactly what is left of it (a window started afresh would admit a
+// whole cap again).
+func TestHourlyCapAcrossRebalance(t *testing.T) {
+	root := testRoot(t)
+	ids := []string{"a", "b", "c"}
+	nodes := []*node{startNode(t, root, "a", nil), startNode(t, root, "b", nil), startNode(t, root, "c", nil)}
+	settle(t, nodes, ids)
+	four := append(ids[:3:3], "d")
+	account := accountOwnedBy("a", ids, "d", four)
+	const n = 30
+	ch := quota.Charge{Account: account, Kind: quota.Evaluate, Hourly: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(n), nil, testNow, testNow)}
+	for i := range n / 2 {
+		if res, err := nodes[i%3].q.Charge(ch); err != nil || !res.Allowed {
+			t.Fatalf("charge %d before the move: %+v, %v", i, res, err)
+		}
+	}
+	d := startNode(t, root, "d", nil)
+	nodes = append(nodes, d)
+	settle(t, nodes, four)
+	if got := nodes[0].windows.Get(account, testNow); got[quota.Live].N != n/2 || !got[quota.Live].Start.Equal(testNow) {
+		t.Fatalf("a handed over %+v; want the live window of %d from %v", got, n/2, testNow)
+	}
+	allowed, refusals := capAcrossNodes(t, nodes, ch, n)
+	if allowed != n/2 || refusals[quota.RefusedHourly] != 4*n-n/2 {
+		t.Fatalf("after the move to d: %d admitted (want %d), refusals %v", allowed, n/2, refusals)
+	}
+	u, err := d.q.Usage(quota.Usage{Account: account, Limits: ch.Limits, Now: testNow})
+	if err != nil || u.UsedThisHour != n || u.ResetsAt == nil || !u.ResetsAt.Equal(testNow.Add(quota.Window)) {
+		t.Fatalf("usage at d: %+v, %v; want %d used this hour, resetting an hour after the window's start", u, err, n)
+	}
+}
+
+// TestHandedWindows: the registry answers running windows only, forgets
+// those over, and the merge of several members' answers takes the running
+// window that admitted the most.
+func TestHandedWindows(t *testing.T) {
+	h := NewHandedWindows()
+	old := testNow.Add(-2 * quota.Window)
+	h.Put([]quota.Handed{
+		{Account: "x", Hour: [2]quota.HourWindow{quota.Live: {Start: testNow, N: 4}, quota.Test: {Start: old, N: 9}}},
+		{Account: "y", Hour: [2]quota.HourWindow{quota.Live: {Start: old, N: 1}}},
+	}, testNow)
+	if got := h.Get("x", testNow); got[quota.Live].N != 4 || got[quota.Test].N != 0 {
+		t.Fatalf("x: %+v", got)
+	}
+	if h.Len() != 1 {
+		t.Fatalf("%d accounts kept; y's only window was over", h.Len())
+	}
+	later := testNow.Add(quota.Window + time.Minute)
+	h.Put(nil, later)
+	if h.Len() != 0 {
+		t.Fatalf("%d accounts kept after their windows ended", h.Len())
+	}
+	a := [2]quota.HourWindow{quota.Live: {Start: testNow, N: 4}}
+	b := [2]quota.HourWindow{quota.Live: {Start: testNow, N: 7}, quota.Test: {Start: old, N: 50}}
+	m := mergeWindows(testNow.Add(time.Minute), a, b, [2]quota.HourWindow{})
+	if m[quota.Live].N != 7 || m[quota.Test].N != 0 {
+		t.Fatalf("merged %+v; want live 7, no test window", m)
+	}
+	if _, ok := windowsOf([]*HourWindow{{Bucket: 0, StartUnixNano: 1, N: 1}, {Bucket: 0, StartUnixNano: 1, N: 1}}); ok {
+		t.Fatal("a bucket answered twice was accepted")
+	}
+	if _, ok := windowsOf([]*HourWindow{{Bucket: 2, StartUnixNano: 1, N: 1}}); ok {
+		t.Fatal("bucket 2 was accepted")
+	}
+}

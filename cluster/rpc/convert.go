@@ -7,6 +7,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster"
+	"github.com/fraudd/fraudd/storage"
 )
 
 // version is what every message this build sends carries.
@@ -121,4 +122,27 @@ func usageViewOf(r *UsageReply) quota.UsageView {
 		MonthLookupsUsed: r.MonthLookupsUsed, MonthResetsAt: fromUnixNano(r.MonthResetsAtUnixNano),
 		GrandfatheredUntil: timeOpt(r.GrandfatheredUntilUnixNano),
 	}
+}
+
+func originShareMsg(s *storage.OriginShare) *OriginShare {
+	return &OriginShare{
+		Node: s.Origin, Account: s.Account, Month: uint32(s.Month),
+		Used: s.Counts.Used, Lookups: s.Counts.Lookups, Warned: uint32(s.Counts.Warned),
+		Evaluations: s.Totals.Evaluations, LimitHits: s.Totals.LimitHits,
+	}
+}
+
+// originShareOf checks a share from the wire: a member and an account
+// named, a real month or none, no negative count.
+func originShareOf(m *OriginShare) (storage.OriginShare, error) {
+	mo := storage.Month(m.GetMonth())
+	if m.GetNode() == "" || m.GetAccount() == "" || (mo != 0 && (mo%100 < 1 || mo%100 > 12)) || m.GetWarned() > 0xff ||
+		m.GetUsed() < 0 || m.GetLookups() < 0 || m.GetEvaluations() < 0 || m.GetLimitHits() < 0 {
+		return storage.OriginShare{}, fmt.Errorf("%w: share of %q from %q month %d", errBadRequest, m.GetAccount(), m.GetNode(), mo)
+	}
+	return storage.OriginShare{
+		Origin: m.Node, Account: m.Account, Month: mo,
+		Counts: storage.MonthCounts{Used: m.Used, Lookups: m.Lookups, Warned: uint8(m.Warned)},
+		Totals: storage.Totals{Evaluations: m.Evaluations, LimitHits: m.LimitHits},
+	}, nil
 }

@@ -53,18 +53,19 @@ func testRoot(tb testing.TB) string {
 // view and balancer, real quota actors on a Pebble store of its own, the
 // Node service on a loopback port, and the routing client.
 type node struct {
-	id     string
-	addr   string
-	m      *cluster.Member
-	view   *cluster.OwnerView
-	bal    *cluster.Balancer
-	db     *storage.DB
-	local  *quota.Client
-	srv    *grpc.Server
-	q      *Quota
-	owners Ownership
-	stop   context.CancelFunc
-	done   chan struct{}
+	id      string
+	addr    string
+	m       *cluster.Member
+	view    *cluster.OwnerView
+	bal     *cluster.Balancer
+	db      *storage.DB
+	local   *quota.Client
+	srv     *grpc.Server
+	q       *Quota
+	owners  Ownership
+	windows *HandedWindows
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
 var quietLog = slog.New(slog.DiscardHandler)
@@ -97,20 +98,33 @@ func startNode(tb testing.TB, root, id string, wrap func(Ownership) Ownership) *
 	if err := n.view.Start(run); err != nil {
 		tb.Fatal(err)
 	}
-	n.bal, err = cluster.NewBalancer(cluster.BalancerConfig{Member: n.m, View: n.view, Kinds: []cluster.Kind{cluster.KindAccount}, Every: 100 * time.Millisecond})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	go func() { defer close(n.done); n.bal.Run(run) }()
-
 	if n.db, err = storage.Open(tb.TempDir(), storage.Options{Logger: quietLog}); err != nil {
 		tb.Fatal(err)
 	}
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	shared := NewSharedStore(n.db, id)
+	n.windows = NewHandedWindows()
+	shared := NewSharedStore(n.db, id, n.windows)
 	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
+	// As a fraudd node does (clusterserve): a shard leaving drops its
+	// accounts once stored and keeps their hourly windows for the next
+	// owner; a shard arriving forgets what a non-owner held.
+	inShard := func(shard int) func(string) bool {
+		return func(acc string) bool { return cluster.ShardOf(cluster.KindAccount, acc) == shard }
+	}
+	n.bal, err = cluster.NewBalancer(cluster.BalancerConfig{Member: n.m, View: n.view, Kinds: []cluster.Kind{cluster.KindAccount}, Every: 100 * time.Millisecond,
+		Releasing: func(_ context.Context, c cluster.Claim) error {
+			handed, err := n.local.Drop(inShard(c.Shard), 5*time.Second)
+			n.windows.Put(handed, testNow)
+			return err
+		},
+		Acquired: func(_ context.Context, c cluster.Claim) { n.local.Forget(inShard(c.Shard), 5*time.Second) },
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go func() { defer close(n.done); n.bal.Run(run) }()
 	n.owners = Cluster{Member: n.m, Balancer: n.bal, View: n.view}
-	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Now: func() time.Time { return testNow }})
+	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Now: func() time.Time { return testNow }})
 	if err != nil {
 		tb.Fatal(err)
 	}

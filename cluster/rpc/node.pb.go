@@ -647,13 +647,21 @@ type SharesReply struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// node is the answering member's id: shares merge per member.
-	Node          string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Month         uint32 `protobuf:"varint,3,opt,name=month,proto3" json:"month,omitempty"`
-	Used          int64  `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
-	Lookups       int64  `protobuf:"varint,5,opt,name=lookups,proto3" json:"lookups,omitempty"`
-	Warned        uint32 `protobuf:"varint,6,opt,name=warned,proto3" json:"warned,omitempty"`
-	Evaluations   int64  `protobuf:"varint,7,opt,name=evaluations,proto3" json:"evaluations,omitempty"`
-	LimitHits     int64  `protobuf:"varint,8,opt,name=limit_hits,json=limitHits,proto3" json:"limit_hits,omitempty"`
+	Node        string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Month       uint32 `protobuf:"varint,3,opt,name=month,proto3" json:"month,omitempty"`
+	Used        int64  `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
+	Lookups     int64  `protobuf:"varint,5,opt,name=lookups,proto3" json:"lookups,omitempty"`
+	Warned      uint32 `protobuf:"varint,6,opt,name=warned,proto3" json:"warned,omitempty"`
+	Evaluations int64  `protobuf:"varint,7,opt,name=evaluations,proto3" json:"evaluations,omitempty"`
+	LimitHits   int64  `protobuf:"varint,8,opt,name=limit_hits,json=limitHits,proto3" json:"limit_hits,omitempty"`
+	// adopted are the shares of this account (and month) the node holds for
+	// members that left: each under its origin's id, to be merged per member
+	// like the answering node's own.
+	Adopted []*OriginShare `protobuf:"bytes,9,rep,name=adopted,proto3" json:"adopted,omitempty"`
+	// hour are the account's hourly windows this node handed over when the
+	// shard last left it (memory only, kept until they end): the next owner
+	// resumes the one still running instead of starting the hour afresh.
+	Hour          []*HourWindow `protobuf:"bytes,10,rep,name=hour,proto3" json:"hour,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -744,6 +752,304 @@ func (x *SharesReply) GetLimitHits() int64 {
 	return 0
 }
 
+func (x *SharesReply) GetAdopted() []*OriginShare {
+	if x != nil {
+		return x.Adopted
+	}
+	return nil
+}
+
+func (x *SharesReply) GetHour() []*HourWindow {
+	if x != nil {
+		return x.Hour
+	}
+	return nil
+}
+
+// HourWindow mirrors quota.HourWindow of one bucket.
+type HourWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"` // quota.Bucket
+	StartUnixNano int64                  `protobuf:"varint,2,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
+	N             int64                  `protobuf:"varint,3,opt,name=n,proto3" json:"n,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HourWindow) Reset() {
+	*x = HourWindow{}
+	mi := &file_node_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HourWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HourWindow) ProtoMessage() {}
+
+func (x *HourWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HourWindow.ProtoReflect.Descriptor instead.
+func (*HourWindow) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *HourWindow) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *HourWindow) GetStartUnixNano() int64 {
+	if x != nil {
+		return x.StartUnixNano
+	}
+	return 0
+}
+
+func (x *HourWindow) GetN() int64 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
+// OriginShare is one member's share of an account: its counts of a month
+// (month 0: lifetime totals only) and its lifetime totals.
+type OriginShare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"` // the member that charged it
+	Account       string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	Month         uint32                 `protobuf:"varint,3,opt,name=month,proto3" json:"month,omitempty"`
+	Used          int64                  `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
+	Lookups       int64                  `protobuf:"varint,5,opt,name=lookups,proto3" json:"lookups,omitempty"`
+	Warned        uint32                 `protobuf:"varint,6,opt,name=warned,proto3" json:"warned,omitempty"`
+	Evaluations   int64                  `protobuf:"varint,7,opt,name=evaluations,proto3" json:"evaluations,omitempty"`
+	LimitHits     int64                  `protobuf:"varint,8,opt,name=limit_hits,json=limitHits,proto3" json:"limit_hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OriginShare) Reset() {
+	*x = OriginShare{}
+	mi := &file_node_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OriginShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OriginShare) ProtoMessage() {}
+
+func (x *OriginShare) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OriginShare.ProtoReflect.Descriptor instead.
+func (*OriginShare) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *OriginShare) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *OriginShare) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *OriginShare) GetMonth() uint32 {
+	if x != nil {
+		return x.Month
+	}
+	return 0
+}
+
+func (x *OriginShare) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *OriginShare) GetLookups() int64 {
+	if x != nil {
+		return x.Lookups
+	}
+	return 0
+}
+
+func (x *OriginShare) GetWarned() uint32 {
+	if x != nil {
+		return x.Warned
+	}
+	return 0
+}
+
+func (x *OriginShare) GetEvaluations() int64 {
+	if x != nil {
+		return x.Evaluations
+	}
+	return 0
+}
+
+func (x *OriginShare) GetLimitHits() int64 {
+	if x != nil {
+		return x.LimitHits
+	}
+	return 0
+}
+
+type AdoptRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// from is the leaving member sending them.
+	From          string         `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	Shares        []*OriginShare `protobuf:"bytes,3,rep,name=shares,proto3" json:"shares,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptRequest) Reset() {
+	*x = AdoptRequest{}
+	mi := &file_node_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptRequest) ProtoMessage() {}
+
+func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
+func (*AdoptRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AdoptRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AdoptRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *AdoptRequest) GetShares() []*OriginShare {
+	if x != nil {
+		return x.Shares
+	}
+	return nil
+}
+
+type AdoptReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Stored        int64                  `protobuf:"varint,3,opt,name=stored,proto3" json:"stored,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptReply) Reset() {
+	*x = AdoptReply{}
+	mi := &file_node_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptReply) ProtoMessage() {}
+
+func (x *AdoptReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptReply.ProtoReflect.Descriptor instead.
+func (*AdoptReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AdoptReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AdoptReply) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *AdoptReply) GetStored() int64 {
+	if x != nil {
+		return x.Stored
+	}
+	return 0
+}
+
 // NotOwner is the detail of a FailedPrecondition answer: the receiver does
 // not (or no longer) own the account's shard. owner and token are the
 // shard's owner and fencing token in the receiver's view ("" and 0 when it
@@ -760,7 +1066,7 @@ type NotOwner struct {
 
 func (x *NotOwner) Reset() {
 	*x = NotOwner{}
-	mi := &file_node_proto_msgTypes[7]
+	mi := &file_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +1078,7 @@ func (x *NotOwner) String() string {
 func (*NotOwner) ProtoMessage() {}
 
 func (x *NotOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[7]
+	mi := &file_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +1091,7 @@ func (x *NotOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotOwner.ProtoReflect.Descriptor instead.
 func (*NotOwner) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{7}
+	return file_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NotOwner) GetVersion() uint32 {
@@ -891,7 +1197,7 @@ const file_node_proto_rawDesc = "" +
 	"\rSharesRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x14\n" +
-	"\x05month\x18\x03 \x01(\rR\x05month\"\xd8\x01\n" +
+	"\x05month\x18\x03 \x01(\rR\x05month\"\xc5\x02\n" +
 	"\vSharesReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x14\n" +
@@ -901,16 +1207,44 @@ const file_node_proto_rawDesc = "" +
 	"\x06warned\x18\x06 \x01(\rR\x06warned\x12 \n" +
 	"\vevaluations\x18\a \x01(\x03R\vevaluations\x12\x1d\n" +
 	"\n" +
-	"limit_hits\x18\b \x01(\x03R\tlimitHits\"f\n" +
+	"limit_hits\x18\b \x01(\x03R\tlimitHits\x128\n" +
+	"\aadopted\x18\t \x03(\v2\x1e.fraudd.cluster.v1.OriginShareR\aadopted\x121\n" +
+	"\x04hour\x18\n" +
+	" \x03(\v2\x1d.fraudd.cluster.v1.HourWindowR\x04hour\"Z\n" +
+	"\n" +
+	"HourWindow\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12&\n" +
+	"\x0fstart_unix_nano\x18\x02 \x01(\x03R\rstartUnixNano\x12\f\n" +
+	"\x01n\x18\x03 \x01(\x03R\x01n\"\xd8\x01\n" +
+	"\vOriginShare\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x14\n" +
+	"\x05month\x18\x03 \x01(\rR\x05month\x12\x12\n" +
+	"\x04used\x18\x04 \x01(\x03R\x04used\x12\x18\n" +
+	"\alookups\x18\x05 \x01(\x03R\alookups\x12\x16\n" +
+	"\x06warned\x18\x06 \x01(\rR\x06warned\x12 \n" +
+	"\vevaluations\x18\a \x01(\x03R\vevaluations\x12\x1d\n" +
+	"\n" +
+	"limit_hits\x18\b \x01(\x03R\tlimitHits\"t\n" +
+	"\fAdoptRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x126\n" +
+	"\x06shares\x18\x03 \x03(\v2\x1e.fraudd.cluster.v1.OriginShareR\x06shares\"R\n" +
+	"\n" +
+	"AdoptReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x16\n" +
+	"\x06stored\x18\x03 \x01(\x03R\x06stored\"f\n" +
 	"\bNotOwner\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\x03R\x05token2\xe7\x01\n" +
+	"\x05token\x18\x04 \x01(\x03R\x05token2\xb0\x02\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
-	"\x06Shares\x12 .fraudd.cluster.v1.SharesRequest\x1a\x1e.fraudd.cluster.v1.SharesReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\x06Shares\x12 .fraudd.cluster.v1.SharesRequest\x1a\x1e.fraudd.cluster.v1.SharesReply\x12G\n" +
+	"\x05Adopt\x12\x1f.fraudd.cluster.v1.AdoptRequest\x1a\x1d.fraudd.cluster.v1.AdoptReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -924,7 +1258,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),        // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil), // 1: fraudd.cluster.v1.ChargeRequest
@@ -933,22 +1267,31 @@ var file_node_proto_goTypes = []any{
 	(*UsageReply)(nil),    // 4: fraudd.cluster.v1.UsageReply
 	(*SharesRequest)(nil), // 5: fraudd.cluster.v1.SharesRequest
 	(*SharesReply)(nil),   // 6: fraudd.cluster.v1.SharesReply
-	(*NotOwner)(nil),      // 7: fraudd.cluster.v1.NotOwner
+	(*HourWindow)(nil),    // 7: fraudd.cluster.v1.HourWindow
+	(*OriginShare)(nil),   // 8: fraudd.cluster.v1.OriginShare
+	(*AdoptRequest)(nil),  // 9: fraudd.cluster.v1.AdoptRequest
+	(*AdoptReply)(nil),    // 10: fraudd.cluster.v1.AdoptReply
+	(*NotOwner)(nil),      // 11: fraudd.cluster.v1.NotOwner
 }
 var file_node_proto_depIdxs = []int32{
-	0, // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
-	0, // 1: fraudd.cluster.v1.UsageRequest.limits:type_name -> fraudd.cluster.v1.Limits
-	1, // 2: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3, // 3: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5, // 4: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	2, // 5: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4, // 6: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6, // 7: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	5, // [5:8] is the sub-list for method output_type
-	2, // [2:5] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
+	0,  // 1: fraudd.cluster.v1.UsageRequest.limits:type_name -> fraudd.cluster.v1.Limits
+	8,  // 2: fraudd.cluster.v1.SharesReply.adopted:type_name -> fraudd.cluster.v1.OriginShare
+	7,  // 3: fraudd.cluster.v1.SharesReply.hour:type_name -> fraudd.cluster.v1.HourWindow
+	8,  // 4: fraudd.cluster.v1.AdoptRequest.shares:type_name -> fraudd.cluster.v1.OriginShare
+	1,  // 5: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 6: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 7: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 8: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	2,  // 9: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 10: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 11: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 12: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -963,7 +1306,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

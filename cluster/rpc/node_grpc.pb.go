@@ -22,6 +22,7 @@ const (
 	Node_Charge_FullMethodName = "/fraudd.cluster.v1.Node/Charge"
 	Node_Usage_FullMethodName  = "/fraudd.cluster.v1.Node/Usage"
 	Node_Shares_FullMethodName = "/fraudd.cluster.v1.Node/Shares"
+	Node_Adopt_FullMethodName  = "/fraudd.cluster.v1.Node/Adopt"
 )
 
 // NodeClient is the client API for Node service.
@@ -37,6 +38,11 @@ type NodeClient interface {
 	// counts and lifetime totals: what its own store holds, for a new owner's
 	// G-counter rebuild. Any member answers; no ownership is needed.
 	Shares(ctx context.Context, in *SharesRequest, opts ...grpc.CallOption) (*SharesReply, error)
+	// Adopt stores shares a leaving member hands over: its own and those it
+	// adopted, each under its origin member's id, so the counts it charged
+	// outlive its membership. Storing is idempotent (per origin, the larger
+	// value wins).
+	Adopt(ctx context.Context, in *AdoptRequest, opts ...grpc.CallOption) (*AdoptReply, error)
 }
 
 type nodeClient struct {
@@ -77,6 +83,16 @@ func (c *nodeClient) Shares(ctx context.Context, in *SharesRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *nodeClient) Adopt(ctx context.Context, in *AdoptRequest, opts ...grpc.CallOption) (*AdoptReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdoptReply)
+	err := c.cc.Invoke(ctx, Node_Adopt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -90,6 +106,11 @@ type NodeServer interface {
 	// counts and lifetime totals: what its own store holds, for a new owner's
 	// G-counter rebuild. Any member answers; no ownership is needed.
 	Shares(context.Context, *SharesRequest) (*SharesReply, error)
+	// Adopt stores shares a leaving member hands over: its own and those it
+	// adopted, each under its origin member's id, so the counts it charged
+	// outlive its membership. Storing is idempotent (per origin, the larger
+	// value wins).
+	Adopt(context.Context, *AdoptRequest) (*AdoptReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -108,6 +129,9 @@ func (UnimplementedNodeServer) Usage(context.Context, *UsageRequest) (*UsageRepl
 }
 func (UnimplementedNodeServer) Shares(context.Context, *SharesRequest) (*SharesReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Shares not implemented")
+}
+func (UnimplementedNodeServer) Adopt(context.Context, *AdoptRequest) (*AdoptReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Adopt not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -184,6 +208,24 @@ func _Node_Shares_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Adopt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdoptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Adopt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Adopt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Adopt(ctx, req.(*AdoptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -202,6 +244,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Shares",
 			Handler:    _Node_Shares_Handler,
+		},
+		{
+			MethodName: "Adopt",
+			Handler:    _Node_Adopt_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -25,9 +25,12 @@ type LocalQuota interface {
 }
 
 // ShareStore is the node's own store of monthly counts and totals
-// (*storage.DB): what this node charged while it owned each account.
+// (*storage.DB): what this node charged while it owned each account, and
+// the shares members that left handed over to it.
 type ShareStore interface {
 	LoadUsage(account string, m storage.Month) (storage.MonthCounts, storage.Totals, error)
+	AdoptedShares(account string, m storage.Month) ([]storage.OriginShare, error)
+	AdoptShares(shares []storage.OriginShare) error
 }
 
 // ServerConfig configures NewServer.
@@ -37,6 +40,9 @@ type ServerConfig struct {
 	// Shares nil: Shares answers Unavailable (a node without a store has
 	// nothing persisted to share).
 	Shares ShareStore
+	// Windows are the hourly windows this node handed over (nil: none),
+	// answered with its shares.
+	Windows *HandedWindows
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
 	// A charge or usage read runs at the owner's now, not the caller's:
 	// an hourly window that starts at one node's time and is charged at
@@ -138,8 +144,42 @@ func (s *Server) Shares(_ context.Context, r *SharesRequest) (*SharesReply, erro
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, fmt.Sprintf("shares of %q: %v", r.Account, err))
 	}
-	return &SharesReply{
+	adopted, err := s.cfg.Shares.AdoptedShares(r.Account, m)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, fmt.Sprintf("adopted shares of %q: %v", r.Account, err))
+	}
+	reply := &SharesReply{
 		Version: version, Node: s.cfg.Owners.Self(), Month: uint32(m),
 		Used: c.Used, Lookups: c.Lookups, Warned: uint32(c.Warned), Evaluations: t.Evaluations, LimitHits: t.LimitHits,
-	}, nil
+	}
+	for i := range adopted {
+		reply.Adopted = append(reply.Adopted, originShareMsg(&adopted[i]))
+	}
+	if s.cfg.Windows != nil {
+		reply.Hour = windowMsgs(s.cfg.Windows.Get(r.Account, s.cfg.Now()))
+	}
+	return reply, nil
+}
+
+// Adopt implements NodeServer: a leaving member's shares, stored under
+// their origins. The whole request is refused if any share is malformed.
+func (s *Server) Adopt(_ context.Context, r *AdoptRequest) (*AdoptReply, error) {
+	if r.GetVersion() == 0 || r.GetFrom() == "" {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: adopt from %q", errBadRequest, r.GetFrom()))
+	}
+	if s.cfg.Shares == nil {
+		return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no store")
+	}
+	shares := make([]storage.OriginShare, 0, len(r.Shares))
+	for _, m := range r.Shares {
+		sh, err := originShareOf(m)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("adopt from %q: %v", r.From, err))
+		}
+		shares = append(shares, sh)
+	}
+	if err := s.cfg.Shares.AdoptShares(shares); err != nil {
+		return nil, status.Error(codes.Unavailable, fmt.Sprintf("adopt from %q: %v", r.From, err))
+	}
+	return &AdoptReply{Version: version, Node: s.cfg.Owners.Self(), Stored: int64(len(shares))}, nil
 }

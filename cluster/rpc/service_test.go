@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -316,5 +317,111 @@ func TestOwnerClockDecides(t *testing.T) {
 	}
 	if v, err := owner.Usage(quota.Usage{Account: one.Account, Limits: one.Limits, Now: testNow}); err != nil || v.UsedThisHour != 1 || v.LimitHits != 2 {
 		t.Fatalf("owner's count: %+v, %v", v, err)
+	}
+}
+
+// acquiring is a node whose view already names it the owner while its
+// Balancer still runs the claim's Acquired hook: Held fails until ready.
+type acquiring struct {
+	*fakeOwners
+	ready atomic.Bool
+	// waits counts waits for the view to move, which here never does.
+	waits atomic.Int64
+}
+
+func (a *acquiring) Wait(ctx context.Context, rev int64) error {
+	a.waits.Add(1)
+	return a.fakeOwners.Wait(ctx, rev)
+}
+
+func (a *acquiring) Held(shard int) (int64, error) {
+	if !a.ready.Load() {
+		return 0, fmt.Errorf("fake %04d: no claim yet: %w", shard, cluster.ErrFenced)
+	}
+	return a.fakeOwners.Held(shard)
+}
+
+// unclaimed is a shard between owners that this node is about to claim:
+// the view shows no owner until shown is set, then this node.
+type unclaimed struct {
+	*acquiring
+	shown atomic.Bool
+}
+
+func (u *unclaimed) Owner(shard int) (string, int64, bool) {
+	if !u.shown.Load() {
+		return "", 0, false
+	}
+	return u.acquiring.Owner(shard)
+}
+
+func (u *unclaimed) Revision() int64 {
+	if !u.shown.Load() {
+		return 1
+	}
+	return u.acquiring.Revision()
+}
+
+func (u *unclaimed) Wait(ctx context.Context, rev int64) error {
+	for u.Revision() < rev {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// TestChargeWaitsForOwnClaim: a charge on a node the view names as the
+// owner, whose claim is not recorded yet, waits for the claim within the
+// deadline and is charged locally, instead of waiting for a view that
+// will not move and answering 503. So does a charge that first found no
+// owner and then saw the view name this node.
+func TestChargeWaitsForOwnClaim(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	own := &acquiring{fakeOwners: &fakeOwners{self: "a", owner: "a", token: 3}}
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: own, Timeout: 5 * time.Second, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		own.ready.Store(true)
+	}()
+	res, err := q.Charge(capped)
+	if err != nil || !res.Allowed {
+		t.Fatalf("charge while the claim is being recorded: %+v, %v", res, err)
+	}
+	if q.RemoteCalls() != 0 || own.waits.Load() != 0 {
+		t.Fatalf("%d remote calls and %d waits for the view to move, for a shard this node owns", q.RemoteCalls(), own.waits.Load())
+	}
+	between := &unclaimed{acquiring: &acquiring{fakeOwners: &fakeOwners{self: "a", owner: "a", token: 3}}}
+	q3, err := NewQuota(QuotaConfig{Local: local, Owners: between, Timeout: 5 * time.Second, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q3.Close()
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		between.shown.Store(true)
+		time.Sleep(30 * time.Millisecond)
+		between.ready.Store(true)
+	}()
+	if res, err := q3.Charge(capped); err != nil || !res.Allowed {
+		t.Fatalf("charge on a shard between owners, then claimed here: %+v, %v", res, err)
+	}
+	// A claim that never comes is an error at the deadline, not a hang.
+	own.ready.Store(false)
+	q2, err := NewQuota(QuotaConfig{Local: local, Owners: own, Timeout: 100 * time.Millisecond, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Close()
+	if _, err := q2.Charge(capped); !errors.Is(err, ErrNoOwner) {
+		t.Fatalf("charge with no claim: %v, want ErrNoOwner", err)
 	}
 }

@@ -2,18 +2,23 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/storage"
 )
 
-// Share is one member's persisted share of an account.
+// Share is one member's persisted share of an account, with the hourly
+// windows it handed over when the account's shard last left it.
 type Share struct {
 	Node   string
 	Counts storage.MonthCounts
 	Totals storage.Totals
+	Hour   [2]quota.HourWindow
 }
 
 // Shares asks every other live member, in parallel and within the client's
@@ -40,31 +45,45 @@ func (q *Quota) Shares(ctx context.Context, account string, m storage.Month) (sh
 				missing = append(missing, id)
 				return
 			}
-			shares = append(shares, sh)
+			shares = append(shares, sh...)
 		})
 	}
 	wg.Wait()
 	return shares, missing
 }
 
-func (q *Quota) share(ctx context.Context, id, account string, m storage.Month) (Share, error) {
+func (q *Quota) share(ctx context.Context, id, account string, m storage.Month) ([]Share, error) {
 	p, err := q.peer(id)
 	if err != nil {
-		return Share{}, err
+		return nil, err
 	}
 	q.shareCalls.Add(1)
 	r, err := p.cli.Shares(ctx, &SharesRequest{Version: version, Account: account, Month: uint32(m)})
 	if err != nil {
-		return Share{}, err
+		return nil, err
 	}
 	if r.Node != id || storage.Month(r.Month) != m || r.Used < 0 || r.Lookups < 0 || r.Warned > 0xff || r.Evaluations < 0 || r.LimitHits < 0 {
-		return Share{}, fmt.Errorf("member %s answered a share for %q month %d: %w", id, r.Node, r.Month, errBadRequest)
+		return nil, fmt.Errorf("member %s answered a share for %q month %d: %w", id, r.Node, r.Month, errBadRequest)
 	}
-	return Share{
+	hour, ok := windowsOf(r.Hour)
+	if !ok {
+		return nil, fmt.Errorf("member %s answered malformed hourly windows: %w", id, errBadRequest)
+	}
+	out := make([]Share, 0, 1+len(r.Adopted))
+	out = append(out, Share{
 		Node:   id,
 		Counts: storage.MonthCounts{Used: r.Used, Lookups: r.Lookups, Warned: uint8(r.Warned)},
 		Totals: storage.Totals{Evaluations: r.Evaluations, LimitHits: r.LimitHits},
-	}, nil
+		Hour:   hour,
+	})
+	for _, a := range r.Adopted {
+		sh, err := originShareOf(a)
+		if err != nil || sh.Account != account || (sh.Month != m && sh.Month != 0) {
+			return nil, fmt.Errorf("member %s answered an adopted share of %q month %d: %w", id, a.GetAccount(), a.GetMonth(), errBadRequest)
+		}
+		out = append(out, Share{Node: sh.Origin, Counts: sh.Counts, Totals: sh.Totals})
+	}
+	return out, nil
 }
 
 // Merge sums shares as a G-counter: per member the largest share seen (a
@@ -115,14 +134,16 @@ type LocalStore interface {
 // permissive until it returns (docs/cluster.md). The read blocks the
 // account's quota shard for that fan-out.
 type SharedStore struct {
-	local LocalStore
-	self  string
-	peers atomic.Pointer[Quota]
+	local   LocalStore
+	self    string
+	windows *HandedWindows
+	peers   atomic.Pointer[Quota]
 }
 
-// NewSharedStore wraps the node's own store; self is the node's id.
-func NewSharedStore(local LocalStore, self string) *SharedStore {
-	return &SharedStore{local: local, self: self}
+// NewSharedStore wraps the node's own store; self is the node's id and
+// windows (nil: none) what this node handed over of shards that left it.
+func NewSharedStore(local LocalStore, self string, windows *HandedWindows) *SharedStore {
+	return &SharedStore{local: local, self: self, windows: windows}
 }
 
 // Attach sets the client that asks the other members. Until it is set,
@@ -137,15 +158,98 @@ func (s *SharedStore) ApplyUsage(deltas []storage.UsageDelta) error {
 
 // LoadUsage implements quota.Store: the sum of the members' shares.
 func (s *SharedStore) LoadUsage(account string, m storage.Month) (storage.MonthCounts, storage.Totals, error) {
+	c, t, _, err := s.load(account, m, time.Time{})
+	return c, t, err
+}
+
+// LoadAccount implements quota.WindowLoader: the sum of the members'
+// shares, and the running hourly windows the shard's previous owner handed
+// over (the largest, when more than one member answers one).
+func (s *SharedStore) LoadAccount(account string, m storage.Month, now time.Time) (storage.MonthCounts, storage.Totals, [2]quota.HourWindow, error) {
+	return s.load(account, m, now)
+}
+
+func (s *SharedStore) load(account string, m storage.Month, now time.Time) (storage.MonthCounts, storage.Totals, [2]quota.HourWindow, error) {
+	var hour [2]quota.HourWindow
 	c, t, err := s.local.LoadUsage(account, m)
 	if err != nil {
-		return c, t, err
+		return c, t, hour, err
 	}
-	q := s.peers.Load()
-	if q == nil {
-		return c, t, nil
+	adopted, err := s.local.AdoptedShares(account, m)
+	if err != nil {
+		return c, t, hour, err
 	}
-	shares, _ := q.Shares(context.Background(), account, m)
-	c, t = Merge(append(shares, Share{Node: s.self, Counts: c, Totals: t})...)
-	return c, t, nil
+	var shares []Share
+	if q := s.peers.Load(); q != nil {
+		shares, _ = q.Shares(context.Background(), account, m)
+	}
+	own := Share{Node: s.self, Counts: c, Totals: t}
+	if s.windows != nil && !now.IsZero() {
+		own.Hour = s.windows.Get(account, now)
+	}
+	shares = append(shares, own)
+	for _, a := range adopted {
+		shares = append(shares, Share{Node: a.Origin, Counts: a.Counts, Totals: a.Totals})
+	}
+	if !now.IsZero() {
+		sets := make([][2]quota.HourWindow, len(shares))
+		for i := range shares {
+			sets[i] = shares[i].Hour
+		}
+		hour = mergeWindows(now, sets...)
+	}
+	c, t = Merge(shares...)
+	return c, t, hour, nil
+}
+
+// HandOverBatch is how many shares one Adopt request carries.
+const HandOverBatch = 2000
+
+// HandOver sends shares (a leaving node's export: its own and those it
+// adopted) to every other live member, each in parallel and in batches of
+// HandOverBatch, within ctx. It answers how many members stored all of
+// them; the error joins each member's failure. One member that stored them
+// is enough for the counts to outlive this node: every owner asks every
+// member.
+func (q *Quota) HandOver(ctx context.Context, shares []storage.OriginShare) (int, error) {
+	msgs := make([]*OriginShare, len(shares))
+	for i := range shares {
+		msgs[i] = originShareMsg(&shares[i])
+	}
+	var mu sync.Mutex
+	var errs []error
+	stored := 0
+	var wg sync.WaitGroup
+	for _, id := range q.cfg.Owners.Members() {
+		if id == q.cfg.Owners.Self() {
+			continue
+		}
+		wg.Go(func() {
+			err := q.handOver(ctx, id, msgs)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("hand shares over to %s: %w", id, err))
+				return
+			}
+			stored++
+		})
+	}
+	wg.Wait()
+	return stored, errors.Join(errs...)
+}
+
+func (q *Quota) handOver(ctx context.Context, id string, msgs []*OriginShare) error {
+	p, err := q.peer(id)
+	if err != nil {
+		return err
+	}
+	for len(msgs) > 0 {
+		n := min(len(msgs), HandOverBatch)
+		if _, err := p.cli.Adopt(ctx, &AdoptRequest{Version: version, From: q.cfg.Owners.Self(), Shares: msgs[:n]}); err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	return nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/cluster/embedetcd"
 	"github.com/fraudd/fraudd/cluster/rpc"
+	"github.com/fraudd/fraudd/storage"
 )
 
 // Config is what serve's --cluster-* flags say.
@@ -83,6 +84,18 @@ type Node struct {
 	quota atomic.Pointer[quota.Client]
 
 	config *ConfigSync
+	// shares is the node's own store, read for the hand-over on leaving,
+	// and now its clock (StartRPC sets both).
+	shares ShareExporter
+	now    func() time.Time
+	// windows are the hourly windows of the accounts whose shard left this
+	// node, answered to the next owner with this node's shares.
+	windows *rpc.HandedWindows
+}
+
+// ShareExporter reads what a leaving node hands over (*storage.DB).
+type ShareExporter interface {
+	ExportShares(self string, months []storage.Month, fn func(storage.OriginShare) error) error
 }
 
 // Start connects to etcd (starting the embedded member first when asked),
@@ -101,7 +114,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
-	n := &Node{cfg: cfg, log: log.With("cluster", cfg.Name, "node", cfg.NodeID), root: root, done: make(chan struct{})}
+	n := &Node{cfg: cfg, log: log.With("cluster", cfg.Name, "node", cfg.NodeID), root: root, done: make(chan struct{}), windows: rpc.NewHandedWindows(), now: time.Now}
 	defer func() {
 		if err != nil {
 			n.closeConn()
@@ -162,7 +175,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 				// A non-owner holds accounts of the shard too: its own
 				// totals (CountTotal) load them. Their month counts are
 				// stale for an owner; the first charge must load the sum.
-				n.dropAccounts(c.Shard, n.cfg.LeaseTTL)
+				// No wait for the store: requests are already routed here
+				// (the view shows the claim) and wait for it to be recorded.
+				n.forgetAccounts(c.Shard, n.cfg.LeaseTTL)
 			}
 		},
 		Lost: func(c cluster.Claim) {
@@ -239,18 +254,31 @@ func (n *Node) Client() *clientv3.Client { return n.cli }
 // Root is the cluster's key prefix.
 func (n *Node) Root() string { return n.root }
 
-// Leave hands every shard over, revokes the membership lease and closes the
-// connection: the graceful end, after the HTTP server drained.
+// Leave hands every shard over, then this node's counts, revokes the
+// membership lease and closes the connection: the graceful end, after the
+// HTTP server drained.
+//
+// The order matters. The balancer stops first: while this node is still
+// a member its passes would claim again the shards ReleaseAll hands over.
+// The node then marks itself leaving, so the assignment leaves it out and
+// the others claim each shard as soon as it is released, while this node
+// still answers their share requests (requests for a shard wait for the
+// new claim instead of for the lease to go). Its counts go last: once
+// every shard is released they are final, and the others keep them under
+// this node's id, so the accounts' sums do not drop by what it charged.
 func (n *Node) Leave(ctx context.Context) error {
 	var errs []error
-	// The balancer stops first: while this node is still a member, its
-	// passes would claim again the shards ReleaseAll just handed over
-	// (the assignment still names it), and charge them until the lease
-	// goes, a share the next owner could then no longer read.
 	n.stopBal()
 	<-n.done
+	if err := n.member.SetLeaving(ctx); err != nil {
+		// Not fatal: the others claim the shards once the lease goes.
+		n.log.Warn("cluster: could not mark this node leaving", "err", err)
+	}
 	if err := n.bal.ReleaseAll(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("cluster: hand shards over: %w", err))
+	}
+	if err := n.handOverShares(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	n.cancel()
 	if n.config != nil {
@@ -261,6 +289,42 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	n.closeConn()
 	return errors.Join(errs...)
+}
+
+// handOverShares sends this node's counts of this month and the last (the
+// one a late charge may still belong to) and its lifetime totals, with
+// every share it adopted, to the other members.
+func (n *Node) handOverShares(ctx context.Context) error {
+	q, db := n.rpc, n.shares
+	if q == nil || db == nil {
+		return nil // StartRPC never ran: nothing was charged
+	}
+	now := n.now()
+	months := []storage.Month{storage.MonthOf(now), storage.MonthOf(storage.MonthOf(now).Start().Add(-time.Hour))}
+	var shares []storage.OriginShare
+	if err := db.ExportShares(n.member.ID(), months, func(s storage.OriginShare) error {
+		shares = append(shares, s)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("cluster: read this node's shares to hand over: %w", err)
+	}
+	if len(shares) == 0 {
+		return nil
+	}
+	stored, err := q.HandOver(ctx, shares)
+	if stored == 0 {
+		if err == nil {
+			err = errors.New("no other member to take them")
+		}
+		// Nothing is lost for good: the shares stay in this node's store
+		// and count again when it rejoins with its data dir.
+		return fmt.Errorf("cluster: hand %d shares over: %w (they count again when this node rejoins with its data dir)", len(shares), err)
+	}
+	if err != nil {
+		n.log.Warn("cluster: some members did not take this node's shares", "stored_by", stored, "err", err)
+	}
+	n.log.Info("cluster: shares handed over", "shares", len(shares), "members", stored)
+	return nil
 }
 
 // Close stops without handing anything over (the lease runs out on its own),
@@ -297,15 +361,32 @@ func (n *Node) releasing(_ context.Context, c cluster.Claim) error {
 	return n.dropAccounts(c.Shard, n.cfg.LeaseTTL)
 }
 
-// dropAccounts forgets the accounts of an account shard in the quota actors.
+// forgetAccounts forgets the accounts of an account shard in the quota
+// actors without waiting for their increments to be stored.
+func (n *Node) forgetAccounts(shard int, wait time.Duration) {
+	q := n.quota.Load()
+	if q == nil {
+		return
+	}
+	if _, err := q.Forget(func(acc string) bool { return cluster.ShardOf(cluster.KindAccount, acc) == shard }, wait); err != nil {
+		n.log.Warn("cluster: a claimed account shard's stale accounts not forgotten", "shard", shard, "err", err)
+	}
+}
+
+// dropAccounts forgets the accounts of an account shard in the quota actors
+// and keeps their running hourly windows for the shard's next owner.
 func (n *Node) dropAccounts(shard int, wait time.Duration) error {
 	q := n.quota.Load()
 	if q == nil {
 		return nil // before StartRPC nothing was charged
 	}
-	err := q.Drop(func(acc string) bool { return cluster.ShardOf(cluster.KindAccount, acc) == shard }, wait)
+	handed, err := q.Drop(func(acc string) bool { return cluster.ShardOf(cluster.KindAccount, acc) == shard }, wait)
 	if err != nil {
 		n.log.Warn("cluster: an account shard's quota state not flushed", "shard", shard, "err", err)
+		return err
 	}
-	return err
+	if len(handed) > 0 {
+		n.windows.Put(handed, n.now())
+	}
+	return nil
 }

@@ -17,7 +17,14 @@ import (
 // when an account is loaded. StartRPC attaches the client that asks the
 // other members.
 func (n *Node) QuotaStore(db rpc.LocalStore) *rpc.SharedStore {
-	return rpc.NewSharedStore(db, n.member.ID())
+	return rpc.NewSharedStore(db, n.member.ID(), n.windows)
+}
+
+// NodeStore is the node's own store as the cluster uses it (*storage.DB):
+// its shares, answered to others and handed over on leaving.
+type NodeStore interface {
+	rpc.ShareStore
+	ShareExporter
 }
 
 // StartRPC serves the node-to-node service (fraudd.cluster.v1.Node) on
@@ -25,9 +32,9 @@ func (n *Node) QuotaStore(db rpc.LocalStore) *rpc.SharedStore {
 // to the routing client the pipeline charges through. stop ends both: call
 // it before the quota actors stop.
 // now is the node's clock: the owner's decides the windows it charges.
-func (n *Node) StartRPC(local *quota.Client, db rpc.ShareStore, shared *rpc.SharedStore, now func() time.Time, timeout time.Duration) (stop func(), err error) {
+func (n *Node) StartRPC(local *quota.Client, db NodeStore, shared *rpc.SharedStore, now func() time.Time, timeout time.Duration) (stop func(), err error) {
 	owners := rpc.Cluster{Member: n.member, Balancer: n.bal, View: n.owners}
-	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Now: now})
+	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Now: now})
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +52,9 @@ func (n *Node) StartRPC(local *quota.Client, db rpc.ShareStore, shared *rpc.Shar
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(l) }()
 	shared.Attach(q)
+	// Set before the quota actors are published: the balancer's hooks
+	// read them once n.quota is set.
+	n.shares, n.now = db, now
 	n.quota.Store(local)
 	n.Parts.Quota = q
 	n.rpc = q

@@ -1,0 +1,92 @@
+package rpc
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// TestAdoptStoresOrRefusesWhole: a hand-over with one malformed share is
+// refused whole (InvalidArgument, nothing stored); a good one is stored
+// under its origins and answered with the node's own share by Shares.
+func TestAdoptStoresOrRefusesWhole(t *testing.T) {
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.ApplyUsage([]storage.UsageDelta{{Account: "acct_1", Month: 202611, Counts: storage.MonthCounts{Used: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 1, Logger: quietLog})
+	defer local.Stop()
+	s, err := NewServer(ServerConfig{Quota: local, Owners: &fakeOwners{self: "a", owner: "a"}, Shares: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := &OriginShare{Node: "c", Account: "acct_1", Month: 202611, Used: 5, Evaluations: 9}
+	ctx := context.Background()
+	for name, r := range map[string]*AdoptRequest{
+		"no sender":  {Version: version, Shares: []*OriginShare{good}},
+		"no version": {From: "c", Shares: []*OriginShare{good}},
+		"month 13":   {Version: version, From: "c", Shares: []*OriginShare{good, {Node: "c", Account: "acct_1", Month: 202613}}},
+		"no origin":  {Version: version, From: "c", Shares: []*OriginShare{good, {Account: "acct_1", Month: 202611}}},
+		"negative":   {Version: version, From: "c", Shares: []*OriginShare{good, {Node: "c", Account: "acct_2", Used: -1}}},
+		"warned 256": {Version: version, From: "c", Shares: []*OriginShare{good, {Node: "c", Account: "acct_2", Warned: 256}}},
+	} {
+		if _, err := s.Adopt(ctx, r); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+	if got, err := db.AdoptedShares("acct_1", 202611); err != nil || len(got) != 0 {
+		t.Fatalf("refused hand-overs stored %+v (%v)", got, err)
+	}
+	rep, err := s.Adopt(ctx, &AdoptRequest{Version: version, From: "c", Shares: []*OriginShare{good}})
+	if err != nil || rep.Stored != 1 || rep.Node != "a" {
+		t.Fatalf("adopt: %+v, %v", rep, err)
+	}
+	sh, err := s.Shares(ctx, &SharesRequest{Version: version, Account: "acct_1", Month: 202611})
+	if err != nil || sh.Node != "a" || sh.Used != 2 || len(sh.Adopted) != 1 || !proto.Equal(sh.Adopted[0], good) {
+		t.Fatalf("shares after adopting: %v, %v", sh, err)
+	}
+}
+
+// FuzzAdoptRequest: whatever bytes a leaving peer sends, checking its shares
+// never panics, and a share that passes converts back to the same message.
+func FuzzAdoptRequest(f *testing.F) {
+	b, err := proto.Marshal(&AdoptRequest{Version: version, From: "c", Shares: []*OriginShare{
+		{Node: "c", Account: "acct_1", Month: 202611, Used: 5, Lookups: 1, Warned: 3, Evaluations: 9, LimitHits: 2},
+		{Node: "b", Account: "acct_2", Evaluations: 4},
+	}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte{0x1a, 0x02, 0x18, 0x0d})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r AdoptRequest
+		if proto.Unmarshal(b, &r) != nil {
+			return
+		}
+		for _, m := range r.Shares {
+			s, err := originShareOf(m)
+			if err != nil {
+				continue
+			}
+			m.ProtoReflect().SetUnknown(nil)
+			if back := originShareMsg(&s); !proto.Equal(back, m) {
+				t.Fatalf("%v converts back to %v", m, back)
+			}
+		}
+	})
+}
