@@ -14,12 +14,12 @@ import (
 	"github.com/fraudd/fraudd/cluster"
 )
 
-// TestClusterHourlyCapAcrossNodes: three fraudd processes on one etcd (the
+// TestClusterCapsAcrossNodes: three fraudd processes on one etcd (the
 // cluster harness, an embedded member in the test process); an account
 // created on node 1 with an hourly cap of N; 3N evaluations spread over the
 // three nodes at once admit exactly N, every other one is refused 429, none
-// fails.
-func TestClusterHourlyCapAcrossNodes(t *testing.T) {
+// fails. Then the same with a monthly cap of N.
+func TestClusterCapsAcrossNodes(t *testing.T) {
 	c := StartCluster(t, bin, ClusterOptions{})
 	nodes, ids := c.Nodes, []string{"node1", "node2", "node3"}
 
@@ -66,25 +66,7 @@ func TestClusterHourlyCapAcrossNodes(t *testing.T) {
 		})
 	}
 
-	var mu sync.Mutex
-	statuses := map[int]int{}
-	perNode := map[string]int{}
-	var wg sync.WaitGroup
-	for i := range 3 * n {
-		s := nodes[i%3]
-		wg.Go(func() {
-			r := evaluate(s, t, a.LiveKey, map[string]any{}, map[string]string{"X-Forwarded-For": fmt.Sprintf("198.51.100.%d", 1+i)})
-			mu.Lock()
-			defer mu.Unlock()
-			statuses[r.Status]++
-			perNode[fmt.Sprintf("n%d-%d", i%3+1, r.Status)]++
-			if r.Status != 200 && r.Status != 429 {
-				t.Errorf("evaluation %d at node %d: %d %s", i, i%3+1, r.Status, r.Body)
-			}
-		})
-	}
-	wg.Wait()
-	if statuses[200] != n || statuses[429] != 2*n {
+	if statuses, perNode := burstAcrossNodes(t, nodes, a.LiveKey, 3*n); statuses[200] != n || statuses[429] != 2*n {
 		t.Fatalf("hourly cap %d over 3 nodes: statuses %v, per node %v", n, statuses, perNode)
 	}
 	if !settled() {
@@ -94,4 +76,50 @@ func TestClusterHourlyCapAcrossNodes(t *testing.T) {
 	if num(t, u, "used_this_hour") != n || num(t, u, "remaining") != 0 {
 		t.Fatalf("usage read on node 3: %v", u)
 	}
+
+	// A monthly cap of N, the same way: exactly N admitted across the
+	// nodes, and month_used N wherever it is read.
+	m := nodes[1].CreateAccount(t, map[string]any{"email": "monthly@example.com", "plan": "custom", "hourly_limit": 1000, "monthly_limit": n})
+	for i, s := range nodes {
+		Within(t, 10*time.Second, fmt.Sprintf("node %d serves the monthly account's usage", i+1), func() bool {
+			return s.Do(t, Req{Method: "GET", Path: "/v1/usage", Bearer: m.LiveKey}).Status == 200
+		})
+	}
+	if statuses, perNode := burstAcrossNodes(t, nodes, m.LiveKey, 3*n); statuses[200] != n || statuses[429] != 2*n {
+		t.Fatalf("monthly cap %d over 3 nodes: statuses %v, per node %v", n, statuses, perNode)
+	}
+	if !settled() {
+		t.Fatal("a shard moved during the test")
+	}
+	for i, s := range nodes {
+		u := s.Do(t, Req{Method: "GET", Path: "/v1/usage", Bearer: m.LiveKey}).JSON(t)
+		if num(t, u, "month_used") != n {
+			t.Fatalf("monthly usage read on node %d: %v", i+1, u)
+		}
+	}
+}
+
+// burstAcrossNodes sends count evaluations for key at once, spread over the
+// nodes in turn, each from its own address; any answer but 200 or 429 fails
+// the test. It returns the statuses, in all and per node.
+func burstAcrossNodes(t *testing.T, nodes []*Server, key string, count int) (statuses map[int]int, perNode map[string]int) {
+	t.Helper()
+	var mu sync.Mutex
+	statuses, perNode = map[int]int{}, map[string]int{}
+	var wg sync.WaitGroup
+	for i := range count {
+		s := nodes[i%len(nodes)]
+		wg.Go(func() {
+			r := evaluate(s, t, key, map[string]any{}, map[string]string{"X-Forwarded-For": fmt.Sprintf("198.51.100.%d", 1+i%250)})
+			mu.Lock()
+			defer mu.Unlock()
+			statuses[r.Status]++
+			perNode[fmt.Sprintf("n%d-%d", i%len(nodes)+1, r.Status)]++
+			if r.Status != 200 && r.Status != 429 {
+				t.Errorf("evaluation %d at node %d: %d %s", i, i%len(nodes)+1, r.Status, r.Body)
+			}
+		})
+	}
+	wg.Wait()
+	return statuses, perNode
 }

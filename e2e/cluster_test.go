@@ -124,3 +124,39 @@ func TestClusterEmbeddedEtcd(t *testing.T) {
 	b := n1.CreateAccount(t, map[string]any{"email": "after-restart@example.com", "plan": "free"})
 	Within(t, 10*time.Second, "an account created after node 1's restart evaluates on node 2", func() bool { return evalStatus(t, n2, b.LiveKey) == http.StatusOK })
 }
+
+// TestClusterThreatFeedSums: each node counts the API traffic it served;
+// /api/threat-feed on any node answers the sum over the members.
+func TestClusterThreatFeedSums(t *testing.T) {
+	c := StartCluster(t, bin, ClusterOptions{})
+	a := c.Nodes[0].CreateAccount(t, map[string]any{"email": "feed@example.com", "plan": "custom", "hourly_limit": 1000})
+	for i, s := range c.Nodes {
+		Within(t, 20*time.Second, fmt.Sprintf("node %d serves the account's usage", i+1), func() bool {
+			return s.Do(t, Req{Path: "/v1/usage", Bearer: a.LiveKey}).Status == http.StatusOK
+		})
+	}
+	want := 0
+	for i, s := range c.Nodes {
+		for range i + 2 {
+			if st, err := countedEval(s, a.LiveKey); err != nil || st != http.StatusOK {
+				t.Fatalf("evaluation on node %d: %d %v", i+1, st, err)
+			}
+			want++
+		}
+	}
+	for i, s := range c.Nodes {
+		var f map[string]any
+		Within(t, 10*time.Second, fmt.Sprintf("node %d's threat feed counts every node's traffic", i+1), func() bool {
+			r := s.Do(t, Req{Path: "/api/threat-feed"})
+			if r.Status != http.StatusOK {
+				return false
+			}
+			f = r.JSON(t)
+			today := f["today"].(map[string]any)
+			return num(t, today, "total") == int64(want) && num(t, f, "week_total") == int64(want)
+		})
+		if week := f["week"].(map[string]any); num(t, week, "total") != int64(want) {
+			t.Fatalf("node %d: week %v", i+1, week)
+		}
+	}
+}

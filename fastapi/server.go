@@ -79,6 +79,12 @@ var DefaultEdgeBlockAgents = []string{defaultUserAgentUA}
 // StoreHealth tells whether the account store can be read.
 type StoreHealth = checks.StoreHealth
 
+// FeedReader reads the threat feed's counts (*traffic.Counter, or a
+// cluster's sum over its members).
+type FeedReader interface {
+	Feed(now time.Time) (traffic.Feed, error)
+}
+
 // Deps are the state owners the server talks to. The public operations reach
 // them through the pipeline (actors/checks); the admin API, the token
 // endpoint and the status pages use them directly.
@@ -102,6 +108,9 @@ type Deps struct {
 	Mail *mailer.Mailer
 	// Traffic counts API traffic for the threat feed; nil reports zeros.
 	Traffic *traffic.Counter
+	// TrafficFeed, when set (cluster mode), is what the threat feed reads
+	// instead of Traffic: every member's counts, summed.
+	TrafficFeed FeedReader
 	// Tokens mints and verifies OAuth access tokens; nil disables OAuth.
 	Tokens *accesstoken.Issuer
 	// Health probes the service's parts for /api/status; nil reports live state only.

@@ -9,8 +9,14 @@ import (
 // handleThreatFeed is GET /api/threat-feed (SPEC 4.6).
 func (s *Server) handleThreatFeed(ctx *fasthttp.RequestCtx, r *request) {
 	var out wire.ThreatFeed
-	if s.deps.Traffic != nil {
-		f, err := s.deps.Traffic.Feed(r.Now)
+	var feed FeedReader
+	if s.deps.TrafficFeed != nil {
+		feed = s.deps.TrafficFeed
+	} else if s.deps.Traffic != nil {
+		feed = s.deps.Traffic
+	}
+	if feed != nil {
+		f, err := feed.Feed(r.Now)
 		if err != nil {
 			s.serverError(ctx, "threat feed", err)
 			return

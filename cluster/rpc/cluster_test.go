@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/actors/traffic"
 	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/storage"
 )
@@ -425,5 +426,48 @@ func TestHandedWindows(t *testing.T) {
 	}
 	if _, ok := windowsOf([]*HourWindow{{Bucket: 2, StartUnixNano: 1, N: 1}}); ok {
 		t.Fatal("bucket 2 was accepted")
+	}
+}
+
+// fakeFeed is a node's own threat-feed counts.
+type fakeFeed struct {
+	mu sync.Mutex
+	f  traffic.Feed
+}
+
+func (f *fakeFeed) Feed(time.Time) (traffic.Feed, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.f, nil
+}
+
+func (f *fakeFeed) set(total, threats uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.f = traffic.Feed{Today: storage.TrafficCounts{Total: total, Threats: threats, VPN: threats}, WeekTotal: 2 * total, WeekThreats: threats}
+}
+
+// TestClusterFeedSums: a node's threat feed is the sum of every member's
+// counts; a member that does not answer is left out and named.
+func TestClusterFeedSums(t *testing.T) {
+	root := testRoot(t)
+	nodes := []*node{startNode(t, root, "a", nil), startNode(t, root, "b", nil), startNode(t, root, "c", nil)}
+	settle(t, nodes, []string{"a", "b", "c"})
+	for i, n := range nodes {
+		n.feed.set(uint64(10*(i+1)), uint64(i+1))
+	}
+	sum := &ClusterFeed{Local: nodes[0].feed, Peers: nodes[0].q}
+	f, missing, err := sum.FeedFrom(context.Background(), testNow)
+	if err != nil || len(missing) != 0 {
+		t.Fatalf("feed: %v, missing %v", err, missing)
+	}
+	want := traffic.Feed{Today: storage.TrafficCounts{Total: 60, Threats: 6, VPN: 6}, WeekTotal: 120, WeekThreats: 6}
+	if f != want {
+		t.Fatalf("summed feed %+v, want %+v", f, want)
+	}
+	nodes[2].srv.Stop()
+	f, missing, err = sum.FeedFrom(context.Background(), testNow)
+	if err != nil || len(missing) != 1 || missing[0] != "c" || f.Today.Total != 30 || f.WeekTotal != 60 {
+		t.Fatalf("with c not answering: %+v, missing %v, %v", f, missing, err)
 	}
 }

@@ -64,6 +64,7 @@ type node struct {
 	q       *Quota
 	owners  Ownership
 	windows *HandedWindows
+	feed    *fakeFeed
 	stop    context.CancelFunc
 	done    chan struct{}
 }
@@ -124,7 +125,8 @@ func startNode(tb testing.TB, root, id string, wrap func(Ownership) Ownership) *
 	}
 	go func() { defer close(n.done); n.bal.Run(run) }()
 	n.owners = Cluster{Member: n.m, Balancer: n.bal, View: n.view}
-	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Now: func() time.Time { return testNow }})
+	n.feed = &fakeFeed{}
+	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1122,6 +1122,159 @@ func (x *NotOwner) GetToken() int64 {
 	return 0
 }
 
+type TrafficRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrafficRequest) Reset() {
+	*x = TrafficRequest{}
+	mi := &file_node_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrafficRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrafficRequest) ProtoMessage() {}
+
+func (x *TrafficRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrafficRequest.ProtoReflect.Descriptor instead.
+func (*TrafficRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TrafficRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// TrafficReply mirrors traffic.Feed: the rolling 24 h counts and the week's.
+type TrafficReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	TodayTotal    uint64                 `protobuf:"varint,3,opt,name=today_total,json=todayTotal,proto3" json:"today_total,omitempty"`
+	TodayThreats  uint64                 `protobuf:"varint,4,opt,name=today_threats,json=todayThreats,proto3" json:"today_threats,omitempty"`
+	TodayVpn      uint64                 `protobuf:"varint,5,opt,name=today_vpn,json=todayVpn,proto3" json:"today_vpn,omitempty"`
+	TodayProxy    uint64                 `protobuf:"varint,6,opt,name=today_proxy,json=todayProxy,proto3" json:"today_proxy,omitempty"`
+	TodayDch      uint64                 `protobuf:"varint,7,opt,name=today_dch,json=todayDch,proto3" json:"today_dch,omitempty"`
+	WeekTotal     uint64                 `protobuf:"varint,8,opt,name=week_total,json=weekTotal,proto3" json:"week_total,omitempty"`
+	WeekThreats   uint64                 `protobuf:"varint,9,opt,name=week_threats,json=weekThreats,proto3" json:"week_threats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrafficReply) Reset() {
+	*x = TrafficReply{}
+	mi := &file_node_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrafficReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrafficReply) ProtoMessage() {}
+
+func (x *TrafficReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrafficReply.ProtoReflect.Descriptor instead.
+func (*TrafficReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TrafficReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *TrafficReply) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *TrafficReply) GetTodayTotal() uint64 {
+	if x != nil {
+		return x.TodayTotal
+	}
+	return 0
+}
+
+func (x *TrafficReply) GetTodayThreats() uint64 {
+	if x != nil {
+		return x.TodayThreats
+	}
+	return 0
+}
+
+func (x *TrafficReply) GetTodayVpn() uint64 {
+	if x != nil {
+		return x.TodayVpn
+	}
+	return 0
+}
+
+func (x *TrafficReply) GetTodayProxy() uint64 {
+	if x != nil {
+		return x.TodayProxy
+	}
+	return 0
+}
+
+func (x *TrafficReply) GetTodayDch() uint64 {
+	if x != nil {
+		return x.TodayDch
+	}
+	return 0
+}
+
+func (x *TrafficReply) GetWeekTotal() uint64 {
+	if x != nil {
+		return x.WeekTotal
+	}
+	return 0
+}
+
+func (x *TrafficReply) GetWeekThreats() uint64 {
+	if x != nil {
+		return x.WeekThreats
+	}
+	return 0
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -1239,12 +1392,28 @@ const file_node_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\x03R\x05token2\xb0\x02\n" +
+	"\x05token\x18\x04 \x01(\x03R\x05token\"*\n" +
+	"\x0eTrafficRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\"\x9f\x02\n" +
+	"\fTrafficReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x1f\n" +
+	"\vtoday_total\x18\x03 \x01(\x04R\n" +
+	"todayTotal\x12#\n" +
+	"\rtoday_threats\x18\x04 \x01(\x04R\ftodayThreats\x12\x1b\n" +
+	"\ttoday_vpn\x18\x05 \x01(\x04R\btodayVpn\x12\x1f\n" +
+	"\vtoday_proxy\x18\x06 \x01(\x04R\n" +
+	"todayProxy\x12\x1b\n" +
+	"\ttoday_dch\x18\a \x01(\x04R\btodayDch\x12\x1d\n" +
+	"\n" +
+	"week_total\x18\b \x01(\x04R\tweekTotal\x12!\n" +
+	"\fweek_threats\x18\t \x01(\x04R\vweekThreats2\xff\x02\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
 	"\x06Shares\x12 .fraudd.cluster.v1.SharesRequest\x1a\x1e.fraudd.cluster.v1.SharesReply\x12G\n" +
-	"\x05Adopt\x12\x1f.fraudd.cluster.v1.AdoptRequest\x1a\x1d.fraudd.cluster.v1.AdoptReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\x05Adopt\x12\x1f.fraudd.cluster.v1.AdoptRequest\x1a\x1d.fraudd.cluster.v1.AdoptReply\x12M\n" +
+	"\aTraffic\x12!.fraudd.cluster.v1.TrafficRequest\x1a\x1f.fraudd.cluster.v1.TrafficReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -1258,20 +1427,22 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_node_proto_goTypes = []any{
-	(*Limits)(nil),        // 0: fraudd.cluster.v1.Limits
-	(*ChargeRequest)(nil), // 1: fraudd.cluster.v1.ChargeRequest
-	(*ChargeReply)(nil),   // 2: fraudd.cluster.v1.ChargeReply
-	(*UsageRequest)(nil),  // 3: fraudd.cluster.v1.UsageRequest
-	(*UsageReply)(nil),    // 4: fraudd.cluster.v1.UsageReply
-	(*SharesRequest)(nil), // 5: fraudd.cluster.v1.SharesRequest
-	(*SharesReply)(nil),   // 6: fraudd.cluster.v1.SharesReply
-	(*HourWindow)(nil),    // 7: fraudd.cluster.v1.HourWindow
-	(*OriginShare)(nil),   // 8: fraudd.cluster.v1.OriginShare
-	(*AdoptRequest)(nil),  // 9: fraudd.cluster.v1.AdoptRequest
-	(*AdoptReply)(nil),    // 10: fraudd.cluster.v1.AdoptReply
-	(*NotOwner)(nil),      // 11: fraudd.cluster.v1.NotOwner
+	(*Limits)(nil),         // 0: fraudd.cluster.v1.Limits
+	(*ChargeRequest)(nil),  // 1: fraudd.cluster.v1.ChargeRequest
+	(*ChargeReply)(nil),    // 2: fraudd.cluster.v1.ChargeReply
+	(*UsageRequest)(nil),   // 3: fraudd.cluster.v1.UsageRequest
+	(*UsageReply)(nil),     // 4: fraudd.cluster.v1.UsageReply
+	(*SharesRequest)(nil),  // 5: fraudd.cluster.v1.SharesRequest
+	(*SharesReply)(nil),    // 6: fraudd.cluster.v1.SharesReply
+	(*HourWindow)(nil),     // 7: fraudd.cluster.v1.HourWindow
+	(*OriginShare)(nil),    // 8: fraudd.cluster.v1.OriginShare
+	(*AdoptRequest)(nil),   // 9: fraudd.cluster.v1.AdoptRequest
+	(*AdoptReply)(nil),     // 10: fraudd.cluster.v1.AdoptReply
+	(*NotOwner)(nil),       // 11: fraudd.cluster.v1.NotOwner
+	(*TrafficRequest)(nil), // 12: fraudd.cluster.v1.TrafficRequest
+	(*TrafficReply)(nil),   // 13: fraudd.cluster.v1.TrafficReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -1283,12 +1454,14 @@ var file_node_proto_depIdxs = []int32{
 	3,  // 6: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
 	5,  // 7: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
 	9,  // 8: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	2,  // 9: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 10: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 11: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 12: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
+	12, // 9: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	2,  // 10: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 11: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 12: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 13: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 14: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name
@@ -1306,7 +1479,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Node_Charge_FullMethodName = "/fraudd.cluster.v1.Node/Charge"
-	Node_Usage_FullMethodName  = "/fraudd.cluster.v1.Node/Usage"
-	Node_Shares_FullMethodName = "/fraudd.cluster.v1.Node/Shares"
-	Node_Adopt_FullMethodName  = "/fraudd.cluster.v1.Node/Adopt"
+	Node_Charge_FullMethodName  = "/fraudd.cluster.v1.Node/Charge"
+	Node_Usage_FullMethodName   = "/fraudd.cluster.v1.Node/Usage"
+	Node_Shares_FullMethodName  = "/fraudd.cluster.v1.Node/Shares"
+	Node_Adopt_FullMethodName   = "/fraudd.cluster.v1.Node/Adopt"
+	Node_Traffic_FullMethodName = "/fraudd.cluster.v1.Node/Traffic"
 )
 
 // NodeClient is the client API for Node service.
@@ -43,6 +44,9 @@ type NodeClient interface {
 	// outlive its membership. Storing is idempotent (per origin, the larger
 	// value wins).
 	Adopt(ctx context.Context, in *AdoptRequest, opts ...grpc.CallOption) (*AdoptReply, error)
+	// Traffic answers this node's own threat-feed counts (the API traffic it
+	// served), for a node that sums every member's.
+	Traffic(ctx context.Context, in *TrafficRequest, opts ...grpc.CallOption) (*TrafficReply, error)
 }
 
 type nodeClient struct {
@@ -93,6 +97,16 @@ func (c *nodeClient) Adopt(ctx context.Context, in *AdoptRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *nodeClient) Traffic(ctx context.Context, in *TrafficRequest, opts ...grpc.CallOption) (*TrafficReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TrafficReply)
+	err := c.cc.Invoke(ctx, Node_Traffic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -111,6 +125,9 @@ type NodeServer interface {
 	// outlive its membership. Storing is idempotent (per origin, the larger
 	// value wins).
 	Adopt(context.Context, *AdoptRequest) (*AdoptReply, error)
+	// Traffic answers this node's own threat-feed counts (the API traffic it
+	// served), for a node that sums every member's.
+	Traffic(context.Context, *TrafficRequest) (*TrafficReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -132,6 +149,9 @@ func (UnimplementedNodeServer) Shares(context.Context, *SharesRequest) (*SharesR
 }
 func (UnimplementedNodeServer) Adopt(context.Context, *AdoptRequest) (*AdoptReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Adopt not implemented")
+}
+func (UnimplementedNodeServer) Traffic(context.Context, *TrafficRequest) (*TrafficReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Traffic not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -226,6 +246,24 @@ func _Node_Adopt_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Traffic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TrafficRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Traffic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Traffic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Traffic(ctx, req.(*TrafficRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -248,6 +286,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Adopt",
 			Handler:    _Node_Adopt_Handler,
+		},
+		{
+			MethodName: "Traffic",
+			Handler:    _Node_Traffic_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -43,6 +43,9 @@ type ServerConfig struct {
 	// Windows are the hourly windows this node handed over (nil: none),
 	// answered with its shares.
 	Windows *HandedWindows
+	// Traffic is this node's own threat-feed counts (nil: Traffic answers
+	// Unavailable).
+	Traffic FeedReader
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
 	// A charge or usage read runs at the owner's now, not the caller's:
 	// an hourly window that starts at one node's time and is charged at

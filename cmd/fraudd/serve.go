@@ -301,16 +301,6 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 			log.Error("stop quota actors", "err", err)
 		}
 	}()
-	if node != nil {
-		// The node-to-node service and the routing client; stopped before
-		// the quota actors (deferred after them).
-		stopRPC, err := node.StartRPC(quotas, db, sharedQuota, clk.Now, rpc.DefaultTimeout)
-		if err != nil {
-			return err
-		}
-		defer stopRPC()
-	}
-
 	counts, err := traffic.New(system.Root, traffic.Config{Store: db, Clock: clk, Logger: log})
 	if err != nil {
 		return err
@@ -320,6 +310,15 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 			log.Error("stop traffic counter", "err", err)
 		}
 	}()
+	if node != nil {
+		// The node-to-node service and the routing client; stopped before
+		// the quota actors and the traffic counter (deferred after them).
+		stopRPC, err := node.StartRPC(quotas, db, sharedQuota, counts, clk.Now, rpc.DefaultTimeout)
+		if err != nil {
+			return err
+		}
+		defer stopRPC()
+	}
 
 	// Device events and history (browser collector); stopped before Pebble
 	// closes so its last group commit lands.
@@ -451,6 +450,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
 		DeviceHist: devHist, Challenges: challenges, Recent: recents, Shards: actors.KindsOf(system), ChargeQuota: chargeQuota(node),
+		TrafficFeed: trafficFeed(node),
 		Backup: func(dir string) (*backup.Report, error) {
 			return backup.Write(backup.Source{DataDir: cfg.dataDir, Store: db, SecretOutside: cfg.secret != ""}, dir)
 		}})
@@ -528,6 +528,15 @@ func chargeQuota(node *clusterserve.Node) checks.Quota {
 		return nil
 	}
 	return node.Parts.Quota
+}
+
+// trafficFeed is the threat feed's counts in cluster mode (every member's,
+// summed); nil in single-node mode (the local counter's).
+func trafficFeed(node *clusterserve.Node) fastapi.FeedReader {
+	if node == nil || node.Parts.Feed == nil {
+		return nil
+	}
+	return node.Parts.Feed
 }
 
 // loadMaster returns the master secret from --secret, or from the data dir's

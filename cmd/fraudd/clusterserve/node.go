@@ -58,6 +58,9 @@ type Parts struct {
 	// cluster/rpc, which charges on the account shard's owner. StartRPC
 	// sets it.
 	Quota checks.Quota
+	// Feed, when set, is the threat feed's counts: this node's and every
+	// other member's, summed (StartRPC sets it).
+	Feed rpc.FeedReader
 }
 
 // Node is a running cluster node.

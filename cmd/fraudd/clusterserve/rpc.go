@@ -32,9 +32,10 @@ type NodeStore interface {
 // to the routing client the pipeline charges through. stop ends both: call
 // it before the quota actors stop.
 // now is the node's clock: the owner's decides the windows it charges.
-func (n *Node) StartRPC(local *quota.Client, db NodeStore, shared *rpc.SharedStore, now func() time.Time, timeout time.Duration) (stop func(), err error) {
+// counts is the node's own threat-feed counter, answered to the others.
+func (n *Node) StartRPC(local *quota.Client, db NodeStore, shared *rpc.SharedStore, counts rpc.FeedReader, now func() time.Time, timeout time.Duration) (stop func(), err error) {
 	owners := rpc.Cluster{Member: n.member, Balancer: n.bal, View: n.owners}
-	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Now: now})
+	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: counts, Now: now})
 	if err != nil {
 		return nil, err
 	}
@@ -57,6 +58,7 @@ func (n *Node) StartRPC(local *quota.Client, db NodeStore, shared *rpc.SharedSto
 	n.shares, n.now = db, now
 	n.quota.Store(local)
 	n.Parts.Quota = q
+	n.Parts.Feed = &rpc.ClusterFeed{Local: counts, Peers: q, Log: n.log}
 	n.rpc = q
 	n.log.Info("node-to-node gRPC serving", "listen", l.Addr().String(), "advertise", n.cfg.Advertise, "timeout", timeout)
 	return func() {
