@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -158,5 +159,42 @@ func TestClusterThreatFeedSums(t *testing.T) {
 		if week := f["week"].(map[string]any); num(t, week, "total") != int64(want) {
 			t.Fatalf("node %d: week %v", i+1, week)
 		}
+	}
+}
+
+// TestClusterStatusReportsMembers: /api/status on any node reports the
+// cluster: a member that stops answering (SIGSTOP, still within its lease)
+// degrades every node's status; once it answers again, they are
+// operational again.
+func TestClusterStatusReportsMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster status test skipped in -short mode")
+	}
+	c := StartCluster(t, bin, ClusterOptions{LeaseTTL: 5 * time.Second})
+	status := func(s *Server) string {
+		r := s.Do(t, Req{Path: "/api/status"})
+		if r.Status != http.StatusOK {
+			return fmt.Sprintf("HTTP %d", r.Status)
+		}
+		st, _ := r.JSON(t)["status"].(string)
+		return st
+	}
+	for i, s := range c.Nodes[:2] {
+		Within(t, 20*time.Second, fmt.Sprintf("node %d operational", i+1), func() bool { return status(s) == "operational" })
+	}
+	c.Nodes[2].Signal(t, syscall.SIGSTOP)
+	stopped := true
+	defer func() {
+		if stopped {
+			c.Nodes[2].Signal(t, syscall.SIGCONT)
+		}
+	}()
+	for i, s := range c.Nodes[:2] {
+		Within(t, 4*time.Second, fmt.Sprintf("node %d reports the cluster degraded", i+1), func() bool { return status(s) == "degraded" })
+	}
+	c.Nodes[2].Signal(t, syscall.SIGCONT)
+	stopped = false
+	for i, s := range c.Nodes {
+		Within(t, 20*time.Second, fmt.Sprintf("node %d operational again", i+1), func() bool { return status(s) == "operational" })
 	}
 }

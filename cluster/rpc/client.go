@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -18,9 +20,20 @@ import (
 	"github.com/fraudd/fraudd/cluster"
 )
 
-// DefaultTimeout bounds one routed call (both attempts and the view refresh
-// between them) when QuotaConfig.Timeout is zero.
+// DefaultTimeout bounds one call to a member when QuotaConfig.Timeout is
+// zero.
 const DefaultTimeout = 500 * time.Millisecond
+
+// DefaultHandoffWait bounds a routed call as a whole, the waits for a shard
+// between owners included, when QuotaConfig.HandoffWait is zero: while
+// many shards move at once (a member joining or leaving under load) a shard
+// can be without a recorded claim for longer than one call's deadline.
+const DefaultHandoffWait = 2 * time.Second
+
+// maxAttempts bounds the calls one routed call makes: each after the view
+// moved (or the claim was recorded), so a shard that changes hands during
+// the call is followed, not chased for ever.
+const maxAttempts = 16
 
 var (
 	// ErrNoOwner is a call no owner answered within its deadline: no owner
@@ -41,8 +54,12 @@ type QuotaConfig struct {
 	// Local is this node's quota actors, used for the shards it owns.
 	Local  LocalQuota
 	Owners Ownership
-	// Timeout bounds each routed call; DefaultTimeout when zero.
+	// Timeout bounds each call to a member; DefaultTimeout when zero.
 	Timeout time.Duration
+	// HandoffWait bounds a routed call as a whole, the waits for the next
+	// claim of a shard between owners included; DefaultHandoffWait when
+	// zero, and never less than Timeout.
+	HandoffWait time.Duration
 	// Workers carry chained charges (ChargeThen) to remote owners: each
 	// peer has its own (a paused peer holds up only the charges for its
 	// shards), making a blocking gRPC call each, as many at once as there
@@ -95,9 +112,13 @@ func NewQuota(cfg QuotaConfig) (*Quota, error) {
 	if cfg.Local == nil || cfg.Owners == nil {
 		return nil, errors.New("cluster rpc quota: local quota and owners are required")
 	}
+	if cfg.HandoffWait <= 0 {
+		cfg.HandoffWait = DefaultHandoffWait
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	cfg.HandoffWait = max(cfg.HandoffWait, cfg.Timeout)
 	if cfg.Workers <= 0 {
 		cfg.Workers = 32
 	}
@@ -107,6 +128,13 @@ func NewQuota(cfg QuotaConfig) (*Quota, error) {
 	if cfg.DialOptions == nil {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
+	// gRPC's default reconnect backoff grows to two minutes: a member that
+	// restarts on the same address would stay unreachable from here long
+	// after it is back. Redial within about a second instead.
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: time.Second,
+	}))
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -267,20 +295,24 @@ func (q *Quota) Collect(m quota.Collect) (quota.CollectResult, error) { return q
 
 // route runs an owner-only call for account: locally when this node holds
 // a valid claim of the shard, else with one gRPC call to the owner in the
-// view. When the view has no owner, or the owner refuses (it no longer owns
-// the shard), or answers under a token older than the view's, the view is
-// refreshed and the call tried once more. Everything, the refresh included, runs within one
-// Timeout; past it the answer is ErrNoOwner.
+// view, within Timeout. When the view has no owner, or the owner refuses
+// (it no longer owns the shard, or has not recorded its claim yet), or
+// answers under a token older than the view's, the call waits for the
+// view to move (or for this node's own claim) and tries again, up to
+// maxAttempts calls, all within HandoffWait; past it the answer is
+// ErrNoOwner. An owner that does not answer at all fails the call at once
+// with ErrNoOwner: its lease, not this call, decides when another node
+// takes the shard.
 func route[T any](q *Quota, account string, local func() (T, error), remote func(context.Context, NodeClient, int64) (T, int64, error)) (T, error) {
 	var zero T
 	if q.closed.Load() {
 		return zero, ErrClosed
 	}
 	shard := cluster.ShardOf(cluster.KindAccount, account)
-	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.HandoffWait)
 	defer cancel()
 	var last error
-	for attempt := 0; attempt < 2; attempt++ {
+	for attempt := 0; attempt < maxAttempts && ctx.Err() == nil; attempt++ {
 		node, token, ok := q.cfg.Owners.Owner(shard)
 		switch {
 		case !ok:
@@ -289,10 +321,9 @@ func route[T any](q *Quota, account string, local func() (T, error), remote func
 			last = errors.New("no owner in the view")
 		case node == q.cfg.Owners.Self():
 			_, err := q.cfg.Owners.Held(shard)
-			// The view shows this node's claim before the Balancer records it
-			// (on the first attempt, or on the second after the view moved
-			// to it): wait for it rather than for a view that will not move.
-			if err == nil || q.awaitClaim(ctx, shard, token) {
+			// The view shows this node's claim before the Balancer records
+			// it: wait for it rather than for a view that will not move.
+			if err == nil || (errors.Is(err, ErrNoClaim) && q.awaitClaim(ctx, shard, token)) {
 				return local()
 			}
 			last = err
@@ -302,7 +333,9 @@ func route[T any](q *Quota, account string, local func() (T, error), remote func
 			var got int64
 			if err == nil {
 				q.remote.Add(1)
-				v, got, err = remote(ctx, p.cli, token)
+				cctx, ccancel := context.WithTimeout(ctx, q.cfg.Timeout)
+				v, got, err = remote(cctx, p.cli, token)
+				ccancel()
 			}
 			switch {
 			case errors.Is(err, errNoAddr):
@@ -316,16 +349,76 @@ func route[T any](q *Quota, account string, local func() (T, error), remote func
 				// An answer under a claim older than the one we know of:
 				// the stale owner's, which must not count.
 				err = fmt.Errorf("%s answered under token %d, the shard's is %d: %w", node, got, cur, cluster.ErrFenced)
+			case notSent(err):
+				// No connection to the owner, so nothing was sent: it may
+				// be restarting, or dead with its lease still running.
+				// Wait for the view to move (its next claim) within the
+				// handoff wait, trying it again meanwhile. (A call that
+				// broke after it was sent is not tried again: the owner
+				// may have charged it.)
+				last = err
+				if !q.pause(ctx, shard, token) {
+					return zero, fmt.Errorf("account shard %04d at %s: %w: %w", shard, node, ErrNoOwner, err)
+				}
+				continue
 			case status.Code(err) != codes.FailedPrecondition:
 				return zero, fmt.Errorf("account shard %04d at %s: %w: %w", shard, node, ErrNoOwner, err)
+			case recording(err):
+				// The owner's view shows its claim, which it has not
+				// recorded yet: ask it again shortly.
+				last = err
+				if !q.pause(ctx, shard, token) {
+					return zero, fmt.Errorf("account shard %04d at %s: %w: %w", shard, node, ErrNoOwner, err)
+				}
+				continue
 			}
 			last = err
 		}
-		if attempt == 0 {
-			q.refresh(ctx, shard, token, last)
-		}
+		q.refresh(ctx, shard, token, last)
 	}
 	return zero, fmt.Errorf("account shard %04d: %w: %w", shard, ErrNoOwner, last)
+}
+
+// retryPause is how long a call waits before asking an owner again that
+// could not answer yet (no connection, or its claim not recorded).
+const retryPause = 20 * time.Millisecond
+
+// pause waits retryPause, or less when the view moves past token first;
+// false when ctx ended.
+func (q *Quota) pause(ctx context.Context, shard int, token int64) bool {
+	wctx, cancel := context.WithTimeout(ctx, retryPause)
+	defer cancel()
+	for {
+		rev := q.cfg.Owners.Revision()
+		if _, cur, ok := q.cfg.Owners.Owner(shard); ok && cur != token {
+			return ctx.Err() == nil
+		}
+		if q.cfg.Owners.Wait(wctx, rev+1) != nil {
+			return ctx.Err() == nil
+		}
+	}
+}
+
+// notSent reports whether a call failed before it reached the member: gRPC
+// could not connect (its dial error), so the member charged nothing.
+func notSent(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "Error while dialing")
+}
+
+// recording reports whether a refusal says the owner is recording the very
+// claim the caller routed by.
+func recording(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if no, ok := d.(*NotOwner); ok && no.Recording {
+			return true
+		}
+	}
+	return false
 }
 
 // claimPoll is how often awaitClaim looks at this node's claim.

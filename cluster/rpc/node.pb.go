@@ -1055,11 +1055,14 @@ func (x *AdoptReply) GetStored() int64 {
 // shard's owner and fencing token in the receiver's view ("" and 0 when it
 // knows none), so the caller can tell whether its own view is behind.
 type NotOwner struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Shard         int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
-	Token         int64                  `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Shard   int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Owner   string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Token   int64                  `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	// recording: the receiver's view shows its own claim under the caller's
+	// token, which it has not recorded yet; asking again shortly succeeds.
+	Recording     bool `protobuf:"varint,5,opt,name=recording,proto3" json:"recording,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1120,6 +1123,13 @@ func (x *NotOwner) GetToken() int64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *NotOwner) GetRecording() bool {
+	if x != nil {
+		return x.Recording
+	}
+	return false
 }
 
 type TrafficRequest struct {
@@ -1275,6 +1285,110 @@ func (x *TrafficReply) GetWeekThreats() uint64 {
 	return 0
 }
 
+type HealthRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthRequest) Reset() {
+	*x = HealthRequest{}
+	mi := &file_node_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthRequest) ProtoMessage() {}
+
+func (x *HealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
+func (*HealthRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HealthRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type HealthReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Down          []string               `protobuf:"bytes,3,rep,name=down,proto3" json:"down,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthReply) Reset() {
+	*x = HealthReply{}
+	mi := &file_node_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthReply) ProtoMessage() {}
+
+func (x *HealthReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthReply.ProtoReflect.Descriptor instead.
+func (*HealthReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *HealthReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *HealthReply) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *HealthReply) GetDown() []string {
+	if x != nil {
+		return x.Down
+	}
+	return nil
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -1387,12 +1501,13 @@ const file_node_proto_rawDesc = "" +
 	"AdoptReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x16\n" +
-	"\x06stored\x18\x03 \x01(\x03R\x06stored\"f\n" +
+	"\x06stored\x18\x03 \x01(\x03R\x06stored\"\x84\x01\n" +
 	"\bNotOwner\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\x03R\x05token\"*\n" +
+	"\x05token\x18\x04 \x01(\x03R\x05token\x12\x1c\n" +
+	"\trecording\x18\x05 \x01(\bR\trecording\"*\n" +
 	"\x0eTrafficRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\"\x9f\x02\n" +
 	"\fTrafficReply\x12\x18\n" +
@@ -1407,13 +1522,20 @@ const file_node_proto_rawDesc = "" +
 	"\ttoday_dch\x18\a \x01(\x04R\btodayDch\x12\x1d\n" +
 	"\n" +
 	"week_total\x18\b \x01(\x04R\tweekTotal\x12!\n" +
-	"\fweek_threats\x18\t \x01(\x04R\vweekThreats2\xff\x02\n" +
+	"\fweek_threats\x18\t \x01(\x04R\vweekThreats\")\n" +
+	"\rHealthRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\"O\n" +
+	"\vHealthReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
+	"\x04down\x18\x03 \x03(\tR\x04down2\xcb\x03\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
 	"\x06Shares\x12 .fraudd.cluster.v1.SharesRequest\x1a\x1e.fraudd.cluster.v1.SharesReply\x12G\n" +
 	"\x05Adopt\x12\x1f.fraudd.cluster.v1.AdoptRequest\x1a\x1d.fraudd.cluster.v1.AdoptReply\x12M\n" +
-	"\aTraffic\x12!.fraudd.cluster.v1.TrafficRequest\x1a\x1f.fraudd.cluster.v1.TrafficReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\aTraffic\x12!.fraudd.cluster.v1.TrafficRequest\x1a\x1f.fraudd.cluster.v1.TrafficReply\x12J\n" +
+	"\x06Health\x12 .fraudd.cluster.v1.HealthRequest\x1a\x1e.fraudd.cluster.v1.HealthReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -1427,7 +1549,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),         // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),  // 1: fraudd.cluster.v1.ChargeRequest
@@ -1443,6 +1565,8 @@ var file_node_proto_goTypes = []any{
 	(*NotOwner)(nil),       // 11: fraudd.cluster.v1.NotOwner
 	(*TrafficRequest)(nil), // 12: fraudd.cluster.v1.TrafficRequest
 	(*TrafficReply)(nil),   // 13: fraudd.cluster.v1.TrafficReply
+	(*HealthRequest)(nil),  // 14: fraudd.cluster.v1.HealthRequest
+	(*HealthReply)(nil),    // 15: fraudd.cluster.v1.HealthReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -1455,13 +1579,15 @@ var file_node_proto_depIdxs = []int32{
 	5,  // 7: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
 	9,  // 8: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
 	12, // 9: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	2,  // 10: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 11: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 12: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 13: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 14: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
+	14, // 10: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	2,  // 11: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 12: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 13: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 14: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 15: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 16: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	11, // [11:17] is the sub-list for method output_type
+	5,  // [5:11] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name
@@ -1479,7 +1605,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

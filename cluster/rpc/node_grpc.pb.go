@@ -24,6 +24,7 @@ const (
 	Node_Shares_FullMethodName  = "/fraudd.cluster.v1.Node/Shares"
 	Node_Adopt_FullMethodName   = "/fraudd.cluster.v1.Node/Adopt"
 	Node_Traffic_FullMethodName = "/fraudd.cluster.v1.Node/Traffic"
+	Node_Health_FullMethodName  = "/fraudd.cluster.v1.Node/Health"
 )
 
 // NodeClient is the client API for Node service.
@@ -47,6 +48,10 @@ type NodeClient interface {
 	// Traffic answers this node's own threat-feed counts (the API traffic it
 	// served), for a node that sums every member's.
 	Traffic(ctx context.Context, in *TrafficRequest, opts ...grpc.CallOption) (*TrafficReply, error)
+	// Health answers what this node itself cannot vouch for right now (its
+	// own down list: stopped actor shards, a lapsed membership lease), for a
+	// node whose /api/status reports the whole cluster.
+	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthReply, error)
 }
 
 type nodeClient struct {
@@ -107,6 +112,16 @@ func (c *nodeClient) Traffic(ctx context.Context, in *TrafficRequest, opts ...gr
 	return out, nil
 }
 
+func (c *nodeClient) Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HealthReply)
+	err := c.cc.Invoke(ctx, Node_Health_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -128,6 +143,10 @@ type NodeServer interface {
 	// Traffic answers this node's own threat-feed counts (the API traffic it
 	// served), for a node that sums every member's.
 	Traffic(context.Context, *TrafficRequest) (*TrafficReply, error)
+	// Health answers what this node itself cannot vouch for right now (its
+	// own down list: stopped actor shards, a lapsed membership lease), for a
+	// node whose /api/status reports the whole cluster.
+	Health(context.Context, *HealthRequest) (*HealthReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -152,6 +171,9 @@ func (UnimplementedNodeServer) Adopt(context.Context, *AdoptRequest) (*AdoptRepl
 }
 func (UnimplementedNodeServer) Traffic(context.Context, *TrafficRequest) (*TrafficReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Traffic not implemented")
+}
+func (UnimplementedNodeServer) Health(context.Context, *HealthRequest) (*HealthReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -264,6 +286,24 @@ func _Node_Traffic_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Health_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Health(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Health_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Health(ctx, req.(*HealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -290,6 +330,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Traffic",
 			Handler:    _Node_Traffic_Handler,
+		},
+		{
+			MethodName: "Health",
+			Handler:    _Node_Health_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

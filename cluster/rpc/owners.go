@@ -29,6 +29,12 @@ type Ownership interface {
 	Wait(ctx context.Context, rev int64) error
 }
 
+// ErrNoClaim is Held's answer when this node records no claim of the shard
+// (as opposed to a claim whose lease may be gone): if the view names this
+// node anyway, the claim is being recorded (the Balancer's Acquired hook
+// runs in between) and is worth a short wait.
+var ErrNoClaim = fmt.Errorf("no claim recorded: %w", cluster.ErrFenced)
+
 // Cluster is the Ownership of a running node: the member's lease, its
 // Balancer's claims and its started owner view.
 type Cluster struct {
@@ -45,7 +51,7 @@ func (c Cluster) Self() string { return c.Member.ID() }
 func (c Cluster) Held(shard int) (int64, error) {
 	cl, ok := c.Balancer.Claim(cluster.KindAccount, shard)
 	if !ok {
-		return 0, fmt.Errorf("cluster %s/%04d: no claim: %w", cluster.KindAccount, shard, cluster.ErrFenced)
+		return 0, fmt.Errorf("cluster %s/%04d: %w", cluster.KindAccount, shard, ErrNoClaim)
 	}
 	if err := c.Member.Valid(cl); err != nil {
 		return 0, err

@@ -46,6 +46,8 @@ type ServerConfig struct {
 	// Traffic is this node's own threat-feed counts (nil: Traffic answers
 	// Unavailable).
 	Traffic FeedReader
+	// Down is this node's own down list (nil: nothing), answered by Health.
+	Down func() []string
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
 	// A charge or usage read runs at the owner's now, not the caller's:
 	// an hourly window that starts at one node's time and is charged at
@@ -79,9 +81,12 @@ func (s *Server) Register(g *grpc.Server) { RegisterNodeServer(g, s) }
 // own is the fence before an owner-only action: this node's valid claim of
 // the shard, and no newer claim known to the caller. A refusal is
 // FailedPrecondition with NotOwner (owner and token in this node's view).
-func (s *Server) own(account string, callerToken int64) (int64, error) {
+func (s *Server) own(ctx context.Context, account string, callerToken int64) (int64, error) {
 	shard := cluster.ShardOf(cluster.KindAccount, account)
 	token, err := s.cfg.Owners.Held(shard)
+	if err != nil {
+		token, err = s.awaitClaim(ctx, shard, callerToken, err)
+	}
 	if err == nil && callerToken > token {
 		// The caller has seen a later claim than ours: ours is stale even
 		// if our lease still looks held.
@@ -91,20 +96,71 @@ func (s *Server) own(account string, callerToken int64) (int64, error) {
 		return token, nil
 	}
 	owner, cur, _ := s.cfg.Owners.Owner(shard)
-	st, derr := status.New(codes.FailedPrecondition, err.Error()).WithDetails(&NotOwner{Version: version, Shard: int32(shard), Owner: owner, Token: cur})
+	rec := errors.Is(err, ErrNoClaim) && owner == s.cfg.Owners.Self() && cur >= callerToken
+	st, derr := status.New(codes.FailedPrecondition, err.Error()).WithDetails(&NotOwner{Version: version, Shard: int32(shard), Owner: owner, Token: cur, Recording: rec})
 	if derr != nil {
 		return 0, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	return 0, st.Err()
 }
 
+// maxClaimWait bounds a wait for a claim being recorded, whatever the
+// caller's deadline.
+const maxClaimWait = time.Second
+
+// awaitClaim waits, within the caller's deadline, for this node to record
+// a claim its view already shows (its Balancer records a claim after the
+// Acquired hook), when the caller routed here by that same claim (or by
+// none): the caller would otherwise be refused and have to ask again.
+func (s *Server) awaitClaim(ctx context.Context, shard int, callerToken int64, refusal error) (int64, error) {
+	if !errors.Is(refusal, ErrNoClaim) {
+		return 0, refusal
+	}
+	ctx, cancel := context.WithTimeout(ctx, maxClaimWait)
+	defer cancel()
+	node, token, ok := s.cfg.Owners.Owner(shard)
+	if callerToken > 0 && (!ok || token < callerToken) {
+		// The caller saw a claim this node's view has not caught up with
+		// yet (tokens are etcd revisions): it may be this node's own.
+		if s.cfg.Owners.Wait(ctx, callerToken) != nil {
+			return 0, refusal
+		}
+		node, token, ok = s.cfg.Owners.Owner(shard)
+	}
+	if !ok || node != s.cfg.Owners.Self() || token < callerToken {
+		return 0, refusal
+	}
+	if held, err := s.cfg.Owners.Held(shard); err == nil {
+		return held, nil
+	}
+	t := time.NewTicker(claimPoll)
+	defer t.Stop()
+	limit := time.NewTimer(maxClaimWait)
+	defer limit.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, refusal
+		case <-limit.C:
+			return 0, refusal
+		case <-t.C:
+		}
+		if held, err := s.cfg.Owners.Held(shard); err == nil {
+			return held, nil
+		}
+		if n, cur, ok := s.cfg.Owners.Owner(shard); !ok || n != node || cur != token {
+			return 0, refusal
+		}
+	}
+}
+
 // Charge implements NodeServer.
-func (s *Server) Charge(_ context.Context, r *ChargeRequest) (*ChargeReply, error) {
+func (s *Server) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply, error) {
 	c, err := chargeOf(r)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	token, err := s.own(c.Account, r.Token)
+	token, err := s.own(ctx, c.Account, r.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -117,12 +173,12 @@ func (s *Server) Charge(_ context.Context, r *ChargeRequest) (*ChargeReply, erro
 }
 
 // Usage implements NodeServer.
-func (s *Server) Usage(_ context.Context, r *UsageRequest) (*UsageReply, error) {
+func (s *Server) Usage(ctx context.Context, r *UsageRequest) (*UsageReply, error) {
 	u, err := usageOf(r)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	token, err := s.own(u.Account, r.Token)
+	token, err := s.own(ctx, u.Account, r.Token)
 	if err != nil {
 		return nil, err
 	}

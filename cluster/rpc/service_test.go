@@ -336,7 +336,7 @@ func (a *acquiring) Wait(ctx context.Context, rev int64) error {
 
 func (a *acquiring) Held(shard int) (int64, error) {
 	if !a.ready.Load() {
-		return 0, fmt.Errorf("fake %04d: no claim yet: %w", shard, cluster.ErrFenced)
+		return 0, fmt.Errorf("fake %04d: %w", shard, ErrNoClaim)
 	}
 	return a.fakeOwners.Held(shard)
 }
@@ -423,5 +423,38 @@ func TestChargeWaitsForOwnClaim(t *testing.T) {
 	defer q2.Close()
 	if _, err := q2.Charge(capped); !errors.Is(err, ErrNoOwner) {
 		t.Fatalf("charge with no claim: %v, want ErrNoOwner", err)
+	}
+}
+
+// TestServerWaitsForItsClaim: an owner whose view shows its claim before
+// its Balancer recorded it answers a charge routed to it by that claim
+// once the claim is recorded, instead of refusing the caller; a claim
+// whose lease may be gone is refused at once.
+func TestServerWaitsForItsClaim(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	own := &acquiring{fakeOwners: &fakeOwners{self: "a", owner: "a", token: 3}}
+	s, err := NewServer(ServerConfig{Quota: local, Owners: own, Now: func() time.Time { return testNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		own.ready.Store(true)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rep, err := s.Charge(ctx, chargeMsg(&capped, 3))
+	if err != nil || !rep.Allowed || rep.Token != 3 {
+		t.Fatalf("charge while the claim is being recorded: %+v, %v", rep, err)
+	}
+	lapsed := &fakeOwners{self: "a", owner: "b", token: 3}
+	s2, err := NewServer(ServerConfig{Quota: local, Owners: lapsed, Now: func() time.Time { return testNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Charge(context.Background(), chargeMsg(&capped, 3)); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("charge at a node that is not the owner: %v, want FailedPrecondition at once", err)
 	}
 }

@@ -388,8 +388,11 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	down := actors.SupervisionOf(system).Down
 	if node != nil {
 		// A lost membership lease degrades the API in /api/status.
+		// So does another member's trouble, or its silence (node.Down);
+		// the others hear this node's own list only.
 		supervised := down
 		down = func() []string { return append(supervised(), node.Down()...) }
+		node.SetLocalDown(func() []string { return append(supervised(), node.OwnDown()...) })
 	}
 	// The health monitor re-checks the store on a tick, so an unreadable disk
 	// turns into 503s (and a recovered one back into service) without waiting

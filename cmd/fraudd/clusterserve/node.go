@@ -94,6 +94,10 @@ type Node struct {
 	// windows are the hourly windows of the accounts whose shard left this
 	// node, answered to the next owner with this node's shares.
 	windows *rpc.HandedWindows
+	// health is the other members' last health round (StartRPC starts it);
+	// localDown what this node answers theirs (SetLocalDown).
+	health    atomic.Pointer[rpc.MemberHealth]
+	localDown atomic.Pointer[func() []string]
 }
 
 // ShareExporter reads what a leaving node hands over (*storage.DB).
@@ -233,13 +237,35 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 }
 
 // Down names what of the cluster this node cannot vouch for right now: its
-// membership lease (lost, or not renewed within its TTL). serve adds it to
-// the health monitor's list, so /api/status reports the API degraded.
+// membership lease (lost, or not renewed within its TTL), and what the
+// other members reported down or whether they did not answer, as of the
+// last round (MemberHealth). serve adds it to the health monitor's list, so
+// /api/status on any node reports the cluster degraded.
 func (n *Node) Down() []string {
+	down := n.OwnDown()
+	if h := n.health.Load(); h != nil {
+		down = append(down, h.Down()...)
+	}
+	return down
+}
+
+// OwnDown is Down without the other members: what this node answers them.
+func (n *Node) OwnDown() []string {
 	if n.member.Held(time.Now()) {
 		return nil
 	}
 	return []string{"cluster membership"}
+}
+
+// SetLocalDown sets what this node answers the others' health rounds: its
+// own down list (stopped actor shards, OwnDown), never what they reported.
+func (n *Node) SetLocalDown(f func() []string) { n.localDown.Store(&f) }
+
+func (n *Node) answerDown() []string {
+	if f := n.localDown.Load(); f != nil {
+		return (*f)()
+	}
+	return n.OwnDown()
 }
 
 // Member is the node's membership (tests, and the gRPC service to come).

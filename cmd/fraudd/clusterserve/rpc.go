@@ -1,6 +1,7 @@
 package clusterserve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +21,9 @@ func (n *Node) QuotaStore(db rpc.LocalStore) *rpc.SharedStore {
 	return rpc.NewSharedStore(db, n.member.ID(), n.windows)
 }
 
+// healthEvery is how often a node asks the other members for their health.
+const healthEvery = time.Second
+
 // NodeStore is the node's own store as the cluster uses it (*storage.DB):
 // its shares, answered to others and handed over on leaving.
 type NodeStore interface {
@@ -35,7 +39,7 @@ type NodeStore interface {
 // counts is the node's own threat-feed counter, answered to the others.
 func (n *Node) StartRPC(local *quota.Client, db NodeStore, shared *rpc.SharedStore, counts rpc.FeedReader, now func() time.Time, timeout time.Duration) (stop func(), err error) {
 	owners := rpc.Cluster{Member: n.member, Balancer: n.bal, View: n.owners}
-	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: counts, Now: now})
+	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: counts, Down: n.answerDown, Now: now})
 	if err != nil {
 		return nil, err
 	}
@@ -59,9 +63,19 @@ func (n *Node) StartRPC(local *quota.Client, db NodeStore, shared *rpc.SharedSto
 	n.quota.Store(local)
 	n.Parts.Quota = q
 	n.Parts.Feed = &rpc.ClusterFeed{Local: counts, Peers: q, Log: n.log}
+	health := &rpc.MemberHealth{Peers: q}
+	n.health.Store(health)
+	healthCtx, stopHealth := context.WithCancel(context.Background())
+	healthDone := make(chan struct{})
+	go func() {
+		defer close(healthDone)
+		health.Run(healthCtx, healthEvery)
+	}()
 	n.rpc = q
 	n.log.Info("node-to-node gRPC serving", "listen", l.Addr().String(), "advertise", n.cfg.Advertise, "timeout", timeout)
 	return func() {
+		stopHealth()
+		<-healthDone
 		q.Close()
 		g.GracefulStop()
 		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {

@@ -1,0 +1,120 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// maxDown bounds a Health answer's list: a peer's answer is shown in this
+// node's status, so a malformed one must not flood it.
+const maxDown = 32
+
+// Health implements NodeServer: this node's own down list.
+func (s *Server) Health(_ context.Context, r *HealthRequest) (*HealthReply, error) {
+	if r.GetVersion() == 0 {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: health without a version", errBadRequest))
+	}
+	var down []string
+	if s.cfg.Down != nil {
+		down = s.cfg.Down()
+	}
+	return &HealthReply{Version: version, Node: s.cfg.Owners.Self(), Down: down}, nil
+}
+
+// MemberHealth keeps what the other members cannot vouch for, asked every
+// interval (Run): a cluster node's /api/status reports the cluster, so a
+// member that is degraded, or does not answer, degrades every node's
+// status. The health monitor reads Down on its own tick, which must not
+// wait for the network: it reads the last round's answers.
+type MemberHealth struct {
+	Peers *Quota
+
+	mu   sync.Mutex
+	down []string
+}
+
+// Down lists, sorted, "cluster member <id>: <what>" for each member that
+// reported something down or did not answer in the last round.
+func (h *MemberHealth) Down() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.down...)
+}
+
+// Run asks every interval until ctx ends.
+func (h *MemberHealth) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		h.Round(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Round asks every other live member once, in parallel, within the
+// client's Timeout, and keeps the answers.
+func (h *MemberHealth) Round(parent context.Context) {
+	q := h.Peers
+	ctx, cancel := context.WithTimeout(parent, q.cfg.Timeout)
+	defer cancel()
+	var mu sync.Mutex
+	var down []string
+	var wg sync.WaitGroup
+	for _, id := range q.cfg.Owners.Members() {
+		if id == q.cfg.Owners.Self() {
+			continue
+		}
+		wg.Go(func() {
+			got, err := q.health(ctx, id)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				down = append(down, fmt.Sprintf("cluster member %s: not answering", id))
+				return
+			}
+			for _, d := range got {
+				down = append(down, fmt.Sprintf("cluster member %s: %s", id, d))
+			}
+		})
+	}
+	wg.Wait()
+	if parent.Err() != nil {
+		return // stopping: the answers say nothing of the members
+	}
+	sort.Strings(down)
+	h.mu.Lock()
+	h.down = down
+	h.mu.Unlock()
+}
+
+func (q *Quota) health(ctx context.Context, id string) ([]string, error) {
+	p, err := q.peer(id)
+	if err != nil {
+		return nil, err
+	}
+	r, err := p.cli.Health(ctx, &HealthRequest{Version: version})
+	if err != nil {
+		return nil, err
+	}
+	if r.Node != id || len(r.Down) > maxDown {
+		return nil, fmt.Errorf("member %s answered health as %q with %d items: %w", id, r.Node, len(r.Down), errBadRequest)
+	}
+	out := make([]string, len(r.Down))
+	for i, d := range r.Down {
+		if len(d) > 200 {
+			d = d[:200]
+		}
+		out[i] = d
+	}
+	return out, nil
+}
