@@ -90,3 +90,35 @@ func FuzzAdoptRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSharesReply: whatever a peer answers to Shares, reading its adopted
+// shares and hourly windows never panics; windows that pass are at most one
+// per bucket, each with a count and a start.
+func FuzzSharesReply(f *testing.F) {
+	b, err := proto.Marshal(&SharesReply{Version: version, Node: "b", Month: 202611, Used: 4,
+		Adopted: []*OriginShare{{Node: "c", Account: "acct_1", Month: 202611, Used: 5}},
+		Hour:    []*HourWindow{{Bucket: 0, StartUnixNano: testNow.UnixNano(), N: 3}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte{0x52, 0x04, 0x08, 0x02, 0x18, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r SharesReply
+		if proto.Unmarshal(b, &r) != nil {
+			return
+		}
+		for _, a := range r.Adopted {
+			_, _ = originShareOf(a)
+		}
+		w, ok := windowsOf(r.Hour)
+		if !ok {
+			return
+		}
+		for _, x := range w {
+			if x.N < 0 || (x.N > 0 && x.Start.IsZero()) {
+				t.Fatalf("windows %+v from %v", w, r.Hour)
+			}
+		}
+	})
+}
