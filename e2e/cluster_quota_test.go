@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"testing"
@@ -60,11 +61,7 @@ func TestClusterCapsAcrossNodes(t *testing.T) {
 	}
 	// The account reaches every node through etcd; usage (which charges
 	// nothing) answers once it has, and once the owner answers for it.
-	for i, s := range nodes {
-		Within(t, 10*time.Second, fmt.Sprintf("node %d serves the account's usage", i+1), func() bool {
-			return s.Do(t, Req{Method: "GET", Path: "/v1/usage", Bearer: a.LiveKey}).Status == 200
-		})
-	}
+	usageEverywhere(t, nodes, a.LiveKey)
 
 	if statuses, perNode := burstAcrossNodes(t, nodes, a.LiveKey, 3*n); statuses[200] != n || statuses[429] != 2*n {
 		t.Fatalf("hourly cap %d over 3 nodes: statuses %v, per node %v", n, statuses, perNode)
@@ -80,11 +77,7 @@ func TestClusterCapsAcrossNodes(t *testing.T) {
 	// A monthly cap of N, the same way: exactly N admitted across the
 	// nodes, and month_used N wherever it is read.
 	m := nodes[1].CreateAccount(t, map[string]any{"email": "monthly@example.com", "plan": "custom", "hourly_limit": 1000, "monthly_limit": n})
-	for i, s := range nodes {
-		Within(t, 10*time.Second, fmt.Sprintf("node %d serves the monthly account's usage", i+1), func() bool {
-			return s.Do(t, Req{Method: "GET", Path: "/v1/usage", Bearer: m.LiveKey}).Status == 200
-		})
-	}
+	usageEverywhere(t, nodes, m.LiveKey)
 	if statuses, perNode := burstAcrossNodes(t, nodes, m.LiveKey, 3*n); statuses[200] != n || statuses[429] != 2*n {
 		t.Fatalf("monthly cap %d over 3 nodes: statuses %v, per node %v", n, statuses, perNode)
 	}
@@ -96,6 +89,17 @@ func TestClusterCapsAcrossNodes(t *testing.T) {
 		if num(t, u, "month_used") != n {
 			t.Fatalf("monthly usage read on node %d: %v", i+1, u)
 		}
+	}
+}
+
+// usageEverywhere waits until every node answers key's usage (which charges
+// nothing): the account reached it through etcd, and its owner answers.
+func usageEverywhere(t *testing.T, nodes []*Server, key string) {
+	t.Helper()
+	for i, s := range nodes {
+		Within(t, 20*time.Second, fmt.Sprintf("node %d serves the account's usage", i+1), func() bool {
+			return s.Do(t, Req{Path: "/v1/usage", Bearer: key}).Status == http.StatusOK
+		})
 	}
 }
 

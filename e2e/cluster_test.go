@@ -131,11 +131,7 @@ func TestClusterEmbeddedEtcd(t *testing.T) {
 func TestClusterThreatFeedSums(t *testing.T) {
 	c := StartCluster(t, bin, ClusterOptions{})
 	a := c.Nodes[0].CreateAccount(t, map[string]any{"email": "feed@example.com", "plan": "custom", "hourly_limit": 1000})
-	for i, s := range c.Nodes {
-		Within(t, 20*time.Second, fmt.Sprintf("node %d serves the account's usage", i+1), func() bool {
-			return s.Do(t, Req{Path: "/v1/usage", Bearer: a.LiveKey}).Status == http.StatusOK
-		})
-	}
+	usageEverywhere(t, c.Nodes, a.LiveKey)
 	want := 0
 	for i, s := range c.Nodes {
 		for range i + 2 {
