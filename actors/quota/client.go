@@ -58,6 +58,7 @@ type Client struct {
 	commit  *actors.GroupCommitter[pending]
 	charges *actors.Calls[Charge, ChargeResult]
 	usages  *actors.Calls[Usage, UsageView]
+	leases  *actors.Calls[Lease, LeaseGrant]
 	collect *actors.Calls[Collect, CollectResult]
 	log     *slog.Logger
 	stopped atomic.Bool
@@ -80,6 +81,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		root:    root,
 		charges: actors.NewCalls[Charge, ChargeResult](cfg.Timeout),
 		usages:  actors.NewCalls[Usage, UsageView](cfg.Timeout),
+		leases:  actors.NewCalls[Lease, LeaseGrant](cfg.Timeout),
 		collect: actors.NewCalls[Collect, CollectResult](cfg.Timeout),
 		log:     cfg.Logger,
 		store:   cfg.Store,
@@ -210,6 +212,20 @@ func (c *Client) Usage(m Usage) (UsageView, error) {
 	call := c.usages.Get(m)
 	c.shards.Send(actors.HashString(m.Account), call)
 	return c.usages.Wait(call)
+}
+
+// Lease settles a holder's report of its previous slice of the account's
+// allowance and lends it another (lease.go), in one hop to the account's
+// shard. Only a cluster member's owner-side service calls it. An error
+// means nothing was lent; the report may not have been settled either, in
+// which case the slice stays reserved until its Keep runs out.
+func (c *Client) Lease(m Lease) (LeaseGrant, error) {
+	if c.stopped.Load() {
+		return LeaseGrant{}, ErrStopped
+	}
+	call := c.leases.Get(m)
+	c.shards.Send(actors.HashString(m.Account), call)
+	return c.leases.Wait(call)
 }
 
 // Collect checks and takes one device event from the account's daily

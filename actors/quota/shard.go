@@ -36,6 +36,7 @@ type (
 	chargeCall  = actors.Call[Charge, ChargeResult]
 	usageCall   = actors.Call[Usage, UsageView]
 	collectCall = actors.Call[Collect, CollectResult]
+	leaseCall   = actors.Call[Lease, LeaseGrant]
 )
 
 // ChargeStep is a Charge that is one step of a chained call
@@ -100,6 +101,8 @@ type shardState struct {
 	idleAfter time.Duration
 	log       *slog.Logger
 	warnFn    func(Warning)
+	// lent stands in for the accounts of lent charges (chargeLent).
+	lent *account
 }
 
 type shard struct{ *shardState }
@@ -117,6 +120,17 @@ func (s shard) Receive(ctx actor.Context) {
 			return
 		}
 		m.Reply(a.usage(m.Req.Bucket, m.Req.Limits, m.Req.Now), nil)
+	case *leaseCall:
+		a, err := s.account(m.Req.Account, m.Req.Now)
+		if err != nil {
+			m.Reply(LeaseGrant{}, err)
+			return
+		}
+		g, d := a.lend(&m.Req, s.warnFn)
+		if d.Counts.Warned != 0 {
+			s.persist(ctx, pending{ent: a, delta: d})
+		}
+		m.Reply(g, nil)
 	case *collectCall:
 		a, err := s.account(m.Req.Account, m.Req.Now)
 		if err != nil {
@@ -161,6 +175,10 @@ func (s shard) Receive(ctx actor.Context) {
 }
 
 func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
+	if c.Lent {
+		s.chargeLent(ctx, c, call)
+		return
+	}
 	a, err := s.account(c.Account, c.Now)
 	if err != nil {
 		call.Charged(ChargeResult{}, err)
@@ -180,6 +198,36 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 		call.Charged(res, nil)
 	}
 	s.persist(ctx, p)
+}
+
+// chargeLent stores a charge made from a slice another node's quota
+// actors lent: no check, and no account loaded (loading would ask every
+// member for its share, the lender included, for an account this node
+// does not own).
+func (s shard) chargeLent(ctx actor.Context, c *Charge, call charged) {
+	res := ChargeResult{Allowed: true}
+	d := storage.UsageDelta{Account: c.Account, Month: storage.MonthOf(c.Now)}
+	if c.Monthly {
+		d.Day = storage.DayOf(c.Now)
+		if c.Kind == Lookup {
+			d.Counts.Lookups = 1
+		} else {
+			d.Counts.Used = 1
+		}
+	}
+	if c.Total {
+		d.Totals.Evaluations = 1
+	}
+	if s.commit == nil || (d.Counts == storage.MonthCounts{} && d.Totals == storage.Totals{}) {
+		call.Charged(res, nil)
+		return
+	}
+	// The pending delta needs an account to settle in flight against; a
+	// shard's scratch one stands in, outside the table.
+	if s.lent == nil {
+		s.lent = &account{}
+	}
+	s.persist(ctx, pending{call: call, res: res, ent: s.lent, delta: d})
 }
 
 func (s shard) persist(ctx actor.Context, p pending) {

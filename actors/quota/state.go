@@ -56,6 +56,11 @@ type Charge struct {
 	Monthly bool // counts toward month_used (Evaluate) or month_lookups_used (Lookup)
 	Total   bool // counts toward total_evaluations
 	Now     time.Time
+	// Lent: the owner of the account lent this cluster node the slice of
+	// its allowance this charge uses (lease.go). The charge is not
+	// checked and touches no account state: it is only stored, as this
+	// node's share of the month's count and the totals.
+	Lent bool
 }
 
 // ChargeResult is the answer to a Charge.
@@ -206,6 +211,7 @@ type account struct {
 	lastSeen   time.Time
 	inflight   atomic.Int32
 	collect    collectDay // device events stored today (collect.go)
+	grants     []grant    // allowance slices lent to other members (lease.go)
 }
 
 func (a *account) touch(now time.Time) {
@@ -271,12 +277,14 @@ func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.U
 	if c.Kind == Lookup {
 		used = &a.counts.Lookups
 	}
+	// Slices lent to other members count as used until they report.
+	oh, om := a.lent(c.Bucket, c.Kind, c.Now)
 	var r ChargeResult
 	switch {
-	case c.Monthly && monthly != NoLimit && *used >= monthly:
+	case c.Monthly && monthly != NoLimit && *used+om >= monthly:
 		r.Refusal = RefusedMonthly
 		r.RetryAfter = secondsUntil(a.month.End(), c.Now)
-	case c.Hourly && l.Hourly != NoLimit && w.n >= l.Hourly:
+	case c.Hourly && l.Hourly != NoLimit && w.n+oh >= l.Hourly:
 		r.Refusal = RefusedHourly
 		r.RetryAfter = secondsUntil(w.end(), c.Now)
 	}
@@ -305,24 +313,7 @@ func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.U
 		} else {
 			d.Counts.Used = 1
 		}
-		if monthly != NoLimit {
-			k80 := WarnMonthly80
-			if c.Kind == Lookup {
-				k80 = WarnLookups80
-			}
-			for _, t := range [2]struct {
-				k   WarnKind
-				lim int64
-			}{{k80, threshold80(monthly)}, {k80 + 1, monthly}} {
-				if *used >= t.lim && a.counts.Warned&warnBit(t.k) == 0 {
-					a.counts.Warned |= warnBit(t.k)
-					d.Counts.Warned |= warnBit(t.k)
-					if warn != nil {
-						warn(Warning{Account: a.id, Kind: t.k, Bucket: c.Bucket, Limit: monthly, Used: *used, At: c.Now})
-					}
-				}
-			}
-		}
+		a.warnMonthly(c.Kind, c.Bucket, monthly, *used, c.Now, &d, warn)
 	}
 	if c.Total {
 		a.totals.Evaluations++
@@ -330,6 +321,30 @@ func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.U
 	}
 	a.headers(&r, c, w, monthly, *used)
 	return r, d
+}
+
+// warnMonthly sends the monthly warnings of kind that used reached and
+// not sent yet this month, marking them in the counts and in d.
+func (a *account) warnMonthly(k Kind, b Bucket, monthly, used int64, now time.Time, d *storage.UsageDelta, warn func(Warning)) {
+	if monthly == NoLimit {
+		return
+	}
+	k80 := WarnMonthly80
+	if k == Lookup {
+		k80 = WarnLookups80
+	}
+	for _, t := range [2]struct {
+		k   WarnKind
+		lim int64
+	}{{k80, threshold80(monthly)}, {k80 + 1, monthly}} {
+		if used >= t.lim && a.counts.Warned&warnBit(t.k) == 0 {
+			a.counts.Warned |= warnBit(t.k)
+			d.Counts.Warned |= warnBit(t.k)
+			if warn != nil {
+				warn(Warning{Account: a.id, Kind: t.k, Bucket: b, Limit: monthly, Used: used, At: now})
+			}
+		}
+	}
 }
 
 func (a *account) warnHourly(n, limit int64, now time.Time, warn func(Warning)) {
@@ -419,7 +434,7 @@ func (a *account) rollback(d *storage.UsageDelta, b Bucket, hourly bool, wstart 
 // idleAfter, no hourly window running, no hourly warning within 24 hours to
 // remember, and nothing in flight to the store.
 func (a *account) idle(now time.Time, idleAfter time.Duration) bool {
-	if a.inflight.Load() != 0 || now.Sub(a.lastSeen) < idleAfter || a.collecting(now) {
+	if a.inflight.Load() != 0 || now.Sub(a.lastSeen) < idleAfter || a.collecting(now) || len(a.grants) > 0 {
 		return false
 	}
 	for i := range a.hour {

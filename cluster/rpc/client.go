@@ -70,6 +70,16 @@ type QuotaConfig struct {
 	// DialOptions for the connections to peers; plaintext when nil.
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
+	// LeaseAfter is how many charges a second for one account this node
+	// sends to its owner before it asks for a slice of the account's
+	// allowance to charge locally (leases.go); zero or less: never.
+	LeaseAfter int64
+	// LeaseFor is how long a slice may be used; DefaultLeaseFor when zero.
+	// Keep it within the membership lease TTL.
+	LeaseFor time.Duration
+	// Now is this node's clock, at which it settles reports of slices when
+	// it owns the account itself; time.Now when nil.
+	Now func() time.Time
 }
 
 // Quota implements checks.Quota (and its chained ChargeThen) across the
@@ -92,6 +102,8 @@ type Quota struct {
 
 	mu    sync.RWMutex
 	peers map[string]*peer
+	// leases is nil when LeaseAfter is zero.
+	leases *leases
 }
 
 // peer is one member's connection, reused by every call to it until its
@@ -139,9 +151,19 @@ func NewQuota(cfg QuotaConfig) (*Quota, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.LeaseFor <= 0 {
+		cfg.LeaseFor = DefaultLeaseFor
+	}
 	q := &Quota{cfg: cfg, log: log, work: make(chan quota.ChargeStep, cfg.Queue), done: make(chan struct{}), peers: map[string]*peer{}}
 	for range cfg.Workers {
 		q.wg.Go(func() { q.worker(q.work, nil) })
+	}
+	if cfg.LeaseAfter > 0 {
+		q.leases = newLeases(q, cfg.LeaseAfter, cfg.LeaseFor)
+		q.wg.Go(q.leases.run)
 	}
 	return q, nil
 }
@@ -149,6 +171,33 @@ func NewQuota(cfg QuotaConfig) (*Quota, error) {
 // RemoteCalls counts the charges' and usage reads' gRPC round trips to
 // other members since NewQuota (fraudbench and tests: hops per evaluation).
 func (q *Quota) RemoteCalls() int64 { return q.remote.Load() }
+
+// LeasedCharges counts the charges this node served from slices of an
+// account's allowance, with no round trip; LeaseCalls the Lease calls it
+// made to other members for them (reports and requests).
+func (q *Quota) LeasedCharges() int64 {
+	if q.leases == nil {
+		return 0
+	}
+	return q.leases.charged.Load()
+}
+
+// LeaseCalls: see LeasedCharges.
+func (q *Quota) LeaseCalls() int64 {
+	if q.leases == nil {
+		return 0
+	}
+	return q.leases.calls.Load()
+}
+
+// Freeze stops this node using any slice of account's allowance and waits,
+// within ctx, for the charges made from them to be stored (leases.go):
+// Server.Shares calls it before it reads the node's share.
+func (q *Quota) Freeze(ctx context.Context, account string) {
+	if q.leases != nil {
+		q.leases.Freeze(ctx, account)
+	}
+}
 
 // Close stops the workers and closes every peer connection. Chained charges
 // still queued are failed with ErrClosed.
@@ -190,6 +239,13 @@ func (q *Quota) Charge(c quota.Charge) (quota.ChargeResult, error) {
 	if q.local(c.Account) {
 		return q.cfg.Local.Charge(c)
 	}
+	if q.leases != nil {
+		if node, token, ok := q.cfg.Owners.Owner(cluster.ShardOf(cluster.KindAccount, c.Account)); ok && node != q.cfg.Owners.Self() {
+			if res, leased, err := q.leases.charge(&c, token); leased {
+				return res, err
+			}
+		}
+	}
 	return q.charge(&c)
 }
 
@@ -202,7 +258,7 @@ func (q *Quota) ChargeThen(st quota.ChargeStep) {
 		return
 	}
 	shard := cluster.ShardOf(cluster.KindAccount, st.ChargeReq().Account)
-	node, _, ok := q.cfg.Owners.Owner(shard)
+	node, token, ok := q.cfg.Owners.Owner(shard)
 	if ok && node == q.cfg.Owners.Self() {
 		if _, err := q.cfg.Owners.Held(shard); err == nil {
 			q.cfg.Local.ChargeThen(st)
@@ -211,6 +267,9 @@ func (q *Quota) ChargeThen(st quota.ChargeStep) {
 	}
 	var p *peer
 	if ok && node != q.cfg.Owners.Self() {
+		if q.leases != nil && q.leases.chargeThen(st, token) {
+			return
+		}
 		p, _ = q.peer(node)
 	}
 	// The read lock keeps a peer from being replaced (its queue handed
@@ -257,7 +316,7 @@ func failAll(work chan quota.ChargeStep, err error) {
 
 // charge runs c at the owner, wherever it is.
 func (q *Quota) charge(c *quota.Charge) (quota.ChargeResult, error) {
-	return route(q, c.Account,
+	return route(q, &q.remote, c.Account,
 		func() (quota.ChargeResult, error) { return q.cfg.Local.Charge(*c) },
 		func(ctx context.Context, cli NodeClient, token int64) (quota.ChargeResult, int64, error) {
 			rep, err := cli.Charge(ctx, chargeMsg(c, token))
@@ -274,7 +333,7 @@ func (q *Quota) Usage(u quota.Usage) (quota.UsageView, error) {
 	if q.local(u.Account) {
 		return q.cfg.Local.Usage(u)
 	}
-	return route(q, u.Account,
+	return route(q, &q.remote, u.Account,
 		func() (quota.UsageView, error) { return q.cfg.Local.Usage(u) },
 		func(ctx context.Context, cli NodeClient, token int64) (quota.UsageView, int64, error) {
 			rep, err := cli.Usage(ctx, usageMsg(&u, token))
@@ -302,8 +361,8 @@ func (q *Quota) Collect(m quota.Collect) (quota.CollectResult, error) { return q
 // maxAttempts calls, all within HandoffWait; past it the answer is
 // ErrNoOwner. An owner that does not answer at all fails the call at once
 // with ErrNoOwner: its lease, not this call, decides when another node
-// takes the shard.
-func route[T any](q *Quota, account string, local func() (T, error), remote func(context.Context, NodeClient, int64) (T, int64, error)) (T, error) {
+// takes the shard. calls counts the gRPC calls made.
+func route[T any](q *Quota, calls *atomic.Int64, account string, local func() (T, error), remote func(context.Context, NodeClient, int64) (T, int64, error)) (T, error) {
 	var zero T
 	if q.closed.Load() {
 		return zero, ErrClosed
@@ -332,7 +391,7 @@ func route[T any](q *Quota, account string, local func() (T, error), remote func
 			var v T
 			var got int64
 			if err == nil {
-				q.remote.Add(1)
+				calls.Add(1)
 				cctx, ccancel := context.WithTimeout(ctx, q.cfg.Timeout)
 				v, got, err = remote(cctx, p.cli, token)
 				ccancel()

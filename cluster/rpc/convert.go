@@ -146,3 +146,36 @@ func originShareOf(m *OriginShare) (storage.OriginShare, error) {
 		Totals: storage.Totals{Evaluations: m.Evaluations, LimitHits: m.LimitHits},
 	}, nil
 }
+
+func leaseMsg(l *quota.Lease, token, reportToken int64) *LeaseRequest {
+	return &LeaseRequest{
+		Version: version, Account: l.Account, Holder: l.Holder, Bucket: uint32(l.Bucket), Kind: uint32(l.Kind), Limits: limitsMsg(&l.Limits),
+		Hourly: l.Hourly, Monthly: l.Monthly, Total: l.Total, Want: l.Want, ForNanos: int64(l.For), Token: token,
+		ReportSeq: l.Report.Seq, ReportUsed: l.Report.Used, ReportToken: reportToken,
+	}
+}
+
+// leaseOf checks and converts a request, as chargeOf does; Now, Members,
+// Keep and Report.SameClaim are the owner's to set.
+func leaseOf(r *LeaseRequest) (quota.Lease, error) {
+	if r.GetVersion() == 0 || r.GetAccount() == "" || r.GetHolder() == "" || r.GetBucket() > uint32(quota.Test) || r.GetKind() > uint32(quota.Lookup) ||
+		r.GetLimits() == nil || r.GetWant() < 0 || r.GetWant() > maxSlice || r.GetForNanos() <= 0 || r.GetForNanos() > int64(maxLeaseFor) || r.GetReportUsed() < 0 {
+		return quota.Lease{}, fmt.Errorf("%w: lease for %q", errBadRequest, r.GetAccount())
+	}
+	return quota.Lease{
+		Account: r.Account, Holder: r.Holder, Bucket: quota.Bucket(r.Bucket), Kind: quota.Kind(r.Kind), Limits: limitsOf(r.Limits),
+		Hourly: r.Hourly, Monthly: r.Monthly, Total: r.Total, Want: r.Want, For: time.Duration(r.ForNanos),
+		Report: quota.LeaseReport{Seq: r.ReportSeq, Used: r.ReportUsed},
+	}, nil
+}
+
+func leaseReply(g *quota.LeaseGrant, token int64) *LeaseReply {
+	return &LeaseReply{Version: version, Seq: g.Seq, Units: g.Units, Capped: g.Capped, Limit: g.Limit, Remaining: g.Remaining, ResetUnix: g.Reset, Token: token}
+}
+
+func leaseGrantOf(r *LeaseReply) (quota.LeaseGrant, error) {
+	if r.GetUnits() < 0 || r.GetUnits() > maxSlice || (r.GetUnits() > 0) != (r.GetSeq() != 0) || r.GetRemaining() < 0 {
+		return quota.LeaseGrant{}, fmt.Errorf("cluster rpc: lease reply: %d units as slice %d", r.GetUnits(), r.GetSeq())
+	}
+	return quota.LeaseGrant{Seq: r.Seq, Units: r.Units, Capped: r.Capped, Limit: r.Limit, Remaining: r.Remaining, Reset: r.ResetUnix}, nil
+}

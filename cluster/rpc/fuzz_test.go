@@ -48,3 +48,43 @@ func FuzzChargeRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzLeaseRequest: whatever bytes a peer sends, checking a Lease request
+// never panics, a request that passes converts back to the same message,
+// and a reply that passes its check never lends a slice without a name.
+func FuzzLeaseRequest(f *testing.F) {
+	l := quota.Lease{Account: "acct_1", Holder: "b", Hourly: true, Monthly: true, Total: true, Limits: capped.Limits, For: 1e9, Want: 40,
+		Report: quota.LeaseReport{Seq: 3, Used: 12}}
+	b, err := proto.Marshal(leaseMsg(&l, 7, 6))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte{0x08, 0x01, 0x12, 0x01, 'a'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var rep LeaseReply
+		if proto.Unmarshal(b, &rep) == nil {
+			if g, err := leaseGrantOf(&rep); err == nil && g.Units > 0 && g.Seq == 0 {
+				t.Fatalf("%v lends %d units under no name", &rep, g.Units)
+			}
+		}
+		var r LeaseRequest
+		if proto.Unmarshal(b, &r) != nil {
+			return
+		}
+		l, err := leaseOf(&r)
+		if err != nil {
+			return
+		}
+		if l.Want < 0 || l.For <= 0 || l.Report.Used < 0 {
+			t.Fatalf("%v passed the check as %+v", &r, l)
+		}
+		back := leaseMsg(&l, r.Token, r.ReportToken)
+		back.Version = r.Version
+		r.ProtoReflect().SetUnknown(nil)
+		r.Limits.ProtoReflect().SetUnknown(nil)
+		if !proto.Equal(back, &r) {
+			t.Fatalf("%v converts back to %v", &r, back)
+		}
+	})
+}

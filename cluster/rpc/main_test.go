@@ -75,6 +75,13 @@ var quietLog = slog.New(slog.DiscardHandler)
 // routing client sees (a lagging view).
 func startNode(tb testing.TB, root, id string, wrap func(Ownership) Ownership) *node {
 	tb.Helper()
+	return startNodeWith(tb, root, id, wrap, nil)
+}
+
+// startNodeWith is startNode with the routing client's configuration
+// changed by conf (allowance leases).
+func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownership, conf func(*QuotaConfig)) *node {
+	tb.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: sharedEtcd(tb), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		tb.Fatal(err)
@@ -126,20 +133,24 @@ func startNode(tb testing.TB, root, id string, wrap func(Ownership) Ownership) *
 	go func() { defer close(n.done); n.bal.Run(run) }()
 	n.owners = Cluster{Member: n.m, Balancer: n.bal, View: n.view}
 	n.feed = &fakeFeed{}
-	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }})
+	routed := n.owners
+	if wrap != nil {
+		routed = wrap(routed)
+	}
+	qc := QuotaConfig{Local: n.local, Owners: routed, Timeout: 2 * time.Second, Logger: quietLog, Now: func() time.Time { return testNow }}
+	if conf != nil {
+		conf(&qc)
+	}
+	if n.q, err = NewQuota(qc); err != nil {
+		tb.Fatal(err)
+	}
+	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	n.srv = grpc.NewServer()
 	s.Register(n.srv)
 	go n.srv.Serve(l)
-	routed := n.owners
-	if wrap != nil {
-		routed = wrap(routed)
-	}
-	if n.q, err = NewQuota(QuotaConfig{Local: n.local, Owners: routed, Timeout: 2 * time.Second, Logger: quietLog}); err != nil {
-		tb.Fatal(err)
-	}
 	shared.Attach(n.q)
 	tb.Cleanup(n.close)
 	return n

@@ -1389,6 +1389,273 @@ func (x *HealthReply) GetDown() []string {
 	return nil
 }
 
+type LeaseRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Account string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	// holder is the member asking; the slice is its alone.
+	Holder string  `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	Bucket uint32  `protobuf:"varint,4,opt,name=bucket,proto3" json:"bucket,omitempty"` // quota.Bucket
+	Kind   uint32  `protobuf:"varint,5,opt,name=kind,proto3" json:"kind,omitempty"`     // quota.Kind
+	Limits *Limits `protobuf:"bytes,6,opt,name=limits,proto3" json:"limits,omitempty"`
+	// hourly, monthly and total are the flags of the charges the slice is
+	// for; each unit is one such charge.
+	Hourly  bool `protobuf:"varint,7,opt,name=hourly,proto3" json:"hourly,omitempty"`
+	Monthly bool `protobuf:"varint,8,opt,name=monthly,proto3" json:"monthly,omitempty"`
+	Total   bool `protobuf:"varint,9,opt,name=total,proto3" json:"total,omitempty"`
+	// want: units asked for; 0 returns the previous slice's rest only.
+	Want int64 `protobuf:"varint,10,opt,name=want,proto3" json:"want,omitempty"`
+	// for_nanos: how long the holder will use the slice.
+	ForNanos int64 `protobuf:"varint,11,opt,name=for_nanos,json=forNanos,proto3" json:"for_nanos,omitempty"`
+	// token is the owner's fencing token as the caller's view has it.
+	Token int64 `protobuf:"varint,12,opt,name=token,proto3" json:"token,omitempty"`
+	// The previous slice: its seq (0: none), the units used of it, and the
+	// token of the claim it was lent under.
+	ReportSeq     uint64 `protobuf:"varint,13,opt,name=report_seq,json=reportSeq,proto3" json:"report_seq,omitempty"`
+	ReportUsed    int64  `protobuf:"varint,14,opt,name=report_used,json=reportUsed,proto3" json:"report_used,omitempty"`
+	ReportToken   int64  `protobuf:"varint,15,opt,name=report_token,json=reportToken,proto3" json:"report_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_node_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LeaseRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *LeaseRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *LeaseRequest) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetHourly() bool {
+	if x != nil {
+		return x.Hourly
+	}
+	return false
+}
+
+func (x *LeaseRequest) GetMonthly() bool {
+	if x != nil {
+		return x.Monthly
+	}
+	return false
+}
+
+func (x *LeaseRequest) GetTotal() bool {
+	if x != nil {
+		return x.Total
+	}
+	return false
+}
+
+func (x *LeaseRequest) GetWant() int64 {
+	if x != nil {
+		return x.Want
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetForNanos() int64 {
+	if x != nil {
+		return x.ForNanos
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetReportSeq() uint64 {
+	if x != nil {
+		return x.ReportSeq
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetReportUsed() int64 {
+	if x != nil {
+		return x.ReportUsed
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetReportToken() int64 {
+	if x != nil {
+		return x.ReportToken
+	}
+	return 0
+}
+
+type LeaseReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// seq names the slice (0: none lent); units is its size.
+	Seq   uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Units int64  `protobuf:"varint,3,opt,name=units,proto3" json:"units,omitempty"`
+	// The rate-limit headers as of the grant (quota.LeaseGrant).
+	Capped    bool  `protobuf:"varint,4,opt,name=capped,proto3" json:"capped,omitempty"`
+	Limit     int64 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Remaining int64 `protobuf:"varint,6,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	ResetUnix int64 `protobuf:"varint,7,opt,name=reset_unix,json=resetUnix,proto3" json:"reset_unix,omitempty"`
+	// token is the owner's fencing token of the claim it lent under.
+	Token         int64 `protobuf:"varint,8,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseReply) Reset() {
+	*x = LeaseReply{}
+	mi := &file_node_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseReply) ProtoMessage() {}
+
+func (x *LeaseReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
+func (*LeaseReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LeaseReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *LeaseReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *LeaseReply) GetUnits() int64 {
+	if x != nil {
+		return x.Units
+	}
+	return 0
+}
+
+func (x *LeaseReply) GetCapped() bool {
+	if x != nil {
+		return x.Capped
+	}
+	return false
+}
+
+func (x *LeaseReply) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *LeaseReply) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *LeaseReply) GetResetUnix() int64 {
+	if x != nil {
+		return x.ResetUnix
+	}
+	return 0
+}
+
+func (x *LeaseReply) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -1528,14 +1795,45 @@ const file_node_proto_rawDesc = "" +
 	"\vHealthReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
-	"\x04down\x18\x03 \x03(\tR\x04down2\xcb\x03\n" +
+	"\x04down\x18\x03 \x03(\tR\x04down\"\xab\x03\n" +
+	"\fLeaseRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
+	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x16\n" +
+	"\x06bucket\x18\x04 \x01(\rR\x06bucket\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\rR\x04kind\x121\n" +
+	"\x06limits\x18\x06 \x01(\v2\x19.fraudd.cluster.v1.LimitsR\x06limits\x12\x16\n" +
+	"\x06hourly\x18\a \x01(\bR\x06hourly\x12\x18\n" +
+	"\amonthly\x18\b \x01(\bR\amonthly\x12\x14\n" +
+	"\x05total\x18\t \x01(\bR\x05total\x12\x12\n" +
+	"\x04want\x18\n" +
+	" \x01(\x03R\x04want\x12\x1b\n" +
+	"\tfor_nanos\x18\v \x01(\x03R\bforNanos\x12\x14\n" +
+	"\x05token\x18\f \x01(\x03R\x05token\x12\x1d\n" +
+	"\n" +
+	"report_seq\x18\r \x01(\x04R\treportSeq\x12\x1f\n" +
+	"\vreport_used\x18\x0e \x01(\x03R\n" +
+	"reportUsed\x12!\n" +
+	"\freport_token\x18\x0f \x01(\x03R\vreportToken\"\xcf\x01\n" +
+	"\n" +
+	"LeaseReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05units\x18\x03 \x01(\x03R\x05units\x12\x16\n" +
+	"\x06capped\x18\x04 \x01(\bR\x06capped\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x06 \x01(\x03R\tremaining\x12\x1d\n" +
+	"\n" +
+	"reset_unix\x18\a \x01(\x03R\tresetUnix\x12\x14\n" +
+	"\x05token\x18\b \x01(\x03R\x05token2\x94\x04\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
 	"\x06Shares\x12 .fraudd.cluster.v1.SharesRequest\x1a\x1e.fraudd.cluster.v1.SharesReply\x12G\n" +
 	"\x05Adopt\x12\x1f.fraudd.cluster.v1.AdoptRequest\x1a\x1d.fraudd.cluster.v1.AdoptReply\x12M\n" +
 	"\aTraffic\x12!.fraudd.cluster.v1.TrafficRequest\x1a\x1f.fraudd.cluster.v1.TrafficReply\x12J\n" +
-	"\x06Health\x12 .fraudd.cluster.v1.HealthRequest\x1a\x1e.fraudd.cluster.v1.HealthReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\x06Health\x12 .fraudd.cluster.v1.HealthRequest\x1a\x1e.fraudd.cluster.v1.HealthReply\x12G\n" +
+	"\x05Lease\x12\x1f.fraudd.cluster.v1.LeaseRequest\x1a\x1d.fraudd.cluster.v1.LeaseReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -1549,7 +1847,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),         // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),  // 1: fraudd.cluster.v1.ChargeRequest
@@ -1567,6 +1865,8 @@ var file_node_proto_goTypes = []any{
 	(*TrafficReply)(nil),   // 13: fraudd.cluster.v1.TrafficReply
 	(*HealthRequest)(nil),  // 14: fraudd.cluster.v1.HealthRequest
 	(*HealthReply)(nil),    // 15: fraudd.cluster.v1.HealthReply
+	(*LeaseRequest)(nil),   // 16: fraudd.cluster.v1.LeaseRequest
+	(*LeaseReply)(nil),     // 17: fraudd.cluster.v1.LeaseReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -1574,23 +1874,26 @@ var file_node_proto_depIdxs = []int32{
 	8,  // 2: fraudd.cluster.v1.SharesReply.adopted:type_name -> fraudd.cluster.v1.OriginShare
 	7,  // 3: fraudd.cluster.v1.SharesReply.hour:type_name -> fraudd.cluster.v1.HourWindow
 	8,  // 4: fraudd.cluster.v1.AdoptRequest.shares:type_name -> fraudd.cluster.v1.OriginShare
-	1,  // 5: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3,  // 6: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5,  // 7: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	9,  // 8: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	12, // 9: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	14, // 10: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
-	2,  // 11: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 12: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 13: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 14: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 15: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 16: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	11, // [11:17] is the sub-list for method output_type
-	5,  // [5:11] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	0,  // 5: fraudd.cluster.v1.LeaseRequest.limits:type_name -> fraudd.cluster.v1.Limits
+	1,  // 6: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 7: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 8: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 9: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	12, // 10: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	14, // 11: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	16, // 12: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
+	2,  // 13: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 14: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 15: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 16: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 17: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 18: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 19: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	13, // [13:20] is the sub-list for method output_type
+	6,  // [6:13] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -1605,7 +1908,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	Node_Adopt_FullMethodName   = "/fraudd.cluster.v1.Node/Adopt"
 	Node_Traffic_FullMethodName = "/fraudd.cluster.v1.Node/Traffic"
 	Node_Health_FullMethodName  = "/fraudd.cluster.v1.Node/Health"
+	Node_Lease_FullMethodName   = "/fraudd.cluster.v1.Node/Lease"
 )
 
 // NodeClient is the client API for Node service.
@@ -52,6 +53,10 @@ type NodeClient interface {
 	// own down list: stopped actor shards, a lapsed membership lease), for a
 	// node whose /api/status reports the whole cluster.
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthReply, error)
+	// Lease settles what a holder used of its previous slice of an account's
+	// allowance and lends it another, at the owner (quota.Lease there): a
+	// hot account's non-owners charge their slices without a hop.
+	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseReply, error)
 }
 
 type nodeClient struct {
@@ -122,6 +127,16 @@ func (c *nodeClient) Health(ctx context.Context, in *HealthRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *nodeClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseReply)
+	err := c.cc.Invoke(ctx, Node_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -147,6 +162,10 @@ type NodeServer interface {
 	// own down list: stopped actor shards, a lapsed membership lease), for a
 	// node whose /api/status reports the whole cluster.
 	Health(context.Context, *HealthRequest) (*HealthReply, error)
+	// Lease settles what a holder used of its previous slice of an account's
+	// allowance and lends it another, at the owner (quota.Lease there): a
+	// hot account's non-owners charge their slices without a hop.
+	Lease(context.Context, *LeaseRequest) (*LeaseReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -174,6 +193,9 @@ func (UnimplementedNodeServer) Traffic(context.Context, *TrafficRequest) (*Traff
 }
 func (UnimplementedNodeServer) Health(context.Context, *HealthRequest) (*HealthReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
+}
+func (UnimplementedNodeServer) Lease(context.Context, *LeaseRequest) (*LeaseReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -304,6 +326,24 @@ func _Node_Health_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Lease(ctx, req.(*LeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -334,6 +374,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Health",
 			Handler:    _Node_Health_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _Node_Lease_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

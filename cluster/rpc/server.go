@@ -22,6 +22,13 @@ type LocalQuota interface {
 	Usage(quota.Usage) (quota.UsageView, error)
 	CountTotal(account string, now time.Time)
 	Collect(quota.Collect) (quota.CollectResult, error)
+	Lease(quota.Lease) (quota.LeaseGrant, error)
+}
+
+// Freezer stops a node using its slices of an account's allowance before
+// it answers its share of the account (*Quota).
+type Freezer interface {
+	Freeze(ctx context.Context, account string)
 }
 
 // ShareStore is the node's own store of monthly counts and totals
@@ -46,6 +53,9 @@ type ServerConfig struct {
 	// Traffic is this node's own threat-feed counts (nil: Traffic answers
 	// Unavailable).
 	Traffic FeedReader
+	// Leases are the slices of allowance this node holds (nil: none):
+	// Shares stops using an account's before it reads the share.
+	Leases Freezer
 	// Down is this node's own down list (nil: nothing), answered by Health.
 	Down func() []string
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
@@ -190,14 +200,44 @@ func (s *Server) Usage(ctx context.Context, r *UsageRequest) (*UsageReply, error
 	return usageReply(&v, token), nil
 }
 
+// maxLeaseFor bounds the time a holder may ask to use a slice.
+const maxLeaseFor = time.Minute
+
+// Lease implements NodeServer: the holder's report of its previous slice
+// settled, and the next lent (quota.Lease), under this node's claim.
+func (s *Server) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, error) {
+	l, err := leaseOf(r)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	token, err := s.own(ctx, l.Account, r.Token)
+	if err != nil {
+		return nil, err
+	}
+	l.Now, l.Members = s.cfg.Now(), len(s.cfg.Owners.Members())
+	l.Keep = leaseKeep * l.For
+	l.Report.SameClaim = r.ReportToken == token
+	g, err := s.cfg.Quota.Lease(l)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return leaseReply(&g, token), nil
+}
+
 // Shares implements NodeServer: what this node's store holds, owner or not.
-func (s *Server) Shares(_ context.Context, r *SharesRequest) (*SharesReply, error) {
+// A node loading the account asks: this node first stops using its slices
+// of the account's allowance and waits (within the caller's deadline) for
+// the charges made from them to be stored, so the share holds them all.
+func (s *Server) Shares(ctx context.Context, r *SharesRequest) (*SharesReply, error) {
 	m := storage.Month(r.GetMonth())
 	if r.GetVersion() == 0 || r.GetAccount() == "" || m%100 < 1 || m%100 > 12 {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: shares for %q month %d", errBadRequest, r.GetAccount(), m))
 	}
 	if s.cfg.Shares == nil {
 		return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no store")
+	}
+	if s.cfg.Leases != nil {
+		s.cfg.Leases.Freeze(ctx, r.Account)
 	}
 	c, t, err := s.cfg.Shares.LoadUsage(r.Account, m)
 	if err != nil {

@@ -110,7 +110,7 @@ func TestServiceVersioning(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
-	err := conn.Invoke(ctx, "/fraudd.cluster.v1.Node/Lease", &SharesRequest{Version: version}, &SharesReply{})
+	err := conn.Invoke(ctx, "/fraudd.cluster.v1.Node/Handoff", &SharesRequest{Version: version}, &SharesReply{})
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("unknown method: %v, want Unimplemented", err)
 	}

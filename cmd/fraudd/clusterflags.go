@@ -26,6 +26,9 @@ type clusterFlags struct {
 	listen    string
 	advertise string
 	leaseTTL  time.Duration
+	// leaseAfter is --cluster-lease-after: charges a second for one
+	// account past which a node asks its owner for a slice (0: never).
+	leaseAfter int64
 
 	embedded       bool
 	embedName      string
@@ -39,7 +42,7 @@ type clusterFlags struct {
 func (c *clusterFlags) enabled() bool { return len(c.etcd) > 0 || c.embedded }
 
 func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
-	c.name, c.listen, c.leaseTTL = "fraudd", ":8090", 3*time.Second
+	c.name, c.listen, c.leaseTTL, c.leaseAfter = "fraudd", ":8090", 3*time.Second, 200
 	c.embedClientURL, c.embedPeerURL = "http://127.0.0.1:2379", "http://127.0.0.1:2380"
 	fs.Var(clusterNameValue{&c.name}, "cluster-name", "cluster mode: the cluster's name; every node of one cluster gives the same (its keys live under /fraudd/<name>/ in etcd)")
 	fs.Var(endpointList{&c.etcd}, "cluster-etcd", "cluster mode: comma-separated etcd endpoints (host:port or http(s)://host:port); with --cluster-embedded-etcd and this empty, the embedded member's own")
@@ -50,6 +53,7 @@ func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
 	fs.Var(hostPortValue{&c.listen, true}, "cluster-listen", "cluster mode: listen address of the node-to-node gRPC service")
 	fs.Var(hostPortValue{&c.advertise, false}, "cluster-advertise", "cluster mode: host:port the other nodes dial for this node's gRPC service (default: the hostname and --cluster-listen's port)")
 	fs.Var(leaseTTLValue{&c.leaseTTL}, "cluster-lease-ttl", "cluster mode: membership lease TTL; a node silent this long loses its shards")
+	fs.Int64Var(&c.leaseAfter, "cluster-lease-after", c.leaseAfter, "cluster mode: requests a second for one account on a node that does not own it, past which the node charges a slice of the account's allowance lent by the owner instead of asking it each time (0: never)")
 	fs.BoolVar(&c.embedded, "cluster-embedded-etcd", false, "cluster mode: run an etcd member inside this process (a small cluster without an external etcd)")
 	fs.Var(nodeIDValue{&c.embedName}, "cluster-etcd-name", "embedded etcd: the member's name in --cluster-initial (default: --cluster-node-id)")
 	fs.StringVar(&c.embedDir, "cluster-etcd-dir", "", "embedded etcd: the member's data directory (default: <data-dir>/etcd)")
@@ -60,7 +64,7 @@ func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
 
 // clusterOnly are the flags that mean nothing outside cluster mode.
 var clusterOnly = []string{"cluster-name", "cluster-etcd-ca", "cluster-etcd-cert", "cluster-etcd-key", "cluster-node-id",
-	"cluster-listen", "cluster-advertise", "cluster-lease-ttl"}
+	"cluster-listen", "cluster-advertise", "cluster-lease-ttl", "cluster-lease-after"}
 
 // embedOnly are the flags that mean nothing without --cluster-embedded-etcd.
 var embedOnly = []string{"cluster-etcd-name", "cluster-etcd-dir", "cluster-etcd-client-url", "cluster-etcd-peer-url", "cluster-initial"}
@@ -83,6 +87,9 @@ func (c *clusterFlags) finish(given map[string]bool, dataDir string, hostname fu
 				return fmt.Errorf("--%s configures the embedded etcd member: give --cluster-embedded-etcd too", f)
 			}
 		}
+	}
+	if c.leaseAfter < 0 || c.leaseAfter > 1_000_000 {
+		return fmt.Errorf("--cluster-lease-after %d is out of range: give 0 (no slices) to 1000000 requests a second", c.leaseAfter)
 	}
 	if (c.etcdCert == "") != (c.etcdKey == "") {
 		return errors.New("--cluster-etcd-cert and --cluster-etcd-key go together: give both or neither")

@@ -42,6 +42,9 @@ type Config struct {
 	// Listen and Advertise are the node-to-node gRPC addresses.
 	Listen, Advertise string
 	LeaseTTL          time.Duration
+	// LeaseAfter is rpc.QuotaConfig.LeaseAfter: a hot account's charges a
+	// second past which this node charges slices of its allowance.
+	LeaseAfter int64
 	// Embedded, when set, runs an etcd member in this process first.
 	Embedded *embedetcd.Config
 	// DialTimeout bounds the first contact with etcd; 10 s when zero.

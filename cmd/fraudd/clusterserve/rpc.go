@@ -39,12 +39,16 @@ type NodeStore interface {
 // counts is the node's own threat-feed counter, answered to the others.
 func (n *Node) StartRPC(local *quota.Client, db NodeStore, shared *rpc.SharedStore, counts rpc.FeedReader, now func() time.Time, timeout time.Duration) (stop func(), err error) {
 	owners := rpc.Cluster{Member: n.member, Balancer: n.bal, View: n.owners}
-	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: counts, Down: n.answerDown, Now: now})
+	// A slice is used for at most a third of the membership lease: it ends
+	// well before the owner that lent it could lose the shard.
+	q, err := rpc.NewQuota(rpc.QuotaConfig{Local: local, Owners: owners, Timeout: timeout, Logger: n.log,
+		LeaseAfter: n.cfg.LeaseAfter, LeaseFor: min(rpc.DefaultLeaseFor, n.cfg.LeaseTTL/3), Now: now})
 	if err != nil {
 		return nil, err
 	}
-	q, err := rpc.NewQuota(rpc.QuotaConfig{Local: local, Owners: owners, Timeout: timeout, Logger: n.log})
+	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: counts, Down: n.answerDown, Now: now, Leases: q})
 	if err != nil {
+		q.Close()
 		return nil, err
 	}
 	l, err := net.Listen("tcp", n.cfg.Listen)

@@ -1,0 +1,118 @@
+package quota
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fraudd/fraudd/storage"
+)
+
+// admit charges the owner until it refuses, answering how many it admitted.
+func admit(t *testing.T, c *Client, ch Charge, most int) int {
+	t.Helper()
+	for i := range most {
+		r, err := c.Charge(ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Allowed {
+			return i
+		}
+	}
+	return most
+}
+
+func TestLeaseSlicesNeverExceedTheCap(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	c := New(quietSystem().Root, Config{Shards: 2, Store: db})
+	defer c.Stop()
+	l := custom(100, 1000)
+	lease := Lease{Account: "a", Holder: "b", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0, Members: 3, For: time.Second, Want: 1000}
+	g, err := c.Lease(lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100 / (2 × 3) = 16 of the hourly cap, the tighter limit.
+	if g.Units != 16 || g.Seq == 0 || !g.Capped || g.Limit != 100 || g.Remaining != 100 {
+		t.Fatalf("first slice: %+v", g)
+	}
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0.Add(time.Millisecond)}
+	// The owner admits what the slice leaves.
+	if n := admit(t, c, ch, 200); n != 84 {
+		t.Fatalf("owner admitted %d beside a slice of 16; want 84", n)
+	}
+	// No slice is lent once nothing remains.
+	if g2, _ := c.Lease(lease); g2.Units != 0 {
+		t.Fatalf("a slice lent past the cap: %+v", g2)
+	}
+	// The holder used 10 of its 16: the 6 it did not use are the owner's again.
+	rep := lease
+	rep.Want, rep.Report = 0, LeaseReport{Seq: g.Seq, Used: 10, SameClaim: true}
+	if _, err := c.Lease(rep); err != nil {
+		t.Fatal(err)
+	}
+	if n := admit(t, c, ch, 200); n != 6 {
+		t.Fatalf("after the report the owner admitted %d; want the 6 unused", n)
+	}
+	// A repeated report settles nothing twice.
+	if _, err := c.Lease(rep); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0.Add(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.UsedThisHour != 100 || v.MonthUsed != 100 || v.TotalEvaluations != 100 {
+		t.Fatalf("usage after slices: hour %d month %d total %d; want 100 each", v.UsedThisHour, v.MonthUsed, v.TotalEvaluations)
+	}
+	// The owner stored only what it charged itself (90): the holder's 10
+	// are its own share.
+	if counts, _, err := db.LoadUsage("a", storage.MonthOf(t0)); err != nil || counts.Used != 90 {
+		t.Fatalf("owner's stored share %+v, %v; want 90", counts, err)
+	}
+}
+
+func TestLeaseUnreportedSliceIsLetGo(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 2})
+	defer c.Stop()
+	l := custom(60, 1000)
+	g, err := c.Lease(Lease{Account: "a", Holder: "b", Limits: l, Hourly: true, Monthly: true, Now: t0, Members: 1, For: time.Second, Keep: 3 * time.Second, Want: 100})
+	if err != nil || g.Units != 30 {
+		t.Fatalf("slice %+v %v; want 30", g, err)
+	}
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Now: t0}
+	if n := admit(t, c, ch, 100); n != 30 {
+		t.Fatalf("owner admitted %d beside the slice; want 30", n)
+	}
+	// The holder never reports (it died): after Keep the reservation ends.
+	ch.Now = t0.Add(3 * time.Second)
+	if n := admit(t, c, ch, 100); n != 30 {
+		t.Fatalf("owner admitted %d after the slice was let go; want 30", n)
+	}
+}
+
+func TestLeaseFromAnEarlierClaimCountsOnlyTheHour(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 2})
+	defer c.Stop()
+	l := custom(100, 1000)
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+	if n := admit(t, c, ch, 5); n != 5 {
+		t.Fatal(n)
+	}
+	// A slice lent by the previous owner: its month and totals are in the
+	// holder's share (loaded with the account); its hour is news here.
+	if _, err := c.Lease(Lease{Account: "a", Holder: "b", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0, Members: 3, For: time.Second,
+		Report: LeaseReport{Seq: 12345, Used: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.UsedThisHour != 12 || v.MonthUsed != 5 || v.TotalEvaluations != 5 {
+		t.Fatalf("hour %d month %d total %d; want 12, 5, 5", v.UsedThisHour, v.MonthUsed, v.TotalEvaluations)
+	}
+}

@@ -1,0 +1,432 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/cluster"
+)
+
+// The holder's half of allowance leases (docs/cluster.md, "Hot accounts";
+// the owner's half is actors/quota/lease.go). A node that sends more than
+// LeaseAfter charges a second for one account to its owner asks the owner
+// for a slice of the account's remaining allowance, and charges the slice
+// locally: no hop, its own store holding the count as its share. Before
+// the slice runs out, or half its time has passed, the node reports what
+// it used and asks for the next in one Lease call, off the request path
+// (one goroutine per node does every lease call). A slice is used only
+// while the view names the claim that lent it; when another node loads
+// the account (its Shares request), the node stops using it and waits for
+// the charges in flight to be stored before it answers, so a new owner's
+// G-counter read holds every unit used and none is used after it.
+
+// DefaultLeaseFor is how long a slice may be used when QuotaConfig.LeaseFor
+// is zero.
+const DefaultLeaseFor = time.Second
+
+// leaseKeep is how long, in slices' time, the owner keeps a slice
+// reserved for a holder that does not report.
+const leaseKeep = 3
+
+// maxFreeze bounds Freeze's wait for charges in flight.
+const maxFreeze = 200 * time.Millisecond
+
+// maxSlice bounds what a holder asks for at once.
+const maxSlice = 1 << 20
+
+// leaseKey is one account and the kind of charge a slice is for.
+type leaseKey struct {
+	account string
+	bucket  quota.Bucket
+	kind    quota.Kind
+	flags   uint8 // 1: hourly, 2: monthly, 4: total
+}
+
+func keyOf(c *quota.Charge) leaseKey {
+	k := leaseKey{account: c.Account, bucket: c.Bucket, kind: c.Kind}
+	if c.Hourly {
+		k.flags |= 1
+	}
+	if c.Monthly {
+		k.flags |= 2
+	}
+	if c.Total {
+		k.flags |= 4
+	}
+	return k
+}
+
+// slice is a lent slice as its holder uses it.
+type slice struct {
+	token       int64 // the claim it was lent under
+	seq         uint64
+	units, used int64
+	until       time.Time // on this node's clock: the request's send time + For
+	renewAt     time.Time
+	res         quota.ChargeResult // headers as of the grant; Remaining before any use
+}
+
+// report is a slice no longer used, to be settled at the owner.
+type report struct {
+	token int64
+	seq   uint64
+	used  int64
+}
+
+type leaseEntry struct {
+	key    leaseKey
+	limits quota.Limits
+	cur    slice // seq zero: none
+	done   []report
+	// inflight counts leased charges not yet stored (or failed).
+	inflight atomic.Int32
+	asking   bool
+	// quiet: no request before then (the owner had nothing to lend).
+	quiet time.Time
+	// demand counts charges since demandFrom (a second at most); rate is
+	// the previous second's count.
+	demand, rate int64
+	demandFrom   time.Time
+	lastUse      time.Time
+}
+
+// leases is a node's table of slices it holds, and the goroutine that asks
+// for them and reports them.
+type leases struct {
+	q     *Quota
+	after int64
+	dur   time.Duration
+	kick  chan struct{}
+	mu    sync.Mutex
+	m     map[leaseKey]*leaseEntry
+
+	charged atomic.Int64 // charges served from slices
+	calls   atomic.Int64 // Lease calls to other members
+}
+
+func newLeases(q *Quota, after int64, dur time.Duration) *leases {
+	return &leases{q: q, after: after, dur: dur, kick: make(chan struct{}, 1), m: map[leaseKey]*leaseEntry{}}
+}
+
+func (ls *leases) wake() {
+	select {
+	case ls.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take uses one unit of a slice for c, lent under token (the owner's claim
+// in this node's view), answering the entry and the result to give; false
+// when there is no usable slice, in which case the charge goes to the
+// owner and counts toward asking for one.
+func (ls *leases) take(c *quota.Charge, token int64) (*leaseEntry, uint64, quota.ChargeResult, bool) {
+	k := keyOf(c)
+	now := time.Now()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	e := ls.m[k]
+	if e == nil {
+		e = &leaseEntry{key: k, demandFrom: now}
+		ls.m[k] = e
+	}
+	e.limits, e.lastUse = c.Limits, now
+	if d := now.Sub(e.demandFrom); d >= time.Second {
+		e.rate = e.demand
+		if d >= 2*time.Second {
+			e.rate = 0
+		}
+		e.demand, e.demandFrom = 0, now
+	}
+	e.demand++
+	s := &e.cur
+	if s.seq != 0 && s.token == token && now.Before(s.until) && s.used < s.units {
+		s.used++
+		e.inflight.Add(1)
+		r := s.res
+		r.Remaining = max(r.Remaining-s.used, 0)
+		if s.used*2 >= s.units || !now.Before(s.renewAt) {
+			ls.wake()
+		}
+		return e, s.seq, r, true
+	}
+	if !e.asking && (e.demand >= ls.after || s.seq != 0) {
+		ls.wake()
+	}
+	return nil, 0, quota.ChargeResult{}, false
+}
+
+// settle ends one leased charge: stored, or failed (its unit is not
+// reported as used).
+func (ls *leases) settle(e *leaseEntry, seq uint64, failed bool) {
+	if failed {
+		ls.mu.Lock()
+		if e.cur.seq == seq && e.cur.used > 0 {
+			e.cur.used--
+		} else {
+			for i := range e.done {
+				if e.done[i].seq == seq && e.done[i].used > 0 {
+					e.done[i].used--
+				}
+			}
+		}
+		ls.mu.Unlock()
+	} else {
+		ls.charged.Add(1)
+	}
+	e.inflight.Add(-1)
+}
+
+// closeLocked stops using e's slice: it is reported on the next pass.
+func (e *leaseEntry) closeLocked() {
+	if e.cur.seq != 0 {
+		e.done = append(e.done, report{token: e.cur.token, seq: e.cur.seq, used: e.cur.used})
+		e.cur = slice{}
+	}
+}
+
+// Freeze stops this node using any slice of account's and waits, within
+// ctx, until the charges made from them are stored: another node is
+// loading the account (Shares), and the share it reads must hold every
+// unit used and none be used after it.
+func (ls *leases) Freeze(ctx context.Context, account string) {
+	var held []*leaseEntry
+	ls.mu.Lock()
+	for k, e := range ls.m {
+		if k.account != account {
+			continue
+		}
+		e.closeLocked()
+		if e.inflight.Load() > 0 {
+			held = append(held, e)
+		}
+	}
+	ls.mu.Unlock()
+	if len(held) > 0 {
+		ls.wake()
+	}
+	// Bounded below the caller's deadline: a charge stuck behind a quota
+	// shard that is itself loading an account (asking this node's peers)
+	// must not hold the loader past its deadline. A charge still in flight
+	// past it is missing from this share: the count errs permissive.
+	ctx, cancel := context.WithTimeout(ctx, maxFreeze)
+	defer cancel()
+	for _, e := range held {
+		for e.inflight.Load() > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+}
+
+// leaseJob is one Lease call: a report, a request, or both.
+type leaseJob struct {
+	e      *leaseEntry
+	key    leaseKey
+	limits quota.Limits
+	rep    report
+	want   int64
+}
+
+// run asks and reports until the client closes: on every kick (a slice
+// used half, a key past LeaseAfter) and every eighth of a slice's time.
+func (ls *leases) run() {
+	t := time.NewTicker(ls.dur / 8)
+	defer t.Stop()
+	for {
+		select {
+		case <-ls.q.done:
+			return
+		case <-t.C:
+		case <-ls.kick:
+		}
+		for _, j := range ls.pass(time.Now()) {
+			ls.call(j)
+		}
+	}
+}
+
+// pass decides the calls to make now: a slice half used, half through its
+// time, or lent under a claim the view no longer names, is reported (with
+// a request for the next while the key is busy); a busy key without a
+// slice asks for one; keys idle for a while are forgotten.
+func (ls *leases) pass(now time.Time) []leaseJob {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var jobs []leaseJob
+	for k, e := range ls.m {
+		if e.asking {
+			continue
+		}
+		_, token, _ := ls.q.cfg.Owners.Owner(cluster.ShardOf(cluster.KindAccount, k.account))
+		s := &e.cur
+		if s.seq != 0 && (s.token != token || s.used*2 >= s.units || !now.Before(s.renewAt)) {
+			e.closeLocked()
+		}
+		if now.Sub(e.demandFrom) >= 2*time.Second {
+			e.demand, e.rate = 0, 0
+		}
+		// Leased charges count as demand too: a key stays busy while it
+		// is charged at the rate that earned it a slice.
+		busy := e.demand >= ls.after || e.rate >= ls.after
+		switch {
+		case len(e.done) > 0:
+			j := leaseJob{e: e, key: k, limits: e.limits, rep: e.done[0]}
+			e.done = e.done[1:]
+			if busy && e.cur.seq == 0 {
+				j.want = ls.want(e)
+			}
+			e.asking = true
+			jobs = append(jobs, j)
+		case e.cur.seq == 0 && busy && !now.Before(e.quiet):
+			e.asking = true
+			jobs = append(jobs, leaseJob{e: e, key: k, limits: e.limits, want: ls.want(e)})
+		case e.cur.seq == 0 && now.Sub(e.lastUse) > 10*ls.dur && e.inflight.Load() == 0:
+			delete(ls.m, k)
+		}
+	}
+	return jobs
+}
+
+// want is twice the units the key used in a slice's time at its rate.
+func (ls *leases) want(e *leaseEntry) int64 {
+	rate := max(e.rate, e.demand, ls.after)
+	return min(max(2*rate*int64(ls.dur)/int64(time.Second), 2), maxSlice)
+}
+
+// call makes one Lease call at the account's owner (this node's own quota
+// actors when it owns the account now: a report still has to be settled)
+// and installs the slice lent.
+func (ls *leases) call(j leaseJob) {
+	q := ls.q
+	sent := time.Now()
+	l := quota.Lease{
+		Account: j.key.account, Holder: q.cfg.Owners.Self(), Bucket: j.key.bucket, Kind: j.key.kind,
+		Hourly: j.key.flags&1 != 0, Monthly: j.key.flags&2 != 0, Total: j.key.flags&4 != 0,
+		Limits: j.limits, For: ls.dur, Keep: leaseKeep * ls.dur, Want: j.want,
+		Report: quota.LeaseReport{Seq: j.rep.seq, Used: j.rep.used},
+	}
+	type lent struct {
+		g     quota.LeaseGrant
+		token int64
+	}
+	got, err := route(q, &ls.calls, l.Account,
+		func() (lent, error) {
+			// This node owns the account now: settle the report, lend
+			// nothing (its own charges need no slice).
+			token, err := q.cfg.Owners.Held(cluster.ShardOf(cluster.KindAccount, l.Account))
+			if err != nil {
+				return lent{}, err
+			}
+			l.Want, l.Now, l.Members = 0, q.cfg.Now(), len(q.cfg.Owners.Members())
+			l.Report.SameClaim = j.rep.token == token
+			g, err := q.cfg.Local.Lease(l)
+			return lent{g, token}, err
+		},
+		func(ctx context.Context, cli NodeClient, token int64) (lent, int64, error) {
+			rep, err := cli.Lease(ctx, leaseMsg(&l, token, j.rep.token))
+			if err != nil {
+				return lent{}, 0, err
+			}
+			g, err := leaseGrantOf(rep)
+			return lent{g, rep.Token}, rep.Token, err
+		})
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	j.e.asking = false
+	if err != nil {
+		j.e.quiet = sent.Add(ls.dur / 2)
+		// The report is lost to the owner's memory (the units are in this
+		// node's share, counted when the account loads again; the owner
+		// lets the slice go after its Keep): permissive, never strict.
+		q.log.Debug("cluster: allowance lease call failed", "account", l.Account, "err", err)
+		return
+	}
+	if j.want > 0 && got.g.Units == 0 {
+		// Nothing to lend (the account is at its cap, or near it): charge
+		// through the owner for a while before asking again.
+		j.e.quiet = sent.Add(ls.dur / 2)
+	}
+	if got.g.Units > 0 {
+		j.e.cur = slice{
+			token: got.token, seq: got.g.Seq, units: got.g.Units,
+			until: sent.Add(ls.dur), renewAt: sent.Add(ls.dur / 2),
+			res: quota.ChargeResult{Allowed: true, Capped: got.g.Capped, Limit: got.g.Limit, Remaining: got.g.Remaining, Reset: got.g.Reset},
+		}
+	}
+	if len(j.e.done) > 0 {
+		ls.wake()
+	}
+}
+
+// leasedStep is a chained charge served from a slice: the local quota
+// actors store it as this node's share (quota.Charge.Lent: the slice was
+// the check), and the caller gets the slice's headers.
+type leasedStep struct {
+	ls    *leases
+	inner quota.ChargeStep
+	e     *leaseEntry
+	seq   uint64
+	res   quota.ChargeResult
+	c     quota.Charge
+}
+
+var leasedSteps = sync.Pool{New: func() any { return new(leasedStep) }}
+
+func (s *leasedStep) ChargeReq() *quota.Charge { return &s.c }
+
+func (s *leasedStep) Charged(_ quota.ChargeResult, err error) {
+	inner, res := s.inner, s.res
+	s.ls.settle(s.e, s.seq, err != nil)
+	*s = leasedStep{}
+	leasedSteps.Put(s)
+	if err != nil {
+		inner.Charged(quota.ChargeResult{}, err)
+		return
+	}
+	inner.Charged(res, nil)
+}
+
+func (s *leasedStep) Fail(err error) {
+	inner := s.inner
+	s.ls.settle(s.e, s.seq, true)
+	*s = leasedStep{}
+	leasedSteps.Put(s)
+	inner.Fail(err)
+}
+
+// chargeThen serves st from a slice when one is usable: true when it did.
+func (ls *leases) chargeThen(st quota.ChargeStep, token int64) bool {
+	c := st.ChargeReq()
+	e, seq, res, ok := ls.take(c, token)
+	if !ok {
+		return false
+	}
+	s := leasedSteps.Get().(*leasedStep)
+	*s = leasedStep{ls: ls, inner: st, e: e, seq: seq, res: res, c: *c}
+	s.c.Lent = true
+	ls.q.cfg.Local.ChargeThen(s)
+	return true
+}
+
+// charge is chargeThen for a waiting caller.
+func (ls *leases) charge(c *quota.Charge, token int64) (quota.ChargeResult, bool, error) {
+	e, seq, res, ok := ls.take(c, token)
+	if !ok {
+		return quota.ChargeResult{}, false, nil
+	}
+	lc := *c
+	lc.Lent = true
+	_, err := ls.q.cfg.Local.Charge(lc)
+	ls.settle(e, seq, err != nil)
+	if err != nil {
+		return quota.ChargeResult{}, true, fmt.Errorf("leased charge for %q: %w", c.Account, err)
+	}
+	return res, true, nil
+}

@@ -1,0 +1,180 @@
+package rpc
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// held reports whether the node holds or owes anything of its slices: a
+// slice in use, a report not yet settled, a call under way.
+func (ls *leases) held() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, e := range ls.m {
+		if e.cur.seq != 0 || len(e.done) > 0 || e.asking || e.inflight.Load() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func leasing(after int64) func(*QuotaConfig) {
+	return func(c *QuotaConfig) { c.LeaseAfter, c.LeaseFor = after, 300*time.Millisecond }
+}
+
+// TestLeasedHotAccountCap: a hot account charged from the two nodes that
+// do not own it gets slices of its allowance, charged there with no round
+// trip; charged 3N times at once across the three nodes, it admits no
+// more than its hourly cap of N, and once the slices are reported the
+// owner admits exactly the rest: N in all, in the hour, the month and the
+// totals, whose shares the holders persisted themselves.
+func TestLeasedHotAccountCap(t *testing.T) {
+	root := testRoot(t)
+	ids := []string{"a", "b", "c"}
+	var nodes []*node
+	for _, id := range ids {
+		nodes = append(nodes, startNodeWith(t, root, id, nil, leasing(20)))
+	}
+	settle(t, nodes, ids)
+	const n = 600
+	account := accountOwnedBy("a", ids)
+	c := quota.Charge{Account: account, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(n), limit(10*n), testNow, testNow)}
+
+	// Warm-up: b and c each charge until they hold a slice.
+	allowed := 0
+	for _, nd := range nodes[1:] {
+		for i := 0; nd.q.LeasedCharges() == 0; i++ {
+			if i == 1000 {
+				t.Fatalf("%s: no charge served from a slice after %d", nd.id, i)
+			}
+			res, err := nd.q.Charge(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed {
+				allowed++
+			}
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, nd := range nodes {
+		for w := range 4 {
+			wg.Go(func() {
+				for i := range 3 * n / 12 {
+					var res quota.ChargeResult
+					var err error
+					if (w+i)%2 == 0 {
+						res, err = nd.q.Charge(c)
+					} else {
+						res, err = chargeThen(nd.q, c)
+					}
+					if err != nil {
+						t.Errorf("charge at %s: %v", nd.id, err)
+						return
+					}
+					if res.Allowed {
+						mu.Lock()
+						allowed++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if allowed > n {
+		t.Fatalf("hourly cap %d with slices out: %d admitted", n, allowed)
+	}
+	if nodes[0].q.LeasedCharges() != 0 {
+		t.Fatalf("the owner charged %d from slices", nodes[0].q.LeasedCharges())
+	}
+	t.Logf("%d admitted; b and c: %d charges from slices, %d round trips, %d lease calls", allowed,
+		nodes[1].q.LeasedCharges()+nodes[2].q.LeasedCharges(), nodes[1].q.RemoteCalls()+nodes[2].q.RemoteCalls(), nodes[1].q.LeaseCalls()+nodes[2].q.LeaseCalls())
+
+	// Idle, the holders report their slices and return what they did not
+	// use; then the owner admits exactly what remains.
+	eventually(t, "the holders settle their slices", func() bool {
+		return !nodes[1].q.leases.held() && !nodes[2].q.leases.held()
+	})
+	for {
+		res, err := nodes[0].q.Charge(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed {
+			break
+		}
+		allowed++
+	}
+	if allowed != n {
+		t.Fatalf("hourly cap %d: %d admitted in all", n, allowed)
+	}
+	v, err := nodes[1].q.Usage(quota.Usage{Account: account, Limits: c.Limits, Now: testNow})
+	if err != nil || v.UsedThisHour != n || v.MonthUsed != n || v.TotalEvaluations != n {
+		t.Fatalf("usage: hour %d month %d total %d (%v); want %d each", v.UsedThisHour, v.MonthUsed, v.TotalEvaluations, err, n)
+	}
+	// The G-counter: every member's share, the holders' included, sums to N.
+	month := storage.MonthOf(testNow)
+	shares, missing := nodes[0].q.Shares(context.Background(), account, month)
+	own, tot, err := nodes[0].db.LoadUsage(account, month)
+	if err != nil || len(missing) != 0 {
+		t.Fatal(err, missing)
+	}
+	shares = append(shares, Share{Node: "a", Counts: own, Totals: tot})
+	if sum, tot := Merge(shares...); sum.Used != n || tot.Evaluations != n {
+		t.Fatalf("shares %+v sum to %d used, %d evaluated; want %d", shares, sum.Used, tot.Evaluations, n)
+	}
+	for _, s := range shares {
+		if s.Node != "a" && s.Counts.Used == 0 {
+			t.Errorf("%s holds no share of the leased charges", s.Node)
+		}
+	}
+}
+
+// TestLeasedChargesNeedNoHop: a hot account far from its caps is charged
+// on a node that does not own it almost entirely from slices: the round
+// trips per charge fall from one to a few per thousand.
+func TestLeasedChargesNeedNoHop(t *testing.T) {
+	root := testRoot(t)
+	ids := []string{"a", "b"}
+	var nodes []*node
+	for _, id := range ids {
+		nodes = append(nodes, startNodeWith(t, root, id, nil, leasing(50)))
+	}
+	settle(t, nodes, ids)
+	account := accountOwnedBy("a", ids)
+	c := quota.Charge{Account: account, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(1_000_000), limit(10_000_000), testNow, testNow)}
+	b := nodes[1]
+	const each, workers = 1500, 4
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				if res, err := chargeThen(b.q, c); err != nil || !res.Allowed {
+					t.Errorf("charge: %+v %v", res, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := int64(each * workers)
+	leased, hops, calls := b.q.LeasedCharges(), b.q.RemoteCalls(), b.q.LeaseCalls()
+	t.Logf("%d charges on b: %d from slices, %d round trips, %d lease calls: %.4f hops per charge", total, leased, hops, calls, float64(hops+calls)/float64(total))
+	if leased+hops != total || float64(hops+calls) > 0.1*float64(total) {
+		t.Fatalf("%d charges: %d from slices, %d round trips, %d lease calls", total, leased, hops, calls)
+	}
+	eventually(t, "b settles its slices", func() bool { return !b.q.leases.held() })
+	v, err := b.q.Usage(quota.Usage{Account: account, Limits: c.Limits, Now: testNow})
+	if err != nil || v.UsedThisHour != total || v.MonthUsed != total || v.TotalEvaluations != total {
+		t.Fatalf("usage: hour %d month %d total %d (%v); want %d each", v.UsedThisHour, v.MonthUsed, v.TotalEvaluations, err, total)
+	}
+}
