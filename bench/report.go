@@ -110,6 +110,8 @@ type Row struct {
 	FloorCurve    []Quantile `json:"floor_latency_curve"`
 	Timeline      Series     `json:"timeline"`
 	FloorTimeline *Series    `json:"floor_timeline"`
+	// Cluster holds a local cluster run's per-node figures (--nodes).
+	Cluster *ClusterRow `json:"cluster,omitempty"`
 }
 
 // PartRow is one part of a mixed workload.
@@ -366,6 +368,11 @@ func (rep *Report) WriteTable(w io.Writer) {
 	}
 	tw.Flush()
 	for _, r := range rep.Results {
+		if r.Cluster != nil {
+			writeCluster(w, &r)
+		}
+	}
+	for _, r := range rep.Results {
 		for _, n := range r.Notes {
 			fmt.Fprintf(w, "note: %s %s: %s\n", r.Scenario, r.Mode, n)
 		}
@@ -383,5 +390,28 @@ func (rep *Report) WriteTable(w io.Writer) {
 		if !c.Pass {
 			fmt.Fprintf(w, "threshold failed: %s\n", c)
 		}
+	}
+}
+
+// writeCluster prints a cluster row's per-node figures, its round trips
+// per request and its failover.
+func writeCluster(w io.Writer, r *Row) {
+	c := r.Cluster
+	fmt.Fprintf(w, "\n%s %s over %d nodes: %.4f owner round trips, %.4f lease calls per request; %.1f%% charged from lent slices\n",
+		r.Scenario, r.Mode, len(c.Nodes), c.OwnerCallsPerRequest, c.LeaseCallsPerRequest, 100*c.LeasedShare)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  node\tpid\trequests\tfailed\tsrv µs/req\tpeak RSS MB\towner calls\tlease calls\tleased\t")
+	for _, n := range c.Nodes {
+		name := n.Node
+		if n.Killed {
+			name += " (killed)"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t\n", name, n.PID, n.Requests, n.Failed,
+			fmtOpt(n.ServerCPU, "%.1f"), fmtOpt(n.ServerPeakRSS, "%.0f"), n.OwnerCalls, n.LeaseCalls, n.Leased)
+	}
+	tw.Flush()
+	if f := c.Failover; f != nil {
+		fmt.Fprintf(w, "failover: %s killed %.1fs into the window (lease TTL %gs): the others failed %d requests over %.3fs after it; %d lost in flight on %s\n",
+			f.Node, f.KilledAtS, f.LeaseTTLS, f.Failed, f.WindowS, f.LostInFlight, f.Node)
 	}
 }

@@ -58,6 +58,14 @@ type Config struct {
 	// own. Empty: an in-process floor whose CPU cannot be told apart.
 	FloorCommand []string
 
+	// Nodes > 1 starts a local cluster of that many fraudd nodes instead
+	// of one (cluster.go); LeaseTTL is their --cluster-lease-ttl (3 s when
+	// zero), and KillNodeAfter, when > 0, kills the last node that long
+	// into each measured window.
+	Nodes         int
+	LeaseTTL      time.Duration
+	KillNodeAfter time.Duration
+
 	// Plan of the accounts scenarios create: "custom" or "public_interest".
 	Plan string
 	// LiveTokens is how many network tokens evaluate-live mints.
@@ -89,6 +97,18 @@ func (c *Config) Validate() error {
 	if c.URL != "" && c.Fraudd != "" {
 		return errors.New("a URL and a fraudd binary exclude each other")
 	}
+	if c.Nodes < 0 || c.Nodes > 9 {
+		return fmt.Errorf("nodes %d: want 1 to 9 local nodes", c.Nodes)
+	}
+	if c.Nodes > 1 && c.URL != "" {
+		return errors.New("--nodes starts a local cluster: it excludes --url")
+	}
+	if c.KillNodeAfter < 0 || (c.KillNodeAfter > 0 && c.Nodes < 2) {
+		return errors.New("--kill-node-after needs --nodes 2 or more")
+	}
+	if c.LeaseTTL != 0 && (c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0) {
+		return fmt.Errorf("lease TTL %v: whole seconds, at least 1s", c.LeaseTTL)
+	}
 	return nil
 }
 
@@ -111,6 +131,8 @@ type suite struct {
 	rep     *Report
 	failed  []string
 	cleanup []func()
+	// nodes of a local cluster (Config.Nodes > 1).
+	nodes []clusterNode
 }
 
 func (s *suite) logf(format string, args ...any) {
@@ -246,6 +268,12 @@ func parseModes(mode string, rate float64) ([]Mode, error) {
 // startServer starts fraudd (or checks the --url server) and waits until it
 // answers /api/status.
 func (s *suite) startServer(ctx context.Context) error {
+	if s.cfg.Nodes > 1 {
+		if s.cfg.LeaseTTL == 0 {
+			s.cfg.LeaseTTL = 3 * time.Second
+		}
+		return s.startCluster(ctx)
+	}
 	if s.cfg.URL != "" {
 		s.srvURL = strings.TrimRight(s.cfg.URL, "/")
 		s.srvPID = s.cfg.ServerPID
@@ -389,7 +417,13 @@ func (s *suite) scenario(ctx context.Context, name string, env *Env, modes []Mod
 		if ctx.Err() != nil {
 			break // interrupted during the floor run
 		}
-		m, err := s.measure(ctx, name, s.srvURL, w, run, s.srvPID)
+		var m Measured
+		var cr *ClusterRow
+		if s.nodes != nil {
+			m, cr, err = s.measureCluster(ctx, name, w, run)
+		} else {
+			m, err = s.measure(ctx, name, s.srvURL, w, run, s.srvPID)
+		}
 		if err != nil {
 			return err
 		}
@@ -401,6 +435,7 @@ func (s *suite) scenario(ctx context.Context, name string, env *Env, modes []Mod
 			closedRPS = m.Result.RPS()
 		}
 		row := BuildRow(name, m, floorM)
+		row.Cluster = cr
 		row.Notes = append(append(row.Notes, w.Notes...), notes...)
 		if why := Explain429(m.Result, s.cfg.URL != ""); why != "" {
 			s.logf("%s: %s", name, why)

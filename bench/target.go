@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -27,6 +28,20 @@ type Target struct {
 	// Host is the host:port of URL, sent as the Host header.
 	Host   string
 	client *fasthttp.HostClient
+	// pool, for a Target over several servers (NewTargets), is one
+	// Target per server, taken in turn.
+	pool []*member
+	next atomic.Uint64
+	// lastFail is when a pooled server not dropped last answered 5xx or
+	// not at all (Unix nanoseconds).
+	lastFail atomic.Int64
+}
+
+// member is one server of a pooled Target and what it answered.
+type member struct {
+	t                *Target
+	dropped          atomic.Bool
+	answered, failed atomic.Int64
 }
 
 // TargetOptions tune a Target. The zero value works.
@@ -101,13 +116,83 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// NewTargets is one Target over several servers of one service (the
+// nodes of a cluster): each request goes to the next server in turn that
+// has not been dropped, as a round-robin load balancer sends it. Its URL
+// and Host are the first server's.
+func NewTargets(bases []string, o TargetOptions) (*Target, error) {
+	if len(bases) == 0 {
+		return nil, errors.New("no target")
+	}
+	o.Conns = max(o.Conns, 1)
+	var pool []*member
+	for _, b := range bases {
+		t, err := NewTarget(b, o)
+		if err != nil {
+			return nil, err
+		}
+		pool = append(pool, &member{t: t})
+	}
+	return &Target{URL: pool[0].t.URL, Host: pool[0].t.Host, client: pool[0].t.client, pool: pool}, nil
+}
+
+// Drop stops sending to server i of a pooled Target: the load balancer
+// took it out (fraudbench killed it).
+func (t *Target) Drop(i int) { t.pool[i].dropped.Store(true) }
+
+// Served is what server i of a pooled Target answered: 2xx–4xx, and 5xx
+// or no answer.
+func (t *Target) Served(i int) (answered, failed int64) {
+	return t.pool[i].answered.Load(), t.pool[i].failed.Load()
+}
+
+// LastFailure is when a pooled server that was not dropped last answered
+// 5xx or not at all (zero: never).
+func (t *Target) LastFailure() time.Time {
+	if n := t.lastFail.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
 // Do sends req (whose RequestURI is a path) to the target. It sets the Host
 // and User-Agent headers.
 func (t *Target) Do(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
+	if t.pool != nil {
+		return t.doPooled(req, resp, timeout)
+	}
 	req.Header.SetHost(t.Host)
 	req.Header.SetUserAgent(UserAgent)
 	return t.client.DoTimeout(req, resp, timeout)
 }
 
+func (t *Target) doPooled(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
+	var m *member
+	for range len(t.pool) {
+		m = t.pool[t.next.Add(1)%uint64(len(t.pool))]
+		if !m.dropped.Load() {
+			break
+		}
+	}
+	err := m.t.Do(req, resp, timeout)
+	if err != nil || resp.StatusCode() >= 500 {
+		m.failed.Add(1)
+		if !m.dropped.Load() {
+			t.lastFail.Store(time.Now().UnixNano())
+		}
+	} else {
+		m.answered.Add(1)
+	}
+	return err
+}
+
 // CloseIdle closes the target's idle keep-alive connections.
-func (t *Target) CloseIdle() { t.client.CloseIdleConnections() }
+func (t *Target) CloseIdle() {
+	if t.pool != nil {
+		for _, m := range t.pool {
+			m.t.CloseIdle()
+		}
+		return
+	}
+	t.client.CloseIdleConnections()
+}

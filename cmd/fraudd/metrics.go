@@ -30,6 +30,15 @@ type metricSources struct {
 	hooks   *webhook.Service
 	feeds   *netlists.Store
 	clock   clock.Clock
+	// cluster is nil on a single node.
+	cluster clusterCounts
+}
+
+// clusterCounts are a cluster node's routing figures (*clusterserve.Node).
+type clusterCounts interface {
+	RemoteCalls() int64
+	LeasedCharges() int64
+	LeaseCalls() int64
 }
 
 // addSources registers the scrape-time figures: actor mailboxes and shards,
@@ -101,6 +110,20 @@ func addSources(m *metrics.Metrics, src metricSources) error {
 	)
 	if err != nil {
 		return err
+	}
+	if c := src.cluster; c != nil {
+		err = m.Add(
+			metrics.Source{Name: "cluster_owner_calls_total", Help: "Round trips to other members for the accounts this node does not own: charges and usage reads at the owner (call), and allowance lease requests and reports (lease).", Type: counter, Label: "kind",
+				Read: func(emit func(string, float64)) {
+					emit("call", float64(c.RemoteCalls()))
+					emit("lease", float64(c.LeaseCalls()))
+				}},
+			metrics.Source{Name: "cluster_leased_charges_total", Help: "Charges this node served from slices of an account's allowance lent by its owner, with no round trip.", Type: counter,
+				Read: func(emit func(string, float64)) { emit("", float64(c.LeasedCharges())) }},
+		)
+		if err != nil {
+			return err
+		}
 	}
 	return m.Register(newStoreCollector(src.db))
 }

@@ -433,8 +433,12 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	// Metrics: the request path records into mx; everything else is read
 	// when Prometheus scrapes.
 	mx := metrics.New(version)
-	if err := addSources(mx, metricSources{kinds: actors.KindsOf(system), db: db, quota: quotas, events: devices, history: devHist,
-		hooks: hooks, feeds: feeds, clock: clk}); err != nil {
+	sources := metricSources{kinds: actors.KindsOf(system), db: db, quota: quotas, events: devices, history: devHist,
+		hooks: hooks, feeds: feeds, clock: clk}
+	if node != nil {
+		sources.cluster = node
+	}
+	if err := addSources(mx, sources); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	srv := fastapi.New(fastapi.Config{

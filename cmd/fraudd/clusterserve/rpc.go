@@ -96,3 +96,21 @@ func (n *Node) RemoteCalls() int64 {
 	}
 	return n.rpc.RemoteCalls()
 }
+
+// LeasedCharges counts the charges this node served from slices of an
+// account's allowance (0 before StartRPC); LeaseCalls the Lease calls it
+// made for them.
+func (n *Node) LeasedCharges() int64 {
+	if n.rpc == nil {
+		return 0
+	}
+	return n.rpc.LeasedCharges()
+}
+
+// LeaseCalls: see LeasedCharges.
+func (n *Node) LeaseCalls() int64 {
+	if n.rpc == nil {
+		return 0
+	}
+	return n.rpc.LeaseCalls()
+}
