@@ -13,13 +13,15 @@ import (
 	"time"
 )
 
-// A local cluster (fraudbench --nodes N): N fraudd processes on loopback,
-// the first running an embedded etcd member the others use, one cluster
-// name, one master secret and one admin token. The load goes to every node
-// in turn, as a round-robin load balancer sends it; the report adds the
-// per-node figures, the round trips to account owners per evaluation, and,
-// with --kill-node-after, how the others weathered the loss of the last
-// node (SIGKILL; the load balancer stops sending to it at that instant).
+// A local cluster (fraudbench --nodes N): N fraudd processes on loopback
+// on one etcd (cmd/fraudbench's, or an embedded member in node 1), one
+// cluster name, one master secret and one admin token. The load goes to
+// every node in turn, as a round-robin load balancer sends it; the report
+// adds the per-node figures, the round trips to account owners per
+// evaluation, and, with --kill-node-after, how the others weathered the
+// loss of a node (SIGKILL; the load balancer stops sending to it at that
+// instant): the node that owns the load's accounts, as far as the counts
+// tell.
 
 // ClusterRow is a cluster run's figures beside its Row.
 type ClusterRow struct {
@@ -79,13 +81,15 @@ func (s *suite) startCluster(ctx context.Context) error {
 	s.cfg.AdminToken = "bench_" + randomHex(16)
 	secret := randomHex(32)
 	name := "bench-" + randomHex(4)
-	etcdClient, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	etcdPeer, err := freeAddr()
-	if err != nil {
-		return err
+	var etcdClient, etcdPeer string
+	if len(s.cfg.EtcdEndpoints) == 0 {
+		var err error
+		if etcdClient, err = freeAddr(); err != nil {
+			return err
+		}
+		if etcdPeer, err = freeAddr(); err != nil {
+			return err
+		}
 	}
 	for i := 1; i <= n; i++ {
 		dir, err := os.MkdirTemp("", "fraudbench-node-")
@@ -102,9 +106,12 @@ func (s *suite) startCluster(ctx context.Context) error {
 			"--trusted-proxies", "127.0.0.0/8", "--log-level", "info", "--secret", secret,
 			"--cluster-name", name, "--cluster-node-id", id, "--cluster-listen", grpcAddr, "--cluster-advertise", grpcAddr,
 			"--cluster-lease-ttl", s.cfg.LeaseTTL.String()}
-		if i == 1 {
+		switch {
+		case len(s.cfg.EtcdEndpoints) > 0:
+			args = append(args, "--cluster-etcd", strings.Join(s.cfg.EtcdEndpoints, ","))
+		case i == 1:
 			args = append(args, "--cluster-embedded-etcd", "--cluster-etcd-client-url", "http://"+etcdClient, "--cluster-etcd-peer-url", "http://"+etcdPeer)
-		} else {
+		default:
 			args = append(args, "--cluster-etcd", "http://"+etcdClient)
 		}
 		args = append(args, s.cfg.FrauddArgs...)
@@ -128,8 +135,12 @@ func (s *suite) startCluster(ctx context.Context) error {
 	for i, nd := range s.nodes {
 		pids[i] = strconv.Itoa(nd.proc.PID)
 	}
-	s.rep.Target = fmt.Sprintf("a local cluster of %d fraudd nodes started by fraudbench (%s, pids %s; node1 runs the embedded etcd member; temp data dirs; --cluster-lease-ttl %v; load round-robin over the nodes)",
-		n, s.cfg.Fraudd, strings.Join(pids, ", "), s.cfg.LeaseTTL)
+	etcd := "etcd at " + strings.Join(s.cfg.EtcdEndpoints, ",")
+	if len(s.cfg.EtcdEndpoints) == 0 {
+		etcd = "node1 runs the embedded etcd member"
+	}
+	s.rep.Target = fmt.Sprintf("a local cluster of %d fraudd nodes started by fraudbench (%s, pids %s; %s; temp data dirs; --cluster-lease-ttl %v; load round-robin over the nodes)",
+		n, s.cfg.Fraudd, strings.Join(pids, ", "), etcd, s.cfg.LeaseTTL)
 	return nil
 }
 
@@ -208,11 +219,24 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 	live := func(i int) bool { return !nodes[i].proc.Exited() }
 	// What the survivors failed before the kill is not the failover's.
 	failedAtKill := make([]int64, len(nodes))
-	before := make([]ownerCounts, len(nodes))
-	for i := range nodes {
-		if live(i) {
-			if before[i], err = s.scrapeOwnerCounts(urls[i]); err != nil {
-				return Measured{}, nil, err
+	// The counts at the window's start and end: the warm-up's are not the
+	// window's.
+	before, after := make([]ownerCounts, len(nodes)), make([]ownerCounts, len(nodes))
+	servedAt := func(into [][2]int64) {
+		for i := range nodes {
+			into[i][0], into[i][1] = t.Served(i)
+		}
+	}
+	served0, served1 := make([][2]int64, len(nodes)), make([][2]int64, len(nodes))
+	var scrapeErr error
+	scrape := func(into []ownerCounts) {
+		for i := range nodes {
+			if live(i) {
+				c, err := s.scrapeOwnerCounts(urls[i])
+				if err != nil && scrapeErr == nil {
+					scrapeErr = err
+				}
+				into[i] = c
 			}
 		}
 	}
@@ -226,6 +250,8 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 	var lostBefore int64
 	killed := make(chan struct{})
 	rc.OnMeasureStart = func() {
+		servedAt(served0)
+		scrape(before)
 		start = time.Now()
 		for i := range watches {
 			if live(i) {
@@ -241,7 +267,7 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 					return
 				case <-time.After(s.cfg.KillNodeAfter):
 				}
-				i := len(nodes) - 1
+				i := s.victim(nodes, urls, before)
 				watches[i].End()
 				t.Drop(i)
 				for j := range nodes {
@@ -264,6 +290,8 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 				watches[i].End()
 			}
 		}
+		servedAt(served1)
+		scrape(after)
 	}
 	rc.Progress = func(p Progress) { s.logf("%s", FormatProgress(label, p)) }
 	res, err := Run(ctx, t, w, rc)
@@ -271,13 +299,16 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 		return Measured{}, nil, err
 	}
 	<-killed
+	if scrapeErr != nil {
+		return Measured{}, nil, scrapeErr
+	}
 	m := Measured{Result: res}
 	cr := &ClusterRow{}
 	var cpu time.Duration
 	var peak uint64
 	var calls, leaseCalls, leased int64
 	for i, nd := range nodes {
-		answered, failed := t.Served(i)
+		answered, failed := served1[i][0]-served0[i][0], served1[i][1]-served0[i][1]
 		row := NodeRow{Node: nd.id, PID: nd.proc.PID, Requests: answered, Failed: failed, Killed: i == killIdx}
 		if c, err := watches[i].CPU(); err == nil {
 			cpu += c
@@ -286,11 +317,7 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 			peak = max(peak, watches[i].PeakRSSKB())
 		}
 		if i != killIdx && live(i) {
-			after, err := s.scrapeOwnerCounts(urls[i])
-			if err != nil {
-				return Measured{}, nil, err
-			}
-			row.OwnerCalls, row.LeaseCalls, row.Leased = after.calls-before[i].calls, after.leaseCalls-before[i].leaseCalls, after.leased-before[i].leased
+			row.OwnerCalls, row.LeaseCalls, row.Leased = after[i].calls-before[i].calls, after[i].leaseCalls-before[i].leaseCalls, after[i].leased-before[i].leased
 			calls, leaseCalls, leased = calls+row.OwnerCalls, leaseCalls+row.LeaseCalls, leased+row.Leased
 		}
 		cr.Nodes = append(cr.Nodes, row)
@@ -322,4 +349,27 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 		cr.Failover = f
 	}
 	return m, cr, nil
+}
+
+// victim picks the node to kill: the one that sent the fewest charges
+// elsewhere since the window began (round trips to owners plus charges
+// from lent slices) — the owner of most of the load's accounts, whose loss
+// the others must take over. Node 1 is never picked when it runs the etcd
+// member.
+func (s *suite) victim(nodes []clusterNode, urls []string, before []ownerCounts) int {
+	best, fewest := len(nodes)-1, int64(-1)
+	for i := range nodes {
+		if i == 0 && len(s.cfg.EtcdEndpoints) == 0 {
+			continue
+		}
+		c, err := s.scrapeOwnerCounts(urls[i])
+		if err != nil {
+			continue
+		}
+		sent := c.calls - before[i].calls + c.leased - before[i].leased
+		if fewest < 0 || sent < fewest {
+			best, fewest = i, sent
+		}
+	}
+	return best
 }

@@ -65,6 +65,10 @@ type Config struct {
 	Nodes         int
 	LeaseTTL      time.Duration
 	KillNodeAfter time.Duration
+	// EtcdEndpoints are the etcd the nodes use (cmd/fraudbench starts one
+	// in its process); empty: node 1 runs an embedded etcd member, and is
+	// never the one killed.
+	EtcdEndpoints []string
 
 	// Plan of the accounts scenarios create: "custom" or "public_interest".
 	Plan string

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fraudd/fraudd/bench"
+	"github.com/fraudd/fraudd/cluster/embedetcd"
 )
 
 func main() {
@@ -75,6 +76,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		} else {
 			cfg.FloorCommand = []string{exe, "floor-server"}
 		}
+	}
+	if cfg.Nodes > 1 {
+		// The cluster's etcd runs here, so that any node can be killed.
+		stopEtcd, err := startEtcd(ctx, &cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "fraudbench: etcd: %v\n", err)
+			return 1
+		}
+		defer stopEtcd()
 	}
 	rep, runErr := bench.RunSuite(ctx, cfg)
 	code := 0
@@ -180,9 +190,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&c.AdminToken, "admin-token", "", "with --url: the server's admin token (scenarios create their own accounts)")
 	fs.IntVar(&c.ServerPID, "pid", 0, "with --url: the server's pid on this machine, to report its CPU time per request and peak RSS")
 	fs.BoolVar(&c.AllowRemote, "allow-remote", false, "let --url name a non-loopback host")
-	fs.IntVar(&c.Nodes, "nodes", 1, "start a local cluster of this many fraudd nodes (node 1 runs an embedded etcd member) and spread the load over them in turn; the report adds per-node figures and round trips to account owners per request")
+	fs.IntVar(&c.Nodes, "nodes", 1, "start a local cluster of this many fraudd nodes (on an etcd member fraudbench runs) and spread the load over them in turn; the report adds per-node figures and round trips to account owners per request")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 3*time.Second, "with --nodes: the nodes' --cluster-lease-ttl")
-	fs.DurationVar(&c.KillNodeAfter, "kill-node-after", 0, "with --nodes: SIGKILL the last node this long into each measured window (the load stops going to it at once, as a load balancer's would) and report the failover: the others' failed requests and for how long")
+	fs.DurationVar(&c.KillNodeAfter, "kill-node-after", 0, "with --nodes: SIGKILL a node (the one that owns the load's accounts) this long into each measured window (the load stops going to it at once, as a load balancer's would) and report the failover: the others' failed requests and for how long")
 	fs.StringVar(&c.Plan, "plan", "custom", "plan of the scenario accounts: custom (null limits) or public_interest")
 	fs.IntVar(&c.LiveTokens, "live-tokens", 1000, "evaluate-live: network tokens minted before the run")
 	fs.StringVar(&o.jsonPath, "json", "", "write the report as JSON to this file")
@@ -334,4 +344,22 @@ func runFloor(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// startEtcd starts an etcd member in this process (temp dir, loopback
+// ports) for a --nodes cluster and sets its endpoints in cfg.
+func startEtcd(ctx context.Context, cfg *bench.Config) (stop func(), err error) {
+	dir, err := os.MkdirTemp("", "fraudbench-etcd-")
+	if err != nil {
+		return nil, err
+	}
+	// A 10 ms tick lets etcd keep leases as short as --lease-ttl gives (it
+	// raises any lease below 1.5 election timeouts).
+	srv, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir, Tick: 10 * time.Millisecond, Election: 100 * time.Millisecond})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cfg.EtcdEndpoints = srv.Endpoints()
+	return func() { srv.Close(); os.RemoveAll(dir) }, nil
 }
