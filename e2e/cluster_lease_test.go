@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,8 +14,8 @@ import (
 // --cluster-lease-after on each, so the two that do not own it charge
 // slices of its allowance lent by the owner, with no round trip). No more
 // than N are admitted; once the slices are reported the rest of the cap is
-// admitted and nothing beyond: exactly N in all, and used_this_hour and
-// month_used read N through every node.
+// admitted and nothing beyond: exactly N in all, and used_this_hour,
+// month_used and the console's daily usage read N through every node.
 func TestClusterLeasedHotAccount(t *testing.T) {
 	c := StartCluster(t, bin, ClusterOptions{Args: []string{"--cluster-lease-after", "20"}})
 	const n = 300
@@ -80,5 +81,24 @@ func TestClusterLeasedHotAccount(t *testing.T) {
 		Within(t, 5*time.Second, fmt.Sprintf("node %d reads the whole count", i+1), func() bool {
 			return hourUsed(t, s, a.LiveKey) == n && monthUsed(t, s, a.LiveKey) == n
 		})
+	}
+	// The console's daily usage sums what every member stored for the day:
+	// the owner's charges and the slice holders'.
+	for i, s := range c.Nodes {
+		r := s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID+"/usage", nil)
+		if r.Status != 200 {
+			t.Fatalf("node %d: account usage %d %s", i+1, r.Status, r.Body)
+		}
+		var u struct {
+			Daily []struct {
+				Used int64 `json:"used"`
+			} `json:"daily"`
+		}
+		if err := json.Unmarshal(r.Body, &u); err != nil || len(u.Daily) == 0 {
+			t.Fatalf("node %d: account usage %s: %v", i+1, r.Body, err)
+		}
+		if today := u.Daily[len(u.Daily)-1].Used; today != n {
+			t.Fatalf("node %d: the console's daily usage shows %d today; %d were counted", i+1, today, n)
+		}
 	}
 }

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -19,7 +21,8 @@ import (
 // cluster harness, an embedded member in the test process); an account
 // created on node 1 with an hourly cap of N; 3N evaluations spread over the
 // three nodes at once admit exactly N, every other one is refused 429, none
-// fails. Then the same with a monthly cap of N.
+// fails. Then the same with a monthly cap of N, and with a daily device-
+// collection budget of 10 events.
 func TestClusterCapsAcrossNodes(t *testing.T) {
 	c := StartCluster(t, bin, ClusterOptions{})
 	nodes, ids := c.Nodes, []string{"node1", "node2", "node3"}
@@ -90,6 +93,47 @@ func TestClusterCapsAcrossNodes(t *testing.T) {
 			t.Fatalf("monthly usage read on node %d: %v", i+1, u)
 		}
 	}
+
+	// The daily device-collection budget (a custom plan of 30 checks a
+	// month: 10 events a day), taken by browsers whose reports reach any
+	// node: exactly 10 stored in all.
+	d := nodes[2].CreateAccount(t, map[string]any{"email": "collect@example.com", "plan": "custom", "hourly_limit": 5, "monthly_limit": 30})
+	usageEverywhere(t, nodes, d.LiveKey)
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Go(func() {
+			r := nodes[i%3].Do(t, Req{Method: "POST", Path: "/v1/collect/device", Body: collectSignals(t, d.PublishableKey),
+				Header: map[string]string{"Content-Type": "text/plain", "Origin": "https://shop.example",
+					"X-Forwarded-For": fmt.Sprintf("198.51.100.%d", 1+i)}})
+			mu.Lock()
+			statuses[r.Status]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if statuses[200] != 10 || statuses[429] != 20 {
+		t.Fatalf("a collection budget of 10 events a day over 3 nodes: statuses %v", statuses)
+	}
+}
+
+// collectSignals is a browser's device report for the publishable key.
+func collectSignals(t *testing.T, key string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../intel/device/testdata/chrome_desktop_windows.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx struct {
+		Signals map[string]any `json:"signals"`
+	}
+	if err := json.Unmarshal(b, &fx); err != nil {
+		t.Fatal(err)
+	}
+	fx.Signals["key"] = key
+	out, _ := json.Marshal(fx.Signals)
+	return out
 }
 
 // usageEverywhere waits until every node answers key's usage (which charges

@@ -386,6 +386,9 @@ func (s *Server) try(r Req) (*Response, error) {
 	if r.Bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+r.Bearer)
 	}
+	for k, v := range r.Header {
+		req.Header.Set(k, v)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return nil, err

@@ -123,6 +123,10 @@ type Deps struct {
 	NetTokens *nettoken.Codec
 	// Devices owns the collector's device events; nil: none resolve.
 	Devices *events.Client
+	// ClusterEvents, when set (cluster mode), is what the checks pipeline
+	// stores and resolves device events through instead of Devices: a
+	// client that resolves an event at the node that stored it.
+	ClusterEvents checks.Events
 	// VisitorKey keys device visitor ids (secrets.LabelVisitorID).
 	VisitorKey []byte
 	// DeviceHist owns each customer's device history and account links
@@ -160,6 +164,9 @@ func pipeline(d *Deps, log *slog.Logger) *checks.Service {
 	}
 	if d.Devices != nil {
 		cfg.Events = d.Devices
+	}
+	if d.ClusterEvents != nil {
+		cfg.Events = d.ClusterEvents
 	}
 	if d.DeviceHist != nil {
 		cfg.History = d.DeviceHist

@@ -76,17 +76,28 @@ type Config struct {
 	SweepEvery time.Duration
 	Group      actors.GroupConfig
 	Logger     *slog.Logger
+	// Node, when not zero, is this cluster node's route (NodeOf): every id
+	// Collect mints carries it, so another node asked to resolve the event
+	// knows which member stored it.
+	Node uint16
 }
 
 // EventIDPrefix starts every event id string.
 const EventIDPrefix = "ev_"
 
 // EventID is an event's binary id: its UTC day (4 bytes, storage.EventDay),
-// the route of its visitor hash (2 bytes), then 10 random bytes.
+// the route of its visitor hash (2 bytes), then 10 random bytes — of which,
+// in cluster mode, the first 2 are the route of the node that stored it
+// (Config.Node, NodeOf).
 type EventID = [storage.EventIDLen]byte
 
 // RouteOf is the 16-bit route of a visitor hash.
 func RouteOf(visitor string) uint16 { return uint16(actors.HashString(visitor) >> 48) }
+
+// NodeOf is the route of the cluster node that stored event id (zero for
+// an id minted outside cluster mode, or whose random bytes happen to be
+// zero there): bytes 6 and 7 of the id.
+func NodeOf(id *EventID) uint16 { return binary.BigEndian.Uint16(id[6:8]) }
 
 // NewEventID mints an id for an event of visitor at now.
 func NewEventID(visitor string, now time.Time) EventID {
@@ -237,6 +248,7 @@ type Client struct {
 	store    Store
 	log      *slog.Logger
 	timeout  time.Duration
+	node     uint16 // this cluster node's route in the ids minted (Config.Node)
 	stopped  atomic.Bool
 
 	flushMu sync.Mutex // one flush at a time; Stop waits for it
@@ -259,7 +271,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = time.Minute
 	}
-	c := &Client{resolves: actors.NewCalls[Resolve, Resolved](cfg.Timeout), store: cfg.Store, log: cfg.Logger, timeout: cfg.Timeout}
+	c := &Client{resolves: actors.NewCalls[Resolve, Resolved](cfg.Timeout), store: cfg.Store, log: cfg.Logger, timeout: cfg.Timeout, node: cfg.Node}
 	if cfg.Store != nil {
 		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
 	}
@@ -299,6 +311,16 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	return c
 }
 
+// newID mints an event id, with this node's route in it in cluster mode
+// (8 random bytes then remain).
+func (c *Client) newID(visitor string, now time.Time) EventID {
+	id := NewEventID(visitor, now)
+	if c.node != 0 {
+		binary.BigEndian.PutUint16(id[6:8], c.node)
+	}
+	return id
+}
+
 // Record stores a new event, fire-and-forget. The event must not be modified
 // afterwards. A Resolve sent after Record returns finds it: both go to the
 // same shard, in order.
@@ -317,7 +339,7 @@ func (c *Client) Collect(m Collected) (EventID, error) {
 	}
 	v := m.Verdict
 	e := &storage.DeviceEvent{
-		ID:        NewEventID(v.VisitorID, m.Now),
+		ID:        c.newID(v.VisitorID, m.Now),
 		Account:   m.Account,
 		Created:   m.Now,
 		Origin:    m.Origin,

@@ -83,9 +83,9 @@ type QuotaConfig struct {
 }
 
 // Quota implements checks.Quota (and its chained ChargeThen) across the
-// cluster: each account's charge and usage run at the owner of its shard.
-// Collect and CountTotal stay on this node: the collection budget and the
-// totals are per-node shares (docs/cluster.md).
+// cluster: each account's charge, usage read and collection (collect.go)
+// run at the owner of its shard. CountTotal stays on this node: the totals
+// are per-node shares (docs/cluster.md).
 type Quota struct {
 	cfg    QuotaConfig
 	log    *slog.Logger
@@ -347,10 +347,6 @@ func (q *Quota) Usage(u quota.Usage) (quota.UsageView, error) {
 // CountTotal implements checks.Quota: totals are per-node shares, summed
 // by the G-counter rebuild, so this node counts its own.
 func (q *Quota) CountTotal(account string, now time.Time) { q.cfg.Local.CountTotal(account, now) }
-
-// Collect implements checks.Quota on this node's budget (memory only, as
-// on one node): in a cluster each node keeps its own day's count.
-func (q *Quota) Collect(m quota.Collect) (quota.CollectResult, error) { return q.cfg.Local.Collect(m) }
 
 // route runs an owner-only call for account: locally when this node holds
 // a valid claim of the shard, else with one gRPC call to the owner in the

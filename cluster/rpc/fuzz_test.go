@@ -88,3 +88,53 @@ func FuzzLeaseRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDaysReply: whatever a peer answers to Days, the check never panics,
+// and what it passes has one non-negative day each from first to last.
+func FuzzDaysReply(f *testing.F) {
+	ok := &DaysReply{Version: version, Node: "b", Days: []*DayCount{{Day: 20000, Used: 3}, {Day: 20001, Lookups: 2}}}
+	b, err := proto.Marshal(ok)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte{0x12, 0x01, 'b', 0x1a, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r DaysReply
+		if proto.Unmarshal(b, &r) != nil {
+			return
+		}
+		days, err := daysOf(&r, "b", 20000, 20001)
+		if err != nil {
+			return
+		}
+		for i, d := range days {
+			if d.Day != uint32(20000+i) || d.Used < 0 || d.Lookups < 0 {
+				t.Fatalf("%v passed as day %d: %v", &r, i, d)
+			}
+		}
+	})
+}
+
+// FuzzResolveReply: whatever a peer answers to Resolve, converting it never
+// panics, and an answer that passes is a found event with sane sightings.
+func FuzzResolveReply(f *testing.F) {
+	ok := &ResolveReply{Version: version, Found: true, Event: []byte("\x02\x00\x00Q,b\x8c\xafc\xad\xcf]\xfee\xab:0\x06acct_1\x81\x80\xee\x89\xd4\xd9\xaa\xf5\x18\x00\x00\x00\x02{}\x00\x00\x00\tvisitor-1\x00\x00\x00"),
+		Visitor: "visitor-1", TimesSeen: 3}
+	b, err := proto.Marshal(ok)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte{0x10, 0x01, 0x22, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r ResolveReply
+		if proto.Unmarshal(b, &r) != nil {
+			return
+		}
+		res, err := resolvedOf(&r)
+		if err == nil && res.Found && (res.Sightings.TimesSeen < 0 || len(res.Sightings.Visitor) > 32) {
+			t.Fatalf("%v passed as %+v", &r, res)
+		}
+	})
+}

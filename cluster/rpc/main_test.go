@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/cluster/embedetcd"
@@ -60,6 +61,8 @@ type node struct {
 	bal     *cluster.Balancer
 	db      *storage.DB
 	local   *quota.Client
+	events  *events.Client
+	ev      *Events
 	srv     *grpc.Server
 	q       *Quota
 	owners  Ownership
@@ -113,6 +116,7 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	n.windows = NewHandedWindows()
 	shared := NewSharedStore(n.db, id, n.windows)
 	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
+	n.events = events.New(sys.Root, events.Config{Shards: 2, Node: NodeRoute(id), Logger: quietLog})
 	// As a fraudd node does (clusterserve): a shard leaving drops its
 	// accounts once stored and keeps their hourly windows for the next
 	// owner; a shard arriving forgets what a non-owner held.
@@ -144,7 +148,8 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	if n.q, err = NewQuota(qc); err != nil {
 		tb.Fatal(err)
 	}
-	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q})
+	n.ev = n.q.Events(n.events)
+	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Events: n.events})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -174,6 +179,7 @@ func (n *node) close() {
 		n.halt()
 	}
 	n.local.Stop()
+	n.events.Stop()
 	n.db.Close()
 }
 

@@ -1656,6 +1656,526 @@ func (x *LeaseReply) GetToken() int64 {
 	return 0
 }
 
+type DaysRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Account string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	// first and last are UTC days (storage.Day: days since 1970-01-01),
+	// inclusive; at most 366 of them.
+	First         uint32 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
+	Last          uint32 `protobuf:"varint,4,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DaysRequest) Reset() {
+	*x = DaysRequest{}
+	mi := &file_node_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DaysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DaysRequest) ProtoMessage() {}
+
+func (x *DaysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DaysRequest.ProtoReflect.Descriptor instead.
+func (*DaysRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DaysRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DaysRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *DaysRequest) GetFirst() uint32 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *DaysRequest) GetLast() uint32 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+type DayCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Day           uint32                 `protobuf:"varint,1,opt,name=day,proto3" json:"day,omitempty"`
+	Used          int64                  `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"`
+	Lookups       int64                  `protobuf:"varint,3,opt,name=lookups,proto3" json:"lookups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DayCount) Reset() {
+	*x = DayCount{}
+	mi := &file_node_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DayCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DayCount) ProtoMessage() {}
+
+func (x *DayCount) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DayCount.ProtoReflect.Descriptor instead.
+func (*DayCount) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DayCount) GetDay() uint32 {
+	if x != nil {
+		return x.Day
+	}
+	return 0
+}
+
+func (x *DayCount) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *DayCount) GetLookups() int64 {
+	if x != nil {
+		return x.Lookups
+	}
+	return 0
+}
+
+type DaysReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// days: one per day from first to last, in order.
+	Days          []*DayCount `protobuf:"bytes,3,rep,name=days,proto3" json:"days,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DaysReply) Reset() {
+	*x = DaysReply{}
+	mi := &file_node_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DaysReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DaysReply) ProtoMessage() {}
+
+func (x *DaysReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DaysReply.ProtoReflect.Descriptor instead.
+func (*DaysReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DaysReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DaysReply) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *DaysReply) GetDays() []*DayCount {
+	if x != nil {
+		return x.Days
+	}
+	return nil
+}
+
+type CollectRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Account string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	// The account's daily budget (quota.CollectBudget) and the event's size.
+	BudgetEvents int64 `protobuf:"varint,3,opt,name=budget_events,json=budgetEvents,proto3" json:"budget_events,omitempty"`
+	BudgetBytes  int64 `protobuf:"varint,4,opt,name=budget_bytes,json=budgetBytes,proto3" json:"budget_bytes,omitempty"`
+	Bytes        int64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// token is the owner's fencing token as the caller's view has it.
+	Token         int64 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectRequest) Reset() {
+	*x = CollectRequest{}
+	mi := &file_node_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectRequest) ProtoMessage() {}
+
+func (x *CollectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectRequest.ProtoReflect.Descriptor instead.
+func (*CollectRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CollectRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *CollectRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *CollectRequest) GetBudgetEvents() int64 {
+	if x != nil {
+		return x.BudgetEvents
+	}
+	return 0
+}
+
+func (x *CollectRequest) GetBudgetBytes() int64 {
+	if x != nil {
+		return x.BudgetBytes
+	}
+	return 0
+}
+
+func (x *CollectRequest) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *CollectRequest) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type CollectReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Allowed       bool                   `protobuf:"varint,2,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	RetryAfter    int64                  `protobuf:"varint,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	Token         int64                  `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectReply) Reset() {
+	*x = CollectReply{}
+	mi := &file_node_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectReply) ProtoMessage() {}
+
+func (x *CollectReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectReply.ProtoReflect.Descriptor instead.
+func (*CollectReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CollectReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *CollectReply) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *CollectReply) GetRetryAfter() int64 {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return 0
+}
+
+func (x *CollectReply) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type ResolveRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// id is the event's binary id (16 bytes).
+	Id []byte `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// account is the evaluating account: another account's event is not
+	// found.
+	Account string `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	// peek finds the event without counting a use.
+	Peek          bool `protobuf:"varint,4,opt,name=peek,proto3" json:"peek,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveRequest) Reset() {
+	*x = ResolveRequest{}
+	mi := &file_node_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveRequest) ProtoMessage() {}
+
+func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
+func (*ResolveRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ResolveRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ResolveRequest) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *ResolveRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetPeek() bool {
+	if x != nil {
+		return x.Peek
+	}
+	return false
+}
+
+type ResolveReply struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Found    bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	Replayed bool                   `protobuf:"varint,3,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// event is the stored event as storage.MarshalEvent writes it, as of
+	// before this use.
+	Event []byte `protobuf:"bytes,4,opt,name=event,proto3" json:"event,omitempty"`
+	// The device's sightings on this node (storage.Sightings).
+	Visitor           string `protobuf:"bytes,5,opt,name=visitor,proto3" json:"visitor,omitempty"`
+	FirstSeenUnixNano int64  `protobuf:"varint,6,opt,name=first_seen_unix_nano,json=firstSeenUnixNano,proto3" json:"first_seen_unix_nano,omitempty"`
+	LastSeenUnixNano  int64  `protobuf:"varint,7,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
+	TimesSeen         int64  `protobuf:"varint,8,opt,name=times_seen,json=timesSeen,proto3" json:"times_seen,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ResolveReply) Reset() {
+	*x = ResolveReply{}
+	mi := &file_node_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveReply) ProtoMessage() {}
+
+func (x *ResolveReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveReply.ProtoReflect.Descriptor instead.
+func (*ResolveReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ResolveReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ResolveReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *ResolveReply) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *ResolveReply) GetEvent() []byte {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *ResolveReply) GetVisitor() string {
+	if x != nil {
+		return x.Visitor
+	}
+	return ""
+}
+
+func (x *ResolveReply) GetFirstSeenUnixNano() int64 {
+	if x != nil {
+		return x.FirstSeenUnixNano
+	}
+	return 0
+}
+
+func (x *ResolveReply) GetLastSeenUnixNano() int64 {
+	if x != nil {
+		return x.LastSeenUnixNano
+	}
+	return 0
+}
+
+func (x *ResolveReply) GetTimesSeen() int64 {
+	if x != nil {
+		return x.TimesSeen
+	}
+	return 0
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -1825,7 +2345,48 @@ const file_node_proto_rawDesc = "" +
 	"\tremaining\x18\x06 \x01(\x03R\tremaining\x12\x1d\n" +
 	"\n" +
 	"reset_unix\x18\a \x01(\x03R\tresetUnix\x12\x14\n" +
-	"\x05token\x18\b \x01(\x03R\x05token2\x94\x04\n" +
+	"\x05token\x18\b \x01(\x03R\x05token\"k\n" +
+	"\vDaysRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
+	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x14\n" +
+	"\x05first\x18\x03 \x01(\rR\x05first\x12\x12\n" +
+	"\x04last\x18\x04 \x01(\rR\x04last\"J\n" +
+	"\bDayCount\x12\x10\n" +
+	"\x03day\x18\x01 \x01(\rR\x03day\x12\x12\n" +
+	"\x04used\x18\x02 \x01(\x03R\x04used\x12\x18\n" +
+	"\alookups\x18\x03 \x01(\x03R\alookups\"j\n" +
+	"\tDaysReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12/\n" +
+	"\x04days\x18\x03 \x03(\v2\x1b.fraudd.cluster.v1.DayCountR\x04days\"\xb8\x01\n" +
+	"\x0eCollectRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
+	"\aaccount\x18\x02 \x01(\tR\aaccount\x12#\n" +
+	"\rbudget_events\x18\x03 \x01(\x03R\fbudgetEvents\x12!\n" +
+	"\fbudget_bytes\x18\x04 \x01(\x03R\vbudgetBytes\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\x03R\x05token\"y\n" +
+	"\fCollectReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
+	"\aallowed\x18\x02 \x01(\bR\aallowed\x12\x1f\n" +
+	"\vretry_after\x18\x03 \x01(\x03R\n" +
+	"retryAfter\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x03R\x05token\"h\n" +
+	"\x0eResolveRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\fR\x02id\x12\x18\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\x12\x12\n" +
+	"\x04peek\x18\x04 \x01(\bR\x04peek\"\x89\x02\n" +
+	"\fResolveReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x12\x1a\n" +
+	"\breplayed\x18\x03 \x01(\bR\breplayed\x12\x14\n" +
+	"\x05event\x18\x04 \x01(\fR\x05event\x12\x18\n" +
+	"\avisitor\x18\x05 \x01(\tR\avisitor\x12/\n" +
+	"\x14first_seen_unix_nano\x18\x06 \x01(\x03R\x11firstSeenUnixNano\x12-\n" +
+	"\x13last_seen_unix_nano\x18\a \x01(\x03R\x10lastSeenUnixNano\x12\x1d\n" +
+	"\n" +
+	"times_seen\x18\b \x01(\x03R\ttimesSeen2\xf8\x05\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
@@ -1833,7 +2394,10 @@ const file_node_proto_rawDesc = "" +
 	"\x05Adopt\x12\x1f.fraudd.cluster.v1.AdoptRequest\x1a\x1d.fraudd.cluster.v1.AdoptReply\x12M\n" +
 	"\aTraffic\x12!.fraudd.cluster.v1.TrafficRequest\x1a\x1f.fraudd.cluster.v1.TrafficReply\x12J\n" +
 	"\x06Health\x12 .fraudd.cluster.v1.HealthRequest\x1a\x1e.fraudd.cluster.v1.HealthReply\x12G\n" +
-	"\x05Lease\x12\x1f.fraudd.cluster.v1.LeaseRequest\x1a\x1d.fraudd.cluster.v1.LeaseReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\x05Lease\x12\x1f.fraudd.cluster.v1.LeaseRequest\x1a\x1d.fraudd.cluster.v1.LeaseReply\x12D\n" +
+	"\x04Days\x12\x1e.fraudd.cluster.v1.DaysRequest\x1a\x1c.fraudd.cluster.v1.DaysReply\x12M\n" +
+	"\aCollect\x12!.fraudd.cluster.v1.CollectRequest\x1a\x1f.fraudd.cluster.v1.CollectReply\x12M\n" +
+	"\aResolve\x12!.fraudd.cluster.v1.ResolveRequest\x1a\x1f.fraudd.cluster.v1.ResolveReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -1847,7 +2411,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),         // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),  // 1: fraudd.cluster.v1.ChargeRequest
@@ -1867,6 +2431,13 @@ var file_node_proto_goTypes = []any{
 	(*HealthReply)(nil),    // 15: fraudd.cluster.v1.HealthReply
 	(*LeaseRequest)(nil),   // 16: fraudd.cluster.v1.LeaseRequest
 	(*LeaseReply)(nil),     // 17: fraudd.cluster.v1.LeaseReply
+	(*DaysRequest)(nil),    // 18: fraudd.cluster.v1.DaysRequest
+	(*DayCount)(nil),       // 19: fraudd.cluster.v1.DayCount
+	(*DaysReply)(nil),      // 20: fraudd.cluster.v1.DaysReply
+	(*CollectRequest)(nil), // 21: fraudd.cluster.v1.CollectRequest
+	(*CollectReply)(nil),   // 22: fraudd.cluster.v1.CollectReply
+	(*ResolveRequest)(nil), // 23: fraudd.cluster.v1.ResolveRequest
+	(*ResolveReply)(nil),   // 24: fraudd.cluster.v1.ResolveReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -1875,25 +2446,32 @@ var file_node_proto_depIdxs = []int32{
 	7,  // 3: fraudd.cluster.v1.SharesReply.hour:type_name -> fraudd.cluster.v1.HourWindow
 	8,  // 4: fraudd.cluster.v1.AdoptRequest.shares:type_name -> fraudd.cluster.v1.OriginShare
 	0,  // 5: fraudd.cluster.v1.LeaseRequest.limits:type_name -> fraudd.cluster.v1.Limits
-	1,  // 6: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3,  // 7: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5,  // 8: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	9,  // 9: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	12, // 10: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	14, // 11: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
-	16, // 12: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
-	2,  // 13: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 14: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 15: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 16: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 17: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 18: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 19: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	13, // [13:20] is the sub-list for method output_type
-	6,  // [6:13] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	19, // 6: fraudd.cluster.v1.DaysReply.days:type_name -> fraudd.cluster.v1.DayCount
+	1,  // 7: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 8: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 9: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 10: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	12, // 11: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	14, // 12: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	16, // 13: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
+	18, // 14: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
+	21, // 15: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
+	23, // 16: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
+	2,  // 17: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 18: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 19: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 20: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 21: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 22: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 23: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 24: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 25: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 26: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	17, // [17:27] is the sub-list for method output_type
+	7,  // [7:17] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -1908,7 +2486,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,9 @@ const (
 	Node_Traffic_FullMethodName = "/fraudd.cluster.v1.Node/Traffic"
 	Node_Health_FullMethodName  = "/fraudd.cluster.v1.Node/Health"
 	Node_Lease_FullMethodName   = "/fraudd.cluster.v1.Node/Lease"
+	Node_Days_FullMethodName    = "/fraudd.cluster.v1.Node/Days"
+	Node_Collect_FullMethodName = "/fraudd.cluster.v1.Node/Collect"
+	Node_Resolve_FullMethodName = "/fraudd.cluster.v1.Node/Resolve"
 )
 
 // NodeClient is the client API for Node service.
@@ -57,6 +60,18 @@ type NodeClient interface {
 	// allowance and lends it another, at the owner (quota.Lease there): a
 	// hot account's non-owners charge their slices without a hop.
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseReply, error)
+	// Days answers the counted calls this node stored per UTC day for an
+	// account (what it charged, owner or slice holder), for a node that
+	// sums every member's (the console's daily usage).
+	Days(ctx context.Context, in *DaysRequest, opts ...grpc.CallOption) (*DaysReply, error)
+	// Collect takes one device event from an account's daily collection
+	// budget at the owner of its shard (quota.Collect there), so the budget
+	// holds across the nodes.
+	Collect(ctx context.Context, in *CollectRequest, opts ...grpc.CallOption) (*CollectReply, error)
+	// Resolve looks up a device event this node stored (its id names the
+	// node) for an evaluation on another node, and counts the use here
+	// (events.Resolve there).
+	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveReply, error)
 }
 
 type nodeClient struct {
@@ -137,6 +152,36 @@ func (c *nodeClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *nodeClient) Days(ctx context.Context, in *DaysRequest, opts ...grpc.CallOption) (*DaysReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DaysReply)
+	err := c.cc.Invoke(ctx, Node_Days_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeClient) Collect(ctx context.Context, in *CollectRequest, opts ...grpc.CallOption) (*CollectReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CollectReply)
+	err := c.cc.Invoke(ctx, Node_Collect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeClient) Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveReply)
+	err := c.cc.Invoke(ctx, Node_Resolve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -166,6 +211,18 @@ type NodeServer interface {
 	// allowance and lends it another, at the owner (quota.Lease there): a
 	// hot account's non-owners charge their slices without a hop.
 	Lease(context.Context, *LeaseRequest) (*LeaseReply, error)
+	// Days answers the counted calls this node stored per UTC day for an
+	// account (what it charged, owner or slice holder), for a node that
+	// sums every member's (the console's daily usage).
+	Days(context.Context, *DaysRequest) (*DaysReply, error)
+	// Collect takes one device event from an account's daily collection
+	// budget at the owner of its shard (quota.Collect there), so the budget
+	// holds across the nodes.
+	Collect(context.Context, *CollectRequest) (*CollectReply, error)
+	// Resolve looks up a device event this node stored (its id names the
+	// node) for an evaluation on another node, and counts the use here
+	// (events.Resolve there).
+	Resolve(context.Context, *ResolveRequest) (*ResolveReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -196,6 +253,15 @@ func (UnimplementedNodeServer) Health(context.Context, *HealthRequest) (*HealthR
 }
 func (UnimplementedNodeServer) Lease(context.Context, *LeaseRequest) (*LeaseReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedNodeServer) Days(context.Context, *DaysRequest) (*DaysReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Days not implemented")
+}
+func (UnimplementedNodeServer) Collect(context.Context, *CollectRequest) (*CollectReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Collect not implemented")
+}
+func (UnimplementedNodeServer) Resolve(context.Context, *ResolveRequest) (*ResolveReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -344,6 +410,60 @@ func _Node_Lease_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Days_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DaysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Days(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Days_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Days(ctx, req.(*DaysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Node_Collect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CollectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Collect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Collect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Collect(ctx, req.(*CollectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Node_Resolve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Resolve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Resolve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Resolve(ctx, req.(*ResolveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -378,6 +498,18 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lease",
 			Handler:    _Node_Lease_Handler,
+		},
+		{
+			MethodName: "Days",
+			Handler:    _Node_Days_Handler,
+		},
+		{
+			MethodName: "Collect",
+			Handler:    _Node_Collect_Handler,
+		},
+		{
+			MethodName: "Resolve",
+			Handler:    _Node_Resolve_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

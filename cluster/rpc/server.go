@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/storage"
@@ -53,6 +54,11 @@ type ServerConfig struct {
 	// Traffic is this node's own threat-feed counts (nil: Traffic answers
 	// Unavailable).
 	Traffic FeedReader
+	// Events are this node's device events (nil: Resolve answers
+	// Unavailable), resolved for evaluations on other nodes.
+	Events interface {
+		Resolve(events.Resolve) (events.Resolved, error)
+	}
 	// Leases are the slices of allowance this node holds (nil: none):
 	// Shares stops using an account's before it reads the share.
 	Leases Freezer

@@ -310,24 +310,25 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 			log.Error("stop traffic counter", "err", err)
 		}
 	}()
-	if node != nil {
-		// The node-to-node service and the routing client; stopped before
-		// the quota actors and the traffic counter (deferred after them).
-		stopRPC, err := node.StartRPC(quotas, db, sharedQuota, counts, clk.Now, rpc.DefaultTimeout)
-		if err != nil {
-			return err
-		}
-		defer stopRPC()
-	}
-
-	// Device events and history (browser collector); stopped before Pebble
-	// closes so its last group commit lands.
-	devices := events.New(system.Root, events.Config{Store: db, Clock: clk, Logger: log})
+	// Device events (browser collector); stopped before Pebble closes so
+	// its last group commit lands. In cluster mode the ids it mints name
+	// this node, so that another node can resolve them here.
+	devices := events.New(system.Root, events.Config{Store: db, Clock: clk, Logger: log, Node: eventRoute(node)})
 	defer func() {
 		if err := devices.Stop(); err != nil {
 			log.Error("stop device actors", "err", err)
 		}
 	}()
+	if node != nil {
+		// The node-to-node service and the routing clients; stopped before
+		// the quota and device actors and the traffic counter (deferred
+		// after them).
+		stopRPC, err := node.StartRPC(quotas, devices, db, sharedQuota, counts, clk.Now, rpc.DefaultTimeout)
+		if err != nil {
+			return err
+		}
+		defer stopRPC()
+	}
 
 	// Per-customer device history and account links; stopped before Pebble
 	// closes so its last group commit lands.
@@ -456,7 +457,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
-		DeviceHist: devHist, Challenges: challenges, Recent: recents, Shards: actors.KindsOf(system), ChargeQuota: chargeQuota(node),
+		DeviceHist: devHist, Challenges: challenges, Recent: recents, Shards: actors.KindsOf(system), ChargeQuota: chargeQuota(node), ClusterEvents: clusterEvents(node),
 		TrafficFeed: trafficFeed(node),
 		Backup: func(dir string) (*backup.Report, error) {
 			return backup.Write(backup.Source{DataDir: cfg.dataDir, Store: db, SecretOutside: cfg.secret != ""}, dir)
@@ -535,6 +536,25 @@ func chargeQuota(node *clusterserve.Node) checks.Quota {
 		return nil
 	}
 	return node.Parts.Quota
+}
+
+// eventRoute is this node's route in the device-event ids it mints (0 in
+// single-node mode: none).
+func eventRoute(node *clusterserve.Node) uint16 {
+	if node == nil {
+		return 0
+	}
+	return node.EventRoute()
+}
+
+// clusterEvents is the seam where cluster mode's device-event client (it
+// resolves an event at the node that stored it) replaces the local one in
+// the checks pipeline (nil: the local one).
+func clusterEvents(node *clusterserve.Node) checks.Events {
+	if node == nil || node.Parts.Events == nil {
+		return nil
+	}
+	return node.Parts.Events
 }
 
 // trafficFeed is the threat feed's counts in cluster mode (every member's,

@@ -64,6 +64,10 @@ type Parts struct {
 	// Feed, when set, is the threat feed's counts: this node's and every
 	// other member's, summed (StartRPC sets it).
 	Feed rpc.FeedReader
+	// Events, when set, is the device-event client the checks pipeline
+	// calls instead of the local *events.Client: it resolves an event at
+	// the node that stored it (StartRPC sets it).
+	Events checks.Events
 }
 
 // Node is a running cluster node.

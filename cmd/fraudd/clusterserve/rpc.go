@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster/rpc"
 )
@@ -32,12 +33,13 @@ type NodeStore interface {
 }
 
 // StartRPC serves the node-to-node service (fraudd.cluster.v1.Node) on
-// --cluster-listen from the node's own quota actors, and sets Parts.Quota
-// to the routing client the pipeline charges through. stop ends both: call
+// --cluster-listen from the node's own quota and device-event actors, and
+// sets Parts.Quota and Parts.Events to the routing clients the pipeline
+// calls. stop ends both: call
 // it before the quota actors stop.
 // now is the node's clock: the owner's decides the windows it charges.
 // counts is the node's own threat-feed counter, answered to the others.
-func (n *Node) StartRPC(local *quota.Client, db NodeStore, shared *rpc.SharedStore, counts rpc.FeedReader, now func() time.Time, timeout time.Duration) (stop func(), err error) {
+func (n *Node) StartRPC(local *quota.Client, devices *events.Client, db NodeStore, shared *rpc.SharedStore, counts rpc.FeedReader, now func() time.Time, timeout time.Duration) (stop func(), err error) {
 	owners := rpc.Cluster{Member: n.member, Balancer: n.bal, View: n.owners}
 	// A slice is used for at most a third of the membership lease: it ends
 	// well before the owner that lent it could lose the shard.
@@ -46,7 +48,7 @@ func (n *Node) StartRPC(local *quota.Client, db NodeStore, shared *rpc.SharedSto
 	if err != nil {
 		return nil, err
 	}
-	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: counts, Down: n.answerDown, Now: now, Leases: q})
+	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: counts, Down: n.answerDown, Now: now, Leases: q, Events: devices})
 	if err != nil {
 		q.Close()
 		return nil, err
@@ -66,6 +68,7 @@ func (n *Node) StartRPC(local *quota.Client, db NodeStore, shared *rpc.SharedSto
 	n.shares, n.now = db, now
 	n.quota.Store(local)
 	n.Parts.Quota = q
+	n.Parts.Events = q.Events(devices)
 	n.Parts.Feed = &rpc.ClusterFeed{Local: counts, Peers: q, Log: n.log}
 	health := &rpc.MemberHealth{Peers: q}
 	n.health.Store(health)
@@ -114,3 +117,7 @@ func (n *Node) LeaseCalls() int64 {
 	}
 	return n.rpc.LeaseCalls()
 }
+
+// EventRoute is this node's route in the device-event ids it mints
+// (events.Config.Node): another node resolves them here.
+func (n *Node) EventRoute() uint16 { return rpc.NodeRoute(n.member.ID()) }

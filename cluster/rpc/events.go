@@ -1,0 +1,209 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// Device events in a cluster: a browser's collector report is stored on
+// the node that received it, and the id minted for it names that node
+// (events.Config.Node). An evaluation that sends the id to another node —
+// any load balancer may — resolves it at the node that stored it, in one
+// round trip; that node counts the use (replays are judged where the event
+// lives). A storing node that is down answers nothing: the evaluation's
+// device evidence is unavailable (it fails open, as for a local store
+// error) until the node returns.
+
+// LocalEvents is the node's own device-event actors (*events.Client).
+type LocalEvents interface {
+	Collect(events.Collected) (events.EventID, error)
+	Resolve(events.Resolve) (events.Resolved, error)
+	Peek(events.Resolve) (events.Resolved, error)
+	ResolveThen(events.ResolveStep)
+}
+
+// NodeRoute is the route of a node id in the events it stores (never
+// zero: zero is an id minted outside cluster mode).
+func NodeRoute(id string) uint16 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	// Every bit of the hash folded in: FNV's top bits alone barely differ
+	// for ids that differ in their last byte (node1, node2).
+	x := h.Sum64()
+	if r := uint16(x ^ x>>16 ^ x>>32 ^ x>>48); r != 0 {
+		return r
+	}
+	return 1
+}
+
+// ErrStorerDown is a Resolve for an event stored by a node that is not a
+// live member now.
+var ErrStorerDown = errors.New("cluster rpc: the node that stored the device event is not a live member")
+
+// Events implements the checks pipeline's device events (and its chained
+// ResolveThen) across the cluster: Collect stores on this node; Resolve
+// and Peek go to the node the id names.
+type Events struct {
+	q     *Quota
+	local LocalEvents
+	self  uint16
+	work  chan events.ResolveStep
+}
+
+// eventWorkers carry chained resolves to other nodes, each making one
+// blocking call (grpc-go has no asynchronous one); past eventQueue waiting
+// steps a chained resolve fails (its evidence is then unavailable).
+const eventWorkers, eventQueue = 16, 1024
+
+// Events returns the events client over local that reaches other members
+// through q's connections; its workers stop with q.
+func (q *Quota) Events(local LocalEvents) *Events {
+	e := &Events{q: q, local: local, self: NodeRoute(q.cfg.Owners.Self()), work: make(chan events.ResolveStep, eventQueue)}
+	for range eventWorkers {
+		q.wg.Go(func() {
+			for {
+				select {
+				case <-q.done:
+					for len(e.work) > 0 {
+						(<-e.work).Fail(ErrClosed)
+					}
+					return
+				case st := <-e.work:
+					m := *st.ResolveReq()
+					st.Resolved(e.remote(&m))
+				}
+			}
+		})
+	}
+	return e
+}
+
+// Collect stores on this node.
+func (e *Events) Collect(m events.Collected) (events.EventID, error) { return e.local.Collect(m) }
+
+// Resolve implements the pipeline's Events.
+func (e *Events) Resolve(m events.Resolve) (events.Resolved, error) {
+	if e.mine(&m.ID) {
+		return e.local.Resolve(m)
+	}
+	return e.remote(&m)
+}
+
+// Peek implements the pipeline's Events.
+func (e *Events) Peek(m events.Resolve) (events.Resolved, error) {
+	m.Peek = true
+	return e.Resolve(m)
+}
+
+// ResolveThen is Resolve as a step of a chained call: on this node, the
+// local actors' (no goroutine, no hop); elsewhere a worker makes the call
+// and st.Resolved runs on it.
+func (e *Events) ResolveThen(st events.ResolveStep) {
+	if e.mine(&st.ResolveReq().ID) {
+		e.local.ResolveThen(st)
+		return
+	}
+	select {
+	case e.work <- st:
+	default:
+		st.Resolved(events.Resolved{}, fmt.Errorf("cluster rpc: too many device events being resolved at other nodes: %w", ErrBusy))
+	}
+}
+
+// mine reports whether this node stored the event, or it was minted
+// outside cluster mode (only this node's store can have it).
+func (e *Events) mine(id *events.EventID) bool {
+	r := events.NodeOf(id)
+	return r == 0 || r == e.self
+}
+
+// remote resolves m at the members the id names (one, unless two members'
+// routes collide).
+func (e *Events) remote(m *events.Resolve) (events.Resolved, error) {
+	route := events.NodeOf(&m.ID)
+	var last error = ErrStorerDown
+	for _, id := range e.q.cfg.Owners.Members() {
+		if id == e.q.cfg.Owners.Self() || NodeRoute(id) != route {
+			continue
+		}
+		res, err := e.resolveAt(id, m)
+		if err == nil && res.Found {
+			return res, nil
+		}
+		if err != nil {
+			last = err
+			continue
+		}
+		last = nil // answered: not there
+	}
+	if last != nil {
+		return events.Resolved{}, fmt.Errorf("device event at node route %04x: %w", route, last)
+	}
+	return events.Resolved{}, nil
+}
+
+func (e *Events) resolveAt(id string, m *events.Resolve) (events.Resolved, error) {
+	p, err := e.q.peer(id)
+	if err != nil {
+		return events.Resolved{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.q.cfg.Timeout)
+	defer cancel()
+	e.q.remote.Add(1)
+	rep, err := p.cli.Resolve(ctx, &ResolveRequest{Version: version, Id: m.ID[:], Account: m.Account, Peek: m.Peek})
+	if err != nil {
+		return events.Resolved{}, err
+	}
+	return resolvedOf(rep)
+}
+
+// resolvedOf checks and converts a member's answer.
+func resolvedOf(r *ResolveReply) (events.Resolved, error) {
+	if !r.GetFound() {
+		return events.Resolved{}, nil
+	}
+	ev, err := storage.UnmarshalEvent(r.GetEvent())
+	if err != nil {
+		return events.Resolved{}, fmt.Errorf("cluster rpc: resolve reply: %w", err)
+	}
+	if r.GetTimesSeen() < 0 || len(r.GetVisitor()) > storage.MaxVisitorLen {
+		return events.Resolved{}, fmt.Errorf("cluster rpc: resolve reply: sightings %d of a %d-byte visitor", r.GetTimesSeen(), len(r.GetVisitor()))
+	}
+	return events.Resolved{Found: true, Event: *ev, Replayed: r.Replayed, Sightings: storage.Sightings{
+		Visitor: r.Visitor, FirstSeen: fromUnixNano(r.FirstSeenUnixNano), LastSeen: fromUnixNano(r.LastSeenUnixNano), TimesSeen: r.TimesSeen,
+	}}, nil
+}
+
+// Resolve implements NodeServer: an event this node stored, for an
+// evaluation on another node; the use counts here.
+func (s *Server) Resolve(_ context.Context, r *ResolveRequest) (*ResolveReply, error) {
+	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetId()) != storage.EventIDLen {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: resolve for %q", errBadRequest, r.GetAccount()))
+	}
+	if s.cfg.Events == nil {
+		return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no device events")
+	}
+	m := events.Resolve{Account: r.Account, Now: s.cfg.Now(), Peek: r.Peek}
+	copy(m.ID[:], r.Id)
+	res, err := s.cfg.Events.Resolve(m)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	reply := &ResolveReply{Version: version, Found: res.Found}
+	if !res.Found {
+		return reply, nil
+	}
+	reply.Replayed = res.Replayed
+	reply.Event = storage.MarshalEvent(nil, &res.Event)
+	sg := &res.Sightings
+	reply.Visitor, reply.FirstSeenUnixNano, reply.LastSeenUnixNano, reply.TimesSeen = sg.Visitor, unixNano(sg.FirstSeen), unixNano(sg.LastSeen), sg.TimesSeen
+	return reply, nil
+}
