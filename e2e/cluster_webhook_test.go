@@ -125,7 +125,9 @@ func TestClusterWebhooksAcrossKill(t *testing.T) {
 		switch {
 		case k.node != 2:
 			fromSurvivors++
-		case k.at > kill-10*time.Millisecond-crashSlack && k.at <= kill:
+		case k.at > kill-10*time.Millisecond-crashSlack:
+			// Within the bound before the kill, or an answer node 3 sent
+			// just before it died that arrived after the kill was noted.
 			mayLose++
 			fromNode3++
 		default:
@@ -172,7 +174,7 @@ func TestClusterWebhooksAcrossKill(t *testing.T) {
 			}
 		}
 		switch {
-		case len(ids) == 0 && (k.node != 2 || k.at <= kill-10*time.Millisecond-crashSlack || k.at > kill):
+		case len(ids) == 0 && (k.node != 2 || k.at <= kill-10*time.Millisecond-crashSlack):
 			t.Fatalf("the event of %s, acknowledged by node %d at %v (kill at %v), was never delivered", ip, k.node+1, k.at, kill)
 		case len(ids) == 0:
 			lost++
