@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -25,7 +26,10 @@ func TestRollingWindowsAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	c, err := New(quiet().Root, Config{Store: db})
+	// The service clock, not the wall clock, decides which week is loaded:
+	// without it this test failed once the wall clock passed 2026-11-26.
+	at := clock.Fixed{T: now}
+	c, err := New(quiet().Root, Config{Store: db, Clock: at})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +48,7 @@ func TestRollingWindowsAndRestart(t *testing.T) {
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	c2, err := New(quiet().Root, Config{Store: db})
+	c2, err := New(quiet().Root, Config{Store: db, Clock: at})
 	if err != nil {
 		t.Fatal(err)
 	}
