@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // evalStatus evaluates once with key on s and returns the status. Each call
@@ -98,7 +102,8 @@ func TestClusterConfigPropagates(t *testing.T) {
 // TestClusterEmbeddedEtcd: node 1 runs the cluster's etcd member in its own
 // process (--cluster-embedded-etcd) and node 2 uses it; the configuration
 // written on either serves on both, and survives node 1's restart (the
-// member keeps its data in node 1's data dir).
+// member keeps its data in node 1's data dir). A third node then joins the
+// running etcd cluster with a member of its own (--cluster-etcd-join).
 func TestClusterEmbeddedEtcd(t *testing.T) {
 	client, peer := "http://"+freePort(t), "http://"+freePort(t)
 	// Each node advertises its real gRPC address: an evaluation on the
@@ -124,6 +129,54 @@ func TestClusterEmbeddedEtcd(t *testing.T) {
 	// broken watch) and takes writes again.
 	b := n1.CreateAccount(t, map[string]any{"email": "after-restart@example.com", "plan": "free"})
 	Within(t, 10*time.Second, "an account created after node 1's restart evaluates on node 2", func() bool { return evalStatus(t, n2, b.LiveKey) == http.StatusOK })
+
+	// A third node joins the running etcd cluster with a member of its own
+	// (--cluster-etcd-join: a learner, then promoted), and serves the
+	// cluster's accounts; one it creates evaluates on node 1. (Stopped
+	// first at the end, as its cleanup was registered last: two members
+	// need both for a quorum.)
+	grpc3 := freePort(t)
+	n3 := StartServer(t, &Server{Bin: bin, Args: []string{"--cluster-embedded-etcd", "--cluster-node-id", "node3",
+		"--cluster-etcd-join", client, "--cluster-etcd-client-url", "http://" + freePort(t), "--cluster-etcd-peer-url", "http://" + freePort(t),
+		"--cluster-listen", grpc3, "--cluster-advertise", grpc3, "--cluster-lease-ttl", "2s"}})
+	if !strings.Contains(n3.Logs(), `msg="embedded etcd member started"`) {
+		t.Fatalf("node 3 did not start its etcd member:\n%s", n3.Logs())
+	}
+	Within(t, 10*time.Second, "node 1's account evaluates on node 3", func() bool { return evalStatus(t, n3, b.LiveKey) == http.StatusOK })
+	c := n3.CreateAccount(t, map[string]any{"email": "joined@example.com", "plan": "free"})
+	Within(t, 10*time.Second, "node 3's account evaluates on node 1", func() bool { return evalStatus(t, n1, c.LiveKey) == http.StatusOK })
+
+	// Node 3 goes for good: the operator removes its etcd member first
+	// (etcdctl member remove does this call; two members need both for a
+	// quorum, so a dead one could not be removed), then stops it, and node
+	// 1's member serves writes alone again.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := cli.MemberList(ctx)
+	if err != nil || len(list.Members) != 2 {
+		t.Fatalf("etcd members with node 3 joined: %+v %v", list, err)
+	}
+	for _, m := range list.Members {
+		if m.IsLearner {
+			t.Fatalf("node 3's member is still a learner: %+v", m)
+		}
+		if m.Name == "node3" {
+			// etcd refuses a reconfiguration ("unhealthy cluster") until
+			// every member has been connected for a few seconds.
+			Within(t, 20*time.Second, "node 3's etcd member is removed", func() bool {
+				_, err := cli.MemberRemove(ctx, m.ID)
+				return err == nil
+			})
+		}
+	}
+	n3.Kill()
+	d := n1.CreateAccount(t, map[string]any{"email": "after-node3@example.com", "plan": "free"})
+	Within(t, 10*time.Second, "an account created after node 3's removal evaluates on node 2", func() bool { return evalStatus(t, n2, d.LiveKey) == http.StatusOK })
 }
 
 // TestClusterThreatFeedSums: each node counts the API traffic it served;

@@ -36,6 +36,9 @@ type clusterFlags struct {
 	embedClientURL string
 	embedPeerURL   string
 	initial        string
+	// join: client URLs of a running etcd cluster the embedded member
+	// joins (--cluster-etcd-join).
+	join []string
 }
 
 // enabled says whether serve runs in cluster mode.
@@ -59,6 +62,7 @@ func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
 	fs.StringVar(&c.embedDir, "cluster-etcd-dir", "", "embedded etcd: the member's data directory (default: <data-dir>/etcd)")
 	fs.Var(urlValue{&c.embedClientURL}, "cluster-etcd-client-url", "embedded etcd: URL the member serves clients on, e.g. http://0.0.0.0:2379")
 	fs.Var(urlValue{&c.embedPeerURL}, "cluster-etcd-peer-url", "embedded etcd: URL the other members reach this one on, e.g. http://node1:2380")
+	fs.Var(endpointList{&c.join}, "cluster-etcd-join", "embedded etcd: comma-separated client URLs of a running etcd cluster this member joins (added as a learner, then promoted); not with --cluster-initial")
 	fs.Var(initialValue{&c.initial}, "cluster-initial", "embedded etcd: every member of a new etcd cluster as name=peerURL,… (empty: this member alone)")
 }
 
@@ -67,7 +71,7 @@ var clusterOnly = []string{"cluster-name", "cluster-etcd-ca", "cluster-etcd-cert
 	"cluster-listen", "cluster-advertise", "cluster-lease-ttl", "cluster-lease-after"}
 
 // embedOnly are the flags that mean nothing without --cluster-embedded-etcd.
-var embedOnly = []string{"cluster-etcd-name", "cluster-etcd-dir", "cluster-etcd-client-url", "cluster-etcd-peer-url", "cluster-initial"}
+var embedOnly = []string{"cluster-etcd-name", "cluster-etcd-dir", "cluster-etcd-client-url", "cluster-etcd-peer-url", "cluster-initial", "cluster-etcd-join"}
 
 // finish checks the flags against each other and fills the defaults that
 // depend on others. given names the flags set by the command line or the
@@ -113,6 +117,9 @@ func (c *clusterFlags) finish(given map[string]bool, dataDir string, hostname fu
 		}
 		if c.embedDir == "" {
 			c.embedDir = filepath.Join(dataDir, "etcd")
+		}
+		if c.initial != "" && len(c.join) > 0 {
+			return errors.New("--cluster-etcd-join joins a running etcd cluster and --cluster-initial lists a new one's members: give one of them")
 		}
 		if c.initial != "" && !strings.Contains(","+c.initial, ","+c.embedName+"=") {
 			return fmt.Errorf("--cluster-initial does not list this member (%s=%s)", c.embedName, c.embedPeerURL)

@@ -78,6 +78,8 @@ func TestParseServeRefusesBadClusterValues(t *testing.T) {
 		{env: with("FRAUDD_CLUSTER_ETCD_CERT", "/c.pem"), want: []string{"--cluster-etcd-cert and --cluster-etcd-key go together"}},
 		{env: envVars{"FRAUDD_CLUSTER_ETCD": "127.0.0.1:2379"}, want: []string{"hostname cannot be read", "--cluster-node-id"}},
 		{args: []string{"--cluster-embedded-etcd", "--cluster-node-id", "n1", "--cluster-initial", "n2=http://a:2380"}, want: []string{"does not list this member"}},
+		{args: []string{"--cluster-embedded-etcd", "--cluster-node-id", "n1", "--cluster-initial", "n1=http://a:2380", "--cluster-etcd-join", "http://b:2379"}, want: []string{"--cluster-etcd-join joins a running etcd cluster", "give one of them"}},
+		{args: []string{"--cluster-etcd", "e:2379", "--cluster-node-id", "n1", "--cluster-etcd-join", "http://b:2379"}, want: []string{"--cluster-etcd-join configures the embedded"}},
 		{env: with("FRAUDD_CLUSTER_LEASE_AFTER", "-1"), want: []string{"--cluster-lease-after -1 is out of range"}},
 		{args: []string{"--cluster-embedded-etcd", "--cluster-node-id", "n1", "--cluster-initial", "n1=a:2380"}, want: []string{"-cluster-initial", "name=peerURL"}},
 		{args: []string{"--cluster-embedded-etcd", "--cluster-node-id", "n1", "--cluster-initial", "n1=http://a:1,n1=http://b:1"}, want: []string{"listed twice"}},

@@ -524,7 +524,7 @@ func clusterConfig(cfg *serveConfig, log *slog.Logger) clusterserve.Config {
 		NodeID: c.nodeID, Listen: c.listen, Advertise: c.advertise, LeaseTTL: c.leaseTTL, LeaseAfter: c.leaseAfter, Logger: log}
 	if c.embedded {
 		out.Embedded = &embedetcd.Config{Dir: c.embedDir, Name: c.embedName, ClientURL: c.embedClientURL,
-			PeerURL: c.embedPeerURL, InitialCluster: c.initial}
+			PeerURL: c.embedPeerURL, InitialCluster: c.initial, Join: c.join}
 	}
 	return out
 }
