@@ -583,3 +583,25 @@ func (q *Quota) dialLocked(node, addr string) (*peer, error) {
 	q.peers[node] = p
 	return p, nil
 }
+
+// eachOther asks every other live member at once and hands each answer to
+// fold, one at a time (folds never overlap, so they need no lock of their
+// own); it returns once every member has answered or failed. It is the
+// fan-out of the cross-node reads: shares, daily counts, threat-feed
+// counts, health, and the hand-over of a leaver's shares.
+func eachOther[T any](q *Quota, ask func(id string) (T, error), fold func(id string, v T, err error)) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, id := range q.cfg.Owners.Members() {
+		if id == q.cfg.Owners.Self() {
+			continue
+		}
+		wg.Go(func() {
+			v, err := ask(id)
+			mu.Lock()
+			defer mu.Unlock()
+			fold(id, v, err)
+		})
+	}
+	wg.Wait()
+}

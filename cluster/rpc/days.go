@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,16 +51,8 @@ func (s *Server) Days(_ context.Context, r *DaysRequest) (*DaysReply, error) {
 func (q *Quota) Days(ctx context.Context, account string, first, last storage.Day, days []storage.DayUsage) (missing []string) {
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.Timeout)
 	defer cancel()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, id := range q.cfg.Owners.Members() {
-		if id == q.cfg.Owners.Self() {
-			continue
-		}
-		wg.Go(func() {
-			got, err := q.days(ctx, id, account, first, last)
-			mu.Lock()
-			defer mu.Unlock()
+	eachOther(q, func(id string) ([]*DayCount, error) { return q.days(ctx, id, account, first, last) },
+		func(id string, got []*DayCount, err error) {
 			if err != nil {
 				q.log.Warn("cluster: a member's daily counts are missing", "member", id, "account", account, "err", err)
 				missing = append(missing, id)
@@ -72,8 +63,6 @@ func (q *Quota) Days(ctx context.Context, account string, first, last storage.Da
 				days[i].Lookups += d.Lookups
 			}
 		})
-	}
-	wg.Wait()
 	return missing
 }
 

@@ -67,17 +67,9 @@ func (h *MemberHealth) Round(parent context.Context) {
 	q := h.Peers
 	ctx, cancel := context.WithTimeout(parent, q.cfg.Timeout)
 	defer cancel()
-	var mu sync.Mutex
 	var down []string
-	var wg sync.WaitGroup
-	for _, id := range q.cfg.Owners.Members() {
-		if id == q.cfg.Owners.Self() {
-			continue
-		}
-		wg.Go(func() {
-			got, err := q.health(ctx, id)
-			mu.Lock()
-			defer mu.Unlock()
+	eachOther(q, func(id string) ([]string, error) { return q.health(ctx, id) },
+		func(id string, got []string, err error) {
 			if err != nil {
 				down = append(down, fmt.Sprintf("cluster member %s: not answering", id))
 				return
@@ -86,8 +78,6 @@ func (h *MemberHealth) Round(parent context.Context) {
 				down = append(down, fmt.Sprintf("cluster member %s: %s", id, d))
 			}
 		})
-	}
-	wg.Wait()
 	if parent.Err() != nil {
 		return // stopping: the answers say nothing of the members
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,16 +29,8 @@ type Share struct {
 func (q *Quota) Shares(ctx context.Context, account string, m storage.Month) (shares []Share, missing []string) {
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.Timeout)
 	defer cancel()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, id := range q.cfg.Owners.Members() {
-		if id == q.cfg.Owners.Self() {
-			continue
-		}
-		wg.Go(func() {
-			sh, err := q.share(ctx, id, account, m)
-			mu.Lock()
-			defer mu.Unlock()
+	eachOther(q, func(id string) ([]Share, error) { return q.share(ctx, id, account, m) },
+		func(id string, sh []Share, err error) {
 			if err != nil {
 				q.log.Warn("cluster: a member's share is missing", "member", id, "account", account, "err", err)
 				missing = append(missing, id)
@@ -47,8 +38,6 @@ func (q *Quota) Shares(ctx context.Context, account string, m storage.Month) (sh
 			}
 			shares = append(shares, sh...)
 		})
-	}
-	wg.Wait()
 	return shares, missing
 }
 
@@ -216,26 +205,16 @@ func (q *Quota) HandOver(ctx context.Context, shares []storage.OriginShare) (int
 	for i := range shares {
 		msgs[i] = originShareMsg(&shares[i])
 	}
-	var mu sync.Mutex
 	var errs []error
 	stored := 0
-	var wg sync.WaitGroup
-	for _, id := range q.cfg.Owners.Members() {
-		if id == q.cfg.Owners.Self() {
-			continue
-		}
-		wg.Go(func() {
-			err := q.handOver(ctx, id, msgs)
-			mu.Lock()
-			defer mu.Unlock()
+	eachOther(q, func(id string) (struct{}, error) { return struct{}{}, q.handOver(ctx, id, msgs) },
+		func(id string, _ struct{}, err error) {
 			if err != nil {
 				errs = append(errs, fmt.Errorf("hand shares over to %s: %w", id, err))
 				return
 			}
 			stored++
 		})
-	}
-	wg.Wait()
 	return stored, errors.Join(errs...)
 }
 

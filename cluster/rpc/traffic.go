@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -64,17 +63,9 @@ func (c *ClusterFeed) FeedFrom(ctx context.Context, now time.Time) (traffic.Feed
 	q := c.Peers
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.Timeout)
 	defer cancel()
-	var mu sync.Mutex
 	var missing []string
-	var wg sync.WaitGroup
-	for _, id := range q.cfg.Owners.Members() {
-		if id == q.cfg.Owners.Self() {
-			continue
-		}
-		wg.Go(func() {
-			r, err := q.traffic(ctx, id)
-			mu.Lock()
-			defer mu.Unlock()
+	eachOther(q, func(id string) (*TrafficReply, error) { return q.traffic(ctx, id) },
+		func(id string, r *TrafficReply, err error) {
 			if err != nil {
 				missing = append(missing, id)
 				if c.Log != nil {
@@ -90,8 +81,6 @@ func (c *ClusterFeed) FeedFrom(ctx context.Context, now time.Time) (traffic.Feed
 			f.WeekTotal += r.WeekTotal
 			f.WeekThreats += r.WeekThreats
 		})
-	}
-	wg.Wait()
 	sort.Strings(missing)
 	return f, missing, nil
 }
