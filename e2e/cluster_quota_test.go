@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -104,7 +102,7 @@ func TestClusterCapsAcrossNodes(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 30 {
 		wg.Go(func() {
-			r := nodes[i%3].Do(t, Req{Method: "POST", Path: "/v1/collect/device", Body: collectSignals(t, d.PublishableKey),
+			r := nodes[i%3].Do(t, Req{Method: "POST", Path: "/v1/collect/device", Body: fixtureSignals(t, "chrome_desktop_windows", d.PublishableKey),
 				Header: map[string]string{"Content-Type": "text/plain", "Origin": "https://shop.example",
 					"X-Forwarded-For": fmt.Sprintf("198.51.100.%d", 1+i)}})
 			mu.Lock()
@@ -116,24 +114,6 @@ func TestClusterCapsAcrossNodes(t *testing.T) {
 	if statuses[200] != 10 || statuses[429] != 20 {
 		t.Fatalf("a collection budget of 10 events a day over 3 nodes: statuses %v", statuses)
 	}
-}
-
-// collectSignals is a browser's device report for the publishable key.
-func collectSignals(t *testing.T, key string) []byte {
-	t.Helper()
-	b, err := os.ReadFile("../intel/device/testdata/chrome_desktop_windows.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fx struct {
-		Signals map[string]any `json:"signals"`
-	}
-	if err := json.Unmarshal(b, &fx); err != nil {
-		t.Fatal(err)
-	}
-	fx.Signals["key"] = key
-	out, _ := json.Marshal(fx.Signals)
-	return out
 }
 
 // usageEverywhere waits until every node answers key's usage (which charges

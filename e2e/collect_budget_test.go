@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,17 +17,7 @@ func TestDeviceCollectionBudget(t *testing.T) {
 	s.SetClock(t, "2026-12-05T20:00:00Z")
 	// A custom plan of 30 checks a month: 10 events and 20 KiB a day.
 	a := s.CreateAccount(t, map[string]any{"email": "budget@example.com", "plan": "custom", "hourly_limit": 5, "monthly_limit": 30})
-	b, err := os.ReadFile("../intel/device/testdata/chrome_desktop_windows.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fx struct {
-		Signals map[string]any `json:"signals"`
-	}
-	if err := json.Unmarshal(b, &fx); err != nil {
-		t.Fatal(err)
-	}
-	fx.Signals["key"] = a.PublishableKey
+	fx := struct{ Signals map[string]any }{fixtureSignals(t, "chrome_desktop_windows", a.PublishableKey)}
 	small, _ := json.Marshal(fx.Signals)
 	collect := func(body []byte) *Response {
 		return s.Do(t, Req{Method: "POST", Path: "/v1/collect/device", Body: body,

@@ -30,7 +30,9 @@ func collectToken(t *testing.T, s *Server, pk, addr string, body map[string]any)
 	return tok
 }
 
-func collectDevice(t *testing.T, s *Server, pk, addr, fixture string) string {
+// fixtureSignals is a browser's device report from intel/device's test
+// fixtures, for the publishable key pk.
+func fixtureSignals(t *testing.T, fixture, pk string) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile("../intel/device/testdata/" + fixture + ".json")
 	if err != nil {
@@ -43,7 +45,12 @@ func collectDevice(t *testing.T, s *Server, pk, addr, fixture string) string {
 		t.Fatal(err)
 	}
 	fx.Signals["key"] = pk
-	r := s.Do(t, Req{Method: "POST", Path: "/v1/collect/device", Body: fx.Signals, Header: map[string]string{"X-Forwarded-For": addr}})
+	return fx.Signals
+}
+
+func collectDevice(t *testing.T, s *Server, pk, addr, fixture string) string {
+	t.Helper()
+	r := s.Do(t, Req{Method: "POST", Path: "/v1/collect/device", Body: fixtureSignals(t, fixture, pk), Header: map[string]string{"X-Forwarded-For": addr}})
 	id, _ := r.JSON(t)["event_id"].(string)
 	if r.Status != 200 || !strings.HasPrefix(id, "ev_") {
 		t.Fatalf("collect device: %d %s", r.Status, r.Body)

@@ -91,13 +91,8 @@ func capAcrossNodes(t *testing.T, nodes []*node, c quota.Charge, n int) (allowed
 // owner's store holds the month's count as its share, and the others hold
 // none.
 func TestCapsAcrossNodes(t *testing.T) {
-	root := testRoot(t)
 	ids := []string{"a", "b", "c"}
-	var nodes []*node
-	for _, id := range ids {
-		nodes = append(nodes, startNode(t, root, id, nil))
-	}
-	settle(t, nodes, ids)
+	nodes := settledNodes(t, nil, ids...)
 	const n = 40
 
 	account := accountOwnedBy("a", ids)

@@ -11,13 +11,8 @@ import (
 // events, taken 3N times at once across three nodes, admits exactly N:
 // the budget is counted at the owner, one round trip from the others.
 func TestCollectBudgetAcrossNodes(t *testing.T) {
-	root := testRoot(t)
 	ids := []string{"a", "b", "c"}
-	var nodes []*node
-	for _, id := range ids {
-		nodes = append(nodes, startNode(t, root, id, nil))
-	}
-	settle(t, nodes, ids)
+	nodes := settledNodes(t, nil, ids...)
 	const n = 30
 	m := quota.Collect{Account: accountOwnedBy("b", ids), Budget: quota.CollectBudget{Events: n, Bytes: 1 << 20}, Bytes: 900, Now: testNow}
 	var mu sync.Mutex

@@ -9,13 +9,8 @@ import (
 // TestDailyUsageSumsMembers: each member stored the calls it charged per
 // day; the daily usage read through any member is their sum.
 func TestDailyUsageSumsMembers(t *testing.T) {
-	root := testRoot(t)
 	ids := []string{"a", "b", "c"}
-	var nodes []*node
-	for _, id := range ids {
-		nodes = append(nodes, startNode(t, root, id, nil))
-	}
-	settle(t, nodes, ids)
+	nodes := settledNodes(t, nil, ids...)
 	account := accountOwnedBy("a", ids)
 	today := storage.DayOf(testNow)
 	for i, n := range nodes {

@@ -28,13 +28,8 @@ func (s *resolveStep) Fail(err error) { s.out <- err }
 // account's evaluation does not find it; and once the storing node is gone
 // the evidence is unavailable (an error: the pipeline fails open).
 func TestEventResolvesWhereItWasStored(t *testing.T) {
-	root := testRoot(t)
 	ids := []string{"a", "b"}
-	var nodes []*node
-	for _, id := range ids {
-		nodes = append(nodes, startNode(t, root, id, nil))
-	}
-	settle(t, nodes, ids)
+	nodes := settledNodes(t, nil, ids...)
 	a, b := nodes[0], nodes[1]
 	id, err := a.ev.Collect(events.Collected{Account: "acct_1", Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor-1", Complete: true}})
 	if err != nil {

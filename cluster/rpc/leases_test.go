@@ -34,13 +34,8 @@ func leasing(after int64) func(*QuotaConfig) {
 // owner admits exactly the rest: N in all, in the hour, the month and the
 // totals, whose shares the holders persisted themselves.
 func TestLeasedHotAccountCap(t *testing.T) {
-	root := testRoot(t)
 	ids := []string{"a", "b", "c"}
-	var nodes []*node
-	for _, id := range ids {
-		nodes = append(nodes, startNodeWith(t, root, id, nil, leasing(20)))
-	}
-	settle(t, nodes, ids)
+	nodes := settledNodes(t, leasing(20), ids...)
 	const n = 600
 	account := accountOwnedBy("a", ids)
 	c := quota.Charge{Account: account, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
@@ -142,13 +137,8 @@ func TestLeasedHotAccountCap(t *testing.T) {
 // on a node that does not own it almost entirely from slices: the round
 // trips per charge fall from one to a few per thousand.
 func TestLeasedChargesNeedNoHop(t *testing.T) {
-	root := testRoot(t)
 	ids := []string{"a", "b"}
-	var nodes []*node
-	for _, id := range ids {
-		nodes = append(nodes, startNodeWith(t, root, id, nil, leasing(50)))
-	}
-	settle(t, nodes, ids)
+	nodes := settledNodes(t, leasing(50), ids...)
 	account := accountOwnedBy("a", ids)
 	c := quota.Charge{Account: account, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
 		Limits: quota.LimitsFor(quota.PlanCustom, limit(1_000_000), limit(10_000_000), testNow, testNow)}

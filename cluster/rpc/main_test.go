@@ -161,6 +161,20 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	return n
 }
 
+// settledNodes starts a member for each id under a root of the test's own
+// (conf, when set, changes each routing client's configuration) and waits
+// until they settle on the assignment.
+func settledNodes(tb testing.TB, conf func(*QuotaConfig), ids ...string) []*node {
+	tb.Helper()
+	root := testRoot(tb)
+	nodes := make([]*node, len(ids))
+	for i, id := range ids {
+		nodes[i] = startNodeWith(tb, root, id, nil, conf)
+	}
+	settle(tb, nodes, ids)
+	return nodes
+}
+
 // halt stops the balancer and the membership's renewals without revoking
 // the lease: what a SIGSTOP looks like to the others. The gRPC server and
 // the quota actors keep running, as in a process that resumes.
