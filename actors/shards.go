@@ -100,10 +100,9 @@ func Named(name string) ShardOption { return func(s *Shards) { s.name = name } }
 // handlers are short and never wait on a sender may use it: such a handler
 // must not take a lock a sender holds while sending, nor wait on a goroutine
 // that sends to it (see HoldInline for the exceptions). It pays where the
-// run is short and ends the sender's wait: the per-address limiter uses it.
-// The quota shards do not: a charge run inline then waits on the group
-// committer with the other senders queued behind it, and under load that
-// cost more CPU than the wake-up it saved (BENCHMARKS.md, fourth session).
+// run is short and ends the sender's wait: the per-address limiter and the
+// quota shards use it (a charge that waits for its commit is handed to the
+// group committer with a buffered send, and answered from there).
 func InlineRuns() ShardOption { return func(s *Shards) { s.inline = true } }
 
 // OnRestart sets fn to run before a shard's actor is produced again after a
