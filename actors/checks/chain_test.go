@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -430,6 +431,43 @@ func BenchmarkLiveEvaluation(b *testing.B) {
 			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
+	// 16 callers at once, as fraudbench's connections: the shards are
+	// contended and the committer's groups grow.
+	b.Run("chained-16", func(b *testing.B) {
+		p := newPipelineOf(b, false)
+		p.view.Plan = quota.PlanPublicInterest
+		// As fraudbench's evaluate-live: 4,096 bodies over 700 devices, an
+		// account id each (so a device sees about six accounts).
+		ids := make([]string, 700)
+		for i := range ids {
+			ids[i] = p.event(b, "visitor-p"+strconv.Itoa(i))
+		}
+		reqs := make([]EvalRequest, 4096)
+		for j := range reqs {
+			reqs[j] = EvalRequest{FingerprintEventID: ids[j%len(ids)], AccountID: "u_" + strconv.Itoa(j*7919%5000)}
+		}
+		var next atomic.Int64
+		b.SetParallelism(8)
+		b.ReportAllocs()
+		cpu0 := cpuTime()
+		b.RunParallel(func(pb *testing.PB) {
+			c := &Call{}
+			for pb.Next() {
+				i := next.Add(1)
+				*c = Call{Addr: netip.AddrFrom4([4]byte{73, 0, byte(i >> 8), byte(i)}), Now: fixedNow}
+				if ref := p.Admit(c, Credential{Key: "sk_live_unit"}, AccessEvaluate); ref != nil {
+					b.Fatal(ref.Msg)
+				}
+				req := reqs[i%int64(len(reqs))]
+				ev, ref := p.Evaluate(c, &req)
+				if ref != nil {
+					b.Fatal(ref.Msg)
+				}
+				ev.Release()
+			}
+		})
+		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+	})
 }
 
 // BenchmarkLookupChain is a lookup through the pipeline over real actors:
