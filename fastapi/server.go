@@ -646,7 +646,7 @@ func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 		} else {
 			hop, xff = xff, nil
 		}
-		a, err := netip.ParseAddr(string(bytes.TrimSpace(hop)))
+		a, err := parseHop(bytes.TrimSpace(hop))
 		if err != nil {
 			// A garbled hop ends the walk: everything left of it is unverifiable.
 			return peer
@@ -658,6 +658,16 @@ func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 		peer = a
 	}
 	return peer
+}
+
+// parseHop parses one X-Forwarded-For hop without copying it: ParseAddr
+// keeps nothing of its input but a zone, and a hop with a zone ("%") is
+// copied first.
+func parseHop(b []byte) (netip.Addr, error) {
+	if len(b) == 0 || bytes.IndexByte(b, '%') >= 0 {
+		return netip.ParseAddr(string(b))
+	}
+	return netip.ParseAddr(unsafe.String(&b[0], len(b)))
 }
 
 func (s *Server) trusted(a netip.Addr) bool {
