@@ -100,9 +100,12 @@ func Named(name string) ShardOption { return func(s *Shards) { s.name = name } }
 // handlers are short and never wait on a sender may use it: such a handler
 // must not take a lock a sender holds while sending, nor wait on a goroutine
 // that sends to it (see HoldInline for the exceptions). It pays where the
-// run is short and ends the sender's wait: the per-address limiter and the
-// quota shards use it (a charge that waits for its commit is handed to the
-// group committer with a buffered send, and answered from there).
+// run is short and ends the sender's wait: the per-address limiter uses it.
+// The quota, event and history shards do not: a mailbox run drains
+// everything queued, including what arrives while it runs, so the sender
+// that found the shard idle also does the work of every sender behind it;
+// under 16 connections that saved no CPU and raised the open loop's p99
+// (BENCHMARKS.md, "Session of 2026-11-26").
 func InlineRuns() ShardOption { return func(s *Shards) { s.inline = true } }
 
 // OnRestart sets fn to run before a shard's actor is produced again after a

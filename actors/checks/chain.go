@@ -15,19 +15,12 @@ import (
 
 // chain is a counted call's actor work as one message that visits the
 // actors in turn and answers its caller once: the per-address limiters Admit
-// left for it (iplimit), the charge (quota), then for a visitor check the
-// device event (events) and the customer's history (devicehist). Each actor
-// hands the chain to the next from its own goroutine (the sender's, for the
-// shards that run inline when idle); the caller sends it once and waits once
-// (run), so a live evaluation costs one blocking round trip, not four, and
-// no goroutine or future per request.
-//
-// The charge goes on as soon as its shard has decided it (quota.EarlyStep):
-// the event and the history are read while the increment is committed, and
-// the answer waits for both (parts). A commit that fails answers 503 like a
-// charge that failed, though the facts were read by then: the event's use
-// and the history's visit stay recorded for that call (a storage failure,
-// not a refusal; a limit's refusal still records nothing).
+// left for it (iplimit), the charge (quota, answered once its increment is
+// committed), then for a visitor check the device event (events) and the
+// customer's history (devicehist). Each actor hands the chain to the next
+// from its own goroutine; the caller sends it once and waits once (run), so
+// a live evaluation costs one blocking round trip, not four, and no
+// goroutine or future per request.
 //
 // A refusal ends the chain where it happens: a call the limiter or the quota
 // refused resolves no event and records no device use. The facts fail open:
@@ -63,26 +56,9 @@ type chain struct {
 	// on: Fail reads it to know what failed, and a caller that timed out
 	// reads it to know whether the charge went through.
 	stage atomic.Uint32
-	// parts counts what the answer waits for: the chain itself, and the
-	// charge's commit while awaiting (AwaitCommit to Committed).
-	parts    atomic.Int32
-	awaiting atomic.Bool
-	// caller is where the caller is (caller*): the steps after the charge
-	// run on the caller's own goroutine when they can, so that a shard run
-	// inline on another goroutine (a handler that found the shard idle)
-	// never takes on this chain's later steps.
-	caller    atomic.Int32
-	commitErr error
-	done      chan struct{}
-	timer     *time.Timer
+	done  chan struct{}
+	timer *time.Timer
 }
-
-// Where a chain's caller is (chain.caller).
-const (
-	callerWaiting  int32 = iota // waiting for the answer (or not yet sending)
-	callerSending               // inside a send of this chain
-	callerDeferred              // inside its send, and the facts are left to it
-)
 
 const (
 	stageTake uint32 = iota + 1
@@ -103,7 +79,6 @@ var chains = sync.Pool{New: func() any { return &chain{done: make(chan struct{},
 func (s *Service) newChain(c *Call, o outcome) *chain {
 	ch := chains.Get().(*chain)
 	ch.s = s
-	ch.parts.Store(1)
 	if c.limits != 0 {
 		ch.take = iplimit.Take{Kinds: c.limits, Addr: c.Addr, Now: c.Now}
 		c.limits = 0
@@ -133,19 +108,11 @@ func (ch *chain) release() {
 // errors). On a timeout after the charge went through, the call goes on
 // without facts (timedOut).
 func (s *Service) run(c *Call, ch *chain) (ref *Refusal, timedOut bool) {
-	ch.caller.Store(callerSending)
 	if ch.take.Kinds != 0 {
 		ch.stage.Store(stageTake)
 		s.chLimits.TakeThen(ch)
 	} else {
 		ch.toCharge()
-	}
-	if !ch.caller.CompareAndSwap(callerSending, callerWaiting) {
-		// The charge was decided while the send was under way, and its
-		// shard left the facts to this goroutine (Charged).
-		ch.caller.Store(callerSending)
-		ch.toResolve()
-		ch.caller.Store(callerWaiting)
 	}
 	if !ch.wait() {
 		switch st := ch.stage.Load(); {
@@ -153,7 +120,7 @@ func (s *Service) run(c *Call, ch *chain) (ref *Refusal, timedOut bool) {
 			ref = ServerError(fmt.Errorf("per-address limits: %w", actors.ErrTimeout))
 			ref.Admission = true
 			return ref, true
-		case st < stageResolve, ch.awaiting.Load():
+		case st < stageResolve:
 			return storageUnavailable(fmt.Errorf("quota charge for %s: %w", ch.charge.Account, actors.ErrTimeout)), true
 		}
 		// The charge went through (its result is final): answer without
@@ -171,9 +138,6 @@ func (s *Service) run(c *Call, ch *chain) (ref *Refusal, timedOut bool) {
 			ref.Admission = true
 			return ref, false
 		}
-	}
-	if ch.chargeEr == nil && ch.commitErr != nil {
-		return chargeRefusal(c, ch.res, ch.commitErr), false
 	}
 	return chargeRefusal(c, ch.res, ch.chargeEr), false
 }
@@ -199,13 +163,9 @@ func (ch *chain) wait() bool {
 	}
 }
 
-// finish ends the chain's own part; the caller hears once the commit, if
-// one is awaited, is done too.
 func (ch *chain) finish() {
-	if ch.parts.Add(-1) == 0 {
-		ch.stage.Store(stageDone)
-		ch.done <- struct{}{}
-	}
+	ch.stage.Store(stageDone)
+	ch.done <- struct{}{}
 }
 
 // The steps, in order. Each runs on the goroutine of the actor that just
@@ -250,19 +210,6 @@ func (ch *chain) Taken(v iplimit.Verdict) {
 // ChargeReq implements quota.ChargeStep.
 func (ch *chain) ChargeReq() *quota.Charge { return &ch.charge }
 
-// AwaitCommit implements quota.EarlyStep.
-func (ch *chain) AwaitCommit() {
-	ch.parts.Add(1)
-	ch.awaiting.Store(true)
-}
-
-// Committed implements quota.EarlyStep: the commit's part of the answer.
-func (ch *chain) Committed(err error) {
-	ch.commitErr = err
-	ch.awaiting.Store(false)
-	ch.finish()
-}
-
 // Charged implements quota.ChargeStep.
 func (ch *chain) Charged(res quota.ChargeResult, err error) {
 	ch.res, ch.chargeEr = res, err
@@ -270,27 +217,7 @@ func (ch *chain) Charged(res quota.ChargeResult, err error) {
 		ch.finish()
 		return
 	}
-	if (ch.resolveP || ch.observeP) && ch.caller.CompareAndSwap(callerSending, callerDeferred) {
-		// The caller is still in its send (this is most likely its own
-		// goroutine, running the quota shard inline): it reads the facts
-		// once the send returns, outside the quota shard's run, which
-		// other charges may be waiting for.
-		return
-	}
-	ch.next(ch.toResolve)
-}
-
-// next hands the chain on: inline where the next shard allows it while the
-// caller is in its send (its own goroutine, most likely); from any other
-// goroutine to the next shard's worker, so that a goroutine running a busy
-// shard's mailbox does not go on to do the later steps of every chain it
-// finds queued there.
-func (ch *chain) next(step func()) {
-	if ch.caller.Load() == callerSending {
-		step()
-		return
-	}
-	actors.HoldInline(step)
+	ch.toResolve()
 }
 
 // ResolveReq implements events.ResolveStep.
@@ -303,7 +230,7 @@ func (ch *chain) Resolved(r events.Resolved, err error) {
 		ch.obs.DeviceID = r.Event.VisitorID
 		ch.observe.SetDevice(r.Event.VisitorID)
 	}
-	ch.next(ch.toObserve)
+	ch.toObserve()
 }
 
 // ObserveReq implements devicehist.ObserveStep.

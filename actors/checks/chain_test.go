@@ -49,10 +49,6 @@ type hops struct {
 	// chain on from the caller's own goroutine, within the call that started
 	// it, and that is part of the one round trip, not a second one.
 	inChain int
-	// started: the caller's goroutine has started a chain; it may hand the
-	// chain on again itself (the facts after an inline charge) without
-	// waiting in between, which is the same round trip.
-	started bool
 }
 
 func (h *hops) note(actor string, chained bool) {
@@ -60,11 +56,8 @@ func (h *hops) note(actor string, chained bool) {
 	defer h.mu.Unlock()
 	h.by[actor]++
 	onCaller := goid() == h.caller
-	if !chained || (onCaller && h.inChain == 0 && !h.started) {
+	if !chained || (onCaller && h.inChain == 0) {
 		h.trips++
-	}
-	if chained && onCaller {
-		h.started = true
 	}
 }
 
@@ -89,7 +82,7 @@ func (h *hops) chained(actor string, call func()) {
 func (h *hops) reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.caller, h.trips, h.by, h.inChain, h.started = goid(), 0, map[string]int{}, 0, false
+	h.caller, h.trips, h.by, h.inChain = goid(), 0, map[string]int{}, 0
 }
 
 // The real actor clients, counted.
@@ -146,11 +139,8 @@ func (d countedHistory) ObserveThen(st devicehist.ObserveStep) {
 type usageStore struct {
 	mu sync.Mutex
 	n  int
-	// gate, when set, holds each ApplyUsage until it is closed (after
-	// entered is signalled), and fail is what ApplyUsage answers.
-	gate    chan struct{}
-	entered chan struct{}
-	fail    error
+	// fail, when set, is what ApplyUsage answers.
+	fail error
 }
 
 func (s *usageStore) LoadUsage(string, storage.Month) (storage.MonthCounts, storage.Totals, error) {
@@ -158,13 +148,6 @@ func (s *usageStore) LoadUsage(string, storage.Month) (storage.MonthCounts, stor
 }
 
 func (s *usageStore) ApplyUsage(d []storage.UsageDelta) error {
-	if s.gate != nil {
-		select {
-		case s.entered <- struct{}{}:
-		default:
-		}
-		<-s.gate
-	}
 	if s.fail != nil {
 		return s.fail
 	}
@@ -301,59 +284,12 @@ func TestRefusedChainRecordsNoDeviceUse(t *testing.T) {
 	}
 }
 
-// TestChainReadsFactsDuringTheCommit: the event and the history are read
-// while the charge's increment is being committed, and the answer waits
-// for the commit.
-func TestChainReadsFactsDuringTheCommit(t *testing.T) {
-	p := newRealPipeline(t)
-	req := &EvalRequest{FingerprintEventID: p.event(t, "visitor-5"), AccountID: "user-5"}
-	p.store.gate, p.store.entered = make(chan struct{}), make(chan struct{}, 1)
-	type answer struct {
-		ev  *Evaluation
-		ref *Refusal
-	}
-	got := make(chan answer, 1)
-	go func() {
-		ev, ref := p.evaluate(t, req)
-		got <- answer{ev, ref}
-	}()
-	<-p.store.entered
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		p.h.mu.Lock()
-		n := p.h.by["devicehist"]
-		p.h.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the history was not observed while the commit was held")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	select {
-	case a := <-got:
-		t.Fatalf("answered before its commit: %+v", a.ref)
-	case <-time.After(20 * time.Millisecond):
-	}
-	close(p.store.gate)
-	a := <-got
-	if a.ref != nil {
-		t.Fatalf("refused: %+v", a.ref)
-	}
-	defer a.ev.Release()
-	if b := a.ev.Body(); b.DeviceStatus != "ok" || b.Account == nil {
-		t.Fatalf("status %q account %+v", b.DeviceStatus, b.Account)
-	}
-	if p.store.n != 1 {
-		t.Fatalf("%d deltas stored, want 1", p.store.n)
-	}
-}
-
-// TestChainCommitFailureAnswers503: a charge whose commit fails after the
-// facts were read is answered 503, not as charged.
+// TestChainCommitFailureAnswers503: a charge whose commit fails is answered
+// 503, not as charged, its increment undone and its event not resolved.
 func TestChainCommitFailureAnswers503(t *testing.T) {
 	p := newRealPipeline(t)
+	one := int64(1)
+	p.view.Plan, p.view.HourlyLimit = quota.PlanCustom, &one
 	p.store.fail = errors.New("disk full")
 	req := &EvalRequest{FingerprintEventID: p.event(t, "visitor-6"), AccountID: "user-6"}
 	ev, ref := p.evaluate(t, req)
@@ -364,15 +300,21 @@ func TestChainCommitFailureAnswers503(t *testing.T) {
 	if ref.Status != RefuseStorage.Status || ref.Msg != RefuseStorage.Msg || !errors.Is(ref.Cause, quota.ErrUnavailable) {
 		t.Fatalf("refusal %+v (cause %v); want %+v", ref, ref.Cause, RefuseStorage)
 	}
-	// The increment was undone: a lookup once the store works again is
-	// charged from zero.
-	p.store.fail = nil
-	c := &Call{Addr: netip.MustParseAddr("73.0.0.1"), Now: fixedNow}
-	if ref := p.Admit(c, Credential{Key: "sk_live_unit"}, AccessLookup); ref != nil {
-		t.Fatal(ref.Msg)
+	id, _ := events.ParseEventID(req.FingerprintEventID)
+	res, err := p.events.Resolve(events.Resolve{ID: id, Account: p.view.ID, Now: fixedNow})
+	if err != nil || !res.Found || res.Event.Uses != 0 {
+		t.Fatalf("the event was used %d times (found %v, %v) by a call answered 503", res.Event.Uses, res.Found, err)
 	}
-	if _, ref := p.Lookup(c, PathTarget("1.1.1.1")); ref != nil {
-		t.Fatal(ref.Msg)
+	// The increment was undone: with a cap of one an hour, the next call
+	// (the store working again) is admitted, and the one after refused.
+	p.store.fail = nil
+	ev, ref = p.evaluate(t, &EvalRequest{AccountID: "user-6"})
+	if ref != nil {
+		t.Fatalf("after the failed commit: %+v", ref)
+	}
+	ev.Release()
+	if _, ref = p.evaluate(t, &EvalRequest{AccountID: "user-6"}); ref == nil || ref.Status != 429 {
+		t.Fatalf("over the cap: %+v", ref)
 	}
 }
 

@@ -284,11 +284,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 			store:     cfg.Store, commit: c.commit, idleAfter: cfg.IdleAfter, log: cfg.Logger,
 		}
 	}
-	// Inline (actors.InlineRuns): a resolve is a map lookup (a store read for an event not in memory), so
-	// the evaluation that finds the shard idle runs it on its own goroutine
-	// instead of waking the shard's worker. Flushes only hand their writes
-	// to the committer.
-	opts := []actors.ShardOption{actors.Named("events"), actors.WithLogger(cfg.Logger), actors.InlineRuns()}
+	opts := []actors.ShardOption{actors.Named("events"), actors.WithLogger(cfg.Logger)}
 	if cfg.Store != nil {
 		// After a panic the shard's memory may be half-changed: what it
 		// changed before is stored first (as its next flush would have),

@@ -108,10 +108,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	for i := range states {
 		states[i] = fresh()
 	}
-	// Inline: a charge is a few field updates; the sender that finds its
-	// shard idle runs it, so a hourly-only charge (test tokens, the test
-	// key's lookups) costs its caller no goroutine switch at all.
-	opts := []actors.ShardOption{actors.Named("quota"), actors.WithLogger(cfg.Logger), actors.InlineRuns()}
+	opts := []actors.ShardOption{actors.Named("quota"), actors.WithLogger(cfg.Logger)}
 	if cfg.Store != nil {
 		// After a panic the shard's memory may be half-changed: start it
 		// empty, so that each account loads its month and totals from the

@@ -51,29 +51,9 @@ type ChargeStep interface {
 	Charged(ChargeResult, error)
 }
 
-// EarlyStep is a ChargeStep that goes on as soon as its charge is decided,
-// while the increment is being committed: the shard calls AwaitCommit, hands
-// the increment to the group committer, then calls Charged on its own
-// goroutine; Committed follows once, on the committer's, with the commit's
-// outcome (nil: stored as the store's Durability says; otherwise the
-// increment was undone and the call must not be answered as charged). A
-// chained evaluation reads its device facts during the commit instead of
-// after it, so the commit's wait and the facts' hops overlap. A charge that
-// needs no commit (refused, or hourly only) gets Charged alone.
-type EarlyStep interface {
-	ChargeStep
-	AwaitCommit()
-	Committed(error)
-}
-
 // charged is whoever hears a charge's result: a waiting caller (callReply)
 // or a chained step.
 type charged interface{ Charged(ChargeResult, error) }
-
-// committedCall tells an EarlyStep how its commit went.
-type committedCall struct{ st EarlyStep }
-
-func (c committedCall) Charged(_ ChargeResult, err error) { c.st.Committed(err) }
 
 // callReply answers a waiting caller's Call.
 type callReply struct{ c *chargeCall }
@@ -211,17 +191,8 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 	}
 	p := pending{res: res, ent: a, delta: d, bucket: c.Bucket}
 	if res.Allowed {
-		p.hourly, p.wstart = c.Hourly, a.hour[c.Bucket&1].start
-		if es, ok := call.(EarlyStep); ok {
-			// Decided now; the commit's outcome follows (EarlyStep).
-			es.AwaitCommit()
-			p.call = committedCall{es}
-			s.persist(ctx, p)
-			es.Charged(res, nil)
-			return
-		}
 		// The answer waits for the increment to be committed.
-		p.call = call
+		p.call, p.hourly, p.wstart = call, c.Hourly, a.hour[c.Bucket&1].start
 	} else {
 		// A refusal only adds a limit hit; nobody pays for losing it in a crash.
 		call.Charged(res, nil)
