@@ -69,6 +69,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer cleanup()
 		cfg.Fraudd = bin
 	}
+	if o.compare != "" {
+		return runCompare(ctx, o, cfg, stdout, stderr)
+	}
 	if cfg.Floor {
 		exe, err := os.Executable()
 		if err != nil {
@@ -135,6 +138,8 @@ type options struct {
 	svgPath    string
 	quiet      bool
 	list       bool
+	compare    string
+	rounds     int
 }
 
 type multiFlag []string
@@ -157,6 +162,7 @@ Examples:
   go run ./cmd/fraudbench --scenario evaluate-test --floor --mode closed+open
   go run ./cmd/fraudbench --scenario status --mode open --rate 5000
   go run ./cmd/fraudbench --url http://127.0.0.1:8080 --admin-token T --pid 1234 --scenario lookup
+  go run ./cmd/fraudbench --fraudd /tmp/fraudd-old --compare /tmp/fraudd-new --rounds 5 --duration 4s --scenario evaluate-test,lookup
 
 Scenarios: %s, all (every one but mixed)
 
@@ -199,6 +205,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.svgPath, "svg", "", "write latency and throughput charts as SVG to this file")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&o.list, "list", false, "list the scenarios and exit")
+	fs.StringVar(&o.compare, "compare", "", "a second fraudd `BINARY` to compare with --fraudd's (or the one built): both run side by side, and each scenario alternates closed-loop runs of each for --rounds rounds; the report gives medians and B's CPU per request over A's")
+	fs.IntVar(&o.rounds, "rounds", 5, "with --compare: runs per scenario and binary")
 	fs.DurationVar(&o.thresholds.MaxP99, "max-p99", 0, "threshold: fail (exit 1) when a server run's p99 latency exceeds this, e.g. 1ms")
 	maxErr := fs.String("max-error-rate", "", "threshold: fail (exit 1) when a server run's errors exceed this share of its requests, e.g. 0.01 or 1%")
 	fs.Float64Var(&o.thresholds.MinRPS, "min-rps", 0, "threshold: fail (exit 1) when a server run's req/s falls below this")
@@ -234,6 +242,18 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.thresholds.MaxP99 < 0 || o.thresholds.MinRPS < 0 {
 		return nil, errors.New("--max-p99 and --min-rps cannot be negative")
+	}
+	if o.compare != "" {
+		switch {
+		case c.URL != "" || c.Nodes > 1 || c.Floor:
+			return nil, errors.New("--compare starts both binaries itself: it excludes --url, --nodes and --floor")
+		case c.Mode != "closed":
+			return nil, errors.New("--compare measures closed loops only")
+		case o.rounds < 1:
+			return nil, errors.New("--rounds must be at least 1")
+		case o.svgPath != "" || o.thresholds.Any():
+			return nil, errors.New("--compare writes a table and --json only: no --svg or thresholds")
+		}
 	}
 	// Everything else that can be wrong with the flags is found now, before
 	// fraudd is built or started.
@@ -362,4 +382,39 @@ func startEtcd(ctx context.Context, cfg *bench.Config) (stop func(), err error) 
 	}
 	cfg.EtcdEndpoints = srv.Endpoints()
 	return func() { srv.Close(); os.RemoveAll(dir) }, nil
+}
+
+// runCompare runs --compare: cfg.Fraudd as A, the --compare binary as B.
+func runCompare(ctx context.Context, o *options, cfg bench.Config, stdout, stderr io.Writer) int {
+	rep, err := bench.Compare(ctx, bench.CompareConfig{
+		Scenarios: cfg.Scenarios,
+		A:         bench.Side{Name: cfg.Fraudd, Fraudd: cfg.Fraudd},
+		B:         bench.Side{Name: o.compare, Fraudd: o.compare},
+		Rounds:    o.rounds, Run: cfg.Run, FrauddArgs: cfg.FrauddArgs, Env: cfg.Env,
+		Plan: cfg.Plan, LiveTokens: cfg.LiveTokens, Log: cfg.Log, Command: cfg.Command,
+	})
+	code := 0
+	if err != nil {
+		fmt.Fprintf(stderr, "fraudbench: %v\n", err)
+		code = 1
+	}
+	if rep == nil {
+		return code
+	}
+	fmt.Fprintln(stdout)
+	bench.WriteCompare(stdout, rep)
+	if o.jsonPath != "" {
+		err := writeFile(o.jsonPath, func(w io.Writer) error {
+			e := json.NewEncoder(w)
+			e.SetIndent("", "  ")
+			return e.Encode(rep)
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "fraudbench: %v\n", err)
+			code = 1
+		} else {
+			fmt.Fprintf(stdout, "wrote %s\n", o.jsonPath)
+		}
+	}
+	return code
 }

@@ -60,6 +60,10 @@ func TestBadFlags(t *testing.T) {
 		{"--max-error-rate", "5"},
 		{"--max-p99", "-1ms"},
 		{"--min-rps", "-3"},
+		{"--compare", "/bin/true", "--floor"},
+		{"--compare", "/bin/true", "--rounds", "0"},
+		{"--compare", "/bin/true", "--mode", "open", "--rate", "5"},
+		{"--compare", "/bin/true", "--url", "http://127.0.0.1:1"},
 	} {
 		var out, errb bytes.Buffer
 		start := time.Now()
