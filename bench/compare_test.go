@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,21 +16,9 @@ func TestRoundOrderAlternates(t *testing.T) {
 		o := roundOrder(r)
 		got = append(got, o[0], o[1])
 	}
-	if want := []int{0, 1, 1, 0, 0, 1, 1, 0}; !equalInts(got, want) {
+	if want := []int{0, 1, 1, 0, 0, 1, 1, 0}; !slices.Equal(got, want) {
 		t.Fatalf("order %v, want %v (A B B A …)", got, want)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestMedian(t *testing.T) {
@@ -41,22 +30,10 @@ func TestMedian(t *testing.T) {
 		if got := median(in); got != c.want {
 			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
 		}
-		if !equalFloats(in, c.in) {
+		if !slices.Equal(in, c.in) {
 			t.Errorf("median changed its input: %v", in)
 		}
 	}
-}
-
-func equalFloats(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestCompareAlternatesTwoServers: both sides run every round, in
