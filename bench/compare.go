@@ -226,4 +226,5 @@ func WriteCompare(w io.Writer, rep *CompareReport) {
 	for _, s := range rep.Skipped {
 		fmt.Fprintf(w, "  skipped %s: %s\n", s.Scenario, s.Reason)
 	}
+	fmt.Fprintf(w, "\nA ratio inside the spread of the rounds is noise: compare A with itself (--compare %s) to see this machine's.\n", rep.A)
 }

@@ -89,7 +89,7 @@ func TestCompareAlternatesTwoServers(t *testing.T) {
 	}
 	var out bytes.Buffer
 	WriteCompare(&out, rep)
-	for _, want := range []string{"B/A", "status", "evaluate-test", "skipped lookup"} {
+	for _, want := range []string{"B/A", "status", "evaluate-test", "skipped lookup", "compare A with itself (--compare a)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("table lacks %q:\n%s", want, out.String())
 		}
