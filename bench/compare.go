@@ -131,11 +131,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (*CompareReport, error) {
 			s.cfg.Plan = "custom"
 		}
 		suites[i] = s
-		defer func() {
-			for j := len(s.cleanup) - 1; j >= 0; j-- {
-				s.cleanup[j]()
-			}
-		}()
+		defer s.close()
 		if err := s.startServer(ctx); err != nil {
 			return nil, fmt.Errorf("compare: start %s: %w", sd.Name, err)
 		}
@@ -146,13 +142,10 @@ func Compare(ctx context.Context, cfg CompareConfig) (*CompareReport, error) {
 		var ws [2]*Workload
 		var skip error
 		for i, s := range suites {
-			t, err := NewTarget(s.srvURL, TargetOptions{Conns: 4})
+			env, err := s.env(mrand.New(mrand.NewPCG(rc.Seed, 1)))
 			if err != nil {
 				return nil, err
 			}
-			s.admin = &Admin{Target: t, Token: s.cfg.AdminToken, Tag: randomHex(4)}
-			env := &Env{Target: t, Admin: s.admin, Plan: s.cfg.Plan, Log: log,
-				Rand: mrand.New(mrand.NewPCG(rc.Seed, 1)), LiveTokens: s.cfg.LiveTokens}
 			fmt.Fprintf(log, "%s: set-up on %s\n", name, []string{cfg.A.Name, cfg.B.Name}[i])
 			if ws[i], err = sc.Setup(env); err != nil {
 				skip = err
@@ -178,16 +171,16 @@ func Compare(ctx context.Context, cfg CompareConfig) (*CompareReport, error) {
 				if s.fraudd != nil && s.fraudd.Exited() {
 					return rep, fmt.Errorf("compare: fraudd exited during the run:\n%s", s.fraudd.Tail())
 				}
-				res := m.Result
-				row.Errors += res.Errors
+				br := BuildRow(name, m, nil)
+				row.Errors += br.Errors
 				cpu := 0.0
-				if m.HasCPU && res.Requests > 0 {
-					cpu = float64(m.ServerCPU.Microseconds()) / float64(res.Requests)
+				if br.ServerCPU != nil {
+					cpu = *br.ServerCPU
 				}
 				if i == 0 {
-					row.CPUA, row.RPSA = append(row.CPUA, round(cpu, 1)), append(row.RPSA, round(res.RPS(), 0))
+					row.CPUA, row.RPSA = append(row.CPUA, cpu), append(row.RPSA, br.RPS)
 				} else {
-					row.CPUB, row.RPSB = append(row.CPUB, round(cpu, 1)), append(row.RPSB, round(res.RPS(), 0))
+					row.CPUB, row.RPSB = append(row.CPUB, cpu), append(row.RPSB, br.RPS)
 				}
 				if ctx.Err() != nil {
 					return rep, ErrInterrupted

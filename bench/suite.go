@@ -139,6 +139,24 @@ type suite struct {
 	nodes []clusterNode
 }
 
+// env is what scenario set-ups use against the started server: a target,
+// the admin API (accounts get a fresh tag) and rnd for the request mix.
+func (s *suite) env(rnd *mrand.Rand) (*Env, error) {
+	t, err := NewTarget(s.srvURL, TargetOptions{Conns: 4, AllowRemote: s.cfg.AllowRemote})
+	if err != nil {
+		return nil, err
+	}
+	s.admin = &Admin{Target: t, Token: s.cfg.AdminToken, Tag: randomHex(4)}
+	return &Env{Target: t, Admin: s.admin, Plan: s.cfg.Plan, Log: s.log, Rand: rnd, LiveTokens: s.cfg.LiveTokens}, nil
+}
+
+// close undoes what the suite started, last first.
+func (s *suite) close() {
+	for i := len(s.cleanup) - 1; i >= 0; i-- {
+		s.cleanup[i]()
+	}
+}
+
 func (s *suite) logf(format string, args ...any) {
 	fmt.Fprintf(s.log, format+"\n", args...)
 }
@@ -154,11 +172,7 @@ func RunSuite(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	defer func() {
-		for i := len(s.cleanup) - 1; i >= 0; i-- {
-			s.cleanup[i]()
-		}
-	}()
+	defer s.close()
 	names, err := expandScenarios(cfg.Scenarios)
 	if err != nil {
 		return nil, err
@@ -193,15 +207,9 @@ func RunSuite(ctx context.Context, cfg Config) (*Report, error) {
 	if err := s.startServer(ctx); err != nil {
 		return s.rep, err
 	}
-	setupTarget, err := NewTarget(s.srvURL, TargetOptions{Conns: 4, AllowRemote: cfg.AllowRemote})
+	env, err := s.env(mrand.New(mrand.NewPCG(rc.Seed, uint64(time.Now().UnixNano()))))
 	if err != nil {
 		return s.rep, err
-	}
-	s.admin = &Admin{Target: setupTarget, Token: s.cfg.AdminToken, Tag: randomHex(4)}
-	env := &Env{
-		Target: setupTarget, Admin: s.admin, Plan: s.cfg.Plan, Log: s.log,
-		Rand:       mrand.New(mrand.NewPCG(rc.Seed, uint64(time.Now().UnixNano()))),
-		LiveTokens: cfg.LiveTokens,
 	}
 	for _, name := range names {
 		if ctx.Err() != nil {

@@ -17,8 +17,8 @@ func TestDeviceCollectionBudget(t *testing.T) {
 	s.SetClock(t, "2026-12-05T20:00:00Z")
 	// A custom plan of 30 checks a month: 10 events and 20 KiB a day.
 	a := s.CreateAccount(t, map[string]any{"email": "budget@example.com", "plan": "custom", "hourly_limit": 5, "monthly_limit": 30})
-	fx := struct{ Signals map[string]any }{fixtureSignals(t, "chrome_desktop_windows", a.PublishableKey)}
-	small, _ := json.Marshal(fx.Signals)
+	signals := fixtureSignals(t, "chrome_desktop_windows", a.PublishableKey)
+	small, _ := json.Marshal(signals)
 	collect := func(body []byte) *Response {
 		return s.Do(t, Req{Method: "POST", Path: "/v1/collect/device", Body: body,
 			Header: map[string]string{"Content-Type": "text/plain", "Origin": "https://shop.example"}})
@@ -45,21 +45,21 @@ func TestDeviceCollectionBudget(t *testing.T) {
 	// Padded reports (30 KB each, as a page may send) are stored compact, so
 	// several fit in 20 KiB; the byte budget still stops them before the
 	// event budget would.
-	fx.Signals["junk"] = strings.Repeat("x", 12<<10)
+	signals["junk"] = strings.Repeat("x", 12<<10)
 	for _, field := range []string{"lies", "auto", "langs", "err"} {
 		l := make([]string, 40)
 		for i := range l {
 			l[i] = strings.Repeat("L", 100)
 		}
-		fx.Signals[field] = l
+		signals[field] = l
 	}
-	padded, _ := json.Marshal(fx.Signals)
+	padded, _ := json.Marshal(signals)
 	if len(padded) < 28<<10 || len(padded) > 32<<10 {
 		t.Fatalf("padded report of %d bytes", len(padded))
 	}
 	p := s.CreateAccount(t, map[string]any{"email": "padded@example.com", "plan": "custom", "hourly_limit": 5, "monthly_limit": 30})
-	fx.Signals["key"] = p.PublishableKey
-	padded, _ = json.Marshal(fx.Signals)
+	signals["key"] = p.PublishableKey
+	padded, _ = json.Marshal(signals)
 	accepted := 0
 	for ; accepted < 10; accepted++ {
 		r := collect(padded)

@@ -29,12 +29,17 @@ func hasData(dir string) bool {
 	return err == nil
 }
 
+// joinClient is a client of the running cluster a member joins.
+func joinClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
 // addLearner adds peer as a learner of the cluster at endpoints and
 // answers the initial-cluster string the new member starts with, and its
 // member id. A learner with the same peer URL already there (an earlier
 // join that failed before the start) is reused.
 func addLearner(ctx context.Context, endpoints []string, name, peer string) (initial string, id uint64, err error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := joinClient(endpoints)
 	if err != nil {
 		return "", 0, err
 	}
@@ -81,7 +86,7 @@ func addLearner(ctx context.Context, endpoints []string, name, peer string) (ini
 // promote makes the learner id a voting member once it has caught up with
 // the leader (etcd refuses until then), trying until ctx ends.
 func promote(ctx context.Context, endpoints []string, id uint64) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := joinClient(endpoints)
 	if err != nil {
 		return err
 	}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/storage"
 )
@@ -33,12 +33,9 @@ type LocalEvents interface {
 // NodeRoute is the route of a node id in the events it stores (never
 // zero: zero is an id minted outside cluster mode).
 func NodeRoute(id string) uint16 {
-	h := fnv.New64a()
-	h.Write([]byte(id))
-	// Every bit of the hash folded in: FNV's top bits alone barely differ
-	// for ids that differ in their last byte (node1, node2).
-	x := h.Sum64()
-	if r := uint16(x ^ x>>16 ^ x>>32 ^ x>>48); r != 0 {
+	// HashString mixes every bit into the top ones (ids such as node1 and
+	// node2, which differ in a last byte, get different routes).
+	if r := uint16(actors.HashString(id) >> 48); r != 0 {
 		return r
 	}
 	return 1
