@@ -94,9 +94,9 @@ type EventID = [storage.EventIDLen]byte
 // RouteOf is the 16-bit route of a visitor hash.
 func RouteOf(visitor string) uint16 { return uint16(actors.HashString(visitor) >> 48) }
 
-// NodeOf is the route of the cluster node that stored event id (zero for
-// an id minted outside cluster mode, or whose random bytes happen to be
-// zero there): bytes 6 and 7 of the id.
+// NodeOf is the route of the cluster node that stored event id: bytes 6
+// and 7 of the id. An id minted outside cluster mode has random bytes
+// there (rpc.Events looks for such an event on the node asked too).
 func NodeOf(id *EventID) uint16 { return binary.BigEndian.Uint16(id[6:8]) }
 
 // NewEventID mints an id for an event of visitor at now.

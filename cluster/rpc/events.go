@@ -115,22 +115,26 @@ func (e *Events) ResolveThen(st events.ResolveStep) {
 	}
 }
 
-// mine reports whether this node stored the event, or it was minted
-// outside cluster mode (only this node's store can have it).
+// mine reports whether the id names this node (or none: zero).
 func (e *Events) mine(id *events.EventID) bool {
 	r := events.NodeOf(id)
 	return r == 0 || r == e.self
 }
 
 // remote resolves m at the members the id names (one, unless two members'
-// routes collide).
+// routes collide). When no live member has the id's route, the event may
+// still be this node's: one it collected before it ran in cluster mode,
+// whose id has random bytes where a node's route goes. It is looked for
+// here then, and only when it is not here is the storer down.
 func (e *Events) remote(m *events.Resolve) (events.Resolved, error) {
 	route := events.NodeOf(&m.ID)
 	var last error = ErrStorerDown
+	asked := false
 	for _, id := range e.q.cfg.Owners.Members() {
 		if id == e.q.cfg.Owners.Self() || NodeRoute(id) != route {
 			continue
 		}
+		asked = true
 		res, err := e.resolveAt(id, m)
 		if err == nil && res.Found {
 			return res, nil
@@ -140,6 +144,11 @@ func (e *Events) remote(m *events.Resolve) (events.Resolved, error) {
 			continue
 		}
 		last = nil // answered: not there
+	}
+	if !asked {
+		if res, err := e.local.Resolve(*m); err != nil || res.Found {
+			return res, err
+		}
 	}
 	if last != nil {
 		return events.Resolved{}, fmt.Errorf("device event at node route %04x: %w", route, last)

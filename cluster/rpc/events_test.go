@@ -1,11 +1,13 @@
 package rpc
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/intel/device"
+	"github.com/fraudd/fraudd/storage"
 )
 
 // resolveStep is a chained resolve whose answer lands on a channel.
@@ -79,5 +81,29 @@ func TestNodeRoutesDiffer(t *testing.T) {
 			t.Fatalf("%q routes to %04x, as %q", id, r, seen[r])
 		}
 		seen[r] = id
+	}
+}
+
+// TestEventFromBeforeClusterMode: an event a node collected before it ran
+// in cluster mode (random bytes where a node's route goes) still resolves
+// on that node; another node, which cannot know where it lives, answers it
+// unavailable.
+func TestEventFromBeforeClusterMode(t *testing.T) {
+	nodes := settledNodes(t, nil, "a", "b")
+	a, b := nodes[0], nodes[1]
+	id := events.NewEventID("visitor-old", testNow)
+	binary.BigEndian.PutUint16(id[6:8], NodeRoute("a")^NodeRoute("b")^0x5a5a) // neither member's
+	a.events.Record(&storage.DeviceEvent{ID: id, Account: "acct_1", Created: testNow, Signals: []byte("{}"), VisitorID: "visitor-old"})
+	m := events.Resolve{ID: id, Account: "acct_1", Now: testNow}
+	if r, err := a.ev.Resolve(m); err != nil || !r.Found || r.Replayed || r.Event.VisitorID != "visitor-old" {
+		t.Fatalf("resolve on the node that collected it: %+v %v", r, err)
+	}
+	st := &resolveStep{m: m, out: make(chan error, 1)}
+	a.ev.ResolveThen(st)
+	if err := <-st.out; err != nil || !st.res.Found || !st.res.Replayed {
+		t.Fatalf("chained resolve there, the second use: %+v %v", st.res, err)
+	}
+	if _, err := b.ev.Resolve(m); !errors.Is(err, ErrStorerDown) {
+		t.Fatalf("resolve on another node: %v", err)
 	}
 }
