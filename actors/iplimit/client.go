@@ -44,6 +44,16 @@ type failMsg struct {
 // lenProbe asks a shard for its entry count (tests).
 type lenProbe chan int
 
+// exportMsg asks a shard for what it counted since the last export.
+type exportMsg chan []Count
+
+// absorbMsg hands a shard the owner's sums and lockouts for its addresses.
+type absorbMsg struct {
+	sums  []Sum
+	locks []Lock
+	now   int64
+}
+
 type shard struct{ l *limiter }
 
 func (s shard) Receive(ctx actor.Context) {
@@ -59,6 +69,10 @@ func (s shard) Receive(ctx actor.Context) {
 		s.l.sweep(m.Now)
 	case lenProbe:
 		m <- s.l.t.Len()
+	case exportMsg:
+		m <- s.l.export(nil)
+	case *absorbMsg:
+		s.l.absorb(m.sums, m.locks, m.now)
 	}
 }
 
@@ -72,12 +86,16 @@ type Config struct {
 	// each); when a shard is full it drops ended windows, then the least-used
 	// counters. 0 = 2,000,000; < 0 = no bound.
 	MaxEntries int
+	// Shared keeps what each shard counts for Export (cluster mode): the
+	// address shards' owners sum every node's counts.
+	Shared bool
 }
 
 // Client is the typed per-address limiter client; safe for concurrent use.
 type Client struct {
 	shards  *actors.Shards
 	calls   *actors.Calls[Take, Verdict]
+	timeout time.Duration
 	stopped atomic.Bool
 }
 
@@ -99,11 +117,15 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	// wipe its lockouts by doing so.
 	ls := make([]*limiter, n)
 	for i := range ls {
-		ls[i] = newLimiter(per)
+		ls[i] = newLimiter(per, cfg.Shared)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
 	}
 	c := &Client{
-		shards: actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{ls[i]} }, actors.Named("iplimit"), actors.InlineRuns()),
-		calls:  actors.NewCalls[Take, Verdict](cfg.Timeout),
+		shards:  actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{ls[i]} }, actors.Named("iplimit"), actors.InlineRuns()),
+		calls:   actors.NewCalls[Take, Verdict](cfg.Timeout),
+		timeout: cfg.Timeout,
 	}
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	return c
@@ -147,6 +169,57 @@ func (c *Client) Fail(addr netip.Addr, now time.Time) {
 func (c *Client) Sweep(now time.Time) {
 	if !c.stopped.Load() {
 		c.shards.Broadcast(actors.Tick{Now: now})
+	}
+}
+
+// Export collects what every shard counted since the last Export (empty
+// unless Config.Shared). A shard that does not answer within the Take
+// timeout is left out: its counts go with its next answer.
+func (c *Client) Export() ([]Count, error) {
+	if c.stopped.Load() {
+		return nil, ErrStopped
+	}
+	n := c.shards.Len()
+	ch := make(exportMsg, n)
+	c.shards.Broadcast(ch)
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	var out []Count
+	for range n {
+		select {
+		case got := <-ch:
+			out = append(out, got...)
+		case <-t.C:
+			return out, fmt.Errorf("iplimit: export: a shard did not answer within %v: %w", c.timeout, actors.ErrUnavailable)
+		}
+	}
+	return out, nil
+}
+
+// Absorb hands the owners' sums and lockouts to the shards of their
+// addresses, fire-and-forget: a Take sent afterwards by the same goroutine
+// sees them.
+func (c *Client) Absorb(sums []Sum, locks []Lock, now time.Time) {
+	if c.stopped.Load() || len(sums)+len(locks) == 0 {
+		return
+	}
+	n := c.shards.Len()
+	by := make([]absorbMsg, n)
+	for _, s := range sums {
+		i := c.shards.Index(actors.Mix64(s.Key.Route()))
+		by[i].sums = append(by[i].sums, s)
+	}
+	for _, l := range locks {
+		i := c.shards.Index(actors.Mix64(l.Route()))
+		by[i].locks = append(by[i].locks, l)
+	}
+	ns := now.UnixNano()
+	for i := range by {
+		if len(by[i].sums)+len(by[i].locks) > 0 {
+			m := &by[i]
+			m.now = ns
+			c.shards.Send(uint64(i), m) // index i is its own hash
+		}
 	}
 }
 

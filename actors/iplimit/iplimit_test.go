@@ -47,7 +47,7 @@ func TestEveryWindow(t *testing.T) {
 	for kind := Protect; kind < NumKinds; kind++ {
 		for _, addr := range []netip.Addr{v4, v6a} {
 			t.Run(fmt.Sprintf("%s/%s", kind, addr), func(t *testing.T) {
-				l := newLimiter(0)
+				l := newLimiter(0, false)
 				now := t0
 				for wi, w := range Rules[kind].Windows {
 					// Use up what is left of this window (earlier, shorter windows
@@ -78,7 +78,7 @@ func TestEveryWindow(t *testing.T) {
 }
 
 func TestLookupFreeFigures(t *testing.T) {
-	l := newLimiter(0)
+	l := newLimiter(0, false)
 	ok := 0
 	for i := 0; i < 20; i++ {
 		if l.take(Of(LookupFree), v4, t0.Add(time.Duration(i)*time.Second)).Allowed {
@@ -121,7 +121,7 @@ func TestLookupFreeFigures(t *testing.T) {
 }
 
 func TestIPv6PrefixShared(t *testing.T) {
-	l := newLimiter(0)
+	l := newLimiter(0, false)
 	// Six addresses of one /64 use 12 each: the /64's 72 is reached.
 	for a := 0; a < 6; a++ {
 		for i := 0; i < 12; i++ {
@@ -165,7 +165,7 @@ func TestIPv6PrefixShared(t *testing.T) {
 }
 
 func TestLockout(t *testing.T) {
-	l := newLimiter(0)
+	l := newLimiter(0, false)
 	now := t0
 	for i := 0; i < 19; i++ {
 		if l.fail(v4, now) {
@@ -196,7 +196,7 @@ func TestLockout(t *testing.T) {
 		t.Fatalf("protect count %d", s.n)
 	}
 	// Failures spread over more than one 15-minute window never lock.
-	l2 := newLimiter(0)
+	l2 := newLimiter(0, false)
 	for i := 0; i < 19; i++ {
 		l2.fail(v6a, t0)
 	}
@@ -209,7 +209,7 @@ func TestLockout(t *testing.T) {
 }
 
 func TestAllOrNothing(t *testing.T) {
-	l := newLimiter(0)
+	l := newLimiter(0, false)
 	for i := 0; i < 30; i++ {
 		l.take(Of(Sample), v4, t0)
 	}
@@ -230,7 +230,7 @@ func TestMemoryBoundedAfterSweep(t *testing.T) {
 	if testing.Short() {
 		n = 100_000
 	}
-	l := newLimiter(0)
+	l := newLimiter(0, false)
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
@@ -264,7 +264,7 @@ func TestMemoryBoundedAfterSweep(t *testing.T) {
 // window cannot grow a bounded table past its bound, and a heavy hitter keeps
 // its count while one-off addresses are dropped.
 func TestBoundedUnderAddressSweep(t *testing.T) {
-	l := newLimiter(10_000)
+	l := newLimiter(10_000, false)
 	heavy := netip.MustParseAddr("198.51.100.1")
 	for i := 0; i < 100; i++ {
 		l.take(Of(Protect), heavy, t0)
@@ -379,7 +379,7 @@ func TestTakeAllocs(t *testing.T) {
 // is locked out after 20 invalid credentials in 15 minutes, as one address
 // would be; its neighbours in other /64s are not.
 func TestLockoutPer64(t *testing.T) {
-	l := newLimiter(0)
+	l := newLimiter(0, false)
 	for i := 0; i < 19; i++ {
 		if l.fail(v6n(i), t0) {
 			t.Fatalf("locked after %d failures", i+1)
@@ -417,7 +417,7 @@ func TestLockoutPer64(t *testing.T) {
 // failure it is queued behind must not drop that failure's count; nor may a
 // full table flush partial counts by filling up with cheap requests.
 func TestSweepKeepsPartialLockoutCounts(t *testing.T) {
-	l := newLimiter(0)
+	l := newLimiter(0, false)
 	for i := 0; i < 19; i++ {
 		l.fail(v4, t0.Add(time.Millisecond))
 	}
@@ -427,7 +427,7 @@ func TestSweepKeepsPartialLockoutCounts(t *testing.T) {
 	}
 
 	// Failures handled out of their stamping order count in one window.
-	l = newLimiter(0)
+	l = newLimiter(0, false)
 	l.fail(v4, t0.Add(time.Millisecond))
 	for i := 0; i < 18; i++ {
 		l.fail(v4, t0)
@@ -437,7 +437,7 @@ func TestSweepKeepsPartialLockoutCounts(t *testing.T) {
 	}
 
 	// A table filled by twice-seen addresses relieves them, not the count.
-	l = newLimiter(10_000)
+	l = newLimiter(10_000, false)
 	for i := 0; i < 10; i++ {
 		l.fail(v4, t0)
 	}
@@ -459,7 +459,7 @@ func TestSweepKeepsPartialLockoutCounts(t *testing.T) {
 	}
 
 	// A count whose window has ended does go at the next sweep.
-	l = newLimiter(0)
+	l = newLimiter(0, false)
 	l.fail(v4, t0)
 	if n := l.sweep(t0.Add(15 * time.Minute)); n != 1 || l.t.Len() != 0 {
 		t.Fatalf("ended window kept: swept %d, %d left", n, l.t.Len())

@@ -33,9 +33,17 @@ type slotKey struct {
 	scope  uint8
 }
 
-// slot is one fixed window: it began at start (Unix ns) and has n requests.
-// For a lock slot, start is when the lock ends.
+// slot is one fixed window: it began at start (Unix ns) and has n requests
+// counted here and, in cluster mode, others counted by the other nodes (as
+// of the owner's last answer). For a lock slot, start is when the lock ends.
 type slot struct {
+	start  int64
+	n      int64
+	others int64
+}
+
+// pend is what a shared limiter counted under one key since its last report.
+type pend struct {
 	start int64
 	n     int64
 }
@@ -75,10 +83,17 @@ type limiter struct {
 	max int // most counters held; 0 = no bound
 	// relieved counts counters dropped early because the table was full.
 	relieved int
+	// pending is what was counted since the last export (cluster mode
+	// only; nil on a single node).
+	pending map[slotKey]pend
 }
 
-func newLimiter(max int) *limiter {
-	return &limiter{t: actors.NewTable[slotKey, slot](1024), max: max}
+func newLimiter(max int, shared bool) *limiter {
+	l := &limiter{t: actors.NewTable[slotKey, slot](1024), max: max}
+	if shared {
+		l.pending = make(map[slotKey]pend)
+	}
+	return l
 }
 
 // relieve makes room when the table is full (many distinct addresses inside
@@ -99,7 +114,7 @@ func (l *limiter) relieve(ns int64) {
 		if l.t.Len() <= target {
 			break
 		}
-		l.t.Sweep(func(k slotKey, s slot) bool { return k.win != lockSlot && k.kind != AuthFail && s.n <= most })
+		l.t.Sweep(func(k slotKey, s slot) bool { return k.win != lockSlot && k.kind != AuthFail && s.n+s.others <= most })
 	}
 	if l.t.Len() > target {
 		l.t.Sweep(func(k slotKey, _ slot) bool { return k.win != lockSlot })
@@ -179,7 +194,7 @@ func (l *limiter) take(kinds Kinds, a netip.Addr, now time.Time) Verdict {
 				}
 				k.kind, k.win = kind, uint8(wi)
 				s := l.current(k, w.Len, ns)
-				if s.n >= lim {
+				if s.n+s.others >= lim {
 					retry = max(retry, secondsUntil(s.start+int64(w.Len), ns))
 				}
 				if np < len(ps) {
@@ -197,11 +212,12 @@ func (l *limiter) take(kinds Kinds, a netip.Addr, now time.Time) Verdict {
 	}
 	for i := range ps[:np] {
 		p := &ps[i]
-		if p.s.n == 0 {
+		if p.s.n == 0 && p.s.others == 0 {
 			p.s.start = ns
 		}
 		p.s.n++
 		l.t.Put(p.k, p.s)
+		l.note(p.k, p.s.start, 1)
 	}
 	return Verdict{Allowed: true}
 }
@@ -230,14 +246,15 @@ func (l *limiter) fail(a netip.Addr, now time.Time) bool {
 			continue
 		}
 		s := l.current(k, w.Len, ns)
-		if s.n == 0 {
+		if s.n == 0 && s.others == 0 {
 			s.start = ns
 			if l.max > 0 && l.t.Len()+2 > l.max {
 				l.relieve(ns)
 			}
 		}
 		s.n++
-		if s.n >= lim {
+		l.note(k, s.start, 1)
+		if s.n+s.others >= lim {
 			l.t.Delete(k)
 			l.t.Put(lk, slot{start: ns + int64(r.LockFor), n: 1})
 			locked = true
