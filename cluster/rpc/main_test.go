@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/cluster/embedetcd"
@@ -68,6 +69,9 @@ type node struct {
 	owners  Ownership
 	windows *HandedWindows
 	feed    *fakeFeed
+	limits  *iplimit.Client
+	addrs   *AddrTotals
+	rep     *AddrReporter
 	stop    context.CancelFunc
 	done    chan struct{}
 }
@@ -123,13 +127,20 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	inShard := func(shard int) func(string) bool {
 		return func(acc string) bool { return cluster.ShardOf(cluster.KindAccount, acc) == shard }
 	}
-	n.bal, err = cluster.NewBalancer(cluster.BalancerConfig{Member: n.m, View: n.view, Kinds: []cluster.Kind{cluster.KindAccount}, Every: 100 * time.Millisecond,
+	n.bal, err = cluster.NewBalancer(cluster.BalancerConfig{Member: n.m, View: n.view, Kinds: []cluster.Kind{cluster.KindAccount, cluster.KindAddr}, Every: 100 * time.Millisecond,
 		Releasing: func(_ context.Context, c cluster.Claim) error {
+			if c.Kind != cluster.KindAccount {
+				return nil
+			}
 			handed, err := n.local.Drop(inShard(c.Shard), 5*time.Second)
 			n.windows.Put(handed, testNow)
 			return err
 		},
-		Acquired: func(_ context.Context, c cluster.Claim) { n.local.Forget(inShard(c.Shard), 5*time.Second) },
+		Acquired: func(_ context.Context, c cluster.Claim) {
+			if c.Kind == cluster.KindAccount {
+				n.local.Forget(inShard(c.Shard), 5*time.Second)
+			}
+		},
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -149,7 +160,11 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 		tb.Fatal(err)
 	}
 	n.ev = n.q.Events(n.events)
-	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Events: n.events})
+	n.limits = iplimit.New(sys.Root, iplimit.Config{Shards: 2, Shared: true})
+	n.addrs = NewAddrTotals(0)
+	n.rep = &AddrReporter{Limits: n.limits, Totals: n.addrs, Owners: n.owners.(Cluster), Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog}
+	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Events: n.events,
+		Addrs: n.addrs, AddrOwners: n.owners.(Cluster)})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -194,17 +209,24 @@ func (n *node) close() {
 	}
 	n.local.Stop()
 	n.events.Stop()
+	n.limits.Stop()
 	n.db.Close()
 }
 
 // settle waits until every node's view matches the rendezvous assignment
-// over ids and every node holds its own claims.
+// of the account shards over ids and every node holds its own claims.
 func settle(tb testing.TB, nodes []*node, ids []string) {
 	tb.Helper()
-	want := cluster.Assign(cluster.KindAccount, ids)
-	eventually(tb, "the nodes settle on the assignment", func() bool {
+	settleKind(tb, nodes, ids, cluster.KindAccount)
+}
+
+// settleKind is settle for the shards of kind k.
+func settleKind(tb testing.TB, nodes []*node, ids []string, k cluster.Kind) {
+	tb.Helper()
+	want := cluster.Assign(k, ids)
+	eventually(tb, "the nodes settle on the "+string(k)+" assignment", func() bool {
 		for _, n := range nodes {
-			got := n.view.Owners(cluster.KindAccount)
+			got := n.view.Owners(k)
 			if len(got) != len(want) {
 				return false
 			}
@@ -221,7 +243,7 @@ func settle(tb testing.TB, nodes []*node, ids []string) {
 					mine++
 				}
 			}
-			if n.bal.Owned(cluster.KindAccount) != mine {
+			if n.bal.Owned(k) != mine {
 				return false
 			}
 		}

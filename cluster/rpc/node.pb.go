@@ -2176,6 +2176,410 @@ func (x *ResolveReply) GetTimesSeen() int64 {
 	return 0
 }
 
+// AddrKey is iplimit.Key: one window of one per-address limiter, for an
+// address (hi, lo: its 16 bytes, IPv4 mapped into IPv6) or, with p64, the
+// IPv6 /64 in hi.
+type AddrKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hi            uint64                 `protobuf:"fixed64,1,opt,name=hi,proto3" json:"hi,omitempty"`
+	Lo            uint64                 `protobuf:"fixed64,2,opt,name=lo,proto3" json:"lo,omitempty"`
+	Kind          uint32                 `protobuf:"varint,3,opt,name=kind,proto3" json:"kind,omitempty"` // iplimit.Kind
+	Win           uint32                 `protobuf:"varint,4,opt,name=win,proto3" json:"win,omitempty"`
+	P64           bool                   `protobuf:"varint,5,opt,name=p64,proto3" json:"p64,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddrKey) Reset() {
+	*x = AddrKey{}
+	mi := &file_node_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddrKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddrKey) ProtoMessage() {}
+
+func (x *AddrKey) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddrKey.ProtoReflect.Descriptor instead.
+func (*AddrKey) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AddrKey) GetHi() uint64 {
+	if x != nil {
+		return x.Hi
+	}
+	return 0
+}
+
+func (x *AddrKey) GetLo() uint64 {
+	if x != nil {
+		return x.Lo
+	}
+	return 0
+}
+
+func (x *AddrKey) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *AddrKey) GetWin() uint32 {
+	if x != nil {
+		return x.Win
+	}
+	return 0
+}
+
+func (x *AddrKey) GetP64() bool {
+	if x != nil {
+		return x.P64
+	}
+	return false
+}
+
+// AddrCount is what the sender admitted under key since its last report,
+// in its window that began at start_unix_nano.
+type AddrCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *AddrKey               `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	StartUnixNano int64                  `protobuf:"varint,2,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
+	N             int64                  `protobuf:"varint,3,opt,name=n,proto3" json:"n,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddrCount) Reset() {
+	*x = AddrCount{}
+	mi := &file_node_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddrCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddrCount) ProtoMessage() {}
+
+func (x *AddrCount) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddrCount.ProtoReflect.Descriptor instead.
+func (*AddrCount) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *AddrCount) GetKey() *AddrKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *AddrCount) GetStartUnixNano() int64 {
+	if x != nil {
+		return x.StartUnixNano
+	}
+	return 0
+}
+
+func (x *AddrCount) GetN() int64 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
+type AddrReport struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// node is the sender's member id: the owner keeps each node's part.
+	Node          string       `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Counts        []*AddrCount `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddrReport) Reset() {
+	*x = AddrReport{}
+	mi := &file_node_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddrReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddrReport) ProtoMessage() {}
+
+func (x *AddrReport) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddrReport.ProtoReflect.Descriptor instead.
+func (*AddrReport) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AddrReport) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AddrReport) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *AddrReport) GetCounts() []*AddrCount {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+// AddrSum answers one count: the other nodes' requests in the owner's
+// window that began at start_unix_nano.
+type AddrSum struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *AddrKey               `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	StartUnixNano int64                  `protobuf:"varint,2,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
+	Others        int64                  `protobuf:"varint,3,opt,name=others,proto3" json:"others,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddrSum) Reset() {
+	*x = AddrSum{}
+	mi := &file_node_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddrSum) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddrSum) ProtoMessage() {}
+
+func (x *AddrSum) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddrSum.ProtoReflect.Descriptor instead.
+func (*AddrSum) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *AddrSum) GetKey() *AddrKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *AddrSum) GetStartUnixNano() int64 {
+	if x != nil {
+		return x.StartUnixNano
+	}
+	return 0
+}
+
+func (x *AddrSum) GetOthers() int64 {
+	if x != nil {
+		return x.Others
+	}
+	return 0
+}
+
+// AddrLock is a lockout the owner set: the address (or /64) is refused
+// until until_unix_nano.
+type AddrLock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hi            uint64                 `protobuf:"fixed64,1,opt,name=hi,proto3" json:"hi,omitempty"`
+	Lo            uint64                 `protobuf:"fixed64,2,opt,name=lo,proto3" json:"lo,omitempty"`
+	P64           bool                   `protobuf:"varint,3,opt,name=p64,proto3" json:"p64,omitempty"`
+	UntilUnixNano int64                  `protobuf:"varint,4,opt,name=until_unix_nano,json=untilUnixNano,proto3" json:"until_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddrLock) Reset() {
+	*x = AddrLock{}
+	mi := &file_node_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddrLock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddrLock) ProtoMessage() {}
+
+func (x *AddrLock) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddrLock.ProtoReflect.Descriptor instead.
+func (*AddrLock) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AddrLock) GetHi() uint64 {
+	if x != nil {
+		return x.Hi
+	}
+	return 0
+}
+
+func (x *AddrLock) GetLo() uint64 {
+	if x != nil {
+		return x.Lo
+	}
+	return 0
+}
+
+func (x *AddrLock) GetP64() bool {
+	if x != nil {
+		return x.P64
+	}
+	return false
+}
+
+func (x *AddrLock) GetUntilUnixNano() int64 {
+	if x != nil {
+		return x.UntilUnixNano
+	}
+	return 0
+}
+
+type AddrReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// sums answer the counts of the shards this node owns (a count of a
+	// shard it does not own is not answered).
+	Sums          []*AddrSum  `protobuf:"bytes,3,rep,name=sums,proto3" json:"sums,omitempty"`
+	Locks         []*AddrLock `protobuf:"bytes,4,rep,name=locks,proto3" json:"locks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddrReply) Reset() {
+	*x = AddrReply{}
+	mi := &file_node_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddrReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddrReply) ProtoMessage() {}
+
+func (x *AddrReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddrReply.ProtoReflect.Descriptor instead.
+func (*AddrReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AddrReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AddrReply) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *AddrReply) GetSums() []*AddrSum {
+	if x != nil {
+		return x.Sums
+	}
+	return nil
+}
+
+func (x *AddrReply) GetLocks() []*AddrLock {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -2386,7 +2790,36 @@ const file_node_proto_rawDesc = "" +
 	"\x14first_seen_unix_nano\x18\x06 \x01(\x03R\x11firstSeenUnixNano\x12-\n" +
 	"\x13last_seen_unix_nano\x18\a \x01(\x03R\x10lastSeenUnixNano\x12\x1d\n" +
 	"\n" +
-	"times_seen\x18\b \x01(\x03R\ttimesSeen2\xf8\x05\n" +
+	"times_seen\x18\b \x01(\x03R\ttimesSeen\"a\n" +
+	"\aAddrKey\x12\x0e\n" +
+	"\x02hi\x18\x01 \x01(\x06R\x02hi\x12\x0e\n" +
+	"\x02lo\x18\x02 \x01(\x06R\x02lo\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\rR\x04kind\x12\x10\n" +
+	"\x03win\x18\x04 \x01(\rR\x03win\x12\x10\n" +
+	"\x03p64\x18\x05 \x01(\bR\x03p64\"o\n" +
+	"\tAddrCount\x12,\n" +
+	"\x03key\x18\x01 \x01(\v2\x1a.fraudd.cluster.v1.AddrKeyR\x03key\x12&\n" +
+	"\x0fstart_unix_nano\x18\x02 \x01(\x03R\rstartUnixNano\x12\f\n" +
+	"\x01n\x18\x03 \x01(\x03R\x01n\"p\n" +
+	"\n" +
+	"AddrReport\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x124\n" +
+	"\x06counts\x18\x03 \x03(\v2\x1c.fraudd.cluster.v1.AddrCountR\x06counts\"w\n" +
+	"\aAddrSum\x12,\n" +
+	"\x03key\x18\x01 \x01(\v2\x1a.fraudd.cluster.v1.AddrKeyR\x03key\x12&\n" +
+	"\x0fstart_unix_nano\x18\x02 \x01(\x03R\rstartUnixNano\x12\x16\n" +
+	"\x06others\x18\x03 \x01(\x03R\x06others\"d\n" +
+	"\bAddrLock\x12\x0e\n" +
+	"\x02hi\x18\x01 \x01(\x06R\x02hi\x12\x0e\n" +
+	"\x02lo\x18\x02 \x01(\x06R\x02lo\x12\x10\n" +
+	"\x03p64\x18\x03 \x01(\bR\x03p64\x12&\n" +
+	"\x0funtil_unix_nano\x18\x04 \x01(\x03R\runtilUnixNano\"\x9c\x01\n" +
+	"\tAddrReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12.\n" +
+	"\x04sums\x18\x03 \x03(\v2\x1a.fraudd.cluster.v1.AddrSumR\x04sums\x121\n" +
+	"\x05locks\x18\x04 \x03(\v2\x1b.fraudd.cluster.v1.AddrLockR\x05locks2\xc4\x06\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
@@ -2397,7 +2830,8 @@ const file_node_proto_rawDesc = "" +
 	"\x05Lease\x12\x1f.fraudd.cluster.v1.LeaseRequest\x1a\x1d.fraudd.cluster.v1.LeaseReply\x12D\n" +
 	"\x04Days\x12\x1e.fraudd.cluster.v1.DaysRequest\x1a\x1c.fraudd.cluster.v1.DaysReply\x12M\n" +
 	"\aCollect\x12!.fraudd.cluster.v1.CollectRequest\x1a\x1f.fraudd.cluster.v1.CollectReply\x12M\n" +
-	"\aResolve\x12!.fraudd.cluster.v1.ResolveRequest\x1a\x1f.fraudd.cluster.v1.ResolveReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\aResolve\x12!.fraudd.cluster.v1.ResolveRequest\x1a\x1f.fraudd.cluster.v1.ResolveReply\x12J\n" +
+	"\vReportAddrs\x12\x1d.fraudd.cluster.v1.AddrReport\x1a\x1c.fraudd.cluster.v1.AddrReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -2411,7 +2845,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),         // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),  // 1: fraudd.cluster.v1.ChargeRequest
@@ -2438,6 +2872,12 @@ var file_node_proto_goTypes = []any{
 	(*CollectReply)(nil),   // 22: fraudd.cluster.v1.CollectReply
 	(*ResolveRequest)(nil), // 23: fraudd.cluster.v1.ResolveRequest
 	(*ResolveReply)(nil),   // 24: fraudd.cluster.v1.ResolveReply
+	(*AddrKey)(nil),        // 25: fraudd.cluster.v1.AddrKey
+	(*AddrCount)(nil),      // 26: fraudd.cluster.v1.AddrCount
+	(*AddrReport)(nil),     // 27: fraudd.cluster.v1.AddrReport
+	(*AddrSum)(nil),        // 28: fraudd.cluster.v1.AddrSum
+	(*AddrLock)(nil),       // 29: fraudd.cluster.v1.AddrLock
+	(*AddrReply)(nil),      // 30: fraudd.cluster.v1.AddrReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -2447,31 +2887,38 @@ var file_node_proto_depIdxs = []int32{
 	8,  // 4: fraudd.cluster.v1.AdoptRequest.shares:type_name -> fraudd.cluster.v1.OriginShare
 	0,  // 5: fraudd.cluster.v1.LeaseRequest.limits:type_name -> fraudd.cluster.v1.Limits
 	19, // 6: fraudd.cluster.v1.DaysReply.days:type_name -> fraudd.cluster.v1.DayCount
-	1,  // 7: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3,  // 8: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5,  // 9: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	9,  // 10: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	12, // 11: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	14, // 12: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
-	16, // 13: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
-	18, // 14: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
-	21, // 15: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
-	23, // 16: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
-	2,  // 17: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 18: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 19: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 20: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 21: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 22: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 23: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 24: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 25: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 26: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	17, // [17:27] is the sub-list for method output_type
-	7,  // [7:17] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	25, // 7: fraudd.cluster.v1.AddrCount.key:type_name -> fraudd.cluster.v1.AddrKey
+	26, // 8: fraudd.cluster.v1.AddrReport.counts:type_name -> fraudd.cluster.v1.AddrCount
+	25, // 9: fraudd.cluster.v1.AddrSum.key:type_name -> fraudd.cluster.v1.AddrKey
+	28, // 10: fraudd.cluster.v1.AddrReply.sums:type_name -> fraudd.cluster.v1.AddrSum
+	29, // 11: fraudd.cluster.v1.AddrReply.locks:type_name -> fraudd.cluster.v1.AddrLock
+	1,  // 12: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 13: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 14: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 15: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	12, // 16: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	14, // 17: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	16, // 18: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
+	18, // 19: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
+	21, // 20: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
+	23, // 21: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
+	27, // 22: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
+	2,  // 23: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 24: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 25: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 26: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 27: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 28: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 29: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 30: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 31: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 32: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 33: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	23, // [23:34] is the sub-list for method output_type
+	12, // [12:23] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -2486,7 +2933,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

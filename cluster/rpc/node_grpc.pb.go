@@ -19,16 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Node_Charge_FullMethodName  = "/fraudd.cluster.v1.Node/Charge"
-	Node_Usage_FullMethodName   = "/fraudd.cluster.v1.Node/Usage"
-	Node_Shares_FullMethodName  = "/fraudd.cluster.v1.Node/Shares"
-	Node_Adopt_FullMethodName   = "/fraudd.cluster.v1.Node/Adopt"
-	Node_Traffic_FullMethodName = "/fraudd.cluster.v1.Node/Traffic"
-	Node_Health_FullMethodName  = "/fraudd.cluster.v1.Node/Health"
-	Node_Lease_FullMethodName   = "/fraudd.cluster.v1.Node/Lease"
-	Node_Days_FullMethodName    = "/fraudd.cluster.v1.Node/Days"
-	Node_Collect_FullMethodName = "/fraudd.cluster.v1.Node/Collect"
-	Node_Resolve_FullMethodName = "/fraudd.cluster.v1.Node/Resolve"
+	Node_Charge_FullMethodName      = "/fraudd.cluster.v1.Node/Charge"
+	Node_Usage_FullMethodName       = "/fraudd.cluster.v1.Node/Usage"
+	Node_Shares_FullMethodName      = "/fraudd.cluster.v1.Node/Shares"
+	Node_Adopt_FullMethodName       = "/fraudd.cluster.v1.Node/Adopt"
+	Node_Traffic_FullMethodName     = "/fraudd.cluster.v1.Node/Traffic"
+	Node_Health_FullMethodName      = "/fraudd.cluster.v1.Node/Health"
+	Node_Lease_FullMethodName       = "/fraudd.cluster.v1.Node/Lease"
+	Node_Days_FullMethodName        = "/fraudd.cluster.v1.Node/Days"
+	Node_Collect_FullMethodName     = "/fraudd.cluster.v1.Node/Collect"
+	Node_Resolve_FullMethodName     = "/fraudd.cluster.v1.Node/Resolve"
+	Node_ReportAddrs_FullMethodName = "/fraudd.cluster.v1.Node/ReportAddrs"
 )
 
 // NodeClient is the client API for Node service.
@@ -72,6 +73,11 @@ type NodeClient interface {
 	// node) for an evaluation on another node, and counts the use here
 	// (events.Resolve there).
 	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveReply, error)
+	// ReportAddrs hands the owner of address shards what the sender's
+	// per-address limiters admitted since its last report (for the shards
+	// this node owns), and answers, per count, the other nodes' part of its
+	// window, with every lockout this node set as owner that still runs.
+	ReportAddrs(ctx context.Context, in *AddrReport, opts ...grpc.CallOption) (*AddrReply, error)
 }
 
 type nodeClient struct {
@@ -182,6 +188,16 @@ func (c *nodeClient) Resolve(ctx context.Context, in *ResolveRequest, opts ...gr
 	return out, nil
 }
 
+func (c *nodeClient) ReportAddrs(ctx context.Context, in *AddrReport, opts ...grpc.CallOption) (*AddrReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddrReply)
+	err := c.cc.Invoke(ctx, Node_ReportAddrs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -223,6 +239,11 @@ type NodeServer interface {
 	// node) for an evaluation on another node, and counts the use here
 	// (events.Resolve there).
 	Resolve(context.Context, *ResolveRequest) (*ResolveReply, error)
+	// ReportAddrs hands the owner of address shards what the sender's
+	// per-address limiters admitted since its last report (for the shards
+	// this node owns), and answers, per count, the other nodes' part of its
+	// window, with every lockout this node set as owner that still runs.
+	ReportAddrs(context.Context, *AddrReport) (*AddrReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -262,6 +283,9 @@ func (UnimplementedNodeServer) Collect(context.Context, *CollectRequest) (*Colle
 }
 func (UnimplementedNodeServer) Resolve(context.Context, *ResolveRequest) (*ResolveReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
+}
+func (UnimplementedNodeServer) ReportAddrs(context.Context, *AddrReport) (*AddrReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportAddrs not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -464,6 +488,24 @@ func _Node_Resolve_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_ReportAddrs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddrReport)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).ReportAddrs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_ReportAddrs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).ReportAddrs(ctx, req.(*AddrReport))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -510,6 +552,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resolve",
 			Handler:    _Node_Resolve_Handler,
+		},
+		{
+			MethodName: "ReportAddrs",
+			Handler:    _Node_ReportAddrs_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -64,6 +64,11 @@ type ServerConfig struct {
 	Leases Freezer
 	// Down is this node's own down list (nil: nothing), answered by Health.
 	Down func() []string
+	// Addrs are the per-address sums this node keeps as the owner of
+	// address shards, and AddrOwners its claims of them (either nil:
+	// ReportAddrs answers Unavailable).
+	Addrs      *AddrTotals
+	AddrOwners AddrOwnership
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
 	// A charge or usage read runs at the owner's now, not the caller's:
 	// an hourly window that starts at one node's time and is charged at

@@ -274,7 +274,9 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 			return err
 		}
 	}
-	limits := iplimit.New(system.Root, iplimit.Config{Clock: clk})
+	// In cluster mode the limiters keep their counts for the address
+	// shards' owners, who sum every node's (cluster/rpc.AddrReporter).
+	limits := iplimit.New(system.Root, iplimit.Config{Clock: clk, Shared: node != nil})
 	defer func() {
 		if err := limits.Stop(); err != nil {
 			log.Error("stop per-address limiters", "err", err)
@@ -323,7 +325,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		// The node-to-node service and the routing clients; stopped before
 		// the quota and device actors and the traffic counter (deferred
 		// after them).
-		stopRPC, err := node.StartRPC(quotas, devices, db, sharedQuota, counts, clk.Now, rpc.DefaultTimeout)
+		stopRPC, err := node.StartRPC(quotas, devices, db, sharedQuota, counts, limits, clk.Now, rpc.DefaultTimeout)
 		if err != nil {
 			return err
 		}

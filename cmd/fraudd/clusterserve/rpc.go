@@ -39,7 +39,9 @@ type NodeStore interface {
 // it before the quota actors stop.
 // now is the node's clock: the owner's decides the windows it charges.
 // counts is the node's own threat-feed counter, answered to the others.
-func (n *Node) StartRPC(local *quota.Client, devices *events.Client, db NodeStore, shared *rpc.SharedStore, counts rpc.FeedReader, now func() time.Time, timeout time.Duration) (stop func(), err error) {
+// limits are the node's per-address limiters in shared mode: their counts
+// go to the address shards' owners every rpc.DefaultAddrEvery.
+func (n *Node) StartRPC(local *quota.Client, devices *events.Client, db NodeStore, shared *rpc.SharedStore, counts rpc.FeedReader, limits rpc.AddrLimits, now func() time.Time, timeout time.Duration) (stop func(), err error) {
 	owners := rpc.Cluster{Member: n.member, Balancer: n.bal, View: n.owners}
 	// A slice is used for at most a third of the membership lease: it ends
 	// well before the owner that lent it could lose the shard.
@@ -48,7 +50,9 @@ func (n *Node) StartRPC(local *quota.Client, devices *events.Client, db NodeStor
 	if err != nil {
 		return nil, err
 	}
-	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: counts, Down: n.answerDown, Now: now, Leases: q, Events: devices})
+	addrs := rpc.NewAddrTotals(0)
+	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: counts, Down: n.answerDown, Now: now, Leases: q, Events: devices,
+		Addrs: addrs, AddrOwners: owners})
 	if err != nil {
 		q.Close()
 		return nil, err
@@ -78,11 +82,18 @@ func (n *Node) StartRPC(local *quota.Client, devices *events.Client, db NodeStor
 		defer close(healthDone)
 		health.Run(healthCtx, healthEvery)
 	}()
+	reporter := &rpc.AddrReporter{Limits: limits, Totals: addrs, Owners: owners, Peers: q, Now: now, Log: n.log}
+	reportDone := make(chan struct{})
+	go func() {
+		defer close(reportDone)
+		reporter.Run(healthCtx, rpc.DefaultAddrEvery)
+	}()
 	n.rpc = q
 	n.log.Info("node-to-node gRPC serving", "listen", l.Addr().String(), "advertise", n.cfg.Advertise, "timeout", timeout)
 	return func() {
 		stopHealth()
 		<-healthDone
+		<-reportDone
 		q.Close()
 		g.GracefulStop()
 		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
