@@ -233,6 +233,27 @@ func (ch *chain) Resolved(r events.Resolved, err error) {
 	ch.toObserve()
 }
 
+// OwnerWork implements OwnerStep: the event and the history, when the
+// chain asks for them, travel with the charge to a remote owner.
+func (ch *chain) OwnerWork() OwnerWork {
+	var w OwnerWork
+	if ch.resolveP {
+		w.Resolve = &ch.resolve
+	}
+	if ch.observeP {
+		w.Observe = &ch.obs
+	}
+	return w
+}
+
+// OwnerDone implements OwnerStep: the owner did the rest of the chain.
+func (ch *chain) OwnerDone(r OwnerResult) {
+	ch.res, ch.chargeEr = r.Charge, r.ChargeErr
+	ch.resolved, ch.eventErr = r.Resolved, r.EventErr
+	ch.facts, ch.histErr = r.Facts, r.HistErr
+	ch.finish()
+}
+
 // ObserveReq implements devicehist.ObserveStep.
 func (ch *chain) ObserveReq() *devicehist.Prepared { return &ch.observe }
 

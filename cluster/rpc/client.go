@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster"
 )
@@ -104,6 +105,11 @@ type Quota struct {
 	peers map[string]*peer
 	// leases is nil when LeaseAfter is zero.
 	leases *leases
+	// owner is this node's own parts for owner work (SetOwner; nil until
+	// then: chained charges go without it).
+	owner atomic.Pointer[checks.OwnerParts]
+	// evs is the device-event client over this node's events (Events).
+	evs atomic.Pointer[Events]
 }
 
 // peer is one member's connection, reused by every call to it until its
@@ -302,6 +308,14 @@ func (q *Quota) worker(work chan quota.ChargeStep, stop chan struct{}) {
 		case <-stop:
 			return
 		case st := <-work:
+			if os, ok := st.(checks.OwnerStep); ok {
+				if p := q.owner.Load(); p != nil {
+					if w := os.OwnerWork(); !w.Empty() {
+						os.OwnerDone(q.evaluate(p, os.ChargeReq(), w))
+						continue
+					}
+				}
+			}
 			res, err := q.charge(st.ChargeReq())
 			st.Charged(res, err)
 		}

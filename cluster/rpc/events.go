@@ -64,6 +64,7 @@ const eventWorkers, eventQueue = 16, 1024
 // through q's connections; its workers stop with q.
 func (q *Quota) Events(local LocalEvents) *Events {
 	e := &Events{q: q, local: local, self: NodeRoute(q.cfg.Owners.Self()), work: make(chan events.ResolveStep, eventQueue)}
+	q.evs.Store(e)
 	for range eventWorkers {
 		q.wg.Go(func() {
 			for {
@@ -203,13 +204,17 @@ func (s *Server) Resolve(_ context.Context, r *ResolveRequest) (*ResolveReply, e
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
+	return resolveReply(&res), nil
+}
+
+func resolveReply(res *events.Resolved) *ResolveReply {
 	reply := &ResolveReply{Version: version, Found: res.Found}
 	if !res.Found {
-		return reply, nil
+		return reply
 	}
 	reply.Replayed = res.Replayed
 	reply.Event = storage.MarshalEvent(nil, &res.Event)
 	sg := &res.Sightings
 	reply.Visitor, reply.FirstSeenUnixNano, reply.LastSeenUnixNano, reply.TimesSeen = sg.Visitor, unixNano(sg.FirstSeen), unixNano(sg.LastSeen), sg.TimesSeen
-	return reply, nil
+	return reply
 }

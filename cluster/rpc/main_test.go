@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/quota"
@@ -72,6 +73,7 @@ type node struct {
 	limits  *iplimit.Client
 	addrs   *AddrTotals
 	rep     *AddrReporter
+	hist    *fakeHistory
 	stop    context.CancelFunc
 	done    chan struct{}
 }
@@ -160,11 +162,14 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 		tb.Fatal(err)
 	}
 	n.ev = n.q.Events(n.events)
+	n.hist = &fakeHistory{}
+	owner := &checks.OwnerParts{Quota: n.local, Events: n.ev, History: n.hist}
+	n.q.SetOwner(owner)
 	n.limits = iplimit.New(sys.Root, iplimit.Config{Shards: 2, Shared: true})
 	n.addrs = NewAddrTotals(0)
 	n.rep = &AddrReporter{Limits: n.limits, Totals: n.addrs, Owners: n.owners.(Cluster), Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog}
 	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Events: n.events,
-		Addrs: n.addrs, AddrOwners: n.owners.(Cluster)})
+		Addrs: n.addrs, AddrOwners: n.owners.(Cluster), Owner: owner})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -2580,6 +2580,412 @@ func (x *AddrReply) GetLocks() []*AddrLock {
 	return nil
 }
 
+// Observation is devicehist.Observation without what the owner knows
+// itself: the customer is the charge's account, the device comes from the
+// resolved event (or device_id), and now is the owner's clock.
+type Observation struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Test    bool                   `protobuf:"varint,1,opt,name=test,proto3" json:"test,omitempty"`
+	EventId string                 `protobuf:"bytes,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// account_id is the request's accountId (the owner hashes and seals it).
+	AccountId string `protobuf:"bytes,3,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// ip is the visitor's address (empty when unmeasured).
+	Ip         []byte `protobuf:"bytes,4,opt,name=ip,proto3" json:"ip,omitempty"`
+	SharedExit bool   `protobuf:"varint,5,opt,name=shared_exit,json=sharedExit,proto3" json:"shared_exit,omitempty"`
+	// device_id, when set, is the device the sender resolved itself (an
+	// event it stored: the request then carries no event_id).
+	DeviceId      string `protobuf:"bytes,6,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Observation) Reset() {
+	*x = Observation{}
+	mi := &file_node_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Observation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Observation) ProtoMessage() {}
+
+func (x *Observation) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Observation.ProtoReflect.Descriptor instead.
+func (*Observation) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Observation) GetTest() bool {
+	if x != nil {
+		return x.Test
+	}
+	return false
+}
+
+func (x *Observation) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *Observation) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *Observation) GetIp() []byte {
+	if x != nil {
+		return x.Ip
+	}
+	return nil
+}
+
+func (x *Observation) GetSharedExit() bool {
+	if x != nil {
+		return x.SharedExit
+	}
+	return false
+}
+
+func (x *Observation) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+type EvaluateRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Charge  *ChargeRequest         `protobuf:"bytes,2,opt,name=charge,proto3" json:"charge,omitempty"`
+	// event_id (16 bytes), when set, is the device event to resolve.
+	EventId []byte `protobuf:"bytes,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// observation, when set, is the history to observe.
+	Observation   *Observation `protobuf:"bytes,4,opt,name=observation,proto3" json:"observation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvaluateRequest) Reset() {
+	*x = EvaluateRequest{}
+	mi := &file_node_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvaluateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvaluateRequest) ProtoMessage() {}
+
+func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
+func (*EvaluateRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *EvaluateRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *EvaluateRequest) GetCharge() *ChargeRequest {
+	if x != nil {
+		return x.Charge
+	}
+	return nil
+}
+
+func (x *EvaluateRequest) GetEventId() []byte {
+	if x != nil {
+		return x.EventId
+	}
+	return nil
+}
+
+func (x *EvaluateRequest) GetObservation() *Observation {
+	if x != nil {
+		return x.Observation
+	}
+	return nil
+}
+
+// Facts is devicehist.Facts.
+type Facts struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Device              bool                   `protobuf:"varint,1,opt,name=device,proto3" json:"device,omitempty"`
+	Visits              int64                  `protobuf:"varint,2,opt,name=visits,proto3" json:"visits,omitempty"`
+	FirstSeenUnixNano   int64                  `protobuf:"varint,3,opt,name=first_seen_unix_nano,json=firstSeenUnixNano,proto3" json:"first_seen_unix_nano,omitempty"`
+	LastSeenUnixNano    int64                  `protobuf:"varint,4,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
+	HistoryAccounts     int64                  `protobuf:"varint,5,opt,name=history_accounts,json=historyAccounts,proto3" json:"history_accounts,omitempty"`
+	Visits_24H          int64                  `protobuf:"varint,6,opt,name=visits_24h,json=visits24h,proto3" json:"visits_24h,omitempty"`
+	Repeated            bool                   `protobuf:"varint,7,opt,name=repeated,proto3" json:"repeated,omitempty"`
+	LinkedAccounts      int64                  `protobuf:"varint,8,opt,name=linked_accounts,json=linkedAccounts,proto3" json:"linked_accounts,omitempty"`
+	Account             bool                   `protobuf:"varint,9,opt,name=account,proto3" json:"account,omitempty"`
+	DeviceAccounts_24H  int64                  `protobuf:"varint,10,opt,name=device_accounts_24h,json=deviceAccounts24h,proto3" json:"device_accounts_24h,omitempty"`
+	AccountDevices_24H  int64                  `protobuf:"varint,11,opt,name=account_devices_24h,json=accountDevices24h,proto3" json:"account_devices_24h,omitempty"`
+	IpAccounts_24H      int64                  `protobuf:"varint,12,opt,name=ip_accounts_24h,json=ipAccounts24h,proto3" json:"ip_accounts_24h,omitempty"`
+	IpCounted           bool                   `protobuf:"varint,13,opt,name=ip_counted,json=ipCounted,proto3" json:"ip_counted,omitempty"`
+	NewDevice           bool                   `protobuf:"varint,14,opt,name=new_device,json=newDevice,proto3" json:"new_device,omitempty"`
+	RelatedAccounts_90D int64                  `protobuf:"varint,15,opt,name=related_accounts_90d,json=relatedAccounts90d,proto3" json:"related_accounts_90d,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *Facts) Reset() {
+	*x = Facts{}
+	mi := &file_node_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Facts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Facts) ProtoMessage() {}
+
+func (x *Facts) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Facts.ProtoReflect.Descriptor instead.
+func (*Facts) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Facts) GetDevice() bool {
+	if x != nil {
+		return x.Device
+	}
+	return false
+}
+
+func (x *Facts) GetVisits() int64 {
+	if x != nil {
+		return x.Visits
+	}
+	return 0
+}
+
+func (x *Facts) GetFirstSeenUnixNano() int64 {
+	if x != nil {
+		return x.FirstSeenUnixNano
+	}
+	return 0
+}
+
+func (x *Facts) GetLastSeenUnixNano() int64 {
+	if x != nil {
+		return x.LastSeenUnixNano
+	}
+	return 0
+}
+
+func (x *Facts) GetHistoryAccounts() int64 {
+	if x != nil {
+		return x.HistoryAccounts
+	}
+	return 0
+}
+
+func (x *Facts) GetVisits_24H() int64 {
+	if x != nil {
+		return x.Visits_24H
+	}
+	return 0
+}
+
+func (x *Facts) GetRepeated() bool {
+	if x != nil {
+		return x.Repeated
+	}
+	return false
+}
+
+func (x *Facts) GetLinkedAccounts() int64 {
+	if x != nil {
+		return x.LinkedAccounts
+	}
+	return 0
+}
+
+func (x *Facts) GetAccount() bool {
+	if x != nil {
+		return x.Account
+	}
+	return false
+}
+
+func (x *Facts) GetDeviceAccounts_24H() int64 {
+	if x != nil {
+		return x.DeviceAccounts_24H
+	}
+	return 0
+}
+
+func (x *Facts) GetAccountDevices_24H() int64 {
+	if x != nil {
+		return x.AccountDevices_24H
+	}
+	return 0
+}
+
+func (x *Facts) GetIpAccounts_24H() int64 {
+	if x != nil {
+		return x.IpAccounts_24H
+	}
+	return 0
+}
+
+func (x *Facts) GetIpCounted() bool {
+	if x != nil {
+		return x.IpCounted
+	}
+	return false
+}
+
+func (x *Facts) GetNewDevice() bool {
+	if x != nil {
+		return x.NewDevice
+	}
+	return false
+}
+
+func (x *Facts) GetRelatedAccounts_90D() int64 {
+	if x != nil {
+		return x.RelatedAccounts_90D
+	}
+	return 0
+}
+
+type EvaluateReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Charge  *ChargeReply           `protobuf:"bytes,2,opt,name=charge,proto3" json:"charge,omitempty"`
+	// resolved answers event_id (unset when it was not asked for, or the
+	// charge was refused); event_error says why it could not be read.
+	Resolved   *ResolveReply `protobuf:"bytes,3,opt,name=resolved,proto3" json:"resolved,omitempty"`
+	EventError string        `protobuf:"bytes,4,opt,name=event_error,json=eventError,proto3" json:"event_error,omitempty"`
+	// facts answers observation (unset when not observed); history_error
+	// says why it could not be.
+	Facts         *Facts `protobuf:"bytes,5,opt,name=facts,proto3" json:"facts,omitempty"`
+	HistoryError  string `protobuf:"bytes,6,opt,name=history_error,json=historyError,proto3" json:"history_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvaluateReply) Reset() {
+	*x = EvaluateReply{}
+	mi := &file_node_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvaluateReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvaluateReply) ProtoMessage() {}
+
+func (x *EvaluateReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvaluateReply.ProtoReflect.Descriptor instead.
+func (*EvaluateReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *EvaluateReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *EvaluateReply) GetCharge() *ChargeReply {
+	if x != nil {
+		return x.Charge
+	}
+	return nil
+}
+
+func (x *EvaluateReply) GetResolved() *ResolveReply {
+	if x != nil {
+		return x.Resolved
+	}
+	return nil
+}
+
+func (x *EvaluateReply) GetEventError() string {
+	if x != nil {
+		return x.EventError
+	}
+	return ""
+}
+
+func (x *EvaluateReply) GetFacts() *Facts {
+	if x != nil {
+		return x.Facts
+	}
+	return nil
+}
+
+func (x *EvaluateReply) GetHistoryError() string {
+	if x != nil {
+		return x.HistoryError
+	}
+	return ""
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -2819,7 +3225,49 @@ const file_node_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12.\n" +
 	"\x04sums\x18\x03 \x03(\v2\x1a.fraudd.cluster.v1.AddrSumR\x04sums\x121\n" +
-	"\x05locks\x18\x04 \x03(\v2\x1b.fraudd.cluster.v1.AddrLockR\x05locks2\xc4\x06\n" +
+	"\x05locks\x18\x04 \x03(\v2\x1b.fraudd.cluster.v1.AddrLockR\x05locks\"\xa9\x01\n" +
+	"\vObservation\x12\x12\n" +
+	"\x04test\x18\x01 \x01(\bR\x04test\x12\x19\n" +
+	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x03 \x01(\tR\taccountId\x12\x0e\n" +
+	"\x02ip\x18\x04 \x01(\fR\x02ip\x12\x1f\n" +
+	"\vshared_exit\x18\x05 \x01(\bR\n" +
+	"sharedExit\x12\x1b\n" +
+	"\tdevice_id\x18\x06 \x01(\tR\bdeviceId\"\xc2\x01\n" +
+	"\x0fEvaluateRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x128\n" +
+	"\x06charge\x18\x02 \x01(\v2 .fraudd.cluster.v1.ChargeRequestR\x06charge\x12\x19\n" +
+	"\bevent_id\x18\x03 \x01(\fR\aeventId\x12@\n" +
+	"\vobservation\x18\x04 \x01(\v2\x1e.fraudd.cluster.v1.ObservationR\vobservation\"\xb8\x04\n" +
+	"\x05Facts\x12\x16\n" +
+	"\x06device\x18\x01 \x01(\bR\x06device\x12\x16\n" +
+	"\x06visits\x18\x02 \x01(\x03R\x06visits\x12/\n" +
+	"\x14first_seen_unix_nano\x18\x03 \x01(\x03R\x11firstSeenUnixNano\x12-\n" +
+	"\x13last_seen_unix_nano\x18\x04 \x01(\x03R\x10lastSeenUnixNano\x12)\n" +
+	"\x10history_accounts\x18\x05 \x01(\x03R\x0fhistoryAccounts\x12\x1d\n" +
+	"\n" +
+	"visits_24h\x18\x06 \x01(\x03R\tvisits24h\x12\x1a\n" +
+	"\brepeated\x18\a \x01(\bR\brepeated\x12'\n" +
+	"\x0flinked_accounts\x18\b \x01(\x03R\x0elinkedAccounts\x12\x18\n" +
+	"\aaccount\x18\t \x01(\bR\aaccount\x12.\n" +
+	"\x13device_accounts_24h\x18\n" +
+	" \x01(\x03R\x11deviceAccounts24h\x12.\n" +
+	"\x13account_devices_24h\x18\v \x01(\x03R\x11accountDevices24h\x12&\n" +
+	"\x0fip_accounts_24h\x18\f \x01(\x03R\ripAccounts24h\x12\x1d\n" +
+	"\n" +
+	"ip_counted\x18\r \x01(\bR\tipCounted\x12\x1d\n" +
+	"\n" +
+	"new_device\x18\x0e \x01(\bR\tnewDevice\x120\n" +
+	"\x14related_accounts_90d\x18\x0f \x01(\x03R\x12relatedAccounts90d\"\x94\x02\n" +
+	"\rEvaluateReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x126\n" +
+	"\x06charge\x18\x02 \x01(\v2\x1e.fraudd.cluster.v1.ChargeReplyR\x06charge\x12;\n" +
+	"\bresolved\x18\x03 \x01(\v2\x1f.fraudd.cluster.v1.ResolveReplyR\bresolved\x12\x1f\n" +
+	"\vevent_error\x18\x04 \x01(\tR\n" +
+	"eventError\x12.\n" +
+	"\x05facts\x18\x05 \x01(\v2\x18.fraudd.cluster.v1.FactsR\x05facts\x12#\n" +
+	"\rhistory_error\x18\x06 \x01(\tR\fhistoryError2\x96\a\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
@@ -2831,7 +3279,8 @@ const file_node_proto_rawDesc = "" +
 	"\x04Days\x12\x1e.fraudd.cluster.v1.DaysRequest\x1a\x1c.fraudd.cluster.v1.DaysReply\x12M\n" +
 	"\aCollect\x12!.fraudd.cluster.v1.CollectRequest\x1a\x1f.fraudd.cluster.v1.CollectReply\x12M\n" +
 	"\aResolve\x12!.fraudd.cluster.v1.ResolveRequest\x1a\x1f.fraudd.cluster.v1.ResolveReply\x12J\n" +
-	"\vReportAddrs\x12\x1d.fraudd.cluster.v1.AddrReport\x1a\x1c.fraudd.cluster.v1.AddrReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\vReportAddrs\x12\x1d.fraudd.cluster.v1.AddrReport\x1a\x1c.fraudd.cluster.v1.AddrReply\x12P\n" +
+	"\bEvaluate\x12\".fraudd.cluster.v1.EvaluateRequest\x1a .fraudd.cluster.v1.EvaluateReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -2845,39 +3294,43 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_node_proto_goTypes = []any{
-	(*Limits)(nil),         // 0: fraudd.cluster.v1.Limits
-	(*ChargeRequest)(nil),  // 1: fraudd.cluster.v1.ChargeRequest
-	(*ChargeReply)(nil),    // 2: fraudd.cluster.v1.ChargeReply
-	(*UsageRequest)(nil),   // 3: fraudd.cluster.v1.UsageRequest
-	(*UsageReply)(nil),     // 4: fraudd.cluster.v1.UsageReply
-	(*SharesRequest)(nil),  // 5: fraudd.cluster.v1.SharesRequest
-	(*SharesReply)(nil),    // 6: fraudd.cluster.v1.SharesReply
-	(*HourWindow)(nil),     // 7: fraudd.cluster.v1.HourWindow
-	(*OriginShare)(nil),    // 8: fraudd.cluster.v1.OriginShare
-	(*AdoptRequest)(nil),   // 9: fraudd.cluster.v1.AdoptRequest
-	(*AdoptReply)(nil),     // 10: fraudd.cluster.v1.AdoptReply
-	(*NotOwner)(nil),       // 11: fraudd.cluster.v1.NotOwner
-	(*TrafficRequest)(nil), // 12: fraudd.cluster.v1.TrafficRequest
-	(*TrafficReply)(nil),   // 13: fraudd.cluster.v1.TrafficReply
-	(*HealthRequest)(nil),  // 14: fraudd.cluster.v1.HealthRequest
-	(*HealthReply)(nil),    // 15: fraudd.cluster.v1.HealthReply
-	(*LeaseRequest)(nil),   // 16: fraudd.cluster.v1.LeaseRequest
-	(*LeaseReply)(nil),     // 17: fraudd.cluster.v1.LeaseReply
-	(*DaysRequest)(nil),    // 18: fraudd.cluster.v1.DaysRequest
-	(*DayCount)(nil),       // 19: fraudd.cluster.v1.DayCount
-	(*DaysReply)(nil),      // 20: fraudd.cluster.v1.DaysReply
-	(*CollectRequest)(nil), // 21: fraudd.cluster.v1.CollectRequest
-	(*CollectReply)(nil),   // 22: fraudd.cluster.v1.CollectReply
-	(*ResolveRequest)(nil), // 23: fraudd.cluster.v1.ResolveRequest
-	(*ResolveReply)(nil),   // 24: fraudd.cluster.v1.ResolveReply
-	(*AddrKey)(nil),        // 25: fraudd.cluster.v1.AddrKey
-	(*AddrCount)(nil),      // 26: fraudd.cluster.v1.AddrCount
-	(*AddrReport)(nil),     // 27: fraudd.cluster.v1.AddrReport
-	(*AddrSum)(nil),        // 28: fraudd.cluster.v1.AddrSum
-	(*AddrLock)(nil),       // 29: fraudd.cluster.v1.AddrLock
-	(*AddrReply)(nil),      // 30: fraudd.cluster.v1.AddrReply
+	(*Limits)(nil),          // 0: fraudd.cluster.v1.Limits
+	(*ChargeRequest)(nil),   // 1: fraudd.cluster.v1.ChargeRequest
+	(*ChargeReply)(nil),     // 2: fraudd.cluster.v1.ChargeReply
+	(*UsageRequest)(nil),    // 3: fraudd.cluster.v1.UsageRequest
+	(*UsageReply)(nil),      // 4: fraudd.cluster.v1.UsageReply
+	(*SharesRequest)(nil),   // 5: fraudd.cluster.v1.SharesRequest
+	(*SharesReply)(nil),     // 6: fraudd.cluster.v1.SharesReply
+	(*HourWindow)(nil),      // 7: fraudd.cluster.v1.HourWindow
+	(*OriginShare)(nil),     // 8: fraudd.cluster.v1.OriginShare
+	(*AdoptRequest)(nil),    // 9: fraudd.cluster.v1.AdoptRequest
+	(*AdoptReply)(nil),      // 10: fraudd.cluster.v1.AdoptReply
+	(*NotOwner)(nil),        // 11: fraudd.cluster.v1.NotOwner
+	(*TrafficRequest)(nil),  // 12: fraudd.cluster.v1.TrafficRequest
+	(*TrafficReply)(nil),    // 13: fraudd.cluster.v1.TrafficReply
+	(*HealthRequest)(nil),   // 14: fraudd.cluster.v1.HealthRequest
+	(*HealthReply)(nil),     // 15: fraudd.cluster.v1.HealthReply
+	(*LeaseRequest)(nil),    // 16: fraudd.cluster.v1.LeaseRequest
+	(*LeaseReply)(nil),      // 17: fraudd.cluster.v1.LeaseReply
+	(*DaysRequest)(nil),     // 18: fraudd.cluster.v1.DaysRequest
+	(*DayCount)(nil),        // 19: fraudd.cluster.v1.DayCount
+	(*DaysReply)(nil),       // 20: fraudd.cluster.v1.DaysReply
+	(*CollectRequest)(nil),  // 21: fraudd.cluster.v1.CollectRequest
+	(*CollectReply)(nil),    // 22: fraudd.cluster.v1.CollectReply
+	(*ResolveRequest)(nil),  // 23: fraudd.cluster.v1.ResolveRequest
+	(*ResolveReply)(nil),    // 24: fraudd.cluster.v1.ResolveReply
+	(*AddrKey)(nil),         // 25: fraudd.cluster.v1.AddrKey
+	(*AddrCount)(nil),       // 26: fraudd.cluster.v1.AddrCount
+	(*AddrReport)(nil),      // 27: fraudd.cluster.v1.AddrReport
+	(*AddrSum)(nil),         // 28: fraudd.cluster.v1.AddrSum
+	(*AddrLock)(nil),        // 29: fraudd.cluster.v1.AddrLock
+	(*AddrReply)(nil),       // 30: fraudd.cluster.v1.AddrReply
+	(*Observation)(nil),     // 31: fraudd.cluster.v1.Observation
+	(*EvaluateRequest)(nil), // 32: fraudd.cluster.v1.EvaluateRequest
+	(*Facts)(nil),           // 33: fraudd.cluster.v1.Facts
+	(*EvaluateReply)(nil),   // 34: fraudd.cluster.v1.EvaluateReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -2892,33 +3345,40 @@ var file_node_proto_depIdxs = []int32{
 	25, // 9: fraudd.cluster.v1.AddrSum.key:type_name -> fraudd.cluster.v1.AddrKey
 	28, // 10: fraudd.cluster.v1.AddrReply.sums:type_name -> fraudd.cluster.v1.AddrSum
 	29, // 11: fraudd.cluster.v1.AddrReply.locks:type_name -> fraudd.cluster.v1.AddrLock
-	1,  // 12: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3,  // 13: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5,  // 14: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	9,  // 15: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	12, // 16: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	14, // 17: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
-	16, // 18: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
-	18, // 19: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
-	21, // 20: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
-	23, // 21: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
-	27, // 22: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
-	2,  // 23: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 24: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 25: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 26: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 27: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 28: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 29: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 30: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 31: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 32: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 33: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	23, // [23:34] is the sub-list for method output_type
-	12, // [12:23] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	1,  // 12: fraudd.cluster.v1.EvaluateRequest.charge:type_name -> fraudd.cluster.v1.ChargeRequest
+	31, // 13: fraudd.cluster.v1.EvaluateRequest.observation:type_name -> fraudd.cluster.v1.Observation
+	2,  // 14: fraudd.cluster.v1.EvaluateReply.charge:type_name -> fraudd.cluster.v1.ChargeReply
+	24, // 15: fraudd.cluster.v1.EvaluateReply.resolved:type_name -> fraudd.cluster.v1.ResolveReply
+	33, // 16: fraudd.cluster.v1.EvaluateReply.facts:type_name -> fraudd.cluster.v1.Facts
+	1,  // 17: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 18: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 19: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 20: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	12, // 21: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	14, // 22: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	16, // 23: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
+	18, // 24: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
+	21, // 25: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
+	23, // 26: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
+	27, // 27: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
+	32, // 28: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
+	2,  // 29: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 30: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 31: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 32: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 33: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 34: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 35: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 36: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 37: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 38: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 39: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 40: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	29, // [29:41] is the sub-list for method output_type
+	17, // [17:29] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -2933,7 +3393,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

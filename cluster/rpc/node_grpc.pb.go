@@ -30,6 +30,7 @@ const (
 	Node_Collect_FullMethodName     = "/fraudd.cluster.v1.Node/Collect"
 	Node_Resolve_FullMethodName     = "/fraudd.cluster.v1.Node/Resolve"
 	Node_ReportAddrs_FullMethodName = "/fraudd.cluster.v1.Node/ReportAddrs"
+	Node_Evaluate_FullMethodName    = "/fraudd.cluster.v1.Node/Evaluate"
 )
 
 // NodeClient is the client API for Node service.
@@ -78,6 +79,12 @@ type NodeClient interface {
 	// this node owns), and answers, per count, the other nodes' part of its
 	// window, with every lockout this node set as owner that still runs.
 	ReportAddrs(ctx context.Context, in *AddrReport, opts ...grpc.CallOption) (*AddrReply, error)
+	// Evaluate charges one call at the owner of the account's shard and,
+	// when the charge is allowed, resolves the evaluation's device event and
+	// observes the customer's device history there (checks.OwnerParts.Run):
+	// the history lives with the account, and a non-owner makes one round
+	// trip for all of it.
+	Evaluate(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*EvaluateReply, error)
 }
 
 type nodeClient struct {
@@ -198,6 +205,16 @@ func (c *nodeClient) ReportAddrs(ctx context.Context, in *AddrReport, opts ...gr
 	return out, nil
 }
 
+func (c *nodeClient) Evaluate(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*EvaluateReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EvaluateReply)
+	err := c.cc.Invoke(ctx, Node_Evaluate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -244,6 +261,12 @@ type NodeServer interface {
 	// this node owns), and answers, per count, the other nodes' part of its
 	// window, with every lockout this node set as owner that still runs.
 	ReportAddrs(context.Context, *AddrReport) (*AddrReply, error)
+	// Evaluate charges one call at the owner of the account's shard and,
+	// when the charge is allowed, resolves the evaluation's device event and
+	// observes the customer's device history there (checks.OwnerParts.Run):
+	// the history lives with the account, and a non-owner makes one round
+	// trip for all of it.
+	Evaluate(context.Context, *EvaluateRequest) (*EvaluateReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -286,6 +309,9 @@ func (UnimplementedNodeServer) Resolve(context.Context, *ResolveRequest) (*Resol
 }
 func (UnimplementedNodeServer) ReportAddrs(context.Context, *AddrReport) (*AddrReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportAddrs not implemented")
+}
+func (UnimplementedNodeServer) Evaluate(context.Context, *EvaluateRequest) (*EvaluateReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Evaluate not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -506,6 +532,24 @@ func _Node_ReportAddrs_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Evaluate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EvaluateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Evaluate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Evaluate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Evaluate(ctx, req.(*EvaluateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -556,6 +600,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportAddrs",
 			Handler:    _Node_ReportAddrs_Handler,
+		},
+		{
+			MethodName: "Evaluate",
+			Handler:    _Node_Evaluate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

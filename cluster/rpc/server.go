@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster"
@@ -69,6 +70,9 @@ type ServerConfig struct {
 	// ReportAddrs answers Unavailable).
 	Addrs      *AddrTotals
 	AddrOwners AddrOwnership
+	// Owner is this node's own parts for the evaluations of accounts it
+	// owns (nil: Evaluate answers Unavailable).
+	Owner *checks.OwnerParts
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
 	// A charge or usage read runs at the owner's now, not the caller's:
 	// an hourly window that starts at one node's time and is charged at

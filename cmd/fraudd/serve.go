@@ -321,17 +321,6 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 			log.Error("stop device actors", "err", err)
 		}
 	}()
-	if node != nil {
-		// The node-to-node service and the routing clients; stopped before
-		// the quota and device actors and the traffic counter (deferred
-		// after them).
-		stopRPC, err := node.StartRPC(quotas, devices, db, sharedQuota, counts, limits, clk.Now, rpc.DefaultTimeout)
-		if err != nil {
-			return err
-		}
-		defer stopRPC()
-	}
-
 	// Per-customer device history and account links; stopped before Pebble
 	// closes so its last group commit lands.
 	devHist, err := devicehist.New(system.Root, devicehist.Config{Store: db, Secret: master, Clock: clk, Logger: log})
@@ -343,6 +332,17 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 			log.Error("stop device-history actors", "err", err)
 		}
 	}()
+	if node != nil {
+		// The node-to-node service and the routing clients; stopped before
+		// the quota, device and history actors and the traffic counter
+		// (deferred after them).
+		stopRPC, err := node.StartRPC(clusterserve.LocalParts{Quota: quotas, Devices: devices, History: devHist, Store: db, Shared: sharedQuota,
+			Traffic: counts, Limits: limits, Now: clk.Now, Timeout: rpc.DefaultTimeout})
+		if err != nil {
+			return err
+		}
+		defer stopRPC()
+	}
 
 	// Device-evidence beta (challenges, GPU samples, consistency hashes);
 	// GPU samples are stored sealed; challenges and consistency hashes are

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster/rpc"
@@ -32,27 +33,50 @@ type NodeStore interface {
 	ShareExporter
 }
 
+// LocalParts are the node's own actors and store that the cluster wiring
+// serves to the other members and routes around.
+type LocalParts struct {
+	Quota   *quota.Client
+	Devices *events.Client
+	// History is the node's customer device history (*devicehist.Client):
+	// the evaluations of accounts this node owns observe it, whichever
+	// node they ran on.
+	History checks.History
+	Store   NodeStore
+	Shared  *rpc.SharedStore
+	// Traffic is the node's own threat-feed counter, answered to the others.
+	Traffic rpc.FeedReader
+	// Limits are the node's per-address limiters in shared mode: their
+	// counts go to the address shards' owners every rpc.DefaultAddrEvery.
+	Limits rpc.AddrLimits
+	// Now is the node's clock: the owner's decides the windows it charges.
+	Now     func() time.Time
+	Timeout time.Duration
+}
+
 // StartRPC serves the node-to-node service (fraudd.cluster.v1.Node) on
-// --cluster-listen from the node's own quota and device-event actors, and
-// sets Parts.Quota and Parts.Events to the routing clients the pipeline
-// calls. stop ends both: call
-// it before the quota actors stop.
-// now is the node's clock: the owner's decides the windows it charges.
-// counts is the node's own threat-feed counter, answered to the others.
-// limits are the node's per-address limiters in shared mode: their counts
-// go to the address shards' owners every rpc.DefaultAddrEvery.
-func (n *Node) StartRPC(local *quota.Client, devices *events.Client, db NodeStore, shared *rpc.SharedStore, counts rpc.FeedReader, limits rpc.AddrLimits, now func() time.Time, timeout time.Duration) (stop func(), err error) {
+// --cluster-listen from the node's own parts, and sets Parts.Quota and
+// Parts.Events to the routing clients the pipeline calls. stop ends both:
+// call it before the quota actors stop.
+func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
+	local, db, now := lp.Quota, lp.Store, lp.Now
 	owners := rpc.Cluster{Member: n.member, Balancer: n.bal, View: n.owners}
 	// A slice is used for at most a third of the membership lease: it ends
 	// well before the owner that lent it could lose the shard.
-	q, err := rpc.NewQuota(rpc.QuotaConfig{Local: local, Owners: owners, Timeout: timeout, Logger: n.log,
+	q, err := rpc.NewQuota(rpc.QuotaConfig{Local: local, Owners: owners, Timeout: lp.Timeout, Logger: n.log,
 		LeaseAfter: n.cfg.LeaseAfter, LeaseFor: min(rpc.DefaultLeaseFor, n.cfg.LeaseTTL/3), Now: now})
 	if err != nil {
 		return nil, err
 	}
+	evs := q.Events(lp.Devices)
+	// An evaluation of an account this node owns, sent by another node or
+	// taken over mid-route: the charge here, the event wherever it was
+	// stored, the history here.
+	owner := &checks.OwnerParts{Quota: local, Events: evs, History: lp.History}
+	q.SetOwner(owner)
 	addrs := rpc.NewAddrTotals(0)
-	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: counts, Down: n.answerDown, Now: now, Leases: q, Events: devices,
-		Addrs: addrs, AddrOwners: owners})
+	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: lp.Traffic, Down: n.answerDown, Now: now, Leases: q, Events: lp.Devices,
+		Addrs: addrs, AddrOwners: owners, Owner: owner})
 	if err != nil {
 		q.Close()
 		return nil, err
@@ -66,14 +90,14 @@ func (n *Node) StartRPC(local *quota.Client, devices *events.Client, db NodeStor
 	srv.Register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(l) }()
-	shared.Attach(q)
+	lp.Shared.Attach(q)
 	// Set before the quota actors are published: the balancer's hooks
 	// read them once n.quota is set.
 	n.shares, n.now = db, now
 	n.quota.Store(local)
 	n.Parts.Quota = q
-	n.Parts.Events = q.Events(devices)
-	n.Parts.Feed = &rpc.ClusterFeed{Local: counts, Peers: q, Log: n.log}
+	n.Parts.Events = evs
+	n.Parts.Feed = &rpc.ClusterFeed{Local: lp.Traffic, Peers: q, Log: n.log}
 	health := &rpc.MemberHealth{Peers: q}
 	n.health.Store(health)
 	healthCtx, stopHealth := context.WithCancel(context.Background())
@@ -82,14 +106,14 @@ func (n *Node) StartRPC(local *quota.Client, devices *events.Client, db NodeStor
 		defer close(healthDone)
 		health.Run(healthCtx, healthEvery)
 	}()
-	reporter := &rpc.AddrReporter{Limits: limits, Totals: addrs, Owners: owners, Peers: q, Now: now, Log: n.log}
+	reporter := &rpc.AddrReporter{Limits: lp.Limits, Totals: addrs, Owners: owners, Peers: q, Now: now, Log: n.log}
 	reportDone := make(chan struct{})
 	go func() {
 		defer close(reportDone)
 		reporter.Run(healthCtx, rpc.DefaultAddrEvery)
 	}()
 	n.rpc = q
-	n.log.Info("node-to-node gRPC serving", "listen", l.Addr().String(), "advertise", n.cfg.Advertise, "timeout", timeout)
+	n.log.Info("node-to-node gRPC serving", "listen", l.Addr().String(), "advertise", n.cfg.Advertise, "timeout", lp.Timeout)
 	return func() {
 		stopHealth()
 		<-healthDone

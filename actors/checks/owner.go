@@ -1,0 +1,86 @@
+package checks
+
+import (
+	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/actors/quota"
+)
+
+// What an evaluation asks of the account's owner in cluster mode. The
+// owner of an account holds its quota and its customer's device history
+// (docs/cluster.md): an evaluation on another node sends the charge, the
+// device event to resolve and the history to observe in one round trip,
+// and the owner runs them in the chain's order (OwnerParts.Run). The
+// single-node path never builds any of it.
+
+// OwnerWork is what follows the charge at the owner: nil fields are not
+// asked for.
+type OwnerWork struct {
+	Resolve *events.Resolve
+	Observe *devicehist.Observation
+}
+
+// Empty reports whether the charge is all there is.
+func (w OwnerWork) Empty() bool { return w.Resolve == nil && w.Observe == nil }
+
+// OwnerResult is the owner's answer: the charge, then (when it was
+// allowed and they were asked for) the event and the history.
+type OwnerResult struct {
+	Charge    quota.ChargeResult
+	ChargeErr error
+	Resolved  events.Resolved
+	EventErr  error
+	Facts     devicehist.Facts
+	HistErr   error
+}
+
+// OwnerStep is a chained charge that carries owner work: a quota client
+// that reaches the owner over the network sends both at once and answers
+// OwnerDone; one that charges here calls Charged and the chain goes on
+// through the local parts as on a single node.
+type OwnerStep interface {
+	quota.ChargeStep
+	// OwnerWork is what follows the charge (Empty: nothing).
+	OwnerWork() OwnerWork
+	// OwnerDone answers the whole step; it must not block.
+	OwnerDone(OwnerResult)
+}
+
+// OwnerParts are the owner's own parts an OwnerWork runs on.
+type OwnerParts struct {
+	Quota interface {
+		Charge(quota.Charge) (quota.ChargeResult, error)
+	}
+	Events interface {
+		Resolve(events.Resolve) (events.Resolved, error)
+	}
+	History interface {
+		Observe(devicehist.Observation) (devicehist.Facts, error)
+	}
+}
+
+// Run charges c and, when allowed, does w, in the chain's order and with
+// its rules: a refused charge resolves no event and observes nothing; the
+// event names the device the history observes; the facts fail open (an
+// error is returned beside the others).
+func (p OwnerParts) Run(c quota.Charge, w OwnerWork) OwnerResult {
+	var r OwnerResult
+	r.Charge, r.ChargeErr = p.Quota.Charge(c)
+	if r.ChargeErr != nil || !r.Charge.Allowed {
+		return r
+	}
+	var obs devicehist.Observation
+	if w.Observe != nil {
+		obs = *w.Observe
+	}
+	if w.Resolve != nil {
+		r.Resolved, r.EventErr = p.Events.Resolve(*w.Resolve)
+		if r.EventErr == nil && r.Resolved.Found {
+			obs.DeviceID = r.Resolved.Event.VisitorID
+		}
+	}
+	if w.Observe != nil && (obs.DeviceID != "" || obs.AccountID != "") {
+		r.Facts, r.HistErr = p.History.Observe(obs)
+	}
+	return r
+}

@@ -1,0 +1,196 @@
+package rpc
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/cluster"
+	"github.com/fraudd/fraudd/intel/device"
+)
+
+// fakeHistory is a device history that keeps what it observed and answers
+// the number of end-user accounts seen with each device.
+type fakeHistory struct {
+	mu   sync.Mutex
+	seen []devicehist.Observation
+	fail error
+}
+
+func (h *fakeHistory) Observe(o devicehist.Observation) (devicehist.Facts, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fail != nil {
+		return devicehist.Facts{}, h.fail
+	}
+	h.seen = append(h.seen, o)
+	accts := map[string]bool{}
+	for _, s := range h.seen {
+		if s.DeviceID == o.DeviceID {
+			accts[s.AccountID] = true
+		}
+	}
+	return devicehist.Facts{Device: o.DeviceID != "", Account: o.AccountID != "", LinkedAccounts: len(accts), History: devicehist.History{Visits: len(h.seen)}}, nil
+}
+
+func (h *fakeHistory) observed() []devicehist.Observation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]devicehist.Observation(nil), h.seen...)
+}
+
+// ownerStep is a chained charge with owner work whose answer lands on a
+// channel (as checks' chain does).
+type ownerStep struct {
+	c       quota.Charge
+	w       checks.OwnerWork
+	out     chan checks.OwnerResult
+	charged bool // answered by Charged: the rest runs here
+}
+
+func (s *ownerStep) ChargeReq() *quota.Charge       { return &s.c }
+func (s *ownerStep) OwnerWork() checks.OwnerWork    { return s.w }
+func (s *ownerStep) OwnerDone(r checks.OwnerResult) { s.out <- r }
+func (s *ownerStep) Charged(r quota.ChargeResult, err error) {
+	s.charged = true
+	s.out <- checks.OwnerResult{Charge: r, ChargeErr: err}
+}
+func (s *ownerStep) Fail(err error) { s.Charged(quota.ChargeResult{}, err) }
+
+// TestEvaluateAtOwner: an evaluation on a node that does not own the
+// account sends its charge, its device event and its history observation
+// in one call; the owner charges, resolves the event where it was stored
+// and observes its own history, so the customer's history is one across
+// the nodes. On the owner the chain goes on locally (Charged).
+func TestEvaluateAtOwner(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	nodes := settledNodes(t, nil, ids...)
+	acct := accountOwnedBy("a", ids)
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	id, err := c.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor-9", Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	charge := uncapped
+	charge.Account = acct
+	// The owner resolves b's event at c (a hop the owner makes); c's own
+	// event is read on c, so the owner makes none for it.
+	for i, n := range []*node{b, c} {
+		before, ownerBefore := n.q.RemoteCalls(), a.q.RemoteCalls()
+		st := &ownerStep{c: charge, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{
+			Resolve: &events.Resolve{ID: id, Account: acct, Now: testNow},
+			Observe: &devicehist.Observation{Customer: acct, AccountID: []string{"alice", "bob"}[i], IP: netip.MustParseAddr("198.51.100.4"), Now: testNow},
+		}}
+		n.q.ChargeThen(st)
+		r := <-st.out
+		if st.charged || r.ChargeErr != nil || !r.Charge.Allowed || r.EventErr != nil || !r.Resolved.Found || r.HistErr != nil {
+			t.Fatalf("node %s: %+v (answered by Charged: %v)", n.id, r, st.charged)
+		}
+		if r.Resolved.Replayed != (i == 1) {
+			t.Fatalf("node %s: replayed %v on use %d", n.id, r.Resolved.Replayed, i+1)
+		}
+		if r.Facts.LinkedAccounts != i+1 || !r.Facts.Device || r.Facts.History.Visits != i+1 {
+			t.Fatalf("node %s: facts %+v, want %d linked accounts from the owner's history", n.id, r.Facts, i+1)
+		}
+		if hops := n.q.RemoteCalls() - before; hops != 1 {
+			t.Fatalf("node %s: %d round trips", n.id, hops)
+		}
+		if hops := a.q.RemoteCalls() - ownerBefore; hops != 1-int64(i) {
+			t.Fatalf("node %s's evaluation: the owner made %d round trips", n.id, hops)
+		}
+	}
+	if got := a.hist.observed(); len(got) != 2 || got[0].DeviceID != "visitor-9" || got[1].AccountID != "bob" || got[1].Customer != acct {
+		t.Fatalf("the owner's history observed %+v", got)
+	}
+	if len(b.hist.observed())+len(c.hist.observed()) != 0 {
+		t.Fatal("a non-owner observed its own history")
+	}
+
+	// On the owner the chain goes on locally.
+	st := &ownerStep{c: charge, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{Observe: &devicehist.Observation{Customer: acct, AccountID: "carol", Now: testNow}}}
+	a.q.ChargeThen(st)
+	if r := <-st.out; !st.charged || !r.Charge.Allowed {
+		t.Fatalf("on the owner: %+v (answered by Charged: %v)", r, st.charged)
+	}
+
+	// A refused charge resolves and observes nothing at the owner.
+	limited := charge
+	limited.Limits.Hourly = 1
+	for i := 0; ; i++ {
+		limited.Account = fmt.Sprintf("capped_%d", i)
+		if cluster.Owner(cluster.KindAccount, cluster.ShardOf(cluster.KindAccount, limited.Account), ids) == "a" {
+			break
+		}
+	}
+	for i := range 2 {
+		st := &ownerStep{c: limited, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{Observe: &devicehist.Observation{Customer: limited.Account, AccountID: "dave", Now: testNow}}}
+		b.q.ChargeThen(st)
+		r := <-st.out
+		if r.Charge.Allowed != (i == 0) {
+			t.Fatalf("capped call %d: %+v", i+1, r)
+		}
+	}
+	if got := a.hist.observed(); len(got) != 3 {
+		t.Fatalf("the owner observed %d, want 3 (the refused call observes nothing)", len(got))
+	}
+
+	// The owner's history failing fails that fact alone.
+	a.hist.mu.Lock()
+	a.hist.fail = errors.New("history shard down")
+	a.hist.mu.Unlock()
+	st = &ownerStep{c: charge, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{Observe: &devicehist.Observation{Customer: acct, AccountID: "erin", Now: testNow}}}
+	b.q.ChargeThen(st)
+	if r := <-st.out; r.ChargeErr != nil || !r.Charge.Allowed || r.HistErr == nil || !errors.Is(r.HistErr, errOwnerFacts) {
+		t.Fatalf("the owner's history down: %+v", r)
+	}
+}
+
+// FuzzEvaluateRequest: whatever bytes a peer sends, checking an Evaluate
+// request never panics, and a request that passes converts back to the
+// same owner work.
+func FuzzEvaluateRequest(f *testing.F) {
+	var id events.EventID
+	id[3] = 7
+	for _, w := range []checks.OwnerWork{
+		{Resolve: &events.Resolve{ID: id, Account: "acct_1"}},
+		{Observe: &devicehist.Observation{Customer: "acct_1", AccountID: "alice", EventID: "ev", IP: netip.MustParseAddr("2001:db8::1"), SharedExit: true}},
+	} {
+		b, err := proto.Marshal(evaluateMsg(&capped, w, 3))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r EvaluateRequest
+		if proto.Unmarshal(b, &r) != nil {
+			return
+		}
+		c, err := chargeOf(r.GetCharge())
+		if err != nil {
+			return
+		}
+		w, err := ownerWorkOf(&r, c.Account)
+		if err != nil {
+			return
+		}
+		back := evaluateMsg(&c, w, r.Charge.Token)
+		if (r.EventId != nil) != (back.EventId != nil) || string(r.EventId) != string(back.EventId) {
+			t.Fatalf("event id %x converts back to %x", r.EventId, back.EventId)
+		}
+		if o := r.Observation; o != nil {
+			bo := back.Observation
+			if bo == nil || bo.AccountId != o.AccountId || bo.EventId != o.EventId || bo.DeviceId != o.DeviceId || bo.Test != o.Test || bo.SharedExit != o.SharedExit || w.Observe.Customer != c.Account {
+				t.Fatalf("observation %v converts back to %v", o, bo)
+			}
+		}
+	})
+}
