@@ -10,7 +10,8 @@ import (
 // evaluated on another node (and each event collected there): the
 // evaluations go to the account's owner with their charge, which observes
 // its history, so the third answer counts three accounts on the device, as
-// on one node. Kept per node, each answer would count one.
+// on one node. Kept per node, each answer would count one. The admin
+// device list on any node shows the owner's.
 func TestClusterDeviceHistoryAtOwner(t *testing.T) {
 	c := StartCluster(t, bin, ClusterOptions{})
 	a := c.Nodes[0].CreateAccount(t, map[string]any{"email": "history@example.com", "plan": "growth"})
@@ -35,5 +36,13 @@ func TestClusterDeviceHistoryAtOwner(t *testing.T) {
 	}
 	if !browserHasReason(m, "multi_account_device") {
 		t.Fatalf("three accounts on one device over three nodes: %v", m["reasons"])
+	}
+	// The admin device list reads the owner's history through any node.
+	for i, n := range c.Nodes {
+		r := n.Admin(t, "GET", "/admin/v1/accounts/"+a.ID+"/devices", nil)
+		var devs []map[string]any
+		if err := jsonUnmarshal(r.Body, &devs); err != nil || r.Status != 200 || len(devs) != 1 || devs[0]["visits"] != float64(3) || devs[0]["linked_accounts"] != float64(3) {
+			t.Fatalf("devices view on node %d: %d %s", i+1, r.Status, r.Body)
+		}
 	}
 }

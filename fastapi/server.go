@@ -133,6 +133,10 @@ type Deps struct {
 	// (customer_history, linked_accounts, the account object, the admin
 	// device list); nil answers without them.
 	DeviceHist *devicehist.Client
+	// DeviceList, when set (cluster mode), is what the admin device list
+	// reads instead of DeviceHist: each account's list at the owner of its
+	// shard, where its history lives.
+	DeviceList DeviceLister
 	// Challenges owns the device-evidence beta (challenges, GPU samples,
 	// consistency hashes); nil answers the challenge route 503 and reports
 	// submitted evidence unavailable.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -39,6 +40,27 @@ func (h *fakeHistory) Observe(o devicehist.Observation) (devicehist.Facts, error
 		}
 	}
 	return devicehist.Facts{Device: o.DeviceID != "", Account: o.AccountID != "", LinkedAccounts: len(accts), History: devicehist.History{Visits: len(h.seen)}}, nil
+}
+
+// Devices lists one line per device observed, with its visits.
+func (h *fakeHistory) Devices(customer string, limit int, _ time.Time) ([]devicehist.DeviceView, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	visits := map[string]int{}
+	var out []devicehist.DeviceView
+	for _, o := range h.seen {
+		if o.Customer != customer || o.DeviceID == "" {
+			continue
+		}
+		if visits[o.DeviceID] == 0 {
+			out = append(out, devicehist.DeviceView{VisitorID: o.DeviceID})
+		}
+		visits[o.DeviceID]++
+	}
+	for i := range out {
+		out[i].Visits = visits[out[i].VisitorID]
+	}
+	return out[:min(len(out), limit)], nil
 }
 
 func (h *fakeHistory) observed() []devicehist.Observation {
@@ -112,6 +134,14 @@ func TestEvaluateAtOwner(t *testing.T) {
 	}
 	if len(b.hist.observed())+len(c.hist.observed()) != 0 {
 		t.Fatal("a non-owner observed its own history")
+	}
+
+	// The admin device list reads the owner's history from any node.
+	for _, n := range nodes {
+		list, err := n.q.DeviceList(n.hist).Devices(acct, 0, testNow)
+		if err != nil || len(list) != 1 || list[0].VisitorID != "visitor-9" || list[0].Visits != 2 {
+			t.Fatalf("device list through %s: %+v %v", n.id, list, err)
+		}
 	}
 
 	// On the owner the chain goes on locally.

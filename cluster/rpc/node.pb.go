@@ -2986,6 +2986,219 @@ func (x *EvaluateReply) GetHistoryError() string {
 	return ""
 }
 
+type DevicesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Account       string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	Limit         int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	NowUnixNano   int64                  `protobuf:"varint,4,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	Token         int64                  `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DevicesRequest) Reset() {
+	*x = DevicesRequest{}
+	mi := &file_node_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DevicesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DevicesRequest) ProtoMessage() {}
+
+func (x *DevicesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DevicesRequest.ProtoReflect.Descriptor instead.
+func (*DevicesRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DevicesRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DevicesRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *DevicesRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *DevicesRequest) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+func (x *DevicesRequest) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+// DeviceLine is devicehist.DeviceView.
+type DeviceLine struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	VisitorId         string                 `protobuf:"bytes,1,opt,name=visitor_id,json=visitorId,proto3" json:"visitor_id,omitempty"`
+	FirstSeenUnixNano int64                  `protobuf:"varint,2,opt,name=first_seen_unix_nano,json=firstSeenUnixNano,proto3" json:"first_seen_unix_nano,omitempty"`
+	LastSeenUnixNano  int64                  `protobuf:"varint,3,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
+	Visits            int64                  `protobuf:"varint,4,opt,name=visits,proto3" json:"visits,omitempty"`
+	LinkedAccounts    int64                  `protobuf:"varint,5,opt,name=linked_accounts,json=linkedAccounts,proto3" json:"linked_accounts,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *DeviceLine) Reset() {
+	*x = DeviceLine{}
+	mi := &file_node_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeviceLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeviceLine) ProtoMessage() {}
+
+func (x *DeviceLine) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeviceLine.ProtoReflect.Descriptor instead.
+func (*DeviceLine) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DeviceLine) GetVisitorId() string {
+	if x != nil {
+		return x.VisitorId
+	}
+	return ""
+}
+
+func (x *DeviceLine) GetFirstSeenUnixNano() int64 {
+	if x != nil {
+		return x.FirstSeenUnixNano
+	}
+	return 0
+}
+
+func (x *DeviceLine) GetLastSeenUnixNano() int64 {
+	if x != nil {
+		return x.LastSeenUnixNano
+	}
+	return 0
+}
+
+func (x *DeviceLine) GetVisits() int64 {
+	if x != nil {
+		return x.Visits
+	}
+	return 0
+}
+
+func (x *DeviceLine) GetLinkedAccounts() int64 {
+	if x != nil {
+		return x.LinkedAccounts
+	}
+	return 0
+}
+
+type DevicesReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Devices       []*DeviceLine          `protobuf:"bytes,2,rep,name=devices,proto3" json:"devices,omitempty"`
+	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DevicesReply) Reset() {
+	*x = DevicesReply{}
+	mi := &file_node_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DevicesReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DevicesReply) ProtoMessage() {}
+
+func (x *DevicesReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DevicesReply.ProtoReflect.Descriptor instead.
+func (*DevicesReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DevicesReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DevicesReply) GetDevices() []*DeviceLine {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+func (x *DevicesReply) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -3267,7 +3480,25 @@ const file_node_proto_rawDesc = "" +
 	"\vevent_error\x18\x04 \x01(\tR\n" +
 	"eventError\x12.\n" +
 	"\x05facts\x18\x05 \x01(\v2\x18.fraudd.cluster.v1.FactsR\x05facts\x12#\n" +
-	"\rhistory_error\x18\x06 \x01(\tR\fhistoryError2\x96\a\n" +
+	"\rhistory_error\x18\x06 \x01(\tR\fhistoryError\"\x94\x01\n" +
+	"\x0eDevicesRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
+	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\"\n" +
+	"\rnow_unix_nano\x18\x04 \x01(\x03R\vnowUnixNano\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\x03R\x05token\"\xcc\x01\n" +
+	"\n" +
+	"DeviceLine\x12\x1d\n" +
+	"\n" +
+	"visitor_id\x18\x01 \x01(\tR\tvisitorId\x12/\n" +
+	"\x14first_seen_unix_nano\x18\x02 \x01(\x03R\x11firstSeenUnixNano\x12-\n" +
+	"\x13last_seen_unix_nano\x18\x03 \x01(\x03R\x10lastSeenUnixNano\x12\x16\n" +
+	"\x06visits\x18\x04 \x01(\x03R\x06visits\x12'\n" +
+	"\x0flinked_accounts\x18\x05 \x01(\x03R\x0elinkedAccounts\"w\n" +
+	"\fDevicesReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x127\n" +
+	"\adevices\x18\x02 \x03(\v2\x1d.fraudd.cluster.v1.DeviceLineR\adevices\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token2\xe5\a\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
@@ -3280,7 +3511,8 @@ const file_node_proto_rawDesc = "" +
 	"\aCollect\x12!.fraudd.cluster.v1.CollectRequest\x1a\x1f.fraudd.cluster.v1.CollectReply\x12M\n" +
 	"\aResolve\x12!.fraudd.cluster.v1.ResolveRequest\x1a\x1f.fraudd.cluster.v1.ResolveReply\x12J\n" +
 	"\vReportAddrs\x12\x1d.fraudd.cluster.v1.AddrReport\x1a\x1c.fraudd.cluster.v1.AddrReply\x12P\n" +
-	"\bEvaluate\x12\".fraudd.cluster.v1.EvaluateRequest\x1a .fraudd.cluster.v1.EvaluateReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\bEvaluate\x12\".fraudd.cluster.v1.EvaluateRequest\x1a .fraudd.cluster.v1.EvaluateReply\x12M\n" +
+	"\aDevices\x12!.fraudd.cluster.v1.DevicesRequest\x1a\x1f.fraudd.cluster.v1.DevicesReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -3294,7 +3526,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),          // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),   // 1: fraudd.cluster.v1.ChargeRequest
@@ -3331,6 +3563,9 @@ var file_node_proto_goTypes = []any{
 	(*EvaluateRequest)(nil), // 32: fraudd.cluster.v1.EvaluateRequest
 	(*Facts)(nil),           // 33: fraudd.cluster.v1.Facts
 	(*EvaluateReply)(nil),   // 34: fraudd.cluster.v1.EvaluateReply
+	(*DevicesRequest)(nil),  // 35: fraudd.cluster.v1.DevicesRequest
+	(*DeviceLine)(nil),      // 36: fraudd.cluster.v1.DeviceLine
+	(*DevicesReply)(nil),    // 37: fraudd.cluster.v1.DevicesReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -3350,35 +3585,38 @@ var file_node_proto_depIdxs = []int32{
 	2,  // 14: fraudd.cluster.v1.EvaluateReply.charge:type_name -> fraudd.cluster.v1.ChargeReply
 	24, // 15: fraudd.cluster.v1.EvaluateReply.resolved:type_name -> fraudd.cluster.v1.ResolveReply
 	33, // 16: fraudd.cluster.v1.EvaluateReply.facts:type_name -> fraudd.cluster.v1.Facts
-	1,  // 17: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3,  // 18: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5,  // 19: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	9,  // 20: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	12, // 21: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	14, // 22: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
-	16, // 23: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
-	18, // 24: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
-	21, // 25: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
-	23, // 26: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
-	27, // 27: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
-	32, // 28: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
-	2,  // 29: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 30: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 31: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 32: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 33: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 34: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 35: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 36: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 37: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 38: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 39: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	34, // 40: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
-	29, // [29:41] is the sub-list for method output_type
-	17, // [17:29] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	36, // 17: fraudd.cluster.v1.DevicesReply.devices:type_name -> fraudd.cluster.v1.DeviceLine
+	1,  // 18: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 19: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 20: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 21: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	12, // 22: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	14, // 23: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	16, // 24: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
+	18, // 25: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
+	21, // 26: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
+	23, // 27: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
+	27, // 28: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
+	32, // 29: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
+	35, // 30: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
+	2,  // 31: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 32: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 33: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 34: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 35: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 36: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 37: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 38: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 39: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 40: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 41: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 42: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	37, // 43: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
+	31, // [31:44] is the sub-list for method output_type
+	18, // [18:31] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -3393,7 +3631,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Node_Resolve_FullMethodName     = "/fraudd.cluster.v1.Node/Resolve"
 	Node_ReportAddrs_FullMethodName = "/fraudd.cluster.v1.Node/ReportAddrs"
 	Node_Evaluate_FullMethodName    = "/fraudd.cluster.v1.Node/Evaluate"
+	Node_Devices_FullMethodName     = "/fraudd.cluster.v1.Node/Devices"
 )
 
 // NodeClient is the client API for Node service.
@@ -85,6 +86,9 @@ type NodeClient interface {
 	// the history lives with the account, and a non-owner makes one round
 	// trip for all of it.
 	Evaluate(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*EvaluateReply, error)
+	// Devices lists an account's most recently seen devices at the owner of
+	// its shard, where its device history lives (devicehist.Devices there).
+	Devices(ctx context.Context, in *DevicesRequest, opts ...grpc.CallOption) (*DevicesReply, error)
 }
 
 type nodeClient struct {
@@ -215,6 +219,16 @@ func (c *nodeClient) Evaluate(ctx context.Context, in *EvaluateRequest, opts ...
 	return out, nil
 }
 
+func (c *nodeClient) Devices(ctx context.Context, in *DevicesRequest, opts ...grpc.CallOption) (*DevicesReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DevicesReply)
+	err := c.cc.Invoke(ctx, Node_Devices_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -267,6 +281,9 @@ type NodeServer interface {
 	// the history lives with the account, and a non-owner makes one round
 	// trip for all of it.
 	Evaluate(context.Context, *EvaluateRequest) (*EvaluateReply, error)
+	// Devices lists an account's most recently seen devices at the owner of
+	// its shard, where its device history lives (devicehist.Devices there).
+	Devices(context.Context, *DevicesRequest) (*DevicesReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -312,6 +329,9 @@ func (UnimplementedNodeServer) ReportAddrs(context.Context, *AddrReport) (*AddrR
 }
 func (UnimplementedNodeServer) Evaluate(context.Context, *EvaluateRequest) (*EvaluateReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Evaluate not implemented")
+}
+func (UnimplementedNodeServer) Devices(context.Context, *DevicesRequest) (*DevicesReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Devices not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -550,6 +570,24 @@ func _Node_Evaluate_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Devices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DevicesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Devices(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Devices_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Devices(ctx, req.(*DevicesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -604,6 +642,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Evaluate",
 			Handler:    _Node_Evaluate_Handler,
+		},
+		{
+			MethodName: "Devices",
+			Handler:    _Node_Devices_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

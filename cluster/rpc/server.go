@@ -73,6 +73,9 @@ type ServerConfig struct {
 	// Owner is this node's own parts for the evaluations of accounts it
 	// owns (nil: Evaluate answers Unavailable).
 	Owner *checks.OwnerParts
+	// Devices is this node's device history, listed for the accounts it
+	// owns (nil: Devices answers Unavailable).
+	Devices LocalDevices
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
 	// A charge or usage read runs at the owner's now, not the caller's:
 	// an hourly window that starts at one node's time and is charged at

@@ -459,7 +459,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}, fastapi.Deps{Accounts: accts, Store: db, Clock: clk, TestClock: testClock, Limits: limits, Quota: quotas, Feeds: feeds, Mail: mail, Traffic: counts,
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
-		DeviceHist: devHist, Challenges: challenges, Recent: recents, Shards: actors.KindsOf(system), ChargeQuota: chargeQuota(node), ClusterEvents: clusterEvents(node),
+		DeviceHist: devHist, Challenges: challenges, Recent: recents, Shards: actors.KindsOf(system), ChargeQuota: chargeQuota(node), ClusterEvents: clusterEvents(node), DeviceList: clusterDevices(node),
 		TrafficFeed: trafficFeed(node),
 		Backup: func(dir string) (*backup.Report, error) {
 			return backup.Write(backup.Source{DataDir: cfg.dataDir, Store: db, SecretOutside: cfg.secret != ""}, dir)
@@ -557,6 +557,15 @@ func clusterEvents(node *clusterserve.Node) checks.Events {
 		return nil
 	}
 	return node.Parts.Events
+}
+
+// clusterDevices is the admin device list in cluster mode (read at each
+// account's owner); nil in single-node mode (the local history's).
+func clusterDevices(node *clusterserve.Node) fastapi.DeviceLister {
+	if node == nil || node.Parts.Devices == nil {
+		return nil
+	}
+	return node.Parts.Devices
 }
 
 // trafficFeed is the threat feed's counts in cluster mode (every member's,

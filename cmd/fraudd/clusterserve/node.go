@@ -68,6 +68,9 @@ type Parts struct {
 	// calls instead of the local *events.Client: it resolves an event at
 	// the node that stored it (StartRPC sets it).
 	Events checks.Events
+	// Devices, when set, is the admin device list read at each account's
+	// owner, where its history lives (StartRPC sets it).
+	Devices rpc.LocalDevices
 }
 
 // Node is a running cluster node.

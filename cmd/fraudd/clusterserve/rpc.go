@@ -40,8 +40,11 @@ type LocalParts struct {
 	Devices *events.Client
 	// History is the node's customer device history (*devicehist.Client):
 	// the evaluations of accounts this node owns observe it, whichever
-	// node they ran on.
-	History checks.History
+	// node they ran on, and their admin device list reads it.
+	History interface {
+		checks.History
+		rpc.LocalDevices
+	}
 	Store   NodeStore
 	Shared  *rpc.SharedStore
 	// Traffic is the node's own threat-feed counter, answered to the others.
@@ -76,7 +79,7 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 	q.SetOwner(owner)
 	addrs := rpc.NewAddrTotals(0)
 	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: lp.Traffic, Down: n.answerDown, Now: now, Leases: q, Events: lp.Devices,
-		Addrs: addrs, AddrOwners: owners, Owner: owner})
+		Addrs: addrs, AddrOwners: owners, Owner: owner, Devices: lp.History})
 	if err != nil {
 		q.Close()
 		return nil, err
@@ -97,6 +100,7 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 	n.quota.Store(local)
 	n.Parts.Quota = q
 	n.Parts.Events = evs
+	n.Parts.Devices = q.DeviceList(lp.History)
 	n.Parts.Feed = &rpc.ClusterFeed{Local: lp.Traffic, Peers: q, Log: n.log}
 	health := &rpc.MemberHealth{Peers: q}
 	n.health.Store(health)
