@@ -311,8 +311,12 @@ func (q *Quota) worker(work chan quota.ChargeStep, stop chan struct{}) {
 			if os, ok := st.(checks.OwnerStep); ok {
 				if p := q.owner.Load(); p != nil {
 					if w := os.OwnerWork(); !w.Empty() {
-						os.OwnerDone(q.evaluate(p, os.ChargeReq(), w))
-						continue
+						if res, ok := q.evaluate(p, os.ChargeReq(), w); ok {
+							os.OwnerDone(res)
+							continue
+						}
+						// The owner predates Evaluate: charge there, and
+						// the chain does the rest here.
 					}
 				}
 			}

@@ -50,7 +50,12 @@ func (d *DeviceList) Devices(customer string, limit int, now time.Time) ([]devic
 			v, err := deviceViewsOf(rep, limit)
 			return v, rep.GetToken(), err
 		})
-	if err != nil {
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		// An owner that predates Devices (a rolling deploy): this node's
+		// own list, as before.
+		return d.local.Devices(customer, limit, now)
+	case err != nil:
 		return nil, fmt.Errorf("%w: %w", devicehist.ErrUnavailable, err)
 	}
 	return out, nil

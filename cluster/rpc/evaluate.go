@@ -44,7 +44,10 @@ func (q *Quota) SetOwner(p *checks.OwnerParts) { q.owner.Store(p) }
 // is counted here once the owner allowed the charge. An evaluation of an
 // event collected on the node it runs on (a sticky load balancer) thus
 // makes one round trip, not two.
-func (q *Quota) evaluate(p *checks.OwnerParts, c *quota.Charge, w checks.OwnerWork) checks.OwnerResult {
+//
+// ok is false when the owner predates Evaluate (a rolling deploy): nothing
+// was done, and the caller charges there and does the rest here, as before.
+func (q *Quota) evaluate(p *checks.OwnerParts, c *quota.Charge, w checks.OwnerWork) (_ checks.OwnerResult, ok bool) {
 	var here *events.Resolve
 	evs := q.evs.Load()
 	if evs != nil && w.Resolve != nil && evs.mine(&w.Resolve.ID) {
@@ -57,14 +60,20 @@ func (q *Quota) evaluate(p *checks.OwnerParts, c *quota.Charge, w checks.OwnerWo
 			w.Observe = &obs
 		}
 	}
-	res := q.evaluateAt(p, c, w)
-	if here != nil && res.ChargeErr == nil && res.Charge.Allowed {
+	res, err := q.evaluateAt(p, c, w)
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		return res, false
+	case err != nil:
+		return checks.OwnerResult{ChargeErr: err}, true
+	}
+	if here != nil && res.Charge.Allowed {
 		res.Resolved, res.EventErr = evs.local.Resolve(*here)
 	}
-	return res
+	return res, true
 }
 
-func (q *Quota) evaluateAt(p *checks.OwnerParts, c *quota.Charge, w checks.OwnerWork) checks.OwnerResult {
+func (q *Quota) evaluateAt(p *checks.OwnerParts, c *quota.Charge, w checks.OwnerWork) (checks.OwnerResult, error) {
 	res, err := route(q, &q.remote, c.Account,
 		func() (checks.OwnerResult, error) { return p.Run(*c, w), nil },
 		func(ctx context.Context, cli NodeClient, token int64) (checks.OwnerResult, int64, error) {
@@ -75,10 +84,10 @@ func (q *Quota) evaluateAt(p *checks.OwnerParts, c *quota.Charge, w checks.Owner
 			r, err := ownerResultOf(rep, w)
 			return r, rep.GetCharge().GetToken(), err
 		})
-	if err != nil {
-		return checks.OwnerResult{ChargeErr: err}
+	if err == nil && res.ChargeErr != nil {
+		err = res.ChargeErr
 	}
-	return res
+	return res, err
 }
 
 // Evaluate implements NodeServer.

@@ -1,13 +1,20 @@
 package rpc
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fraudd/fraudd/actors/checks"
@@ -223,4 +230,61 @@ func FuzzEvaluateRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// oldNode is a peer of a build before Evaluate.
+type oldNode struct{ *Server }
+
+func (oldNode) Evaluate(context.Context, *EvaluateRequest) (*EvaluateReply, error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method Evaluate for service fraudd.cluster.v1.Node")
+}
+
+func (oldNode) Devices(context.Context, *DevicesRequest) (*DevicesReply, error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method Devices for service fraudd.cluster.v1.Node")
+}
+
+// TestEvaluateOldOwner: during a rolling deploy an owner that predates
+// Evaluate answers Unimplemented; the evaluation is charged there and the
+// chain does the rest on the evaluating node, as before — no request fails.
+func TestEvaluateOldOwner(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	ownerQuota := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer ownerQuota.Stop()
+	s, err := NewServer(ServerConfig{Quota: ownerQuota, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Now: func() time.Time { return testNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	RegisterNodeServer(g, oldNode{s})
+	go g.Serve(l)
+	defer g.Stop()
+
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": l.Addr().String()}}, Timeout: 2 * time.Second, Workers: 2, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	hist := &fakeHistory{}
+	q.SetOwner(&checks.OwnerParts{Quota: local, History: hist})
+	st := &ownerStep{c: capped, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{Observe: &devicehist.Observation{Customer: capped.Account, AccountID: "alice", Now: testNow}}}
+	q.ChargeThen(st)
+	if r := <-st.out; !st.charged || r.ChargeErr != nil || !r.Charge.Allowed {
+		t.Fatalf("through an old owner: %+v (answered by Charged: %v)", r, st.charged)
+	}
+	if v, err := ownerQuota.Usage(quota.Usage{Account: capped.Account, Limits: capped.Limits, Now: testNow}); err != nil || v.UsedThisHour != 1 {
+		t.Fatalf("the old owner's count: %+v %v", v, err)
+	}
+	if len(hist.observed()) != 0 {
+		t.Fatal("the owner parts ran on the evaluating node")
+	}
+	// The device list falls back to this node's own.
+	if list, err := q.DeviceList(hist).Devices(capped.Account, 0, testNow); err != nil || len(list) != 0 {
+		t.Fatalf("device list through an old owner: %+v %v", list, err)
+	}
 }
