@@ -3,7 +3,7 @@
 // sandbox, a sample), the bare lookup (with a key and anonymous), the
 // collector's network and device calls, usage, and the device-evidence
 // challenge. fastapi decodes an HTTP or MCP request, calls one function here
-// and encodes what it returns; a cluster node will call the same functions,
+// and encodes what it returns; a cluster node calls the same functions,
 // with local or remote actors behind the same interfaces (checks.go). No
 // flow is written twice.
 //
@@ -41,7 +41,11 @@
 // waits but one chained call (chain.go): a single message goes limiter →
 // quota (→ its commit) → events → devicehist, each actor handing it to the
 // next, and the caller waits once for the answer. A refusal stops it where
-// it happens, so the order of the stages above is kept exactly.
+// it happens, so the order of the stages above is kept exactly. In cluster
+// mode, when the account's owner is another node, the quota client sends
+// the charge, the event and the history together to the owner
+// (OwnerStep, owner.go), which runs them in the same order
+// (OwnerParts.Run): still one round trip.
 //
 // A refusal is a value (Refusal: status, code, message, hint, Retry-After,
 // rate-limit figures), rendered in one place per transport: an error body

@@ -23,6 +23,15 @@
 // writes only its own share, and loading an account sums every member's
 // (the G-counter), so a new owner starts from the whole count.
 //
+// An evaluation on a non-owner that carries a device event or a history
+// observation goes as one Evaluate call (evaluate.go): the owner charges,
+// resolves the event and observes the customer's device history it keeps,
+// and the admin device list reads it there (DeviceList). Per-address
+// limits are summed off the request path (addrlimits.go): every node
+// reports what it admitted to the address shards' owners each 100 ms
+// (AddrReporter) and takes the others' part and the lockouts from the
+// answers (AddrTotals).
+//
 // Generated code (node.pb.go, node_grpc.pb.go) is committed; CI never runs
 // protoc. To regenerate after editing node.proto, with protoc 3.21 (Debian
 // bookworm: apt-get install protobuf-compiler) and the plugins at the
