@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/cluster/rpc"
 )
 
 // TestClusterDeviceEventAnyNode: a browser's device report collected on
-// one node resolves in an evaluation on another (the event id names the
-// node that stored it, which the evaluating node asks: one round trip),
-// which counts the use where the event lives, so a third node sees the
-// next evaluation of it as a replay.
+// one node resolves in an evaluation on another (the event is stored at
+// the account's owner in the collection budget's round trip, and its id
+// names that node), which counts the use where the event lives, so a third
+// node sees the next evaluation of it as a replay.
 func TestClusterDeviceEventAnyNode(t *testing.T) {
 	c := StartCluster(t, bin, ClusterOptions{})
 	a := c.Nodes[0].CreateAccount(t, map[string]any{"email": "devices@example.com", "plan": "starter"})
@@ -40,11 +43,30 @@ func TestClusterDeviceEventAnyNode(t *testing.T) {
 		}
 	}
 	// The storing node gone (SIGKILL, its lease run out): its events are
-	// unavailable elsewhere, and the evaluation answers network-only.
+	// unavailable elsewhere, and the evaluation answers network-only. An
+	// event is stored by the account's owner, whichever node collected it
+	// (its id names the node).
 	lost := collectDevice(t, c.Nodes[2], a.PublishableKey, "73.0.0.9", "chrome_desktop_windows")
-	c.Nodes[2].Kill()
-	Within(t, 15*time.Second, "node 1 answers node 3's event unavailable", func() bool {
-		st, m := evalJSON(t, c.Nodes[0], a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": lost})
+	storer, other := storerOf(t, c, lost)
+	storer.Kill()
+	Within(t, 15*time.Second, "another node answers the dead storer's event unavailable", func() bool {
+		st, m := evalJSON(t, other, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": lost})
 		return st == 200 && m["device_status"] == "unavailable" && m["device"] == nil
 	})
+}
+
+// storerOf is the node whose route the event id names, and another node.
+func storerOf(t *testing.T, c *Cluster, id string) (storer, other *Server) {
+	t.Helper()
+	eid, ok := events.ParseEventID(id)
+	if !ok {
+		t.Fatalf("event id %q", id)
+	}
+	for i, n := range c.Nodes {
+		if rpc.NodeRoute(fmt.Sprintf("node%d", i+1)) == events.NodeOf(&eid) {
+			return n, c.Nodes[(i+1)%len(c.Nodes)]
+		}
+	}
+	t.Fatalf("event id %q names no node", id)
+	return nil, nil
 }

@@ -75,6 +75,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	for i, s := range c.Nodes {
 		time.Sleep(300 * time.Millisecond)
 		down[i].Store(true)
+		l.drain(i)
 		s.Restart()
 		down[i].Store(false)
 		Within(t, 20*time.Second, fmt.Sprintf("node %d has its shards back", i+1), func() bool { return v.settled(all) })

@@ -99,6 +99,20 @@ type ackLoad struct {
 	mu       sync.Mutex
 	acks     []time.Duration // since start
 	statuses map[string]int  // "node<i>:<status>" → count (0: no answer)
+
+	// busy counts, per node, the clients between deciding to send to it
+	// and its answer (drain).
+	busy [8]atomic.Int32
+}
+
+// drain waits until no request to node i is under way, once skip says
+// true for it: what a load balancer does before a node is restarted. A
+// client marks itself busy before it asks skip, so once skip is true and
+// busy is zero no request to the node can start.
+func (l *ackLoad) drain(i int) {
+	for l.busy[i].Load() != 0 {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // startAckLoad starts the clients; a node for which skip says true gets
@@ -113,11 +127,14 @@ func startAckLoad(c *Cluster, key string, skip func(i int) bool) *ackLoad {
 					return
 				default:
 				}
+				l.busy[i].Add(1)
 				if skip(i) {
+					l.busy[i].Add(-1)
 					time.Sleep(5 * time.Millisecond)
 					continue
 				}
 				st, err := countedEval(s, key)
+				l.busy[i].Add(-1)
 				l.mu.Lock()
 				switch {
 				case err != nil:

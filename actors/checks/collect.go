@@ -147,27 +147,30 @@ func (s *Service) CollectDevice(c *Call, p Page, rep *DeviceReport) (eventID str
 	if len(origin) > maxEventOrigin {
 		origin = ""
 	}
-	budget, err := s.quota.Collect(quota.Collect{Account: v.ID, Budget: quota.CollectBudgetFor(limitsOf(v, c.Now)),
-		Bytes: int64(len(signals) + len(origin)), Now: c.Now})
-	if err != nil {
-		return "", storageUnavailable(err)
-	}
-	if !budget.Allowed {
-		return "", &Refusal{Status: http.StatusTooManyRequests, Msg: MsgCollectBudget, Code: CodeCollectBudget,
-			Hint: HintCollectBudget, RetryAfter: budget.RetryAfter}
-	}
 	var ipChecked, ipBlocked bool
 	if nettoken.IsPublic(c.Addr) {
 		cl := s.feeds.Current().Classify(c.Addr)
 		ipChecked, ipBlocked = true, cl.Blocklisted
 	}
 	verdict := device.Assess(rep.Signals, device.Options{Key: s.visitorKey, IPChecked: ipChecked, IPBlocklisted: ipBlocked})
-	id, err := s.events.Collect(events.Collected{
+	b := quota.Collect{Account: v.ID, Budget: quota.CollectBudgetFor(limitsOf(v, c.Now)), Bytes: int64(len(signals) + len(origin)), Now: c.Now}
+	ev := events.Collected{
 		Account: v.ID, Now: c.Now, Origin: origin, Addr: c.Addr,
 		Schema: uint8(min(max(rep.Signals.V, 0), 255)), Signals: signals, Verdict: &verdict,
-	})
+	}
+	var budget quota.CollectResult
+	var id events.EventID
+	if oc, ok := s.quota.(OwnerCollector); ok {
+		budget, id, err = oc.CollectEvent(b, ev)
+	} else if budget, err = s.quota.Collect(b); err == nil && budget.Allowed {
+		id, err = s.events.Collect(ev)
+	}
 	if err != nil {
 		return "", storageUnavailable(err)
+	}
+	if !budget.Allowed {
+		return "", &Refusal{Status: http.StatusTooManyRequests, Msg: MsgCollectBudget, Code: CodeCollectBudget,
+			Hint: HintCollectBudget, RetryAfter: budget.RetryAfter}
 	}
 	return events.FormatEventID(id), nil
 }

@@ -84,3 +84,12 @@ func (p OwnerParts) Run(c quota.Charge, w OwnerWork) OwnerResult {
 	}
 	return r
 }
+
+// OwnerCollector is a quota client that stores a collected device event
+// where the account's collection budget is counted, in the same call
+// (cluster mode): the event then lives with the account, and an
+// evaluation on any node resolves it at the owner it already calls. A
+// refused budget stores nothing.
+type OwnerCollector interface {
+	CollectEvent(quota.Collect, events.Collected) (quota.CollectResult, events.EventID, error)
+}

@@ -334,12 +334,15 @@ func (c *Client) Record(e *storage.DeviceEvent) {
 // Collect mints an id for a collector report and stores it as a new event
 // (Record: fire-and-forget). It fails only after Stop.
 func (c *Client) Collect(m Collected) (EventID, error) {
-	if c.stopped.Load() {
-		return EventID{}, ErrStopped
-	}
+	e := EventOf(m)
+	return c.Store(&e)
+}
+
+// EventOf is the stored form of a collected report, without its id (Store
+// mints it).
+func EventOf(m Collected) storage.DeviceEvent {
 	v := m.Verdict
-	e := &storage.DeviceEvent{
-		ID:        c.newID(v.VisitorID, m.Now),
+	e := storage.DeviceEvent{
 		Account:   m.Account,
 		Created:   m.Now,
 		Origin:    m.Origin,
@@ -354,6 +357,18 @@ func (c *Client) Collect(m Collected) (EventID, error) {
 	for _, f := range v.Findings {
 		e.Findings = append(e.Findings, string(f))
 	}
+	return e
+}
+
+// Store stores a new event under an id minted here (naming this node in
+// cluster mode), fire-and-forget, and returns the id: a report collected
+// here (Collect), or one another node collected for an account this node
+// owns. e must not be modified afterwards.
+func (c *Client) Store(e *storage.DeviceEvent) (EventID, error) {
+	if c.stopped.Load() {
+		return EventID{}, ErrStopped
+	}
+	e.ID = c.newID(e.VisitorID, e.Created)
 	c.Record(e)
 	return e.ID, nil
 }

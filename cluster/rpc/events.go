@@ -13,18 +13,20 @@ import (
 	"github.com/fraudd/fraudd/storage"
 )
 
-// Device events in a cluster: a browser's collector report is stored on
-// the node that received it, and the id minted for it names that node
+// Device events in a cluster: a browser's collector report is stored at
+// the owner of its account's shard (Quota.CollectEvent: in the collection
+// budget's round trip), and the id minted for it names that node
 // (events.Config.Node). An evaluation that sends the id to another node —
 // any load balancer may — resolves it at the node that stored it, in one
-// round trip; that node counts the use (replays are judged where the event
-// lives). A storing node that is down answers nothing: the evaluation's
+// round trip (inside the Evaluate call when that node is the owner); that
+// node counts the use (replays are judged where the event lives). A storing node that is down answers nothing: the evaluation's
 // device evidence is unavailable (it fails open, as for a local store
 // error) until the node returns.
 
 // LocalEvents is the node's own device-event actors (*events.Client).
 type LocalEvents interface {
 	Collect(events.Collected) (events.EventID, error)
+	Store(*storage.DeviceEvent) (events.EventID, error)
 	Resolve(events.Resolve) (events.Resolved, error)
 	Peek(events.Resolve) (events.Resolved, error)
 	ResolveThen(events.ResolveStep)

@@ -1856,7 +1856,11 @@ type CollectRequest struct {
 	BudgetBytes  int64 `protobuf:"varint,4,opt,name=budget_bytes,json=budgetBytes,proto3" json:"budget_bytes,omitempty"`
 	Bytes        int64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// token is the owner's fencing token as the caller's view has it.
-	Token         int64 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
+	Token int64 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
+	// event, when set, is the collected device event to store at the owner
+	// once the budget allows it (storage.MarshalEvent, its id zero: the
+	// owner mints one naming itself).
+	Event         []byte `protobuf:"bytes,7,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1933,12 +1937,22 @@ func (x *CollectRequest) GetToken() int64 {
 	return 0
 }
 
+func (x *CollectRequest) GetEvent() []byte {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 type CollectReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Allowed       bool                   `protobuf:"varint,2,opt,name=allowed,proto3" json:"allowed,omitempty"`
-	RetryAfter    int64                  `protobuf:"varint,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	Token         int64                  `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Version    uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Allowed    bool                   `protobuf:"varint,2,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	RetryAfter int64                  `protobuf:"varint,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	Token      int64                  `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	// event_id is the id the owner stored the request's event under (16
+	// bytes; unset when no event was sent or the budget refused it).
+	EventId       []byte `protobuf:"bytes,5,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1999,6 +2013,13 @@ func (x *CollectReply) GetToken() int64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *CollectReply) GetEventId() []byte {
+	if x != nil {
+		return x.EventId
+	}
+	return nil
 }
 
 type ResolveRequest struct {
@@ -3381,20 +3402,22 @@ const file_node_proto_rawDesc = "" +
 	"\tDaysReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12/\n" +
-	"\x04days\x18\x03 \x03(\v2\x1b.fraudd.cluster.v1.DayCountR\x04days\"\xb8\x01\n" +
+	"\x04days\x18\x03 \x03(\v2\x1b.fraudd.cluster.v1.DayCountR\x04days\"\xce\x01\n" +
 	"\x0eCollectRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12#\n" +
 	"\rbudget_events\x18\x03 \x01(\x03R\fbudgetEvents\x12!\n" +
 	"\fbudget_bytes\x18\x04 \x01(\x03R\vbudgetBytes\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12\x14\n" +
-	"\x05token\x18\x06 \x01(\x03R\x05token\"y\n" +
+	"\x05token\x18\x06 \x01(\x03R\x05token\x12\x14\n" +
+	"\x05event\x18\a \x01(\fR\x05event\"\x94\x01\n" +
 	"\fCollectReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aallowed\x18\x02 \x01(\bR\aallowed\x12\x1f\n" +
 	"\vretry_after\x18\x03 \x01(\x03R\n" +
 	"retryAfter\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\x03R\x05token\"h\n" +
+	"\x05token\x18\x04 \x01(\x03R\x05token\x12\x19\n" +
+	"\bevent_id\x18\x05 \x01(\fR\aeventId\"h\n" +
 	"\x0eResolveRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x18\n" +

@@ -76,6 +76,11 @@ type ServerConfig struct {
 	// Devices is this node's device history, listed for the accounts it
 	// owns (nil: Devices answers Unavailable).
 	Devices LocalDevices
+	// Store keeps the device events other nodes collect for the accounts
+	// this node owns (nil: a Collect carrying an event answers Unavailable).
+	Store interface {
+		Store(*storage.DeviceEvent) (events.EventID, error)
+	}
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
 	// A charge or usage read runs at the owner's now, not the caller's:
 	// an hourly window that starts at one node's time and is charged at

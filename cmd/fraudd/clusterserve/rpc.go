@@ -45,8 +45,8 @@ type LocalParts struct {
 		checks.History
 		rpc.LocalDevices
 	}
-	Store   NodeStore
-	Shared  *rpc.SharedStore
+	Store  NodeStore
+	Shared *rpc.SharedStore
 	// Traffic is the node's own threat-feed counter, answered to the others.
 	Traffic rpc.FeedReader
 	// Limits are the node's per-address limiters in shared mode: their
@@ -79,7 +79,7 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 	q.SetOwner(owner)
 	addrs := rpc.NewAddrTotals(0)
 	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: lp.Traffic, Down: n.answerDown, Now: now, Leases: q, Events: lp.Devices,
-		Addrs: addrs, AddrOwners: owners, Owner: owner, Devices: lp.History})
+		Addrs: addrs, AddrOwners: owners, Owner: owner, Devices: lp.History, Store: lp.Devices})
 	if err != nil {
 		q.Close()
 		return nil, err
