@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -396,7 +397,22 @@ type AddrReporter struct {
 	Peers  *Quota
 	Now    func() time.Time
 	Log    *slog.Logger
+	// Idle is how long a member this node has nothing to report to goes
+	// unasked (0: DefaultAddrIdle; < 0: asked every round). Its answer
+	// carries the others' changes and its lockouts, so a node that serves
+	// an address nothing more learns them within Idle; the asks, which
+	// grow as the square of the members, stay few.
+	Idle time.Duration
+
+	asked map[string]time.Time // last ask per member, wall clock (Round's goroutine)
+	asks  atomic.Int64
 }
+
+// DefaultAddrIdle: see AddrReporter.Idle.
+const DefaultAddrIdle = time.Second
+
+// Asks counts the ReportAddrs calls made.
+func (r *AddrReporter) Asks() int64 { return r.asks.Load() }
 
 // Run reports every interval until ctx ends, and sweeps the totals this
 // node keeps as owner every ten.
@@ -418,9 +434,9 @@ func (r *AddrReporter) Run(ctx context.Context, every time.Duration) {
 
 // Round reports once: the counts since the last round go to their owners
 // (this node's own totals with no hop), in parallel within the client's
-// Timeout. Every other member is asked, with counts or without: its answer
-// carries the others' changes to windows this node counted in before, and
-// the lockouts it set. Counts whose shard has no owner in the view, or
+// Timeout. A member with no counts to take is asked too, once per Idle: its
+// answer carries the others' changes to windows this node counted in
+// before, and the lockouts it set. Counts whose shard has no owner in the view, or
 // whose owner does not answer, stay this node's alone: a limit errs
 // permissive, never strict.
 func (r *AddrReporter) Round(parent context.Context) {
@@ -438,19 +454,41 @@ func (r *AddrReporter) Round(parent context.Context) {
 	now := r.Now()
 	ns := now.UnixNano()
 	r.Limits.Absorb(r.Totals.Add(self, ns, ownedCounts(r.Owners, by[self])), r.Totals.Locks(ns), now)
+	// Members with nothing to report are asked once per Idle, decided here:
+	// the asks run in parallel. Paced by the wall clock, not the node's
+	// (a test clock does not move on its own).
+	idle := r.Idle
+	if idle == 0 {
+		idle = DefaultAddrIdle
+	}
+	wall := time.Now()
+	if r.asked == nil {
+		r.asked = map[string]time.Time{}
+	}
+	skip := map[string]bool{}
+	for _, id := range r.Owners.Members() {
+		if len(by[id]) == 0 && idle > 0 && wall.Sub(r.asked[id]) < idle {
+			skip[id] = true
+		}
+	}
 	q := r.Peers
 	ctx, cancel := context.WithTimeout(parent, q.cfg.Timeout)
 	defer cancel()
 	type answer struct {
 		sums  []iplimit.Sum
 		locks []iplimit.Lock
+		asked bool
 	}
 	eachOther(q, func(id string) (answer, error) {
+		if skip[id] {
+			return answer{}, nil
+		}
 		mine := by[id]
-		var a answer
+		a := answer{asked: true}
 		for first := true; first || len(mine) > 0; first = false {
 			chunk := mine[:min(len(mine), maxAddrCounts)]
 			mine = mine[len(chunk):]
+			r.asks.Add(1)
 			sums, locks, err := q.reportAddrs(ctx, id, self, chunk, ns)
 			if err != nil {
 				return a, err
@@ -459,8 +497,13 @@ func (r *AddrReporter) Round(parent context.Context) {
 		}
 		return a, nil
 	}, func(id string, a answer, err error) {
-		if err != nil && r.Log != nil {
-			r.Log.Debug("cluster: per-address counts not summed by their owner", "member", id, "counts", len(by[id]), "err", err)
+		switch {
+		case err != nil:
+			if r.Log != nil {
+				r.Log.Debug("cluster: per-address counts not summed by their owner", "member", id, "counts", len(by[id]), "err", err)
+			}
+		case a.asked:
+			r.asked[id] = wall
 		}
 		r.Limits.Absorb(a.sums, a.locks, now)
 	})

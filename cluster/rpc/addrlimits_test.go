@@ -218,3 +218,37 @@ func TestAddressLimitAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestAddrReporterIdle: a member this node has nothing to report to is
+// asked once per Idle, one it has counts for every round.
+func TestAddrReporterIdle(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	nodes := settledNodes(t, nil, ids...)
+	settleKind(t, nodes, ids, cluster.KindAddr)
+	a := nodes[0]
+	a.rep.Idle = time.Hour
+	a.rep.Round(context.Background())
+	if got := a.rep.Asks(); got != 2 {
+		t.Fatalf("the first round asked %d members, want the 2 others", got)
+	}
+	a.rep.Round(context.Background())
+	if got := a.rep.Asks(); got != 2 {
+		t.Fatalf("an idle round asked %d more", got-2)
+	}
+	// Counts for an address another member owns: that member is asked.
+	var addr netip.Addr
+	for i := 1; ; i++ {
+		addr = netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
+		k := iplimit.Key{Lo: 0xffff<<32 | uint64(198)<<24 | 51<<16 | 100<<8 | uint64(i)}
+		if o, _ := a.owners.(Cluster).AddrOwner(AddrShard(k.Route())); o != "a" {
+			break
+		}
+	}
+	if _, err := a.limits.Take(iplimit.Of(iplimit.Sample), addr, testNow); err != nil {
+		t.Fatal(err)
+	}
+	a.rep.Round(context.Background())
+	if got := a.rep.Asks(); got != 3 {
+		t.Fatalf("a round with counts for one member asked %d more, want 1", got-2)
+	}
+}

@@ -167,7 +167,7 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	n.q.SetOwner(owner)
 	n.limits = iplimit.New(sys.Root, iplimit.Config{Shards: 2, Shared: true})
 	n.addrs = NewAddrTotals(0)
-	n.rep = &AddrReporter{Limits: n.limits, Totals: n.addrs, Owners: n.owners.(Cluster), Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog}
+	n.rep = &AddrReporter{Limits: n.limits, Totals: n.addrs, Owners: n.owners.(Cluster), Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog, Idle: -1}
 	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Events: n.events,
 		Addrs: n.addrs, AddrOwners: n.owners.(Cluster), Owner: owner, Devices: n.hist, Store: n.events})
 	if err != nil {
