@@ -147,23 +147,27 @@ func (s *Service) CollectDevice(c *Call, p Page, rep *DeviceReport) (eventID str
 	if len(origin) > maxEventOrigin {
 		origin = ""
 	}
-	var ipChecked, ipBlocked bool
-	if nettoken.IsPublic(c.Addr) {
-		cl := s.feeds.Current().Classify(c.Addr)
-		ipChecked, ipBlocked = true, cl.Blocklisted
+	// The event, assessed only once it is to be stored (a refused budget
+	// costs no assessment), except where it travels with the budget's call.
+	collected := func() events.Collected {
+		var ipChecked, ipBlocked bool
+		if nettoken.IsPublic(c.Addr) {
+			cl := s.feeds.Current().Classify(c.Addr)
+			ipChecked, ipBlocked = true, cl.Blocklisted
+		}
+		verdict := device.Assess(rep.Signals, device.Options{Key: s.visitorKey, IPChecked: ipChecked, IPBlocklisted: ipBlocked})
+		return events.Collected{
+			Account: v.ID, Now: c.Now, Origin: origin, Addr: c.Addr,
+			Schema: uint8(min(max(rep.Signals.V, 0), 255)), Signals: signals, Verdict: &verdict,
+		}
 	}
-	verdict := device.Assess(rep.Signals, device.Options{Key: s.visitorKey, IPChecked: ipChecked, IPBlocklisted: ipBlocked})
 	b := quota.Collect{Account: v.ID, Budget: quota.CollectBudgetFor(limitsOf(v, c.Now)), Bytes: int64(len(signals) + len(origin)), Now: c.Now}
-	ev := events.Collected{
-		Account: v.ID, Now: c.Now, Origin: origin, Addr: c.Addr,
-		Schema: uint8(min(max(rep.Signals.V, 0), 255)), Signals: signals, Verdict: &verdict,
-	}
 	var budget quota.CollectResult
 	var id events.EventID
 	if oc, ok := s.quota.(OwnerCollector); ok {
-		budget, id, err = oc.CollectEvent(b, ev)
+		budget, id, err = oc.CollectEvent(b, collected())
 	} else if budget, err = s.quota.Collect(b); err == nil && budget.Allowed {
-		id, err = s.events.Collect(ev)
+		id, err = s.events.Collect(collected())
 	}
 	if err != nil {
 		return "", storageUnavailable(err)

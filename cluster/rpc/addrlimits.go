@@ -83,9 +83,10 @@ type AddrTotals struct {
 	stale map[string]map[iplimit.Key]struct{}
 }
 
+// addrCount is one window's counts, each node's part (a few nodes: a
+// slice, summed when asked).
 type addrCount struct {
 	start int64
-	total int64
 	by    []nodeCount
 }
 
@@ -140,8 +141,8 @@ func (a *AddrTotals) Add(node string, now int64, in []iplimit.Count) []iplimit.S
 			e = &addrCount{start: start}
 			a.counts[c.Key] = e
 		}
-		own := e.add(node, c.N)
-		if lockFor > 0 && e.total >= limit {
+		e.add(node, c.N)
+		if lockFor > 0 && e.others("") >= limit {
 			// Invalid credentials from every node reached the figure: the
 			// address (or /64) is locked, and the count starts again after.
 			lk := lockKey{c.Key.Hi, c.Key.Lo, c.Key.P64}
@@ -161,39 +162,38 @@ func (a *AddrTotals) Add(node string, now int64, in []iplimit.Count) []iplimit.S
 		}
 		if !answered[c.Key] {
 			answered[c.Key] = true
-			out = append(out, iplimit.Sum{Key: c.Key, Start: e.start, Others: e.total - own})
+			out = append(out, iplimit.Sum{Key: c.Key, Start: e.start, Others: e.others(node)})
 		}
 	}
 	for k := range a.stale[node] {
 		if e := a.counts[k]; e != nil && !answered[k] {
-			out = append(out, iplimit.Sum{Key: k, Start: e.start, Others: e.total - e.part(node)})
+			out = append(out, iplimit.Sum{Key: k, Start: e.start, Others: e.others(node)})
 		}
 	}
 	delete(a.stale, node)
 	return out
 }
 
-// part is node's part of the total.
-func (e *addrCount) part(node string) int64 {
+// others sums every node's part but node's ("": every node's).
+func (e *addrCount) others(node string) int64 {
+	var n int64
 	for _, b := range e.by {
-		if b.node == node {
-			return b.n
+		if b.node != node {
+			n += b.n
 		}
 	}
-	return 0
+	return n
 }
 
-// add counts n for node and returns node's part.
-func (e *addrCount) add(node string, n int64) int64 {
-	e.total += n
+// add counts n for node.
+func (e *addrCount) add(node string, n int64) {
 	for i := range e.by {
 		if e.by[i].node == node {
 			e.by[i].n += n
-			return e.by[i].n
+			return
 		}
 	}
 	e.by = append(e.by, nodeCount{node, n})
-	return n
 }
 
 // Locks lists the lockouts still running at now, the latest ending first,
