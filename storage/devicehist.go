@@ -633,13 +633,21 @@ func (ref *HistRef) Record() HistRecord {
 }
 
 func parseExpiryKey(k []byte) (HistRef, bool) {
-	var ref HistRef
 	if len(k) < 6 || k[0] != prefixHistExpiry {
-		return ref, false
+		return HistRef{}, false
 	}
+	ref, ok := parseHistIdentity(HistKind(k[5]), k[6:])
 	ref.Day = Day(binary.BigEndian.Uint32(k[1:5]))
-	ref.Kind = HistKind(k[5])
-	rest := k[6:]
+	return ref, ok
+}
+
+// parseHistIdentity parses the identity of a kind record after its kind
+// byte (clen customer | device id, account hash or address), as
+// appendIdentity wrote it. It checks the lengths and the device id; the
+// customer may be empty or too long (callers that need it check it with
+// validCustomer). Day is left zero.
+func parseHistIdentity(kind HistKind, rest []byte) (HistRef, bool) {
+	ref := HistRef{Kind: kind}
 	if len(rest) < 1 || int(rest[0]) > len(rest)-1 {
 		return ref, false
 	}

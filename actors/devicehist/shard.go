@@ -135,6 +135,10 @@ func (s shard) Receive(ctx actor.Context) {
 		s.flush(m)
 	case *expire:
 		s.expire(&m.ref, m.now)
+	case *takeReq:
+		s.take(m)
+	case *mergeReq:
+		s.merge(m)
 	case actors.Tick:
 		s.sweep(m.Now.Unix())
 	case lenProbe:

@@ -1,0 +1,301 @@
+package devicehist
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// Moving history between nodes (cluster mode): Take removes the records of
+// some customers from this node and returns them; Merge adds records another
+// node took into this one's. Together they move a customer's history to the
+// owner of its account shard without counting anything twice: a taken
+// record is gone here (its delete is written with the shard's next writes)
+// before it travels, and the owner adds it to what it holds (merge.go).
+//
+// A taken entry stays in memory, empty, until its delete is stored: an
+// observation arriving meanwhile starts from nothing instead of reloading
+// the stored copy that is about to go.
+
+// takeWait bounds how long Take waits for the shards.
+const takeWait = 30 * time.Second
+
+type (
+	// takeReq asks a shard for the records of the customers match selects:
+	// every resident one, and those of refs (read from the store).
+	takeReq struct {
+		match func(customer string) bool
+		refs  []storage.HistRecord
+		now   int64
+		reply chan takeReply
+	}
+	takeReply struct {
+		recs []storage.HistRecord
+		err  error
+	}
+	// mergeReq asks a shard to add recs into its own.
+	mergeReq struct {
+		recs  []storage.HistRecord
+		now   int64
+		reply chan error
+	}
+)
+
+// Take removes from this node, and returns, the history records of the
+// customers match selects: every one in memory, and up to limit more from
+// the store (no bound when limit ≤ 0). Records with nothing left in the
+// window are dropped, not returned. A caller that cannot deliver them gives
+// them back with Merge. An error may come with the records taken before it:
+// they are gone here either way.
+func (c *Client) Take(match func(customer string) bool, limit int, now time.Time) ([]storage.HistRecord, error) {
+	if c.stopped.Load() {
+		return nil, ErrStopped
+	}
+	n := c.shards.Len()
+	refs := make([][]storage.HistRecord, n)
+	if c.store != nil {
+		err := c.store.HistOf(match, limit, func(r storage.HistRecord) bool {
+			i := c.shards.Index(actors.HashString(customerOf(r)))
+			refs[i] = append(refs[i], r)
+			return true
+		})
+		if err != nil {
+			return nil, fmt.Errorf("devicehist: take: %w", fmtUnavailable(err))
+		}
+	}
+	replies := make(chan takeReply, n)
+	for i := range n {
+		c.shards.Send(uint64(i), &takeReq{match: match, refs: refs[i], now: now.Unix(), reply: replies})
+	}
+	var out []storage.HistRecord
+	var errs error
+	// A shard that answers late has taken its records all the same, and
+	// they would be lost: wait well past the call timeout before giving up.
+	t := time.NewTimer(max(c.timeout, takeWait))
+	defer t.Stop()
+	for range n {
+		select {
+		case r := <-replies:
+			out = append(out, r.recs...)
+			if r.err != nil && errs == nil {
+				errs = r.err
+			}
+		case <-t.C:
+			return out, fmt.Errorf("devicehist: take: %w", actors.ErrTimeout)
+		}
+	}
+	if errs != nil {
+		return out, fmt.Errorf("devicehist: take: %w", errs)
+	}
+	return out, nil
+}
+
+// Merge adds records taken on another node (or given back after a failed
+// delivery) into this node's history, as of now.
+func (c *Client) Merge(recs []storage.HistRecord, now time.Time) error {
+	if c.stopped.Load() {
+		return ErrStopped
+	}
+	n := c.shards.Len()
+	parts := make([][]storage.HistRecord, n)
+	for _, r := range recs {
+		cust := customerOf(r)
+		if cust == "" || len(cust) > storage.MaxHistCustomer {
+			return fmt.Errorf("devicehist: merge: %w", ErrInvalid)
+		}
+		i := c.shards.Index(actors.HashString(cust))
+		parts[i] = append(parts[i], r)
+	}
+	replies := make(chan error, n)
+	sent := 0
+	for i, p := range parts {
+		if len(p) > 0 {
+			c.shards.Send(uint64(i), &mergeReq{recs: p, now: now.Unix(), reply: replies})
+			sent++
+		}
+	}
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	var first error
+	for range sent {
+		select {
+		case err := <-replies:
+			if err != nil && first == nil {
+				first = err
+			}
+		case <-t.C:
+			return fmt.Errorf("devicehist: merge: %w", actors.ErrTimeout)
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("devicehist: merge: %w", first)
+	}
+	return nil
+}
+
+func customerOf(r storage.HistRecord) string {
+	switch r := r.(type) {
+	case *storage.HistCustomerDevice:
+		return r.Customer
+	case *storage.HistAccount:
+		return r.Customer
+	case *storage.HistAddress:
+		return r.Customer
+	}
+	return ""
+}
+
+// take runs takeReq on the shard's goroutine.
+func (s shard) take(m *takeReq) {
+	var (
+		out  []storage.HistRecord
+		w    *storage.HistWrite
+		ferr error
+	)
+	// del writes the delete of what the store holds of a taken entry and
+	// leaves it empty, clean and resident until that write is stored.
+	del := func(rec storage.HistRecord, st *storage.HistStored, dirty *bool, wseq *uint64) {
+		*dirty = false // a flush must not write it back
+		if st.OK && s.commit != nil {
+			if w == nil {
+				w = writePool.Get().(*storage.HistWrite)
+				w.Reset()
+				s.seq++
+			}
+			w.Delete(rec, *st)
+			*wseq = s.seq
+		}
+		*st = storage.HistStored{}
+	}
+	takeDevice := func(k deviceKey, e *deviceEntry) {
+		rec := e.rec
+		del(&rec, &e.stored, &e.dirty, &e.wseq)
+		e.rec = storage.HistCustomerDevice{Customer: k.customer, Device: k.device}
+		if trimDevice(&rec, m.now) {
+			out = append(out, &rec)
+		}
+	}
+	takeAccount := func(k accountKey, e *accountEntry) {
+		rec := e.rec
+		del(&rec, &e.stored, &e.dirty, &e.wseq)
+		e.rec = storage.HistAccount{Customer: k.customer, Hash: k.hash}
+		if trimAccount(&rec, m.now) {
+			out = append(out, &rec)
+		}
+	}
+	takeAddress := func(k addressKey, e *addressEntry) {
+		rec := e.rec
+		del(&rec, &e.stored, &e.dirty, &e.wseq)
+		e.rec = storage.HistAddress{Customer: k.customer, Addr: k.addr}
+		if trimAddress(&rec, m.now) {
+			out = append(out, &rec)
+		}
+	}
+	s.devices.Range(func(k deviceKey, e *deviceEntry) bool {
+		if m.match(k.customer) {
+			takeDevice(k, e)
+		}
+		return true
+	})
+	s.accounts.Range(func(k accountKey, e *accountEntry) bool {
+		if m.match(k.customer) {
+			takeAccount(k, e)
+		}
+		return true
+	})
+	s.addresses.Range(func(k addressKey, e *addressEntry) bool {
+		if m.match(k.customer) {
+			takeAddress(k, e)
+		}
+		return true
+	})
+	// The store's records not in memory: loading makes them resident (a
+	// record taken above is resident and empty now, and yields nothing).
+	for _, r := range m.refs {
+		switch r := r.(type) {
+		case *storage.HistCustomerDevice:
+			k := deviceKey{r.Customer, r.Device}
+			if _, ok := s.devices.Get(k); ok {
+				continue
+			}
+			e, err := s.device(r.Customer, r.Device, false)
+			if err == nil && e.stored.OK {
+				takeDevice(deviceKey{e.rec.Customer, e.rec.Device}, e)
+			}
+			ferr = firstErr(ferr, err)
+		case *storage.HistAccount:
+			k := accountKey{r.Customer, r.Hash}
+			if _, ok := s.accounts.Get(k); ok {
+				continue
+			}
+			e, err := s.account(r.Customer, r.Hash, false)
+			if err == nil && e.stored.OK {
+				takeAccount(accountKey{e.rec.Customer, r.Hash}, e)
+			}
+			ferr = firstErr(ferr, err)
+		case *storage.HistAddress:
+			k := addressKey{r.Customer, r.Addr}
+			if _, ok := s.addresses.Get(k); ok {
+				continue
+			}
+			e, err := s.addressEntry(r.Customer, r.Addr, false)
+			if err == nil && e.stored.OK {
+				takeAddress(addressKey{e.rec.Customer, r.Addr}, e)
+			}
+			ferr = firstErr(ferr, err)
+		}
+	}
+	if w != nil {
+		s.commit.Add(pending{w: w, st: s.shardState, seq: s.seq})
+	}
+	m.reply <- takeReply{recs: out, err: ferr}
+}
+
+// merge runs mergeReq on the shard's goroutine.
+func (s shard) merge(m *mergeReq) {
+	var ferr error
+	for _, r := range m.recs {
+		switch r := r.(type) {
+		case *storage.HistCustomerDevice:
+			e, err := s.device(r.Customer, r.Device, true)
+			if err != nil {
+				ferr = firstErr(ferr, err)
+				continue
+			}
+			trimDevice(&e.rec, m.now)
+			mergeDevice(&e.rec, r)
+			e.touched = m.now
+			s.mark(e, nil, nil)
+		case *storage.HistAccount:
+			e, err := s.account(r.Customer, r.Hash, true)
+			if err != nil {
+				ferr = firstErr(ferr, err)
+				continue
+			}
+			trimAccount(&e.rec, m.now)
+			mergeAccount(&e.rec, r)
+			e.touched = m.now
+			s.mark(nil, e, nil)
+		case *storage.HistAddress:
+			e, err := s.addressEntry(r.Customer, r.Addr, true)
+			if err != nil {
+				ferr = firstErr(ferr, err)
+				continue
+			}
+			trimAddress(&e.rec, m.now)
+			mergeAddress(&e.rec, r)
+			e.touched = m.now
+			s.mark(nil, nil, e)
+		}
+	}
+	m.reply <- ferr
+}
+
+func firstErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,142 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Device-history records travel between cluster nodes one at a time, as
+// parcels (the record key without its prefix, then the stored value):
+//
+//	parcel  uvarint(len(identity)) | identity | value
+//	          identity  kind | clen customer | device id / account hash / address (as in the record key)
+//	          value     the record's Marshal (histVersion first)
+//
+// A parcel comes from another node, so ParseHistParcel checks every length
+// and identity and rejects anything else; HistOf reads the stored records a
+// node hands over.
+
+// maxHistIdentity bounds the identity of a valid record: kind, customer
+// length, customer and the longest identity rest (a device id).
+const maxHistIdentity = 2 + MaxHistCustomer + MaxHistDevice
+
+// AppendHistParcel appends r as a parcel to dst. It fails, appending nothing,
+// when r's identity is not a valid one.
+func AppendHistParcel(dst []byte, r HistRecord) ([]byte, error) {
+	if r == nil {
+		return dst, errors.New("device history parcel: no record")
+	}
+	if err := r.validate(); err != nil {
+		return dst, fmt.Errorf("device history parcel of kind %d: %w", r.Kind(), err)
+	}
+	id := r.appendIdentity(make([]byte, 0, maxHistIdentity))
+	dst = appendBytes(dst, id)
+	return r.Marshal(dst), nil
+}
+
+// ParseHistParcel decodes a parcel AppendHistParcel wrote into a new record
+// (*HistCustomerDevice, *HistAccount or *HistAddress). Any other input —
+// truncated, an unknown kind, an invalid customer or device id, a bad
+// identity length, a value that does not decode or has trailing bytes — is
+// an error (wrapping errCorrupt); it never panics. The record holds no
+// reference to b.
+func ParseHistParcel(b []byte) (HistRecord, error) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 {
+		return nil, fmt.Errorf("device history parcel: identity length: %w", errCorrupt)
+	}
+	b = b[w:]
+	if n == 0 || n > uint64(len(b)) || n > maxHistIdentity {
+		return nil, fmt.Errorf("device history parcel: identity of %d bytes in %d: %w", n, len(b), errCorrupt)
+	}
+	id, val := b[:n], b[n:]
+	kind := HistKind(id[0])
+	ref, ok := parseHistIdentity(kind, id[1:])
+	if !ok {
+		return nil, fmt.Errorf("device history parcel: bad identity of kind %d: %w", kind, errCorrupt)
+	}
+	if validCustomer(ref.Customer) != nil {
+		return nil, fmt.Errorf("device history parcel: customer id of %d bytes: %w", len(ref.Customer), errCorrupt)
+	}
+	r := ref.Record()
+	if err := r.Unmarshal(val); err != nil {
+		return nil, fmt.Errorf("device history parcel: %s of customer %q: %w", histKindName(kind), ref.Customer, err)
+	}
+	return r, nil
+}
+
+// histKindName names a record kind in errors.
+func histKindName(k HistKind) string {
+	switch k {
+	case HistKindCustomerDevice:
+		return "customer device"
+	case HistKindAccount:
+		return "account"
+	case HistKindAddress:
+		return "address"
+	}
+	return fmt.Sprintf("kind %d", k)
+}
+
+// HistOf calls fn with the stored device-history records (all three kinds,
+// kind by kind, in key order) of every customer match accepts, each decoded
+// into a new record, until fn returns false or limit records were passed
+// (limit ≤ 0: no limit). A nil match accepts every customer.
+//
+// match is asked once per kind and customer (in key order), and the records
+// of a customer it refuses are never read: one seek steps past them. A key
+// that is not a valid record key is skipped; a value that does not decode is
+// an error naming the kind and customer. fn runs while the iteration is
+// open; writes made meanwhile may or may not be seen.
+func (d *DB) HistOf(match func(customer string) bool, limit int, fn func(HistRecord) bool) error {
+	lo := []byte{prefixHist, byte(HistKindCustomerDevice)}
+	hi := []byte{prefixHist, byte(HistKindAddress) + 1}
+	it, err := d.newIter(lo, hi)
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var (
+		cur   []byte // prefixHist | kind | clen customer of the customer last asked about
+		curOK bool   // match's answer for cur
+		n     int
+	)
+	for ok := it.First(); ok; {
+		k := it.Key()
+		if len(k) < 3 || int(k[2]) > len(k)-3 {
+			ok = it.Next() // not a record key: too short for its customer
+			continue
+		}
+		p := k[:3+int(k[2])]
+		if !bytes.Equal(p, cur) {
+			cur = append(cur[:0], p...)
+			c := string(p[3:])
+			curOK = validCustomer(c) == nil && (match == nil || match(c))
+		}
+		if !curOK {
+			ok = it.SeekGE(prefixEnd(cur)) // past every key of this kind and customer
+			continue
+		}
+		ref, valid := parseHistIdentity(HistKind(k[1]), k[2:])
+		if !valid {
+			ok = it.Next()
+			continue
+		}
+		v, err := it.Value()
+		if err != nil {
+			break
+		}
+		r := ref.Record()
+		if err := r.Unmarshal(v); err != nil {
+			return fmt.Errorf("device history %s record of customer %q: %w", histKindName(ref.Kind), ref.Customer, err)
+		}
+		n++
+		if !fn(r) || (limit > 0 && n >= limit) {
+			break
+		}
+		ok = it.Next()
+	}
+	return it.Err("iterate device history")
+}
