@@ -67,6 +67,19 @@ func ParseHistParcel(b []byte) (HistRecord, error) {
 	return r, nil
 }
 
+// HistCustomerOf is the customer whose history r is ("" for a nil record).
+func HistCustomerOf(r HistRecord) string {
+	switch r := r.(type) {
+	case *HistCustomerDevice:
+		return r.Customer
+	case *HistAccount:
+		return r.Customer
+	case *HistAddress:
+		return r.Customer
+	}
+	return ""
+}
+
 // histKindName names a record kind in errors.
 func histKindName(k HistKind) string {
 	switch k {

@@ -57,7 +57,7 @@ func (c *Client) Take(match func(customer string) bool, limit int, now time.Time
 	refs := make([][]storage.HistRecord, n)
 	if c.store != nil {
 		err := c.store.HistOf(match, limit, func(r storage.HistRecord) bool {
-			i := c.shards.Index(actors.HashString(customerOf(r)))
+			i := c.shards.Index(actors.HashString(storage.HistCustomerOf(r)))
 			refs[i] = append(refs[i], r)
 			return true
 		})
@@ -101,7 +101,7 @@ func (c *Client) Merge(recs []storage.HistRecord, now time.Time) error {
 	n := c.shards.Len()
 	parts := make([][]storage.HistRecord, n)
 	for _, r := range recs {
-		cust := customerOf(r)
+		cust := storage.HistCustomerOf(r)
 		if cust == "" || len(cust) > storage.MaxHistCustomer {
 			return fmt.Errorf("devicehist: merge: %w", ErrInvalid)
 		}
@@ -133,18 +133,6 @@ func (c *Client) Merge(recs []storage.HistRecord, now time.Time) error {
 		return fmt.Errorf("devicehist: merge: %w", first)
 	}
 	return nil
-}
-
-func customerOf(r storage.HistRecord) string {
-	switch r := r.(type) {
-	case *storage.HistCustomerDevice:
-		return r.Customer
-	case *storage.HistAccount:
-		return r.Customer
-	case *storage.HistAddress:
-		return r.Customer
-	}
-	return ""
 }
 
 // take runs takeReq on the shard's goroutine.

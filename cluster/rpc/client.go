@@ -196,6 +196,25 @@ func (q *Quota) LeaseCalls() int64 {
 	return q.leases.calls.Load()
 }
 
+// Leasing reports whether this node charges the account from slices of its
+// allowance, or did lately (a slice's key is kept ten slice lengths after
+// its last use): its leased evaluations observe this node's own device
+// history meanwhile (HistoryMover leaves it here).
+func (q *Quota) Leasing(account string) bool {
+	if q.leases == nil {
+		return false
+	}
+	ls := q.leases
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for k := range ls.m {
+		if k.account == account {
+			return true
+		}
+	}
+	return false
+}
+
 // Freeze stops this node using any slice of account's allowance and waits,
 // within ctx, for the charges made from them to be stored (leases.go):
 // Server.Shares calls it before it reads the node's share.

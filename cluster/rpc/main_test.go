@@ -17,11 +17,13 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/iplimit"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/cluster/embedetcd"
+	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -74,6 +76,8 @@ type node struct {
 	addrs   *AddrTotals
 	rep     *AddrReporter
 	hist    *fakeHistory
+	dh      *devicehist.Client // a real device history, moved by mover
+	mover   *HistoryMover
 	stop    context.CancelFunc
 	done    chan struct{}
 }
@@ -168,7 +172,11 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	n.limits = iplimit.New(sys.Root, iplimit.Config{Shards: 2, Shared: true})
 	n.addrs = NewAddrTotals(0)
 	n.rep = &AddrReporter{Limits: n.limits, Totals: n.addrs, Owners: n.owners.(Cluster), Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog, Idle: -1}
-	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Events: n.events,
+	if n.dh, err = devicehist.New(sys.Root, devicehist.Config{Shards: 2, Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog}); err != nil {
+		tb.Fatal(err)
+	}
+	n.mover = &HistoryMover{Local: n.dh, Owners: n.owners, Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog}
+	s, err := NewServer(ServerConfig{History: n.mover, Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Events: n.events,
 		Addrs: n.addrs, AddrOwners: n.owners.(Cluster), Owner: owner, Devices: n.hist, Store: n.events})
 	if err != nil {
 		tb.Fatal(err)
@@ -215,6 +223,7 @@ func (n *node) close() {
 	n.local.Stop()
 	n.events.Stop()
 	n.limits.Stop()
+	n.dh.Stop()
 	n.db.Close()
 }
 

@@ -3220,6 +3220,130 @@ func (x *DevicesReply) GetToken() int64 {
 	return 0
 }
 
+// HistoryParcels is one batch of device-history records, each a
+// storage.AppendHistParcel (identity and stored value).
+type HistoryParcels struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Batch         uint64                 `protobuf:"varint,3,opt,name=batch,proto3" json:"batch,omitempty"`
+	Records       [][]byte               `protobuf:"bytes,4,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryParcels) Reset() {
+	*x = HistoryParcels{}
+	mi := &file_node_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryParcels) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryParcels) ProtoMessage() {}
+
+func (x *HistoryParcels) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryParcels.ProtoReflect.Descriptor instead.
+func (*HistoryParcels) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *HistoryParcels) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *HistoryParcels) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *HistoryParcels) GetBatch() uint64 {
+	if x != nil {
+		return x.Batch
+	}
+	return 0
+}
+
+func (x *HistoryParcels) GetRecords() [][]byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type HistoryReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// merged: the records were added now; false when the batch was merged
+	// before (a retry).
+	Merged        bool `protobuf:"varint,2,opt,name=merged,proto3" json:"merged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryReply) Reset() {
+	*x = HistoryReply{}
+	mi := &file_node_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryReply) ProtoMessage() {}
+
+func (x *HistoryReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryReply.ProtoReflect.Descriptor instead.
+func (*HistoryReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *HistoryReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *HistoryReply) GetMerged() bool {
+	if x != nil {
+		return x.Merged
+	}
+	return false
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -3521,7 +3645,15 @@ const file_node_proto_rawDesc = "" +
 	"\fDevicesReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x127\n" +
 	"\adevices\x18\x02 \x03(\v2\x1d.fraudd.cluster.v1.DeviceLineR\adevices\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x03R\x05token2\xe5\a\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\"n\n" +
+	"\x0eHistoryParcels\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x14\n" +
+	"\x05batch\x18\x03 \x01(\x04R\x05batch\x12\x18\n" +
+	"\arecords\x18\x04 \x03(\fR\arecords\"@\n" +
+	"\fHistoryReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
+	"\x06merged\x18\x02 \x01(\bR\x06merged2\xb9\b\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
@@ -3535,7 +3667,8 @@ const file_node_proto_rawDesc = "" +
 	"\aResolve\x12!.fraudd.cluster.v1.ResolveRequest\x1a\x1f.fraudd.cluster.v1.ResolveReply\x12J\n" +
 	"\vReportAddrs\x12\x1d.fraudd.cluster.v1.AddrReport\x1a\x1c.fraudd.cluster.v1.AddrReply\x12P\n" +
 	"\bEvaluate\x12\".fraudd.cluster.v1.EvaluateRequest\x1a .fraudd.cluster.v1.EvaluateReply\x12M\n" +
-	"\aDevices\x12!.fraudd.cluster.v1.DevicesRequest\x1a\x1f.fraudd.cluster.v1.DevicesReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\aDevices\x12!.fraudd.cluster.v1.DevicesRequest\x1a\x1f.fraudd.cluster.v1.DevicesReply\x12R\n" +
+	"\fMergeHistory\x12!.fraudd.cluster.v1.HistoryParcels\x1a\x1f.fraudd.cluster.v1.HistoryReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -3549,7 +3682,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),          // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),   // 1: fraudd.cluster.v1.ChargeRequest
@@ -3589,6 +3722,8 @@ var file_node_proto_goTypes = []any{
 	(*DevicesRequest)(nil),  // 35: fraudd.cluster.v1.DevicesRequest
 	(*DeviceLine)(nil),      // 36: fraudd.cluster.v1.DeviceLine
 	(*DevicesReply)(nil),    // 37: fraudd.cluster.v1.DevicesReply
+	(*HistoryParcels)(nil),  // 38: fraudd.cluster.v1.HistoryParcels
+	(*HistoryReply)(nil),    // 39: fraudd.cluster.v1.HistoryReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -3622,21 +3757,23 @@ var file_node_proto_depIdxs = []int32{
 	27, // 28: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
 	32, // 29: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
 	35, // 30: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
-	2,  // 31: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 32: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 33: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 34: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 35: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 36: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 37: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 38: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 39: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 40: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 41: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	34, // 42: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
-	37, // 43: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
-	31, // [31:44] is the sub-list for method output_type
-	18, // [18:31] is the sub-list for method input_type
+	38, // 31: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
+	2,  // 32: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 33: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 34: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 35: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 36: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 37: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 38: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 39: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 40: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 41: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 42: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 43: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	37, // 44: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
+	39, // 45: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
+	32, // [32:46] is the sub-list for method output_type
+	18, // [18:32] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -3654,7 +3791,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

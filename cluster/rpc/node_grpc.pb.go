@@ -19,19 +19,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Node_Charge_FullMethodName      = "/fraudd.cluster.v1.Node/Charge"
-	Node_Usage_FullMethodName       = "/fraudd.cluster.v1.Node/Usage"
-	Node_Shares_FullMethodName      = "/fraudd.cluster.v1.Node/Shares"
-	Node_Adopt_FullMethodName       = "/fraudd.cluster.v1.Node/Adopt"
-	Node_Traffic_FullMethodName     = "/fraudd.cluster.v1.Node/Traffic"
-	Node_Health_FullMethodName      = "/fraudd.cluster.v1.Node/Health"
-	Node_Lease_FullMethodName       = "/fraudd.cluster.v1.Node/Lease"
-	Node_Days_FullMethodName        = "/fraudd.cluster.v1.Node/Days"
-	Node_Collect_FullMethodName     = "/fraudd.cluster.v1.Node/Collect"
-	Node_Resolve_FullMethodName     = "/fraudd.cluster.v1.Node/Resolve"
-	Node_ReportAddrs_FullMethodName = "/fraudd.cluster.v1.Node/ReportAddrs"
-	Node_Evaluate_FullMethodName    = "/fraudd.cluster.v1.Node/Evaluate"
-	Node_Devices_FullMethodName     = "/fraudd.cluster.v1.Node/Devices"
+	Node_Charge_FullMethodName       = "/fraudd.cluster.v1.Node/Charge"
+	Node_Usage_FullMethodName        = "/fraudd.cluster.v1.Node/Usage"
+	Node_Shares_FullMethodName       = "/fraudd.cluster.v1.Node/Shares"
+	Node_Adopt_FullMethodName        = "/fraudd.cluster.v1.Node/Adopt"
+	Node_Traffic_FullMethodName      = "/fraudd.cluster.v1.Node/Traffic"
+	Node_Health_FullMethodName       = "/fraudd.cluster.v1.Node/Health"
+	Node_Lease_FullMethodName        = "/fraudd.cluster.v1.Node/Lease"
+	Node_Days_FullMethodName         = "/fraudd.cluster.v1.Node/Days"
+	Node_Collect_FullMethodName      = "/fraudd.cluster.v1.Node/Collect"
+	Node_Resolve_FullMethodName      = "/fraudd.cluster.v1.Node/Resolve"
+	Node_ReportAddrs_FullMethodName  = "/fraudd.cluster.v1.Node/ReportAddrs"
+	Node_Evaluate_FullMethodName     = "/fraudd.cluster.v1.Node/Evaluate"
+	Node_Devices_FullMethodName      = "/fraudd.cluster.v1.Node/Devices"
+	Node_MergeHistory_FullMethodName = "/fraudd.cluster.v1.Node/MergeHistory"
 )
 
 // NodeClient is the client API for Node service.
@@ -89,6 +90,13 @@ type NodeClient interface {
 	// Devices lists an account's most recently seen devices at the owner of
 	// its shard, where its device history lives (devicehist.Devices there).
 	Devices(ctx context.Context, in *DevicesRequest, opts ...grpc.CallOption) (*DevicesReply, error)
+	// MergeHistory adds device-history records another node took from its
+	// own (a shard's previous owner handing it over, a node back after a
+	// failover, a lease holder whose lease ended) to this node's history.
+	// The receiver takes them whether or not it owns their shards yet: it
+	// moves on what it does not own (HistoryMover). A batch is merged once,
+	// however often it is sent (node, batch).
+	MergeHistory(ctx context.Context, in *HistoryParcels, opts ...grpc.CallOption) (*HistoryReply, error)
 }
 
 type nodeClient struct {
@@ -229,6 +237,16 @@ func (c *nodeClient) Devices(ctx context.Context, in *DevicesRequest, opts ...gr
 	return out, nil
 }
 
+func (c *nodeClient) MergeHistory(ctx context.Context, in *HistoryParcels, opts ...grpc.CallOption) (*HistoryReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HistoryReply)
+	err := c.cc.Invoke(ctx, Node_MergeHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -284,6 +302,13 @@ type NodeServer interface {
 	// Devices lists an account's most recently seen devices at the owner of
 	// its shard, where its device history lives (devicehist.Devices there).
 	Devices(context.Context, *DevicesRequest) (*DevicesReply, error)
+	// MergeHistory adds device-history records another node took from its
+	// own (a shard's previous owner handing it over, a node back after a
+	// failover, a lease holder whose lease ended) to this node's history.
+	// The receiver takes them whether or not it owns their shards yet: it
+	// moves on what it does not own (HistoryMover). A batch is merged once,
+	// however often it is sent (node, batch).
+	MergeHistory(context.Context, *HistoryParcels) (*HistoryReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -332,6 +357,9 @@ func (UnimplementedNodeServer) Evaluate(context.Context, *EvaluateRequest) (*Eva
 }
 func (UnimplementedNodeServer) Devices(context.Context, *DevicesRequest) (*DevicesReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Devices not implemented")
+}
+func (UnimplementedNodeServer) MergeHistory(context.Context, *HistoryParcels) (*HistoryReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method MergeHistory not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -588,6 +616,24 @@ func _Node_Devices_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_MergeHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HistoryParcels)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).MergeHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_MergeHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).MergeHistory(ctx, req.(*HistoryParcels))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -646,6 +692,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Devices",
 			Handler:    _Node_Devices_Handler,
+		},
+		{
+			MethodName: "MergeHistory",
+			Handler:    _Node_MergeHistory_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -81,6 +81,9 @@ type ServerConfig struct {
 	Store interface {
 		Store(*storage.DeviceEvent) (events.EventID, error)
 	}
+	// History moves device history between nodes: MergeHistory adds the
+	// records others send (nil: it answers Unavailable).
+	History *HistoryMover
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
 	// A charge or usage read runs at the owner's now, not the caller's:
 	// an hourly window that starts at one node's time and is charged at

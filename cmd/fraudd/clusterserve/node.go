@@ -108,6 +108,9 @@ type Node struct {
 	// localDown what this node answers theirs (SetLocalDown).
 	health    atomic.Pointer[rpc.MemberHealth]
 	localDown atomic.Pointer[func() []string]
+	// history moves device history to the shards' owners (StartRPC sets
+	// it): a released shard's goes to its next owner first.
+	history atomic.Pointer[rpc.HistoryMover]
 }
 
 // ShareExporter reads what a leaving node hands over (*storage.DB).
@@ -393,11 +396,30 @@ func (n *Node) closeConn() {
 // the shard's accounts leave the quota actors once every charge admitted
 // before is stored, so the next owner's G-counter read sees all of this
 // node's share. An error keeps the shard; the next pass tries again.
-func (n *Node) releasing(_ context.Context, c cluster.Claim) error {
+//
+// The shard's device history then goes to the member the assignment names
+// next, so that it holds the history before it claims the shard. A
+// delivery that fails does not keep the shard: the records stay here and
+// the mover's next round sends them to whoever owns the shard by then.
+func (n *Node) releasing(ctx context.Context, c cluster.Claim) error {
 	if c.Kind != cluster.KindAccount {
 		return nil
 	}
-	return n.dropAccounts(c.Shard, n.cfg.LeaseTTL)
+	if err := n.dropAccounts(c.Shard, n.cfg.LeaseTTL); err != nil {
+		return err
+	}
+	if h := n.history.Load(); h != nil {
+		var others []string
+		for _, id := range n.member.ActiveIDs() {
+			if id != n.member.ID() {
+				others = append(others, id)
+			}
+		}
+		if err := h.Hand(ctx, c.Shard, cluster.Owner(cluster.KindAccount, c.Shard, others)); err != nil {
+			n.log.Warn("cluster: device history not handed over with its shard (moved later)", "shard", c.Shard, "err", err)
+		}
+	}
+	return nil
 }
 
 // forgetAccounts forgets the accounts of an account shard in the quota

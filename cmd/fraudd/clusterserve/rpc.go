@@ -44,6 +44,7 @@ type LocalParts struct {
 	History interface {
 		checks.History
 		rpc.LocalDevices
+		rpc.LocalHistory
 	}
 	Store  NodeStore
 	Shared *rpc.SharedStore
@@ -78,7 +79,8 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 	owner := &checks.OwnerParts{Quota: local, Events: evs, History: lp.History}
 	q.SetOwner(owner)
 	addrs := rpc.NewAddrTotals(0)
-	srv, err := rpc.NewServer(rpc.ServerConfig{Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: lp.Traffic, Down: n.answerDown, Now: now, Leases: q, Events: lp.Devices,
+	history := &rpc.HistoryMover{Local: lp.History, Owners: owners, Peers: q, Leasing: q.Leasing, Now: now, Log: n.log}
+	srv, err := rpc.NewServer(rpc.ServerConfig{History: history, Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: lp.Traffic, Down: n.answerDown, Now: now, Leases: q, Events: lp.Devices,
 		Addrs: addrs, AddrOwners: owners, Owner: owner, Devices: lp.History, Store: lp.Devices})
 	if err != nil {
 		q.Close()
@@ -116,12 +118,20 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 		defer close(reportDone)
 		reporter.Run(healthCtx, rpc.DefaultAddrEvery)
 	}()
+	n.history.Store(history)
+	historyDone := make(chan struct{})
+	go func() {
+		defer close(historyDone)
+		history.Run(healthCtx, rpc.DefaultHistoryEvery)
+	}()
 	n.rpc = q
 	n.log.Info("node-to-node gRPC serving", "listen", l.Addr().String(), "advertise", n.cfg.Advertise, "timeout", lp.Timeout)
 	return func() {
 		stopHealth()
 		<-healthDone
 		<-reportDone
+		<-historyDone
+		n.history.Store(nil)
 		q.Close()
 		g.GracefulStop()
 		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {

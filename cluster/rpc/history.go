@@ -1,0 +1,312 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fraudd/fraudd/cluster"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// LocalHistory is the node's own device history (*devicehist.Client) as the
+// cluster moves it: records taken out of it to travel, records merged into
+// it on arrival (or given back after a failed delivery).
+type LocalHistory interface {
+	Take(match func(customer string) bool, limit int, now time.Time) ([]storage.HistRecord, error)
+	Merge(recs []storage.HistRecord, now time.Time) error
+}
+
+// History batches: at most maxHistoryBatch records of at most
+// maxHistoryParcel bytes each (a device record with every list full is
+// about 10 KiB), so a batch stays well under gRPC's 4 MiB message limit.
+const (
+	maxHistoryBatch  = 256
+	maxHistoryParcel = 16 << 10
+)
+
+// DefaultHistoryEvery is how often a node moves the history records it
+// holds of shards it does not own to their owners.
+const DefaultHistoryEvery = 10 * time.Second
+
+// historyHold is how long a node leaves the records it received for a
+// shard it does not own (yet) where they are: a graceful handoff sends
+// them to the shard's next owner just before the old owner releases it,
+// and the receiver claims the shard within a balancer pass or two. Sending
+// them on at once would return them to the old owner still named in the
+// view.
+const historyHold = 30 * time.Second
+
+// batchMemory is how long a receiver remembers the batches it merged, so a
+// batch sent again (its reply was lost) is not counted twice.
+const batchMemory = 10 * time.Minute
+
+// HistoryMover keeps each customer's device history at the owner of its
+// account shard (docs/cluster.md, "Device history"). Evaluations of
+// accounts a node does not own observe at the owner (Evaluate), so records
+// of such accounts arise here only as leftovers: the shards this node
+// handed over (Hand, before each release), the shards other nodes took
+// over while it was gone (a node back after a failover holds their
+// history as it was), and the local observations of leased evaluations
+// (kept while the lease lasts: they are the holder's view). Run moves the
+// leftovers to the owners; MergeHistory adds them there. A record leaves
+// this node before it travels (devicehist.Take) and comes back on a failed
+// delivery, so each observation counts once wherever it ends up.
+type HistoryMover struct {
+	Local  LocalHistory
+	Owners Ownership
+	Peers  *Quota
+	// Leasing says whether this node charges the account from slices of
+	// its allowance (Quota.Leasing): its records stay meanwhile.
+	Leasing func(account string) bool
+	Now     func() time.Time
+	Log     *slog.Logger
+
+	base  uint64
+	batch atomic.Uint64
+	moves sync.Mutex // one move at a time
+
+	mu       sync.Mutex
+	merged   map[batchID]time.Time // batches merged here, until batchMemory after
+	received map[int]time.Time     // shards records arrived for, until historyHold after
+	sent     atomic.Int64          // records delivered to other nodes
+}
+
+type batchID struct {
+	node  string
+	batch uint64
+}
+
+func (m *HistoryMover) init() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.merged == nil {
+		m.merged, m.received = map[batchID]time.Time{}, map[int]time.Time{}
+		// Batch ids of a restarted node must not repeat the ones its last
+		// run used: the receivers still remember those.
+		m.base = rand.Uint64() &^ (1<<32 - 1)
+	}
+	if m.Now == nil {
+		m.Now = time.Now
+	}
+	if m.Log == nil {
+		m.Log = slog.Default()
+	}
+}
+
+// Sent counts the records this node delivered to others.
+func (m *HistoryMover) Sent() int64 { return m.sent.Load() }
+
+// Hand moves the history of an account shard to node to: the shard's next
+// owner, before this node releases its claim. A record that cannot be
+// delivered stays here (Run moves it later) and Hand answers the error.
+func (m *HistoryMover) Hand(ctx context.Context, shard int, to string) error {
+	m.init()
+	if to == "" || to == m.Owners.Self() {
+		return nil
+	}
+	m.moves.Lock()
+	defer m.moves.Unlock()
+	now := m.Now()
+	recs, err := m.Local.Take(func(c string) bool { return cluster.ShardOf(cluster.KindAccount, c) == shard }, 0, now)
+	if len(recs) > 0 {
+		err = errors.Join(err, m.deliver(ctx, to, recs, now))
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: hand device history of %s/%04d to %s: %w", cluster.KindAccount, shard, to, err)
+	}
+	return nil
+}
+
+// Run moves leftovers every `every` (the first pass after a fifth of it)
+// until ctx ends.
+func (m *HistoryMover) Run(ctx context.Context, every time.Duration) {
+	m.init()
+	t := time.NewTimer(every / 5)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := m.MoveLeftovers(ctx); err != nil {
+			m.Log.Warn("cluster: device history not moved to its owners (tried again later)", "err", err)
+		} else if n > 0 {
+			m.Log.Info("cluster: device history moved to its owners", "records", n)
+		}
+		t.Reset(every)
+	}
+}
+
+// MoveLeftovers moves every record of a customer whose shard another node
+// owns to that owner, in batches, and answers how many were delivered.
+// Records stay while the shard has no owner, while they await this node's
+// own claim, and while this node leases the account.
+func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
+	m.init()
+	m.moves.Lock()
+	defer m.moves.Unlock()
+	now := m.Now()
+	self := m.Owners.Self()
+	m.mu.Lock()
+	for s, t := range m.received {
+		if now.Sub(t) > historyHold {
+			delete(m.received, s)
+		}
+	}
+	held := make(map[int]bool, len(m.received))
+	for s := range m.received {
+		held[s] = true
+	}
+	m.mu.Unlock()
+	owners := map[string]string{} // customer → owner to send to
+	match := func(c string) bool {
+		shard := cluster.ShardOf(cluster.KindAccount, c)
+		if held[shard] {
+			return false
+		}
+		if _, err := m.Owners.Held(shard); err == nil {
+			return false
+		}
+		owner, _, ok := m.Owners.Owner(shard)
+		if !ok || owner == "" || owner == self {
+			return false
+		}
+		if m.Leasing != nil && m.Leasing(c) {
+			return false
+		}
+		owners[c] = owner
+		return true
+	}
+	recs, err := m.Local.Take(match, 0, now)
+	byOwner := map[string][]storage.HistRecord{}
+	for _, r := range recs {
+		c := storage.HistCustomerOf(r)
+		byOwner[owners[c]] = append(byOwner[owners[c]], r)
+	}
+	n := 0
+	for to, rs := range byOwner {
+		if derr := m.deliver(ctx, to, rs, now); derr != nil {
+			err = errors.Join(err, derr)
+			continue
+		}
+		n += len(rs)
+	}
+	return n, err
+}
+
+// deliver sends recs to node to in batches; a batch that fails, and every
+// one after it, is merged back here.
+func (m *HistoryMover) deliver(ctx context.Context, to string, recs []storage.HistRecord, now time.Time) error {
+	for len(recs) > 0 {
+		n := min(len(recs), maxHistoryBatch)
+		if err := m.send(ctx, to, recs[:n]); err != nil {
+			if berr := m.Local.Merge(recs, now); berr != nil {
+				// The records are gone from here and did not arrive: the
+				// one way history is lost, on a node whose own store fails.
+				m.Log.Error("cluster: device history neither delivered nor kept", "records", len(recs), "to", to, "err", berr)
+			}
+			return fmt.Errorf("to %s: %w", to, err)
+		}
+		m.sent.Add(int64(n))
+		recs = recs[n:]
+	}
+	return nil
+}
+
+// send delivers one batch, trying a lost reply again with the same batch
+// id (the receiver merges it once).
+func (m *HistoryMover) send(ctx context.Context, to string, recs []storage.HistRecord) error {
+	req := &HistoryParcels{Version: version, Node: m.Owners.Self(), Batch: m.base | m.batch.Add(1), Records: make([][]byte, 0, len(recs))}
+	for _, r := range recs {
+		b, err := storage.AppendHistParcel(nil, r)
+		if err != nil {
+			return err // a record this node holds is always valid; never sent half
+		}
+		req.Records = append(req.Records, b)
+	}
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return errors.Join(err, ctx.Err())
+			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+			}
+		}
+		var p *peer
+		if p, err = m.Peers.peer(to); err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, max(m.Peers.cfg.Timeout, 2*time.Second))
+		_, err = p.cli.MergeHistory(cctx, req)
+		cancel()
+		if err == nil || status.Code(err) == codes.InvalidArgument || status.Code(err) == codes.Unimplemented {
+			return err
+		}
+	}
+	return err
+}
+
+// receive merges a batch another node sent, once per batch id.
+func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
+	m.init()
+	recs := make([]storage.HistRecord, len(r.Records))
+	for i, b := range r.Records {
+		if len(b) > maxHistoryParcel {
+			return false, fmt.Errorf("%w: a history record of %d bytes", errBadRequest, len(b))
+		}
+		rec, err := storage.ParseHistParcel(b)
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", errBadRequest, err)
+		}
+		recs[i] = rec
+	}
+	id := batchID{r.Node, r.Batch}
+	now := m.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock() // merges of batches run one at a time: a retry waits for the first
+	for k, t := range m.merged {
+		if now.Sub(t) > batchMemory {
+			delete(m.merged, k)
+		}
+	}
+	if _, dup := m.merged[id]; dup {
+		return false, nil
+	}
+	if err := m.Local.Merge(recs, now); err != nil {
+		return false, err
+	}
+	m.merged[id] = now
+	for _, rec := range recs {
+		m.received[cluster.ShardOf(cluster.KindAccount, storage.HistCustomerOf(rec))] = now
+	}
+	return true, nil
+}
+
+// MergeHistory implements NodeServer.
+func (s *Server) MergeHistory(_ context.Context, r *HistoryParcels) (*HistoryReply, error) {
+	if r.GetVersion() == 0 || r.GetNode() == "" || r.GetBatch() == 0 || len(r.GetRecords()) == 0 || len(r.Records) > maxHistoryBatch {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: history batch %d of %q with %d records", errBadRequest, r.GetBatch(), r.GetNode(), len(r.GetRecords())))
+	}
+	if s.cfg.History == nil {
+		return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no device history")
+	}
+	merged, err := s.cfg.History.receive(r)
+	switch {
+	case errors.Is(err, errBadRequest):
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case err != nil:
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return &HistoryReply{Version: version, Merged: merged}, nil
+}

@@ -1,0 +1,132 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/cluster"
+	"github.com/fraudd/fraudd/storage"
+)
+
+var eventSeq atomic.Int64
+
+func observeOn(t *testing.T, n *node, customer, device string, times int) devicehist.Facts {
+	t.Helper()
+	var f devicehist.Facts
+	for range times {
+		var err error
+		if f, err = n.dh.Observe(devicehist.Observation{Customer: customer, DeviceID: device, EventID: fmt.Sprint("ev", eventSeq.Add(1)), Now: testNow}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+func held(t *testing.T, n *node, customer string) int {
+	t.Helper()
+	recs, err := n.dh.Take(func(c string) bool { return c == customer }, 0, testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.dh.Merge(recs, testNow); err != nil { // put back: a look, not a move
+		t.Fatal(err)
+	}
+	return len(recs)
+}
+
+// TestHistoryMoves: a non-owner's leftover records reach the owner and
+// add to its history; a handoff sends a shard's history to the next owner,
+// which keeps it until it owns the shard; a batch merges once; a failed
+// delivery keeps the records; a leased account's records stay.
+func TestHistoryMoves(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	nodes := settledNodes(t, nil, ids...)
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	x := accountOwnedBy("a", ids)
+	ctx := context.Background()
+
+	observeOn(t, a, x, "d1", 2)
+	observeOn(t, b, x, "d1", 3) // b's leftovers, as after a failover
+	b.mover.Leasing = func(acc string) bool { return acc == x }
+	if n, err := b.mover.MoveLeftovers(ctx); err != nil || n != 0 || held(t, b, x) != 1 {
+		t.Fatalf("a leased account's records moved: %d, %v", n, err)
+	}
+	b.mover.Leasing = nil
+	if n, err := b.mover.MoveLeftovers(ctx); err != nil || n != 1 {
+		t.Fatalf("moved %d records (%v), want the one device record", n, err)
+	}
+	if held(t, b, x) != 0 {
+		t.Fatal("the moved record is still on b")
+	}
+	if f := observeOn(t, a, x, "d1", 1); f.History.Visits != 6 {
+		t.Fatalf("the owner's history after the move: %d visits, want 2+3+1", f.History.Visits)
+	}
+	if n, err := a.mover.MoveLeftovers(ctx); err != nil || n != 0 {
+		t.Fatalf("the owner moved its own records: %d, %v", n, err)
+	}
+
+	// A handoff to c, which does not own the shard: it keeps the records
+	// (within historyHold) rather than send them back to a.
+	shard := cluster.ShardOf(cluster.KindAccount, x)
+	if err := a.mover.Hand(ctx, shard, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if held(t, a, x) != 0 || held(t, c, x) != 1 {
+		t.Fatal("the handoff did not move the record from a to c")
+	}
+	if n, err := c.mover.MoveLeftovers(ctx); err != nil || n != 0 {
+		t.Fatalf("c sent records it awaits the shard for: %d, %v", n, err)
+	}
+	if f := observeOn(t, c, x, "d1", 1); f.History.Visits != 7 {
+		t.Fatalf("c's history after the handoff: %d visits, want 7", f.History.Visits)
+	}
+
+	// A delivery that fails leaves the records where they were.
+	if err := c.mover.Hand(ctx, shard, "nobody"); err == nil {
+		t.Fatal("a handoff to an unknown member succeeded")
+	}
+	if held(t, c, x) != 1 {
+		t.Fatal("a failed handoff lost the record")
+	}
+
+	// One batch merges once, however often it arrives.
+	rec := &storage.HistCustomerDevice{Customer: x, Device: "d2", LastSeen: testNow.Unix(),
+		Days: []storage.DayVisits{{Day: storage.Day(testNow.Unix() / 86400), N: 4, First: testNow.Unix()}}}
+	parcel, err := storage.AppendHistParcel(nil, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(ServerConfig{Quota: b.local, Owners: b.owners, History: b.mover})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &HistoryParcels{Version: version, Node: "c", Batch: 77, Records: [][]byte{parcel}}
+	for i, want := range []bool{true, false} {
+		rep, err := srv.MergeHistory(ctx, req)
+		if err != nil || rep.Merged != want {
+			t.Fatalf("send %d: merged %v (%v), want %v", i, rep.GetMerged(), err, want)
+		}
+	}
+	if f := observeOn(t, b, x, "d2", 1); f.History.Visits != 5 {
+		t.Fatalf("a batch sent twice: %d visits, want 4+1", f.History.Visits)
+	}
+	for name, bad := range map[string]*HistoryParcels{
+		"no version":  {Node: "c", Batch: 1, Records: [][]byte{parcel}},
+		"no node":     {Version: version, Batch: 1, Records: [][]byte{parcel}},
+		"no batch":    {Version: version, Node: "c", Records: [][]byte{parcel}},
+		"no records":  {Version: version, Node: "c", Batch: 1},
+		"bad parcel":  {Version: version, Node: "c", Batch: 2, Records: [][]byte{parcel[:len(parcel)-1]}},
+		"huge parcel": {Version: version, Node: "c", Batch: 3, Records: [][]byte{make([]byte, maxHistoryParcel+1)}},
+		"too many":    {Version: version, Node: "c", Batch: 4, Records: make([][]byte, maxHistoryBatch+1)},
+	} {
+		if _, err := srv.MergeHistory(ctx, bad); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+}
