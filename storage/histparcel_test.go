@@ -211,18 +211,6 @@ func histOfFixture(t *testing.T, db *DB) []HistRecord {
 	return recs
 }
 
-func customerOf(r HistRecord) string {
-	switch r := r.(type) {
-	case *HistCustomerDevice:
-		return r.Customer
-	case *HistAccount:
-		return r.Customer
-	case *HistAddress:
-		return r.Customer
-	}
-	return ""
-}
-
 func TestHistOf(t *testing.T) {
 	db := openHist(t, vfs.NewMem())
 	defer db.Close()
@@ -243,7 +231,7 @@ func TestHistOf(t *testing.T) {
 	want := func(match func(string) bool) []HistRecord {
 		var out []HistRecord
 		for _, r := range all {
-			if match == nil || match(customerOf(r)) {
+			if match == nil || match(HistCustomerOf(r)) {
 				out = append(out, r)
 			}
 		}
@@ -322,7 +310,7 @@ func TestHistOfSkipsOtherCustomers(t *testing.T) {
 		t.Fatalf("%d records, want %d", len(got), len(all)-6)
 	}
 	for _, r := range got {
-		if customerOf(r) == "acc_2" {
+		if HistCustomerOf(r) == "acc_2" {
 			t.Fatalf("refused customer's record passed: %+v", r)
 		}
 	}

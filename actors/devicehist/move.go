@@ -23,8 +23,9 @@ import (
 const takeWait = 30 * time.Second
 
 type (
-	// takeReq asks a shard for the records of the customers match selects:
-	// every resident one, and those of refs (read from the store).
+	// takeReq asks a shard for the records refs names (read from the
+	// store), or without a store for every resident record of the
+	// customers match selects.
 	takeReq struct {
 		match func(customer string) bool
 		refs  []storage.HistRecord
@@ -56,6 +57,13 @@ func (c *Client) Take(match func(customer string) bool, limit int, now time.Time
 	n := c.shards.Len()
 	refs := make([][]storage.HistRecord, n)
 	if c.store != nil {
+		// Everything changed so far is stored after the barrier, so the
+		// store names every record to take, and the shards need not walk
+		// their memory (a record created meanwhile goes with the next
+		// call).
+		if err := c.barrierAll(c.timeout); err != nil {
+			return nil, fmt.Errorf("devicehist: take: %w", err)
+		}
 		err := c.store.HistOf(match, limit, func(r storage.HistRecord) bool {
 			i := c.shards.Index(actors.HashString(storage.HistCustomerOf(r)))
 			refs[i] = append(refs[i], r)
@@ -66,8 +74,17 @@ func (c *Client) Take(match func(customer string) bool, limit int, now time.Time
 		}
 	}
 	replies := make(chan takeReply, n)
+	sent := 0
 	for i := range n {
-		c.shards.Send(uint64(i), &takeReq{match: match, refs: refs[i], now: now.Unix(), reply: replies})
+		switch {
+		case c.store == nil:
+			c.shards.Send(uint64(i), &takeReq{match: match, now: now.Unix(), reply: replies})
+		case len(refs[i]) > 0:
+			c.shards.Send(uint64(i), &takeReq{refs: refs[i], now: now.Unix(), reply: replies})
+		default:
+			continue
+		}
+		sent++
 	}
 	var out []storage.HistRecord
 	var errs error
@@ -75,7 +92,7 @@ func (c *Client) Take(match func(customer string) bool, limit int, now time.Time
 	// they would be lost: wait well past the call timeout before giving up.
 	t := time.NewTimer(max(c.timeout, takeWait))
 	defer t.Stop()
-	for range n {
+	for range sent {
 		select {
 		case r := <-replies:
 			out = append(out, r.recs...)
@@ -181,31 +198,17 @@ func (s shard) take(m *takeReq) {
 			out = append(out, &rec)
 		}
 	}
-	s.devices.Range(func(k deviceKey, e *deviceEntry) bool {
-		if m.match(k.customer) {
-			takeDevice(k, e)
-		}
-		return true
-	})
-	s.accounts.Range(func(k accountKey, e *accountEntry) bool {
-		if m.match(k.customer) {
-			takeAccount(k, e)
-		}
-		return true
-	})
-	s.addresses.Range(func(k addressKey, e *addressEntry) bool {
-		if m.match(k.customer) {
-			takeAddress(k, e)
-		}
-		return true
-	})
-	// The store's records not in memory: loading makes them resident (a
-	// record taken above is resident and empty now, and yields nothing).
+	if m.match != nil {
+		s.takeResident(m.match, takeDevice, takeAccount, takeAddress)
+	}
+	// The store's records: one in memory is the current copy; another is
+	// loaded (and stays resident, empty, until its delete is stored).
 	for _, r := range m.refs {
 		switch r := r.(type) {
 		case *storage.HistCustomerDevice:
 			k := deviceKey{r.Customer, r.Device}
-			if _, ok := s.devices.Get(k); ok {
+			if e, ok := s.devices.Get(k); ok {
+				takeDevice(k, e)
 				continue
 			}
 			e, err := s.device(r.Customer, r.Device, false)
@@ -215,7 +218,8 @@ func (s shard) take(m *takeReq) {
 			ferr = firstErr(ferr, err)
 		case *storage.HistAccount:
 			k := accountKey{r.Customer, r.Hash}
-			if _, ok := s.accounts.Get(k); ok {
+			if e, ok := s.accounts.Get(k); ok {
+				takeAccount(k, e)
 				continue
 			}
 			e, err := s.account(r.Customer, r.Hash, false)
@@ -225,7 +229,8 @@ func (s shard) take(m *takeReq) {
 			ferr = firstErr(ferr, err)
 		case *storage.HistAddress:
 			k := addressKey{r.Customer, r.Addr}
-			if _, ok := s.addresses.Get(k); ok {
+			if e, ok := s.addresses.Get(k); ok {
+				takeAddress(k, e)
 				continue
 			}
 			e, err := s.addressEntry(r.Customer, r.Addr, false)
@@ -239,6 +244,29 @@ func (s shard) take(m *takeReq) {
 		s.commit.Add(pending{w: w, st: s.shardState, seq: s.seq})
 	}
 	m.reply <- takeReply{recs: out, err: ferr}
+}
+
+// takeResident takes every resident record of the customers match selects.
+func (s shard) takeResident(match func(string) bool, takeDevice func(deviceKey, *deviceEntry),
+	takeAccount func(accountKey, *accountEntry), takeAddress func(addressKey, *addressEntry)) {
+	s.devices.Range(func(k deviceKey, e *deviceEntry) bool {
+		if match(k.customer) {
+			takeDevice(k, e)
+		}
+		return true
+	})
+	s.accounts.Range(func(k accountKey, e *accountEntry) bool {
+		if match(k.customer) {
+			takeAccount(k, e)
+		}
+		return true
+	})
+	s.addresses.Range(func(k addressKey, e *addressEntry) bool {
+		if match(k.customer) {
+			takeAddress(k, e)
+		}
+		return true
+	})
 }
 
 // merge runs mergeReq on the shard's goroutine.

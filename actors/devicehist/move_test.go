@@ -201,3 +201,27 @@ func TestMergeLinksKeepNewest(t *testing.T) {
 		t.Fatal("the merge did not keep the most recently seen links")
 	}
 }
+
+// TestTakeUnstoredWithStore: a record changed a moment ago (in memory, not
+// yet stored) is taken at its current count, and the store keeps nothing
+// of it afterwards.
+func TestTakeUnstoredWithStore(t *testing.T) {
+	db := openDBWith(t, vfs.NewMem(), time.Hour) // no sync of its own in the test
+	c := newClient(t, Config{Shards: 2, Store: db})
+	for i := range 4 {
+		observe(t, c, Observation{Customer: "acc_a", DeviceID: "d1", EventID: fmt.Sprint(i), Now: t0})
+	}
+	recs := take(t, c, all, t0)
+	if len(recs) != 1 || history(recs[0].(*storage.HistCustomerDevice)).Visits != 4 {
+		t.Fatalf("took %v, want the device with 4 visits", normalized(recs))
+	}
+	if again := take(t, c, all, t0); len(again) != 0 {
+		t.Fatalf("taken twice: %v", normalized(again))
+	}
+	if err := c.barrierAll(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.HistOf(nil, 0, func(r storage.HistRecord) bool { t.Errorf("left in the store: %+v", r); return true }); err != nil {
+		t.Fatal(err)
+	}
+}
