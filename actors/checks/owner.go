@@ -64,11 +64,20 @@ type OwnerParts struct {
 // event names the device the history observes; the facts fail open (an
 // error is returned beside the others).
 func (p OwnerParts) Run(c quota.Charge, w OwnerWork) OwnerResult {
-	var r OwnerResult
-	r.Charge, r.ChargeErr = p.Quota.Charge(c)
-	if r.ChargeErr != nil || !r.Charge.Allowed {
-		return r
+	charge, err := p.Quota.Charge(c)
+	if err != nil || !charge.Allowed {
+		return OwnerResult{Charge: charge, ChargeErr: err}
 	}
+	r := p.Rest(w)
+	r.Charge = charge
+	return r
+}
+
+// Rest does w for a charge allowed elsewhere: a lease holder charged it
+// from its slice of the account's allowance, and the event and the history
+// still live here. The result's Charge is left zero.
+func (p OwnerParts) Rest(w OwnerWork) OwnerResult {
+	var r OwnerResult
 	var obs devicehist.Observation
 	if w.Observe != nil {
 		obs = *w.Observe

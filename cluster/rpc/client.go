@@ -108,6 +108,10 @@ type Quota struct {
 	// owner is this node's own parts for owner work (SetOwner; nil until
 	// then: chained charges go without it).
 	owner atomic.Pointer[checks.OwnerParts]
+	// noLeasedRest: an owner answered EvaluateLeased Unimplemented (a
+	// rolling deploy); leased evaluations resolve and observe as before.
+	noLeasedRest atomic.Bool
+	leasedRests  atomic.Int64
 	// evs is the device-event client over this node's events (Events).
 	evs atomic.Pointer[Events]
 }
@@ -187,6 +191,10 @@ func (q *Quota) LeasedCharges() int64 {
 	}
 	return q.leases.charged.Load()
 }
+
+// LeasedRests counts the leased evaluations whose device event and history
+// went to the account's owner in one EvaluateLeased round trip.
+func (q *Quota) LeasedRests() int64 { return q.leasedRests.Load() }
 
 // LeaseCalls: see LeasedCharges.
 func (q *Quota) LeaseCalls() int64 {
@@ -327,6 +335,10 @@ func (q *Quota) worker(work chan quota.ChargeStep, stop chan struct{}) {
 		case <-stop:
 			return
 		case st := <-work:
+			if rs, ok := st.(*restStep); ok {
+				q.runRest(rs)
+				continue
+			}
 			if os, ok := st.(checks.OwnerStep); ok {
 				if p := q.owner.Load(); p != nil {
 					if w := os.OwnerWork(); !w.Empty() {
@@ -598,6 +610,10 @@ func (q *Quota) peer(node string) (*peer, error) {
 	p, err := q.dialLocked(node, addr)
 	q.mu.Unlock()
 	for _, st := range queued {
+		if rs, ok := st.(*restStep); ok {
+			q.sendRest(rs.os, rs.res) // charged already: only the rest is routed again
+			continue
+		}
 		q.ChargeThen(st)
 	}
 	return p, err

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/cluster"
 )
@@ -371,10 +372,13 @@ func (ls *leases) call(j leaseJob) {
 type leasedStep struct {
 	ls    *leases
 	inner quota.ChargeStep
-	e     *leaseEntry
-	seq   uint64
-	res   quota.ChargeResult
-	c     quota.Charge
+	// rest is inner's owner step when the rest of the evaluation goes to
+	// the owner after the charge (leasedrest.go); nil: it goes on here.
+	rest checks.OwnerStep
+	e    *leaseEntry
+	seq  uint64
+	res  quota.ChargeResult
+	c    quota.Charge
 }
 
 var leasedSteps = sync.Pool{New: func() any { return new(leasedStep) }}
@@ -382,15 +386,18 @@ var leasedSteps = sync.Pool{New: func() any { return new(leasedStep) }}
 func (s *leasedStep) ChargeReq() *quota.Charge { return &s.c }
 
 func (s *leasedStep) Charged(_ quota.ChargeResult, err error) {
-	inner, res := s.inner, s.res
+	inner, res, rest, q := s.inner, s.res, s.rest, s.ls.q
 	s.ls.settle(s.e, s.seq, err != nil)
 	*s = leasedStep{}
 	leasedSteps.Put(s)
-	if err != nil {
+	switch {
+	case err != nil:
 		inner.Charged(quota.ChargeResult{}, err)
-		return
+	case rest != nil:
+		q.sendRest(rest, res)
+	default:
+		inner.Charged(res, nil)
 	}
-	inner.Charged(res, nil)
 }
 
 func (s *leasedStep) Fail(err error) {
@@ -409,7 +416,7 @@ func (ls *leases) chargeThen(st quota.ChargeStep, token int64) bool {
 		return false
 	}
 	s := leasedSteps.Get().(*leasedStep)
-	*s = leasedStep{ls: ls, inner: st, e: e, seq: seq, res: res, c: *c}
+	*s = leasedStep{ls: ls, inner: st, e: e, seq: seq, res: res, c: *c, rest: ls.q.restAtOwner(st)}
 	s.c.Lent = true
 	ls.q.cfg.Local.ChargeThen(s)
 	return true

@@ -19,20 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Node_Charge_FullMethodName       = "/fraudd.cluster.v1.Node/Charge"
-	Node_Usage_FullMethodName        = "/fraudd.cluster.v1.Node/Usage"
-	Node_Shares_FullMethodName       = "/fraudd.cluster.v1.Node/Shares"
-	Node_Adopt_FullMethodName        = "/fraudd.cluster.v1.Node/Adopt"
-	Node_Traffic_FullMethodName      = "/fraudd.cluster.v1.Node/Traffic"
-	Node_Health_FullMethodName       = "/fraudd.cluster.v1.Node/Health"
-	Node_Lease_FullMethodName        = "/fraudd.cluster.v1.Node/Lease"
-	Node_Days_FullMethodName         = "/fraudd.cluster.v1.Node/Days"
-	Node_Collect_FullMethodName      = "/fraudd.cluster.v1.Node/Collect"
-	Node_Resolve_FullMethodName      = "/fraudd.cluster.v1.Node/Resolve"
-	Node_ReportAddrs_FullMethodName  = "/fraudd.cluster.v1.Node/ReportAddrs"
-	Node_Evaluate_FullMethodName     = "/fraudd.cluster.v1.Node/Evaluate"
-	Node_Devices_FullMethodName      = "/fraudd.cluster.v1.Node/Devices"
-	Node_MergeHistory_FullMethodName = "/fraudd.cluster.v1.Node/MergeHistory"
+	Node_Charge_FullMethodName         = "/fraudd.cluster.v1.Node/Charge"
+	Node_Usage_FullMethodName          = "/fraudd.cluster.v1.Node/Usage"
+	Node_Shares_FullMethodName         = "/fraudd.cluster.v1.Node/Shares"
+	Node_Adopt_FullMethodName          = "/fraudd.cluster.v1.Node/Adopt"
+	Node_Traffic_FullMethodName        = "/fraudd.cluster.v1.Node/Traffic"
+	Node_Health_FullMethodName         = "/fraudd.cluster.v1.Node/Health"
+	Node_Lease_FullMethodName          = "/fraudd.cluster.v1.Node/Lease"
+	Node_Days_FullMethodName           = "/fraudd.cluster.v1.Node/Days"
+	Node_Collect_FullMethodName        = "/fraudd.cluster.v1.Node/Collect"
+	Node_Resolve_FullMethodName        = "/fraudd.cluster.v1.Node/Resolve"
+	Node_ReportAddrs_FullMethodName    = "/fraudd.cluster.v1.Node/ReportAddrs"
+	Node_Evaluate_FullMethodName       = "/fraudd.cluster.v1.Node/Evaluate"
+	Node_Devices_FullMethodName        = "/fraudd.cluster.v1.Node/Devices"
+	Node_MergeHistory_FullMethodName   = "/fraudd.cluster.v1.Node/MergeHistory"
+	Node_EvaluateLeased_FullMethodName = "/fraudd.cluster.v1.Node/EvaluateLeased"
 )
 
 // NodeClient is the client API for Node service.
@@ -97,6 +98,13 @@ type NodeClient interface {
 	// moves on what it does not own (HistoryMover). A batch is merged once,
 	// however often it is sent (node, batch).
 	MergeHistory(ctx context.Context, in *HistoryParcels, opts ...grpc.CallOption) (*HistoryReply, error)
+	// EvaluateLeased is Evaluate for a charge the sender already served from
+	// its slice of the account's allowance: the owner resolves the event and
+	// observes the history (checks.OwnerParts.Rest) and charges nothing. The
+	// reply's charge says allowed, with the owner's token. A leased
+	// evaluation whose event is stored at the owner makes this one round
+	// trip instead of a Resolve, so its history is the owner's too.
+	EvaluateLeased(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*EvaluateReply, error)
 }
 
 type nodeClient struct {
@@ -247,6 +255,16 @@ func (c *nodeClient) MergeHistory(ctx context.Context, in *HistoryParcels, opts 
 	return out, nil
 }
 
+func (c *nodeClient) EvaluateLeased(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*EvaluateReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EvaluateReply)
+	err := c.cc.Invoke(ctx, Node_EvaluateLeased_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -309,6 +327,13 @@ type NodeServer interface {
 	// moves on what it does not own (HistoryMover). A batch is merged once,
 	// however often it is sent (node, batch).
 	MergeHistory(context.Context, *HistoryParcels) (*HistoryReply, error)
+	// EvaluateLeased is Evaluate for a charge the sender already served from
+	// its slice of the account's allowance: the owner resolves the event and
+	// observes the history (checks.OwnerParts.Rest) and charges nothing. The
+	// reply's charge says allowed, with the owner's token. A leased
+	// evaluation whose event is stored at the owner makes this one round
+	// trip instead of a Resolve, so its history is the owner's too.
+	EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -360,6 +385,9 @@ func (UnimplementedNodeServer) Devices(context.Context, *DevicesRequest) (*Devic
 }
 func (UnimplementedNodeServer) MergeHistory(context.Context, *HistoryParcels) (*HistoryReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method MergeHistory not implemented")
+}
+func (UnimplementedNodeServer) EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method EvaluateLeased not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -634,6 +662,24 @@ func _Node_MergeHistory_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_EvaluateLeased_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EvaluateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).EvaluateLeased(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_EvaluateLeased_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).EvaluateLeased(ctx, req.(*EvaluateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -696,6 +742,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MergeHistory",
 			Handler:    _Node_MergeHistory_Handler,
+		},
+		{
+			MethodName: "EvaluateLeased",
+			Handler:    _Node_EvaluateLeased_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -38,6 +38,7 @@ type metricSources struct {
 type clusterCounts interface {
 	RemoteCalls() int64
 	LeasedCharges() int64
+	LeasedRests() int64
 	LeaseCalls() int64
 }
 
@@ -120,6 +121,8 @@ func addSources(m *metrics.Metrics, src metricSources) error {
 				}},
 			metrics.Source{Name: "cluster_leased_charges_total", Help: "Charges this node served from slices of an account's allowance lent by its owner, with no round trip.", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.LeasedCharges())) }},
+			metrics.Source{Name: "cluster_leased_rests_total", Help: "Leased evaluations whose device event was stored at the account's owner: the owner resolved it and observed its device history, in one round trip.", Type: counter,
+				Read: func(emit func(string, float64)) { emit("", float64(c.LeasedRests())) }},
 		)
 		if err != nil {
 			return err

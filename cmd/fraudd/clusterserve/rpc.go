@@ -159,6 +159,16 @@ func (n *Node) LeasedCharges() int64 {
 	return n.rpc.LeasedCharges()
 }
 
+// LeasedRests counts the leased evaluations whose device event and
+// history this node had the account's owner resolve and observe (0 before
+// StartRPC).
+func (n *Node) LeasedRests() int64 {
+	if n.rpc == nil {
+		return 0
+	}
+	return n.rpc.LeasedRests()
+}
+
 // LeaseCalls: see LeasedCharges.
 func (n *Node) LeaseCalls() int64 {
 	if n.rpc == nil {
