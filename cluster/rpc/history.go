@@ -67,8 +67,13 @@ type HistoryMover struct {
 	// Leasing says whether this node charges the account from slices of
 	// its allowance (Quota.Leasing): its records stay meanwhile.
 	Leasing func(account string) bool
-	Now     func() time.Time
-	Log     *slog.Logger
+	// Assigned names the member the assignment gives an account shard now
+	// (nil: unknown). Records of a shard assigned to this node stay: it is
+	// about to claim it (a node back after a failover holds its own shards'
+	// history, and the interim owner hands its part over).
+	Assigned func(shard int) string
+	Now      func() time.Time
+	Log      *slog.Logger
 
 	base  uint64
 	batch atomic.Uint64
@@ -175,6 +180,9 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 			return false
 		}
 		if _, err := m.Owners.Held(shard); err == nil {
+			return false
+		}
+		if m.Assigned != nil && m.Assigned(shard) == self {
 			return false
 		}
 		owner, _, ok := m.Owners.Owner(shard)

@@ -58,6 +58,11 @@ func TestHistoryMoves(t *testing.T) {
 		t.Fatalf("a leased account's records moved: %d, %v", n, err)
 	}
 	b.mover.Leasing = nil
+	b.mover.Assigned = func(int) string { return "b" } // b is about to claim the shard
+	if n, err := b.mover.MoveLeftovers(ctx); err != nil || n != 0 || held(t, b, x) != 1 {
+		t.Fatalf("records of a shard assigned to b moved: %d, %v", n, err)
+	}
+	b.mover.Assigned = nil
 	if n, err := b.mover.MoveLeftovers(ctx); err != nil || n != 1 {
 		t.Fatalf("moved %d records (%v), want the one device record", n, err)
 	}
