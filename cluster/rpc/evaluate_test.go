@@ -239,6 +239,10 @@ func (oldNode) Evaluate(context.Context, *EvaluateRequest) (*EvaluateReply, erro
 	return nil, status.Error(codes.Unimplemented, "unknown method Evaluate for service fraudd.cluster.v1.Node")
 }
 
+func (oldNode) EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply, error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method EvaluateLeased for service fraudd.cluster.v1.Node")
+}
+
 func (oldNode) Devices(context.Context, *DevicesRequest) (*DevicesReply, error) {
 	return nil, status.Error(codes.Unimplemented, "unknown method Devices for service fraudd.cluster.v1.Node")
 }
@@ -282,6 +286,23 @@ func TestEvaluateOldOwner(t *testing.T) {
 	}
 	if len(hist.observed()) != 0 {
 		t.Fatal("the owner parts ran on the evaluating node")
+	}
+	// The rest of a leased evaluation sent to an old owner: the chain goes
+	// on here with the leased charge's answer, and later leased
+	// evaluations resolve and observe the old way without asking.
+	leased := quota.ChargeResult{Allowed: true, Limit: 5, Remaining: 3}
+	st = &ownerStep{c: capped, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{
+		Resolve: &events.Resolve{Account: capped.Account, Now: testNow},
+		Observe: &devicehist.Observation{Customer: capped.Account, AccountID: "bob", Now: testNow}}}
+	if q.restAtOwner(st) == nil {
+		t.Fatal("a leased evaluation with another node's event does not go to the owner")
+	}
+	q.runRest(&restStep{os: st, res: leased, c: capped})
+	if r := <-st.out; !st.charged || r.Charge != leased {
+		t.Fatalf("leased rest through an old owner: %+v (answered by Charged: %v)", r, st.charged)
+	}
+	if q.restAtOwner(st) != nil || q.LeasedRests() != 0 {
+		t.Fatal("after an old owner's Unimplemented, leased evaluations still go to the owner")
 	}
 	// The device list falls back to this node's own.
 	if list, err := q.DeviceList(hist).Devices(capped.Account, 0, testNow); err != nil || len(list) != 0 {
