@@ -62,47 +62,78 @@ func take(t *testing.T, c *Client, match func(string) bool, now time.Time) []sto
 // TestMoveEqualsOneNode: observations spread at random over two nodes,
 // then one node's records taken and merged into the other, leave the same
 // history as one node that saw them all (visit counts, days, hours, links).
+// With stores, the nodes also restart at random (what is resident is
+// dropped; the store holds what a take left).
 func TestMoveEqualsOneNode(t *testing.T) {
 	for seed := range uint64(20) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 11))
-			one := newClient(t, Config{Shards: 2})
-			a := newClient(t, Config{Shards: 4})
-			b := newClient(t, Config{Shards: 1})
-			devices := []string{"d1", "d2", "d3"}
-			accounts := []string{"", "u1", "u2", "u3"}
-			ips := []netip.Addr{{}, netip.MustParseAddr("73.0.0.1"), netip.MustParseAddr("2001:db8::7")}
-			now := t0
-			for i := range 200 {
-				now = now.Add(time.Duration(rng.IntN(4*3600)) * time.Second)
-				o := Observation{Customer: []string{"acc_a", "acc_b"}[rng.IntN(2)], DeviceID: devices[rng.IntN(len(devices))],
-					AccountID: accounts[rng.IntN(len(accounts))], IP: ips[rng.IntN(len(ips))], EventID: fmt.Sprint("ev", i), Now: now}
-				if rng.IntN(5) == 0 {
-					o.DeviceID = ""
-				}
-				observe(t, one, o)
-				if rng.IntN(2) == 0 {
-					observe(t, a, o)
-				} else {
-					observe(t, b, o)
-				}
-				if rng.IntN(40) == 0 { // moves happen at any time, several times
-					if err := b.Merge(take(t, a, all, now), now); err != nil {
-						t.Fatal(err)
-					}
-				}
+		for _, stored := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%d/stored=%v", seed, stored), func(t *testing.T) { moveModel(t, seed, stored) })
+		}
+	}
+}
+
+func moveModel(t *testing.T, seed uint64, stored bool) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	one := newClient(t, Config{Shards: 2})
+	var dbA, dbB *storage.DB
+	start := func(db **storage.DB, fs vfs.FS, shards int) *Client {
+		cfg := Config{Shards: shards}
+		if stored {
+			if *db == nil {
+				*db = openDB(t, fs)
+				t.Cleanup(func() { (*db).Close() })
 			}
+			cfg.Store = *db
+		}
+		return newClient(t, cfg)
+	}
+	fsA, fsB := vfs.NewMem(), vfs.NewMem()
+	a := start(&dbA, fsA, 4)
+	b := start(&dbB, fsB, 1)
+	restart := func(c **Client, db **storage.DB, fs vfs.FS, shards int) {
+		if err := (*c).Stop(); err != nil {
+			t.Fatal(err)
+		}
+		*c = start(db, fs, shards)
+	}
+	devices := []string{"d1", "d2", "d3"}
+	accounts := []string{"", "u1", "u2", "u3"}
+	ips := []netip.Addr{{}, netip.MustParseAddr("73.0.0.1"), netip.MustParseAddr("2001:db8::7")}
+	now := t0
+	for i := range 200 {
+		now = now.Add(time.Duration(rng.IntN(4*3600)) * time.Second)
+		o := Observation{Customer: []string{"acc_a", "acc_b"}[rng.IntN(2)], DeviceID: devices[rng.IntN(len(devices))],
+			AccountID: accounts[rng.IntN(len(accounts))], IP: ips[rng.IntN(len(ips))], EventID: fmt.Sprint("ev", i), Now: now}
+		if rng.IntN(5) == 0 {
+			o.DeviceID = ""
+		}
+		observe(t, one, o)
+		if rng.IntN(2) == 0 {
+			observe(t, a, o)
+		} else {
+			observe(t, b, o)
+		}
+		if rng.IntN(40) == 0 { // moves happen at any time, several times
 			if err := b.Merge(take(t, a, all, now), now); err != nil {
 				t.Fatal(err)
 			}
-			if left := take(t, a, all, now); len(left) != 0 {
-				t.Fatalf("a still holds %d records", len(left))
-			}
-			want, got := normalized(take(t, one, all, now)), normalized(take(t, b, all, now))
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("merged history differs from one node's:\n got %q\nwant %q", got, want)
-			}
-		})
+		}
+		if stored && rng.IntN(30) == 0 {
+			restart(&a, &dbA, fsA, 1+rng.IntN(4))
+		}
+		if stored && rng.IntN(30) == 0 {
+			restart(&b, &dbB, fsB, 1+rng.IntN(4))
+		}
+	}
+	if err := b.Merge(take(t, a, all, now), now); err != nil {
+		t.Fatal(err)
+	}
+	if left := take(t, a, all, now); len(left) != 0 {
+		t.Fatalf("a still holds %d records", len(left))
+	}
+	want, got := normalized(take(t, one, all, now)), normalized(take(t, b, all, now))
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("merged history differs from one node's:\n got %q\nwant %q", got, want)
 	}
 }
 
