@@ -45,6 +45,16 @@ const DefaultHistoryEvery = 10 * time.Second
 // view.
 const historyHold = 30 * time.Second
 
+// historyRetry is how soon a round follows a failed delivery (doubling up
+// to the Run period while deliveries keep failing), and historyDown how
+// long a handoff skips a member that failed one: a rebalance releases
+// hundreds of shards one after another, and each must not wait out a
+// timeout against a member that does not answer.
+const (
+	historyRetry = time.Second
+	historyDown  = 5 * time.Second
+)
+
 // batchMemory is how long a receiver remembers the batches it merged, so a
 // batch sent again (its reply was lost) is not counted twice.
 const batchMemory = 10 * time.Minute
@@ -79,7 +89,10 @@ type HistoryMover struct {
 	batch atomic.Uint64
 	moves sync.Mutex // one move at a time
 
+	kick chan struct{} // a handoff failed: the next round comes sooner
+
 	mu       sync.Mutex
+	down     map[string]time.Time  // members a handoff failed to, until when skipped
 	merged   map[batchID]time.Time // batches merged here, until batchMemory after
 	received map[int]time.Time     // shards records arrived for, until historyHold after
 	sent     atomic.Int64          // records delivered to other nodes
@@ -94,7 +107,8 @@ func (m *HistoryMover) init() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.merged == nil {
-		m.merged, m.received = map[batchID]time.Time{}, map[int]time.Time{}
+		m.merged, m.received, m.down = map[batchID]time.Time{}, map[int]time.Time{}, map[string]time.Time{}
+		m.kick = make(chan struct{}, 1)
 		// Batch ids of a restarted node must not repeat the ones its last
 		// run used: the receivers still remember those.
 		m.base = rand.Uint64() &^ (1<<32 - 1)
@@ -112,7 +126,9 @@ func (m *HistoryMover) Sent() int64 { return m.sent.Load() }
 
 // Hand moves the history of an account shard to node to: the shard's next
 // owner, before this node releases its claim. A record that cannot be
-// delivered stays here (Run moves it later) and Hand answers the error.
+// delivered stays here, Hand answers the error, and the next round of Run
+// comes within historyRetry to move it to whoever owns the shard by then.
+// After a failed handoff to a member, Hand skips it for historyDown.
 func (m *HistoryMover) Hand(ctx context.Context, shard int, to string) error {
 	m.init()
 	if to == "" || to == m.Owners.Self() {
@@ -121,9 +137,22 @@ func (m *HistoryMover) Hand(ctx context.Context, shard int, to string) error {
 	m.moves.Lock()
 	defer m.moves.Unlock()
 	now := m.Now()
+	m.mu.Lock()
+	until, down := m.down[to]
+	m.mu.Unlock()
+	if down && time.Now().Before(until) {
+		m.wake()
+		return fmt.Errorf("cluster: device history of %s/%04d stays for now: %s failed a handoff moments ago", cluster.KindAccount, shard, to)
+	}
 	recs, err := m.Local.Take(func(c string) bool { return cluster.ShardOf(cluster.KindAccount, c) == shard }, 0, now)
 	if len(recs) > 0 {
-		err = errors.Join(err, m.deliver(ctx, to, recs, now))
+		if derr := m.deliver(ctx, to, recs, now); derr != nil {
+			m.mu.Lock()
+			m.down[to] = time.Now().Add(historyDown)
+			m.mu.Unlock()
+			m.wake()
+			err = errors.Join(err, derr)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("cluster: hand device history of %s/%04d to %s: %w", cluster.KindAccount, shard, to, err)
@@ -131,24 +160,46 @@ func (m *HistoryMover) Hand(ctx context.Context, shard int, to string) error {
 	return nil
 }
 
-// Run moves leftovers every `every` (the first pass after a fifth of it)
-// until ctx ends.
+func (m *HistoryMover) wake() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run moves leftovers every `every` (the first round after a fifth of it)
+// until ctx ends. After a failed delivery, or a failed handoff, the next
+// round comes within historyRetry, then twice that, up to every.
 func (m *HistoryMover) Run(ctx context.Context, every time.Duration) {
 	m.init()
+	next, retry := time.Now().Add(every/5), historyRetry
 	t := time.NewTimer(every / 5)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-m.kick:
+			if soon := time.Now().Add(historyRetry); soon.Before(next) {
+				next = soon
+				t.Reset(historyRetry)
+			}
+			continue
 		case <-t.C:
 		}
-		if n, err := m.MoveLeftovers(ctx); err != nil {
-			m.Log.Warn("cluster: device history not moved to its owners (tried again later)", "err", err)
-		} else if n > 0 {
-			m.Log.Info("cluster: device history moved to its owners", "records", n)
+		n, err := m.MoveLeftovers(ctx)
+		switch {
+		case err != nil:
+			m.Log.Warn("cluster: device history not moved to its owners (tried again soon)", "err", err, "in", retry)
+			next = time.Now().Add(retry)
+			retry = min(2*retry, every)
+		default:
+			if n > 0 {
+				m.Log.Info("cluster: device history moved to its owners", "records", n)
+			}
+			next, retry = time.Now().Add(every), historyRetry
 		}
-		t.Reset(every)
+		t.Reset(time.Until(next))
 	}
 }
 

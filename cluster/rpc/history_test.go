@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -99,6 +100,25 @@ func TestHistoryMoves(t *testing.T) {
 	if held(t, c, x) != 1 {
 		t.Fatal("a failed handoff lost the record")
 	}
+
+	// A second handoff to a member that just failed one does not wait on
+	// it again: the records stay.
+	if err := c.mover.Hand(ctx, shard, "nobody"); err == nil || held(t, c, x) != 1 {
+		t.Fatalf("a handoff to a member that failed one moments ago: %v", err)
+	}
+
+	// A failed handoff brings the next round of Run forward: b's records
+	// of x reach a within a couple of seconds, not at Run's period.
+	observeOn(t, b, x, "d3", 2)
+	if err := b.mover.Hand(ctx, shard, "nobody"); err == nil || held(t, b, x) != 1 {
+		t.Fatalf("a failed handoff: %v, b holds %d records", err, held(t, b, x))
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); b.mover.Run(runCtx, time.Hour) }()
+	eventually(t, "b's records reach the owner after the failed handoff", func() bool { return held(t, a, x) >= 1 && held(t, b, x) == 0 })
+	stopRun()
+	<-runDone
 
 	// One batch merges once, however often it arrives.
 	rec := &storage.HistCustomerDevice{Customer: x, Device: "d2", LastSeen: testNow.Unix(),
