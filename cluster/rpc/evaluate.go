@@ -92,20 +92,35 @@ func (q *Quota) evaluateAt(p *checks.OwnerParts, c *quota.Charge, w checks.Owner
 
 // Evaluate implements NodeServer.
 func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateReply, error) {
+	c, w, token, err := s.ownerWork(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	res := s.cfg.Owner.Run(c, w)
+	if res.ChargeErr != nil {
+		return nil, status.Error(codes.Unavailable, res.ChargeErr.Error())
+	}
+	return evaluateReply(&res, w, token), nil
+}
+
+// ownerWork checks an Evaluate or EvaluateLeased request and fences it:
+// the charge and work it asks for, at the owner's now, and the claim's
+// token.
+func (s *Server) ownerWork(ctx context.Context, r *EvaluateRequest) (quota.Charge, checks.OwnerWork, int64, error) {
 	if s.cfg.Owner == nil {
-		return nil, status.Error(codes.Unavailable, "cluster rpc: this node evaluates no owner work")
+		return quota.Charge{}, checks.OwnerWork{}, 0, status.Error(codes.Unavailable, "cluster rpc: this node evaluates no owner work")
 	}
 	c, err := chargeOf(r.GetCharge())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return c, checks.OwnerWork{}, 0, status.Error(codes.InvalidArgument, err.Error())
 	}
 	w, err := ownerWorkOf(r, c.Account)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return c, w, 0, status.Error(codes.InvalidArgument, err.Error())
 	}
 	token, err := s.own(ctx, c.Account, r.GetCharge().GetToken())
 	if err != nil {
-		return nil, err
+		return c, w, 0, err
 	}
 	// The owner's clock decides, as for a charge: the windows, the event's
 	// age and the history's days are the owner's.
@@ -116,11 +131,7 @@ func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateRep
 	if w.Observe != nil {
 		w.Observe.Now = c.Now
 	}
-	res := s.cfg.Owner.Run(c, w)
-	if res.ChargeErr != nil {
-		return nil, status.Error(codes.Unavailable, res.ChargeErr.Error())
-	}
-	return evaluateReply(&res, w, token), nil
+	return c, w, token, nil
 }
 
 func evaluateMsg(c *quota.Charge, w checks.OwnerWork, token int64) *EvaluateRequest {

@@ -118,27 +118,9 @@ func (q *Quota) runRest(rs *restStep) {
 
 // EvaluateLeased implements NodeServer.
 func (s *Server) EvaluateLeased(ctx context.Context, r *EvaluateRequest) (*EvaluateReply, error) {
-	if s.cfg.Owner == nil {
-		return nil, status.Error(codes.Unavailable, "cluster rpc: this node evaluates no owner work")
-	}
-	c, err := chargeOf(r.GetCharge())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	w, err := ownerWorkOf(r, c.Account)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	token, err := s.own(ctx, c.Account, r.GetCharge().GetToken())
+	_, w, token, err := s.ownerWork(ctx, r)
 	if err != nil {
 		return nil, err
-	}
-	now := s.cfg.Now()
-	if w.Resolve != nil {
-		w.Resolve.Now = now
-	}
-	if w.Observe != nil {
-		w.Observe.Now = now
 	}
 	res := s.cfg.Owner.Rest(w)
 	res.Charge = quota.ChargeResult{Allowed: true}
