@@ -211,11 +211,11 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 	m.init()
 	m.moves.Lock()
 	defer m.moves.Unlock()
-	now := m.Now()
+	now, wall := m.Now(), time.Now()
 	self := m.Owners.Self()
 	m.mu.Lock()
 	for s, t := range m.received {
-		if now.Sub(t) > historyHold {
+		if wall.Sub(t) > historyHold {
 			delete(m.received, s)
 		}
 	}
@@ -224,7 +224,10 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 		held[s] = true
 	}
 	m.mu.Unlock()
-	owners := map[string]string{} // customer → owner to send to
+	// customer → owner to send to. match runs on this goroutine with a
+	// store, and on the history's shards without one.
+	var ownersMu sync.Mutex
+	owners := map[string]string{}
 	match := func(c string) bool {
 		shard := cluster.ShardOf(cluster.KindAccount, c)
 		if held[shard] {
@@ -243,7 +246,9 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 		if m.Leasing != nil && m.Leasing(c) {
 			return false
 		}
+		ownersMu.Lock()
 		owners[c] = owner
+		ownersMu.Unlock()
 		return true
 	}
 	recs, err := m.Local.Take(match, 0, now)
@@ -331,11 +336,13 @@ func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
 		recs[i] = rec
 	}
 	id := batchID{r.Node, r.Batch}
-	now := m.Now()
+	// The node's clock dates the history; the wall clock times what this
+	// node remembers of batches and shards (a test clock may stand still).
+	now, wall := m.Now(), time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock() // merges of batches run one at a time: a retry waits for the first
 	for k, t := range m.merged {
-		if now.Sub(t) > batchMemory {
+		if wall.Sub(t) > batchMemory {
 			delete(m.merged, k)
 		}
 	}
@@ -345,9 +352,9 @@ func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
 	if err := m.Local.Merge(recs, now); err != nil {
 		return false, err
 	}
-	m.merged[id] = now
+	m.merged[id] = wall
 	for _, rec := range recs {
-		m.received[cluster.ShardOf(cluster.KindAccount, storage.HistCustomerOf(rec))] = now
+		m.received[cluster.ShardOf(cluster.KindAccount, storage.HistCustomerOf(rec))] = wall
 	}
 	return true, nil
 }
