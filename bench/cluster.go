@@ -33,6 +33,10 @@ type ClusterRow struct {
 	OwnerCallsPerRequest float64 `json:"owner_calls_per_request"`
 	LeaseCallsPerRequest float64 `json:"lease_calls_per_request"`
 	LeasedShare          float64 `json:"leased_share"`
+	// LeasedRests are the leased evaluations whose device event and
+	// history the owner completed (one round trip each, counted in
+	// OwnerCallsPerRequest), per answered request.
+	LeasedRestsPerRequest float64 `json:"leased_rests_per_request"`
 	// Failover is set when a node was killed during the window.
 	Failover *Failover `json:"failover,omitempty"`
 }
@@ -51,6 +55,7 @@ type NodeRow struct {
 	OwnerCalls    int64    `json:"owner_calls"`
 	LeaseCalls    int64    `json:"lease_calls"`
 	Leased        int64    `json:"leased_charges"`
+	LeasedRests   int64    `json:"leased_rests"`
 	Killed        bool     `json:"killed,omitempty"`
 }
 
@@ -155,7 +160,7 @@ func freeAddr() (string, error) {
 }
 
 // ownerCounts are a node's cluster counters from its /metrics.
-type ownerCounts struct{ calls, leaseCalls, leased int64 }
+type ownerCounts struct{ calls, leaseCalls, leased, rests int64 }
 
 // scrapeOwnerCounts reads the cluster counters from a node's /metrics.
 func (s *suite) scrapeOwnerCounts(url string) (ownerCounts, error) {
@@ -191,6 +196,8 @@ func (s *suite) scrapeOwnerCounts(url string) (ownerCounts, error) {
 			c.leaseCalls = int64(v)
 		case "fraudd_cluster_leased_charges_total":
 			c.leased = int64(v)
+		case "fraudd_cluster_leased_rests_total":
+			c.rests = int64(v)
 		}
 	}
 	return c, sc.Err()
@@ -306,7 +313,7 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 	cr := &ClusterRow{}
 	var cpu time.Duration
 	var peak uint64
-	var calls, leaseCalls, leased int64
+	var calls, leaseCalls, leased, rests int64
 	for i, nd := range nodes {
 		answered, failed := served1[i][0]-served0[i][0], served1[i][1]-served0[i][1]
 		row := NodeRow{Node: nd.id, PID: nd.proc.PID, Requests: answered, Failed: failed, Killed: i == killIdx}
@@ -318,7 +325,8 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 		}
 		if i != killIdx && live(i) {
 			row.OwnerCalls, row.LeaseCalls, row.Leased = after[i].calls-before[i].calls, after[i].leaseCalls-before[i].leaseCalls, after[i].leased-before[i].leased
-			calls, leaseCalls, leased = calls+row.OwnerCalls, leaseCalls+row.LeaseCalls, leased+row.Leased
+			row.LeasedRests = after[i].rests - before[i].rests
+			calls, leaseCalls, leased, rests = calls+row.OwnerCalls, leaseCalls+row.LeaseCalls, leased+row.Leased, rests+row.LeasedRests
 		}
 		cr.Nodes = append(cr.Nodes, row)
 	}
@@ -331,6 +339,7 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 		cr.OwnerCallsPerRequest = round(float64(calls)/n, 4)
 		cr.LeaseCallsPerRequest = round(float64(leaseCalls)/n, 4)
 		cr.LeasedShare = round(float64(leased)/n, 4)
+		cr.LeasedRestsPerRequest = round(float64(rests)/n, 4)
 	}
 	if killIdx >= 0 {
 		f := &Failover{Node: nodes[killIdx].id, KilledAtS: round(killAt.Sub(start).Seconds(), 3), LeaseTTLS: s.cfg.LeaseTTL.Seconds()}

@@ -59,14 +59,14 @@ func TestTargetsTakeServersInTurn(t *testing.T) {
 func TestWriteClusterTable(t *testing.T) {
 	cpu := 120.5
 	r := Row{Scenario: "evaluate-live", Mode: Closed, Cluster: &ClusterRow{
-		OwnerCallsPerRequest: 0.1068, LeaseCallsPerRequest: 0.0081, LeasedShare: 0.753,
-		Nodes: []NodeRow{{Node: "node1", PID: 10, Requests: 6803, Failed: 36, ServerCPU: &cpu, OwnerCalls: 842, LeaseCalls: 57, Leased: 5860},
+		OwnerCallsPerRequest: 0.1068, LeaseCallsPerRequest: 0.0081, LeasedShare: 0.753, LeasedRestsPerRequest: 0.0512,
+		Nodes: []NodeRow{{Node: "node1", PID: 10, Requests: 6803, Failed: 36, ServerCPU: &cpu, OwnerCalls: 842, LeaseCalls: 57, Leased: 5860, LeasedRests: 348},
 			{Node: "node3", PID: 12, Requests: 5618, Failed: 5, Killed: true}},
 		Failover: &Failover{Node: "node3", KilledAtS: 3, LeaseTTLS: 3, WindowS: 2.37, Failed: 61, LostInFlight: 5},
 	}}
 	var b bytes.Buffer
 	writeCluster(&b, &r)
-	for _, want := range []string{"0.1068 owner round trips", "75.3% charged from lent slices", "node3 (killed)", "120.5",
+	for _, want := range []string{"0.1068 owner round trips", "75.3% charged from lent slices", "5.1% completed at the owner after a leased charge", "348", "node3 (killed)", "120.5",
 		"failover: node3 killed 3.0s into the window (lease TTL 3s): the others failed 61 requests over 2.370s"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("no %q in:\n%s", want, b.String())
