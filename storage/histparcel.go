@@ -15,7 +15,7 @@ import (
 //	          value     the record's Marshal (histVersion first)
 //
 // A parcel comes from another node, so ParseHistParcel checks every length
-// and identity and rejects anything else; HistOf reads the stored records a
+// and identity and rejects anything else; HistOf names the stored records a
 // node hands over.
 
 // maxHistIdentity bounds the identity of a valid record: kind, customer
@@ -93,17 +93,16 @@ func histKindName(k HistKind) string {
 	return fmt.Sprintf("kind %d", k)
 }
 
-// HistOf calls fn with the stored device-history records (all three kinds,
-// kind by kind, in key order) of every customer match accepts, each decoded
-// into a new record, until fn returns false or limit records were passed
-// (limit ≤ 0: no limit). A nil match accepts every customer.
+// HistOf calls fn with the identity of every stored device-history record
+// (all three kinds, kind by kind, in key order) of the customers match
+// accepts, until fn returns false. A nil match accepts every customer. Only
+// keys are read: the records' owner loads the values it takes.
 //
-// match is asked once per kind and customer (in key order), and the records
-// of a customer it refuses are never read: one seek steps past them. A key
-// that is not a valid record key is skipped; a value that does not decode is
-// an error naming the kind and customer. fn runs while the iteration is
+// match is asked once per kind and customer (in key order), and the keys of
+// a customer it refuses are not walked: one seek steps past them. A key
+// that is not a valid record key is skipped. fn runs while the iteration is
 // open; writes made meanwhile may or may not be seen.
-func (d *DB) HistOf(match func(customer string) bool, limit int, fn func(HistRecord) bool) error {
+func (d *DB) HistOf(match func(customer string) bool, fn func(HistRef) bool) error {
 	lo := []byte{prefixHist, byte(HistKindCustomerDevice)}
 	hi := []byte{prefixHist, byte(HistKindAddress) + 1}
 	it, err := d.newIter(lo, hi)
@@ -114,7 +113,6 @@ func (d *DB) HistOf(match func(customer string) bool, limit int, fn func(HistRec
 	var (
 		cur   []byte // prefixHist | kind | clen customer of the customer last asked about
 		curOK bool   // match's answer for cur
-		n     int
 	)
 	for ok := it.First(); ok; {
 		k := it.Key()
@@ -132,21 +130,7 @@ func (d *DB) HistOf(match func(customer string) bool, limit int, fn func(HistRec
 			ok = it.SeekGE(prefixEnd(cur)) // past every key of this kind and customer
 			continue
 		}
-		ref, valid := parseHistIdentity(HistKind(k[1]), k[2:])
-		if !valid {
-			ok = it.Next()
-			continue
-		}
-		v, err := it.Value()
-		if err != nil {
-			break
-		}
-		r := ref.Record()
-		if err := r.Unmarshal(v); err != nil {
-			return fmt.Errorf("device history %s record of customer %q: %w", histKindName(ref.Kind), ref.Customer, err)
-		}
-		n++
-		if !fn(r) || (limit > 0 && n >= limit) {
+		if ref, valid := parseHistIdentity(HistKind(k[1]), k[2:]); valid && !fn(ref) {
 			break
 		}
 		ok = it.Next()

@@ -50,9 +50,9 @@ type Store interface {
 	WriteHist(ws []*storage.HistWrite) error
 	ExpiredHist(before storage.Day, fn func(storage.HistRef) bool) error
 	RecentHistDevices(customer string, limit int) ([]*storage.HistCustomerDevice, error)
-	// HistOf reads the stored records of the customers match selects
+	// HistOf names the stored records of the customers match selects
 	// (Take: cluster mode moves them to their owner).
-	HistOf(match func(customer string) bool, limit int, fn func(storage.HistRecord) bool) error
+	HistOf(match func(customer string) bool, fn func(storage.HistRef) bool) error
 }
 
 // Config configures New; the zero value works (memory only, nothing survives

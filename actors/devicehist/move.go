@@ -28,7 +28,7 @@ type (
 	// customers match selects.
 	takeReq struct {
 		match func(customer string) bool
-		refs  []storage.HistRecord
+		refs  []storage.HistRef
 		now   int64
 		reply chan takeReply
 	}
@@ -45,17 +45,16 @@ type (
 )
 
 // Take removes from this node, and returns, the history records of the
-// customers match selects: every one in memory, and up to limit more from
-// the store (no bound when limit ≤ 0). Records with nothing left in the
-// window are dropped, not returned. A caller that cannot deliver them gives
-// them back with Merge. An error may come with the records taken before it:
-// they are gone here either way.
-func (c *Client) Take(match func(customer string) bool, limit int, now time.Time) ([]storage.HistRecord, error) {
+// customers match selects. Records with nothing left in the window are
+// dropped, not returned. A caller that cannot deliver them gives them back
+// with Merge. An error may come with the records taken before it: they are
+// gone here either way.
+func (c *Client) Take(match func(customer string) bool, now time.Time) ([]storage.HistRecord, error) {
 	if c.stopped.Load() {
 		return nil, ErrStopped
 	}
 	n := c.shards.Len()
-	refs := make([][]storage.HistRecord, n)
+	refs := make([][]storage.HistRef, n)
 	if c.store != nil {
 		// Everything changed so far is stored after the barrier, so the
 		// store names every record to take, and the shards need not walk
@@ -64,8 +63,8 @@ func (c *Client) Take(match func(customer string) bool, limit int, now time.Time
 		if err := c.barrierAll(c.timeout); err != nil {
 			return nil, fmt.Errorf("devicehist: take: %w", err)
 		}
-		err := c.store.HistOf(match, limit, func(r storage.HistRecord) bool {
-			i := c.shards.Index(actors.HashString(storage.HistCustomerOf(r)))
+		err := c.store.HistOf(match, func(r storage.HistRef) bool {
+			i := c.shards.Index(actors.HashString(r.Customer))
 			refs[i] = append(refs[i], r)
 			return true
 		})
@@ -159,9 +158,10 @@ func (s shard) take(m *takeReq) {
 		w    *storage.HistWrite
 		ferr error
 	)
-	// del writes the delete of what the store holds of a taken entry and
+	// put hands back what an entry held (trimmed; nothing when it held
+	// nothing in the window), writes the delete of its stored copy, and
 	// leaves it empty, clean and resident until that write is stored.
-	del := func(rec storage.HistRecord, st *storage.HistStored, dirty *bool, wseq *uint64) {
+	put := func(rec storage.HistRecord, keep bool, st *storage.HistStored, dirty *bool, wseq *uint64) {
 		*dirty = false // a flush must not write it back
 		if st.OK && s.commit != nil {
 			if w == nil {
@@ -173,72 +173,45 @@ func (s shard) take(m *takeReq) {
 			*wseq = s.seq
 		}
 		*st = storage.HistStored{}
-	}
-	takeDevice := func(k deviceKey, e *deviceEntry) {
-		rec := e.rec
-		del(&rec, &e.stored, &e.dirty, &e.wseq)
-		e.rec = storage.HistCustomerDevice{Customer: k.customer, Device: k.device}
-		if trimDevice(&rec, m.now) {
-			out = append(out, &rec)
+		if keep {
+			out = append(out, rec)
 		}
 	}
-	takeAccount := func(k accountKey, e *accountEntry) {
+	takeDevice := func(e *deviceEntry) {
 		rec := e.rec
-		del(&rec, &e.stored, &e.dirty, &e.wseq)
-		e.rec = storage.HistAccount{Customer: k.customer, Hash: k.hash}
-		if trimAccount(&rec, m.now) {
-			out = append(out, &rec)
-		}
+		e.rec = storage.HistCustomerDevice{Customer: rec.Customer, Device: rec.Device}
+		put(&rec, trimDevice(&rec, m.now), &e.stored, &e.dirty, &e.wseq)
 	}
-	takeAddress := func(k addressKey, e *addressEntry) {
+	takeAccount := func(e *accountEntry) {
 		rec := e.rec
-		del(&rec, &e.stored, &e.dirty, &e.wseq)
-		e.rec = storage.HistAddress{Customer: k.customer, Addr: k.addr}
-		if trimAddress(&rec, m.now) {
-			out = append(out, &rec)
-		}
+		e.rec = storage.HistAccount{Customer: rec.Customer, Hash: rec.Hash}
+		put(&rec, trimAccount(&rec, m.now), &e.stored, &e.dirty, &e.wseq)
+	}
+	takeAddress := func(e *addressEntry) {
+		rec := e.rec
+		e.rec = storage.HistAddress{Customer: rec.Customer, Addr: rec.Addr}
+		put(&rec, trimAddress(&rec, m.now), &e.stored, &e.dirty, &e.wseq)
 	}
 	if m.match != nil {
-		s.takeResident(m.match, takeDevice, takeAccount, takeAddress)
+		eachMatching(s.devices, func(k deviceKey) string { return k.customer }, m.match, takeDevice)
+		eachMatching(s.accounts, func(k accountKey) string { return k.customer }, m.match, takeAccount)
+		eachMatching(s.addresses, func(k addressKey) string { return k.customer }, m.match, takeAddress)
 	}
-	// The store's records: one in memory is the current copy; another is
-	// loaded (and stays resident, empty, until its delete is stored).
-	for _, r := range m.refs {
-		switch r := r.(type) {
-		case *storage.HistCustomerDevice:
-			k := deviceKey{r.Customer, r.Device}
-			if e, ok := s.devices.Get(k); ok {
-				takeDevice(k, e)
-				continue
-			}
-			e, err := s.device(r.Customer, r.Device, false)
-			if err == nil && e.stored.OK {
-				takeDevice(deviceKey{e.rec.Customer, e.rec.Device}, e)
-			}
-			ferr = firstErr(ferr, err)
-		case *storage.HistAccount:
-			k := accountKey{r.Customer, r.Hash}
-			if e, ok := s.accounts.Get(k); ok {
-				takeAccount(k, e)
-				continue
-			}
-			e, err := s.account(r.Customer, r.Hash, false)
-			if err == nil && e.stored.OK {
-				takeAccount(accountKey{e.rec.Customer, r.Hash}, e)
-			}
-			ferr = firstErr(ferr, err)
-		case *storage.HistAddress:
-			k := addressKey{r.Customer, r.Addr}
-			if e, ok := s.addresses.Get(k); ok {
-				takeAddress(k, e)
-				continue
-			}
-			e, err := s.addressEntry(r.Customer, r.Addr, false)
-			if err == nil && e.stored.OK {
-				takeAddress(addressKey{e.rec.Customer, r.Addr}, e)
-			}
-			ferr = firstErr(ferr, err)
+	// The store's records, loaded unless resident (a resident entry is the
+	// current copy; a taken one is empty, and so is one gone meanwhile:
+	// they yield nothing).
+	for i := range m.refs {
+		ref := &m.refs[i]
+		var err error
+		switch ref.Kind {
+		case storage.HistKindCustomerDevice:
+			err = takeWith(s.device(ref.Customer, ref.Device, false))(takeDevice)
+		case storage.HistKindAccount:
+			err = takeWith(s.account(ref.Customer, ref.Hash, false))(takeAccount)
+		case storage.HistKindAddress:
+			err = takeWith(s.addressEntry(ref.Customer, ref.Addr, false))(takeAddress)
 		}
+		ferr = firstErr(ferr, err)
 	}
 	if w != nil {
 		s.commit.Add(pending{w: w, st: s.shardState, seq: s.seq})
@@ -246,24 +219,21 @@ func (s shard) take(m *takeReq) {
 	m.reply <- takeReply{recs: out, err: ferr}
 }
 
-// takeResident takes every resident record of the customers match selects.
-func (s shard) takeResident(match func(string) bool, takeDevice func(deviceKey, *deviceEntry),
-	takeAccount func(accountKey, *accountEntry), takeAddress func(addressKey, *addressEntry)) {
-	s.devices.Range(func(k deviceKey, e *deviceEntry) bool {
-		if match(k.customer) {
-			takeDevice(k, e)
+// takeWith passes a looked-up entry to take unless the lookup failed.
+func takeWith[R any](e *entry[R], err error) func(take func(*entry[R])) error {
+	return func(take func(*entry[R])) error {
+		if err == nil {
+			take(e)
 		}
-		return true
-	})
-	s.accounts.Range(func(k accountKey, e *accountEntry) bool {
-		if match(k.customer) {
-			takeAccount(k, e)
-		}
-		return true
-	})
-	s.addresses.Range(func(k addressKey, e *addressEntry) bool {
-		if match(k.customer) {
-			takeAddress(k, e)
+		return err
+	}
+}
+
+// eachMatching calls take with every entry of t whose customer match selects.
+func eachMatching[K comparable, R any](t *actors.Table[K, *entry[R]], customer func(K) string, match func(string) bool, take func(*entry[R])) {
+	t.Range(func(k K, e *entry[R]) bool {
+		if match(customer(k)) {
+			take(e)
 		}
 		return true
 	})

@@ -52,7 +52,7 @@ func normalized(recs []storage.HistRecord) []string {
 
 func take(t *testing.T, c *Client, match func(string) bool, now time.Time) []storage.HistRecord {
 	t.Helper()
-	recs, err := c.Take(match, 0, now)
+	recs, err := c.Take(match, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,9 +175,12 @@ func TestTakeStored(t *testing.T) {
 	}
 	// What the store holds of acc_a now is the one later visit only.
 	n := 0
-	if err := db.HistOf(onlyA, 0, func(r storage.HistRecord) bool {
+	if err := db.HistOf(onlyA, func(ref storage.HistRef) bool {
 		n++
-		if cd, ok := r.(*storage.HistCustomerDevice); !ok || history(cd).Visits != 1 {
+		r := ref.Record()
+		if _, found, err := db.LoadHist(r); err != nil || !found {
+			t.Errorf("%+v: %v", ref, err)
+		} else if cd, ok := r.(*storage.HistCustomerDevice); !ok || history(cd).Visits != 1 {
 			t.Errorf("stored after the take: %+v", r)
 		}
 		return true
@@ -252,7 +255,7 @@ func TestTakeUnstoredWithStore(t *testing.T) {
 	if err := c.barrierAll(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.HistOf(nil, 0, func(r storage.HistRecord) bool { t.Errorf("left in the store: %+v", r); return true }); err != nil {
+	if err := db.HistOf(nil, func(r storage.HistRef) bool { t.Errorf("left in the store: %+v", r); return true }); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // cluster moves it: records taken out of it to travel, records merged into
 // it on arrival (or given back after a failed delivery).
 type LocalHistory interface {
-	Take(match func(customer string) bool, limit int, now time.Time) ([]storage.HistRecord, error)
+	Take(match func(customer string) bool, now time.Time) ([]storage.HistRecord, error)
 	Merge(recs []storage.HistRecord, now time.Time) error
 }
 
@@ -144,7 +144,7 @@ func (m *HistoryMover) Hand(ctx context.Context, shard int, to string) error {
 		m.wake()
 		return fmt.Errorf("cluster: device history of %s/%04d stays for now: %s failed a handoff moments ago", cluster.KindAccount, shard, to)
 	}
-	recs, err := m.Local.Take(func(c string) bool { return cluster.ShardOf(cluster.KindAccount, c) == shard }, 0, now)
+	recs, err := m.Local.Take(func(c string) bool { return cluster.ShardOf(cluster.KindAccount, c) == shard }, now)
 	if len(recs) > 0 {
 		if derr := m.deliver(ctx, to, recs, now); derr != nil {
 			m.mu.Lock()
@@ -251,7 +251,7 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 		ownersMu.Unlock()
 		return true
 	}
-	recs, err := m.Local.Take(match, 0, now)
+	recs, err := m.Local.Take(match, now)
 	byOwner := map[string][]storage.HistRecord{}
 	for _, r := range recs {
 		c := storage.HistCustomerOf(r)

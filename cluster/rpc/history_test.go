@@ -31,7 +31,7 @@ func observeOn(t *testing.T, n *node, customer, device string, times int) device
 
 func held(t *testing.T, n *node, customer string) int {
 	t.Helper()
-	recs, err := n.dh.Take(func(c string) bool { return c == customer }, 0, testNow)
+	recs, err := n.dh.Take(func(c string) bool { return c == customer }, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
