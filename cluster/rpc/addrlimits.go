@@ -117,6 +117,7 @@ func (a *AddrTotals) Add(node string, now int64, in []iplimit.Count) []iplimit.S
 	defer a.mu.Unlock()
 	var out []iplimit.Sum
 	answered := map[iplimit.Key]bool{}
+	swept := false // a full table is swept once per report, not once per new key
 	for _, c := range in {
 		length, limit, lockFor, err := c.Key.Limit()
 		if err != nil {
@@ -128,11 +129,12 @@ func (a *AddrTotals) Add(node string, now int64, in []iplimit.Count) []iplimit.S
 			e = nil
 		}
 		if e == nil {
-			if len(a.counts) >= a.max {
+			if len(a.counts) >= a.max && !swept {
 				a.sweepLocked(now)
-				if len(a.counts) >= a.max {
-					continue
-				}
+				swept = true
+			}
+			if len(a.counts) >= a.max {
+				continue
 			}
 			start := c.Start
 			if !iplimit.Live(start, length, now) {

@@ -107,11 +107,8 @@ type Quota struct {
 	leases *leases
 	// owner is this node's own parts for owner work (SetOwner; nil until
 	// then: chained charges go without it).
-	owner atomic.Pointer[checks.OwnerParts]
-	// noLeasedRest: an owner answered EvaluateLeased Unimplemented (a
-	// rolling deploy); leased evaluations resolve and observe as before.
-	noLeasedRest atomic.Bool
-	leasedRests  atomic.Int64
+	owner       atomic.Pointer[checks.OwnerParts]
+	leasedRests atomic.Int64
 	// evs is the device-event client over this node's events (Events).
 	evs atomic.Pointer[Events]
 }
@@ -204,23 +201,23 @@ func (q *Quota) LeaseCalls() int64 {
 	return q.leases.calls.Load()
 }
 
-// Leasing reports whether this node charges the account from slices of its
+// Leased are the accounts this node charges from slices of their
 // allowance, or did lately (a slice's key is kept ten slice lengths after
 // its last use): its leased evaluations observe this node's own device
-// history meanwhile (HistoryMover leaves it here).
-func (q *Quota) Leasing(account string) bool {
+// history meanwhile (HistoryMover leaves it here). One read of the lease
+// table, for a round that asks about many accounts.
+func (q *Quota) Leased() map[string]bool {
+	out := map[string]bool{}
 	if q.leases == nil {
-		return false
+		return out
 	}
 	ls := q.leases
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for k := range ls.m {
-		if k.account == account {
-			return true
-		}
+		out[k.account] = true
 	}
-	return false
+	return out
 }
 
 // Freeze stops this node using any slice of account's allowance and waits,
@@ -305,13 +302,23 @@ func (q *Quota) ChargeThen(st quota.ChargeStep) {
 		}
 		p, _ = q.peer(node)
 	}
-	// The read lock keeps a peer from being replaced (its queue handed
-	// over) while a step goes in; the send never blocks.
+	switch err := q.enqueue(p, st); err {
+	case ErrClosed:
+		st.Fail(err)
+	case ErrBusy:
+		st.Charged(quota.ChargeResult{}, err)
+	}
+}
+
+// enqueue puts st on p's queue, or on the client's own when p is nil or
+// stopped, for a worker: ErrClosed once the client closed, ErrBusy when
+// the queue is full. The read lock keeps a peer from being replaced (its
+// queue handed over) while a step goes in; the send never blocks.
+func (q *Quota) enqueue(p *peer, st quota.ChargeStep) error {
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	if q.closed.Load() {
-		st.Fail(ErrClosed)
-		return
+		return ErrClosed
 	}
 	work := q.work
 	if p != nil && !p.stopped {
@@ -319,8 +326,9 @@ func (q *Quota) ChargeThen(st quota.ChargeStep) {
 	}
 	select {
 	case work <- st:
+		return nil
 	default:
-		st.Charged(quota.ChargeResult{}, ErrBusy)
+		return ErrBusy
 	}
 }
 

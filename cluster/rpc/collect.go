@@ -126,12 +126,16 @@ func (s *Server) Collect(ctx context.Context, r *CollectRequest) (*CollectReply,
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.cfg.Quota.Collect(quota.Collect{Account: r.Account, Budget: quota.CollectBudget{Events: r.BudgetEvents, Bytes: r.BudgetBytes}, Bytes: r.Bytes, Now: s.cfg.Now()})
+	now := s.cfg.Now()
+	res, err := s.cfg.Quota.Collect(quota.Collect{Account: r.Account, Budget: quota.CollectBudget{Events: r.BudgetEvents, Bytes: r.BudgetBytes}, Bytes: r.Bytes, Now: now})
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	rep := &CollectReply{Version: version, Allowed: res.Allowed, RetryAfter: res.RetryAfter, Token: token}
 	if e != nil && res.Allowed {
+		// The owner's clock dates the event, as it will judge its age
+		// when it resolves it (the collecting node's may differ).
+		e.Created = now
 		id, err := s.cfg.Store.Store(e)
 		if err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())

@@ -288,8 +288,7 @@ func TestEvaluateOldOwner(t *testing.T) {
 		t.Fatal("the owner parts ran on the evaluating node")
 	}
 	// The rest of a leased evaluation sent to an old owner: the chain goes
-	// on here with the leased charge's answer, and later leased
-	// evaluations resolve and observe the old way without asking.
+	// on here with the leased charge's answer, as before EvaluateLeased.
 	leased := quota.ChargeResult{Allowed: true, Limit: 5, Remaining: 3}
 	st = &ownerStep{c: capped, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{
 		Resolve: &events.Resolve{Account: capped.Account, Now: testNow},
@@ -301,11 +300,62 @@ func TestEvaluateOldOwner(t *testing.T) {
 	if r := <-st.out; !st.charged || r.Charge != leased {
 		t.Fatalf("leased rest through an old owner: %+v (answered by Charged: %v)", r, st.charged)
 	}
-	if q.restAtOwner(st) != nil || q.LeasedRests() != 0 {
-		t.Fatal("after an old owner's Unimplemented, leased evaluations still go to the owner")
+	if q.LeasedRests() != 0 {
+		t.Fatal("a rest an old owner refused was counted as completed there")
 	}
 	// The device list falls back to this node's own.
 	if list, err := q.DeviceList(hist).Devices(capped.Account, 0, testNow); err != nil || len(list) != 0 {
 		t.Fatalf("device list through an old owner: %+v %v", list, err)
+	}
+}
+
+// brokenNode fails EvaluateLeased after the owner may have acted (a reply
+// lost on the way back).
+type brokenNode struct{ *Server }
+
+func (brokenNode) EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply, error) {
+	return nil, status.Error(codes.Internal, "connection reset after the request was read")
+}
+
+// TestLeasedRestLostReply: when EvaluateLeased fails after it was sent, the
+// owner may have counted the event's use and the visit; the holder does not
+// resolve and observe again (that would count them twice): the facts fail
+// open and the leased charge stands.
+func TestLeasedRestLostReply(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	ownerQuota := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer ownerQuota.Stop()
+	s, err := NewServer(ServerConfig{Quota: ownerQuota, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Now: func() time.Time { return testNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	RegisterNodeServer(g, brokenNode{s})
+	go g.Serve(l)
+	defer g.Stop()
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": l.Addr().String()}}, Timeout: 2 * time.Second, Workers: 2, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	hist := &fakeHistory{}
+	q.SetOwner(&checks.OwnerParts{Quota: local, History: hist})
+	leased := quota.ChargeResult{Allowed: true, Limit: 5, Remaining: 3}
+	st := &ownerStep{c: capped, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{
+		Resolve: &events.Resolve{Account: capped.Account, Now: testNow},
+		Observe: &devicehist.Observation{Customer: capped.Account, AccountID: "bob", Now: testNow}}}
+	q.runRest(&restStep{os: st, res: leased, c: capped})
+	r := <-st.out
+	if st.charged || r.Charge != leased || r.ChargeErr != nil || r.EventErr == nil || r.HistErr == nil {
+		t.Fatalf("a lost reply: %+v (answered by Charged, to resolve and observe here: %v)", r, st.charged)
+	}
+	if len(hist.observed()) != 0 || q.LeasedRests() != 0 {
+		t.Fatal("a rest whose reply was lost was observed here, or counted as completed")
 	}
 }

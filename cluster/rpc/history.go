@@ -74,9 +74,9 @@ type HistoryMover struct {
 	Local  LocalHistory
 	Owners Ownership
 	Peers  *Quota
-	// Leasing says whether this node charges the account from slices of
-	// its allowance (Quota.Leasing): its records stay meanwhile.
-	Leasing func(account string) bool
+	// Leased are the accounts this node charges from slices of their
+	// allowance (Quota.Leased): their records stay meanwhile.
+	Leased func() map[string]bool
 	// Assigned names the member the assignment gives an account shard now
 	// (nil: unknown). Records of a shard assigned to this node stay: it is
 	// about to claim it (a node back after a failover holds its own shards'
@@ -224,6 +224,10 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 		held[s] = true
 	}
 	m.mu.Unlock()
+	var leased map[string]bool
+	if m.Leased != nil {
+		leased = m.Leased()
+	}
 	// customer → owner to send to. match runs on this goroutine with a
 	// store, and on the history's shards without one.
 	var ownersMu sync.Mutex
@@ -243,7 +247,7 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 		if !ok || owner == "" || owner == self {
 			return false
 		}
-		if m.Leasing != nil && m.Leasing(c) {
+		if leased[c] {
 			return false
 		}
 		ownersMu.Lock()

@@ -54,11 +54,11 @@ func TestHistoryMoves(t *testing.T) {
 
 	observeOn(t, a, x, "d1", 2)
 	observeOn(t, b, x, "d1", 3) // b's leftovers, as after a failover
-	b.mover.Leasing = func(acc string) bool { return acc == x }
+	b.mover.Leased = func() map[string]bool { return map[string]bool{x: true} }
 	if n, err := b.mover.MoveLeftovers(ctx); err != nil || n != 0 || held(t, b, x) != 1 {
 		t.Fatalf("a leased account's records moved: %d, %v", n, err)
 	}
-	b.mover.Leasing = nil
+	b.mover.Leased = nil
 	b.mover.Assigned = func(int) string { return "b" } // b is about to claim the shard
 	if n, err := b.mover.MoveLeftovers(ctx); err != nil || n != 0 || held(t, b, x) != 1 {
 		t.Fatalf("records of a shard assigned to b moved: %d, %v", n, err)

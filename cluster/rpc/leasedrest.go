@@ -47,7 +47,7 @@ func (r *restStep) Fail(error) { r.os.Charged(r.res, nil) }
 // node did not store, and the owner answers EvaluateLeased.
 func (q *Quota) restAtOwner(st quota.ChargeStep) checks.OwnerStep {
 	os, ok := st.(checks.OwnerStep)
-	if !ok || q.owner.Load() == nil || q.noLeasedRest.Load() {
+	if !ok || q.owner.Load() == nil {
 		return nil
 	}
 	w := os.OwnerWork()
@@ -60,8 +60,9 @@ func (q *Quota) restAtOwner(st quota.ChargeStep) checks.OwnerStep {
 	return os
 }
 
-// sendRest queues the rest of a leased evaluation for the owner's peer;
-// when it cannot (no peer, a full queue), the chain goes on here.
+// sendRest queues the rest of a leased evaluation for the owner's peer (the
+// client's own queue when there is none yet: the worker routes it); when it
+// cannot (the client closed, a full queue), the chain goes on here.
 func (q *Quota) sendRest(os checks.OwnerStep, res quota.ChargeResult) {
 	c := os.ChargeReq()
 	node, _, ok := q.cfg.Owners.Owner(cluster.ShardOf(cluster.KindAccount, c.Account))
@@ -69,28 +70,18 @@ func (q *Quota) sendRest(os checks.OwnerStep, res quota.ChargeResult) {
 	if ok && node != q.cfg.Owners.Self() {
 		p, _ = q.peer(node)
 	}
-	rs := &restStep{os: os, res: res, c: *c}
-	q.mu.RLock()
-	defer q.mu.RUnlock()
-	work := q.work
-	if p != nil && !p.stopped {
-		work = p.work
-	}
-	if q.closed.Load() {
-		os.Charged(res, nil)
-		return
-	}
-	select {
-	case work <- rs:
-	default:
+	if q.enqueue(p, &restStep{os: os, res: res, c: *c}) != nil {
 		os.Charged(res, nil)
 	}
 }
 
 // runRest runs on a worker: the event and the history at the owner, or,
-// when the owner is this node by now, here. An owner that predates
-// EvaluateLeased, or one that cannot be reached, leaves the chain to go on
-// here as before (resolve, then observe locally).
+// when the owner is this node by now, here. When the owner surely did
+// nothing (it predates EvaluateLeased, refused the call as not the owner,
+// or was never reached) the chain goes on here as before: resolve, then
+// observe locally. A call that failed after it was sent may have counted
+// the event's use and the visit at the owner: doing them again here would
+// count them twice, so the facts fail open instead.
 func (q *Quota) runRest(rs *restStep) {
 	p := q.owner.Load()
 	w := rs.os.OwnerWork()
@@ -104,16 +95,33 @@ func (q *Quota) runRest(rs *restStep) {
 			r, err := ownerResultOf(rep, w)
 			return r, rep.GetCharge().GetToken(), err
 		})
-	if err != nil {
-		if status.Code(err) == codes.Unimplemented {
-			q.noLeasedRest.Store(true) // a rolling deploy: the old way until this node restarts
-		}
+	switch {
+	case err != nil && ownerDidNothing(err):
 		rs.os.Charged(rs.res, nil)
+		return
+	case err != nil:
+		rs.os.OwnerDone(checks.OwnerResult{Charge: rs.res, EventErr: err, HistErr: err})
 		return
 	}
 	res.Charge, res.ChargeErr = rs.res, nil
 	q.leasedRests.Add(1)
 	rs.os.OwnerDone(res)
+}
+
+// ownerDidNothing reports whether a failed call to the owner surely ran
+// nothing there: it never left this node (no owner, no address, no
+// connection), or the owner refused it before acting (an old build's
+// Unimplemented, not the owner, a malformed request).
+func ownerDidNothing(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return true
+	}
+	switch st.Code() {
+	case codes.Unimplemented, codes.FailedPrecondition, codes.InvalidArgument:
+		return true
+	}
+	return notSent(err)
 }
 
 // EvaluateLeased implements NodeServer.
