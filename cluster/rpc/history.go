@@ -71,20 +71,7 @@ const batchMemory = 10 * time.Minute
 // this node before it travels (devicehist.Take) and comes back on a failed
 // delivery, so each observation counts once wherever it ends up.
 type HistoryMover struct {
-	Local  LocalHistory
-	Owners Ownership
-	Peers  *Quota
-	// Leased are the accounts this node charges from slices of their
-	// allowance (Quota.Leased): their records stay meanwhile.
-	Leased func() map[string]bool
-	// Assigned names the member the assignment gives an account shard now
-	// (nil: unknown). Records of a shard assigned to this node stay: it is
-	// about to claim it (a node back after a failover holds its own shards'
-	// history, and the interim owner hands its part over).
-	Assigned func(shard int) string
-	Now      func() time.Time
-	Log      *slog.Logger
-
+	cfg   HistoryConfig
 	base  uint64
 	batch atomic.Uint64
 	moves sync.Mutex // one move at a time
@@ -95,7 +82,24 @@ type HistoryMover struct {
 	down     map[string]time.Time  // members a handoff failed to, until when skipped
 	merged   map[batchID]time.Time // batches merged here, until batchMemory after
 	received map[int]time.Time     // shards records arrived for, until historyHold after
-	sent     atomic.Int64          // records delivered to other nodes
+}
+
+// HistoryConfig configures NewHistoryMover.
+type HistoryConfig struct {
+	Local  LocalHistory
+	Owners Ownership
+	Peers  *Quota
+	// Leased are the accounts this node charges from slices of their
+	// allowance (Quota.Leased; nil: none): their records stay meanwhile.
+	Leased func() map[string]bool
+	// Assigned names the member the assignment gives an account shard now
+	// (nil: unknown). Records of a shard assigned to this node stay: it is
+	// about to claim it (a node back after a failover holds its own shards'
+	// history, and the interim owner hands its part over).
+	Assigned func(shard int) string
+	// Now is the node's clock, which dates the history; time.Now when nil.
+	Now func() time.Time
+	Log *slog.Logger
 }
 
 type batchID struct {
@@ -103,26 +107,25 @@ type batchID struct {
 	batch uint64
 }
 
-func (m *HistoryMover) init() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.merged == nil {
-		m.merged, m.received, m.down = map[batchID]time.Time{}, map[int]time.Time{}, map[string]time.Time{}
-		m.kick = make(chan struct{}, 1)
+// NewHistoryMover returns the mover of cfg.Local's records; Run drives its
+// rounds.
+func NewHistoryMover(cfg HistoryConfig) *HistoryMover {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &HistoryMover{
+		cfg: cfg,
 		// Batch ids of a restarted node must not repeat the ones its last
 		// run used: the receivers still remember those.
-		m.base = rand.Uint64() &^ (1<<32 - 1)
-	}
-	if m.Now == nil {
-		m.Now = time.Now
-	}
-	if m.Log == nil {
-		m.Log = slog.Default()
+		base:   rand.Uint64() &^ (1<<32 - 1),
+		kick:   make(chan struct{}, 1),
+		down:   map[string]time.Time{},
+		merged: map[batchID]time.Time{}, received: map[int]time.Time{},
 	}
 }
-
-// Sent counts the records this node delivered to others.
-func (m *HistoryMover) Sent() int64 { return m.sent.Load() }
 
 // Hand moves the history of an account shard to node to: the shard's next
 // owner, before this node releases its claim. A record that cannot be
@@ -130,13 +133,12 @@ func (m *HistoryMover) Sent() int64 { return m.sent.Load() }
 // comes within historyRetry to move it to whoever owns the shard by then.
 // After a failed handoff to a member, Hand skips it for historyDown.
 func (m *HistoryMover) Hand(ctx context.Context, shard int, to string) error {
-	m.init()
-	if to == "" || to == m.Owners.Self() {
+	if to == "" || to == m.cfg.Owners.Self() {
 		return nil
 	}
 	m.moves.Lock()
 	defer m.moves.Unlock()
-	now := m.Now()
+	now := m.cfg.Now()
 	m.mu.Lock()
 	until, down := m.down[to]
 	m.mu.Unlock()
@@ -144,7 +146,7 @@ func (m *HistoryMover) Hand(ctx context.Context, shard int, to string) error {
 		m.wake()
 		return fmt.Errorf("cluster: device history of %s/%04d stays for now: %s failed a handoff moments ago", cluster.KindAccount, shard, to)
 	}
-	recs, err := m.Local.Take(func(c string) bool { return cluster.ShardOf(cluster.KindAccount, c) == shard }, now)
+	recs, err := m.cfg.Local.Take(func(c string) bool { return cluster.ShardOf(cluster.KindAccount, c) == shard }, now)
 	if len(recs) > 0 {
 		if derr := m.deliver(ctx, to, recs, now); derr != nil {
 			m.mu.Lock()
@@ -171,7 +173,6 @@ func (m *HistoryMover) wake() {
 // until ctx ends. After a failed delivery, or a failed handoff, the next
 // round comes within historyRetry, then twice that, up to every.
 func (m *HistoryMover) Run(ctx context.Context, every time.Duration) {
-	m.init()
 	next, retry := time.Now().Add(every/5), historyRetry
 	t := time.NewTimer(every / 5)
 	defer t.Stop()
@@ -190,12 +191,12 @@ func (m *HistoryMover) Run(ctx context.Context, every time.Duration) {
 		n, err := m.MoveLeftovers(ctx)
 		switch {
 		case err != nil:
-			m.Log.Warn("cluster: device history not moved to its owners (tried again soon)", "err", err, "in", retry)
+			m.cfg.Log.Warn("cluster: device history not moved to its owners (tried again soon)", "err", err, "in", retry)
 			next = time.Now().Add(retry)
 			retry = min(2*retry, every)
 		default:
 			if n > 0 {
-				m.Log.Info("cluster: device history moved to its owners", "records", n)
+				m.cfg.Log.Info("cluster: device history moved to its owners", "records", n)
 			}
 			next, retry = time.Now().Add(every), historyRetry
 		}
@@ -208,11 +209,10 @@ func (m *HistoryMover) Run(ctx context.Context, every time.Duration) {
 // Records stay while the shard has no owner, while they await this node's
 // own claim, and while this node leases the account.
 func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
-	m.init()
 	m.moves.Lock()
 	defer m.moves.Unlock()
-	now, wall := m.Now(), time.Now()
-	self := m.Owners.Self()
+	now, wall := m.cfg.Now(), time.Now()
+	self := m.cfg.Owners.Self()
 	m.mu.Lock()
 	for s, t := range m.received {
 		if wall.Sub(t) > historyHold {
@@ -225,8 +225,8 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 	}
 	m.mu.Unlock()
 	var leased map[string]bool
-	if m.Leased != nil {
-		leased = m.Leased()
+	if m.cfg.Leased != nil {
+		leased = m.cfg.Leased()
 	}
 	// customer → owner to send to. match runs on this goroutine with a
 	// store, and on the history's shards without one.
@@ -237,13 +237,13 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 		if held[shard] {
 			return false
 		}
-		if _, err := m.Owners.Held(shard); err == nil {
+		if _, err := m.cfg.Owners.Held(shard); err == nil {
 			return false
 		}
-		if m.Assigned != nil && m.Assigned(shard) == self {
+		if m.cfg.Assigned != nil && m.cfg.Assigned(shard) == self {
 			return false
 		}
-		owner, _, ok := m.Owners.Owner(shard)
+		owner, _, ok := m.cfg.Owners.Owner(shard)
 		if !ok || owner == "" || owner == self {
 			return false
 		}
@@ -255,7 +255,7 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 		ownersMu.Unlock()
 		return true
 	}
-	recs, err := m.Local.Take(match, now)
+	recs, err := m.cfg.Local.Take(match, now)
 	byOwner := map[string][]storage.HistRecord{}
 	for _, r := range recs {
 		c := storage.HistCustomerOf(r)
@@ -278,14 +278,13 @@ func (m *HistoryMover) deliver(ctx context.Context, to string, recs []storage.Hi
 	for len(recs) > 0 {
 		n := min(len(recs), maxHistoryBatch)
 		if err := m.send(ctx, to, recs[:n]); err != nil {
-			if berr := m.Local.Merge(recs, now); berr != nil {
+			if berr := m.cfg.Local.Merge(recs, now); berr != nil {
 				// The records are gone from here and did not arrive: the
 				// one way history is lost, on a node whose own store fails.
-				m.Log.Error("cluster: device history neither delivered nor kept", "records", len(recs), "to", to, "err", berr)
+				m.cfg.Log.Error("cluster: device history neither delivered nor kept", "records", len(recs), "to", to, "err", berr)
 			}
 			return fmt.Errorf("to %s: %w", to, err)
 		}
-		m.sent.Add(int64(n))
 		recs = recs[n:]
 	}
 	return nil
@@ -294,7 +293,7 @@ func (m *HistoryMover) deliver(ctx context.Context, to string, recs []storage.Hi
 // send delivers one batch, trying a lost reply again with the same batch
 // id (the receiver merges it once).
 func (m *HistoryMover) send(ctx context.Context, to string, recs []storage.HistRecord) error {
-	req := &HistoryParcels{Version: version, Node: m.Owners.Self(), Batch: m.base | m.batch.Add(1), Records: make([][]byte, 0, len(recs))}
+	req := &HistoryParcels{Version: version, Node: m.cfg.Owners.Self(), Batch: m.base | m.batch.Add(1), Records: make([][]byte, 0, len(recs))}
 	for _, r := range recs {
 		b, err := storage.AppendHistParcel(nil, r)
 		if err != nil {
@@ -312,10 +311,10 @@ func (m *HistoryMover) send(ctx context.Context, to string, recs []storage.HistR
 			}
 		}
 		var p *peer
-		if p, err = m.Peers.peer(to); err != nil {
+		if p, err = m.cfg.Peers.peer(to); err != nil {
 			continue
 		}
-		cctx, cancel := context.WithTimeout(ctx, max(m.Peers.cfg.Timeout, 2*time.Second))
+		cctx, cancel := context.WithTimeout(ctx, max(m.cfg.Peers.cfg.Timeout, 2*time.Second))
 		_, err = p.cli.MergeHistory(cctx, req)
 		cancel()
 		if err == nil || status.Code(err) == codes.InvalidArgument || status.Code(err) == codes.Unimplemented {
@@ -327,7 +326,6 @@ func (m *HistoryMover) send(ctx context.Context, to string, recs []storage.HistR
 
 // receive merges a batch another node sent, once per batch id.
 func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
-	m.init()
 	recs := make([]storage.HistRecord, len(r.Records))
 	for i, b := range r.Records {
 		if len(b) > maxHistoryParcel {
@@ -342,7 +340,7 @@ func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
 	id := batchID{r.Node, r.Batch}
 	// The node's clock dates the history; the wall clock times what this
 	// node remembers of batches and shards (a test clock may stand still).
-	now, wall := m.Now(), time.Now()
+	now, wall := m.cfg.Now(), time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock() // merges of batches run one at a time: a retry waits for the first
 	for k, t := range m.merged {
@@ -353,7 +351,7 @@ func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
 	if _, dup := m.merged[id]; dup {
 		return false, nil
 	}
-	if err := m.Local.Merge(recs, now); err != nil {
+	if err := m.cfg.Local.Merge(recs, now); err != nil {
 		return false, err
 	}
 	m.merged[id] = wall

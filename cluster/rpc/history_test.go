@@ -54,16 +54,16 @@ func TestHistoryMoves(t *testing.T) {
 
 	observeOn(t, a, x, "d1", 2)
 	observeOn(t, b, x, "d1", 3) // b's leftovers, as after a failover
-	b.mover.Leased = func() map[string]bool { return map[string]bool{x: true} }
+	b.mover.cfg.Leased = func() map[string]bool { return map[string]bool{x: true} }
 	if n, err := b.mover.MoveLeftovers(ctx); err != nil || n != 0 || held(t, b, x) != 1 {
 		t.Fatalf("a leased account's records moved: %d, %v", n, err)
 	}
-	b.mover.Leased = nil
-	b.mover.Assigned = func(int) string { return "b" } // b is about to claim the shard
+	b.mover.cfg.Leased = nil
+	b.mover.cfg.Assigned = func(int) string { return "b" } // b is about to claim the shard
 	if n, err := b.mover.MoveLeftovers(ctx); err != nil || n != 0 || held(t, b, x) != 1 {
 		t.Fatalf("records of a shard assigned to b moved: %d, %v", n, err)
 	}
-	b.mover.Assigned = nil
+	b.mover.cfg.Assigned = nil
 	if n, err := b.mover.MoveLeftovers(ctx); err != nil || n != 1 {
 		t.Fatalf("moved %d records (%v), want the one device record", n, err)
 	}
