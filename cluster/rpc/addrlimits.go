@@ -44,11 +44,8 @@ func (c Cluster) AddrOwner(shard int) (string, bool) {
 
 // HeldAddr implements AddrOwnership.
 func (c Cluster) HeldAddr(shard int) error {
-	cl, ok := c.Balancer.Claim(cluster.KindAddr, shard)
-	if !ok {
-		return fmt.Errorf("cluster %s/%04d: %w", cluster.KindAddr, shard, ErrNoClaim)
-	}
-	return c.Member.Valid(cl)
+	_, err := c.held(cluster.KindAddr, shard)
+	return err
 }
 
 // AddrShard is the address shard of a limiter key's route

@@ -48,10 +48,13 @@ func (c Cluster) Self() string { return c.Member.ID() }
 
 // Held implements Ownership: the Balancer's claim, checked by Member.Valid
 // (the local half of the fence).
-func (c Cluster) Held(shard int) (int64, error) {
-	cl, ok := c.Balancer.Claim(cluster.KindAccount, shard)
+func (c Cluster) Held(shard int) (int64, error) { return c.held(cluster.KindAccount, shard) }
+
+// held is this node's valid claim of the shard of kind k: its token.
+func (c Cluster) held(k cluster.Kind, shard int) (int64, error) {
+	cl, ok := c.Balancer.Claim(k, shard)
 	if !ok {
-		return 0, fmt.Errorf("cluster %s/%04d: %w", cluster.KindAccount, shard, ErrNoClaim)
+		return 0, fmt.Errorf("cluster %s/%04d: %w", k, shard, ErrNoClaim)
 	}
 	if err := c.Member.Valid(cl); err != nil {
 		return 0, err
