@@ -247,13 +247,14 @@ func (oldNode) Devices(context.Context, *DevicesRequest) (*DevicesReply, error) 
 	return nil, status.Error(codes.Unimplemented, "unknown method Devices for service fraudd.cluster.v1.Node")
 }
 
-// TestEvaluateOldOwner: during a rolling deploy an owner that predates
-// Evaluate answers Unimplemented; the evaluation is charged there and the
-// chain does the rest on the evaluating node, as before — no request fails.
-func TestEvaluateOldOwner(t *testing.T) {
+// behindOwner starts an owner "a" whose gRPC service wrap builds from the
+// real one (an older build's, a broken one) and a routing client on "b"
+// that reaches it: the owner's quota, the client, and b's own history.
+func behindOwner(t *testing.T, wrap func(*Server) NodeServer) (*quota.Client, *Quota, *fakeHistory) {
+	t.Helper()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
 	ownerQuota := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
-	defer ownerQuota.Stop()
+	t.Cleanup(func() { ownerQuota.Stop() })
 	s, err := NewServer(ServerConfig{Quota: ownerQuota, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Now: func() time.Time { return testNow }})
 	if err != nil {
 		t.Fatal(err)
@@ -263,19 +264,26 @@ func TestEvaluateOldOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	RegisterNodeServer(g, oldNode{s})
+	RegisterNodeServer(g, wrap(s))
 	go g.Serve(l)
-	defer g.Stop()
-
+	t.Cleanup(g.Stop)
 	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
-	defer local.Stop()
+	t.Cleanup(func() { local.Stop() })
 	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": l.Addr().String()}}, Timeout: 2 * time.Second, Workers: 2, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close()
+	t.Cleanup(q.Close)
 	hist := &fakeHistory{}
 	q.SetOwner(&checks.OwnerParts{Quota: local, History: hist})
+	return ownerQuota, q, hist
+}
+
+// TestEvaluateOldOwner: during a rolling deploy an owner that predates
+// Evaluate answers Unimplemented; the evaluation is charged there and the
+// chain does the rest on the evaluating node, as before — no request fails.
+func TestEvaluateOldOwner(t *testing.T) {
+	ownerQuota, q, hist := behindOwner(t, func(s *Server) NodeServer { return oldNode{s} })
 	st := &ownerStep{c: capped, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{Observe: &devicehist.Observation{Customer: capped.Account, AccountID: "alice", Now: testNow}}}
 	q.ChargeThen(st)
 	if r := <-st.out; !st.charged || r.ChargeErr != nil || !r.Charge.Allowed {
@@ -322,30 +330,7 @@ func (brokenNode) EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateRe
 // resolve and observe again (that would count them twice): the facts fail
 // open and the leased charge stands.
 func TestLeasedRestLostReply(t *testing.T) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	ownerQuota := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
-	defer ownerQuota.Stop()
-	s, err := NewServer(ServerConfig{Quota: ownerQuota, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Now: func() time.Time { return testNow }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	RegisterNodeServer(g, brokenNode{s})
-	go g.Serve(l)
-	defer g.Stop()
-	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
-	defer local.Stop()
-	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": l.Addr().String()}}, Timeout: 2 * time.Second, Workers: 2, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	hist := &fakeHistory{}
-	q.SetOwner(&checks.OwnerParts{Quota: local, History: hist})
+	_, q, hist := behindOwner(t, func(s *Server) NodeServer { return brokenNode{s} })
 	leased := quota.ChargeResult{Allowed: true, Limit: 5, Remaining: 3}
 	st := &ownerStep{c: capped, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{
 		Resolve: &events.Resolve{Account: capped.Account, Now: testNow},
