@@ -48,9 +48,15 @@ func TestLeasedEvaluationAtOwner(t *testing.T) {
 		r := <-st.out
 		return r, st.charged, b.q.RemoteCalls() - hops, b.q.LeasedCharges() - leased
 	}
+	// The slices last 300 ms of wall clock, which a busy machine can spend
+	// on a few round trips: each loop goes on until a slice served one.
 	ownerSaw := len(a.hist.observed())
-	leasedAtOwner := 0
-	for i := range 20 {
+	leasedAtOwner, evals := 0, 0
+	for i := 0; i < 20 || leasedAtOwner == 0; i++ {
+		if i == 1000 {
+			t.Fatal("no evaluation was served from a slice: the test proves nothing")
+		}
+		evals++
 		r, charged, hops, leased := eval(atOwner, "alice")
 		if charged || r.ChargeErr != nil || !r.Charge.Allowed || !r.Resolved.Found || r.Resolved.Event.VisitorID != "visitor-a" || r.HistErr != nil || r.Facts.History.Visits != ownerSaw+i+1 {
 			t.Fatalf("evaluation %d with the owner's event: %+v (answered by Charged: %v)", i, r, charged)
@@ -60,11 +66,8 @@ func TestLeasedEvaluationAtOwner(t *testing.T) {
 		}
 		leasedAtOwner += int(leased)
 	}
-	if leasedAtOwner == 0 {
-		t.Fatal("no evaluation was served from a slice: the test proves nothing")
-	}
-	if got := a.hist.observed(); len(got) != ownerSaw+20 {
-		t.Fatalf("the owner observed %d, want %d", len(got), ownerSaw+20)
+	if got := a.hist.observed(); len(got) != ownerSaw+evals {
+		t.Fatalf("the owner observed %d, want %d", len(got), ownerSaw+evals)
 	}
 	if n := len(b.hist.observed()); n != 0 {
 		t.Fatalf("the holder observed %d of them itself", n)
@@ -73,7 +76,10 @@ func TestLeasedEvaluationAtOwner(t *testing.T) {
 	// chain goes on here (answered by Charged: it resolves the event and
 	// observes this node's history itself).
 	leasedHere := 0
-	for i := range 10 {
+	for i := 0; i < 10 || leasedHere == 0; i++ {
+		if i == 1000 {
+			t.Fatal("no evaluation with this node's event was served from a slice")
+		}
 		r, charged, hops, leased := eval(here, "bob")
 		if !r.Charge.Allowed {
 			t.Fatalf("evaluation %d with this node's event: %+v", i, r)
@@ -82,8 +88,5 @@ func TestLeasedEvaluationAtOwner(t *testing.T) {
 			t.Fatalf("a leased evaluation with this node's event: %d round trips, answered by Charged: %v", hops, charged)
 		}
 		leasedHere += int(leased)
-	}
-	if leasedHere == 0 {
-		t.Fatal("no evaluation with this node's event was served from a slice")
 	}
 }
