@@ -180,6 +180,8 @@ type DB struct {
 	idle chan *commitCall
 	// usage caches the usage records ApplyUsage last committed.
 	usage usageCache
+	// hist is the device-history journal (histjournal.go).
+	hist histJournal
 }
 
 // Open opens (or creates) the store in dir.
@@ -236,6 +238,12 @@ func Open(dir string, o Options) (*DB, error) {
 		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
 	}
 	d.h.Store(h)
+	if err := d.replayHistJournal(); err != nil {
+		_ = d.closeHealthy(h)
+		d.cache.Unref()
+		_ = lock.Close()
+		return nil, fmt.Errorf("replay the device history journal in %s: %w", dir, err)
+	}
 	go d.syncLoop()
 	return d, nil
 }
@@ -545,6 +553,9 @@ func (d *DB) wait(h *handle, c *commitCall) error {
 // instance broken by a fatal error is fenced off the files and closed as far
 // as it will within Options.CloseWait.
 func (d *DB) Close() error {
+	// Fold the journal so the next start has nothing to replay (it would
+	// replay what is left, so a failure here loses nothing).
+	_ = d.settleHist()
 	close(d.stopSync)
 	<-d.syncDone
 	d.reopenMu.Lock()

@@ -559,11 +559,12 @@ func (w *HistWrite) DropIndex(ref *HistRef) {
 	w.delFrom(k0)
 }
 
-// WriteHist stores every change of ws as one batch, committed without a
-// sync: when it returns nil all of it is committed and survives a crash once
-// the next group sync ran (Options.SyncInterval; an OnSync hook that writes
-// here is covered by the sync that follows it); when it fails none of it
-// was written.
+// WriteHist stores every change of ws, committed without a sync: when it
+// returns nil all of it is committed and survives a crash once the next
+// group sync ran (Options.SyncInterval; an OnSync hook that writes here is
+// covered by the sync that follows it); when it fails none of it was
+// written. The changes go into the journal as one entry and reach the
+// records' own keys at the next fold (histjournal.go).
 func (d *DB) WriteHist(ws []*HistWrite) error {
 	n := 0
 	for _, w := range ws {
@@ -572,17 +573,7 @@ func (d *DB) WriteHist(ws []*HistWrite) error {
 	if n == 0 {
 		return nil
 	}
-	b := d.newBatch()
-	for _, w := range ws {
-		for _, op := range w.ops {
-			if op.del {
-				_ = b.Delete(w.buf[op.k0:op.k1], nil)
-			} else {
-				_ = b.Set(w.buf[op.k0:op.k1], w.buf[op.v0:op.v1], nil)
-			}
-		}
-	}
-	return d.commitBehind(b) // write-behind: synced within Options.SyncInterval
+	return d.journalHist(ws)
 }
 
 // --- reads ---
@@ -593,12 +584,20 @@ func (d *DB) LoadHist(r HistRecord) (HistStored, bool, error) {
 	if err := r.validate(); err != nil {
 		return HistStored{}, false, err
 	}
-	v, err := d.get(appendRecordKey(nil, r))
-	if errors.Is(err, ErrNotFound) {
+	key := appendRecordKey(nil, r)
+	v, deleted, journalled := d.histLoad(key)
+	if deleted {
 		return HistStored{}, false, nil
 	}
-	if err != nil {
-		return HistStored{}, false, err
+	if !journalled {
+		var err error
+		v, err = d.get(key)
+		if errors.Is(err, ErrNotFound) {
+			return HistStored{}, false, nil
+		}
+		if err != nil {
+			return HistStored{}, false, err
+		}
 	}
 	if err := r.Unmarshal(v); err != nil {
 		return HistStored{}, false, err
@@ -678,6 +677,9 @@ func parseHistIdentity(kind HistKind, rest []byte) (HistRef, bool) {
 // read, never the records themselves. fn runs while the iteration is open;
 // writes made meanwhile may or may not be seen.
 func (d *DB) ExpiredHist(before Day, fn func(HistRef) bool) error {
+	if err := d.settleHist(); err != nil {
+		return err
+	}
 	hi := binary.BigEndian.AppendUint32([]byte{prefixHistExpiry}, uint32(before))
 	it, err := d.newIter([]byte{prefixHistExpiry}, hi)
 	if err != nil {
@@ -701,6 +703,9 @@ func (d *DB) ExpiredHist(before Day, fn func(HistRef) bool) error {
 // write that did not land) is skipped.
 func (d *DB) RecentHistDevices(customer string, limit int) ([]*HistCustomerDevice, error) {
 	if err := validCustomer(customer); err != nil {
+		return nil, err
+	}
+	if err := d.settleHist(); err != nil {
 		return nil, err
 	}
 	lo := appendCustomer([]byte{prefixHistRecent}, customer)
@@ -747,6 +752,9 @@ func prefixEnd(p []byte) []byte {
 // expiry-index entries and recent-index entries. It reads everything, so it
 // is for tests and diagnostics only.
 func (d *DB) HistKeys() (records, expiry, recent int, err error) {
+	if err := d.settleHist(); err != nil {
+		return 0, 0, 0, err
+	}
 	count := func(p byte) (int, error) {
 		it, err := d.newIter([]byte{p}, []byte{p + 1})
 		if err != nil {

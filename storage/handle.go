@@ -200,6 +200,11 @@ func (d *DB) reopen(old *handle) error {
 	}
 	d.h.Store(h)
 	d.log.Warn("storage reopened after a fatal write error; synced writes were replayed from the WAL", "instance", h.gen)
+	// The overlay may hold changes whose journal entries the WAL lost:
+	// start it over from what the journal kept.
+	if err := d.replayHistJournal(); err != nil {
+		return d.fail(err)
+	}
 	return nil
 }
 

@@ -103,6 +103,9 @@ func histKindName(k HistKind) string {
 // that is not a valid record key is skipped. fn runs while the iteration is
 // open; writes made meanwhile may or may not be seen.
 func (d *DB) HistOf(match func(customer string) bool, fn func(HistRef) bool) error {
+	if err := d.settleHist(); err != nil {
+		return err
+	}
 	lo := []byte{prefixHist, byte(HistKindCustomerDevice)}
 	hi := []byte{prefixHist, byte(HistKindAddress) + 1}
 	it, err := d.newIter(lo, hi)

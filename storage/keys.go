@@ -17,7 +17,8 @@ const (
 	prefixHistExpiry byte = 0x33 // day + kind + identity → empty: retention index of 0x32 (devicehist.go)
 	prefixHistRecent byte = 0x34 // customer + ^last seen + device → empty: most recently seen devices (devicehist.go)
 	prefixGPUSample  byte = 0x35 // customer + device hash → sealed latest GPU feature vector (challenge.go, actors/challenge)
-	// 0x36–0x3f: free for further device records.
+	prefixHistLog    byte = 0x36 // sequence → device-history changes not yet folded into 0x32–0x34 (histjournal.go)
+	// 0x37–0x3f: free for further device records.
 	prefixMail        byte = 0x40 // time + id → mail outbox record
 	prefixDelivery    byte = 0x41 // account id + 0x00 + time + event id + attempt → webhook delivery attempt
 	prefixHookPending byte = 0x42 // account id + 0x00 + event id → webhook event still being delivered (hookpending.go, actors/webhook)
