@@ -4,29 +4,42 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // The device-history journal. A live evaluation changes a few history
 // records (the device, the end-user account, the address, and their index
 // entries), and the devicehist shards flush what changed once per sync
-// interval. Written in place, each flush puts every changed key into
+// interval. Written in place, every flush puts each changed key into
 // Pebble's memtable at a random place in a skiplist of some hundred
 // thousand entries, a cache miss per level: the largest item of the live
-// path's CPU profile. So WriteHist writes one journal entry per flush
-// instead, a single key at the end of the key space whose value holds every
-// change of the flush, and keeps the newest version of each changed key in
-// memory (the overlay) for LoadHist. Every few seconds a fold writes the
-// overlay to the records' own keys, each key once however often it changed
-// meanwhile, and deletes the journal entries it covers in the same batch.
+// path's CPU profile when the same devices and accounts come back within
+// seconds (a session's several checks, a bot's many).
 //
-// The crash bound is the one of every write-behind store: the journal
-// entry is committed without a sync and made durable by the next group
-// sync. Open (and a reopen after a fatal write error) folds whatever the
-// journal still holds before anything reads the records, so a crash loses
-// nothing the WAL kept. A fold writes full records, never deltas, so
-// replaying an entry a fold already covered writes the same values again.
+// So WriteHist writes a key in place only the first time it changes in a
+// window of a few seconds. A key that changes again within the window goes
+// into the journal instead: one entry per WriteHist, a single key at the
+// end of the key space whose value holds every such change. The overlay, in
+// memory, names every key changed in the window, with the newest value of
+// those the journal holds (LoadHist reads them there). At the end of the
+// window a fold writes each journalled key in place once, however often it
+// changed, and deletes the journal entries in the same batch. A key that
+// changes once per window costs what it cost before; one that changes n
+// times costs two writes instead of n. (A key named in the overlay always
+// goes to the journal: written in place, it could be overwritten by the
+// fold of an older journalled value.)
+//
+// The crash bound is the one of every write-behind store: the writes are
+// committed without a sync and made durable by the next group sync. Open
+// (and a reopen after a fatal write error) folds whatever the journal still
+// holds before anything reads the records, so a crash loses nothing the WAL
+// kept. Journal values are full records, never deltas, and every journal
+// entry is newer than the in-place write of its keys, so replaying in order
+// leaves the newest.
 //
 // Readers that iterate over the records or their indexes (ExpiredHist,
 // RecentHistDevices, HistOf, HistKeys) fold first, so they see every
@@ -49,40 +62,87 @@ const (
 	maxHistLogValue = 1 << 20
 )
 
-// When a fold runs: whichever comes first.
+// When a window ends (and its fold runs): whichever comes first.
 const (
-	histFoldEvery = 5 * time.Second
-	histFoldKeys  = 64 << 10 // distinct keys in the overlay
-	histFoldBytes = 16 << 20 // journal bytes since the last fold
+	histFoldEvery = 2 * time.Second
+	histFoldKeys  = 64 << 10 // distinct keys changed in the window
+	histFoldBytes = 8 << 20  // journal bytes in the window
 )
 
-// histLatest is the newest version of a journalled key: its value (a slice
-// of the journal entry it came in) or a delete.
+// histLatest is a key changed in the window: written in place (clean), or
+// journalled with its newest value (a slice of the journal entry it came
+// in) or delete.
 type histLatest struct {
-	val []byte
-	del bool
+	val   []byte
+	del   bool
+	clean bool
+}
+
+// histWindow is the overlay of one window. Its keys and entries come from
+// chunks it drops as a whole at the fold, so a change allocates nothing of
+// its own.
+type histWindow struct {
+	keys    map[string]*histLatest
+	arena   []byte       // the current chunk of key bytes
+	entries []histLatest // the current chunk of entries
+}
+
+const histChunk = 1024
+
+func newHistWindow(size int) *histWindow {
+	return &histWindow{keys: make(map[string]*histLatest, size)}
+}
+
+// add names k in the window, with a new clean entry.
+func (w *histWindow) add(k []byte) *histLatest {
+	if len(w.arena)+len(k) > cap(w.arena) {
+		w.arena = make([]byte, 0, max(histChunk*64, len(k)))
+	}
+	off := len(w.arena)
+	w.arena = append(w.arena, k...)
+	if len(w.entries) == cap(w.entries) {
+		w.entries = make([]histLatest, 0, histChunk)
+	}
+	w.entries = append(w.entries, histLatest{clean: true})
+	e := &w.entries[len(w.entries)-1]
+	w.keys[unsafe.String(&w.arena[off], len(k))] = e
+	return e
 }
 
 // histJournal is the DB's journal state.
 type histJournal struct {
-	// writeMu orders journal entries and their overlay updates (WriteHist)
-	// against the fold of a reopen.
+	// writeMu orders WriteHist's writes and their overlay updates, and the
+	// replay of a reopen.
 	writeMu sync.Mutex
 	seq     uint64 // the last journal entry written (under writeMu)
+	// Scratch of WriteHist (under writeMu).
+	seed   maphash.Seed
+	inCall map[uint64]struct{} // hashes of the keys of the call so far
+	plan   []histPlanned
 
 	// foldMu runs one fold at a time.
 	foldMu sync.Mutex
 
 	mu      sync.Mutex
-	overlay map[string]*histLatest
-	// folding is the overlay a running fold is writing, read after overlay.
-	folding map[string]*histLatest
-	// applied is the last journal entry whose changes are in overlay (or
-	// in folding, or in the records).
-	applied   uint64
-	bytes     int       // journal bytes since the last fold
-	lastFold  time.Time // when the last fold began
-	foldError error     // the last background fold's failure, logged once
+	overlay *histWindow
+	// folding is the window a running fold is writing, read after overlay.
+	folding *histWindow
+	// applied is the last journal entry whose changes are in the overlay
+	// (or folding, or the records); folded the last one a fold deleted.
+	applied, folded uint64
+	bytes           int       // journal bytes in the window
+	windowStart     time.Time // when the window began
+
+	changes, foldedKeys atomic.Uint64 // WriteStats
+}
+
+// histPlanned is one change of a WriteHist call: written in place, or
+// journalled with its value at val0:val1 of the entry.
+type histPlanned struct {
+	key        []byte
+	direct     bool
+	del        bool
+	val0, val1 int
 }
 
 func histLogKey(seq uint64) []byte {
@@ -94,24 +154,30 @@ func isHistKey(k []byte) bool {
 	return len(k) > 1 && (k[0] == prefixHist || k[0] == prefixHistExpiry || k[0] == prefixHistRecent)
 }
 
-// appendHistLog encodes ws's changes as one journal value.
+// appendHistChange appends one change to a journal value.
+func appendHistChange(dst, k, v []byte, del bool) []byte {
+	if del {
+		dst = append(dst, histLogDelete)
+		dst = appendUvarint(dst, uint64(len(k)))
+		return append(dst, k...)
+	}
+	dst = append(dst, histLogSet)
+	dst = appendUvarint(dst, uint64(len(k)))
+	dst = append(dst, k...)
+	dst = appendUvarint(dst, uint64(len(v)))
+	return append(dst, v...)
+}
+
+// appendHistLog encodes all of ws's changes as one journal value (tests).
 func appendHistLog(dst []byte, ws []*HistWrite) []byte {
 	dst = append(dst, histLogVersion)
 	for _, w := range ws {
 		for _, op := range w.ops {
-			k := w.buf[op.k0:op.k1]
-			if op.del {
-				dst = append(dst, histLogDelete)
-				dst = appendUvarint(dst, uint64(len(k)))
-				dst = append(dst, k...)
-				continue
+			var v []byte
+			if !op.del {
+				v = w.buf[op.v0:op.v1]
 			}
-			v := w.buf[op.v0:op.v1]
-			dst = append(dst, histLogSet)
-			dst = appendUvarint(dst, uint64(len(k)))
-			dst = append(dst, k...)
-			dst = appendUvarint(dst, uint64(len(v)))
-			dst = append(dst, v...)
+			dst = appendHistChange(dst, w.buf[op.k0:op.k1], v, op.del)
 		}
 	}
 	return dst
@@ -155,36 +221,94 @@ func parseHistLog(b []byte, fn func(key, val []byte, del bool)) error {
 	return nil
 }
 
-// journalHist commits ws's changes as one journal entry and adds them to
-// the overlay. See WriteHist.
+// journalHist commits ws's changes, each in place or in the journal, as
+// one batch, and notes them in the overlay. See WriteHist.
 func (d *DB) journalHist(ws []*HistWrite) error {
 	j := &d.hist
 	j.writeMu.Lock()
 	defer j.writeMu.Unlock()
-	val := appendHistLog(nil, ws)
+	if j.inCall == nil {
+		j.seed, j.inCall = maphash.MakeSeed(), map[uint64]struct{}{}
+	}
+	// Plan: a key goes in place when neither the window nor this call has
+	// changed it yet. A hash collision within the call only sends a key to
+	// the journal, which is always safe.
+	clear(j.inCall)
+	plan := j.plan[:0]
+	j.mu.Lock()
+	for _, w := range ws {
+		for _, op := range w.ops {
+			k := w.buf[op.k0:op.k1]
+			h := maphash.Bytes(j.seed, k)
+			_, again := j.inCall[h]
+			j.inCall[h] = struct{}{}
+			p := histPlanned{key: k, del: op.del, direct: !again && !j.inWindow(k)}
+			if !op.del {
+				p.val0, p.val1 = op.v0, op.v1 // for now, offsets into w.buf
+			}
+			plan = append(plan, p)
+		}
+	}
+	j.mu.Unlock()
+
 	b := d.newBatch()
-	_ = b.Set(histLogKey(j.seq+1), val, nil)
-	if err := d.commitBehind(b); err != nil {
+	var val []byte
+	i := 0
+	for _, w := range ws {
+		for _, op := range w.ops {
+			p := &plan[i]
+			i++
+			var v []byte
+			if !op.del {
+				v = w.buf[op.v0:op.v1]
+			}
+			switch {
+			case p.direct && op.del:
+				_ = b.Delete(p.key, nil)
+			case p.direct:
+				_ = b.Set(p.key, v, nil)
+			default:
+				if val == nil {
+					val = append(make([]byte, 0, 4096), histLogVersion)
+				}
+				val = appendHistChange(val, p.key, v, op.del)
+				p.val0, p.val1 = len(val)-len(v), len(val)
+			}
+		}
+	}
+	if val != nil {
+		_ = b.Set(histLogKey(j.seq+1), val, nil)
+	}
+	err := d.commitBehind(b)
+	j.plan = plan[:0]
+	if err != nil {
+		clear(plan)
 		return err
 	}
-	j.seq++
-	j.mu.Lock()
-	if j.overlay == nil {
-		j.overlay = make(map[string]*histLatest)
-		j.lastFold = time.Now()
+	if val != nil {
+		j.seq++
 	}
-	// val was checked as it was built; the values stay slices of it.
-	_ = parseHistLog(val, func(k, v []byte, del bool) {
-		if e, ok := j.overlay[string(k)]; ok {
-			e.val, e.del = v, del
-			return
+
+	j.mu.Lock()
+	for i := range plan {
+		p := &plan[i]
+		e, ok := j.overlay.keys[string(p.key)]
+		if !ok {
+			e = j.overlay.add(p.key)
 		}
-		j.overlay[string(k)] = &histLatest{val: v, del: del}
-	})
+		if !p.direct {
+			e.clean, e.del, e.val = false, p.del, nil
+			if !p.del {
+				e.val = val[p.val0:p.val1:p.val1]
+			}
+		}
+	}
 	j.applied = j.seq
 	j.bytes += len(val)
-	due := len(j.overlay) >= histFoldKeys || j.bytes >= histFoldBytes || time.Since(j.lastFold) >= histFoldEvery
+	due := len(j.overlay.keys) >= histFoldKeys || j.bytes >= histFoldBytes || time.Since(j.windowStart) >= histFoldEvery
 	j.mu.Unlock()
+	clear(plan)
+	j.changes.Add(uint64(len(plan)))
 	if due && j.foldMu.TryLock() {
 		go func() {
 			defer j.foldMu.Unlock()
@@ -196,18 +320,31 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 	return nil
 }
 
+// inWindow reports whether the window (or the one being folded) changed k
+// (j.mu held).
+func (j *histJournal) inWindow(k []byte) bool {
+	if _, ok := j.overlay.keys[string(k)]; ok {
+		return true
+	}
+	if j.folding != nil {
+		_, ok := j.folding.keys[string(k)]
+		return ok
+	}
+	return false
+}
+
 // histLoad reads key from the overlay: found says whether the journal
 // holds its newest version, val is a copy (nil for a delete).
 func (d *DB) histLoad(key []byte) (val []byte, deleted, found bool) {
 	j := &d.hist
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	e, ok := j.overlay[string(key)]
-	if !ok {
-		e, ok = j.folding[string(key)]
+	e, ok := j.overlay.keys[string(key)]
+	if !ok && j.folding != nil {
+		e, ok = j.folding.keys[string(key)]
 	}
-	if !ok {
-		return nil, false, false
+	if !ok || e.clean {
+		return nil, false, false // the record's own key has the newest
 	}
 	if e.del {
 		return nil, true, true
@@ -223,43 +360,55 @@ func (d *DB) settleHist() error {
 	return d.foldOverlay()
 }
 
-// foldOverlay writes the overlay to the records' keys and deletes the
-// journal entries it covers, in one batch (the caller holds foldMu). On
-// failure the overlay keeps the changes and the journal keeps its entries.
+// foldOverlay ends the window: it writes the window's journalled keys in
+// place and deletes the journal entries they came in, in one batch (the
+// caller holds foldMu). On failure the journal keeps its entries and the
+// overlay the changes.
 func (d *DB) foldOverlay() error {
 	j := &d.hist
 	j.mu.Lock()
-	old, upto := j.overlay, j.applied
-	j.lastFold = time.Now()
-	if len(old) == 0 {
+	old, upto, from := j.overlay, j.applied, j.folded
+	j.windowStart = time.Now()
+	if len(old.keys) == 0 {
 		j.mu.Unlock()
 		return nil
 	}
-	j.overlay, j.folding, j.bytes = make(map[string]*histLatest, len(old)), old, 0
+	j.overlay, j.folding, j.bytes = newHistWindow(len(old.keys)), old, 0
 	j.mu.Unlock()
 
-	b := d.newBatch()
-	for k, e := range old {
-		if e.del {
-			_ = b.Delete([]byte(k), nil)
-		} else {
-			_ = b.Set([]byte(k), e.val, nil)
+	n := 0
+	var err error
+	if upto > from {
+		b := d.newBatch()
+		for k, e := range old.keys {
+			switch {
+			case e.clean:
+				continue
+			case e.del:
+				_ = b.Delete(unsafe.Slice(unsafe.StringData(k), len(k)), nil)
+			default:
+				_ = b.Set(unsafe.Slice(unsafe.StringData(k), len(k)), e.val, nil)
+			}
+			n++
 		}
+		_ = b.DeleteRange(histLogKey(0), histLogKey(upto+1), nil)
+		err = d.commitBehind(b)
 	}
-	_ = b.DeleteRange(histLogKey(0), histLogKey(upto+1), nil)
-	err := d.commitBehind(b)
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.folding = nil
 	if err != nil {
-		for k, e := range old {
-			if _, newer := j.overlay[k]; !newer {
-				j.overlay[k] = e
+		// Back into the window, under what changed since.
+		for k, e := range old.keys {
+			if _, newer := j.overlay.keys[k]; !newer {
+				j.overlay.keys[k] = e
 			}
 		}
 		return fmt.Errorf("fold device history journal: %w", err)
 	}
+	j.folded = upto
+	j.foldedKeys.Add(uint64(n))
 	return nil
 }
 
@@ -280,9 +429,9 @@ func (d *DB) replayHistJournal() error {
 		return err
 	}
 	j.mu.Lock()
-	j.overlay, j.folding, j.bytes, j.lastFold = nil, nil, 0, time.Now()
+	j.overlay, j.folding, j.bytes, j.windowStart = newHistWindow(0), nil, 0, time.Now()
 	j.seq = max(j.seq, last)
-	j.applied = j.seq
+	j.applied, j.folded = j.seq, j.seq
 	j.mu.Unlock()
 	if entries == 0 {
 		return nil
