@@ -69,32 +69,62 @@ const (
 	histFoldBytes = 8 << 20  // journal bytes in the window
 )
 
-// histLatest is a key changed in the window: written in place (clean), or
-// journalled with its newest value (a slice of the journal entry it came
-// in) or delete.
+// histLatest is the newest value of a journalled key (a slice of the
+// journal entry it came in), or its delete.
 type histLatest struct {
-	val   []byte
-	del   bool
-	clean bool
+	val []byte
+	del bool
 }
 
-// histWindow is the overlay of one window. Its keys and entries come from
-// chunks it drops as a whole at the fold, so a change allocates nothing of
-// its own.
+// histWindow is the overlay of one window: a Bloom filter of the keys
+// changed in it (a false positive only sends a key to the journal, which is
+// always safe) and the newest version of the journalled ones. Its keys and
+// entries come from chunks it drops as a whole at the fold, so a change
+// allocates nothing of its own.
 type histWindow struct {
-	keys    map[string]*histLatest
-	arena   []byte       // the current chunk of key bytes
-	entries []histLatest // the current chunk of entries
+	seen     []uint64 // histBloomBits bits
+	distinct int      // changes that set a new bit: about the keys changed
+	keys     map[string]*histLatest
+	arena    []byte       // the current chunk of key bytes
+	entries  []histLatest // the current chunk of entries
 }
 
-const histChunk = 1024
+// histBloomBits sizes each window's filter: 128 KiB, two bits per key, so
+// at histFoldKeys keys about 1.3% of first changes go to the journal.
+const (
+	histBloomBits = 1 << 20
+	histChunk     = 1024
+)
 
-func newHistWindow(size int) *histWindow {
-	return &histWindow{keys: make(map[string]*histLatest, size)}
+func newHistWindow() *histWindow {
+	return &histWindow{seen: make([]uint64, histBloomBits/64), keys: make(map[string]*histLatest)}
 }
 
-// add names k in the window, with a new clean entry.
-func (w *histWindow) add(k []byte) *histLatest {
+func bloomBits(h uint64) (uint64, uint64) {
+	return h & (histBloomBits - 1), (h >> 32) & (histBloomBits - 1)
+}
+
+// has reports whether the key of hash h may have changed in the window.
+func (w *histWindow) has(h uint64) bool {
+	a, b := bloomBits(h)
+	return w.seen[a/64]&(1<<(a%64)) != 0 && w.seen[b/64]&(1<<(b%64)) != 0
+}
+
+// mark notes that the key of hash h changed in the window.
+func (w *histWindow) mark(h uint64) {
+	a, b := bloomBits(h)
+	if w.seen[a/64]&(1<<(a%64)) == 0 || w.seen[b/64]&(1<<(b%64)) == 0 {
+		w.distinct++
+	}
+	w.seen[a/64] |= 1 << (a % 64)
+	w.seen[b/64] |= 1 << (b % 64)
+}
+
+// entry returns k's journalled entry, making one.
+func (w *histWindow) entry(k []byte) *histLatest {
+	if e, ok := w.keys[string(k)]; ok {
+		return e
+	}
 	if len(w.arena)+len(k) > cap(w.arena) {
 		w.arena = make([]byte, 0, max(histChunk*64, len(k)))
 	}
@@ -103,7 +133,7 @@ func (w *histWindow) add(k []byte) *histLatest {
 	if len(w.entries) == cap(w.entries) {
 		w.entries = make([]histLatest, 0, histChunk)
 	}
-	w.entries = append(w.entries, histLatest{clean: true})
+	w.entries = append(w.entries, histLatest{})
 	e := &w.entries[len(w.entries)-1]
 	w.keys[unsafe.String(&w.arena[off], len(k))] = e
 	return e
@@ -115,10 +145,8 @@ type histJournal struct {
 	// replay of a reopen.
 	writeMu sync.Mutex
 	seq     uint64 // the last journal entry written (under writeMu)
-	// Scratch of WriteHist (under writeMu).
-	seed   maphash.Seed
-	inCall map[uint64]struct{} // hashes of the keys of the call so far
-	plan   []histPlanned
+	seed    maphash.Seed
+	direct  []bool // scratch of WriteHist (under writeMu): each change in place?
 
 	// foldMu runs one fold at a time.
 	foldMu sync.Mutex
@@ -134,15 +162,6 @@ type histJournal struct {
 	windowStart     time.Time // when the window began
 
 	changes, foldedKeys atomic.Uint64 // WriteStats
-}
-
-// histPlanned is one change of a WriteHist call: written in place, or
-// journalled with its value at val0:val1 of the entry.
-type histPlanned struct {
-	key        []byte
-	direct     bool
-	del        bool
-	val0, val1 int
 }
 
 func histLogKey(seq uint64) []byte {
@@ -227,110 +246,101 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 	j := &d.hist
 	j.writeMu.Lock()
 	defer j.writeMu.Unlock()
-	if j.inCall == nil {
-		j.seed, j.inCall = maphash.MakeSeed(), map[uint64]struct{}{}
-	}
-	// Plan: a key goes in place when neither the window nor this call has
-	// changed it yet. A hash collision within the call only sends a key to
-	// the journal, which is always safe.
-	clear(j.inCall)
-	plan := j.plan[:0]
+	// Plan: a key goes in place when neither the window (nor the one being
+	// folded) nor this call has changed it yet; marking it at once sends
+	// its next change in the call to the journal. A change that fails to
+	// commit leaves its mark, which only sends the key to the journal.
+	direct := j.direct[:0]
+	size := 1
 	j.mu.Lock()
 	for _, w := range ws {
+		size += len(w.buf) + 2*binary.MaxVarintLen32*len(w.ops)
 		for _, op := range w.ops {
-			k := w.buf[op.k0:op.k1]
-			h := maphash.Bytes(j.seed, k)
-			_, again := j.inCall[h]
-			j.inCall[h] = struct{}{}
-			p := histPlanned{key: k, del: op.del, direct: !again && !j.inWindow(k)}
-			if !op.del {
-				p.val0, p.val1 = op.v0, op.v1 // for now, offsets into w.buf
-			}
-			plan = append(plan, p)
+			h := maphash.Bytes(j.seed, w.buf[op.k0:op.k1])
+			in := j.overlay.has(h) || j.folding != nil && j.folding.has(h)
+			j.overlay.mark(h)
+			direct = append(direct, !in)
 		}
 	}
 	j.mu.Unlock()
+	j.direct = direct
 
 	b := d.newBatch()
 	var val []byte
 	i := 0
 	for _, w := range ws {
 		for _, op := range w.ops {
-			p := &plan[i]
-			i++
+			k := w.buf[op.k0:op.k1]
 			var v []byte
 			if !op.del {
 				v = w.buf[op.v0:op.v1]
 			}
 			switch {
-			case p.direct && op.del:
-				_ = b.Delete(p.key, nil)
-			case p.direct:
-				_ = b.Set(p.key, v, nil)
-			default:
+			case !direct[i]:
 				if val == nil {
-					val = append(make([]byte, 0, 4096), histLogVersion)
+					val = append(make([]byte, 0, size), histLogVersion)
 				}
-				val = appendHistChange(val, p.key, v, op.del)
-				p.val0, p.val1 = len(val)-len(v), len(val)
+				val = appendHistChange(val, k, v, op.del)
+			case op.del:
+				_ = b.Delete(k, nil)
+			default:
+				_ = b.Set(k, v, nil)
 			}
+			i++
 		}
 	}
 	if val != nil {
 		_ = b.Set(histLogKey(j.seq+1), val, nil)
 	}
-	err := d.commitBehind(b)
-	j.plan = plan[:0]
-	if err != nil {
-		clear(plan)
+	if err := d.commitBehind(b); err != nil {
 		return err
 	}
-	if val != nil {
-		j.seq++
+	j.changes.Add(uint64(len(direct)))
+	if val == nil {
+		j.mu.Lock()
+		due := j.dueLocked()
+		j.mu.Unlock()
+		d.foldIf(due)
+		return nil
 	}
+	j.seq++
 
+	// The journalled changes into the overlay, their values slices of val
+	// (which was checked as it was built).
 	j.mu.Lock()
-	for i := range plan {
-		p := &plan[i]
-		e, ok := j.overlay.keys[string(p.key)]
-		if !ok {
-			e = j.overlay.add(p.key)
-		}
-		if !p.direct {
-			e.clean, e.del, e.val = false, p.del, nil
-			if !p.del {
-				e.val = val[p.val0:p.val1:p.val1]
-			}
-		}
-	}
+	// (A fold may have begun a new window since the plan: its filter must
+	// name the key too, or the key's next change would go in place and then
+	// be overwritten by this one's fold.)
+	_ = parseHistLog(val, func(k, v []byte, del bool) {
+		j.overlay.mark(maphash.Bytes(j.seed, k))
+		e := j.overlay.entry(k)
+		e.val, e.del = v, del
+	})
 	j.applied = j.seq
 	j.bytes += len(val)
-	due := len(j.overlay.keys) >= histFoldKeys || j.bytes >= histFoldBytes || time.Since(j.windowStart) >= histFoldEvery
+	due := j.dueLocked()
 	j.mu.Unlock()
-	clear(plan)
-	j.changes.Add(uint64(len(plan)))
-	if due && j.foldMu.TryLock() {
-		go func() {
-			defer j.foldMu.Unlock()
-			if err := d.foldOverlay(); err != nil {
-				d.log.Log(context.Background(), d.failLevel(), "storage: device history fold failed; the journal keeps the changes", "err", err)
-			}
-		}()
-	}
+	d.foldIf(due)
 	return nil
 }
 
-// inWindow reports whether the window (or the one being folded) changed k
-// (j.mu held).
-func (j *histJournal) inWindow(k []byte) bool {
-	if _, ok := j.overlay.keys[string(k)]; ok {
-		return true
+// dueLocked reports whether the window is over (j.mu held).
+func (j *histJournal) dueLocked() bool {
+	return j.overlay.distinct >= histFoldKeys || j.bytes >= histFoldBytes || time.Since(j.windowStart) >= histFoldEvery
+}
+
+// foldIf starts a fold in the background when due and none is running.
+func (d *DB) foldIf(due bool) {
+	j := &d.hist
+	if !due || !j.foldMu.TryLock() {
+		return
 	}
-	if j.folding != nil {
-		_, ok := j.folding.keys[string(k)]
-		return ok
-	}
-	return false
+	go func() {
+		defer j.foldMu.Unlock()
+		if err := d.foldOverlay(); err != nil {
+			d.log.Log(context.Background(), d.failLevel(), "storage: device history fold failed; the journal keeps the changes", "err", err)
+		}
+	}()
 }
 
 // histLoad reads key from the overlay: found says whether the journal
@@ -343,7 +353,7 @@ func (d *DB) histLoad(key []byte) (val []byte, deleted, found bool) {
 	if !ok && j.folding != nil {
 		e, ok = j.folding.keys[string(key)]
 	}
-	if !ok || e.clean {
+	if !ok {
 		return nil, false, false // the record's own key has the newest
 	}
 	if e.del {
@@ -369,27 +379,22 @@ func (d *DB) foldOverlay() error {
 	j.mu.Lock()
 	old, upto, from := j.overlay, j.applied, j.folded
 	j.windowStart = time.Now()
-	if len(old.keys) == 0 {
+	if old.distinct == 0 {
 		j.mu.Unlock()
 		return nil
 	}
-	j.overlay, j.folding, j.bytes = newHistWindow(len(old.keys)), old, 0
+	j.overlay, j.folding, j.bytes = newHistWindow(), old, 0
 	j.mu.Unlock()
 
-	n := 0
 	var err error
 	if upto > from {
 		b := d.newBatch()
 		for k, e := range old.keys {
-			switch {
-			case e.clean:
-				continue
-			case e.del:
+			if e.del {
 				_ = b.Delete(unsafe.Slice(unsafe.StringData(k), len(k)), nil)
-			default:
+			} else {
 				_ = b.Set(unsafe.Slice(unsafe.StringData(k), len(k)), e.val, nil)
 			}
-			n++
 		}
 		_ = b.DeleteRange(histLogKey(0), histLogKey(upto+1), nil)
 		err = d.commitBehind(b)
@@ -405,10 +410,13 @@ func (d *DB) foldOverlay() error {
 				j.overlay.keys[k] = e
 			}
 		}
+		for i, w := range old.seen {
+			j.overlay.seen[i] |= w
+		}
 		return fmt.Errorf("fold device history journal: %w", err)
 	}
 	j.folded = upto
-	j.foldedKeys.Add(uint64(n))
+	j.foldedKeys.Add(uint64(len(old.keys)))
 	return nil
 }
 
@@ -429,7 +437,8 @@ func (d *DB) replayHistJournal() error {
 		return err
 	}
 	j.mu.Lock()
-	j.overlay, j.folding, j.bytes, j.windowStart = newHistWindow(0), nil, 0, time.Now()
+	j.overlay, j.folding, j.bytes, j.windowStart = newHistWindow(), nil, 0, time.Now()
+	j.seed = maphash.MakeSeed()
 	j.seq = max(j.seq, last)
 	j.applied, j.folded = j.seq, j.seq
 	j.mu.Unlock()
