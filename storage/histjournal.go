@@ -251,15 +251,20 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 	// its next change in the call to the journal. A change that fails to
 	// commit leaves its mark, which only sends the key to the journal.
 	direct := j.direct[:0]
-	size := 1
+	size := 1 // of the journal entry: its values stay in the overlay, so no spare room
 	j.mu.Lock()
 	for _, w := range ws {
-		size += len(w.buf) + 2*binary.MaxVarintLen32*len(w.ops)
 		for _, op := range w.ops {
 			h := maphash.Bytes(j.seed, w.buf[op.k0:op.k1])
 			in := j.overlay.has(h) || j.folding != nil && j.folding.has(h)
 			j.overlay.mark(h)
 			direct = append(direct, !in)
+			if in {
+				size += 1 + 2*binary.MaxVarintLen32 + op.k1 - op.k0
+				if !op.del {
+					size += op.v1 - op.v0
+				}
+			}
 		}
 	}
 	j.mu.Unlock()
