@@ -155,3 +155,96 @@ func TestCrashIntervalLossBounded(t *testing.T) {
 		t.Fatalf("lost %d acknowledged calls, more than the %d acknowledged in the last %v + %v before the kill", loss, bound, interval, crashSlack)
 	}
 }
+
+// TestCrashDeviceHistoryBounded: device history is durable within the same
+// bound as the counts. Workers collect a device event and evaluate it with
+// an accountId, each a new visit of one device; a SIGKILL lands at a random
+// moment (before or after the history journal's first fold, which comes
+// within seconds), and after the restart the device's customer_history
+// visits cover every visit acknowledged before the last interval (plus
+// crashSlack) and never exceed what was acknowledged plus what was in
+// flight.
+func TestCrashDeviceHistoryBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test skipped in -short mode")
+	}
+	const interval = 10 * time.Millisecond
+	s := Start(t, bin, "--sync-interval", interval.String())
+	a := s.CreateAccount(t, map[string]any{"email": "histcrash@example.com", "plan": "growth"})
+	tok := collectToken(t, s, a.PublishableKey, "73.0.0.9", nil)
+	signals := fixtureSignals(t, "chrome_desktop_windows", a.PublishableKey)
+	const workers = 8
+	start := time.Now()
+	var unanswered atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	acks := make([][]time.Duration, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// A new address each time: collection is limited per address.
+				addr := fmt.Sprintf("73.%d.%d.%d", 10+w, i/250%250, i%250+1)
+				r, err := s.try(Req{Method: "POST", Path: "/v1/collect/device", Body: signals, Header: map[string]string{"X-Forwarded-For": addr}})
+				if err != nil {
+					return // the server is gone before the visit began
+				}
+				var ev struct {
+					ID string `json:"event_id"`
+				}
+				if r.Status != 200 || jsonUnmarshal(r.Body, &ev) != nil || ev.ID == "" {
+					t.Errorf("collect device: %d %s", r.Status, r.Body)
+					return
+				}
+				r, err = s.try(Req{Method: "POST", Path: "/v1/evaluate", Bearer: a.LiveKey,
+					Body: map[string]any{"token": tok, "fingerprintEventId": ev.ID, "accountId": fmt.Sprintf("user-%d-%d", w, i)}})
+				if err != nil {
+					unanswered.Add(1)
+					return
+				}
+				if r.Status == 200 {
+					acks[w] = append(acks[w], time.Since(start))
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Duration(500+rand.IntN(3000)) * time.Millisecond)
+	kill := time.Since(start)
+	s.Kill()
+	close(stop)
+	wg.Wait()
+	var all []time.Duration
+	for _, ts := range acks {
+		all = append(all, ts...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	if len(all) == 0 {
+		t.Fatal("no visit was acknowledged before the kill")
+	}
+	s.start()
+	ev := collectDevice(t, s, a.PublishableKey, "73.0.0.9", "chrome_desktop_windows")
+	st, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": ev, "accountId": "after"})
+	d, _ := m["device"].(map[string]any)
+	ch, _ := d["customer_history"].(map[string]any)
+	if st != 200 || ch == nil {
+		t.Fatalf("after the restart: %d %v", st, m)
+	}
+	stored := int64(ch["visits"].(float64)) - 1
+	n := int64(len(all))
+	loss := max(n-stored, 0)
+	bound := ackedSince(all, kill-interval-crashSlack)
+	t.Logf("killed at %v: acknowledged %d visits, stored after restart %d, lost %d (%d in the last %v, %d in flight)",
+		kill.Round(time.Millisecond), n, stored, loss, ackedSince(all, kill-interval), interval, unanswered.Load())
+	if stored > n+unanswered.Load() {
+		t.Fatalf("%d visits stored, above the %d acknowledged plus %d in flight", stored, n, unanswered.Load())
+	}
+	if loss > bound {
+		t.Fatalf("lost %d acknowledged visits, more than the %d acknowledged in the last %v + %v before the kill", loss, bound, interval, crashSlack)
+	}
+}
