@@ -51,7 +51,10 @@
 // Options.SyncInterval, 10 ms by default) the client asks every shard with
 // changes to encode them as one write (storage.HistWrite), and one group
 // committer stores the writes of all shards as one batch before the sync
-// runs. A record that changed many times in an interval is written once.
+// runs. A record that changed many times in an interval is written once,
+// and one that changes again in the next few seconds goes into the store's
+// history journal and is written in its own place once per window
+// (storage.WriteHist).
 // A crash (kill -9, power loss) loses at most the changes of the last
 // interval (plus the time one flush and sync take), the same bound as the
 // usage counts, and nothing older. Shards load a record on first touch after
