@@ -32,40 +32,23 @@ func crashLoad(t *testing.T, s *Server) crashCounts {
 	const workers = 16
 	start := time.Now()
 	var lost atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	times := make([][2][]time.Duration, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				kind, req := 0, Req{Method: "POST", Path: "/v1/evaluate", Bearer: a.LiveKey, Body: map[string]any{}}
-				if (w+i)%4 == 0 {
-					kind, req = 1, Req{Method: "GET", Path: "/v1/lookup/8.8.8.8", Bearer: a.LiveKey}
-				}
-				r, err := s.try(req)
-				if err != nil {
-					lost.Add(1)
-					return // the server is gone
-				}
-				if r.Status == 200 {
-					times[w][kind] = append(times[w][kind], time.Since(start))
-				}
-			}
-		}()
-	}
-	time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
 	var c crashCounts
-	c.kill = time.Since(start)
-	s.Kill()
-	close(stop)
-	wg.Wait()
+	c.kill = killUnderLoad(s, start, workers, time.Duration(300+rand.IntN(700))*time.Millisecond, func(w, i int) bool {
+		kind, req := 0, Req{Method: "POST", Path: "/v1/evaluate", Bearer: a.LiveKey, Body: map[string]any{}}
+		if (w+i)%4 == 0 {
+			kind, req = 1, Req{Method: "GET", Path: "/v1/lookup/8.8.8.8", Bearer: a.LiveKey}
+		}
+		r, err := s.try(req)
+		if err != nil {
+			lost.Add(1)
+			return false // the server is gone
+		}
+		if r.Status == 200 {
+			times[w][kind] = append(times[w][kind], time.Since(start))
+		}
+		return true
+	})
 	for _, ts := range times {
 		for k := range ts {
 			c.acks[k] = append(c.acks[k], ts[k]...)
@@ -82,6 +65,36 @@ func crashLoad(t *testing.T, s *Server) crashCounts {
 	u := s.Do(t, Req{Path: "/v1/usage", Bearer: a.LiveKey}).JSON(t)
 	c.stored = [2]int64{num(t, u, "month_used"), num(t, u, "month_lookups_used")}
 	return c
+}
+
+// killUnderLoad runs call(w, i) on workers goroutines, each until it
+// returns false, kills the server with SIGKILL after the given time, and
+// waits for the workers; it returns the moment of the kill since start.
+func killUnderLoad(s *Server, start time.Time, workers int, after time.Duration, call func(w, i int) bool) time.Duration {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if !call(w, i) {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(after)
+	kill := time.Since(start)
+	s.Kill()
+	close(stop)
+	wg.Wait()
+	return kill
 }
 
 // all merges both kinds' acknowledgements, in time order.
@@ -176,49 +189,32 @@ func TestCrashDeviceHistoryBounded(t *testing.T) {
 	const workers = 8
 	start := time.Now()
 	var unanswered atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	acks := make([][]time.Duration, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// A new address each time: collection is limited per address.
-				addr := fmt.Sprintf("73.%d.%d.%d", 10+w, i/250%250, i%250+1)
-				r, err := s.try(Req{Method: "POST", Path: "/v1/collect/device", Body: signals, Header: map[string]string{"X-Forwarded-For": addr}})
-				if err != nil {
-					return // the server is gone before the visit began
-				}
-				var ev struct {
-					ID string `json:"event_id"`
-				}
-				if r.Status != 200 || jsonUnmarshal(r.Body, &ev) != nil || ev.ID == "" {
-					t.Errorf("collect device: %d %s", r.Status, r.Body)
-					return
-				}
-				r, err = s.try(Req{Method: "POST", Path: "/v1/evaluate", Bearer: a.LiveKey,
-					Body: map[string]any{"token": tok, "fingerprintEventId": ev.ID, "accountId": fmt.Sprintf("user-%d-%d", w, i)}})
-				if err != nil {
-					unanswered.Add(1)
-					return
-				}
-				if r.Status == 200 {
-					acks[w] = append(acks[w], time.Since(start))
-				}
-			}
-		}()
-	}
-	time.Sleep(time.Duration(500+rand.IntN(3000)) * time.Millisecond)
-	kill := time.Since(start)
-	s.Kill()
-	close(stop)
-	wg.Wait()
+	kill := killUnderLoad(s, start, workers, time.Duration(500+rand.IntN(3000))*time.Millisecond, func(w, i int) bool {
+		// A new address each time: collection is limited per address.
+		addr := fmt.Sprintf("73.%d.%d.%d", 10+w, i/250%250, i%250+1)
+		r, err := s.try(Req{Method: "POST", Path: "/v1/collect/device", Body: signals, Header: map[string]string{"X-Forwarded-For": addr}})
+		if err != nil {
+			return false // the server is gone before the visit began
+		}
+		var ev struct {
+			ID string `json:"event_id"`
+		}
+		if r.Status != 200 || jsonUnmarshal(r.Body, &ev) != nil || ev.ID == "" {
+			t.Errorf("collect device: %d %s", r.Status, r.Body)
+			return false
+		}
+		r, err = s.try(Req{Method: "POST", Path: "/v1/evaluate", Bearer: a.LiveKey,
+			Body: map[string]any{"token": tok, "fingerprintEventId": ev.ID, "accountId": fmt.Sprintf("user-%d-%d", w, i)}})
+		if err != nil {
+			unanswered.Add(1)
+			return false
+		}
+		if r.Status == 200 {
+			acks[w] = append(acks[w], time.Since(start))
+		}
+		return true
+	})
 	var all []time.Duration
 	for _, ts := range acks {
 		all = append(all, ts...)
