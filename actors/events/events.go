@@ -155,6 +155,11 @@ type Resolve struct {
 	Now     time.Time
 	// Peek finds the event without counting a use (Client.Peek).
 	Peek bool
+	// Deadline, when set, is when a resolve that must ask another node
+	// (cluster mode) gives up, so the facts fail open: an account's owner
+	// resolving for a caller that waits for it answers within the caller's
+	// deadline. The local actors ignore it.
+	Deadline time.Time
 }
 
 // Resolved is Resolve's answer.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -127,6 +128,7 @@ func (s *Server) ownerWork(ctx context.Context, r *EvaluateRequest) (quota.Charg
 	c.Now = s.cfg.Now()
 	if w.Resolve != nil {
 		w.Resolve.Now = c.Now
+		w.Resolve.Deadline = factsDeadline(ctx)
 	}
 	if w.Observe != nil {
 		w.Observe.Now = c.Now
@@ -265,4 +267,17 @@ func factsOf(m *Facts) (devicehist.Facts, error) {
 		Account:        m.Account, DeviceAccounts24h: int(m.DeviceAccounts_24H), AccountDevices24h: int(m.AccountDevices_24H),
 		IPAccounts24h: int(m.IpAccounts_24H), IPCounted: m.IpCounted, NewDevice: m.NewDevice, RelatedAccounts90d: int(m.RelatedAccounts_90D),
 	}, nil
+}
+
+// factsDeadline is when the owner stops waiting for an event stored on a
+// third node: three quarters into what is left of its caller's deadline, so
+// that its answer (the charge, with the event's fact failed open) still
+// reaches the caller in time rather than the whole call failing as 503.
+// Zero when the caller set no deadline.
+func factsDeadline(ctx context.Context) time.Time {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	return dl.Add(-time.Until(dl) / 4)
 }

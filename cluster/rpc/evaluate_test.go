@@ -344,3 +344,79 @@ func TestLeasedRestLostReply(t *testing.T) {
 		t.Fatal("a rest whose reply was lost was observed here, or counted as completed")
 	}
 }
+
+// slowNode holds every Resolve until its caller gives up (a third node
+// that stores the event and hangs).
+type slowNode struct{ UnimplementedNodeServer }
+
+func (slowNode) Resolve(ctx context.Context, _ *ResolveRequest) (*ResolveReply, error) {
+	<-ctx.Done()
+	return nil, status.Error(codes.DeadlineExceeded, "too late")
+}
+
+// TestEvaluateThirdNodeHangs: the owner resolving an event stored on a
+// third node that hangs gives up in time for its own answer to reach the
+// caller: the charge stands and only the event's fact fails open, instead
+// of the whole call timing out into a 503.
+func TestEvaluateThirdNodeHangs(t *testing.T) {
+	listen := func(ns NodeServer) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := grpc.NewServer()
+		RegisterNodeServer(g, ns)
+		go g.Serve(l)
+		t.Cleanup(g.Stop)
+		return l.Addr().String()
+	}
+	slow := listen(slowNode{})
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	ownerQuota := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	t.Cleanup(func() { ownerQuota.Stop() })
+	ownerEvents := events.New(sys.Root, events.Config{Shards: 2, Node: NodeRoute("a"), Logger: quietLog})
+	t.Cleanup(func() { ownerEvents.Stop() })
+	// The owner's view of the other members, for resolving: c at slow.
+	// Every member has the same per-call timeout, the caller's included.
+	peers, err := NewQuota(QuotaConfig{Local: ownerQuota, Owners: &fakeOwners{self: "a", owner: "c", addrs: map[string]string{"c": slow}}, Timeout: 2 * time.Second, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(peers.Close)
+	hist := &fakeHistory{}
+	s, err := NewServer(ServerConfig{Quota: ownerQuota, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Now: func() time.Time { return testNow },
+		Owner: &checks.OwnerParts{Quota: ownerQuota, Events: peers.Events(ownerEvents), History: hist}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := listen(s)
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	t.Cleanup(func() { local.Stop() })
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": owner}}, Timeout: 2 * time.Second, Workers: 2, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Close)
+	q.SetOwner(&checks.OwnerParts{Quota: local, History: &fakeHistory{}})
+	// An event id that names c as the node that stored it.
+	atC := events.New(sys.Root, events.Config{Shards: 1, Node: NodeRoute("c"), Logger: quietLog})
+	t.Cleanup(func() { atC.Stop() })
+	id, err := atC.Collect(events.Collected{Account: capped.Account, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor-c", Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &ownerStep{c: capped, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{
+		Resolve: &events.Resolve{ID: id, Account: capped.Account, Now: testNow},
+		Observe: &devicehist.Observation{Customer: capped.Account, AccountID: "alice", Now: testNow}}}
+	q.ChargeThen(st)
+	r := <-st.out
+	if st.charged || r.ChargeErr != nil || !r.Charge.Allowed {
+		t.Fatalf("the charge did not stand: %+v (answered by Charged: %v)", r, st.charged)
+	}
+	if r.EventErr == nil || r.Resolved.Found {
+		t.Fatalf("the event's fact did not fail open: %+v", r)
+	}
+	if got := hist.observed(); len(got) != 1 || got[0].AccountID != "alice" {
+		t.Fatalf("the owner observed %+v", got)
+	}
+}

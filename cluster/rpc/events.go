@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -164,7 +165,15 @@ func (e *Events) resolveAt(id string, m *events.Resolve) (events.Resolved, error
 	if err != nil {
 		return events.Resolved{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.q.cfg.Timeout)
+	timeout := e.q.cfg.Timeout
+	if !m.Deadline.IsZero() {
+		left := time.Until(m.Deadline)
+		if left <= 0 {
+			return events.Resolved{}, fmt.Errorf("device event at node %s: %w", id, context.DeadlineExceeded)
+		}
+		timeout = min(timeout, left)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	e.q.remote.Add(1)
 	rep, err := p.cli.Resolve(ctx, &ResolveRequest{Version: version, Id: m.ID[:], Account: m.Account, Peek: m.Peek})
