@@ -133,8 +133,9 @@ func BenchmarkLiveWrites(b *testing.B) {
 	b.ReportMetric(float64(processCPU()-cpu0)/1e3/n, "cpu-µs/eval")
 	b.ReportMetric(float64(after.Commits-before.Commits)/n, "commits/eval")
 	b.ReportMetric(float64(after.Keys-before.Keys)/n, "keys/eval")
+	b.ReportMetric(float64(after.HistJournalled-before.HistJournalled)/float64(max(after.HistChanges-before.HistChanges, 1)), "hist-journalled/change")
 	if f := after.HistFolded - before.HistFolded; f > 0 {
-		b.ReportMetric(float64(after.HistChanges-before.HistChanges)/float64(f), "hist-changes/folded")
+		b.ReportMetric(float64(after.HistJournalled-before.HistJournalled)/float64(f), "hist-journalled/folded")
 	}
 	b.ReportMetric(float64(after.Syncs-before.Syncs)/n, "syncs/eval")
 	m := db.PebbleMetrics()

@@ -365,17 +365,19 @@ type WriteStats struct {
 	// LateSyncs counts the usage commits that synced themselves because
 	// the group sync ran late (Interval mode; see catchUp).
 	LateSyncs uint64
-	// HistChanges counts the device-history key changes WriteHist was given;
-	// HistFolded the keys the journal's folds wrote in place (each key
-	// journalled in a window, once). See histjournal.go.
-	HistChanges, HistFolded uint64
+	// HistChanges counts the device-history key changes WriteHist was given,
+	// HistJournalled those of them that went into the journal, HistFolded
+	// the keys the journal's folds wrote in place (each journalled key once
+	// per window): HistJournalled − HistFolded writes saved. See
+	// histjournal.go.
+	HistChanges, HistJournalled, HistFolded uint64
 }
 
 // WriteStats reports the writes so far: divide a difference of two readings
 // by the calls made in between to get writes per call.
 func (d *DB) WriteStats() WriteStats {
 	return WriteStats{Commits: d.commits.Load(), Keys: d.keys.Load(), Syncs: d.syncs.Load(), LateSyncs: d.lateSyncs.Load(),
-		HistChanges: d.hist.changes.Load(), HistFolded: d.hist.foldedKeys.Load()}
+		HistChanges: d.hist.changes.Load(), HistJournalled: d.hist.journalled.Load(), HistFolded: d.hist.foldedKeys.Load()}
 }
 
 // Metrics is Pebble's own account of the store (levels, compactions, write

@@ -161,7 +161,7 @@ type histJournal struct {
 	bytes           int       // journal bytes in the window
 	windowStart     time.Time // when the window began
 
-	changes, foldedKeys atomic.Uint64 // WriteStats
+	changes, journalled, foldedKeys atomic.Uint64 // WriteStats
 }
 
 func histLogKey(seq uint64) []byte {
@@ -309,6 +309,7 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 		return nil
 	}
 	j.seq++
+	journalled := 0
 
 	// The journalled changes into the overlay, their values slices of val
 	// (which was checked as it was built).
@@ -320,7 +321,9 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 		j.overlay.mark(maphash.Bytes(j.seed, k))
 		e := j.overlay.entry(k)
 		e.val, e.del = v, del
+		journalled++
 	})
+	j.journalled.Add(uint64(journalled))
 	j.applied = j.seq
 	j.bytes += len(val)
 	due := j.dueLocked()

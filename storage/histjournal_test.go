@@ -114,8 +114,8 @@ func TestHistJournalWritesRepeatsOnce(t *testing.T) {
 	if d := db.WriteStats().Keys - before.Keys; d != 1+19+1 {
 		t.Fatalf("the fold wrote %d keys", d)
 	}
-	if s := db.WriteStats(); s.HistChanges != 3+19*3+4 || s.HistFolded != 1+19 {
-		t.Fatalf("changes %d, folded %d", s.HistChanges, s.HistFolded)
+	if s := db.WriteStats(); s.HistChanges != 3+19*3+4 || s.HistJournalled != 19*2 || s.HistFolded != 1+19 {
+		t.Fatalf("changes %d, journalled %d, folded %d", s.HistChanges, s.HistJournalled, s.HistFolded)
 	}
 	if n := journalEntries(t, db); n != 0 {
 		t.Fatalf("%d journal entries after the fold", n)

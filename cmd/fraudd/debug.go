@@ -37,8 +37,8 @@ func debugMux(db *storage.DB) *http.ServeMux {
 		mux.HandleFunc("/debug/storage", func(w http.ResponseWriter, _ *http.Request) {
 			st := db.WriteStats()
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			fmt.Fprintf(w, "commits %d\nkeys %d\nsyncs %d\nlate_syncs %d\nhist_changes %d\nhist_folded %d\n\n%s",
-				st.Commits, st.Keys, st.Syncs, st.LateSyncs, st.HistChanges, st.HistFolded, db.Metrics())
+			fmt.Fprintf(w, "commits %d\nkeys %d\nsyncs %d\nlate_syncs %d\nhist_changes %d\nhist_journalled %d\nhist_folded %d\n\n%s",
+				st.Commits, st.Keys, st.Syncs, st.LateSyncs, st.HistChanges, st.HistJournalled, st.HistFolded, db.Metrics())
 		})
 	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -88,7 +88,9 @@ func addSources(m *metrics.Metrics, src metricSources) error {
 			Read: one(func() float64 { return float64(src.db.WriteStats().LateSyncs) })},
 		metrics.Source{Name: "store_hist_changes_total", Help: "Device-history key changes written: in place the first time a key changes in a window of a few seconds, through the journal after that.", Type: counter,
 			Read: one(func() float64 { return float64(src.db.WriteStats().HistChanges) })},
-		metrics.Source{Name: "store_hist_folded_total", Help: "Device-history keys the journal's folds wrote in place, each once per window however often it changed; changes_total / (changes written in place + folded_total) is what the journal saves.", Type: counter,
+		metrics.Source{Name: "store_hist_journalled_total", Help: "Device-history key changes that went through the journal.", Type: counter,
+			Read: one(func() float64 { return float64(src.db.WriteStats().HistJournalled) })},
+		metrics.Source{Name: "store_hist_folded_total", Help: "Device-history keys the journal's folds wrote in place, each once per window however often it changed: journalled_total minus folded_total is the writes the journal saved.", Type: counter,
 			Read: one(func() float64 { return float64(src.db.WriteStats().HistFolded) })},
 		metrics.Source{Name: "feed_age_seconds", Help: "Age of each loaded feed's snapshot, from its date (midnight UTC; feeds without a date are not listed).", Type: gauge, Label: "feed",
 			Read: func(emit func(string, float64)) {
