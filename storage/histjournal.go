@@ -465,6 +465,7 @@ func (d *DB) replayHistJournal() error {
 	if err := d.commit(b); err != nil {
 		return fmt.Errorf("fold device history journal: %w", err)
 	}
+	d.log.Info("storage: folded the device history journal left by the last run", "entries", entries, "keys", len(latest))
 	return nil
 }
 
