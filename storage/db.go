@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"os"
@@ -221,6 +222,7 @@ func Open(dir string, o Options) (*DB, error) {
 	d := &DB{dir: dir, fs: o.FS, lock: lock, cache: pebble.NewCache(o.CacheBytes), log: o.Logger,
 		closeWait: o.CloseWait, memTable: o.MemTableBytes, durability: o.Durability, interval: o.SyncInterval, epoch: time.Now(),
 		hooks: map[int]func(){}, stopSync: make(chan struct{}), syncDone: make(chan struct{}), idle: make(chan *commitCall)}
+	d.hist.seed = maphash.MakeSeed()
 	if initialised {
 		d.checkWALTail()
 	}
@@ -238,7 +240,8 @@ func Open(dir string, o Options) (*DB, error) {
 		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
 	}
 	d.h.Store(h)
-	if err := d.replayHistJournal(); err != nil {
+	if err := d.replayHistJournal(h); err != nil {
+		close(d.stopSync) // the writer goroutines the replay started end
 		_ = d.closeHealthy(h)
 		d.cache.Unref()
 		_ = lock.Close()

@@ -193,19 +193,32 @@ func (d *DB) reopen(old *handle) error {
 	if d.h.Load() != old {
 		return nil // replaced meanwhile
 	}
+	// No device-history write or fold may run from the moment the new
+	// instance is current until its journal is replayed: they would act on
+	// an overlay that no longer matches the store (histjournal.go).
+	d.hist.writeMu.Lock()
+	defer d.hist.writeMu.Unlock()
+	d.hist.foldMu.Lock()
+	defer d.hist.foldMu.Unlock()
 	d.retire(old)
 	h, err := d.openHandle(true)
 	if err != nil {
 		return err
 	}
+	// The overlay may hold changes whose journal entries the WAL lost:
+	// it starts over from what the journal kept, before anyone reads.
+	replay, err := d.readHistJournal(h)
+	if err != nil {
+		// Broken, the instance is replaced again at the next probe, which
+		// reads the journal again; until then the store is unavailable.
+		h.breakDown()
+		d.h.Store(h)
+		return err
+	}
+	d.hist.startReplay(replay)
 	d.h.Store(h)
 	d.log.Warn("storage reopened after a fatal write error; synced writes were replayed from the WAL", "instance", h.gen)
-	// The overlay may hold changes whose journal entries the WAL lost:
-	// start it over from what the journal kept.
-	if err := d.replayHistJournal(); err != nil {
-		return d.fail(err)
-	}
-	return nil
+	return d.finishReplay(replay)
 }
 
 // retire fences a broken instance off the files and closes it as far as it
@@ -288,8 +301,11 @@ type iter struct {
 }
 
 // newIter opens an iterator over [lo, hi) on the current instance.
-func (d *DB) newIter(lo, hi []byte) (*iter, error) {
-	h := d.h.Load()
+func (d *DB) newIter(lo, hi []byte) (*iter, error) { return d.newIterOn(d.h.Load(), lo, hi) }
+
+// newIterOn opens an iterator over [lo, hi) on instance h (one not yet
+// current, during a reopen).
+func (d *DB) newIterOn(h *handle, lo, hi []byte) (*iter, error) {
 	if h.broken.Load() {
 		return nil, errBroken
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,7 +213,8 @@ func parseHistLog(b []byte, fn func(key, val []byte, del bool)) error {
 	b = b[1:]
 	field := func(limit uint64) ([]byte, bool) {
 		n, w := binary.Uvarint(b)
-		if w <= 0 || n > limit || n > uint64(len(b)-w) {
+		// A length in its shortest form only, as appendHistChange writes it.
+		if w <= 0 || w != uvarintLen(n) || n > limit || n > uint64(len(b)-w) {
 			return nil, false
 		}
 		f := b[w : w+int(n)]
@@ -240,6 +242,9 @@ func parseHistLog(b []byte, fn func(key, val []byte, del bool)) error {
 	return nil
 }
 
+// uvarintLen is the length of x's shortest uvarint.
+func uvarintLen(x uint64) int { return max(1, (bits.Len64(x)+6)/7) }
+
 // journalHist commits ws's changes, each in place or in the journal, as
 // one batch, and notes them in the overlay. See WriteHist.
 func (d *DB) journalHist(ws []*HistWrite) error {
@@ -250,6 +255,13 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 	// folded) nor this call has changed it yet; marking it at once sends
 	// its next change in the call to the journal. A change that fails to
 	// commit leaves its mark, which only sends the key to the journal.
+	for _, w := range ws {
+		for _, op := range w.ops {
+			if k := w.buf[op.k0:op.k1]; len(k) > maxHistLogKey || !isHistKey(k) || !op.del && op.v1-op.v0 > maxHistLogValue {
+				return fmt.Errorf("device history: a change of a %d-byte key and a %d-byte value", op.k1-op.k0, op.v1-op.v0)
+			}
+		}
+	}
 	direct := j.direct[:0]
 	size := 1 // of the journal entry: its values stay in the overlay, so no spare room
 	j.mu.Lock()
@@ -387,10 +399,11 @@ func (d *DB) foldOverlay() error {
 	j.mu.Lock()
 	old, upto, from := j.overlay, j.applied, j.folded
 	j.windowStart = time.Now()
-	if old.distinct == 0 {
+	if old.distinct == 0 && len(old.keys) == 0 && upto <= from {
 		j.mu.Unlock()
 		return nil
 	}
+	oldBytes := j.bytes
 	j.overlay, j.folding, j.bytes = newHistWindow(), old, 0
 	j.mu.Unlock()
 
@@ -421,6 +434,8 @@ func (d *DB) foldOverlay() error {
 		for i, w := range old.seen {
 			j.overlay.seen[i] |= w
 		}
+		j.overlay.distinct += old.distinct
+		j.bytes += oldBytes
 		return fmt.Errorf("fold device history journal: %w", err)
 	}
 	j.folded = upto
@@ -428,72 +443,100 @@ func (d *DB) foldOverlay() error {
 	return nil
 }
 
-// replayHistJournal folds what the journal of a newly opened instance holds
-// (a crash or a fatal write error cut the last folds short) into the
-// records, synced, and empties the overlay: after it, the records hold
-// everything the WAL kept. A journal entry that does not parse stops it:
-// the store cannot vouch for the records it would have changed.
-func (d *DB) replayHistJournal() error {
-	j := &d.hist
-	j.writeMu.Lock()
-	defer j.writeMu.Unlock()
-	j.foldMu.Lock()
-	defer j.foldMu.Unlock()
+// histReplay is what a journal holds: the newest version of every key it
+// changes, and its last entry.
+type histReplay struct {
+	latest  map[string]histLatest
+	last    uint64
+	entries int
+}
 
-	latest, last, entries, err := d.readHistJournal()
+// replayHistJournal folds what the journal of a newly opened instance h
+// holds (a crash or a fatal write error cut the last folds short) into the
+// records, synced: after it, the records hold everything the WAL kept. A
+// journal entry that does not parse stops it: the store cannot vouch for
+// the records it would have changed.
+func (d *DB) replayHistJournal(h *handle) error {
+	d.hist.writeMu.Lock()
+	defer d.hist.writeMu.Unlock()
+	d.hist.foldMu.Lock()
+	defer d.hist.foldMu.Unlock()
+	r, err := d.readHistJournal(h)
 	if err != nil {
 		return err
 	}
+	d.hist.startReplay(r)
+	return d.finishReplay(r)
+}
+
+// startReplay makes the journal's content the overlay, so that LoadHist
+// reads it until the fold below has written it in place (the caller holds
+// writeMu and foldMu).
+func (j *histJournal) startReplay(r histReplay) {
+	w := newHistWindow()
+	for k, e := range r.latest {
+		kb := unsafe.Slice(unsafe.StringData(k), len(k))
+		w.mark(maphash.Bytes(j.seed, kb))
+		en := w.entry(kb)
+		en.val, en.del = e.val, e.del
+	}
 	j.mu.Lock()
-	j.overlay, j.folding, j.bytes, j.windowStart = newHistWindow(), nil, 0, time.Now()
-	j.seed = maphash.MakeSeed()
-	j.seq = max(j.seq, last)
-	j.applied, j.folded = j.seq, j.seq
-	j.mu.Unlock()
-	if entries == 0 {
-		return nil
-	}
-	b := d.newBatch()
-	for k, e := range latest {
-		if e.del {
-			_ = b.Delete([]byte(k), nil)
-		} else {
-			_ = b.Set([]byte(k), e.val, nil)
+	defer j.mu.Unlock()
+	j.overlay, j.folding, j.bytes, j.windowStart = w, nil, 0, time.Now()
+	j.seq = max(j.seq, r.last)
+	j.applied, j.folded = j.seq, 0
+}
+
+// finishReplay writes the journal's content in place and deletes it,
+// synced, then empties the overlay. If that fails the overlay keeps it, and
+// the next fold writes it (the caller holds writeMu and foldMu).
+func (d *DB) finishReplay(r histReplay) error {
+	j := &d.hist
+	if r.entries > 0 {
+		b := d.newBatch()
+		for k, e := range r.latest {
+			if e.del {
+				_ = b.Delete([]byte(k), nil)
+			} else {
+				_ = b.Set([]byte(k), e.val, nil)
+			}
 		}
+		_ = b.DeleteRange(histLogKey(0), histLogKey(r.last+1), nil)
+		if err := d.commit(b); err != nil {
+			return fmt.Errorf("fold device history journal: %w", err)
+		}
+		d.log.Info("storage: folded the device history journal left by the last run", "entries", r.entries, "keys", len(r.latest))
 	}
-	_ = b.DeleteRange(histLogKey(0), histLogKey(last+1), nil)
-	if err := d.commit(b); err != nil {
-		return fmt.Errorf("fold device history journal: %w", err)
-	}
-	d.log.Info("storage: folded the device history journal left by the last run", "entries", entries, "keys", len(latest))
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.overlay, j.folded = newHistWindow(), j.applied
 	return nil
 }
 
-// readHistJournal reads the journal: the newest version of every key it
-// changes, its last entry and how many entries it holds.
-func (d *DB) readHistJournal() (latest map[string]histLatest, last uint64, entries int, err error) {
-	latest = map[string]histLatest{}
-	it, err := d.newIter([]byte{prefixHistLog}, []byte{prefixHistLog + 1})
+// readHistJournal reads the journal of instance h.
+func (d *DB) readHistJournal(h *handle) (histReplay, error) {
+	r := histReplay{latest: map[string]histLatest{}}
+	it, err := d.newIterOn(h, []byte{prefixHistLog}, []byte{prefixHistLog + 1})
 	if err != nil {
-		return nil, 0, 0, err
+		return r, err
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
 		if len(k) != 9 {
-			return nil, 0, 0, fmt.Errorf("%w: device history journal key %x", ErrCorrupt, k)
+			return r, fmt.Errorf("%w: device history journal key %x", ErrCorrupt, k)
 		}
 		seq := binary.BigEndian.Uint64(k[1:])
 		v, err := it.Value()
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("read device history journal entry %d: %w", seq, err)
+			return r, fmt.Errorf("read device history journal entry %d: %w", seq, err)
 		}
 		if err := parseHistLog(v, func(k, v []byte, del bool) {
-			latest[string(k)] = histLatest{val: append([]byte(nil), v...), del: del}
+			r.latest[string(k)] = histLatest{val: append([]byte(nil), v...), del: del}
 		}); err != nil {
-			return nil, 0, 0, fmt.Errorf("%w: device history journal entry %d: %w", ErrCorrupt, seq, err)
+			return r, fmt.Errorf("%w: device history journal entry %d: %w", ErrCorrupt, seq, err)
 		}
-		last, entries = seq, entries+1
+		r.last, r.entries = seq, r.entries+1
 	}
-	return latest, last, entries, it.Err("iterate device history journal")
+	return r, it.Err("iterate device history journal")
 }

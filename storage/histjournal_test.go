@@ -412,3 +412,136 @@ func TestHistJournalModel(t *testing.T) {
 }
 
 func netipAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)}) }
+
+// TestHistJournalReplayServesNewest: while a replay writes the journal in
+// place, LoadHist reads the journal's values, never the older ones in place.
+func TestHistJournalReplayServesNewest(t *testing.T) {
+	db := openHist(t, vfs.NewMem())
+	defer db.Close()
+	const n = 8000
+	sts := make([]HistStored, n)
+	for round := range 2 { // in place, then journalled
+		var ws []*HistWrite
+		for i := range n {
+			var w HistWrite
+			r := &HistCustomerDevice{Customer: "acc_1", Device: fmt.Sprintf("dev%06d", i), LastSeen: histT0 + int64(round)}
+			sts[i], _ = w.Put(r, sts[i])
+			ws = append(ws, &w)
+		}
+		if err := db.WriteHist(ws); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	stale := 0
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if seen, ok := loadVisits(t, db, fmt.Sprintf("dev%06d", i%n)); !ok || seen != histT0+1 {
+				stale++
+			}
+		}
+	}()
+	err := db.replayHistJournal(db.h.Load())
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale > 0 {
+		t.Fatalf("LoadHist read an older value %d times during the replay", stale)
+	}
+}
+
+// TestHistJournalReopen: a reopen after a fatal write error replays what
+// the journal kept before anything is written or read: an entry whose fold
+// the WAL lost comes back, and a change made after the reopen stays over it.
+func TestHistJournalReopen(t *testing.T) {
+	db := openHist(t, vfs.NewMem())
+	defer db.Close()
+	cd := testCustomerDevice()
+	cd.LastSeen = histT0
+	st := putHist(t, db, cd, HistStored{})
+	cd.LastSeen = histT0 + 1
+	st = putHist(t, db, cd, st) // journal entry 1
+	var w HistWrite
+	if _, err := w.Put(cd, HistStored{}); err != nil {
+		t.Fatal(err)
+	}
+	entry := appendHistLog(nil, []*HistWrite{&w})
+	if err := db.settleHist(); err != nil {
+		t.Fatal(err)
+	}
+	// The fold's batch lost with the WAL's tail: its entry is back, and the
+	// record in place is the first value.
+	b := db.newBatch()
+	_ = b.Set(histLogKey(1), entry, nil)
+	first := *cd
+	first.LastSeen = histT0
+	var w0 HistWrite
+	if _, err := w0.Put(&first, HistStored{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Set(w0.buf[w0.ops[0].k0:w0.ops[0].k1], w0.buf[w0.ops[0].v0:w0.ops[0].v1], nil)
+	if err := db.commit(b); err != nil {
+		t.Fatal(err)
+	}
+	db.h.Load().breakDown()
+	if err := db.Probe(); err != nil {
+		t.Fatal(err)
+	}
+	if seen, ok := loadVisits(t, db, cd.Device); !ok || seen != histT0+1 {
+		t.Fatalf("after the reopen: last seen %d (found %v), want the journal's %d", seen, ok, histT0+1)
+	}
+	if n := journalEntries(t, db); n != 0 {
+		t.Fatalf("%d journal entries after the reopen", n)
+	}
+	cd.LastSeen = histT0 + 2
+	putHist(t, db, cd, st)
+	if err := db.settleHist(); err != nil {
+		t.Fatal(err)
+	}
+	if seen, _ := loadVisits(t, db, cd.Device); seen != histT0+2 {
+		t.Fatalf("a change after the reopen: last seen %d, want %d", seen, histT0+2)
+	}
+}
+
+// TestHistJournalFoldFailure: a fold that fails leaves its window's
+// changes to the next one, which writes them all.
+func TestHistJournalFoldFailure(t *testing.T) {
+	db := openHist(t, vfs.NewMem())
+	defer db.Close()
+	cd := testCustomerDevice()
+	cd.LastSeen = histT0
+	st := putHist(t, db, cd, HistStored{})
+	cd.LastSeen = histT0 + 1
+	st = putHist(t, db, cd, st)
+	h := db.h.Load()
+	h.broken.Store(true) // the fold's commit is refused
+	if err := db.settleHist(); err == nil {
+		t.Fatal("the fold did not fail")
+	}
+	h.broken.Store(false)
+	for i := range 4 {
+		cd.Events = append(cd.Events, uint64(100+i)) // the record alone changes
+		st = putHist(t, db, cd, st)
+	}
+	if _, _, n, err := db.HistKeys(); err != nil || n != 1 {
+		t.Fatalf("%d recent-index entries after the next fold, want 1 (%v)", n, err)
+	}
+	if n := journalEntries(t, db); n != 0 {
+		t.Fatalf("%d journal entries after the next fold", n)
+	}
+	v, err := db.get(appendRecordKey(nil, cd))
+	back := &HistCustomerDevice{}
+	if err != nil || back.Unmarshal(v) != nil || len(back.Events) != len(cd.Events) {
+		t.Fatalf("in place after the next fold: %d events, want %d (%v)", len(back.Events), len(cd.Events), err)
+	}
+}
