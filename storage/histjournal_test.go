@@ -460,17 +460,24 @@ func TestHistJournalReplayServesNewest(t *testing.T) {
 	}
 }
 
+// journalledDevice writes a device record in place (last seen histT0)
+// and then, in the same window, into the journal (histT0+1).
+func journalledDevice(t *testing.T, db *DB) (*HistCustomerDevice, HistStored) {
+	t.Helper()
+	cd := testCustomerDevice()
+	cd.LastSeen = histT0
+	st := putHist(t, db, cd, HistStored{})
+	cd.LastSeen = histT0 + 1
+	return cd, putHist(t, db, cd, st)
+}
+
 // TestHistJournalReopen: a reopen after a fatal write error replays what
 // the journal kept before anything is written or read: an entry whose fold
 // the WAL lost comes back, and a change made after the reopen stays over it.
 func TestHistJournalReopen(t *testing.T) {
 	db := openHist(t, vfs.NewMem())
 	defer db.Close()
-	cd := testCustomerDevice()
-	cd.LastSeen = histT0
-	st := putHist(t, db, cd, HistStored{})
-	cd.LastSeen = histT0 + 1
-	st = putHist(t, db, cd, st) // journal entry 1
+	cd, st := journalledDevice(t, db) // journal entry 1
 	var w HistWrite
 	if _, err := w.Put(cd, HistStored{}); err != nil {
 		t.Fatal(err)
@@ -518,11 +525,7 @@ func TestHistJournalReopen(t *testing.T) {
 func TestHistJournalFoldFailure(t *testing.T) {
 	db := openHist(t, vfs.NewMem())
 	defer db.Close()
-	cd := testCustomerDevice()
-	cd.LastSeen = histT0
-	st := putHist(t, db, cd, HistStored{})
-	cd.LastSeen = histT0 + 1
-	st = putHist(t, db, cd, st)
+	cd, st := journalledDevice(t, db)
 	h := db.h.Load()
 	h.broken.Store(true) // the fold's commit is refused
 	if err := db.settleHist(); err == nil {
