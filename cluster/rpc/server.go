@@ -129,6 +129,12 @@ func (s *Server) own(ctx context.Context, account string, callerToken int64) (in
 		err = fmt.Errorf("cluster %s/%04d: caller saw token %d, ours is %d: %w", cluster.KindAccount, shard, callerToken, token, cluster.ErrFenced)
 	}
 	if err == nil {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < answerMargin {
+			// The caller gives up before an answer could reach it (a wait
+			// for the claim took its deadline): charged now, the call would
+			// count although the caller answers 503. Nothing is done.
+			return 0, status.Error(codes.DeadlineExceeded, fmt.Sprintf("cluster %s/%04d: %v of the caller's deadline left, too little to answer in time; nothing done", cluster.KindAccount, shard, time.Until(dl).Round(time.Millisecond)))
+		}
 		return token, nil
 	}
 	owner, cur, _ := s.cfg.Owners.Owner(shard)
@@ -143,6 +149,11 @@ func (s *Server) own(ctx context.Context, account string, callerToken int64) (in
 // maxClaimWait bounds a wait for a claim being recorded, whatever the
 // caller's deadline.
 const maxClaimWait = time.Second
+
+// answerMargin is the least of its caller's deadline an owner must have
+// left to act on a call: what the work and the answer's way back take on
+// a loaded machine, with room to spare.
+const answerMargin = 50 * time.Millisecond
 
 // awaitClaim waits, within the caller's deadline, for this node to record
 // a claim its view already shows (its Balancer records a claim after the

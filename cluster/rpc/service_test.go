@@ -160,6 +160,26 @@ func TestServerRefusesNewerToken(t *testing.T) {
 	}
 }
 
+// TestServerRefusesLateCall: a call that reaches the owner with less of
+// its deadline left than an answer needs to get back is refused and
+// charges nothing, so the caller's 503 is true.
+func TestServerRefusesLateCall(t *testing.T) {
+	addr, local := serve(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	cli := NewNodeClient(dial(t, addr))
+	ctx, cancel := context.WithTimeout(context.Background(), answerMargin*4/5)
+	defer cancel()
+	_, err := cli.Charge(ctx, chargeMsg(&capped, 7))
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a late charge: %v", err)
+	}
+	if u, err := local.Usage(quota.Usage{Account: capped.Account, Limits: capped.Limits, Now: testNow}); err != nil || u.UsedThisHour != 0 {
+		t.Fatalf("a late charge was counted: %+v %v", u, err)
+	}
+	if _, err := cli.Charge(context.Background(), chargeMsg(&capped, 7)); err != nil {
+		t.Fatalf("a charge in time: %v", err)
+	}
+}
+
 // TestUnreachableOwner: with the owner's address dead, or no owner at all,
 // a charge answers ErrNoOwner (503, nothing charged) within the deadline,
 // blocking or chained.
