@@ -140,6 +140,13 @@ func (w *histWindow) entry(k []byte) *histLatest {
 	return e
 }
 
+// histPlanned is one change of a WriteHist call: its key's hash, and
+// whether it goes in place.
+type histPlanned struct {
+	hash   uint64
+	direct bool
+}
+
 // histJournal is the DB's journal state.
 type histJournal struct {
 	// writeMu orders WriteHist's writes and their overlay updates, and the
@@ -147,7 +154,7 @@ type histJournal struct {
 	writeMu sync.Mutex
 	seq     uint64 // the last journal entry written (under writeMu)
 	seed    maphash.Seed
-	direct  []bool // scratch of WriteHist (under writeMu): each change in place?
+	plan    []histPlanned // scratch of WriteHist (under writeMu)
 
 	// foldMu runs one fold at a time.
 	foldMu sync.Mutex
@@ -255,24 +262,22 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 	// folded) nor this call has changed it yet; marking it at once sends
 	// its next change in the call to the journal. A change that fails to
 	// commit leaves its mark, which only sends the key to the journal.
-	for _, w := range ws {
-		for _, op := range w.ops {
-			if k := w.buf[op.k0:op.k1]; len(k) > maxHistLogKey || !isHistKey(k) || !op.del && op.v1-op.v0 > maxHistLogValue {
-				return fmt.Errorf("device history: a change of a %d-byte key and a %d-byte value", op.k1-op.k0, op.v1-op.v0)
-			}
-		}
-	}
-	direct := j.direct[:0]
+	plan := j.plan[:0]
 	size := 1 // of the journal entry: its values stay in the overlay, so no spare room
 	j.mu.Lock()
 	for _, w := range ws {
 		for _, op := range w.ops {
-			h := maphash.Bytes(j.seed, w.buf[op.k0:op.k1])
+			k := w.buf[op.k0:op.k1]
+			if len(k) > maxHistLogKey || !isHistKey(k) || !op.del && op.v1-op.v0 > maxHistLogValue {
+				j.mu.Unlock()
+				return fmt.Errorf("device history: a change of a %d-byte key and a %d-byte value", len(k), op.v1-op.v0)
+			}
+			h := maphash.Bytes(j.seed, k)
 			in := j.overlay.has(h) || j.folding != nil && j.folding.has(h)
 			j.overlay.mark(h)
-			direct = append(direct, !in)
+			plan = append(plan, histPlanned{hash: h, direct: !in})
 			if in {
-				size += 1 + 2*binary.MaxVarintLen32 + op.k1 - op.k0
+				size += 1 + 2*binary.MaxVarintLen32 + len(k)
 				if !op.del {
 					size += op.v1 - op.v0
 				}
@@ -280,7 +285,7 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 		}
 	}
 	j.mu.Unlock()
-	j.direct = direct
+	j.plan = plan
 
 	b := d.newBatch()
 	var val []byte
@@ -293,7 +298,7 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 				v = w.buf[op.v0:op.v1]
 			}
 			switch {
-			case !direct[i]:
+			case !plan[i].direct:
 				if val == nil {
 					val = append(make([]byte, 0, size), histLogVersion)
 				}
@@ -312,7 +317,7 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 	if err := d.commitBehind(b); err != nil {
 		return err
 	}
-	j.changes.Add(uint64(len(direct)))
+	j.changes.Add(uint64(len(plan)))
 	if val == nil {
 		j.mu.Lock()
 		due := j.dueLocked()
@@ -329,8 +334,13 @@ func (d *DB) journalHist(ws []*HistWrite) error {
 	// (A fold may have begun a new window since the plan: its filter must
 	// name the key too, or the key's next change would go in place and then
 	// be overwritten by this one's fold.)
+	i = 0
 	_ = parseHistLog(val, func(k, v []byte, del bool) {
-		j.overlay.mark(maphash.Bytes(j.seed, k))
+		for plan[i].direct {
+			i++
+		}
+		j.overlay.mark(plan[i].hash)
+		i++
 		e := j.overlay.entry(k)
 		e.val, e.del = v, del
 		journalled++
@@ -443,19 +453,19 @@ func (d *DB) foldOverlay() error {
 	return nil
 }
 
-// histReplay is what a journal holds: the newest version of every key it
-// changes, and its last entry.
+// histReplay is what a journal holds, as the window a replay folds: the
+// newest version of every key it changes; and its last entry.
 type histReplay struct {
-	latest  map[string]histLatest
+	window  *histWindow
 	last    uint64
 	entries int
 }
 
 // replayHistJournal folds what the journal of a newly opened instance h
 // holds (a crash or a fatal write error cut the last folds short) into the
-// records, synced: after it, the records hold everything the WAL kept. A
-// journal entry that does not parse stops it: the store cannot vouch for
-// the records it would have changed.
+// records: after it, the records hold everything the WAL kept. A journal
+// entry that does not parse stops it: the store cannot vouch for the
+// records it would have changed.
 func (d *DB) replayHistJournal(h *handle) error {
 	d.hist.writeMu.Lock()
 	defer d.hist.writeMu.Unlock()
@@ -469,53 +479,38 @@ func (d *DB) replayHistJournal(h *handle) error {
 	return d.finishReplay(r)
 }
 
-// startReplay makes the journal's content the overlay, so that LoadHist
-// reads it until the fold below has written it in place (the caller holds
+// startReplay makes the journal's content the window, so that LoadHist
+// reads it until its fold has written it in place (the caller holds
 // writeMu and foldMu).
 func (j *histJournal) startReplay(r histReplay) {
-	w := newHistWindow()
-	for k, e := range r.latest {
-		kb := unsafe.Slice(unsafe.StringData(k), len(k))
-		w.mark(maphash.Bytes(j.seed, kb))
-		en := w.entry(kb)
-		en.val, en.del = e.val, e.del
-	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.overlay, j.folding, j.bytes, j.windowStart = w, nil, 0, time.Now()
+	j.overlay, j.folding, j.bytes, j.windowStart = r.window, nil, 0, time.Now()
 	j.seq = max(j.seq, r.last)
-	j.applied, j.folded = j.seq, 0
+	j.applied, j.folded = j.seq, j.seq
+	if r.entries > 0 {
+		j.folded = 0 // the fold deletes every entry
+	}
 }
 
-// finishReplay writes the journal's content in place and deletes it,
-// synced, then empties the overlay. If that fails the overlay keeps it, and
-// the next fold writes it (the caller holds writeMu and foldMu).
+// finishReplay folds the window startReplay made, as any window is folded:
+// without a sync, since a crash before the next one leaves the journal,
+// which the next start replays again. On failure the window keeps it for
+// the next fold (the caller holds writeMu and foldMu).
 func (d *DB) finishReplay(r histReplay) error {
-	j := &d.hist
-	if r.entries > 0 {
-		b := d.newBatch()
-		for k, e := range r.latest {
-			if e.del {
-				_ = b.Delete([]byte(k), nil)
-			} else {
-				_ = b.Set([]byte(k), e.val, nil)
-			}
-		}
-		_ = b.DeleteRange(histLogKey(0), histLogKey(r.last+1), nil)
-		if err := d.commit(b); err != nil {
-			return fmt.Errorf("fold device history journal: %w", err)
-		}
-		d.log.Info("storage: folded the device history journal left by the last run", "entries", r.entries, "keys", len(r.latest))
+	if r.entries == 0 {
+		return nil
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.overlay, j.folded = newHistWindow(), j.applied
+	if err := d.foldOverlay(); err != nil {
+		return err
+	}
+	d.log.Info("storage: folded the device history journal left by the last run", "entries", r.entries, "keys", len(r.window.keys))
 	return nil
 }
 
 // readHistJournal reads the journal of instance h.
 func (d *DB) readHistJournal(h *handle) (histReplay, error) {
-	r := histReplay{latest: map[string]histLatest{}}
+	r := histReplay{window: newHistWindow()}
 	it, err := d.newIterOn(h, []byte{prefixHistLog}, []byte{prefixHistLog + 1})
 	if err != nil {
 		return r, err
@@ -531,8 +526,11 @@ func (d *DB) readHistJournal(h *handle) (histReplay, error) {
 		if err != nil {
 			return r, fmt.Errorf("read device history journal entry %d: %w", seq, err)
 		}
+		v = append([]byte(nil), v...) // the window's values are slices of it
 		if err := parseHistLog(v, func(k, v []byte, del bool) {
-			r.latest[string(k)] = histLatest{val: append([]byte(nil), v...), del: del}
+			r.window.mark(maphash.Bytes(d.hist.seed, k))
+			e := r.window.entry(k)
+			e.val, e.del = v, del
 		}); err != nil {
 			return r, fmt.Errorf("%w: device history journal entry %d: %w", ErrCorrupt, seq, err)
 		}
