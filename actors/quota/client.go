@@ -60,6 +60,7 @@ type Client struct {
 	usages  *actors.Calls[Usage, UsageView]
 	leases  *actors.Calls[Lease, LeaseGrant]
 	collect *actors.Calls[Collect, CollectResult]
+	refunds *actors.Calls[Refund, ChargeResult]
 	log     *slog.Logger
 	stopped atomic.Bool
 	store   Store
@@ -83,6 +84,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		usages:  actors.NewCalls[Usage, UsageView](cfg.Timeout),
 		leases:  actors.NewCalls[Lease, LeaseGrant](cfg.Timeout),
 		collect: actors.NewCalls[Collect, CollectResult](cfg.Timeout),
+		refunds: actors.NewCalls[Refund, ChargeResult](cfg.Timeout),
 		log:     cfg.Logger,
 		store:   cfg.Store,
 	}

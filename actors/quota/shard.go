@@ -113,6 +113,8 @@ func (s shard) Receive(ctx actor.Context) {
 		s.charge(ctx, &m.Req, callReply{m})
 	case ChargeStep:
 		s.charge(ctx, m.ChargeReq(), m)
+	case *refundCall:
+		s.refund(ctx, &m.Req, refundReply{m})
 	case *usageCall:
 		a, err := s.account(m.Req.Account, m.Req.Now)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,7 +112,27 @@ type Quota struct {
 	leasedRests atomic.Int64
 	// evs is the device-event client over this node's events (Events).
 	evs atomic.Pointer[Events]
+	// Charging calls carry ids callBase+1, +2, …; settles counts the
+	// ambiguous ones settled (settle.go).
+	callBase uint64
+	callSeq  atomic.Uint64
+	settles  atomic.Int64
 }
+
+// callID is the next charging call's id: never 0, which says "not
+// settled".
+func (q *Quota) callID() uint64 {
+	for {
+		if id := q.callBase + q.callSeq.Add(1); id != 0 {
+			return id
+		}
+	}
+}
+
+// Settles counts the charging calls this client settled with the node
+// they went to: calls that broke after they were sent, and answers
+// discarded as stale.
+func (q *Quota) Settles() int64 { return q.settles.Load() }
 
 // peer is one member's connection, reused by every call to it until its
 // advertised address changes, and the workers that carry chained charges
@@ -164,7 +185,7 @@ func NewQuota(cfg QuotaConfig) (*Quota, error) {
 	if cfg.LeaseFor <= 0 {
 		cfg.LeaseFor = DefaultLeaseFor
 	}
-	q := &Quota{cfg: cfg, log: log, work: make(chan quota.ChargeStep, cfg.Queue), done: make(chan struct{}), peers: map[string]*peer{}}
+	q := &Quota{cfg: cfg, log: log, work: make(chan quota.ChargeStep, cfg.Queue), done: make(chan struct{}), peers: map[string]*peer{}, callBase: rand.Uint64()}
 	for range cfg.Workers {
 		q.wg.Go(func() { q.worker(q.work, nil) })
 	}
@@ -373,10 +394,12 @@ func failAll(work chan quota.ChargeStep, err error) {
 
 // charge runs c at the owner, wherever it is.
 func (q *Quota) charge(c *quota.Charge) (quota.ChargeResult, error) {
-	return route(q, &q.remote, c.Account,
+	return routeCalls(q, &q.remote, c.Account, true,
 		func() (quota.ChargeResult, error) { return q.cfg.Local.Charge(*c) },
-		func(ctx context.Context, cli NodeClient, token int64) (quota.ChargeResult, int64, error) {
-			rep, err := cli.Charge(ctx, chargeMsg(c, token))
+		func(ctx context.Context, cli NodeClient, token int64, id uint64) (quota.ChargeResult, int64, error) {
+			m := chargeMsg(c, token)
+			m.CallId = id
+			rep, err := cli.Charge(ctx, m)
 			if err != nil {
 				return quota.ChargeResult{}, 0, err
 			}
@@ -416,6 +439,17 @@ func (q *Quota) CountTotal(account string, now time.Time) { q.cfg.Local.CountTot
 // with ErrNoOwner: its lease, not this call, decides when another node
 // takes the shard. calls counts the gRPC calls made.
 func route[T any](q *Quota, calls *atomic.Int64, account string, local func() (T, error), remote func(context.Context, NodeClient, int64) (T, int64, error)) (T, error) {
+	return routeCalls(q, calls, account, false, local, func(ctx context.Context, cli NodeClient, token int64, _ uint64) (T, int64, error) {
+		return remote(ctx, cli, token)
+	})
+}
+
+// routeCalls is route for a call that charges when charging is set: each
+// attempt carries a fresh call id, and an attempt whose outcome is
+// ambiguous (it broke after it was sent), or whose answer is discarded
+// (under a stale claim), is settled with the node it went to before the
+// call goes on (settle.go), so that it does not count.
+func routeCalls[T any](q *Quota, calls *atomic.Int64, account string, charging bool, local func() (T, error), remote func(context.Context, NodeClient, int64, uint64) (T, int64, error)) (T, error) {
 	var zero T
 	if q.closed.Load() {
 		return zero, ErrClosed
@@ -443,10 +477,16 @@ func route[T any](q *Quota, calls *atomic.Int64, account string, local func() (T
 			p, err := q.peer(node)
 			var v T
 			var got int64
+			var id uint64
+			var sent time.Time
 			if err == nil {
 				calls.Add(1)
+				if charging {
+					id = q.callID()
+				}
+				sent = time.Now()
 				cctx, ccancel := context.WithTimeout(ctx, q.cfg.Timeout)
-				v, got, err = remote(cctx, p.cli, token)
+				v, got, err = remote(cctx, p.cli, token, id)
 				ccancel()
 			}
 			switch {
@@ -461,6 +501,7 @@ func route[T any](q *Quota, calls *atomic.Int64, account string, local func() (T
 				// An answer under a claim older than the one we know of:
 				// the stale owner's, which must not count.
 				err = fmt.Errorf("%s answered under token %d, the shard's is %d: %w", node, got, cur, cluster.ErrFenced)
+				q.settle(p, node, account, id, sent)
 			case notSent(err):
 				// No connection to the owner, so nothing was sent: it may
 				// be restarting, or dead with its lease still running.
@@ -474,6 +515,9 @@ func route[T any](q *Quota, calls *atomic.Int64, account string, local func() (T
 				}
 				continue
 			case status.Code(err) != codes.FailedPrecondition:
+				if !sent.IsZero() && ambiguous(err) {
+					q.settle(p, node, account, id, sent)
+				}
 				return zero, fmt.Errorf("account shard %04d at %s: %w: %w", shard, node, ErrNoOwner, err)
 			case recording(err):
 				// The owner's view shows its claim, which it has not

@@ -75,10 +75,12 @@ func (q *Quota) evaluate(p *checks.OwnerParts, c *quota.Charge, w checks.OwnerWo
 }
 
 func (q *Quota) evaluateAt(p *checks.OwnerParts, c *quota.Charge, w checks.OwnerWork) (checks.OwnerResult, error) {
-	res, err := route(q, &q.remote, c.Account,
+	res, err := routeCalls(q, &q.remote, c.Account, true,
 		func() (checks.OwnerResult, error) { return p.Run(*c, w), nil },
-		func(ctx context.Context, cli NodeClient, token int64) (checks.OwnerResult, int64, error) {
-			rep, err := cli.Evaluate(ctx, evaluateMsg(c, w, token))
+		func(ctx context.Context, cli NodeClient, token int64, id uint64) (checks.OwnerResult, int64, error) {
+			m := evaluateMsg(c, w, token)
+			m.Charge.CallId = id
+			rep, err := cli.Evaluate(ctx, m)
 			if err != nil {
 				return checks.OwnerResult{}, 0, err
 			}
@@ -93,13 +95,25 @@ func (q *Quota) evaluateAt(p *checks.OwnerParts, c *quota.Charge, w checks.Owner
 
 // Evaluate implements NodeServer.
 func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateReply, error) {
+	id := r.GetCharge().GetCallId()
+	if !s.calls.begin(id, r.GetCharge().GetAccount()) {
+		return nil, errSettled(id)
+	}
 	c, w, token, err := s.ownerWork(ctx, r)
 	if err != nil {
+		s.calls.done(id, false, nil, nil)
 		return nil, err
 	}
+	if !s.calls.arm(id) {
+		return nil, errSettled(id)
+	}
 	res := s.cfg.Owner.Run(c, w)
+	if s.calls.done(id, res.ChargeErr == nil, &c, &res.Charge) {
+		return nil, s.refundLate(id, &c, &res.Charge)
+	}
 	if res.ChargeErr != nil {
-		return nil, status.Error(codes.Unavailable, res.ChargeErr.Error())
+		// Aborted: nothing was charged, so the caller has nothing to settle.
+		return nil, status.Error(codes.Aborted, res.ChargeErr.Error())
 	}
 	return evaluateReply(&res, w, token), nil
 }

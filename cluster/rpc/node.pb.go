@@ -111,7 +111,11 @@ type ChargeRequest struct {
 	Total       bool                   `protobuf:"varint,8,opt,name=total,proto3" json:"total,omitempty"`
 	NowUnixNano int64                  `protobuf:"varint,9,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
 	// token is the owner's fencing token as the caller's view has it.
-	Token         int64 `protobuf:"varint,10,opt,name=token,proto3" json:"token,omitempty"`
+	Token int64 `protobuf:"varint,10,opt,name=token,proto3" json:"token,omitempty"`
+	// call_id names this call for a Settle (0: the caller will not settle
+	// it, an older node). Unique per call across the cluster: each node
+	// counts from a random base.
+	CallId        uint64 `protobuf:"varint,11,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -212,6 +216,13 @@ func (x *ChargeRequest) GetNowUnixNano() int64 {
 func (x *ChargeRequest) GetToken() int64 {
 	if x != nil {
 		return x.Token
+	}
+	return 0
+}
+
+func (x *ChargeRequest) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
 	}
 	return 0
 }
@@ -3344,6 +3355,131 @@ func (x *HistoryReply) GetMerged() bool {
 	return false
 }
 
+type SettleRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Account string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	CallId  uint64                 `protobuf:"varint,3,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// sent_unix_nano is when the caller sent the call (its clock): a node
+	// that started after it cannot vouch for what it did.
+	SentUnixNano  int64 `protobuf:"varint,4,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequest) Reset() {
+	*x = SettleRequest{}
+	mi := &file_node_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequest) ProtoMessage() {}
+
+func (x *SettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SettleRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *SettleRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *SettleRequest) GetSentUnixNano() int64 {
+	if x != nil {
+		return x.SentUnixNano
+	}
+	return 0
+}
+
+type SettleReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// outcome: 1 refunded (it was charged and is given back), 2 void (it was
+	// not charged, and will be refused should it still arrive), 3 unknown
+	// (this node's memory of its calls does not reach back to it).
+	Outcome       uint32 `protobuf:"varint,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleReply) Reset() {
+	*x = SettleReply{}
+	mi := &file_node_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleReply) ProtoMessage() {}
+
+func (x *SettleReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleReply.ProtoReflect.Descriptor instead.
+func (*SettleReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *SettleReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *SettleReply) GetOutcome() uint32 {
+	if x != nil {
+		return x.Outcome
+	}
+	return 0
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -3355,7 +3491,7 @@ const file_node_proto_rawDesc = "" +
 	"\x06hourly\x18\x02 \x01(\x03R\x06hourly\x12\x18\n" +
 	"\amonthly\x18\x03 \x01(\x03R\amonthly\x12'\n" +
 	"\x0fmonthly_lookups\x18\x04 \x01(\x03R\x0emonthlyLookups\x126\n" +
-	"\x17grandfathered_unix_nano\x18\x05 \x01(\x03R\x15grandfatheredUnixNano\"\xa4\x02\n" +
+	"\x17grandfathered_unix_nano\x18\x05 \x01(\x03R\x15grandfatheredUnixNano\"\xbd\x02\n" +
 	"\rChargeRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x16\n" +
@@ -3367,7 +3503,8 @@ const file_node_proto_rawDesc = "" +
 	"\x05total\x18\b \x01(\bR\x05total\x12\"\n" +
 	"\rnow_unix_nano\x18\t \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05token\x18\n" +
-	" \x01(\x03R\x05token\"\xfd\x01\n" +
+	" \x01(\x03R\x05token\x12\x17\n" +
+	"\acall_id\x18\v \x01(\x04R\x06callId\"\xfd\x01\n" +
 	"\vChargeReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aallowed\x18\x02 \x01(\bR\aallowed\x12\x18\n" +
@@ -3653,7 +3790,15 @@ const file_node_proto_rawDesc = "" +
 	"\arecords\x18\x04 \x03(\fR\arecords\"@\n" +
 	"\fHistoryReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
-	"\x06merged\x18\x02 \x01(\bR\x06merged2\x91\t\n" +
+	"\x06merged\x18\x02 \x01(\bR\x06merged\"\x82\x01\n" +
+	"\rSettleRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
+	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x17\n" +
+	"\acall_id\x18\x03 \x01(\x04R\x06callId\x12$\n" +
+	"\x0esent_unix_nano\x18\x04 \x01(\x03R\fsentUnixNano\"A\n" +
+	"\vSettleReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
+	"\aoutcome\x18\x02 \x01(\rR\aoutcome2\xdd\t\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
@@ -3669,7 +3814,8 @@ const file_node_proto_rawDesc = "" +
 	"\bEvaluate\x12\".fraudd.cluster.v1.EvaluateRequest\x1a .fraudd.cluster.v1.EvaluateReply\x12M\n" +
 	"\aDevices\x12!.fraudd.cluster.v1.DevicesRequest\x1a\x1f.fraudd.cluster.v1.DevicesReply\x12R\n" +
 	"\fMergeHistory\x12!.fraudd.cluster.v1.HistoryParcels\x1a\x1f.fraudd.cluster.v1.HistoryReply\x12V\n" +
-	"\x0eEvaluateLeased\x12\".fraudd.cluster.v1.EvaluateRequest\x1a .fraudd.cluster.v1.EvaluateReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\x0eEvaluateLeased\x12\".fraudd.cluster.v1.EvaluateRequest\x1a .fraudd.cluster.v1.EvaluateReply\x12J\n" +
+	"\x06Settle\x12 .fraudd.cluster.v1.SettleRequest\x1a\x1e.fraudd.cluster.v1.SettleReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -3683,7 +3829,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),          // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),   // 1: fraudd.cluster.v1.ChargeRequest
@@ -3725,6 +3871,8 @@ var file_node_proto_goTypes = []any{
 	(*DevicesReply)(nil),    // 37: fraudd.cluster.v1.DevicesReply
 	(*HistoryParcels)(nil),  // 38: fraudd.cluster.v1.HistoryParcels
 	(*HistoryReply)(nil),    // 39: fraudd.cluster.v1.HistoryReply
+	(*SettleRequest)(nil),   // 40: fraudd.cluster.v1.SettleRequest
+	(*SettleReply)(nil),     // 41: fraudd.cluster.v1.SettleReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -3760,23 +3908,25 @@ var file_node_proto_depIdxs = []int32{
 	35, // 30: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
 	38, // 31: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
 	32, // 32: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
-	2,  // 33: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 34: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 35: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 36: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 37: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 38: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 39: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 40: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 41: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 42: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 43: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	34, // 44: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
-	37, // 45: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
-	39, // 46: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
-	34, // 47: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
-	33, // [33:48] is the sub-list for method output_type
-	18, // [18:33] is the sub-list for method input_type
+	40, // 33: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
+	2,  // 34: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 35: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 36: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 37: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 38: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 39: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 40: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 41: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 42: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 43: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 44: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 45: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	37, // 46: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
+	39, // 47: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
+	34, // 48: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
+	41, // 49: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
+	34, // [34:50] is the sub-list for method output_type
+	18, // [18:34] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -3794,7 +3944,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,7 @@ const (
 	Node_Devices_FullMethodName        = "/fraudd.cluster.v1.Node/Devices"
 	Node_MergeHistory_FullMethodName   = "/fraudd.cluster.v1.Node/MergeHistory"
 	Node_EvaluateLeased_FullMethodName = "/fraudd.cluster.v1.Node/EvaluateLeased"
+	Node_Settle_FullMethodName         = "/fraudd.cluster.v1.Node/Settle"
 )
 
 // NodeClient is the client API for Node service.
@@ -105,6 +106,13 @@ type NodeClient interface {
 	// evaluation whose event is stored at the owner makes this one round
 	// trip instead of a Resolve, so its history is the owner's too.
 	EvaluateLeased(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*EvaluateReply, error)
+	// Settle makes sure a Charge or Evaluate whose answer its caller never
+	// got (the call broke after it was sent: a deadline, a broken
+	// connection) does not count: the node that received it gives back what
+	// it charged, or, when it has not charged it yet, refuses it whenever it
+	// arrives. The caller then answers 503, which SPEC §7 says used no
+	// quota. Any node answers for the calls it received, owner or not.
+	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleReply, error)
 }
 
 type nodeClient struct {
@@ -265,6 +273,16 @@ func (c *nodeClient) EvaluateLeased(ctx context.Context, in *EvaluateRequest, op
 	return out, nil
 }
 
+func (c *nodeClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleReply)
+	err := c.cc.Invoke(ctx, Node_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -334,6 +352,13 @@ type NodeServer interface {
 	// evaluation whose event is stored at the owner makes this one round
 	// trip instead of a Resolve, so its history is the owner's too.
 	EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply, error)
+	// Settle makes sure a Charge or Evaluate whose answer its caller never
+	// got (the call broke after it was sent: a deadline, a broken
+	// connection) does not count: the node that received it gives back what
+	// it charged, or, when it has not charged it yet, refuses it whenever it
+	// arrives. The caller then answers 503, which SPEC §7 says used no
+	// quota. Any node answers for the calls it received, owner or not.
+	Settle(context.Context, *SettleRequest) (*SettleReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -388,6 +413,9 @@ func (UnimplementedNodeServer) MergeHistory(context.Context, *HistoryParcels) (*
 }
 func (UnimplementedNodeServer) EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method EvaluateLeased not implemented")
+}
+func (UnimplementedNodeServer) Settle(context.Context, *SettleRequest) (*SettleReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -680,6 +708,24 @@ func _Node_EvaluateLeased_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Settle(ctx, req.(*SettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -746,6 +792,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EvaluateLeased",
 			Handler:    _Node_EvaluateLeased_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _Node_Settle_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"google.golang.org/grpc"
@@ -25,6 +26,7 @@ type LocalQuota interface {
 	CountTotal(account string, now time.Time)
 	Collect(quota.Collect) (quota.CollectResult, error)
 	Lease(quota.Lease) (quota.LeaseGrant, error)
+	Refund(quota.Refund) error
 }
 
 // Freezer stops a node using its slices of an account's allowance before
@@ -91,12 +93,16 @@ type ServerConfig struct {
 	// clock going back as a new window), so the nodes' clock skew would
 	// admit more than the cap.
 	Now func() time.Time
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Server answers fraudd.cluster.v1.Node for this node.
 type Server struct {
 	UnimplementedNodeServer
-	cfg ServerConfig
+	cfg   ServerConfig
+	log   *slog.Logger
+	calls *callBook // the charging calls received (settle.go)
 }
 
 // NewServer checks cfg.
@@ -107,7 +113,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{cfg: cfg, log: log, calls: newCallBook()}, nil
 }
 
 // Register adds the service to g. Methods g does not know (a newer peer's)
@@ -133,7 +143,7 @@ func (s *Server) own(ctx context.Context, account string, callerToken int64) (in
 			// The caller gives up before an answer could reach it (a wait
 			// for the claim took its deadline): charged now, the call would
 			// count although the caller answers 503. Nothing is done.
-			return 0, status.Error(codes.DeadlineExceeded, fmt.Sprintf("cluster %s/%04d: %v of the caller's deadline left, too little to answer in time; nothing done", cluster.KindAccount, shard, time.Until(dl).Round(time.Millisecond)))
+			return 0, status.Error(codes.Aborted, fmt.Sprintf("cluster %s/%04d: %v of the caller's deadline left, too little to answer in time; nothing done", cluster.KindAccount, shard, time.Until(dl).Round(time.Millisecond)))
 		}
 		return token, nil
 	}
@@ -207,14 +217,26 @@ func (s *Server) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply, er
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	id := r.GetCallId()
+	if !s.calls.begin(id, c.Account) {
+		return nil, errSettled(id)
+	}
 	token, err := s.own(ctx, c.Account, r.Token)
 	if err != nil {
+		s.calls.done(id, false, nil, nil)
 		return nil, err
+	}
+	if !s.calls.arm(id) {
+		return nil, errSettled(id)
 	}
 	c.Now = s.cfg.Now()
 	res, err := s.cfg.Quota.Charge(c)
+	if s.calls.done(id, err == nil, &c, &res) {
+		return nil, s.refundLate(id, &c, &res)
+	}
 	if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
+		// Aborted: nothing was charged, so the caller has nothing to settle.
+		return nil, status.Error(codes.Aborted, err.Error())
 	}
 	return chargeReply(&res, token), nil
 }

@@ -83,7 +83,7 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 	history := rpc.NewHistoryMover(rpc.HistoryConfig{Local: lp.History, Owners: owners, Peers: q, Leased: q.Leased, Now: now, Log: n.log,
 		Assigned: func(shard int) string { return cluster.Owner(cluster.KindAccount, shard, n.member.ActiveIDs()) }})
 	srv, err := rpc.NewServer(rpc.ServerConfig{History: history, Quota: local, Owners: owners, Shares: db, Windows: n.windows, Traffic: lp.Traffic, Down: n.answerDown, Now: now, Leases: q, Events: lp.Devices,
-		Addrs: addrs, AddrOwners: owners, Owner: owner, Devices: lp.History, Store: lp.Devices})
+		Addrs: addrs, AddrOwners: owners, Owner: owner, Devices: lp.History, Store: lp.Devices, Logger: n.log})
 	if err != nil {
 		q.Close()
 		return nil, err
@@ -149,6 +149,15 @@ func (n *Node) RemoteCalls() int64 {
 		return 0
 	}
 	return n.rpc.RemoteCalls()
+}
+
+// Settles counts the charging calls this node settled with the member
+// they went to (0 before StartRPC): see rpc.Quota.Settles.
+func (n *Node) Settles() int64 {
+	if n.rpc == nil {
+		return 0
+	}
+	return n.rpc.Settles()
 }
 
 // LeasedCharges counts the charges this node served from slices of an

@@ -1,0 +1,103 @@
+package quota
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// A refund undoes a charge whose answer never reached the one who asked:
+// a cluster member's call that broke after it was sent, which the caller
+// answered 503 (SPEC §7: nothing evaluated, no quota used). The owner that
+// charged it learns so from the caller and gives back what the charge
+// took, so the call is not counted.
+
+// Refund is one charge to undo: the Charge as the shard ran it (its Now
+// is the owner's stamp) and the answer it gave.
+type Refund struct {
+	Charge Charge
+	Result ChargeResult
+}
+
+type refundCall = actors.Call[Refund, ChargeResult]
+
+// refundReply answers a waiting Refund once its delta is stored.
+type refundReply struct{ c *refundCall }
+
+func (r refundReply) Charged(res ChargeResult, err error) { r.c.Reply(res, err) }
+
+// delta is what the charge stored, negated: the month's count and the
+// day's (when it counted), the totals, or the limit hit of a refusal.
+func (r *Refund) delta() storage.UsageDelta {
+	c := &r.Charge
+	d := storage.UsageDelta{Account: c.Account, Month: storage.MonthOf(c.Now)}
+	if !r.Result.Allowed {
+		if r.Result.Refusal != NotRefused {
+			d.Totals.LimitHits = -1
+		}
+		return d
+	}
+	if c.Monthly {
+		d.Day = storage.DayOf(c.Now)
+		if c.Kind == Lookup {
+			d.Counts.Lookups = -1
+		} else {
+			d.Counts.Used = -1
+		}
+	}
+	if c.Total {
+		d.Totals.Evaluations = -1
+	}
+	return d
+}
+
+// Refund undoes r in one hop to the account's shard: the account's counts
+// in memory when it is loaded (and its hourly request, while the window
+// the charge used still runs), and the stored ones with a negative delta,
+// committed as a charge's increment is. Lent charges are never refunded
+// (their holder stores them; nothing reaches an owner to undo). An error
+// means nothing was undone.
+func (c *Client) Refund(r Refund) error {
+	if c.stopped.Load() {
+		return ErrStopped
+	}
+	if r.Charge.Lent {
+		return nil
+	}
+	call := c.refunds.Get(r)
+	c.shards.Send(actors.HashString(r.Charge.Account), call)
+	_, err := c.refunds.Wait(call)
+	return err
+}
+
+func (s shard) refund(ctx actor.Context, r *Refund, call charged) {
+	d := r.delta()
+	c := &r.Charge
+	ent := s.lent
+	if a, ok := s.accounts.Get(c.Account); ok {
+		// Loaded: memory is "stored + in flight", so it gives back now
+		// what the store will. An account not in memory loads the stored
+		// counts, the refund included, on its next touch.
+		undo := storage.UsageDelta{Month: d.Month, Counts: storage.MonthCounts{Used: -d.Counts.Used, Lookups: -d.Counts.Lookups},
+			Totals: storage.Totals{Evaluations: -d.Totals.Evaluations, LimitHits: -d.Totals.LimitHits}}
+		a.rollback(&undo, c.Bucket, false, time.Time{})
+		if w := &a.hour[c.Bucket&1]; r.Result.Allowed && c.Hourly && w.n > 0 && !w.over(c.Now) && !w.start.After(c.Now) {
+			w.n--
+		}
+		ent = a
+	}
+	if s.commit == nil || (d.Counts == storage.MonthCounts{} && d.Totals == storage.Totals{}) {
+		call.Charged(ChargeResult{}, nil)
+		return
+	}
+	if ent == nil {
+		s.lent = &account{}
+		ent = s.lent
+	}
+	// A failed commit rolls the negative delta back, which adds the call
+	// back in memory: the refund did not happen.
+	s.persist(ctx, pending{call: call, ent: ent, delta: d})
+}

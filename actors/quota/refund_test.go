@@ -1,0 +1,104 @@
+package quota
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fraudd/fraudd/storage"
+)
+
+// TestRefundUndoesACharge: a refunded charge gives back the month's count,
+// the day's, the total and the hourly request it took, in memory and in
+// the store; a refunded refusal gives back its limit hit; an account no
+// longer in memory is refunded in the store alone; a failed store keeps
+// the charge.
+func TestRefundUndoesACharge(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	fl := &flakyStore{Store: db}
+	c := New(quietSystem().Root, Config{Shards: 2, Store: fl})
+	defer c.Stop()
+	l := custom(10, 2)
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+	var kept ChargeResult
+	for i := range 2 {
+		r, err := c.Charge(ch)
+		if err != nil || !r.Allowed {
+			t.Fatalf("charge %d: %+v %v", i, r, err)
+		}
+		kept = r
+	}
+	refused, err := c.Charge(ch)
+	if err != nil || refused.Allowed {
+		t.Fatalf("third charge over a monthly cap of 2: %+v %v", refused, err)
+	}
+	if err := c.Refund(Refund{Charge: ch, Result: kept}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refund(Refund{Charge: ch, Result: refused}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0})
+	if err != nil || u.MonthUsed != 1 || u.TotalEvaluations != 1 || u.UsedThisHour != 1 || u.LimitHits != 0 {
+		t.Fatalf("in memory after the refunds: %+v %v", u, err)
+	}
+	m := storage.MonthOf(t0)
+	if cnt, tot, _ := db.LoadUsage("a", m); cnt.Used != 1 || tot.Evaluations != 1 || tot.LimitHits != 0 {
+		t.Fatalf("stored after the refunds: %+v %+v", cnt, tot)
+	}
+	if days, err := db.DailyUsage("a", storage.DayOf(t0), storage.DayOf(t0)); err != nil || len(days) != 1 || days[0].Used != 1 {
+		t.Fatalf("stored days after the refunds: %+v %v", days, err)
+	}
+	// The refund freed the month's second call: it is admitted again.
+	if r, err := c.Charge(ch); err != nil || !r.Allowed {
+		t.Fatalf("charge after the refund: %+v %v", r, err)
+	}
+
+	// Not in memory: the store alone gives it back.
+	if _, err := c.Drop(func(string) bool { return true }, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refund(Refund{Charge: ch, Result: kept}); err != nil {
+		t.Fatal(err)
+	}
+	if cnt, tot, _ := db.LoadUsage("a", m); cnt.Used != 1 || tot.Evaluations != 1 {
+		t.Fatalf("stored after refunding a dropped account: %+v %+v", cnt, tot)
+	}
+
+	fl.failApply.Store(true)
+	if err := c.Refund(Refund{Charge: ch, Result: kept}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("refund on a failing store: %v", err)
+	}
+	fl.failApply.Store(false)
+	u, err = c.Usage(Usage{Account: "a", Limits: l, Now: t0})
+	if err != nil || u.MonthUsed != 1 || u.TotalEvaluations != 1 {
+		t.Fatalf("a failed refund changed memory: %+v %v", u, err)
+	}
+}
+
+// TestRefundLeavesANewWindow: a refund of a charge made in an hourly
+// window that has ended takes nothing from the window running now.
+func TestRefundLeavesANewWindow(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 1})
+	defer c.Stop()
+	l := custom(10, 100)
+	old := Charge{Account: "a", Limits: l, Hourly: true, Now: t0}
+	r, err := c.Charge(old)
+	if err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	later := old
+	later.Now = t0.Add(Window + time.Minute)
+	if _, err := c.Charge(later); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refund(Refund{Charge: old, Result: r}); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := c.Usage(Usage{Account: "a", Limits: l, Now: later.Now}); u.UsedThisHour != 1 {
+		t.Fatalf("the new window lost a request to an old charge's refund: %+v", u)
+	}
+}
