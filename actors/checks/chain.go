@@ -56,6 +56,10 @@ type chain struct {
 	// on: Fail reads it to know what failed, and a caller that timed out
 	// reads it to know whether the charge went through.
 	stage atomic.Uint32
+	// begun is taken once, by whoever is first: the quota client about to
+	// make the charge (Begin), or the caller giving up on a charge not
+	// begun, which the client then drops.
+	begun atomic.Bool
 	done  chan struct{}
 	timer *time.Timer
 }
@@ -114,7 +118,7 @@ func (s *Service) run(c *Call, ch *chain) (ref *Refusal, timedOut bool) {
 	} else {
 		ch.toCharge()
 	}
-	if !ch.wait() {
+	if !ch.wait() && !ch.chargeBegun() {
 		switch st := ch.stage.Load(); {
 		case st == stageTake:
 			ref = ServerError(fmt.Errorf("per-address limits: %w", actors.ErrTimeout))
@@ -162,6 +166,23 @@ func (ch *chain) wait() bool {
 		return false
 	}
 }
+
+// chargeBegun is the caller's side of Begin, after its wait timed out:
+// when the charge has not begun, it never will (nothing was charged, and
+// the 503 says so); when it is under way, the caller waits once more for
+// it (the quota clients bound their own work: a remote owner's route, a
+// store's commit), since a 503 now could hide a counted call. True when
+// the chain answered meanwhile.
+func (ch *chain) chargeBegun() bool {
+	if ch.stage.Load() != stageCharge || ch.begun.CompareAndSwap(false, true) {
+		return false
+	}
+	return ch.wait()
+}
+
+// Begin implements quota.Beginner: the charge is about to be made; false
+// when the caller stopped waiting first.
+func (ch *chain) Begin() bool { return ch.begun.CompareAndSwap(false, true) }
 
 func (ch *chain) finish() {
 	ch.stage.Store(stageDone)

@@ -76,7 +76,7 @@ func (c *Client) Refund(r Refund) error {
 func (s shard) refund(ctx actor.Context, r *Refund, call charged) {
 	d := r.delta()
 	c := &r.Charge
-	ent := s.lent
+	p := pending{call: call, ent: s.lent, delta: d, bucket: c.Bucket}
 	if a, ok := s.accounts.Get(c.Account); ok {
 		// Loaded: memory is "stored + in flight", so it gives back now
 		// what the store will. An account not in memory loads the stored
@@ -84,20 +84,24 @@ func (s shard) refund(ctx actor.Context, r *Refund, call charged) {
 		undo := storage.UsageDelta{Month: d.Month, Counts: storage.MonthCounts{Used: -d.Counts.Used, Lookups: -d.Counts.Lookups},
 			Totals: storage.Totals{Evaluations: -d.Totals.Evaluations, LimitHits: -d.Totals.LimitHits}}
 		a.rollback(&undo, c.Bucket, false, time.Time{})
-		if w := &a.hour[c.Bucket&1]; r.Result.Allowed && c.Hourly && w.n > 0 && !w.over(c.Now) && !w.start.After(c.Now) {
+		// The hourly request, while the window the charge counted in runs
+		// (a charge stamped up to Stagger before a window's start counts
+		// in it).
+		if w := &a.hour[c.Bucket&1]; r.Result.Allowed && c.Hourly && w.n > 0 && !w.over(c.Now) && !w.start.After(c.Now.Add(Stagger)) {
 			w.n--
+			p.unhour, p.wstart = true, w.start
 		}
-		ent = a
+		p.ent = a
 	}
 	if s.commit == nil || (d.Counts == storage.MonthCounts{} && d.Totals == storage.Totals{}) {
 		call.Charged(ChargeResult{}, nil)
 		return
 	}
-	if ent == nil {
+	if p.ent == nil {
 		s.lent = &account{}
-		ent = s.lent
+		p.ent = s.lent
 	}
-	// A failed commit rolls the negative delta back, which adds the call
-	// back in memory: the refund did not happen.
-	s.persist(ctx, pending{call: call, ent: ent, delta: d})
+	// A failed commit rolls the negative delta back, and the hourly
+	// request with it: the refund did not happen, in memory either.
+	s.persist(ctx, p)
 }

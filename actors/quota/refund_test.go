@@ -102,3 +102,38 @@ func TestRefundLeavesANewWindow(t *testing.T) {
 		t.Fatalf("the new window lost a request to an old charge's refund: %+v", u)
 	}
 }
+
+// TestFailedRefundUndoesNothing: a refund whose store write fails leaves
+// the hourly request too (the failure's rollback takes it again), so the
+// retry that follows gives back one call, not two.
+func TestFailedRefundUndoesNothing(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	fl := &flakyStore{Store: db}
+	c := New(quietSystem().Root, Config{Shards: 2, Store: fl})
+	defer c.Stop()
+	l := custom(10, 100)
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+	var kept ChargeResult
+	for range 3 {
+		r, err := c.Charge(ch)
+		if err != nil || !r.Allowed {
+			t.Fatal(r, err)
+		}
+		kept = r
+	}
+	fl.failApply.Store(true)
+	if err := c.Refund(Refund{Charge: ch, Result: kept}); !errors.Is(err, ErrUnavailable) {
+		t.Fatal(err)
+	}
+	fl.failApply.Store(false)
+	if u, _ := c.Usage(Usage{Account: "a", Limits: l, Now: t0}); u.UsedThisHour != 3 || u.MonthUsed != 3 {
+		t.Fatalf("after a failed refund: this hour %d, month %d; want 3 and 3", u.UsedThisHour, u.MonthUsed)
+	}
+	if err := c.Refund(Refund{Charge: ch, Result: kept}); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := c.Usage(Usage{Account: "a", Limits: l, Now: t0}); u.UsedThisHour != 2 || u.MonthUsed != 2 {
+		t.Fatalf("after a failed refund and its retry: this hour %d, month %d; want 2 and 2", u.UsedThisHour, u.MonthUsed)
+	}
+}

@@ -51,6 +51,21 @@ type ChargeStep interface {
 	Charged(ChargeResult, error)
 }
 
+// Beginner is a ChargeStep whose caller may stop waiting (a deadline).
+// Whoever makes the charge calls Begin just before (Begin does it): false
+// means the caller gave up first and answered that nothing was charged,
+// and the step is dropped, neither charged nor failed. Whichever side is
+// first decides, so a charge a caller gave up on before it began is never
+// made, however long it waited in a queue.
+type Beginner interface{ Begin() bool }
+
+// Begin reports whether st may be charged: true unless st is a Beginner
+// whose caller gave up.
+func Begin(st ChargeStep) bool {
+	b, ok := st.(Beginner)
+	return !ok || b.Begin()
+}
+
 // charged is whoever hears a charge's result: a waiting caller (callReply)
 // or a chained step.
 type charged interface{ Charged(ChargeResult, error) }
@@ -75,6 +90,7 @@ type pending struct {
 	shard  *actor.PID
 	bucket Bucket
 	hourly bool // the charge used an hourly request (undone on failure)
+	unhour bool // the refund gave an hourly request back (taken again on failure)
 	wstart time.Time
 }
 
@@ -112,7 +128,9 @@ func (s shard) Receive(ctx actor.Context) {
 	case *chargeCall:
 		s.charge(ctx, &m.Req, callReply{m})
 	case ChargeStep:
-		s.charge(ctx, m.ChargeReq(), m)
+		if Begin(m) {
+			s.charge(ctx, m.ChargeReq(), m)
+		}
 	case *refundCall:
 		s.refund(ctx, &m.Req, refundReply{m})
 	case *usageCall:
@@ -151,6 +169,9 @@ func (s shard) Receive(ctx actor.Context) {
 	case *rollback:
 		p := &m.p
 		p.ent.rollback(&p.delta, p.bucket, p.hourly, p.wstart)
+		if w := &p.ent.hour[p.bucket&1]; p.unhour && w.start.Equal(p.wstart) {
+			w.n++
+		}
 		p.ent.inflight.Add(-1)
 	case *dropMsg:
 		var handed []Handed

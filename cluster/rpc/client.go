@@ -364,6 +364,9 @@ func (q *Quota) worker(work chan quota.ChargeStep, stop chan struct{}) {
 		case <-stop:
 			return
 		case st := <-work:
+			if !quota.Begin(st) {
+				continue // its caller gave up while it was queued: never sent
+			}
 			if rs, ok := st.(*restStep); ok {
 				q.runRest(rs)
 				continue
@@ -501,7 +504,7 @@ func routeCalls[T any](q *Quota, calls *atomic.Int64, account string, charging b
 				// An answer under a claim older than the one we know of:
 				// the stale owner's, which must not count.
 				err = fmt.Errorf("%s answered under token %d, the shard's is %d: %w", node, got, cur, cluster.ErrFenced)
-				q.settle(p, node, account, id, sent)
+				q.settle(node, account, id, sent)
 			case notSent(err):
 				// No connection to the owner, so nothing was sent: it may
 				// be restarting, or dead with its lease still running.
@@ -516,7 +519,7 @@ func routeCalls[T any](q *Quota, calls *atomic.Int64, account string, charging b
 				continue
 			case status.Code(err) != codes.FailedPrecondition:
 				if !sent.IsZero() && ambiguous(err) {
-					q.settle(p, node, account, id, sent)
+					q.settle(node, account, id, sent)
 				}
 				return zero, fmt.Errorf("account shard %04d at %s: %w: %w", shard, node, ErrNoOwner, err)
 			case recording(err):

@@ -101,19 +101,19 @@ func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateRep
 	}
 	c, w, token, err := s.ownerWork(ctx, r)
 	if err != nil {
-		s.calls.done(id, false, nil, nil)
+		s.calls.done(id, notCharged, nil, nil)
 		return nil, err
 	}
 	if !s.calls.arm(id) {
 		return nil, errSettled(id)
 	}
 	res := s.cfg.Owner.Run(c, w)
-	if s.calls.done(id, res.ChargeErr == nil, &c, &res.Charge) {
+	o := outcomeOf(res.ChargeErr)
+	if s.calls.done(id, o, &c, &res.Charge) {
 		return nil, s.refundLate(id, &c, &res.Charge)
 	}
 	if res.ChargeErr != nil {
-		// Aborted: nothing was charged, so the caller has nothing to settle.
-		return nil, status.Error(codes.Aborted, res.ChargeErr.Error())
+		return nil, chargeFailed(o, res.ChargeErr)
 	}
 	return evaluateReply(&res, w, token), nil
 }
@@ -123,7 +123,7 @@ func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateRep
 // token.
 func (s *Server) ownerWork(ctx context.Context, r *EvaluateRequest) (quota.Charge, checks.OwnerWork, int64, error) {
 	if s.cfg.Owner == nil {
-		return quota.Charge{}, checks.OwnerWork{}, 0, status.Error(codes.Unavailable, "cluster rpc: this node evaluates no owner work")
+		return quota.Charge{}, checks.OwnerWork{}, 0, status.Error(codes.Aborted, "cluster rpc: this node evaluates no owner work; nothing done")
 	}
 	c, err := chargeOf(r.GetCharge())
 	if err != nil {

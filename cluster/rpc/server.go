@@ -223,7 +223,7 @@ func (s *Server) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply, er
 	}
 	token, err := s.own(ctx, c.Account, r.Token)
 	if err != nil {
-		s.calls.done(id, false, nil, nil)
+		s.calls.done(id, notCharged, nil, nil)
 		return nil, err
 	}
 	if !s.calls.arm(id) {
@@ -231,14 +231,24 @@ func (s *Server) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply, er
 	}
 	c.Now = s.cfg.Now()
 	res, err := s.cfg.Quota.Charge(c)
-	if s.calls.done(id, err == nil, &c, &res) {
+	o := outcomeOf(err)
+	if s.calls.done(id, o, &c, &res) {
 		return nil, s.refundLate(id, &c, &res)
 	}
 	if err != nil {
-		// Aborted: nothing was charged, so the caller has nothing to settle.
-		return nil, status.Error(codes.Aborted, err.Error())
+		return nil, chargeFailed(o, err)
 	}
 	return chargeReply(&res, token), nil
+}
+
+// chargeFailed is the status of a charge the owner's quota failed: Aborted
+// when nothing was done, so the caller has nothing to settle; Unavailable
+// when the quota may still carry it out (it did not answer in time).
+func chargeFailed(o chargeOutcome, err error) error {
+	if o == notCharged {
+		return status.Error(codes.Aborted, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
 }
 
 // Usage implements NodeServer.

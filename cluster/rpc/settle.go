@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/quota"
 )
 
@@ -19,19 +21,22 @@ import (
 // usual case: it charged a call, stopped before its answer left, and
 // resumed after the caller gave up.
 //
-// So every charging call carries an id, and the owner keeps a book of the
-// calls it received for a while. A caller whose call was ambiguous asks
-// the same node to Settle it before it answers (and goes on asking in the
-// background while the node does not answer): the node gives back what it
-// charged (quota.Refund), or, when it has not charged the call yet,
-// refuses it whenever it gets to it. Either way the call does not count.
-// The same happens to an answer the caller discards: one under a claim
-// older than the caller's view, before it charges at the newer owner.
+// So every charging call carries an id, and the node it goes to keeps a
+// book of the calls it received for a while. A caller whose call was
+// ambiguous answers 503 and asks that node, in the background, to Settle
+// the call until it answers: the node gives back what it charged
+// (quota.Client.Refund), or, when it has not charged the call yet, voids
+// it, so that it is refused whenever it gets to it. Either way the call
+// does not count. The same happens to an answer the caller discards (one
+// under a claim older than the caller's view, which the stale owner
+// charged) before the call goes to the newer owner.
 //
-// What is left: the call's device event use and history observation
-// (Evaluate) stay. A node killed after charging a call, whose increment
-// reached its store, answers "unknown" once it is back (a new process
-// remembers no calls): that call counts although answered 503.
+// A node answers "unknown" when it cannot vouch: a call sent before the
+// oldest calls it remembers (it restarted, or forgot them), or one whose
+// charge or refund its quota actors did not answer in time (they may
+// still carry it out). The caller logs such a call: it may count although
+// answered 503. The call's device event use and history observation
+// (Evaluate) are not given back.
 
 // Settle outcomes (SettleReply.outcome).
 const (
@@ -41,36 +46,37 @@ const (
 )
 
 // callKeep is how long, in the book's running time, a node remembers a
-// call: past the longest a caller goes on settling (settleMax), so that a
-// call it received and forgot is never taken for one it never got.
-const callKeep = 15 * time.Second
+// call at least (at most twice that).
+const callKeep = 30 * time.Second
 
 // maxStep is the most a gap between two uses of the book adds to its
 // running time: a process that was paused (SIGSTOP) must not forget, on
 // waking, the calls its callers are about to settle.
 const maxStep = time.Second
 
-// vouchMargin is how much earlier than the book's start a call must have
-// been sent for the book to vouch that it never received it (the nodes'
-// clocks differ a little).
+// vouchMargin is how much later than the oldest call the book remembers a
+// call must have been sent for the book to vouch that it never received
+// it (the nodes' clocks differ a little; more than this and a node that
+// restarted could take a call it charged before for one it never got).
 const vouchMargin = time.Second
 
 type callState uint8
 
 const (
-	callRunning   callState = iota // received, not charged yet or charging
+	callRunning   callState = iota // received; not charged yet, or charging
 	callDone                       // answered: charged, or not (charged says)
-	callRefunding                  // a Settle is giving it back
+	callRefunding                  // being given back
 	callRefunded
-	callVoid // settled before it was charged: refused when it comes
+	callVoid      // settled before it was charged: refused when it comes
+	callUncertain // the quota did not say in time whether it charged or refunded it
 )
 
 // callEntry is what the book holds of one call: enough to refund it.
 type callEntry struct {
 	account string
 	state   callState
-	charged bool // the quota ran it (allowed or refused)
-	settle  bool // a Settle came while it ran: the runner refunds
+	charged bool // the quota charged it (allowed, or refused with a limit hit)
+	settle  bool // a Settle came while it ran: the runner gives it back
 	armed   bool // the runner is past its last check and charges
 	ch      quota.Charge
 	res     quota.ChargeResult
@@ -82,15 +88,17 @@ type callEntry struct {
 type callBook struct {
 	mu        sync.Mutex
 	cur, prev map[uint64]*callEntry
-	started   time.Time // wall clock: calls sent before it are unknown
-	running   time.Duration
-	last      time.Time
-	rotated   time.Duration
+	// horizon is the wall time from which every call received is in the
+	// book: the start of the older generation (the book's own start at
+	// first).
+	horizon, curStart time.Time
+	running, rotated  time.Duration
+	last              time.Time
 }
 
 func newCallBook() *callBook {
 	now := time.Now()
-	return &callBook{cur: map[uint64]*callEntry{}, prev: map[uint64]*callEntry{}, started: now, last: now}
+	return &callBook{cur: map[uint64]*callEntry{}, prev: map[uint64]*callEntry{}, horizon: now, curStart: now, last: now}
 }
 
 // tick advances the running time and rotates the generations. mu held.
@@ -100,6 +108,7 @@ func (b *callBook) tick() {
 	b.last = now
 	if b.running-b.rotated >= callKeep {
 		b.prev, b.cur = b.cur, map[uint64]*callEntry{}
+		b.horizon, b.curStart = b.curStart, now
 		b.rotated = b.running
 	}
 }
@@ -112,8 +121,8 @@ func (b *callBook) find(id uint64) *callEntry {
 }
 
 // begin records a call as it arrives; false when it was settled before
-// (the caller gave up on it: it must not be charged). Id 0 is a caller
-// that does not settle.
+// (the caller gave up on it: it must not be charged) or the id was seen
+// before. Id 0 is a caller that does not settle.
 func (b *callBook) begin(id uint64, account string) bool {
 	if id == 0 {
 		return true
@@ -121,8 +130,8 @@ func (b *callBook) begin(id uint64, account string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.tick()
-	if e := b.find(id); e != nil {
-		return false // settled (void), or a repeated id: never charge twice
+	if b.find(id) != nil {
+		return false
 	}
 	b.cur[id] = &callEntry{account: account}
 	return true
@@ -148,10 +157,32 @@ func (b *callBook) arm(id uint64) bool {
 	return true
 }
 
-// done records what the runner did: the charge and its answer when the
-// quota ran it. True when a Settle came while it charged: the runner
-// refunds it and answers that nothing was done.
-func (b *callBook) done(id uint64, charged bool, ch *quota.Charge, res *quota.ChargeResult) (refund bool) {
+// chargeOutcome says what the runner's quota did with a call.
+type chargeOutcome uint8
+
+const (
+	notCharged chargeOutcome = iota // it failed and did nothing
+	charged                         // allowed or refused: it counts
+	uncertain                       // no answer in time: it may count
+)
+
+// outcomeOf reads the quota's error: a timeout means the shard may still
+// carry the charge out (actors.Calls.Wait), any other error that nothing
+// was done.
+func outcomeOf(err error) chargeOutcome {
+	switch {
+	case err == nil:
+		return charged
+	case errors.Is(err, actors.ErrTimeout):
+		return uncertain
+	}
+	return notCharged
+}
+
+// done records what the runner's quota did. True when a Settle came while
+// it charged: the runner gives the charge back (refundLate) and answers
+// that nothing was done.
+func (b *callBook) done(id uint64, o chargeOutcome, ch *quota.Charge, res *quota.ChargeResult) (refund bool) {
 	if id == 0 {
 		return false
 	}
@@ -161,17 +192,42 @@ func (b *callBook) done(id uint64, charged bool, ch *quota.Charge, res *quota.Ch
 	if e == nil {
 		return false
 	}
-	e.charged = charged
-	if charged {
-		e.ch, e.res = *ch, *res
-		e.ch.Limits = quota.Limits{} // a refund needs no limits: keep the book small
+	switch o {
+	case notCharged:
+		e.state = callDone
+		if e.settle {
+			e.state = callVoid
+		}
+		return false
+	case uncertain:
+		e.state = callUncertain
+		return false
 	}
+	e.charged = true
+	e.ch, e.res = *ch, *res
+	e.ch.Limits = quota.Limits{} // a refund needs no limits: keep the book small
 	if e.settle {
-		e.state = callRefunded
-		return charged
+		e.state = callRefunding
+		return true
 	}
 	e.state = callDone
 	return false
+}
+
+// refunded records how a refund of a callRefunding entry went: given back,
+// not (it may be tried again), or not known (the quota did not answer in
+// time).
+func (b *callBook) refunded(e *callEntry, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch outcomeOf(err) {
+	case charged:
+		e.state = callRefunded
+	case uncertain:
+		e.state = callUncertain
+	default:
+		e.state = callDone
+	}
 }
 
 // errSettled answers a call its caller settled before it was charged.
@@ -179,23 +235,43 @@ func errSettled(id uint64) error {
 	return status.Error(codes.Aborted, fmt.Sprintf("cluster call %x: settled by its caller before it was charged; nothing done", id))
 }
 
+// refundLate gives back a charge whose caller settled the call while it
+// was being charged, and answers that nothing was done. Should the refund
+// fail, the entry says so and the caller's next Settle tries again.
+func (s *Server) refundLate(id uint64, ch *quota.Charge, res *quota.ChargeResult) error {
+	err := s.cfg.Quota.Refund(quota.Refund{Charge: *ch, Result: *res})
+	s.calls.mu.Lock()
+	e := s.calls.find(id)
+	s.calls.mu.Unlock()
+	if e != nil {
+		s.calls.refunded(e, err)
+	}
+	if err != nil {
+		s.log.Warn("cluster: a call its caller settled while it was charged is not given back yet", "call", fmt.Sprintf("%x", id), "account", ch.Account, "err", err)
+	}
+	return errSettled(id)
+}
+
 // Settle implements NodeServer.
 func (s *Server) Settle(_ context.Context, r *SettleRequest) (*SettleReply, error) {
 	if r.GetCallId() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID {
 		return nil, status.Error(codes.InvalidArgument, "cluster rpc: settle needs a call id and an account")
 	}
+	reply := func(out uint32) (*SettleReply, error) { return &SettleReply{Version: version, Outcome: out}, nil }
 	b := s.calls
 	b.mu.Lock()
 	b.tick()
 	e := b.find(r.CallId)
 	if e == nil {
-		if time.Unix(0, r.GetSentUnixNano()).Before(b.started.Add(vouchMargin)) {
-			b.mu.Unlock()
-			return &SettleReply{Version: version, Outcome: settleUnknown}, nil
-		}
+		// Never received, or forgotten: should it still come, it is
+		// refused either way.
 		b.cur[r.CallId] = &callEntry{account: r.Account, state: callVoid}
+		vouch := !time.Unix(0, r.GetSentUnixNano()).Before(b.horizon.Add(vouchMargin))
 		b.mu.Unlock()
-		return &SettleReply{Version: version, Outcome: settleVoid}, nil
+		if !vouch {
+			return reply(settleUnknown)
+		}
+		return reply(settleVoid)
 	}
 	if e.account != r.Account {
 		b.mu.Unlock()
@@ -204,65 +280,57 @@ func (s *Server) Settle(_ context.Context, r *SettleRequest) (*SettleReply, erro
 	switch e.state {
 	case callRunning:
 		e.settle = true
-		out := uint32(settleVoid)
-		if e.armed {
-			out = settleRefunded // its runner gives it back when done
-		}
+		armed := e.armed
 		b.mu.Unlock()
-		return &SettleReply{Version: version, Outcome: out}, nil
+		if !armed {
+			return reply(settleVoid) // arm refuses it
+		}
+		// Its runner gives it back when its charge is done; the caller
+		// asks again for the outcome.
+		return nil, status.Error(codes.Unavailable, fmt.Sprintf("cluster call %x: being charged; it will be given back", r.CallId))
 	case callRefunding:
 		b.mu.Unlock()
 		return nil, status.Error(codes.Unavailable, fmt.Sprintf("cluster call %x: its refund is under way", r.CallId))
 	case callRefunded:
 		b.mu.Unlock()
-		return &SettleReply{Version: version, Outcome: settleRefunded}, nil
+		return reply(settleRefunded)
 	case callVoid:
 		b.mu.Unlock()
-		return &SettleReply{Version: version, Outcome: settleVoid}, nil
+		return reply(settleVoid)
+	case callUncertain:
+		b.mu.Unlock()
+		return reply(settleUnknown)
 	}
 	// callDone
 	if !e.charged {
 		e.state = callVoid
 		b.mu.Unlock()
-		return &SettleReply{Version: version, Outcome: settleVoid}, nil
+		return reply(settleVoid)
 	}
 	e.state = callRefunding
 	ref := quota.Refund{Charge: e.ch, Result: e.res}
 	b.mu.Unlock()
 	err := s.cfg.Quota.Refund(ref)
-	b.mu.Lock()
-	if err != nil {
-		e.state = callDone
-	} else {
-		e.state = callRefunded
+	b.refunded(e, err)
+	switch outcomeOf(err) {
+	case charged:
+		return reply(settleRefunded)
+	case uncertain:
+		return reply(settleUnknown)
 	}
-	b.mu.Unlock()
-	if err != nil {
-		return nil, status.Error(codes.Unavailable, fmt.Sprintf("cluster call %x: refund: %v", r.CallId, err))
-	}
-	return &SettleReply{Version: version, Outcome: settleRefunded}, nil
+	return nil, status.Error(codes.Unavailable, fmt.Sprintf("cluster call %x: refund: %v", r.CallId, err))
 }
 
-// refundLate gives back a charge whose caller settled the call while it
-// was being charged, and answers that nothing was done.
-func (s *Server) refundLate(id uint64, ch *quota.Charge, res *quota.ChargeResult) error {
-	if err := s.cfg.Quota.Refund(quota.Refund{Charge: *ch, Result: *res}); err != nil {
-		s.log.Warn("cluster: a call its caller settled while it was charged could not be refunded; it counts", "call", fmt.Sprintf("%x", id), "account", ch.Account, "err", err)
-	}
-	return errSettled(id)
-}
-
-// How long a caller settles an ambiguous call: settleWait before it
-// answers (the 503 then says the truth), then in the background up to
-// settleMax after the call was sent.
+// How long a caller goes on settling an ambiguous call after it was sent,
+// and its pauses between attempts (doubling).
 const (
-	settleWait  = 2 * time.Second
-	settleMax   = 10 * time.Second
-	settlePause = 50 * time.Millisecond
+	settleMax      = 30 * time.Second
+	settlePause    = 50 * time.Millisecond
+	settleMaxPause = time.Second
 )
 
 // ambiguous reports whether a call that failed with err may have been
-// acted on: it was sent, and the owner did not answer that it did nothing.
+// acted on: it was sent, and the node did not answer that it did nothing.
 func ambiguous(err error) bool {
 	if err == nil || notSent(err) {
 		return false
@@ -275,52 +343,58 @@ func ambiguous(err error) bool {
 }
 
 // settle makes sure call id, sent to node at sent for account, does not
-// count: it asks node to Settle it, for settleWait, then goes on in the
-// background. Id 0: nothing to settle.
-func (q *Quota) settle(p *peer, node, account string, id uint64, sent time.Time) {
+// count: in the background, it asks node to Settle it until node answers
+// or settleMax after sent. The caller answers at once (a 503, or the call
+// at another owner) rather than hold its worker. Id 0: nothing to settle.
+func (q *Quota) settle(node, account string, id uint64, sent time.Time) {
 	if id == 0 {
 		return
 	}
-	q.settles.Add(1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		q.settleLoop(p, node, account, id, sent)
-	}()
-	t := time.NewTimer(settleWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	case <-q.done:
+	// Under the lock, as a peer's workers start: Close must not be
+	// waiting already.
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if q.closed.Load() {
+		return
 	}
+	q.settles.Add(1)
+	q.wg.Go(func() { q.settleLoop(node, account, id, sent) })
 }
 
-func (q *Quota) settleLoop(p *peer, node, account string, id uint64, sent time.Time) {
+func (q *Quota) settleLoop(node, account string, id uint64, sent time.Time) {
 	req := &SettleRequest{Version: version, Account: account, CallId: id, SentUnixNano: sent.UnixNano()}
+	call := fmt.Sprintf("%x", id)
 	end := sent.Add(settleMax)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Timeout)
-		rep, err := p.cli.Settle(ctx, req)
-		cancel()
+	pause := settlePause
+	for !q.closed.Load() {
+		// The member's connection as of now: it may have come back on
+		// another address.
+		p, err := q.peer(node)
+		var rep *SettleReply
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Timeout)
+			rep, err = p.cli.Settle(ctx, req)
+			cancel()
+		}
 		switch {
 		case err == nil && rep.GetOutcome() == settleUnknown:
-			q.log.Warn("cluster: a call answered 503 may have counted: its node cannot say whether it charged it", "node", node, "account", account, "call", fmt.Sprintf("%x", id))
+			q.log.Warn("cluster: a call may have counted although its caller gave up on it: its node cannot say whether it charged it", "node", node, "account", account, "call", call)
 			return
 		case err == nil:
 			return
 		case status.Code(err) == codes.Unimplemented || status.Code(err) == codes.InvalidArgument:
-			q.log.Warn("cluster: a call answered 503 may have counted: its node cannot settle it", "node", node, "account", account, "call", fmt.Sprintf("%x", id), "err", err)
+			q.log.Warn("cluster: a call may have counted although its caller gave up on it: its node cannot settle it", "node", node, "account", account, "call", call, "err", err)
 			return
 		}
-		if !time.Now().Add(settlePause).Before(end) {
-			q.log.Warn("cluster: a call answered 503 may have counted: its node did not answer", "node", node, "account", account, "call", fmt.Sprintf("%x", id), "err", err)
+		if !time.Now().Add(pause).Before(end) {
+			q.log.Warn("cluster: a call may have counted although its caller gave up on it: its node did not answer", "node", node, "account", account, "call", call, "err", err)
 			return
 		}
 		select {
 		case <-q.done:
 			return
-		case <-time.After(settlePause):
+		case <-time.After(pause):
 		}
+		pause = min(2*pause, settleMaxPause)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/quota"
 )
 
@@ -77,9 +78,9 @@ func usedThisHour(t *testing.T, c *quota.Client) int64 {
 
 // TestSettleOwnerPausedAfterCharging: the owner charges a call and stops
 // (in the charge, or with its answer on the way) past the caller's
-// deadline. The caller answers ErrNoOwner (503) only after settling the
-// call with the owner, and the owner gives the charge back: the call does
-// not count. A call in time still counts.
+// deadline. The caller answers ErrNoOwner (503) and settles the call with
+// the owner in the background, and the owner gives the charge back: the
+// call does not count. A call in time still counts.
 func TestSettleOwnerPausedAfterCharging(t *testing.T) {
 	for _, where := range []string{"charging", "answering"} {
 		t.Run(where, func(t *testing.T) {
@@ -113,37 +114,27 @@ func TestSettleOwnerPausedAfterCharging(t *testing.T) {
 			if n := usedThisHour(t, owner.Client); n != 2 {
 				t.Fatalf("owner holds %d calls while paused; want 2", n)
 			}
-			if where == "answering" {
-				// The owner's Settle handler runs (only the answer of the
-				// call is held): the refund is made before the caller
-				// answers.
-				if err := <-errc; !errors.Is(err, ErrNoOwner) {
-					t.Fatalf("caller after the deadline: %v", err)
-				}
-				if n := usedThisHour(t, owner.Client); n != 1 {
-					t.Fatalf("owner holds %d calls after the caller answered 503; want 1", n)
-				}
-				close(gate)
-			} else {
-				// The charge itself is under way when the Settle comes:
-				// the caller may answer before it is done, and its runner
-				// gives it back when it is.
-				err := <-errc
-				if !errors.Is(err, ErrNoOwner) {
-					t.Fatalf("caller after the deadline: %v", err)
-				}
-				close(gate)
-				deadline := time.Now().Add(5 * time.Second)
-				for usedThisHour(t, owner.Client) != 1 {
-					if time.Now().After(deadline) {
-						t.Fatalf("owner holds %d calls after its paused charge resumed; want 1", usedThisHour(t, owner.Client))
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
+			if err := <-errc; !errors.Is(err, ErrNoOwner) {
+				t.Fatalf("caller after the deadline: %v", err)
 			}
 			if q.Settles() != 1 {
 				t.Fatalf("settles %d, want 1", q.Settles())
 			}
+			if where == "charging" {
+				// The settle waits for the charge under way; its runner
+				// gives it back once it is done.
+				time.Sleep(300 * time.Millisecond)
+				if n := usedThisHour(t, owner.Client); n != 2 {
+					t.Fatalf("owner holds %d calls while the charge is under way; want 2", n)
+				}
+			}
+			// Only the call's answer is held when "answering": the owner's
+			// Settle handler runs, and the refund is made meanwhile.
+			if where == "answering" {
+				waitUsed(t, owner.Client, 1, "after the caller answered 503, with the call's answer still held")
+			}
+			close(gate)
+			waitUsed(t, owner.Client, 1, "after the owner resumed")
 			if _, err := q.Charge(capped); err != nil {
 				t.Fatal(err)
 			}
@@ -151,6 +142,22 @@ func TestSettleOwnerPausedAfterCharging(t *testing.T) {
 				t.Fatalf("owner holds %d calls after one more in time; want 2", n)
 			}
 		})
+	}
+}
+
+// waitUsed waits up to 5 s for c to hold want calls this hour.
+func waitUsed(t *testing.T, c *quota.Client, want int64, when string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := usedThisHour(t, c)
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("owner holds %d calls %s; want %d", n, when, want)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -219,5 +226,193 @@ func TestCallBookRemembersAcrossAPause(t *testing.T) {
 	b.mu.Unlock()
 	if !kept || !gone {
 		t.Fatalf("kept across a pause %v, forgotten after twice callKeep %v", kept, gone)
+	}
+}
+
+// hookQuota is the owner's quota with failures to order: a charge made
+// but answered actors.ErrTimeout (the shard answered after the wait gave
+// up), a stall after a charge, a refund made but answered ErrTimeout, a
+// refund that fails and does nothing.
+type hookQuota struct {
+	*quota.Client
+	chargeLate, stall, refundLate, refundFail atomic.Bool
+	stalled                                   chan struct{}
+	gate                                      chan struct{}
+}
+
+func (h *hookQuota) Charge(c quota.Charge) (quota.ChargeResult, error) {
+	res, err := h.Client.Charge(c)
+	if h.stall.CompareAndSwap(true, false) {
+		h.stalled <- struct{}{}
+		<-h.gate
+	}
+	if err == nil && h.chargeLate.CompareAndSwap(true, false) {
+		return quota.ChargeResult{}, actors.ErrTimeout
+	}
+	return res, err
+}
+
+func (h *hookQuota) Refund(f quota.Refund) error {
+	if h.refundFail.Load() {
+		return quota.ErrUnavailable
+	}
+	err := h.Client.Refund(f)
+	if err == nil && h.refundLate.CompareAndSwap(true, false) {
+		return actors.ErrTimeout
+	}
+	return err
+}
+
+func serveHooked(tb testing.TB) (string, *hookQuota) {
+	tb.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	h := &hookQuota{Client: quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog}), stalled: make(chan struct{}, 1), gate: make(chan struct{})}
+	s, err := NewServer(ServerConfig{Quota: h, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Now: func() time.Time { return testNow }, Logger: quietLog})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.Register(g)
+	go g.Serve(l)
+	tb.Cleanup(func() { g.Stop(); h.Client.Stop() })
+	return l.Addr().String(), h
+}
+
+func settleReq(id uint64) *SettleRequest {
+	return &SettleRequest{Version: version, Account: capped.Account, CallId: id, SentUnixNano: time.Now().UnixNano()}
+}
+
+// TestSettleUncertainRefund: a refund the quota did not answer in time
+// may still be made, so the node answers unknown, now and on every retry,
+// rather than refund again and take back a call answered 200.
+func TestSettleUncertainRefund(t *testing.T) {
+	addr, owner := serveHooked(t)
+	cli := NewNodeClient(dial(t, addr))
+	ctx := context.Background()
+	if _, err := cli.Charge(ctx, chargeMsg(&capped, 7)); err != nil { // answered: it counts
+		t.Fatal(err)
+	}
+	m := chargeMsg(&capped, 7)
+	m.CallId = 99
+	if _, err := cli.Charge(ctx, m); err != nil { // its answer is lost
+		t.Fatal(err)
+	}
+	owner.refundLate.Store(true)
+	for i := range 2 {
+		if rep, err := cli.Settle(ctx, settleReq(99)); err != nil || rep.Outcome != settleUnknown {
+			t.Fatalf("settle %d after a refund that timed out: %v %v", i+1, rep, err)
+		}
+	}
+	if n := usedThisHour(t, owner.Client); n != 1 {
+		t.Fatalf("owner counts %d calls; want 1 (the refund, late, was made once)", n)
+	}
+}
+
+// TestSettleRunnerRefundFails: a Settle that comes while its call is
+// being charged is told to ask again; the runner's refund fails, and the
+// next Settle, once the store is back, gives the call back.
+func TestSettleRunnerRefundFails(t *testing.T) {
+	addr, owner := serveHooked(t)
+	cli := NewNodeClient(dial(t, addr))
+	ctx := context.Background()
+	owner.stall.Store(true)
+	owner.refundFail.Store(true)
+	m := chargeMsg(&capped, 7)
+	m.CallId = 77
+	errc := make(chan error, 1)
+	go func() { _, err := cli.Charge(ctx, m); errc <- err }()
+	<-owner.stalled
+	if _, err := cli.Settle(ctx, settleReq(77)); status.Code(err) != codes.Unavailable {
+		t.Fatalf("settle while the call is charged: %v", err)
+	}
+	close(owner.gate)
+	if err := <-errc; status.Code(err) != codes.Aborted {
+		t.Fatalf("the settled call's own answer: %v", err)
+	}
+	if _, err := cli.Settle(ctx, settleReq(77)); status.Code(err) != codes.Unavailable {
+		t.Fatalf("settle while the store fails: %v", err)
+	}
+	if n := usedThisHour(t, owner.Client); n != 1 {
+		t.Fatalf("owner counts %d calls before the refund could be stored; want 1", n)
+	}
+	owner.refundFail.Store(false)
+	if rep, err := cli.Settle(ctx, settleReq(77)); err != nil || rep.Outcome != settleRefunded {
+		t.Fatalf("settle once the store is back: %v %v", rep, err)
+	}
+	if n := usedThisHour(t, owner.Client); n != 0 {
+		t.Fatalf("owner counts %d calls after the refund; want 0", n)
+	}
+}
+
+// TestSettleChargeTimedOut: an owner whose quota did not answer a charge
+// in time (the shard may still make it) answers Unavailable, not "nothing
+// done"; the caller settles the call, and the owner answers unknown.
+func TestSettleChargeTimedOut(t *testing.T) {
+	addr, owner := serveHooked(t)
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
+		Timeout: 500 * time.Millisecond, Workers: 2, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	owner.chargeLate.Store(true)
+	_, err = q.Charge(capped)
+	if !errors.Is(err, ErrNoOwner) || status.Code(err) != codes.Unavailable {
+		t.Fatalf("caller: %v", err)
+	}
+	if n := q.Settles(); n != 1 {
+		t.Fatalf("settles %d, want 1", n)
+	}
+}
+
+// givenUpStep is a chained charge whose caller gave up before it began.
+type givenUpStep struct{ step }
+
+func (*givenUpStep) Begin() bool { return false }
+
+// TestQueuedStepGivenUpIsNotSent: a chained charge whose caller stopped
+// waiting while it sat in a peer's queue (and answered 503) is dropped by
+// the worker, never sent to the owner; the same at a local owner's shard.
+func TestQueuedStepGivenUpIsNotSent(t *testing.T) {
+	addr, owner := serve(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}}, Workers: 1, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	gone := &givenUpStep{step{c: capped, done: make(chan struct{})}}
+	q.ChargeThen(gone)
+	local.ChargeThen(gone)
+	// A charge after it on the same worker and shard: once it is answered,
+	// the dropped one was handled.
+	if _, err := chargeThen(q, capped); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.Charge(capped); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gone.done:
+		t.Fatal("a step whose caller gave up was answered")
+	default:
+	}
+	if n := usedThisHour(t, owner); n != 1 {
+		t.Fatalf("owner counts %d; want 1 (the step given up was sent)", n)
+	}
+	if n := usedThisHour(t, local); n != 1 {
+		t.Fatalf("local shard counts %d; want 1 (the step given up was charged)", n)
+	}
+	if n := q.RemoteCalls(); n != 1 {
+		t.Fatalf("%d round trips; want 1", n)
 	}
 }

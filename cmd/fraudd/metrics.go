@@ -128,7 +128,7 @@ func addSources(m *metrics.Metrics, src metricSources) error {
 				}},
 			metrics.Source{Name: "cluster_leased_charges_total", Help: "Charges this node served from slices of an account's allowance lent by its owner, with no round trip.", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.LeasedCharges())) }},
-			metrics.Source{Name: "cluster_settled_calls_total", Help: "Charging calls to another member that broke after they were sent (or whose answer came under a stale claim), settled with that member so that they do not count: each answered 503.", Type: counter,
+			metrics.Source{Name: "cluster_settled_calls_total", Help: "Charging calls to another member that broke after they were sent (or whose answer came under a stale claim), settled with that member so that they do not count (the request was answered 503, or served by the new owner).", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.Settles())) }},
 			metrics.Source{Name: "cluster_leased_rests_total", Help: "Leased evaluations whose device event was stored at the account's owner: the owner resolved it and observed its device history, in one round trip.", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.LeasedRests())) }},
