@@ -76,15 +76,23 @@ func serve(tb testing.TB, owners Ownership) (string, *quota.Client) {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() { local.Stop() })
+	return listen(tb, s), local
+}
+
+// listen serves s on a loopback port until the test ends (the server
+// stops before the cleanups registered earlier run).
+func listen(tb testing.TB, s *Server, opts ...grpc.ServerOption) string {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(opts...)
 	s.Register(g)
 	go g.Serve(l)
-	tb.Cleanup(func() { g.Stop(); local.Stop() })
-	return l.Addr().String(), local
+	tb.Cleanup(g.Stop)
+	return l.Addr().String()
 }
 
 func dial(tb testing.TB, addr string) *grpc.ClientConn {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,54 +17,6 @@ import (
 	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/quota"
 )
-
-// stallQuota is the owner's quota with a pause after a charge: the charge
-// is made, then the answer waits for gate (a SIGSTOP between charging and
-// answering).
-type stallQuota struct {
-	*quota.Client
-	stall   atomic.Bool
-	stalled chan struct{}
-	gate    chan struct{}
-}
-
-func (s *stallQuota) Charge(c quota.Charge) (quota.ChargeResult, error) {
-	res, err := s.Client.Charge(c)
-	if s.stall.CompareAndSwap(true, false) {
-		s.stalled <- struct{}{}
-		<-s.gate
-	}
-	return res, err
-}
-
-// serveStalling is serve with stallQuota and, when replies is set, a
-// pause after each Charge handler returns (its answer is late, not its
-// charge) until gate closes.
-func serveStalling(tb testing.TB, replies *atomic.Bool, gate chan struct{}) (string, *stallQuota) {
-	tb.Helper()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	sq := &stallQuota{Client: quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog}), stalled: make(chan struct{}, 1), gate: gate}
-	s, err := NewServer(ServerConfig{Quota: sq, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Now: func() time.Time { return testNow }, Logger: quietLog})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	g := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		rep, err := h(ctx, req)
-		if strings.HasSuffix(info.FullMethod, "/Charge") && replies.CompareAndSwap(true, false) {
-			sq.stalled <- struct{}{}
-			<-gate
-		}
-		return rep, err
-	}))
-	s.Register(g)
-	go g.Serve(l)
-	tb.Cleanup(func() { g.Stop(); sq.Client.Stop() })
-	return l.Addr().String(), sq
-}
 
 func usedThisHour(t *testing.T, c *quota.Client) int64 {
 	t.Helper()
@@ -85,8 +36,7 @@ func TestSettleOwnerPausedAfterCharging(t *testing.T) {
 	for _, where := range []string{"charging", "answering"} {
 		t.Run(where, func(t *testing.T) {
 			var replies atomic.Bool
-			gate := make(chan struct{})
-			addr, owner := serveStalling(t, &replies, gate)
+			addr, owner := serveHooked(t, &replies)
 			sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
 			local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
 			defer local.Stop()
@@ -133,7 +83,7 @@ func TestSettleOwnerPausedAfterCharging(t *testing.T) {
 			if where == "answering" {
 				waitUsed(t, owner.Client, 1, "after the caller answered 503, with the call's answer still held")
 			}
-			close(gate)
+			close(owner.gate)
 			waitUsed(t, owner.Client, 1, "after the owner resumed")
 			if _, err := q.Charge(capped); err != nil {
 				t.Fatal(err)
@@ -263,23 +213,30 @@ func (h *hookQuota) Refund(f quota.Refund) error {
 	return err
 }
 
-func serveHooked(tb testing.TB) (string, *hookQuota) {
+// serveHooked serves an owner "a" on hookQuota. When replies is set, the
+// answer of the next Charge, once its handler returned, waits for the
+// gate too (the charge made, its answer not yet sent).
+func serveHooked(tb testing.TB, replies *atomic.Bool) (string, *hookQuota) {
 	tb.Helper()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
 	h := &hookQuota{Client: quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog}), stalled: make(chan struct{}, 1), gate: make(chan struct{})}
+	tb.Cleanup(func() { h.Client.Stop() })
 	s, err := NewServer(ServerConfig{Quota: h, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Now: func() time.Time { return testNow }, Logger: quietLog})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	var opts []grpc.ServerOption
+	if replies != nil {
+		opts = append(opts, grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handle grpc.UnaryHandler) (any, error) {
+			rep, err := handle(ctx, req)
+			if strings.HasSuffix(info.FullMethod, "/Charge") && replies.CompareAndSwap(true, false) {
+				h.stalled <- struct{}{}
+				<-h.gate
+			}
+			return rep, err
+		}))
 	}
-	g := grpc.NewServer()
-	s.Register(g)
-	go g.Serve(l)
-	tb.Cleanup(func() { g.Stop(); h.Client.Stop() })
-	return l.Addr().String(), h
+	return listen(tb, s, opts...), h
 }
 
 func settleReq(id uint64) *SettleRequest {
@@ -290,7 +247,7 @@ func settleReq(id uint64) *SettleRequest {
 // may still be made, so the node answers unknown, now and on every retry,
 // rather than refund again and take back a call answered 200.
 func TestSettleUncertainRefund(t *testing.T) {
-	addr, owner := serveHooked(t)
+	addr, owner := serveHooked(t, nil)
 	cli := NewNodeClient(dial(t, addr))
 	ctx := context.Background()
 	if _, err := cli.Charge(ctx, chargeMsg(&capped, 7)); err != nil { // answered: it counts
@@ -316,7 +273,7 @@ func TestSettleUncertainRefund(t *testing.T) {
 // being charged is told to ask again; the runner's refund fails, and the
 // next Settle, once the store is back, gives the call back.
 func TestSettleRunnerRefundFails(t *testing.T) {
-	addr, owner := serveHooked(t)
+	addr, owner := serveHooked(t, nil)
 	cli := NewNodeClient(dial(t, addr))
 	ctx := context.Background()
 	owner.stall.Store(true)
@@ -352,7 +309,7 @@ func TestSettleRunnerRefundFails(t *testing.T) {
 // in time (the shard may still make it) answers Unavailable, not "nothing
 // done"; the caller settles the call, and the owner answers unknown.
 func TestSettleChargeTimedOut(t *testing.T) {
-	addr, owner := serveHooked(t)
+	addr, owner := serveHooked(t, nil)
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
 	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
 	defer local.Stop()
