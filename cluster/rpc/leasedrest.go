@@ -111,14 +111,15 @@ func (q *Quota) runRest(rs *restStep) {
 // ownerDidNothing reports whether a failed call to the owner surely ran
 // nothing there: it never left this node (no owner, no address, no
 // connection), or the owner refused it before acting (an old build's
-// Unimplemented, not the owner, a malformed request).
+// Unimplemented, not the owner, a malformed request, or Aborted: too
+// little of the deadline left, no owner work here).
 func ownerDidNothing(err error) bool {
 	st, ok := status.FromError(err)
 	if !ok {
 		return true
 	}
 	switch st.Code() {
-	case codes.Unimplemented, codes.FailedPrecondition, codes.InvalidArgument:
+	case codes.Unimplemented, codes.FailedPrecondition, codes.InvalidArgument, codes.Aborted:
 		return true
 	}
 	return notSent(err)
