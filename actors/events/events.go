@@ -400,6 +400,26 @@ func (c *Client) Resolve(m Resolve) (Resolved, error) {
 	return c.resolves.Wait(call)
 }
 
+// Unuse gives back the use a Resolve stamped at recorded: an evaluation
+// whose caller never got its answer (cluster mode: a call its caller
+// settled and answered 503, docs/cluster.md), so that the evaluation tried
+// again does not read as a replay. Fire-and-forget, like Record, and after
+// any Resolve sent before it; an event not stored here, or of another
+// account, or without a use, is left alone.
+func (c *Client) Unuse(id EventID, account string, at time.Time) {
+	if c.stopped.Load() {
+		return
+	}
+	c.shards.Send(routeHash(binary.BigEndian.Uint16(id[4:6])), &unuse{id: id, account: account, at: at})
+}
+
+// unuse is Unuse's message.
+type unuse struct {
+	id      EventID
+	account string
+	at      time.Time
+}
+
 // ResolveThen is Resolve as a step of a chained call: it sends st to the
 // event's shard and returns at once; the shard calls st.Resolved.
 func (c *Client) ResolveThen(st ResolveStep) {

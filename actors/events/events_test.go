@@ -366,3 +366,59 @@ func TestPeekSeesEventsNotYetStored(t *testing.T) {
 		t.Fatalf("second resolve: %v %+v", err, r)
 	}
 }
+
+// TestUnuseGivesTheUseBack: a use given back (an evaluation its caller never
+// got the answer of) leaves the event unused, in memory and in the store,
+// so the evaluation tried again is not a replay; a later use's give-back
+// does not clear the first; another account's give-back does nothing.
+func TestUnuseGivesTheUseBack(t *testing.T) {
+	fs := vfs.NewMem()
+	db, err := storage.Open("d", storage.Options{FS: fs, SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 2, Store: db})
+	e := event("acc_a", "visitor-u", t0)
+	c.Record(e)
+	at := t0.Add(time.Second)
+	if r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: at}); err != nil || !r.Found || r.Replayed {
+		t.Fatalf("first use: %v %+v", err, r)
+	}
+	c.Unuse(e.ID, "acc_b", at)
+	c.Unuse(e.ID, "acc_a", at)
+	if r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: at.Add(time.Second)}); err != nil || !r.Found || r.Replayed {
+		t.Fatalf("after the first use was given back: %v %+v", err, r)
+	}
+	// A second use given back leaves the first.
+	if _, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: at.Add(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	c.Unuse(e.ID, "acc_a", at.Add(2*time.Second))
+	if r, _ := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: at.Add(3 * time.Second)}); !r.Replayed {
+		t.Fatalf("a later use's give-back cleared the first: %+v", r)
+	}
+	// Stored: a first use given back is written, and a restart reads the
+	// event unused.
+	f := event("acc_a", "visitor-v", t0)
+	c.Record(f)
+	if _, err := c.Resolve(Resolve{ID: f.ID, Account: "acc_a", Now: at}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	c.Unuse(f.ID, "acc_a", at)
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	c = New(sys.Root, Config{Shards: 2, Store: db})
+	r, err := c.Resolve(Resolve{ID: f.ID, Account: "acc_a", Now: at.Add(time.Second)})
+	c.Stop()
+	db.Close()
+	if err != nil || !r.Found || r.Replayed {
+		t.Fatalf("after a restart: %v %+v", err, r)
+	}
+}

@@ -79,6 +79,8 @@ func (s shard) Receive(ctx actor.Context) {
 		m.Resolved(s.resolve(m.ResolveReq()))
 	case *record:
 		s.record(m.e)
+	case *unuse:
+		s.unuse(m)
 	case flushReq:
 		s.flush(m)
 	case actors.Tick:
@@ -121,18 +123,28 @@ func (s shard) record(e *storage.DeviceEvent) {
 	s.markSightings(he)
 }
 
-func (s shard) resolve(r *Resolve) (Resolved, error) {
-	ent, ok := s.events.Get(r.ID)
+// entry returns the event's entry, loading it on first touch; nil when
+// there is no such event.
+func (s shard) entry(id EventID) (*eventEntry, error) {
+	ent, ok := s.events.Get(id)
 	if !ok && s.store != nil {
-		e, err := s.store.GetEvent(r.ID)
+		e, err := s.store.GetEvent(id)
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
 		case err != nil:
-			return Resolved{}, err
+			return nil, err
 		default:
 			ent = &eventEntry{e: *e}
-			s.events.Put(r.ID, ent)
+			s.events.Put(id, ent)
 		}
+	}
+	return ent, nil
+}
+
+func (s shard) resolve(r *Resolve) (Resolved, error) {
+	ent, err := s.entry(r.ID)
+	if err != nil {
+		return Resolved{}, err
 	}
 	if ent == nil || ent.e.Account != r.Account {
 		return Resolved{}, nil
@@ -158,6 +170,25 @@ func (s shard) resolve(r *Resolve) (Resolved, error) {
 		}
 	}
 	return res, nil
+}
+
+// unuse takes back one use; when it was the first (stamped at m.at), the
+// event reads as never used again, and that is written as the first use
+// was.
+func (s shard) unuse(m *unuse) {
+	ent, err := s.entry(m.id)
+	if err != nil {
+		s.log.Warn("device: a use not given back", "err", err)
+		return
+	}
+	if ent == nil || ent.e.Account != m.account || ent.e.Uses == 0 {
+		return
+	}
+	ent.e.Uses--
+	if ent.e.Uses == 0 && ent.e.FirstUse.Equal(m.at) {
+		ent.e.FirstUse = time.Time{}
+		s.markEvent(ent)
+	}
 }
 
 // sightingsOf returns the visitor's entry, loading it on first touch.

@@ -101,7 +101,7 @@ func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateRep
 	}
 	c, w, token, err := s.ownerWork(ctx, r)
 	if err != nil {
-		s.calls.done(id, notCharged, nil, nil)
+		s.calls.done(id, notCharged, nil, nil, nil)
 		return nil, err
 	}
 	if !s.calls.arm(id) {
@@ -109,7 +109,11 @@ func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateRep
 	}
 	res := s.cfg.Owner.Run(c, w)
 	o := outcomeOf(res.ChargeErr)
-	if s.calls.done(id, o, &c, &res.Charge) {
+	var use *eventUse
+	if w.Resolve != nil && res.EventErr == nil && res.Resolved.Found && id != 0 {
+		use = &eventUse{id: w.Resolve.ID, at: w.Resolve.Now}
+	}
+	if s.calls.done(id, o, &c, &res.Charge, use) {
 		return nil, s.refundLate(id, &c, &res.Charge)
 	}
 	if res.ChargeErr != nil {

@@ -61,6 +61,7 @@ type ServerConfig struct {
 	// Unavailable), resolved for evaluations on other nodes.
 	Events interface {
 		Resolve(events.Resolve) (events.Resolved, error)
+		Unuse(id events.EventID, account string, at time.Time)
 	}
 	// Leases are the slices of allowance this node holds (nil: none):
 	// Shares stops using an account's before it reads the share.
@@ -223,7 +224,7 @@ func (s *Server) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply, er
 	}
 	token, err := s.own(ctx, c.Account, r.Token)
 	if err != nil {
-		s.calls.done(id, notCharged, nil, nil)
+		s.calls.done(id, notCharged, nil, nil, nil)
 		return nil, err
 	}
 	if !s.calls.arm(id) {
@@ -232,7 +233,7 @@ func (s *Server) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply, er
 	c.Now = s.cfg.Now()
 	res, err := s.cfg.Quota.Charge(c)
 	o := outcomeOf(err)
-	if s.calls.done(id, o, &c, &res) {
+	if s.calls.done(id, o, &c, &res, nil) {
 		return nil, s.refundLate(id, &c, &res)
 	}
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/quota"
 )
 
@@ -35,8 +36,9 @@ import (
 // oldest calls it remembers (it restarted, or forgot them), or one whose
 // charge or refund its quota actors did not answer in time (they may
 // still carry it out). The caller logs such a call: it may count although
-// answered 503. The call's device event use and history observation
-// (Evaluate) are not given back.
+// answered 503. A refunded evaluation's device event use is given back
+// when the event is stored on the node (Server.unuse); its history
+// observation is not.
 
 // Settle outcomes (SettleReply.outcome).
 const (
@@ -80,6 +82,15 @@ type callEntry struct {
 	armed   bool // the runner is past its last check and charges
 	ch      quota.Charge
 	res     quota.ChargeResult
+	// use is the device event use the call's evaluation recorded here,
+	// given back with the charge (nil: none).
+	use *eventUse
+}
+
+// eventUse is one use of a device event a Resolve recorded at at.
+type eventUse struct {
+	id events.EventID
+	at time.Time
 }
 
 // callBook is a node's memory of the charging calls other members sent
@@ -182,7 +193,7 @@ func outcomeOf(err error) chargeOutcome {
 // done records what the runner's quota did. True when a Settle came while
 // it charged: the runner gives the charge back (refundLate) and answers
 // that nothing was done.
-func (b *callBook) done(id uint64, o chargeOutcome, ch *quota.Charge, res *quota.ChargeResult) (refund bool) {
+func (b *callBook) done(id uint64, o chargeOutcome, ch *quota.Charge, res *quota.ChargeResult, use *eventUse) (refund bool) {
 	if id == 0 {
 		return false
 	}
@@ -204,7 +215,7 @@ func (b *callBook) done(id uint64, o chargeOutcome, ch *quota.Charge, res *quota
 		return false
 	}
 	e.charged = true
-	e.ch, e.res = *ch, *res
+	e.ch, e.res, e.use = *ch, *res, use
 	e.ch.Limits = quota.Limits{} // a refund needs no limits: keep the book small
 	if e.settle {
 		e.state = callRefunding
@@ -230,6 +241,17 @@ func (b *callBook) refunded(e *callEntry, err error) {
 	}
 }
 
+// unuse gives back the device event use of a refunded call, so that the
+// evaluation tried again is not a replay. Only an event stored on this
+// node is given back (the owner usually stored it: collections store
+// events at the account's owner); one it resolved at a third node keeps
+// the use.
+func (s *Server) unuse(e *callEntry) {
+	if e.use != nil && s.cfg.Events != nil {
+		s.cfg.Events.Unuse(e.use.id, e.account, e.use.at)
+	}
+}
+
 // errSettled answers a call its caller settled before it was charged.
 func errSettled(id uint64) error {
 	return status.Error(codes.Aborted, fmt.Sprintf("cluster call %x: settled by its caller before it was charged; nothing done", id))
@@ -245,6 +267,9 @@ func (s *Server) refundLate(id uint64, ch *quota.Charge, res *quota.ChargeResult
 	s.calls.mu.Unlock()
 	if e != nil {
 		s.calls.refunded(e, err)
+		if err == nil {
+			s.unuse(e)
+		}
 	}
 	if err != nil {
 		s.log.Warn("cluster: a call its caller settled while it was charged is not given back yet", "call", fmt.Sprintf("%x", id), "account", ch.Account, "err", err)
@@ -314,6 +339,7 @@ func (s *Server) Settle(_ context.Context, r *SettleRequest) (*SettleReply, erro
 	b.refunded(e, err)
 	switch outcomeOf(err) {
 	case charged:
+		s.unuse(e)
 		return reply(settleRefunded)
 	case uncertain:
 		return reply(settleUnknown)

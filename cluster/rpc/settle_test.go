@@ -15,7 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/intel/device"
 )
 
 func usedThisHour(t *testing.T, c *quota.Client) int64 {
@@ -371,5 +374,45 @@ func TestQueuedStepGivenUpIsNotSent(t *testing.T) {
 	}
 	if n := q.RemoteCalls(); n != 1 {
 		t.Fatalf("%d round trips; want 1", n)
+	}
+}
+
+// TestSettleGivesTheEventUseBack: an evaluation settled after the owner
+// charged it and resolved its device event (stored at the owner) gives
+// the event's use back with the charge, so the evaluation tried again is
+// not a replay.
+func TestSettleGivesTheEventUseBack(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	ownerQuota := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	t.Cleanup(func() { ownerQuota.Stop() })
+	ownerEvents := events.New(sys.Root, events.Config{Shards: 2, Node: NodeRoute("a"), Logger: quietLog})
+	t.Cleanup(func() { ownerEvents.Stop() })
+	s, err := NewServer(ServerConfig{Quota: ownerQuota, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Now: func() time.Time { return testNow },
+		Events: ownerEvents, Owner: &checks.OwnerParts{Quota: ownerQuota, Events: ownerEvents, History: &fakeHistory{}}, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := NewNodeClient(dial(t, listen(t, s)))
+	id, err := ownerEvents.Collect(events.Collected{Account: capped.Account, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor-a", Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := checks.OwnerWork{Resolve: &events.Resolve{ID: id, Account: capped.Account}}
+	m := evaluateMsg(&capped, w, 7)
+	m.Charge.CallId = 5
+	rep, err := cli.Evaluate(context.Background(), m) // its answer is lost
+	if err != nil || rep.Resolved == nil || rep.Resolved.Replayed {
+		t.Fatalf("evaluate: %v %v", rep, err)
+	}
+	if rep, err := cli.Settle(context.Background(), settleReq(5)); err != nil || rep.Outcome != settleRefunded {
+		t.Fatalf("settle: %v %v", rep, err)
+	}
+	m.Charge.CallId = 6 // tried again
+	rep, err = cli.Evaluate(context.Background(), m)
+	if err != nil || rep.Resolved == nil || rep.Resolved.Replayed {
+		t.Fatalf("the evaluation tried again: %v %v", rep, err)
+	}
+	if n := usedThisHour(t, ownerQuota); n != 1 {
+		t.Fatalf("owner counts %d calls; want 1", n)
 	}
 }
