@@ -48,8 +48,9 @@ const (
 )
 
 // callKeep is how long, in the book's running time, a node remembers a
-// call at least (at most twice that).
-const callKeep = 30 * time.Second
+// call at least (at most twice that): longer than a caller goes on
+// settling (settleMax).
+const callKeep = 15 * time.Second
 
 // maxStep is the most a gap between two uses of the book adds to its
 // running time: a process that was paused (SIGSTOP) must not forget, on
@@ -80,11 +81,35 @@ type callEntry struct {
 	charged bool // the quota charged it (allowed, or refused with a limit hit)
 	settle  bool // a Settle came while it ran: the runner gives it back
 	armed   bool // the runner is past its last check and charges
-	ch      quota.Charge
-	res     quota.ChargeResult
+	charge  chargeMemo
 	// use is the device event use the call's evaluation recorded here,
 	// given back with the charge (nil: none).
 	use *eventUse
+}
+
+// chargeMemo is what a refund needs of a charge and its answer, and no
+// more: the book holds one per charging call for half a minute or so.
+type chargeMemo struct {
+	now     int64 // the owner's stamp, Unix nanoseconds
+	bucket  quota.Bucket
+	kind    quota.Kind
+	hourly  bool
+	monthly bool
+	total   bool
+	allowed bool
+	refusal quota.Refusal
+}
+
+func memoOf(c *quota.Charge, r *quota.ChargeResult) chargeMemo {
+	return chargeMemo{now: c.Now.UnixNano(), bucket: c.Bucket, kind: c.Kind, hourly: c.Hourly, monthly: c.Monthly, total: c.Total, allowed: r.Allowed, refusal: r.Refusal}
+}
+
+// refund is the quota's Refund of the memo's charge of account.
+func (m *chargeMemo) refund(account string) quota.Refund {
+	return quota.Refund{
+		Charge: quota.Charge{Account: account, Bucket: m.bucket, Kind: m.kind, Hourly: m.hourly, Monthly: m.monthly, Total: m.total, Now: time.Unix(0, m.now).UTC()},
+		Result: quota.ChargeResult{Allowed: m.allowed, Refusal: m.refusal},
+	}
 }
 
 // eventUse is one use of a device event a Resolve recorded at at.
@@ -215,8 +240,7 @@ func (b *callBook) done(id uint64, o chargeOutcome, ch *quota.Charge, res *quota
 		return false
 	}
 	e.charged = true
-	e.ch, e.res, e.use = *ch, *res, use
-	e.ch.Limits = quota.Limits{} // a refund needs no limits: keep the book small
+	e.charge, e.use = memoOf(ch, res), use
 	if e.settle {
 		e.state = callRefunding
 		return true
@@ -333,7 +357,7 @@ func (s *Server) Settle(_ context.Context, r *SettleRequest) (*SettleReply, erro
 		return reply(settleVoid)
 	}
 	e.state = callRefunding
-	ref := quota.Refund{Charge: e.ch, Result: e.res}
+	ref := e.charge.refund(e.account)
 	b.mu.Unlock()
 	err := s.cfg.Quota.Refund(ref)
 	b.refunded(e, err)
@@ -350,7 +374,7 @@ func (s *Server) Settle(_ context.Context, r *SettleRequest) (*SettleReply, erro
 // How long a caller goes on settling an ambiguous call after it was sent,
 // and its pauses between attempts (doubling).
 const (
-	settleMax      = 30 * time.Second
+	settleMax      = 10 * time.Second
 	settlePause    = 50 * time.Millisecond
 	settleMaxPause = time.Second
 )

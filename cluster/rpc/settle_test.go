@@ -416,3 +416,26 @@ func TestSettleGivesTheEventUseBack(t *testing.T) {
 		t.Fatalf("owner counts %d calls; want 1", n)
 	}
 }
+
+// TestChargeMemoKeepsWhatARefundNeeds: the book's short form of a charge
+// gives back the same refund as the charge itself (limits aside, which a
+// refund does not read).
+func TestChargeMemoKeepsWhatARefundNeeds(t *testing.T) {
+	for _, c := range []quota.Charge{
+		{Account: "acct_1", Bucket: quota.Test, Kind: quota.Lookup, Monthly: true, Total: true, Now: testNow.Add(1234567)},
+		{Account: "acct_2", Bucket: quota.Live, Kind: quota.Evaluate, Hourly: true, Monthly: true, Now: testNow},
+	} {
+		for _, r := range []quota.ChargeResult{{Allowed: true}, {Refusal: quota.RefusedMonthly}} {
+			m := memoOf(&c, &r)
+			got := m.refund(c.Account)
+			want := quota.Refund{Charge: c, Result: quota.ChargeResult{Allowed: r.Allowed, Refusal: r.Refusal}}
+			if !got.Charge.Now.Equal(want.Charge.Now) {
+				t.Fatalf("now %v, want %v", got.Charge.Now, want.Charge.Now)
+			}
+			got.Charge.Now = want.Charge.Now
+			if got != want {
+				t.Fatalf("refund %+v, want %+v", got, want)
+			}
+		}
+	}
+}
