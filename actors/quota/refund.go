@@ -24,33 +24,42 @@ type Refund struct {
 
 type refundCall = actors.Call[Refund, ChargeResult]
 
-// refundReply answers a waiting Refund once its delta is stored.
-type refundReply struct{ c *refundCall }
-
-func (r refundReply) Charged(res ChargeResult, err error) { r.c.Reply(res, err) }
-
-// delta is what the charge stored, negated: the month's count and the
-// day's (when it counted), the totals, or the limit hit of a refusal.
-func (r *Refund) delta() storage.UsageDelta {
-	c := &r.Charge
+// countedDelta is what an allowed charge stores: the month's count and the
+// day's when it counts toward the month, the total when it counts there.
+func countedDelta(c *Charge) storage.UsageDelta {
 	d := storage.UsageDelta{Account: c.Account, Month: storage.MonthOf(c.Now)}
-	if !r.Result.Allowed {
-		if r.Result.Refusal != NotRefused {
-			d.Totals.LimitHits = -1
-		}
-		return d
-	}
 	if c.Monthly {
 		d.Day = storage.DayOf(c.Now)
 		if c.Kind == Lookup {
-			d.Counts.Lookups = -1
+			d.Counts.Lookups = 1
 		} else {
-			d.Counts.Used = -1
+			d.Counts.Used = 1
 		}
 	}
 	if c.Total {
-		d.Totals.Evaluations = -1
+		d.Totals.Evaluations = 1
 	}
+	return d
+}
+
+// taken is what r's charge took and stored: countedDelta when allowed, the
+// limit hit of a refusal.
+func (r *Refund) taken() storage.UsageDelta {
+	if r.Result.Allowed {
+		return countedDelta(&r.Charge)
+	}
+	d := storage.UsageDelta{Account: r.Charge.Account, Month: storage.MonthOf(r.Charge.Now)}
+	if r.Result.Refusal != NotRefused {
+		d.Totals.LimitHits = 1
+	}
+	return d
+}
+
+// negated is d with its counts the other way (Warned aside: a warning sent
+// stays sent).
+func negated(d storage.UsageDelta) storage.UsageDelta {
+	d.Counts = storage.MonthCounts{Used: -d.Counts.Used, Lookups: -d.Counts.Lookups}
+	d.Totals = storage.Totals{Evaluations: -d.Totals.Evaluations, LimitHits: -d.Totals.LimitHits}
 	return d
 }
 
@@ -74,16 +83,14 @@ func (c *Client) Refund(r Refund) error {
 }
 
 func (s shard) refund(ctx actor.Context, r *Refund, call charged) {
-	d := r.delta()
+	took := r.taken()
 	c := &r.Charge
-	p := pending{call: call, ent: s.lent, delta: d, bucket: c.Bucket}
+	p := pending{call: call, ent: s.lent, delta: negated(took), bucket: c.Bucket}
 	if a, ok := s.accounts.Get(c.Account); ok {
 		// Loaded: memory is "stored + in flight", so it gives back now
 		// what the store will. An account not in memory loads the stored
 		// counts, the refund included, on its next touch.
-		undo := storage.UsageDelta{Month: d.Month, Counts: storage.MonthCounts{Used: -d.Counts.Used, Lookups: -d.Counts.Lookups},
-			Totals: storage.Totals{Evaluations: -d.Totals.Evaluations, LimitHits: -d.Totals.LimitHits}}
-		a.rollback(&undo, c.Bucket, false, time.Time{})
+		a.rollback(&took, c.Bucket, false, time.Time{})
 		// The hourly request, while the window the charge counted in runs
 		// (a charge stamped up to Stagger before a window's start counts
 		// in it).
@@ -93,7 +100,7 @@ func (s shard) refund(ctx actor.Context, r *Refund, call charged) {
 		}
 		p.ent = a
 	}
-	if s.commit == nil || (d.Counts == storage.MonthCounts{} && d.Totals == storage.Totals{}) {
+	if s.commit == nil || (took.Counts == storage.MonthCounts{} && took.Totals == storage.Totals{}) {
 		call.Charged(ChargeResult{}, nil)
 		return
 	}

@@ -70,10 +70,12 @@ func Begin(st ChargeStep) bool {
 // or a chained step.
 type charged interface{ Charged(ChargeResult, error) }
 
-// callReply answers a waiting caller's Call.
-type callReply struct{ c *chargeCall }
+// callReply answers a waiting caller's Call (a Charge, a Refund).
+type callReply[Req any] struct {
+	c *actors.Call[Req, ChargeResult]
+}
 
-func (r callReply) Charged(res ChargeResult, err error) { r.c.Reply(res, err) }
+func (r callReply[Req]) Charged(res ChargeResult, err error) { r.c.Reply(res, err) }
 
 // countTotal adds one to total_evaluations without a check (fire-and-forget).
 type countTotal struct {
@@ -126,13 +128,13 @@ type shard struct{ *shardState }
 func (s shard) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *chargeCall:
-		s.charge(ctx, &m.Req, callReply{m})
+		s.charge(ctx, &m.Req, callReply[Charge]{m})
 	case ChargeStep:
 		if Begin(m) {
 			s.charge(ctx, m.ChargeReq(), m)
 		}
 	case *refundCall:
-		s.refund(ctx, &m.Req, refundReply{m})
+		s.refund(ctx, &m.Req, callReply[Refund]{m})
 	case *usageCall:
 		a, err := s.account(m.Req.Account, m.Req.Now)
 		if err != nil {
@@ -229,18 +231,7 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 // does not own).
 func (s shard) chargeLent(ctx actor.Context, c *Charge, call charged) {
 	res := ChargeResult{Allowed: true}
-	d := storage.UsageDelta{Account: c.Account, Month: storage.MonthOf(c.Now)}
-	if c.Monthly {
-		d.Day = storage.DayOf(c.Now)
-		if c.Kind == Lookup {
-			d.Counts.Lookups = 1
-		} else {
-			d.Counts.Used = 1
-		}
-	}
-	if c.Total {
-		d.Totals.Evaluations = 1
-	}
+	d := countedDelta(c)
 	if s.commit == nil || (d.Counts == storage.MonthCounts{} && d.Totals == storage.Totals{}) {
 		call.Charged(res, nil)
 		return

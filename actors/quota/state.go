@@ -296,6 +296,7 @@ func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.U
 		return r, d
 	}
 	r.Allowed = true
+	d = countedDelta(c)
 	if c.Hourly {
 		if w.n == 0 {
 			w.start = c.Now
@@ -307,17 +308,10 @@ func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.U
 	}
 	if c.Monthly {
 		*used++
-		d.Day = storage.DayOf(c.Now)
-		if c.Kind == Lookup {
-			d.Counts.Lookups = 1
-		} else {
-			d.Counts.Used = 1
-		}
 		a.warnMonthly(c.Kind, c.Bucket, monthly, *used, c.Now, &d, warn)
 	}
 	if c.Total {
 		a.totals.Evaluations++
-		d.Totals.Evaluations = 1
 	}
 	a.headers(&r, c, w, monthly, *used)
 	return r, d
