@@ -108,16 +108,12 @@ func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateRep
 		return nil, errSettled(id)
 	}
 	res := s.cfg.Owner.Run(c, w)
-	o := outcomeOf(res.ChargeErr)
 	var use *eventUse
 	if w.Resolve != nil && res.EventErr == nil && res.Resolved.Found && id != 0 {
 		use = &eventUse{id: w.Resolve.ID, at: w.Resolve.Now}
 	}
-	if s.calls.done(id, o, &c, &res.Charge, use) {
-		return nil, s.refundLate(id, &c, &res.Charge)
-	}
-	if res.ChargeErr != nil {
-		return nil, chargeFailed(o, res.ChargeErr)
+	if err := s.answered(id, res.ChargeErr, &c, &res.Charge, use); err != nil {
+		return nil, err
 	}
 	return evaluateReply(&res, w, token), nil
 }

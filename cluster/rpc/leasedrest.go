@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/fraudd/fraudd/actors/checks"
@@ -110,19 +109,12 @@ func (q *Quota) runRest(rs *restStep) {
 
 // ownerDidNothing reports whether a failed call to the owner surely ran
 // nothing there: it never left this node (no owner, no address, no
-// connection), or the owner refused it before acting (an old build's
-// Unimplemented, not the owner, a malformed request, or Aborted: too
-// little of the deadline left, no owner work here).
+// connection: no gRPC status), or the owner said so (nothingDone).
 func ownerDidNothing(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok {
+	if _, ok := status.FromError(err); !ok {
 		return true
 	}
-	switch st.Code() {
-	case codes.Unimplemented, codes.FailedPrecondition, codes.InvalidArgument, codes.Aborted:
-		return true
-	}
-	return notSent(err)
+	return nothingDone(err)
 }
 
 // EvaluateLeased implements NodeServer.

@@ -232,24 +232,10 @@ func (s *Server) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply, er
 	}
 	c.Now = s.cfg.Now()
 	res, err := s.cfg.Quota.Charge(c)
-	o := outcomeOf(err)
-	if s.calls.done(id, o, &c, &res, nil) {
-		return nil, s.refundLate(id, &c, &res)
-	}
-	if err != nil {
-		return nil, chargeFailed(o, err)
+	if err := s.answered(id, err, &c, &res, nil); err != nil {
+		return nil, err
 	}
 	return chargeReply(&res, token), nil
-}
-
-// chargeFailed is the status of a charge the owner's quota failed: Aborted
-// when nothing was done, so the caller has nothing to settle; Unavailable
-// when the quota may still carry it out (it did not answer in time).
-func chargeFailed(o chargeOutcome, err error) error {
-	if o == notCharged {
-		return status.Error(codes.Aborted, err.Error())
-	}
-	return status.Error(codes.Unavailable, err.Error())
 }
 
 // Usage implements NodeServer.

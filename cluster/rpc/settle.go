@@ -381,15 +381,38 @@ const (
 
 // ambiguous reports whether a call that failed with err may have been
 // acted on: it was sent, and the node did not answer that it did nothing.
-func ambiguous(err error) bool {
-	if err == nil || notSent(err) {
-		return false
-	}
+func ambiguous(err error) bool { return err != nil && !nothingDone(err) }
+
+// nothingDone reports whether a call's status says the node did nothing:
+// it was never sent (a dial error), or the node refused it before acting
+// (an old build's Unimplemented, not the owner, a malformed request, or
+// Aborted: too little of the deadline left, a charge its quota failed, no
+// owner work here).
+func nothingDone(err error) bool {
 	switch status.Code(err) {
 	case codes.FailedPrecondition, codes.InvalidArgument, codes.Aborted, codes.Unimplemented:
-		return false
+		return true
 	}
-	return true
+	return notSent(err)
+}
+
+// answered records the runner's charge (err its quota's error, use the
+// device event use its evaluation recorded) and returns the call's error
+// status: nil when it stands; Aborted when it was settled meanwhile (and
+// is given back now) or its quota did nothing; Unavailable when the quota
+// may still make it.
+func (s *Server) answered(id uint64, err error, c *quota.Charge, res *quota.ChargeResult, use *eventUse) error {
+	o := outcomeOf(err)
+	if s.calls.done(id, o, c, res, use) {
+		return s.refundLate(id, c, res)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case o == notCharged:
+		return status.Error(codes.Aborted, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
 }
 
 // settle makes sure call id, sent to node at sent for account, does not
