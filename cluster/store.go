@@ -313,7 +313,6 @@ func (s *Store[T]) Delete(ctx context.Context, key string, rev int64) (int64, er
 type Tx[T any] struct {
 	s   *Store[T]
 	stm concurrency.STM
-	err error
 }
 
 // Get reads key inside the transaction.
