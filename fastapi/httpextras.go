@@ -20,9 +20,9 @@ const gzipMin = 1024
 func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx) { s.withExtras(ctx, s.publicRoutes()) }
 
 // serveAdminHTTP is the admin listener's (--admin-addr), with the same extras.
-func (s *Server) serveAdminHTTP(ctx *fasthttp.RequestCtx) { s.withExtras(ctx, s.admin) }
+func (s *Server) serveAdminHTTP(ctx *fasthttp.RequestCtx) { s.withExtras(ctx, &s.admin) }
 
-func (s *Server) withExtras(ctx *fasthttp.RequestCtx, routes []*route) {
+func (s *Server) withExtras(ctx *fasthttp.RequestCtx, routes *routeSet) {
 	// Wall time, never the test clock. fasthttp stamps each request as it
 	// hands it to the handler, so timing it costs one clock read (at the
 	// end), not two; a bare RequestCtx (tests) has no stamp.

@@ -202,7 +202,11 @@ type Server struct {
 	checks *checks.Service
 	log    *slog.Logger
 	routes []*route
-	srv    *fasthttp.Server
+	// all, public and admin index the routes each listener serves (index):
+	// all of them on one listener; with Config.AdminSeparate, public and
+	// admin.
+	all, public, admin routeSet
+	srv                *fasthttp.Server
 	// unmatched counts the requests no route answered, unreadable those
 	// fasthttp could not read (/metrics).
 	unmatched, unreadable *metrics.Route
@@ -212,10 +216,8 @@ type Server struct {
 
 	idPrefix [8]byte
 
-	// With Config.AdminSeparate, public and admin are the routes each
-	// listener serves and adminSrv is the admin listener's server.
-	public, admin []*route
-	adminSrv      *fasthttp.Server
+	// adminSrv is the admin listener's server (Config.AdminSeparate).
+	adminSrv *fasthttp.Server
 }
 
 type handlerFunc func(ctx *fasthttp.RequestCtx, r *request)
@@ -308,19 +310,8 @@ func New(cfg Config, deps Deps) *Server {
 		rt.segs = strings.Split(strings.Trim(rt.pattern, "/"), "/")
 		rt.nsegs = len(rt.segs)
 		rt.obs = cfg.Metrics.Route(rt.pattern)
-		if !cfg.AdminSeparate {
-			continue
-		}
-		switch surfaceOf(rt.pattern) {
-		case onPublic:
-			s.public = append(s.public, rt)
-		case onAdmin:
-			s.admin = append(s.admin, rt)
-		case onBoth:
-			s.public = append(s.public, rt)
-			s.admin = append(s.admin, rt)
-		}
 	}
+	s.index()
 	s.unmatched = cfg.Metrics.Route("unmatched")
 	s.unreadable = cfg.Metrics.Route("unreadable")
 	s.srv = s.newHTTPServer(s.serveHTTP)
@@ -437,25 +428,46 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// index builds the listeners' route sets from s.routes.
+func (s *Server) index() {
+	s.all = newRouteSet(s.routes)
+	if !s.cfg.AdminSeparate {
+		return
+	}
+	var public, admin []*route
+	for _, rt := range s.routes {
+		switch surfaceOf(rt.pattern) {
+		case onPublic:
+			public = append(public, rt)
+		case onAdmin:
+			admin = append(admin, rt)
+		case onBoth:
+			public = append(public, rt)
+			admin = append(admin, rt)
+		}
+	}
+	s.public, s.admin = newRouteSet(public), newRouteSet(admin)
+}
+
 // Handle is the public listener's fasthttp handler.
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) { s.handle(ctx, s.publicRoutes()) }
 
 // HandleAdmin is the admin listener's fasthttp handler (Config.AdminSeparate).
-func (s *Server) HandleAdmin(ctx *fasthttp.RequestCtx) { s.handle(ctx, s.admin) }
+func (s *Server) HandleAdmin(ctx *fasthttp.RequestCtx) { s.handle(ctx, &s.admin) }
 
 // publicRoutes are the public listener's: every route unless the admin API
 // has its own listener.
-func (s *Server) publicRoutes() []*route {
+func (s *Server) publicRoutes() *routeSet {
 	if s.cfg.AdminSeparate {
-		return s.public
+		return &s.public
 	}
-	return s.routes
+	return &s.all
 }
 
 // handle serves one request from routes: request id, edge block, routing,
 // auth. It reports the route that answered: nil when none did (framing
 // errors, the edge block, unknown paths and methods).
-func (s *Server) handle(ctx *fasthttp.RequestCtx, routes []*route) (rt *route) {
+func (s *Server) handle(ctx *fasthttp.RequestCtx, routes *routeSet) (rt *route) {
 	// Response headers keep the SPEC's spelling (X-RateLimit-Limit, not
 	// fasthttp's X-Ratelimit-Limit); request headers stay case-insensitive.
 	ctx.Response.Header.DisableNormalizing()
@@ -533,13 +545,51 @@ func (s *Server) match(method, path []byte, r *request) (*route, string) {
 	return matchIn(s.publicRoutes(), method, path, r)
 }
 
+// routeSet is one listener's routes in the order they match, with an index
+// of the paths that are some route's whole pattern (no parameter), so that
+// the API's own paths skip the scan over every route.
+type routeSet struct {
+	list []*route
+	// exact maps such a trimmed path to every route of list that matches
+	// it, in list order: those with that pattern and the parameterised
+	// ones it fits. Matching over them gives what matching over list does.
+	exact map[string][]*route
+}
+
+func newRouteSet(list []*route) routeSet {
+	set := routeSet{list: list, exact: make(map[string][]*route)}
+	var scratch request
+	for _, rt := range list {
+		if strings.Contains(rt.pattern, "{") {
+			continue
+		}
+		p := strings.Trim(rt.pattern, "/")
+		if _, ok := set.exact[p]; ok {
+			continue
+		}
+		n := strings.Count(p, "/") + 1
+		var fit []*route
+		for _, other := range list {
+			if other.nsegs == n && matchSegs(other.segs, p, &scratch) {
+				fit = append(fit, other)
+			}
+		}
+		set.exact[p] = fit
+	}
+	return set
+}
+
 // matchIn is match over one listener's routes.
-func matchIn(routes []*route, method, path []byte, r *request) (*route, string) {
+func matchIn(set *routeSet, method, path []byte, r *request) (*route, string) {
 	// The path bytes live as long as the request; parameters that must
 	// outlive it are copied by their handlers.
 	p := strings.Trim(unsafe.String(unsafe.SliceData(path), len(path)), "/")
 	var allow []string
 	n := strings.Count(p, "/") + 1
+	routes, ok := set.exact[p]
+	if !ok {
+		routes = set.list
+	}
 	for _, rt := range routes {
 		if rt.nsegs != n || !matchSegs(rt.segs, p, r) {
 			continue

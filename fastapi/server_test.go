@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -166,6 +167,7 @@ func TestHandlerPanicIsA500(t *testing.T) {
 	e := newTestEnv(t)
 	e.srv.routes = append(e.srv.routes, &route{method: "GET", pattern: "/boom", segs: []string{"boom"}, nsegs: 1,
 		handler: func(*fasthttp.RequestCtx, *request) { panic("boom") }})
+	e.srv.index()
 	ctx := e.do("GET", "/boom", "", nil)
 	if ctx.Response.StatusCode() != 500 || string(ctx.Response.Body()) != `{"error":"Server error."}` || len(ctx.Response.Header.Peek("X-Request-Id")) == 0 {
 		t.Fatalf("panic: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
@@ -221,5 +223,72 @@ func TestPinsStoredCanonicalStillRead(t *testing.T) {
 	ctx = e.do("GET", "/v1/lookup/8.8.4.4", "Bearer "+e.acct.LiveKey, nil)
 	if b := string(ctx.Response.Body()); !strings.Contains(b, `"verdict":"block"`) || !strings.Contains(b, `"verdict_source":"exception"`) {
 		t.Fatalf("old pin does not match: %s", b)
+	}
+}
+
+// TestRouteIndexMatchesTheScan checks that the index of exact paths answers
+// every request as the scan over all routes does: same route, same
+// parameters, same Allow list.
+func TestRouteIndexMatchesTheScan(t *testing.T) {
+	e := newTestEnv(t)
+	set := &e.srv.all
+	scan := &routeSet{list: set.list}
+	var paths []string
+	for _, rt := range set.list {
+		p := strings.NewReplacer("{id}", "acct_1", "{key}", "k1").Replace(rt.pattern)
+		p = regexp.MustCompile(`\{[^}]*\}`).ReplaceAllString(p, "x")
+		paths = append(paths, p, p+"/", "/"+strings.Trim(p, "/")+"/extra")
+	}
+	paths = append(paths, "/", "", "/nope", "/v1", "/v1/evaluate/", "//v1/evaluate")
+	if len(set.exact) < 10 {
+		t.Fatalf("only %d exact paths indexed", len(set.exact))
+	}
+	sameMatch(t, set, scan, paths)
+
+	// A table where a parameterised route also fits a static one's path,
+	// before and after it in the order.
+	var list []*route
+	for _, rt := range []struct{ m, p string }{{"GET", "/a/{id}"}, {"POST", "/a/b"}, {"DELETE", "/a/{id}"}, {"GET", "/a/b"}, {"PUT", "/{x}/b"}} {
+		segs := strings.Split(strings.Trim(rt.p, "/"), "/")
+		list = append(list, &route{method: rt.m, pattern: rt.p, segs: segs, nsegs: len(segs)})
+	}
+	synth := newRouteSet(list)
+	if got := len(synth.exact["a/b"]); got != 5 {
+		t.Fatalf("a/b indexes %d routes, want all 5", got)
+	}
+	sameMatch(t, &synth, &routeSet{list: list}, []string{"/a/b", "/a/c", "/c/b", "/a/b/"})
+}
+
+func sameMatch(t *testing.T, set, scan *routeSet, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		for _, m := range []string{"GET", "HEAD", "POST", "PATCH", "PUT", "DELETE"} {
+			var ra, rb request
+			a, allowA := matchIn(set, []byte(m), []byte(p), &ra)
+			b, allowB := matchIn(scan, []byte(m), []byte(p), &rb)
+			if a != b || allowA != allowB || ra.nparams != rb.nparams || ra.params != rb.params {
+				t.Errorf("%s %s: index %v %q %v, scan %v %q %v", m, p, a, allowA, ra.params, b, allowB, rb.params)
+			}
+		}
+	}
+}
+
+// BenchmarkMatchEvaluate is the router's share of a POST /v1/evaluate:
+// through the index, and through the scan over every route it replaced.
+func BenchmarkMatchEvaluate(b *testing.B) {
+	e := newTestEnv(&testing.T{})
+	for _, c := range []struct {
+		name string
+		set  *routeSet
+	}{{"index", &e.srv.all}, {"scan", &routeSet{list: e.srv.all.list}}} {
+		b.Run(c.name, func(b *testing.B) {
+			var r request
+			method, path := []byte("POST"), []byte("/v1/evaluate")
+			for b.Loop() {
+				if rt, _ := matchIn(c.set, method, path, &r); rt == nil {
+					b.Fatal("no route")
+				}
+			}
+		})
 	}
 }
