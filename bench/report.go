@@ -103,6 +103,11 @@ type Row struct {
 	RatioCPU       *float64 `json:"ratio_cpu"`
 	RatioP99       *float64 `json:"ratio_p99"`
 
+	// FloorRounds are every round's figures when the run was measured in
+	// rounds alternating with the floor (Config.FloorRounds); the row's
+	// own figures are those of the median round.
+	FloorRounds []FloorRound `json:"floor_rounds,omitempty"`
+
 	Parts []PartRow  `json:"parts,omitempty"`
 	Notes []string   `json:"notes,omitempty"`
 	Curve []Quantile `json:"latency_curve"`
@@ -112,6 +117,17 @@ type Row struct {
 	FloorTimeline *Series    `json:"floor_timeline"`
 	// Cluster holds a local cluster run's per-node figures (--nodes).
 	Cluster *ClusterRow `json:"cluster,omitempty"`
+}
+
+// FloorRound is one round of a run measured against the floor in rounds.
+type FloorRound struct {
+	RPS            float64  `json:"rps"`
+	P99            float64  `json:"p99_ms"`
+	ServerCPU      *float64 `json:"server_cpu_us_per_req"`
+	FloorRPS       *float64 `json:"floor_rps"`
+	FloorP99       *float64 `json:"floor_p99_ms"`
+	FloorServerCPU *float64 `json:"floor_server_cpu_us_per_req"`
+	RatioCPU       *float64 `json:"ratio_cpu"`
 }
 
 // PartRow is one part of a mixed workload.

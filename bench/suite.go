@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,6 +55,12 @@ type Config struct {
 	// Floor also measures the floor server, with the same requests, before
 	// each scenario run.
 	Floor bool
+	// FloorRounds > 1 measures each run that many times, the floor and
+	// fraudd alternating (the floor first in even rounds, fraudd first in
+	// odd ones), and reports the round whose CPU ratio is the median, with
+	// every round's figures in the row (Row.FloorRounds): one pair of runs
+	// on a shared VM moves by ±15%, the median of paired rounds much less.
+	FloorRounds int
 	// FloorCommand starts the floor as a child process (argv; fraudbench
 	// appends --addr, --routes and --default-size), so its CPU time is its
 	// own. Empty: an in-process floor whose CPU cannot be told apart.
@@ -109,6 +117,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KillNodeAfter < 0 || (c.KillNodeAfter > 0 && c.Nodes < 2) {
 		return errors.New("--kill-node-after needs --nodes 2 or more")
+	}
+	if c.FloorRounds < 0 || c.FloorRounds > 99 || (c.FloorRounds > 1 && !c.Floor) {
+		return fmt.Errorf("floor rounds %d: 1 to 99, and only with the floor", c.FloorRounds)
 	}
 	if c.LeaseTTL != 0 && (c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0) {
 		return fmt.Errorf("lease TTL %v: whole seconds, at least 1s", c.LeaseTTL)
@@ -415,39 +426,56 @@ func (s *suite) scenario(ctx context.Context, name string, env *Env, modes []Mod
 		if mode == Open && len(modes) > 1 {
 			run.Rate = math.Max(1, math.Round(closedRPS*s.cfg.OpenFraction))
 		}
-		var floorM *Measured
-		if floorURL != "" {
-			s.logf("%s: %s", name, describe(run, "floor"))
-			fm, err := s.measure(ctx, name+" floor", floorURL, w, run, floorPID)
-			if err != nil {
-				return fmt.Errorf("floor run: %w", err)
+		rounds := max(1, s.cfg.FloorRounds)
+		if floorURL == "" {
+			rounds = 1
+		}
+		var pairs []floorPair
+		for r := range rounds {
+			var p floorPair
+			for _, side := range roundOrder(r) {
+				if ctx.Err() != nil {
+					break // interrupted during the other side's run
+				}
+				if side == 0 && floorURL != "" {
+					s.logf("%s: %s", name, describe(run, "floor"))
+					fm, err := s.measure(ctx, name+" floor", floorURL, w, run, floorPID)
+					if err != nil {
+						return fmt.Errorf("floor run: %w", err)
+					}
+					p.floor = &fm
+					s.logf("%s:   floor %.0f req/s, %d errors", name, fm.Result.RPS(), fm.Result.Errors)
+				}
+				if side == 1 {
+					s.logf("%s: %s", name, describe(run, "server"))
+					if p.server, p.cluster, err = s.measureServer(ctx, name, w, run); err != nil {
+						return err
+					}
+					p.ran = true
+				}
 			}
-			floorM = &fm
-			s.logf("%s:   floor %.0f req/s, %d errors", name, fm.Result.RPS(), fm.Result.Errors)
+			if !p.ran {
+				break
+			}
+			pairs = append(pairs, p)
+			if p.server.Result.Interrupted {
+				break
+			}
 		}
-		s.logf("%s: %s", name, describe(run, "server"))
-		if ctx.Err() != nil {
-			break // interrupted during the floor run
+		if len(pairs) == 0 {
+			break // interrupted before fraudd's first run
 		}
-		var m Measured
-		var cr *ClusterRow
-		if s.nodes != nil {
-			m, cr, err = s.measureCluster(ctx, name, w, run)
-		} else {
-			m, err = s.measure(ctx, name, s.srvURL, w, run, s.srvPID)
-		}
-		if err != nil {
-			return err
-		}
-		if s.fraudd != nil && s.fraudd.Exited() {
-			return fmt.Errorf("fraudd exited during the run:\n%s", s.fraudd.Tail())
-		}
-		s.logf("%s:   server %.0f req/s, %d errors", name, m.Result.RPS(), m.Result.Errors)
+		mid := medianPair(pairs)
+		m := pairs[mid].server
 		if mode == Closed {
 			closedRPS = m.Result.RPS()
 		}
-		row := BuildRow(name, m, floorM)
-		row.Cluster = cr
+		row := BuildRow(name, m, pairs[mid].floor)
+		row.Cluster = pairs[mid].cluster
+		if len(pairs) > 1 {
+			row.FloorRounds = roundRows(pairs)
+			row.Notes = append(row.Notes, fmt.Sprintf("%d rounds alternating with the floor; the figures are round %d's, whose CPU ratio is the median", len(pairs), mid+1))
+		}
 		row.Notes = append(append(row.Notes, w.Notes...), notes...)
 		if why := Explain429(m.Result, s.cfg.URL != ""); why != "" {
 			s.logf("%s: %s", name, why)
@@ -461,6 +489,68 @@ func (s *suite) scenario(ctx context.Context, name string, env *Env, modes []Mod
 		}
 	}
 	return nil
+}
+
+// floorPair is one round of a run: fraudd's measurement and the floor's.
+type floorPair struct {
+	server  Measured
+	cluster *ClusterRow
+	floor   *Measured
+	ran     bool // fraudd's run happened (not interrupted before it)
+}
+
+// measureServer measures one run of fraudd (or the local cluster).
+func (s *suite) measureServer(ctx context.Context, name string, w *Workload, run RunConfig) (Measured, *ClusterRow, error) {
+	var m Measured
+	var cr *ClusterRow
+	var err error
+	if s.nodes != nil {
+		m, cr, err = s.measureCluster(ctx, name, w, run)
+	} else {
+		m, err = s.measure(ctx, name, s.srvURL, w, run, s.srvPID)
+	}
+	if err != nil {
+		return m, nil, err
+	}
+	if s.fraudd != nil && s.fraudd.Exited() {
+		return m, nil, fmt.Errorf("fraudd exited during the run:\n%s", s.fraudd.Tail())
+	}
+	s.logf("%s:   server %.0f req/s, %d errors", name, m.Result.RPS(), m.Result.Errors)
+	return m, cr, nil
+}
+
+// pairRatio is a round's server CPU per request over the floor's (0 when
+// either was not measured).
+func pairRatio(p floorPair) float64 {
+	if p.floor == nil || !p.server.HasCPU || !p.floor.HasCPU || p.server.Result.Requests == 0 || p.floor.Result.Requests == 0 {
+		return 0
+	}
+	f := p.floor.ServerCPU.Seconds() / float64(p.floor.Result.Requests)
+	if f == 0 {
+		return 0
+	}
+	return p.server.ServerCPU.Seconds() / float64(p.server.Result.Requests) / f
+}
+
+// medianPair is the index of the round whose CPU ratio is the median (the
+// lower middle one for an even count; the first round when none has one).
+func medianPair(pairs []floorPair) int {
+	idx := make([]int, len(pairs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(pairRatio(pairs[a]), pairRatio(pairs[b])) })
+	return idx[(len(idx)-1)/2]
+}
+
+// roundRows are every round's figures, in the order they ran.
+func roundRows(pairs []floorPair) []FloorRound {
+	out := make([]FloorRound, len(pairs))
+	for i, p := range pairs {
+		row := BuildRow("", p.server, p.floor)
+		out[i] = FloorRound{RPS: row.RPS, P99: row.P99, ServerCPU: row.ServerCPU, FloorRPS: row.FloorRPS, FloorP99: row.FloorP99, FloorServerCPU: row.FloorServerCPU, RatioCPU: row.RatioCPU}
+	}
+	return out
 }
 
 // Explain429 says why most answers of a run were 429, or "" when they were

@@ -201,3 +201,73 @@ func TestCallerPool(t *testing.T) {
 }
 
 func newTestRand() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
+
+// TestRunSuiteFloorRounds runs each scenario three times against the floor,
+// alternating which goes first, and reports every round.
+func TestRunSuiteFloorRounds(t *testing.T) {
+	f := &fakeFraudd{}
+	url := testServer(t, f.handle)
+	var log bytes.Buffer
+	rep, err := RunSuite(context.Background(), Config{
+		Scenarios:   []string{"status"},
+		Run:         RunConfig{Conns: 2, Duration: 100 * time.Millisecond, Warmup: -1},
+		URL:         url,
+		AdminToken:  "adm",
+		ServerPID:   os.Getpid(),
+		Floor:       true,
+		FloorRounds: 3,
+		Log:         &log,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d rows, want 1", len(rep.Results))
+	}
+	r := rep.Results[0]
+	if len(r.FloorRounds) != 3 {
+		t.Fatalf("%d rounds reported, want 3", len(r.FloorRounds))
+	}
+	for i, fr := range r.FloorRounds {
+		if fr.RPS == 0 || fr.FloorRPS == nil || *fr.FloorRPS == 0 {
+			t.Errorf("round %d: %+v", i+1, fr)
+		}
+	}
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "3 rounds alternating with the floor") {
+		t.Errorf("notes %q", r.Notes)
+	}
+	// The floor runs first in rounds 1 and 3, fraudd first in round 2.
+	var order []string
+	for _, line := range strings.Split(log.String(), "\n") {
+		switch {
+		case strings.Contains(line, "floor") && strings.Contains(line, "req/s"):
+			order = append(order, "F")
+		case strings.Contains(line, "server") && strings.Contains(line, "req/s"):
+			order = append(order, "S")
+		}
+	}
+	if got := strings.Join(order, ""); got != "FSSFFS" {
+		t.Fatalf("run order %s, want FSSFFS\n%s", got, log.String())
+	}
+}
+
+// TestMedianPair picks the round whose CPU ratio is the median.
+func TestMedianPair(t *testing.T) {
+	pair := func(server, floor time.Duration) floorPair {
+		return floorPair{
+			server: Measured{Result: &Result{Requests: 1000}, ServerCPU: server, HasCPU: true},
+			floor:  &Measured{Result: &Result{Requests: 1000}, ServerCPU: floor, HasCPU: true},
+			ran:    true,
+		}
+	}
+	pairs := []floorPair{pair(30*time.Millisecond, 20*time.Millisecond), pair(40*time.Millisecond, 20*time.Millisecond), pair(26*time.Millisecond, 20*time.Millisecond)}
+	if got := medianPair(pairs); got != 0 { // ratios 1.5, 2.0, 1.3: the median is round 1's
+		t.Fatalf("median round %d, want 0", got)
+	}
+	if got := medianPair(pairs[:2]); got != 0 { // two: the lower middle
+		t.Fatalf("median of two %d, want 0", got)
+	}
+	if r := pairRatio(pairs[1]); r < 1.99 || r > 2.01 {
+		t.Fatalf("ratio %v, want 2", r)
+	}
+}

@@ -160,6 +160,7 @@ Examples:
   go run ./cmd/fraudbench --scenario evaluate-live --floor --duration 20s --json out.json
   go run ./cmd/fraudbench --scenario all --floor --duration 3s --svg out.svg
   go run ./cmd/fraudbench --scenario evaluate-test --floor --mode closed+open
+  go run ./cmd/fraudbench --scenario evaluate-test,lookup --floor --rounds 5 --duration 4s
   go run ./cmd/fraudbench --scenario status --mode open --rate 5000
   go run ./cmd/fraudbench --url http://127.0.0.1:8080 --admin-token T --pid 1234 --scenario lookup
   go run ./cmd/fraudbench --fraudd /tmp/fraudd-old --compare /tmp/fraudd-new --rounds 5 --duration 4s --scenario evaluate-test,lookup
@@ -206,7 +207,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&o.list, "list", false, "list the scenarios and exit")
 	fs.StringVar(&o.compare, "compare", "", "a second fraudd `BINARY` to compare with --fraudd's (or the one built): both run side by side, and each scenario alternates closed-loop runs of each for --rounds rounds; the report gives medians and B's CPU per request over A's")
-	fs.IntVar(&o.rounds, "rounds", 5, "with --compare: runs per scenario and binary")
+	fs.IntVar(&o.rounds, "rounds", 0, "with --compare: runs per scenario and binary (default 5); with --floor: runs of each per scenario and mode, alternating, the median round reported (default 1)")
 	fs.DurationVar(&o.thresholds.MaxP99, "max-p99", 0, "threshold: fail (exit 1) when a server run's p99 latency exceeds this, e.g. 1ms")
 	maxErr := fs.String("max-error-rate", "", "threshold: fail (exit 1) when a server run's errors exceed this share of its requests, e.g. 0.01 or 1%")
 	fs.Float64Var(&o.thresholds.MinRPS, "min-rps", 0, "threshold: fail (exit 1) when a server run's req/s falls below this")
@@ -242,6 +243,16 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.thresholds.MaxP99 < 0 || o.thresholds.MinRPS < 0 {
 		return nil, errors.New("--max-p99 and --min-rps cannot be negative")
+	}
+	roundsSet := false
+	fs.Visit(func(f *flag.Flag) { roundsSet = roundsSet || f.Name == "rounds" })
+	if roundsSet && (o.rounds < 1 || (o.compare == "" && !c.Floor)) {
+		return nil, errors.New("--rounds needs --compare or --floor, and at least 1")
+	}
+	if o.compare == "" {
+		c.FloorRounds = o.rounds
+	} else if o.rounds == 0 {
+		o.rounds = 5
 	}
 	if o.compare != "" {
 		switch {

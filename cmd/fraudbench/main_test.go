@@ -62,6 +62,8 @@ func TestBadFlags(t *testing.T) {
 		{"--min-rps", "-3"},
 		{"--compare", "/bin/true", "--floor"},
 		{"--compare", "/bin/true", "--rounds", "0"},
+		{"--rounds", "3"}, // neither --floor nor --compare
+		{"--floor", "--rounds", "0"},
 		{"--compare", "/bin/true", "--mode", "open", "--rate", "5"},
 		{"--compare", "/bin/true", "--url", "http://127.0.0.1:1"},
 	} {
