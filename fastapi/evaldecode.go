@@ -44,7 +44,21 @@ func classifyContentType(ct []byte) bodyKind {
 	if i := bytes.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}
-	ct = bytes.ToLower(bytes.TrimSpace(ct))
+	ct = bytes.TrimSpace(ct)
+	// Lower-cased on the stack when it is short ASCII (every real client's
+	// media type): bytes.ToLower returns a copy, an allocation per request.
+	var buf [64]byte
+	if len(ct) <= len(buf) && isASCII(ct) {
+		for i, c := range ct {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			buf[i] = c
+		}
+		ct = buf[:len(ct)]
+	} else {
+		ct = bytes.ToLower(ct)
+	}
 	switch {
 	case len(ct) == 0, bytes.Equal(ct, []byte("application/json")), bytes.Equal(ct, []byte("text/plain")):
 		return bodyJSON
@@ -55,6 +69,15 @@ func classifyContentType(ct []byte) bodyKind {
 	default:
 		return bodyIgnored
 	}
+}
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeEvaluate reads an evaluate body into out; every string is copied out

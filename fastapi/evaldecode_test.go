@@ -1,6 +1,7 @@
 package fastapi
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -131,6 +132,57 @@ func FuzzDecodeBulk(f *testing.F) {
 		}
 		if l.NotChecked > 0 && len(l.Addrs) != checks.MaxBulk {
 			t.Fatalf("addresses not checked while under the cap: %+v", l)
+		}
+	})
+}
+
+// classifyContentTypeRef is classifyContentType as it was, lower-casing with
+// bytes.ToLower: the stack copy must classify every type the same.
+func classifyContentTypeRef(ct []byte) bodyKind {
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	ct = bytes.ToLower(bytes.TrimSpace(ct))
+	switch {
+	case len(ct) == 0, bytes.Equal(ct, []byte("application/json")), bytes.Equal(ct, []byte("text/plain")):
+		return bodyJSON
+	case bytes.HasPrefix(ct, []byte("application/")) && bytes.HasSuffix(ct, []byte("+json")):
+		return bodyJSON
+	case bytes.Equal(ct, []byte("application/x-www-form-urlencoded")):
+		return bodyJSONOrForm
+	default:
+		return bodyIgnored
+	}
+}
+
+var contentTypeSeeds = []string{
+	"", "application/json", "Application/JSON; charset=utf-8", " text/plain ", "TEXT/PLAIN",
+	"application/x-www-form-urlencoded", "APPLICATION/X-WWW-FORM-URLENCODED;charset=utf-8",
+	"application/vnd.api+json", "application/VND.API+JSON", "applİcation/json", "application/jſon",
+	"application/" + strings.Repeat("x", 60) + "+json", "multipart/form-data", "application/xml", "+json",
+}
+
+func TestClassifyContentTypeAsBefore(t *testing.T) {
+	for _, ct := range contentTypeSeeds {
+		if got, want := classifyContentType([]byte(ct)), classifyContentTypeRef([]byte(ct)); got != want {
+			t.Errorf("%q: %d, want %d", ct, got, want)
+		}
+	}
+	if got := classifyContentType([]byte("Application/JSON")); got != bodyJSON {
+		t.Fatalf("upper-case JSON: %d", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { classifyContentType([]byte("application/json; charset=utf-8")) }); n != 0 && !raceEnabled {
+		t.Fatalf("%.0f allocations", n)
+	}
+}
+
+func FuzzClassifyContentType(f *testing.F) {
+	for _, ct := range contentTypeSeeds {
+		f.Add(ct)
+	}
+	f.Fuzz(func(t *testing.T, ct string) {
+		if got, want := classifyContentType([]byte(ct)), classifyContentTypeRef([]byte(ct)); got != want {
+			t.Fatalf("%q: %d, want %d", ct, got, want)
 		}
 	})
 }

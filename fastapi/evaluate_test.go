@@ -220,6 +220,7 @@ func (b *evalBench) run() (int, []byte) {
 	ctx.Request.SetRequestURI("/v1/evaluate")
 	ctx.Request.Header.Set("User-Agent", "bench/1")
 	ctx.Request.Header.Set("Authorization", b.auth)
+	ctx.Request.Header.SetContentType("application/json") // as clients send it
 	ctx.Request.SetBodyString(`{"token":"test_vpn","email":"a@b.co","tz":"Europe/Berlin"}`)
 	b.e.srv.Handle(ctx)
 	if st := ctx.Response.StatusCode(); st != 200 {
