@@ -128,6 +128,8 @@ type FloorRound struct {
 	FloorP99       *float64 `json:"floor_p99_ms"`
 	FloorServerCPU *float64 `json:"floor_server_cpu_us_per_req"`
 	RatioCPU       *float64 `json:"ratio_cpu"`
+	// Interrupted: the run was stopped during this round (it is the last).
+	Interrupted bool `json:"interrupted"`
 }
 
 // PartRow is one part of a mixed workload.

@@ -121,6 +121,9 @@ func (c *Config) Validate() error {
 	if c.FloorRounds < 0 || c.FloorRounds > 99 || (c.FloorRounds > 1 && !c.Floor) {
 		return fmt.Errorf("floor rounds %d: 1 to 99, and only with the floor", c.FloorRounds)
 	}
+	if c.FloorRounds > 1 && c.KillNodeAfter > 0 {
+		return errors.New("--kill-node-after kills a node in each run: one round only")
+	}
 	if c.LeaseTTL != 0 && (c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0) {
 		return fmt.Errorf("lease TTL %v: whole seconds, at least 1s", c.LeaseTTL)
 	}
@@ -458,23 +461,33 @@ func (s *suite) scenario(ctx context.Context, name string, env *Env, modes []Mod
 				break
 			}
 			pairs = append(pairs, p)
-			if p.server.Result.Interrupted {
+			if p.interrupted() {
 				break
 			}
 		}
 		if len(pairs) == 0 {
 			break // interrupted before fraudd's first run
 		}
-		mid := medianPair(pairs)
+		mid, measured := medianPair(pairs)
 		m := pairs[mid].server
 		if mode == Closed {
+			// The open loop's rate comes from the round reported.
 			closedRPS = m.Result.RPS()
 		}
 		row := BuildRow(name, m, pairs[mid].floor)
 		row.Cluster = pairs[mid].cluster
 		if len(pairs) > 1 {
 			row.FloorRounds = roundRows(pairs)
-			row.Notes = append(row.Notes, fmt.Sprintf("%d rounds alternating with the floor; the figures are round %d's, whose CPU ratio is the median", len(pairs), mid+1))
+			switch {
+			case measured:
+				row.Notes = append(row.Notes, fmt.Sprintf("%d rounds alternating with the floor; the figures are round %d's, whose CPU ratio is the median", len(pairs), mid+1))
+			default:
+				row.Notes = append(row.Notes, fmt.Sprintf("%d rounds alternating with the floor; no round's CPU ratio was measured, so the figures are round 1's", len(pairs)))
+			}
+		}
+		last := pairs[len(pairs)-1]
+		if last.interrupted() {
+			row.Interrupted = true // the last round was cut short
 		}
 		row.Notes = append(append(row.Notes, w.Notes...), notes...)
 		if why := Explain429(m.Result, s.cfg.URL != ""); why != "" {
@@ -482,9 +495,13 @@ func (s *suite) scenario(ctx context.Context, name string, env *Env, modes []Mod
 			row.Notes = append(row.Notes, why)
 		}
 		s.rep.Results = append(s.rep.Results, row)
-		if m.Result.Interrupted {
+		if row.Interrupted {
 			s.rep.Interrupted = true
-			s.logf("%s: interrupted after %.1fs of its window", name, m.Result.Window.Seconds())
+			cut := last.server.Result
+			if last.floor != nil && last.floor.Result.Interrupted {
+				cut = last.floor.Result
+			}
+			s.logf("%s: interrupted after %.1fs of its window", name, cut.Window.Seconds())
 			break
 		}
 	}
@@ -497,6 +514,11 @@ type floorPair struct {
 	cluster *ClusterRow
 	floor   *Measured
 	ran     bool // fraudd's run happened (not interrupted before it)
+}
+
+// interrupted reports whether either run of the round was cut short.
+func (p floorPair) interrupted() bool {
+	return p.server.Result.Interrupted || (p.floor != nil && p.floor.Result.Interrupted)
 }
 
 // measureServer measures one run of fraudd (or the local cluster).
@@ -532,15 +554,21 @@ func pairRatio(p floorPair) float64 {
 	return p.server.ServerCPU.Seconds() / float64(p.server.Result.Requests) / f
 }
 
-// medianPair is the index of the round whose CPU ratio is the median (the
-// lower middle one for an even count; the first round when none has one).
-func medianPair(pairs []floorPair) int {
-	idx := make([]int, len(pairs))
-	for i := range idx {
-		idx[i] = i
+// medianPair is the index of the round whose CPU ratio is the median among
+// the complete rounds that have one (the lower middle one for an even
+// count), and true; the first round and false when none has one.
+func medianPair(pairs []floorPair) (int, bool) {
+	var idx []int
+	for i, p := range pairs {
+		if pairRatio(p) > 0 && !p.interrupted() {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return 0, false
 	}
 	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(pairRatio(pairs[a]), pairRatio(pairs[b])) })
-	return idx[(len(idx)-1)/2]
+	return idx[(len(idx)-1)/2], true
 }
 
 // roundRows are every round's figures, in the order they ran.
@@ -548,7 +576,8 @@ func roundRows(pairs []floorPair) []FloorRound {
 	out := make([]FloorRound, len(pairs))
 	for i, p := range pairs {
 		row := BuildRow("", p.server, p.floor)
-		out[i] = FloorRound{RPS: row.RPS, P99: row.P99, ServerCPU: row.ServerCPU, FloorRPS: row.FloorRPS, FloorP99: row.FloorP99, FloorServerCPU: row.FloorServerCPU, RatioCPU: row.RatioCPU}
+		out[i] = FloorRound{RPS: row.RPS, P99: row.P99, ServerCPU: row.ServerCPU, FloorRPS: row.FloorRPS, FloorP99: row.FloorP99, FloorServerCPU: row.FloorServerCPU, RatioCPU: row.RatioCPU,
+			Interrupted: p.interrupted()}
 	}
 	return out
 }

@@ -233,8 +233,12 @@ func TestRunSuiteFloorRounds(t *testing.T) {
 			t.Errorf("round %d: %+v", i+1, fr)
 		}
 	}
-	if !strings.Contains(strings.Join(r.Notes, "\n"), "3 rounds alternating with the floor") {
+	// The in-process floor's CPU is not its own: no ratio, so round 1.
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "3 rounds alternating with the floor; no round's CPU ratio was measured, so the figures are round 1's") {
 		t.Errorf("notes %q", r.Notes)
+	}
+	if r.RPS != r.FloorRounds[0].RPS || r.P99 != r.FloorRounds[0].P99 || r.Interrupted {
+		t.Errorf("row %v req/s p99 %v, round 1 %+v", r.RPS, r.P99, r.FloorRounds[0])
 	}
 	// The floor runs first in rounds 1 and 3, fraudd first in round 2.
 	var order []string
@@ -261,11 +265,23 @@ func TestMedianPair(t *testing.T) {
 		}
 	}
 	pairs := []floorPair{pair(30*time.Millisecond, 20*time.Millisecond), pair(40*time.Millisecond, 20*time.Millisecond), pair(26*time.Millisecond, 20*time.Millisecond)}
-	if got := medianPair(pairs); got != 0 { // ratios 1.5, 2.0, 1.3: the median is round 1's
-		t.Fatalf("median round %d, want 0", got)
+	if got, ok := medianPair(pairs); got != 0 || !ok { // ratios 1.5, 2.0, 1.3: the median is round 1's
+		t.Fatalf("median round %d %v, want 0", got, ok)
 	}
-	if got := medianPair(pairs[:2]); got != 0 { // two: the lower middle
+	if got, _ := medianPair(pairs[:2]); got != 0 { // two: the lower middle
 		t.Fatalf("median of two %d, want 0", got)
+	}
+	// Rounds without a ratio (no CPU) and an interrupted one are left out.
+	noCPU := pair(50*time.Millisecond, 20*time.Millisecond)
+	noCPU.floor.HasCPU = false
+	cut := pair(10*time.Millisecond, 20*time.Millisecond)
+	cut.server.Result.Interrupted = true
+	mixed := []floorPair{noCPU, pairs[0], noCPU, pairs[1], pairs[2], cut}
+	if got, ok := medianPair(mixed); got != 1 || !ok { // 1.5 among 1.3, 1.5, 2.0
+		t.Fatalf("median of the measured rounds %d %v, want 1", got, ok)
+	}
+	if got, ok := medianPair([]floorPair{noCPU, noCPU}); got != 0 || ok {
+		t.Fatalf("no ratio: %d %v, want round 1 and false", got, ok)
 	}
 	if r := pairRatio(pairs[1]); r < 1.99 || r > 2.01 {
 		t.Fatalf("ratio %v, want 2", r)

@@ -201,6 +201,8 @@ type Server struct {
 	deps   Deps
 	checks *checks.Service
 	log    *slog.Logger
+	// routes are every route, in match order; the listeners match through
+	// the sets index builds from them, so a route added later needs index.
 	routes []*route
 	// all, public and admin index the routes each listener serves (index):
 	// all of them on one listener; with Config.AdminSeparate, public and

@@ -64,6 +64,8 @@ func TestBadFlags(t *testing.T) {
 		{"--compare", "/bin/true", "--rounds", "0"},
 		{"--rounds", "3"}, // neither --floor nor --compare
 		{"--floor", "--rounds", "0"},
+		{"--floor", "--rounds", "100"},
+		{"--floor", "--rounds", "3", "--nodes", "3", "--kill-node-after", "2s"},
 		{"--compare", "/bin/true", "--mode", "open", "--rate", "5"},
 		{"--compare", "/bin/true", "--url", "http://127.0.0.1:1"},
 	} {
