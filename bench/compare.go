@@ -59,7 +59,12 @@ type CompareRow struct {
 	MedRPSB  float64   `json:"median_rps_b"`
 	// RatioCPU is MedCPUB / MedCPUA: below 1, B costs less per request.
 	RatioCPU float64 `json:"ratio_cpu_b_to_a"`
-	Errors   int64   `json:"errors"`
+	// PairedRatioCPU is the median over rounds of the round's B over its
+	// A, the two measured back to back: a slow stretch of the machine
+	// that takes in a whole round moves both, where the two medians can
+	// come from different stretches.
+	PairedRatioCPU float64 `json:"paired_ratio_cpu_b_to_a"`
+	Errors         int64   `json:"errors"`
 }
 
 // CompareReport is Compare's result.
@@ -192,16 +197,29 @@ func Compare(ctx context.Context, cfg CompareConfig) (*CompareReport, error) {
 		if row.MedCPUA > 0 {
 			row.RatioCPU = round(row.MedCPUB/row.MedCPUA, 3)
 		}
+		row.PairedRatioCPU = round(pairedRatio(row.CPUA, row.CPUB), 3)
 		rep.Rows = append(rep.Rows, row)
 	}
 	return rep, nil
+}
+
+// pairedRatio is the median of b[r]/a[r] over the rounds where both were
+// measured (0 when none was).
+func pairedRatio(a, b []float64) float64 {
+	var rs []float64
+	for r := range min(len(a), len(b)) {
+		if a[r] > 0 && b[r] > 0 {
+			rs = append(rs, b[r]/a[r])
+		}
+	}
+	return median(rs)
 }
 
 // WriteCompare prints the report as a table.
 func WriteCompare(w io.Writer, rep *CompareReport) {
 	fmt.Fprintf(w, "%s  %s  %d× %s\nA: %s\nB: %s\n%d alternating rounds per scenario (closed loop)\n\n",
 		rep.Tool, rep.Date, rep.Machine.NProc, rep.Machine.CPUModel, rep.A, rep.B, rep.Rounds)
-	fmt.Fprintf(w, "  %-14s %12s %12s %10s %10s %10s %7s  %s\n", "scenario", "A µs/req", "B µs/req", "B/A", "A req/s", "B req/s", "errors", "rounds A | B (µs/req)")
+	fmt.Fprintf(w, "  %-14s %12s %12s %10s %10s %10s %10s %7s  %s\n", "scenario", "A µs/req", "B µs/req", "B/A", "paired", "A req/s", "B req/s", "errors", "rounds A | B (µs/req)")
 	for _, r := range rep.Rows {
 		runs := func(xs []float64) string {
 			var b strings.Builder
@@ -213,11 +231,11 @@ func WriteCompare(w io.Writer, rep *CompareReport) {
 			}
 			return b.String()
 		}
-		fmt.Fprintf(w, "  %-14s %12.1f %12.1f %9.3f× %10.0f %10.0f %7d  %s | %s\n", r.Scenario, r.MedCPUA, r.MedCPUB, r.RatioCPU,
+		fmt.Fprintf(w, "  %-14s %12.1f %12.1f %9.3f× %9.3f× %10.0f %10.0f %7d  %s | %s\n", r.Scenario, r.MedCPUA, r.MedCPUB, r.RatioCPU, r.PairedRatioCPU,
 			r.MedRPSA, r.MedRPSB, r.Errors, runs(r.CPUA), runs(r.CPUB))
 	}
 	for _, s := range rep.Skipped {
 		fmt.Fprintf(w, "  skipped %s: %s\n", s.Scenario, s.Reason)
 	}
-	fmt.Fprintf(w, "\nA ratio inside the spread of the rounds is noise: compare A with itself (--compare %s) to see this machine's.\n", rep.A)
+	fmt.Fprintf(w, "\nB/A is B's median over A's; paired, the median of each round's B over its A, measured back to back.\nA ratio inside the spread of the rounds is noise: compare A with itself (--compare %s) to see this machine's.\n", rep.A)
 }

@@ -67,6 +67,9 @@ func TestCompareAlternatesTwoServers(t *testing.T) {
 		if r.MedCPUA <= 0 || r.MedCPUB <= 0 || r.MedRPSA <= 0 || r.RatioCPU <= 0 || r.Errors != 0 {
 			t.Fatalf("%s: figures %+v", r.Scenario, r)
 		}
+		if r.PairedRatioCPU <= 0 {
+			t.Fatalf("%s: no paired ratio", r.Scenario)
+		}
 		if want := r.MedCPUB / r.MedCPUA; r.RatioCPU < want-0.001 || r.RatioCPU > want+0.001 {
 			t.Fatalf("%s: ratio %v, want %v", r.Scenario, r.RatioCPU, want)
 		}
@@ -89,9 +92,22 @@ func TestCompareAlternatesTwoServers(t *testing.T) {
 	}
 	var out bytes.Buffer
 	WriteCompare(&out, rep)
-	for _, want := range []string{"B/A", "status", "evaluate-test", "skipped lookup", "compare A with itself (--compare a)"} {
+	for _, want := range []string{"B/A", "paired", "status", "evaluate-test", "skipped lookup", "compare A with itself (--compare a)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("table lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestPairedRatio takes each round's B over its own A: a slow stretch that
+// spans a whole round cancels out, where the medians of the sides do not.
+func TestPairedRatio(t *testing.T) {
+	a := []float64{55, 55, 55, 79, 77} // the machine slowed down for rounds 4 and 5
+	b := []float64{41, 40, 59, 59, 57}
+	if got := pairedRatio(a, b); got < 0.74 || got > 0.76 {
+		t.Fatalf("paired %v, want about 0.75 (the medians say %v)", got, median(b)/median(a))
+	}
+	if got := pairedRatio([]float64{0, 10}, []float64{5, 0}); got != 0 {
+		t.Fatalf("no round with both: %v", got)
 	}
 }
