@@ -31,6 +31,7 @@ type LocalEvents interface {
 	Resolve(events.Resolve) (events.Resolved, error)
 	Peek(events.Resolve) (events.Resolved, error)
 	ResolveThen(events.ResolveStep)
+	Unuse(id events.EventID, account string, at time.Time)
 }
 
 // NodeRoute is the route of a node id in the events it stores (never
@@ -117,6 +118,55 @@ func (e *Events) ResolveThen(st events.ResolveStep) {
 	default:
 		st.Resolved(events.Resolved{}, fmt.Errorf("cluster rpc: too many device events being resolved at other nodes: %w", ErrBusy))
 	}
+}
+
+// Unuse gives back one use of the event, counted at at for account, where
+// the event is stored: here, or at the members its id names (in the
+// background, within the call timeout; a member that does not answer
+// keeps the use, and the evaluation tried again reads as a replay).
+func (e *Events) Unuse(id events.EventID, account string, at time.Time) {
+	if e.mine(&id) {
+		e.local.Unuse(id, account, at)
+		return
+	}
+	// Under the lock, as settle starts its loops: Close must not be
+	// waiting already.
+	e.q.mu.RLock()
+	defer e.q.mu.RUnlock()
+	if e.q.closed.Load() {
+		return
+	}
+	route := events.NodeOf(&id)
+	asked := false
+	for _, member := range e.q.cfg.Owners.Members() {
+		if member == e.q.cfg.Owners.Self() || NodeRoute(member) != route {
+			continue
+		}
+		asked = true
+		e.q.wg.Go(func() {
+			if err := e.unuseAt(member, id, account, at); err != nil {
+				e.q.log.Warn("cluster: a device event's use not given back; the evaluation tried again reads as a replay", "node", member, "err", err)
+			}
+		})
+	}
+	if !asked {
+		// Collected here before cluster mode, as in remote.
+		e.local.Unuse(id, account, at)
+	}
+}
+
+func (e *Events) unuseAt(member string, id events.EventID, account string, at time.Time) error {
+	p, err := e.q.peer(member)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.q.cfg.Timeout)
+	defer cancel()
+	_, err = p.cli.Unuse(ctx, &UnuseRequest{Version: version, Id: id[:], Account: account, UsedUnixNano: unixNano(at)})
+	if status.Code(err) == codes.Unimplemented {
+		return fmt.Errorf("node %s predates Unuse: %w", member, err)
+	}
+	return err
 }
 
 // mine reports whether the id names this node (or none: zero).
@@ -216,6 +266,21 @@ func (s *Server) Resolve(_ context.Context, r *ResolveRequest) (*ResolveReply, e
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	return resolveReply(&res), nil
+}
+
+// Unuse implements NodeServer: one use of an event this node stores,
+// given back because the evaluation that used it was settled.
+func (s *Server) Unuse(_ context.Context, r *UnuseRequest) (*UnuseReply, error) {
+	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || len(r.GetId()) != storage.EventIDLen || r.GetUsedUnixNano() <= 0 {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: unuse for %q", errBadRequest, r.GetAccount()))
+	}
+	if s.cfg.Events == nil {
+		return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no device events")
+	}
+	var id events.EventID
+	copy(id[:], r.Id)
+	s.cfg.Events.Unuse(id, r.Account, fromUnixNano(r.UsedUnixNano))
+	return &UnuseReply{Version: version}, nil
 }
 
 func resolveReply(res *events.Resolved) *ResolveReply {

@@ -3480,6 +3480,122 @@ func (x *SettleReply) GetOutcome() uint32 {
 	return 0
 }
 
+type UnuseRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// id is the event's binary id (16 bytes).
+	Id []byte `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// account is the account that used it: another account's event is not
+	// touched.
+	Account string `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	// used_unix_nano is when the use was counted (the resolve's time).
+	UsedUnixNano  int64 `protobuf:"varint,4,opt,name=used_unix_nano,json=usedUnixNano,proto3" json:"used_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnuseRequest) Reset() {
+	*x = UnuseRequest{}
+	mi := &file_node_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnuseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnuseRequest) ProtoMessage() {}
+
+func (x *UnuseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnuseRequest.ProtoReflect.Descriptor instead.
+func (*UnuseRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *UnuseRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *UnuseRequest) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *UnuseRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *UnuseRequest) GetUsedUnixNano() int64 {
+	if x != nil {
+		return x.UsedUnixNano
+	}
+	return 0
+}
+
+type UnuseReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnuseReply) Reset() {
+	*x = UnuseReply{}
+	mi := &file_node_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnuseReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnuseReply) ProtoMessage() {}
+
+func (x *UnuseReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnuseReply.ProtoReflect.Descriptor instead.
+func (*UnuseReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *UnuseReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -3798,7 +3914,16 @@ const file_node_proto_rawDesc = "" +
 	"\x0esent_unix_nano\x18\x04 \x01(\x03R\fsentUnixNano\"A\n" +
 	"\vSettleReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
-	"\aoutcome\x18\x02 \x01(\rR\aoutcome2\xdd\t\n" +
+	"\aoutcome\x18\x02 \x01(\rR\aoutcome\"x\n" +
+	"\fUnuseRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\fR\x02id\x12\x18\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\x12$\n" +
+	"\x0eused_unix_nano\x18\x04 \x01(\x03R\fusedUnixNano\"&\n" +
+	"\n" +
+	"UnuseReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion2\xa6\n" +
+	"\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
@@ -3815,7 +3940,8 @@ const file_node_proto_rawDesc = "" +
 	"\aDevices\x12!.fraudd.cluster.v1.DevicesRequest\x1a\x1f.fraudd.cluster.v1.DevicesReply\x12R\n" +
 	"\fMergeHistory\x12!.fraudd.cluster.v1.HistoryParcels\x1a\x1f.fraudd.cluster.v1.HistoryReply\x12V\n" +
 	"\x0eEvaluateLeased\x12\".fraudd.cluster.v1.EvaluateRequest\x1a .fraudd.cluster.v1.EvaluateReply\x12J\n" +
-	"\x06Settle\x12 .fraudd.cluster.v1.SettleRequest\x1a\x1e.fraudd.cluster.v1.SettleReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\x06Settle\x12 .fraudd.cluster.v1.SettleRequest\x1a\x1e.fraudd.cluster.v1.SettleReply\x12G\n" +
+	"\x05Unuse\x12\x1f.fraudd.cluster.v1.UnuseRequest\x1a\x1d.fraudd.cluster.v1.UnuseReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -3829,7 +3955,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),          // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),   // 1: fraudd.cluster.v1.ChargeRequest
@@ -3873,6 +3999,8 @@ var file_node_proto_goTypes = []any{
 	(*HistoryReply)(nil),    // 39: fraudd.cluster.v1.HistoryReply
 	(*SettleRequest)(nil),   // 40: fraudd.cluster.v1.SettleRequest
 	(*SettleReply)(nil),     // 41: fraudd.cluster.v1.SettleReply
+	(*UnuseRequest)(nil),    // 42: fraudd.cluster.v1.UnuseRequest
+	(*UnuseReply)(nil),      // 43: fraudd.cluster.v1.UnuseReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -3909,24 +4037,26 @@ var file_node_proto_depIdxs = []int32{
 	38, // 31: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
 	32, // 32: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
 	40, // 33: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
-	2,  // 34: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 35: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 36: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 37: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 38: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 39: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 40: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 41: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 42: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 43: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 44: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	34, // 45: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
-	37, // 46: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
-	39, // 47: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
-	34, // 48: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
-	41, // 49: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
-	34, // [34:50] is the sub-list for method output_type
-	18, // [18:34] is the sub-list for method input_type
+	42, // 34: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
+	2,  // 35: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 36: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 37: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 38: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 39: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 40: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 41: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 42: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 43: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 44: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 45: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 46: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	37, // 47: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
+	39, // 48: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
+	34, // 49: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
+	41, // 50: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
+	43, // 51: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
+	35, // [35:52] is the sub-list for method output_type
+	18, // [18:35] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -3944,7 +4074,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,7 @@ const (
 	Node_MergeHistory_FullMethodName   = "/fraudd.cluster.v1.Node/MergeHistory"
 	Node_EvaluateLeased_FullMethodName = "/fraudd.cluster.v1.Node/EvaluateLeased"
 	Node_Settle_FullMethodName         = "/fraudd.cluster.v1.Node/Settle"
+	Node_Unuse_FullMethodName          = "/fraudd.cluster.v1.Node/Unuse"
 )
 
 // NodeClient is the client API for Node service.
@@ -113,6 +114,12 @@ type NodeClient interface {
 	// arrives. The caller then answers 503, which SPEC §7 says used no
 	// quota. Any node answers for the calls it received, owner or not.
 	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleReply, error)
+	// Unuse gives back one use of a device event this node stores: the
+	// evaluation that used it was settled (given back) by the node that ran
+	// it, so the customer's retry is not a replay. Best effort: an unknown
+	// event, or one already unused, changes nothing. Old nodes answer
+	// Unimplemented, which leaves the use counted.
+	Unuse(ctx context.Context, in *UnuseRequest, opts ...grpc.CallOption) (*UnuseReply, error)
 }
 
 type nodeClient struct {
@@ -283,6 +290,16 @@ func (c *nodeClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *nodeClient) Unuse(ctx context.Context, in *UnuseRequest, opts ...grpc.CallOption) (*UnuseReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnuseReply)
+	err := c.cc.Invoke(ctx, Node_Unuse_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -359,6 +376,12 @@ type NodeServer interface {
 	// arrives. The caller then answers 503, which SPEC §7 says used no
 	// quota. Any node answers for the calls it received, owner or not.
 	Settle(context.Context, *SettleRequest) (*SettleReply, error)
+	// Unuse gives back one use of a device event this node stores: the
+	// evaluation that used it was settled (given back) by the node that ran
+	// it, so the customer's retry is not a replay. Best effort: an unknown
+	// event, or one already unused, changes nothing. Old nodes answer
+	// Unimplemented, which leaves the use counted.
+	Unuse(context.Context, *UnuseRequest) (*UnuseReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -416,6 +439,9 @@ func (UnimplementedNodeServer) EvaluateLeased(context.Context, *EvaluateRequest)
 }
 func (UnimplementedNodeServer) Settle(context.Context, *SettleRequest) (*SettleReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
+}
+func (UnimplementedNodeServer) Unuse(context.Context, *UnuseRequest) (*UnuseReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Unuse not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -726,6 +752,24 @@ func _Node_Settle_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Unuse_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnuseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Unuse(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Unuse_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Unuse(ctx, req.(*UnuseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -796,6 +840,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Settle",
 			Handler:    _Node_Settle_Handler,
+		},
+		{
+			MethodName: "Unuse",
+			Handler:    _Node_Unuse_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

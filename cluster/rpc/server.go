@@ -63,6 +63,12 @@ type ServerConfig struct {
 		Resolve(events.Resolve) (events.Resolved, error)
 		Unuse(id events.EventID, account string, at time.Time)
 	}
+	// EventUses gives back a settled evaluation's device event use where
+	// the event is stored, this node or another (the routing *Events); nil:
+	// Events, which gives back only the uses of events stored here.
+	EventUses interface {
+		Unuse(id events.EventID, account string, at time.Time)
+	}
 	// Leases are the slices of allowance this node holds (nil: none):
 	// Shares stops using an account's before it reads the share.
 	Leases Freezer

@@ -37,8 +37,8 @@ import (
 // charge or refund its quota actors did not answer in time (they may
 // still carry it out). The caller logs such a call: it may count although
 // answered 503. A refunded evaluation's device event use is given back
-// when the event is stored on the node (Server.unuse); its history
-// observation is not.
+// where the event is stored, on this node or a third (Server.unuse); its
+// history observation is not.
 
 // Settle outcomes (SettleReply.outcome).
 const (
@@ -266,12 +266,17 @@ func (b *callBook) refunded(e *callEntry, err error) {
 }
 
 // unuse gives back the device event use of a refunded call, so that the
-// evaluation tried again is not a replay. Only an event stored on this
-// node is given back (the owner usually stored it: collections store
-// events at the account's owner); one it resolved at a third node keeps
-// the use.
+// evaluation tried again is not a replay: here, where the owner usually
+// stored the event (collections store events at the account's owner), or,
+// through EventUses, at the third node that stored it.
 func (s *Server) unuse(e *callEntry) {
-	if e.use != nil && s.cfg.Events != nil {
+	if e.use == nil {
+		return
+	}
+	switch {
+	case s.cfg.EventUses != nil:
+		s.cfg.EventUses.Unuse(e.use.id, e.account, e.use.at)
+	case s.cfg.Events != nil:
 		s.cfg.Events.Unuse(e.use.id, e.account, e.use.at)
 	}
 }

@@ -439,3 +439,120 @@ func TestChargeMemoKeepsWhatARefundNeeds(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleGivesTheEventUseBackAtAThirdNode: an evaluation whose event a
+// third node stores counts the use there; settling the call gives it back
+// there too, so the evaluation tried again is not a replay.
+func TestSettleGivesTheEventUseBackAtAThirdNode(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	// c stores the event and answers Resolve and Unuse for it.
+	atC := events.New(sys.Root, events.Config{Shards: 1, Node: NodeRoute("c"), Logger: quietLog})
+	t.Cleanup(func() { atC.Stop() })
+	cQuota := quota.New(sys.Root, quota.Config{Shards: 1, Logger: quietLog})
+	t.Cleanup(func() { cQuota.Stop() })
+	c, err := NewServer(ServerConfig{Quota: cQuota, Owners: &fakeOwners{self: "c", owner: "a", token: 7}, Now: func() time.Time { return testNow }, Events: atC, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cAddr := listen(t, c)
+	id, err := atC.Collect(events.Collected{Account: capped.Account, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor-c", Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a owns the account and reaches c for the event.
+	ownerQuota := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	t.Cleanup(func() { ownerQuota.Stop() })
+	ownerEvents := events.New(sys.Root, events.Config{Shards: 2, Node: NodeRoute("a"), Logger: quietLog})
+	t.Cleanup(func() { ownerEvents.Stop() })
+	// (Its view names c as a member: fakeOwners lists self and owner; this
+	// client only routes events.)
+	peers, err := NewQuota(QuotaConfig{Local: ownerQuota, Owners: &fakeOwners{self: "a", owner: "c", token: 7, addrs: map[string]string{"c": cAddr}}, Timeout: 2 * time.Second, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(peers.Close)
+	routed := peers.Events(ownerEvents)
+	s, err := NewServer(ServerConfig{Quota: ownerQuota, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Now: func() time.Time { return testNow },
+		Events: ownerEvents, EventUses: routed, Owner: &checks.OwnerParts{Quota: ownerQuota, Events: routed, History: &fakeHistory{}}, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := NewNodeClient(dial(t, listen(t, s)))
+	w := checks.OwnerWork{Resolve: &events.Resolve{ID: id, Account: capped.Account}}
+	m := evaluateMsg(&capped, w, 7)
+	m.Charge.CallId = 5
+	rep, err := cli.Evaluate(context.Background(), m) // its answer is lost
+	if err != nil || rep.Resolved == nil || !rep.Resolved.Found || rep.Resolved.Replayed {
+		t.Fatalf("evaluate: %v %v", rep, err)
+	}
+	if res, err := atC.Peek(events.Resolve{ID: id, Account: capped.Account, Now: testNow}); err != nil || !res.Replayed {
+		t.Fatalf("c did not count the use: %+v %v", res, err)
+	}
+	if rep, err := cli.Settle(context.Background(), settleReq(5)); err != nil || rep.Outcome != settleRefunded {
+		t.Fatalf("settle: %v %v", rep, err)
+	}
+	// The use goes back at c in the background.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := atC.Peek(events.Resolve{ID: id, Account: capped.Account, Now: testNow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Replayed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the use was not given back at the node that stores the event")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.Charge.CallId = 6 // tried again
+	rep, err = cli.Evaluate(context.Background(), m)
+	if err != nil || rep.Resolved == nil || rep.Resolved.Replayed {
+		t.Fatalf("the evaluation tried again: %v %v", rep, err)
+	}
+}
+
+// TestUnuseRequestChecked: a malformed Unuse changes nothing and says why.
+func TestUnuseRequestChecked(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	evs := events.New(sys.Root, events.Config{Shards: 1, Node: NodeRoute("c"), Logger: quietLog})
+	t.Cleanup(func() { evs.Stop() })
+	q := quota.New(sys.Root, quota.Config{Shards: 1, Logger: quietLog})
+	t.Cleanup(func() { q.Stop() })
+	s, err := NewServer(ServerConfig{Quota: q, Owners: &fakeOwners{self: "c", owner: "c", token: 7}, Now: func() time.Time { return testNow }, Events: evs, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := evs.Collect(events.Collected{Account: capped.Account, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "v", Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evs.Resolve(events.Resolve{ID: id, Account: capped.Account, Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*UnuseRequest{
+		{Id: id[:], Account: capped.Account, UsedUnixNano: testNow.UnixNano()},                          // no version
+		{Version: version, Id: id[:3], Account: capped.Account, UsedUnixNano: testNow.UnixNano()},       // short id
+		{Version: version, Id: id[:], UsedUnixNano: testNow.UnixNano()},                                 // no account
+		{Version: version, Id: id[:], Account: capped.Account},                                          // no time
+		{Version: version, Id: id[:], Account: strings.Repeat("a", maxObsAccountID+1), UsedUnixNano: 1}, // too long
+	} {
+		if _, err := s.Unuse(context.Background(), r); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%+v: %v, want InvalidArgument", r, err)
+		}
+	}
+	// Another account's: nothing given back.
+	if _, err := s.Unuse(context.Background(), &UnuseRequest{Version: version, Id: id[:], Account: "acct_other", UsedUnixNano: testNow.UnixNano()}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if res, _ := evs.Peek(events.Resolve{ID: id, Account: capped.Account, Now: testNow}); !res.Replayed {
+		t.Fatal("another account's Unuse gave the use back")
+	}
+	if s2, _ := NewServer(ServerConfig{Quota: q, Owners: &fakeOwners{self: "c", owner: "c", token: 7}, Now: func() time.Time { return testNow }, Logger: quietLog}); s2 != nil {
+		if _, err := s2.Unuse(context.Background(), &UnuseRequest{Version: version, Id: id[:], Account: capped.Account, UsedUnixNano: 1}); status.Code(err) != codes.Unavailable {
+			t.Fatalf("a node without events: %v", err)
+		}
+	}
+}
