@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -496,7 +497,9 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
 	db.Serving()
-	log.Info("fraudd listening", "addr", ln.Addr().String(), "url", listenURL(ln.Addr()), "version", version, "data_dir", cfg.dataDir)
+	// procs is GOMAXPROCS: the cores Go runs fraudd's goroutines on (the
+	// README's "Cores" says when fewer pay).
+	log.Info("fraudd listening", "addr", ln.Addr().String(), "url", listenURL(ln.Addr()), "version", version, "data_dir", cfg.dataDir, "procs", runtime.GOMAXPROCS(0))
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
 	if adminLn != nil {
