@@ -136,23 +136,31 @@ func (e *Events) Unuse(id events.EventID, account string, at time.Time) {
 	if e.q.closed.Load() {
 		return
 	}
-	route := events.NodeOf(&id)
-	asked := false
-	for _, member := range e.q.cfg.Owners.Members() {
-		if member == e.q.cfg.Owners.Self() || NodeRoute(member) != route {
-			continue
-		}
-		asked = true
+	members := e.storers(events.NodeOf(&id))
+	for _, member := range members {
 		e.q.wg.Go(func() {
 			if err := e.unuseAt(member, id, account, at); err != nil {
 				e.q.log.Warn("cluster: a device event's use not given back; the evaluation tried again reads as a replay", "node", member, "err", err)
 			}
 		})
 	}
-	if !asked {
+	if len(members) == 0 {
 		// Collected here before cluster mode, as in remote.
 		e.local.Unuse(id, account, at)
 	}
+}
+
+// storers are the other live members whose events carry route: the node
+// an id with that route names (more than one only when two members'
+// routes collide).
+func (e *Events) storers(route uint16) []string {
+	var out []string
+	for _, member := range e.q.cfg.Owners.Members() {
+		if member != e.q.cfg.Owners.Self() && NodeRoute(member) == route {
+			out = append(out, member)
+		}
+	}
+	return out
 }
 
 func (e *Events) unuseAt(member string, id events.EventID, account string, at time.Time) error {
@@ -183,12 +191,8 @@ func (e *Events) mine(id *events.EventID) bool {
 func (e *Events) remote(m *events.Resolve) (events.Resolved, error) {
 	route := events.NodeOf(&m.ID)
 	var last error = ErrStorerDown
-	asked := false
-	for _, id := range e.q.cfg.Owners.Members() {
-		if id == e.q.cfg.Owners.Self() || NodeRoute(id) != route {
-			continue
-		}
-		asked = true
+	members := e.storers(route)
+	for _, id := range members {
 		res, err := e.resolveAt(id, m)
 		if err == nil && res.Found {
 			return res, nil
@@ -199,7 +203,7 @@ func (e *Events) remote(m *events.Resolve) (events.Resolved, error) {
 		}
 		last = nil // answered: not there
 	}
-	if !asked {
+	if len(members) == 0 {
 		if res, err := e.local.Resolve(*m); err != nil || res.Found {
 			return res, err
 		}

@@ -446,19 +446,8 @@ func TestChargeMemoKeepsWhatARefundNeeds(t *testing.T) {
 func TestSettleGivesTheEventUseBackAtAThirdNode(t *testing.T) {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
 	// c stores the event and answers Resolve and Unuse for it.
-	atC := events.New(sys.Root, events.Config{Shards: 1, Node: NodeRoute("c"), Logger: quietLog})
-	t.Cleanup(func() { atC.Stop() })
-	cQuota := quota.New(sys.Root, quota.Config{Shards: 1, Logger: quietLog})
-	t.Cleanup(func() { cQuota.Stop() })
-	c, err := NewServer(ServerConfig{Quota: cQuota, Owners: &fakeOwners{self: "c", owner: "a", token: 7}, Now: func() time.Time { return testNow }, Events: atC, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, atC, id := eventStorer(t, sys, "c")
 	cAddr := listen(t, c)
-	id, err := atC.Collect(events.Collected{Account: capped.Account, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor-c", Complete: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// a owns the account and reaches c for the event.
 	ownerQuota := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
 	t.Cleanup(func() { ownerQuota.Stop() })
@@ -516,18 +505,7 @@ func TestSettleGivesTheEventUseBackAtAThirdNode(t *testing.T) {
 // TestUnuseRequestChecked: a malformed Unuse changes nothing and says why.
 func TestUnuseRequestChecked(t *testing.T) {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	evs := events.New(sys.Root, events.Config{Shards: 1, Node: NodeRoute("c"), Logger: quietLog})
-	t.Cleanup(func() { evs.Stop() })
-	q := quota.New(sys.Root, quota.Config{Shards: 1, Logger: quietLog})
-	t.Cleanup(func() { q.Stop() })
-	s, err := NewServer(ServerConfig{Quota: q, Owners: &fakeOwners{self: "c", owner: "c", token: 7}, Now: func() time.Time { return testNow }, Events: evs, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := evs.Collect(events.Collected{Account: capped.Account, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "v", Complete: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, evs, id := eventStorer(t, sys, "c")
 	if _, err := evs.Resolve(events.Resolve{ID: id, Account: capped.Account, Now: testNow}); err != nil {
 		t.Fatal(err)
 	}
@@ -550,9 +528,28 @@ func TestUnuseRequestChecked(t *testing.T) {
 	if res, _ := evs.Peek(events.Resolve{ID: id, Account: capped.Account, Now: testNow}); !res.Replayed {
 		t.Fatal("another account's Unuse gave the use back")
 	}
-	if s2, _ := NewServer(ServerConfig{Quota: q, Owners: &fakeOwners{self: "c", owner: "c", token: 7}, Now: func() time.Time { return testNow }, Logger: quietLog}); s2 != nil {
+	if s2, _ := NewServer(ServerConfig{Quota: s.cfg.Quota, Owners: &fakeOwners{self: "c", owner: "c", token: 7}, Now: func() time.Time { return testNow }, Logger: quietLog}); s2 != nil {
 		if _, err := s2.Unuse(context.Background(), &UnuseRequest{Version: version, Id: id[:], Account: capped.Account, UsedUnixNano: 1}); status.Code(err) != codes.Unavailable {
 			t.Fatalf("a node without events: %v", err)
 		}
 	}
+}
+
+// eventStorer is a node, self, whose device events hold one event of
+// capped's, collected there; its server answers Resolve and Unuse.
+func eventStorer(t *testing.T, sys *actor.ActorSystem, self string) (*Server, *events.Client, events.EventID) {
+	t.Helper()
+	evs := events.New(sys.Root, events.Config{Shards: 1, Node: NodeRoute(self), Logger: quietLog})
+	t.Cleanup(func() { evs.Stop() })
+	q := quota.New(sys.Root, quota.Config{Shards: 1, Logger: quietLog})
+	t.Cleanup(func() { q.Stop() })
+	s, err := NewServer(ServerConfig{Quota: q, Owners: &fakeOwners{self: self, owner: self, token: 7}, Now: func() time.Time { return testNow }, Events: evs, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := evs.Collect(events.Collected{Account: capped.Account, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor-" + self, Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, evs, id
 }
