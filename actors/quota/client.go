@@ -53,17 +53,18 @@ type Config struct {
 // Client is the typed quota client. It hides the shards' PIDs; every method
 // is safe for concurrent use.
 type Client struct {
-	root    *actor.RootContext
-	shards  *actors.Shards
-	commit  *actors.GroupCommitter[pending]
-	charges *actors.Calls[Charge, ChargeResult]
-	usages  *actors.Calls[Usage, UsageView]
-	leases  *actors.Calls[Lease, LeaseGrant]
-	collect *actors.Calls[Collect, CollectResult]
-	refunds *actors.Calls[Refund, ChargeResult]
-	log     *slog.Logger
-	stopped atomic.Bool
-	store   Store
+	root      *actor.RootContext
+	shards    *actors.Shards
+	commit    *actors.GroupCommitter[pending]
+	charges   *actors.Calls[Charge, ChargeResult]
+	usages    *actors.Calls[Usage, UsageView]
+	leases    *actors.Calls[Lease, LeaseGrant]
+	collect   *actors.Calls[Collect, CollectResult]
+	refunds   *actors.Calls[Refund, ChargeResult]
+	discounts *actors.Calls[Discount, bool]
+	log       *slog.Logger
+	stopped   atomic.Bool
+	store     Store
 }
 
 // New spawns the quota shards (and the group committer when there is a store).
@@ -79,14 +80,15 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		cfg.SweepEvery = time.Minute
 	}
 	c := &Client{
-		root:    root,
-		charges: actors.NewCalls[Charge, ChargeResult](cfg.Timeout),
-		usages:  actors.NewCalls[Usage, UsageView](cfg.Timeout),
-		leases:  actors.NewCalls[Lease, LeaseGrant](cfg.Timeout),
-		collect: actors.NewCalls[Collect, CollectResult](cfg.Timeout),
-		refunds: actors.NewCalls[Refund, ChargeResult](cfg.Timeout),
-		log:     cfg.Logger,
-		store:   cfg.Store,
+		root:      root,
+		charges:   actors.NewCalls[Charge, ChargeResult](cfg.Timeout),
+		usages:    actors.NewCalls[Usage, UsageView](cfg.Timeout),
+		leases:    actors.NewCalls[Lease, LeaseGrant](cfg.Timeout),
+		collect:   actors.NewCalls[Collect, CollectResult](cfg.Timeout),
+		refunds:   actors.NewCalls[Refund, ChargeResult](cfg.Timeout),
+		discounts: actors.NewCalls[Discount, bool](cfg.Timeout),
+		log:       cfg.Logger,
+		store:     cfg.Store,
 	}
 	if cfg.Store != nil {
 		c.commit = newCommitter(root, cfg.Store, cfg.Group, cfg.Logger)

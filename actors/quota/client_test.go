@@ -375,11 +375,17 @@ func TestQuotaDropStoresThenForgets(t *testing.T) {
 type windowStore struct {
 	*storage.DB
 	hour [2]HourWindow
+	// loads, when set, counts the loads and tags each with its number.
+	loads *atomic.Uint64
 }
 
-func (w windowStore) LoadAccount(account string, m storage.Month, now time.Time) (storage.MonthCounts, storage.Totals, [2]HourWindow, error) {
+func (w windowStore) LoadAccount(account string, m storage.Month, now time.Time) (Loaded, error) {
 	c, t, err := w.LoadUsage(account, m)
-	return c, t, w.hour, err
+	l := Loaded{Counts: c, Totals: t, Hour: w.hour}
+	if w.loads != nil {
+		l.Tag = w.loads.Add(1)
+	}
+	return l, err
 }
 
 // TestQuotaResumesHandedWindows: an account loaded from a WindowLoader

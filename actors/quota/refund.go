@@ -42,9 +42,9 @@ func countedDelta(c *Charge) storage.UsageDelta {
 	return d
 }
 
-// taken is what r's charge took and stored: countedDelta when allowed, the
+// Taken is what r's charge took and stored: countedDelta when allowed, the
 // limit hit of a refusal.
-func (r *Refund) taken() storage.UsageDelta {
+func (r *Refund) Taken() storage.UsageDelta {
 	if r.Result.Allowed {
 		return countedDelta(&r.Charge)
 	}
@@ -83,7 +83,7 @@ func (c *Client) Refund(r Refund) error {
 }
 
 func (s shard) refund(ctx actor.Context, r *Refund, call charged) {
-	took := r.taken()
+	took := r.Taken()
 	c := &r.Charge
 	p := pending{call: call, ent: s.lent, delta: negated(took), bucket: c.Bucket}
 	if a, ok := s.accounts.Get(c.Account); ok {
@@ -111,4 +111,40 @@ func (s shard) refund(ctx actor.Context, r *Refund, call charged) {
 	// A failed commit rolls the negative delta back, and the hourly
 	// request with it: the refund did not happen, in memory either.
 	s.persist(ctx, p)
+}
+
+// Discount takes a call another cluster member gave back out of one load
+// of an account: the member's share, read for that load, held the call,
+// and the member refunded it afterwards (its own store has the negative
+// delta; this node's memory, which summed the share once, does not). Taken
+// is Refund.Taken of the call. Memory only, and only while the load named
+// by Tag is held: a later load read the share without the call.
+type Discount struct {
+	Account string
+	Tag     uint64
+	Taken   storage.UsageDelta
+}
+
+// Discount applies d in one hop to the account's shard; true when the load
+// was held and the call taken out of it. The hourly windows are left: a
+// window resumed from the member's hand-over ends within the hour.
+func (c *Client) Discount(d Discount) (bool, error) {
+	if c.stopped.Load() {
+		return false, ErrStopped
+	}
+	if d.Tag == 0 {
+		return false, nil
+	}
+	call := c.discounts.Get(d)
+	c.shards.Send(actors.HashString(d.Account), call)
+	return c.discounts.Wait(call)
+}
+
+func (s shard) discount(d *Discount) bool {
+	a, ok := s.accounts.Get(d.Account)
+	if !ok || a.tag != d.Tag {
+		return false
+	}
+	a.rollback(&d.Taken, 0, false, time.Time{})
+	return true
 }

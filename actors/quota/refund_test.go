@@ -2,6 +2,7 @@ package quota
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,5 +136,61 @@ func TestFailedRefundUndoesNothing(t *testing.T) {
 	}
 	if u, _ := c.Usage(Usage{Account: "a", Limits: l, Now: t0}); u.UsedThisHour != 2 || u.MonthUsed != 2 {
 		t.Fatalf("after a failed refund and its retry: this hour %d, month %d; want 2 and 2", u.UsedThisHour, u.MonthUsed)
+	}
+}
+
+// TestDiscountOnlyInTheLoadNamed: a discount takes a call out of the
+// account's counts in memory while the load it names is held, and nowhere
+// else: not in the store (which holds this node's own share), not in a
+// later load (which read the share without the call), not for a load never
+// named (tag 0).
+func TestDiscountOnlyInTheLoadNamed(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	var loads atomic.Uint64
+	c := New(quietSystem().Root, Config{Shards: 2, Store: windowStore{DB: db, loads: &loads}})
+	defer c.Stop()
+	l := custom(10, 3)
+	ch := Charge{Account: "a", Limits: l, Monthly: true, Total: true, Now: t0}
+	for i := range 3 {
+		if r, err := c.Charge(ch); err != nil || !r.Allowed {
+			t.Fatalf("charge %d: %+v %v", i, r, err)
+		}
+	}
+	if r, err := c.Charge(ch); err != nil || r.Allowed {
+		t.Fatalf("a fourth charge over a monthly cap of 3: %+v %v", r, err)
+	}
+	// Another member's call, counted in load 1, given back there.
+	taken := (&Refund{Charge: ch, Result: ChargeResult{Allowed: true}}).Taken()
+	for _, tag := range []uint64{0, 2} {
+		if ok, err := c.Discount(Discount{Account: "a", Tag: tag, Taken: taken}); err != nil || ok {
+			t.Fatalf("discount under load %d, not held: %v %v", tag, ok, err)
+		}
+	}
+	if ok, err := c.Discount(Discount{Account: "a", Tag: 1, Taken: taken}); err != nil || !ok {
+		t.Fatalf("discount under the load held: %v %v", ok, err)
+	}
+	u, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0})
+	if err != nil || u.MonthUsed != 2 || u.TotalEvaluations != 2 || u.LimitHits != 1 {
+		t.Fatalf("in memory after the discount: %+v %v", u, err)
+	}
+	if r, err := c.Charge(ch); err != nil || !r.Allowed {
+		t.Fatalf("the call the discount freed: %+v %v", r, err)
+	}
+	if cnt, tot, _ := db.LoadUsage("a", storage.MonthOf(t0)); cnt.Used != 4 || tot.Evaluations != 4 {
+		t.Fatalf("the store holds this node's own charges, discount or not: %+v %+v", cnt, tot)
+	}
+	// A later load is not the one the discount named.
+	if _, err := c.Drop(func(string) bool { return true }, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.Discount(Discount{Account: "a", Tag: 1, Taken: taken}); err != nil || ok {
+		t.Fatalf("discount after the account was dropped: %v %v", ok, err)
+	}
+	if _, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.Discount(Discount{Account: "a", Tag: 1, Taken: taken}); err != nil || ok {
+		t.Fatalf("discount of load 1 applied to load %d: %v %v", loads.Load(), ok, err)
 	}
 }

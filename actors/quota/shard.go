@@ -19,8 +19,20 @@ import (
 type WindowLoader interface {
 	Store
 	// LoadAccount is LoadUsage plus the running windows, by Bucket, as of
-	// now (a zero window: none).
-	LoadAccount(account string, m storage.Month, now time.Time) (storage.MonthCounts, storage.Totals, [2]HourWindow, error)
+	// now (a zero now or window: none), and the load's tag.
+	LoadAccount(account string, m storage.Month, now time.Time) (Loaded, error)
+}
+
+// Loaded is one load of an account through a WindowLoader. Tag names the
+// load (0: none): a cluster member whose share went into it and that later
+// gives back a call of that share discounts it in this load, and only in
+// this load (Client.Discount), since a later load reads the share without
+// the call.
+type Loaded struct {
+	Counts storage.MonthCounts
+	Totals storage.Totals
+	Hour   [2]HourWindow
+	Tag    uint64
 }
 
 // Store is where monthly counters and lifetime totals live; *storage.DB
@@ -33,10 +45,11 @@ type Store interface {
 }
 
 type (
-	chargeCall  = actors.Call[Charge, ChargeResult]
-	usageCall   = actors.Call[Usage, UsageView]
-	collectCall = actors.Call[Collect, CollectResult]
-	leaseCall   = actors.Call[Lease, LeaseGrant]
+	chargeCall   = actors.Call[Charge, ChargeResult]
+	usageCall    = actors.Call[Usage, UsageView]
+	collectCall  = actors.Call[Collect, CollectResult]
+	leaseCall    = actors.Call[Lease, LeaseGrant]
+	discountCall = actors.Call[Discount, bool]
 )
 
 // ChargeStep is a Charge that is one step of a chained call
@@ -135,6 +148,8 @@ func (s shard) Receive(ctx actor.Context) {
 		}
 	case *refundCall:
 		s.refund(ctx, &m.Req, callReply[Refund]{m})
+	case *discountCall:
+		m.Reply(s.discount(&m.Req), nil)
 	case *usageCall:
 		a, err := s.account(m.Req.Account, m.Req.Now)
 		if err != nil {
@@ -262,12 +277,12 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 	if !ok {
 		a = &account{id: id, month: m}
 		if wl, ok := s.store.(WindowLoader); ok {
-			c, t, hour, err := wl.LoadAccount(id, m, now)
+			l, err := wl.LoadAccount(id, m, now)
 			if err != nil {
 				return nil, fmt.Errorf("%w: load %q: %w", ErrUnavailable, id, err)
 			}
-			a.counts, a.totals = c, t
-			a.resume(hour, now)
+			a.counts, a.totals, a.tag = l.Counts, l.Totals, l.Tag
+			a.resume(l.Hour, now)
 		} else if s.store != nil {
 			c, t, err := s.store.LoadUsage(id, m)
 			if err != nil {
@@ -278,13 +293,20 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 		s.accounts.Put(id, a)
 	} else if a.month != m {
 		var c storage.MonthCounts
-		if s.store != nil {
+		var tag uint64
+		if wl, ok := s.store.(WindowLoader); ok {
+			l, err := wl.LoadAccount(id, m, time.Time{})
+			if err != nil {
+				return nil, fmt.Errorf("%w: load %q month %d: %w", ErrUnavailable, id, m, err)
+			}
+			c, tag = l.Counts, l.Tag
+		} else if s.store != nil {
 			var err error
 			if c, _, err = s.store.LoadUsage(id, m); err != nil {
 				return nil, fmt.Errorf("%w: load %q month %d: %w", ErrUnavailable, id, m, err)
 			}
 		}
-		a.month, a.counts = m, c
+		a.month, a.counts, a.tag = m, c, tag
 	}
 	a.touch(now)
 	return a, nil

@@ -212,6 +212,9 @@ type account struct {
 	inflight   atomic.Int32
 	collect    collectDay // device events stored today (collect.go)
 	grants     []grant    // allowance slices lent to other members (lease.go)
+	// tag names the load counts and totals came from (Loaded.Tag; 0:
+	// none, or a store that does not tag).
+	tag uint64
 }
 
 func (a *account) touch(now time.Time) {

@@ -117,6 +117,8 @@ type Quota struct {
 	callBase uint64
 	callSeq  atomic.Uint64
 	settles  atomic.Int64
+	// discounts counts the discounts sent (discount.go).
+	discounts atomic.Int64
 }
 
 // callID is the next charging call's id: never 0, which says "not

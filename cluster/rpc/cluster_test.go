@@ -124,7 +124,7 @@ func TestCapsAcrossNodes(t *testing.T) {
 	}
 
 	month := storage.MonthOf(testNow)
-	shares, missing := nodes[0].q.Shares(context.Background(), account, month)
+	shares, missing := nodes[0].q.Shares(context.Background(), account, month, 0)
 	if len(missing) != 0 || len(shares) != 2 {
 		t.Fatalf("shares from a: %+v, missing %v", shares, missing)
 	}

@@ -138,3 +138,30 @@ func FuzzResolveReply(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDiscountRequest: whatever bytes a peer sends, checking a Discount
+// never panics, and one that passes names an account and a load and takes
+// at most one call, and carries what the message said.
+func FuzzDiscountRequest(f *testing.F) {
+	b, err := proto.Marshal(&DiscountRequest{Version: version, From: "a", Account: "acct_1", Month: 202611, Load: 9, Used: 1, Evaluations: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte{0x08, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r DiscountRequest
+		if proto.Unmarshal(b, &r) != nil {
+			return
+		}
+		d, err := discountOf(&r)
+		if err != nil {
+			return
+		}
+		c, tot := d.Taken.Counts, d.Taken.Totals
+		if d.Account == "" || d.Tag == 0 || d.Account != d.Taken.Account || c.Used != r.Used || c.Lookups != r.Lookups || tot.Evaluations != r.Evaluations || tot.LimitHits != r.LimitHits ||
+			c.Used > 1 || c.Lookups > 1 || tot.Evaluations > 1 || tot.LimitHits > 1 || c.Used < 0 || c.Lookups < 0 || tot.Evaluations < 0 || tot.LimitHits < 0 {
+			t.Fatalf("%v passed as %+v", &r, d)
+		}
+	})
+}

@@ -117,7 +117,7 @@ func TestLeasedHotAccountCap(t *testing.T) {
 	}
 	// The G-counter: every member's share, the holders' included, sums to N.
 	month := storage.MonthOf(testNow)
-	shares, missing := nodes[0].q.Shares(context.Background(), account, month)
+	shares, missing := nodes[0].q.Shares(context.Background(), account, month, 0)
 	own, tot, err := nodes[0].db.LoadUsage(account, month)
 	if err != nil || len(missing) != 0 {
 		t.Fatal(err, missing)

@@ -595,10 +595,15 @@ func (x *UsageReply) GetToken() int64 {
 }
 
 type SharesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Account       string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
-	Month         uint32                 `protobuf:"varint,3,opt,name=month,proto3" json:"month,omitempty"` // storage.Month, YYYYMM
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Account string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	Month   uint32                 `protobuf:"varint,3,opt,name=month,proto3" json:"month,omitempty"` // storage.Month, YYYYMM
+	// from and load name the asking member and its load of the account
+	// (0: an old node, or a read that keeps nothing): a call this node
+	// refunds after answering is discounted there (Discount).
+	From          string `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	Load          uint64 `protobuf:"varint,5,opt,name=load,proto3" json:"load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -650,6 +655,20 @@ func (x *SharesRequest) GetAccount() string {
 func (x *SharesRequest) GetMonth() uint32 {
 	if x != nil {
 		return x.Month
+	}
+	return 0
+}
+
+func (x *SharesRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *SharesRequest) GetLoad() uint64 {
+	if x != nil {
+		return x.Load
 	}
 	return 0
 }
@@ -3596,6 +3615,170 @@ func (x *UnuseReply) GetVersion() uint32 {
 	return 0
 }
 
+type DiscountRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// from is the refunding member's id (for logs).
+	From    string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	Account string `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	Month   uint32 `protobuf:"varint,4,opt,name=month,proto3" json:"month,omitempty"` // the refunded call's storage.Month
+	// load is the asker's load the share was read for (SharesRequest.load).
+	Load uint64 `protobuf:"varint,5,opt,name=load,proto3" json:"load,omitempty"`
+	// What the refunded call took: its month counts and lifetime totals.
+	Used          int64 `protobuf:"varint,6,opt,name=used,proto3" json:"used,omitempty"`
+	Lookups       int64 `protobuf:"varint,7,opt,name=lookups,proto3" json:"lookups,omitempty"`
+	Evaluations   int64 `protobuf:"varint,8,opt,name=evaluations,proto3" json:"evaluations,omitempty"`
+	LimitHits     int64 `protobuf:"varint,9,opt,name=limit_hits,json=limitHits,proto3" json:"limit_hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscountRequest) Reset() {
+	*x = DiscountRequest{}
+	mi := &file_node_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscountRequest) ProtoMessage() {}
+
+func (x *DiscountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscountRequest.ProtoReflect.Descriptor instead.
+func (*DiscountRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *DiscountRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DiscountRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *DiscountRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *DiscountRequest) GetMonth() uint32 {
+	if x != nil {
+		return x.Month
+	}
+	return 0
+}
+
+func (x *DiscountRequest) GetLoad() uint64 {
+	if x != nil {
+		return x.Load
+	}
+	return 0
+}
+
+func (x *DiscountRequest) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *DiscountRequest) GetLookups() int64 {
+	if x != nil {
+		return x.Lookups
+	}
+	return 0
+}
+
+func (x *DiscountRequest) GetEvaluations() int64 {
+	if x != nil {
+		return x.Evaluations
+	}
+	return 0
+}
+
+func (x *DiscountRequest) GetLimitHits() int64 {
+	if x != nil {
+		return x.LimitHits
+	}
+	return 0
+}
+
+type DiscountReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// applied: the load is still held and the call was taken out of it.
+	Applied       bool `protobuf:"varint,2,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscountReply) Reset() {
+	*x = DiscountReply{}
+	mi := &file_node_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscountReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscountReply) ProtoMessage() {}
+
+func (x *DiscountReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscountReply.ProtoReflect.Descriptor instead.
+func (*DiscountReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *DiscountReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DiscountReply) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -3668,11 +3851,13 @@ const file_node_proto_rawDesc = "" +
 	"\x14_resets_at_unix_nanoB\x10\n" +
 	"\x0e_monthly_limitB\x17\n" +
 	"\x15_monthly_lookup_limitB \n" +
-	"\x1e_grandfathered_until_unix_nano\"Y\n" +
+	"\x1e_grandfathered_until_unix_nano\"\x81\x01\n" +
 	"\rSharesRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x14\n" +
-	"\x05month\x18\x03 \x01(\rR\x05month\"\xc5\x02\n" +
+	"\x05month\x18\x03 \x01(\rR\x05month\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\tR\x04from\x12\x12\n" +
+	"\x04load\x18\x05 \x01(\x04R\x04load\"\xc5\x02\n" +
 	"\vSharesReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x14\n" +
@@ -3922,7 +4107,21 @@ const file_node_proto_rawDesc = "" +
 	"\x0eused_unix_nano\x18\x04 \x01(\x03R\fusedUnixNano\"&\n" +
 	"\n" +
 	"UnuseReply\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\rR\aversion2\xa6\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\"\xf2\x01\n" +
+	"\x0fDiscountRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x18\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\x12\x14\n" +
+	"\x05month\x18\x04 \x01(\rR\x05month\x12\x12\n" +
+	"\x04load\x18\x05 \x01(\x04R\x04load\x12\x12\n" +
+	"\x04used\x18\x06 \x01(\x03R\x04used\x12\x18\n" +
+	"\alookups\x18\a \x01(\x03R\alookups\x12 \n" +
+	"\vevaluations\x18\b \x01(\x03R\vevaluations\x12\x1d\n" +
+	"\n" +
+	"limit_hits\x18\t \x01(\x03R\tlimitHits\"C\n" +
+	"\rDiscountReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
+	"\aapplied\x18\x02 \x01(\bR\aapplied2\xf8\n" +
 	"\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
@@ -3941,7 +4140,8 @@ const file_node_proto_rawDesc = "" +
 	"\fMergeHistory\x12!.fraudd.cluster.v1.HistoryParcels\x1a\x1f.fraudd.cluster.v1.HistoryReply\x12V\n" +
 	"\x0eEvaluateLeased\x12\".fraudd.cluster.v1.EvaluateRequest\x1a .fraudd.cluster.v1.EvaluateReply\x12J\n" +
 	"\x06Settle\x12 .fraudd.cluster.v1.SettleRequest\x1a\x1e.fraudd.cluster.v1.SettleReply\x12G\n" +
-	"\x05Unuse\x12\x1f.fraudd.cluster.v1.UnuseRequest\x1a\x1d.fraudd.cluster.v1.UnuseReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\x05Unuse\x12\x1f.fraudd.cluster.v1.UnuseRequest\x1a\x1d.fraudd.cluster.v1.UnuseReply\x12P\n" +
+	"\bDiscount\x12\".fraudd.cluster.v1.DiscountRequest\x1a .fraudd.cluster.v1.DiscountReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -3955,7 +4155,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),          // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),   // 1: fraudd.cluster.v1.ChargeRequest
@@ -4001,6 +4201,8 @@ var file_node_proto_goTypes = []any{
 	(*SettleReply)(nil),     // 41: fraudd.cluster.v1.SettleReply
 	(*UnuseRequest)(nil),    // 42: fraudd.cluster.v1.UnuseRequest
 	(*UnuseReply)(nil),      // 43: fraudd.cluster.v1.UnuseReply
+	(*DiscountRequest)(nil), // 44: fraudd.cluster.v1.DiscountRequest
+	(*DiscountReply)(nil),   // 45: fraudd.cluster.v1.DiscountReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -4038,25 +4240,27 @@ var file_node_proto_depIdxs = []int32{
 	32, // 32: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
 	40, // 33: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
 	42, // 34: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
-	2,  // 35: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 36: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 37: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 38: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 39: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 40: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 41: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 42: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 43: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 44: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 45: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	34, // 46: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
-	37, // 47: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
-	39, // 48: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
-	34, // 49: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
-	41, // 50: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
-	43, // 51: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
-	35, // [35:52] is the sub-list for method output_type
-	18, // [18:35] is the sub-list for method input_type
+	44, // 35: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
+	2,  // 36: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 37: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 38: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 39: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 40: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 41: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 42: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 43: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 44: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 45: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 46: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 47: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	37, // 48: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
+	39, // 49: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
+	34, // 50: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
+	41, // 51: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
+	43, // 52: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
+	45, // 53: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
+	36, // [36:54] is the sub-list for method output_type
+	18, // [18:36] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -4074,7 +4278,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	Node_EvaluateLeased_FullMethodName = "/fraudd.cluster.v1.Node/EvaluateLeased"
 	Node_Settle_FullMethodName         = "/fraudd.cluster.v1.Node/Settle"
 	Node_Unuse_FullMethodName          = "/fraudd.cluster.v1.Node/Unuse"
+	Node_Discount_FullMethodName       = "/fraudd.cluster.v1.Node/Discount"
 )
 
 // NodeClient is the client API for Node service.
@@ -120,6 +121,13 @@ type NodeClient interface {
 	// event, or one already unused, changes nothing. Old nodes answer
 	// Unimplemented, which leaves the use counted.
 	Unuse(ctx context.Context, in *UnuseRequest, opts ...grpc.CallOption) (*UnuseReply, error)
+	// Discount gives back, in the memory of a member that loaded an account's
+	// count, a call this node refunded after that member read this node's
+	// share with the call in it (Shares named the load). Memory only: the
+	// member's store holds its own share, never this one. A load the member
+	// no longer holds changes nothing. Old nodes answer Unimplemented, which
+	// leaves the member strict by that call until it loads the account again.
+	Discount(ctx context.Context, in *DiscountRequest, opts ...grpc.CallOption) (*DiscountReply, error)
 }
 
 type nodeClient struct {
@@ -300,6 +308,16 @@ func (c *nodeClient) Unuse(ctx context.Context, in *UnuseRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *nodeClient) Discount(ctx context.Context, in *DiscountRequest, opts ...grpc.CallOption) (*DiscountReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiscountReply)
+	err := c.cc.Invoke(ctx, Node_Discount_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -382,6 +400,13 @@ type NodeServer interface {
 	// event, or one already unused, changes nothing. Old nodes answer
 	// Unimplemented, which leaves the use counted.
 	Unuse(context.Context, *UnuseRequest) (*UnuseReply, error)
+	// Discount gives back, in the memory of a member that loaded an account's
+	// count, a call this node refunded after that member read this node's
+	// share with the call in it (Shares named the load). Memory only: the
+	// member's store holds its own share, never this one. A load the member
+	// no longer holds changes nothing. Old nodes answer Unimplemented, which
+	// leaves the member strict by that call until it loads the account again.
+	Discount(context.Context, *DiscountRequest) (*DiscountReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -442,6 +467,9 @@ func (UnimplementedNodeServer) Settle(context.Context, *SettleRequest) (*SettleR
 }
 func (UnimplementedNodeServer) Unuse(context.Context, *UnuseRequest) (*UnuseReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Unuse not implemented")
+}
+func (UnimplementedNodeServer) Discount(context.Context, *DiscountRequest) (*DiscountReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Discount not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -770,6 +798,24 @@ func _Node_Unuse_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Discount_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiscountRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Discount(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Discount_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Discount(ctx, req.(*DiscountRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -844,6 +890,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Unuse",
 			Handler:    _Node_Unuse_Handler,
+		},
+		{
+			MethodName: "Discount",
+			Handler:    _Node_Discount_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

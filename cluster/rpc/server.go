@@ -27,6 +27,7 @@ type LocalQuota interface {
 	Collect(quota.Collect) (quota.CollectResult, error)
 	Lease(quota.Lease) (quota.LeaseGrant, error)
 	Refund(quota.Refund) error
+	Discount(quota.Discount) (bool, error)
 }
 
 // Freezer stops a node using its slices of an account's allowance before
@@ -68,6 +69,13 @@ type ServerConfig struct {
 	// Events, which gives back only the uses of events stored here.
 	EventUses interface {
 		Unuse(id events.EventID, account string, at time.Time)
+	}
+	// Discounts sends a refunded call's discounts to the members that read
+	// this node's share with the call in it (the routing *Quota; nil: none
+	// are sent, and such a member counts the call until it loads the
+	// account again).
+	Discounts interface {
+		Discount(member string, d *DiscountRequest)
 	}
 	// Leases are the slices of allowance this node holds (nil: none):
 	// Shares stops using an account's before it reads the share.
@@ -301,6 +309,7 @@ func (s *Server) Shares(ctx context.Context, r *SharesRequest) (*SharesReply, er
 	if s.cfg.Leases != nil {
 		s.cfg.Leases.Freeze(ctx, r.Account)
 	}
+	s.calls.noteRead(r.Account, r.GetFrom(), r.GetLoad(), m)
 	c, t, err := s.cfg.Shares.LoadUsage(r.Account, m)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, fmt.Sprintf("shares of %q: %v", r.Account, err))

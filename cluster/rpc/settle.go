@@ -85,6 +85,9 @@ type callEntry struct {
 	// use is the device event use the call's evaluation recorded here,
 	// given back with the charge (nil: none).
 	use *eventUse
+	// seq is the book's sequence when the call began: share reads after
+	// it may hold its charge (discount.go).
+	seq uint64
 }
 
 // chargeMemo is what a refund needs of a charge and its answer, and no
@@ -130,6 +133,11 @@ type callBook struct {
 	horizon, curStart time.Time
 	running, rotated  time.Duration
 	last              time.Time
+	// seq orders calls' beginnings and share reads; reads and prevReads
+	// are the share reads of the two generations, by account
+	// (discount.go).
+	seq              uint64
+	reads, prevReads map[string][]shareRead
 }
 
 func newCallBook() *callBook {
@@ -144,6 +152,7 @@ func (b *callBook) tick() {
 	b.last = now
 	if b.running-b.rotated >= callKeep {
 		b.prev, b.cur = b.cur, map[uint64]*callEntry{}
+		b.prevReads, b.reads = b.reads, nil
 		b.horizon, b.curStart = b.curStart, now
 		b.rotated = b.running
 	}
@@ -169,7 +178,8 @@ func (b *callBook) begin(id uint64, account string) bool {
 	if b.find(id) != nil {
 		return false
 	}
-	b.cur[id] = &callEntry{account: account}
+	b.seq++
+	b.cur[id] = &callEntry{account: account, seq: b.seq}
 	return true
 }
 
@@ -298,6 +308,7 @@ func (s *Server) refundLate(id uint64, ch *quota.Charge, res *quota.ChargeResult
 		s.calls.refunded(e, err)
 		if err == nil {
 			s.unuse(e)
+			s.discount(e)
 		}
 	}
 	if err != nil {
@@ -369,6 +380,7 @@ func (s *Server) Settle(_ context.Context, r *SettleRequest) (*SettleReply, erro
 	switch outcomeOf(err) {
 	case charged:
 		s.unuse(e)
+		s.discount(e)
 		return reply(settleRefunded)
 	case uncertain:
 		return reply(settleUnknown)

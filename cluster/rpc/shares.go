@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -25,11 +26,13 @@ type Share struct {
 // rebuild's one request per member. Members that did not answer are listed
 // in missing: their shares count when they return, so a sum without them
 // errs permissive (docs/cluster.md). This node's own share is its store's,
-// which the caller reads itself.
-func (q *Quota) Shares(ctx context.Context, account string, m storage.Month) (shares []Share, missing []string) {
+// which the caller reads itself. load names the quota actors' load the
+// shares go into (quota.Loaded.Tag; 0: none): a member that gives back a
+// call of its share afterwards discounts it there (Server.Discount).
+func (q *Quota) Shares(ctx context.Context, account string, m storage.Month, load uint64) (shares []Share, missing []string) {
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.Timeout)
 	defer cancel()
-	eachOther(q, func(id string) ([]Share, error) { return q.share(ctx, id, account, m) },
+	eachOther(q, func(id string) ([]Share, error) { return q.share(ctx, id, account, m, load) },
 		func(id string, sh []Share, err error) {
 			if err != nil {
 				q.log.Warn("cluster: a member's share is missing", "member", id, "account", account, "err", err)
@@ -41,13 +44,13 @@ func (q *Quota) Shares(ctx context.Context, account string, m storage.Month) (sh
 	return shares, missing
 }
 
-func (q *Quota) share(ctx context.Context, id, account string, m storage.Month) ([]Share, error) {
+func (q *Quota) share(ctx context.Context, id, account string, m storage.Month, load uint64) ([]Share, error) {
 	p, err := q.peer(id)
 	if err != nil {
 		return nil, err
 	}
 	q.shareCalls.Add(1)
-	r, err := p.cli.Shares(ctx, &SharesRequest{Version: version, Account: account, Month: uint32(m)})
+	r, err := p.cli.Shares(ctx, &SharesRequest{Version: version, Account: account, Month: uint32(m), From: q.cfg.Owners.Self(), Load: load})
 	if err != nil {
 		return nil, err
 	}
@@ -127,12 +130,26 @@ type SharedStore struct {
 	self    string
 	windows *HandedWindows
 	peers   atomic.Pointer[Quota]
+	// loadBase+loads numbers the loads (quota.Loaded.Tag): a random base,
+	// so that a tag a member kept from before this process restarted
+	// names no load of this one.
+	loadBase uint64
+	loads    atomic.Uint64
 }
 
 // NewSharedStore wraps the node's own store; self is the node's id and
 // windows (nil: none) what this node handed over of shards that left it.
 func NewSharedStore(local LocalStore, self string, windows *HandedWindows) *SharedStore {
-	return &SharedStore{local: local, self: self, windows: windows}
+	return &SharedStore{local: local, self: self, windows: windows, loadBase: rand.Uint64()}
+}
+
+// nextLoad is a new load's tag: never 0, which names none.
+func (s *SharedStore) nextLoad() uint64 {
+	for {
+		if t := s.loadBase + s.loads.Add(1); t != 0 {
+			return t
+		}
+	}
 }
 
 // Attach sets the client that asks the other members. Until it is set,
@@ -147,30 +164,31 @@ func (s *SharedStore) ApplyUsage(deltas []storage.UsageDelta) error {
 
 // LoadUsage implements quota.Store: the sum of the members' shares.
 func (s *SharedStore) LoadUsage(account string, m storage.Month) (storage.MonthCounts, storage.Totals, error) {
-	c, t, _, err := s.load(account, m, time.Time{})
-	return c, t, err
+	l, err := s.load(account, m, time.Time{}, 0)
+	return l.Counts, l.Totals, err
 }
 
 // LoadAccount implements quota.WindowLoader: the sum of the members'
 // shares, and the running hourly windows the shard's previous owner handed
-// over (the largest, when more than one member answers one).
-func (s *SharedStore) LoadAccount(account string, m storage.Month, now time.Time) (storage.MonthCounts, storage.Totals, [2]quota.HourWindow, error) {
-	return s.load(account, m, now)
+// over (the largest, when more than one member answers one), as a load of
+// its own tag.
+func (s *SharedStore) LoadAccount(account string, m storage.Month, now time.Time) (quota.Loaded, error) {
+	return s.load(account, m, now, s.nextLoad())
 }
 
-func (s *SharedStore) load(account string, m storage.Month, now time.Time) (storage.MonthCounts, storage.Totals, [2]quota.HourWindow, error) {
-	var hour [2]quota.HourWindow
+func (s *SharedStore) load(account string, m storage.Month, now time.Time, tag uint64) (quota.Loaded, error) {
+	l := quota.Loaded{Tag: tag}
 	c, t, err := s.local.LoadUsage(account, m)
 	if err != nil {
-		return c, t, hour, err
+		return l, err
 	}
 	adopted, err := s.local.AdoptedShares(account, m)
 	if err != nil {
-		return c, t, hour, err
+		return l, err
 	}
 	var shares []Share
 	if q := s.peers.Load(); q != nil {
-		shares, _ = q.Shares(context.Background(), account, m)
+		shares, _ = q.Shares(context.Background(), account, m, tag)
 	}
 	own := Share{Node: s.self, Counts: c, Totals: t}
 	if s.windows != nil && !now.IsZero() {
@@ -185,10 +203,10 @@ func (s *SharedStore) load(account string, m storage.Month, now time.Time) (stor
 		for i := range shares {
 			sets[i] = shares[i].Hour
 		}
-		hour = mergeWindows(now, sets...)
+		l.Hour = mergeWindows(now, sets...)
 	}
-	c, t = Merge(shares...)
-	return c, t, hour, nil
+	l.Counts, l.Totals = Merge(shares...)
+	return l, nil
 }
 
 // HandOverBatch is how many shares one Adopt request carries.

@@ -1,0 +1,146 @@
+package rpc
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// shareNode is a member with its own store, quota actors over the
+// G-counter store, a routing client and a server: enough to charge, to
+// load another member's share and to refund.
+type shareNode struct {
+	local  *quota.Client
+	q      *Quota
+	owners *fakeOwners
+	addr   string
+}
+
+func startShareNode(t *testing.T, self, owner string) *shareNode {
+	t.Helper()
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	shared := NewSharedStore(db, self, nil)
+	n := &shareNode{owners: &fakeOwners{self: self, owner: owner, token: 7, addrs: map[string]string{}}}
+	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
+	t.Cleanup(func() { n.local.Stop() })
+	if n.q, err = NewQuota(QuotaConfig{Local: n.local, Owners: n.owners, Timeout: 2 * time.Second, Logger: quietLog}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.q.Close)
+	shared.Attach(n.q)
+	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: db, Discounts: n.q, Now: func() time.Time { return testNow }, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.addr = listen(t, s)
+	return n
+}
+
+// TestRefundDiscountedWhereTheShareWasRead: node a charges a call; node b
+// loads the account, reading a's share with the call in it; a refunds the
+// call (its caller settled it). b's load no longer counts the call, so the
+// account is not strict by it; a call a charged and refunded after b's
+// read is not taken out of b's load, which never held it; and b's next load
+// reads a's share without either.
+func TestRefundDiscountedWhereTheShareWasRead(t *testing.T) {
+	a := startShareNode(t, "a", "a")
+	b := startShareNode(t, "b", "a")
+	a.owners.addrs["b"] = b.addr
+	b.owners.addrs["a"] = a.addr
+	cli := NewNodeClient(dial(t, a.addr))
+	ctx := context.Background()
+	ch := quota.Charge{Account: "acct_1", Kind: quota.Evaluate, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(1000), nil, testNow, testNow)}
+	used := func(n *shareNode) int64 {
+		t.Helper()
+		u, err := n.local.Usage(quota.Usage{Account: ch.Account, Limits: ch.Limits, Now: testNow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.MonthUsed
+	}
+	charge := func(id uint64) {
+		t.Helper()
+		m := chargeMsg(&ch, 7)
+		m.CallId = id
+		if rep, err := cli.Charge(ctx, m); err != nil || !rep.Allowed {
+			t.Fatalf("charge %d at a: %v %v", id, rep, err)
+		}
+	}
+	settleAt := func(id uint64) {
+		t.Helper()
+		rep, err := cli.Settle(ctx, &SettleRequest{Version: version, Account: ch.Account, CallId: id, SentUnixNano: time.Now().UnixNano()})
+		if err != nil || rep.Outcome != settleRefunded {
+			t.Fatalf("settle %d at a: %v %v", id, rep, err)
+		}
+	}
+	charge(1)
+	charge(2)
+	if n := used(b); n != 2 {
+		t.Fatalf("b loaded %d calls from a's share; want 2", n)
+	}
+	settleAt(2)
+	if n := used(a); n != 1 {
+		t.Fatalf("a holds %d calls after its refund; want 1", n)
+	}
+	eventually(t, "b's load to give the refunded call back", func() bool { return used(b) == 1 })
+	if a.q.Discounts() != 1 {
+		t.Fatalf("a sent %d discounts; want 1", a.q.Discounts())
+	}
+	// Charged and refunded after b's read: b's load never held it.
+	charge(3)
+	settleAt(3)
+	time.Sleep(100 * time.Millisecond)
+	if a.q.Discounts() != 1 || used(b) != 1 {
+		t.Fatalf("a call b never read: %d discounts sent, b holds %d; want 1 and 1", a.q.Discounts(), used(b))
+	}
+	// b's next load reads a's share as it is now.
+	if _, err := b.local.Drop(func(string) bool { return true }, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := used(b); n != 1 {
+		t.Fatalf("b's next load holds %d calls; want 1", n)
+	}
+}
+
+// TestDiscountRequestChecked: a discount that is not one call's take of a
+// named load is refused, and one naming a load not held changes nothing.
+func TestDiscountRequestChecked(t *testing.T) {
+	n := startShareNode(t, "b", "a")
+	cli := NewNodeClient(dial(t, n.addr))
+	ok := func() *DiscountRequest {
+		return &DiscountRequest{Version: version, From: "a", Account: "acct_1", Month: uint32(storage.MonthOf(testNow)), Load: 9, Used: 1, Evaluations: 1}
+	}
+	for name, mod := range map[string]func(*DiscountRequest){
+		"no version": func(r *DiscountRequest) { r.Version = 0 },
+		"no account": func(r *DiscountRequest) { r.Account = "" },
+		"month 13":   func(r *DiscountRequest) { r.Month = 202613 },
+		"no load":    func(r *DiscountRequest) { r.Load = 0 },
+		"two calls":  func(r *DiscountRequest) { r.Used = 2 },
+		"negative":   func(r *DiscountRequest) { r.LimitHits = -1 },
+	} {
+		r := ok()
+		mod(r)
+		if _, err := cli.Discount(context.Background(), r); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+	rep, err := cli.Discount(context.Background(), ok())
+	if err != nil || rep.Applied {
+		t.Fatalf("a load not held: %v %v", rep, err)
+	}
+}
