@@ -123,11 +123,19 @@ type Discount struct {
 	Account string
 	Tag     uint64
 	Taken   storage.UsageDelta
+	// Hourly: the call took an hourly request in Bucket at At (the
+	// refunding member's stamp), which a window resumed from the load
+	// gives back while it runs.
+	Hourly bool
+	Bucket Bucket
+	At     time.Time
 }
 
 // Discount applies d in one hop to the account's shard; true when the load
-// was held and the call taken out of it. The hourly windows are left: a
-// window resumed from the member's hand-over ends within the hour.
+// was held and the call taken out of it. An hourly request comes out of
+// the bucket's window only when that window was resumed from the load (the
+// member handed it over with the call in it) and had started by the
+// call's stamp; a window this node opened itself never held the call.
 func (c *Client) Discount(d Discount) (bool, error) {
 	if c.stopped.Load() {
 		return false, ErrStopped
@@ -146,5 +154,9 @@ func (s shard) discount(d *Discount) bool {
 		return false
 	}
 	a.rollback(&d.Taken, 0, false, time.Time{})
+	b := d.Bucket & 1
+	if w := &a.hour[b]; d.Hourly && w.n > 0 && !a.resumed[b].IsZero() && w.start.Equal(a.resumed[b]) && !w.start.After(d.At) && !w.over(d.At) {
+		w.n--
+	}
 	return true
 }

@@ -194,3 +194,56 @@ func TestDiscountOnlyInTheLoadNamed(t *testing.T) {
 		t.Fatalf("discount of load 1 applied to load %d: %v %v", loads.Load(), ok, err)
 	}
 }
+
+// TestDiscountGivesBackAResumedHour: a discounted hourly call comes out of
+// the bucket's window only when the load resumed that window (the member
+// handed it over with the call in it) and the window had started by the
+// call's stamp; a window this node opened itself keeps its count.
+func TestDiscountGivesBackAResumedHour(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	var loads atomic.Uint64
+	now := t0.Add(30 * time.Minute)
+	store := windowStore{DB: db, loads: &loads, hour: [2]HourWindow{Live: {Start: t0, N: 8}}}
+	c := New(quietSystem().Root, Config{Shards: 2, Store: store})
+	defer c.Stop()
+	l := custom(10, 1000)
+	hourUsed := func(acc string, b Bucket) int64 {
+		t.Helper()
+		u, err := c.Usage(Usage{Account: acc, Bucket: b, Limits: l, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.UsedThisHour
+	}
+	if n := hourUsed("a", Live); n != 8 {
+		t.Fatalf("resumed window holds %d; want 8", n)
+	}
+	taken := storage.UsageDelta{Account: "a", Month: storage.MonthOf(now)}
+	d := Discount{Account: "a", Tag: 1, Taken: taken, Hourly: true, Bucket: Live, At: t0.Add(-time.Minute)}
+	if ok, err := c.Discount(d); err != nil || !ok {
+		t.Fatalf("discount: %v %v", ok, err)
+	}
+	if n := hourUsed("a", Live); n != 8 {
+		t.Fatalf("a call stamped before the resumed window started was given back: %d", n)
+	}
+	d.At = t0.Add(10 * time.Minute)
+	if ok, err := c.Discount(d); err != nil || !ok {
+		t.Fatalf("discount: %v %v", ok, err)
+	}
+	if n := hourUsed("a", Live); n != 7 {
+		t.Fatalf("resumed window after the discount holds %d; want 7", n)
+	}
+	// A window this node opened: nothing handed over for bucket Test.
+	ch := Charge{Account: "a", Bucket: Test, Limits: l, Hourly: true, Now: now}
+	if r, err := c.Charge(ch); err != nil || !r.Allowed {
+		t.Fatalf("charge: %+v %v", r, err)
+	}
+	d.Bucket, d.At = Test, now
+	if ok, err := c.Discount(d); err != nil || !ok {
+		t.Fatalf("discount: %v %v", ok, err)
+	}
+	if n := hourUsed("a", Test); n != 1 {
+		t.Fatalf("a window this node opened gave back a call it never held: %d", n)
+	}
+}

@@ -193,6 +193,7 @@ func (a *account) resume(hour [2]HourWindow, now time.Time) {
 	for b, h := range hour {
 		if h.Running(now) {
 			a.hour[b] = window{start: h.Start, n: h.N}
+			a.resumed[b] = h.Start
 		}
 	}
 }
@@ -215,6 +216,10 @@ type account struct {
 	// tag names the load counts and totals came from (Loaded.Tag; 0:
 	// none, or a store that does not tag).
 	tag uint64
+	// resumed are the starts of the hourly windows resumed from that
+	// load, by Bucket (zero: none): a Discount gives an hourly request
+	// back only to a window the load brought.
+	resumed [2]time.Time
 }
 
 func (a *account) touch(now time.Time) {

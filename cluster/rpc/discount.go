@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -94,7 +95,8 @@ func (s *Server) discount(e *callEntry) {
 			continue // its own loads read the store: the refund is in it
 		}
 		s.cfg.Discounts.Discount(r.from, &DiscountRequest{Version: version, From: s.cfg.Owners.Self(), Account: e.account, Month: uint32(taken.Month), Load: r.load,
-			Used: taken.Counts.Used, Lookups: taken.Counts.Lookups, Evaluations: taken.Totals.Evaluations, LimitHits: taken.Totals.LimitHits})
+			Used: taken.Counts.Used, Lookups: taken.Counts.Lookups, Evaluations: taken.Totals.Evaluations, LimitHits: taken.Totals.LimitHits,
+			Hourly: e.charge.hourly && e.charge.allowed, Bucket: uint32(e.charge.bucket), ChargedUnixNano: e.charge.now})
 	}
 }
 
@@ -147,10 +149,12 @@ func discountOf(r *DiscountRequest) (quota.Discount, error) {
 	m := storage.Month(r.GetMonth())
 	one := func(n int64) bool { return n == 0 || n == 1 }
 	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || m%100 < 1 || m%100 > 12 || r.GetLoad() == 0 ||
-		!one(r.GetUsed()) || !one(r.GetLookups()) || !one(r.GetEvaluations()) || !one(r.GetLimitHits()) {
+		!one(r.GetUsed()) || !one(r.GetLookups()) || !one(r.GetEvaluations()) || !one(r.GetLimitHits()) ||
+		r.GetBucket() > uint32(quota.Test) || (r.GetHourly() && r.GetChargedUnixNano() <= 0) {
 		return quota.Discount{}, fmt.Errorf("%w: discount of %q month %d from %q", errBadRequest, r.GetAccount(), m, r.GetFrom())
 	}
 	return quota.Discount{Account: r.Account, Tag: r.Load, Taken: storage.UsageDelta{Account: r.Account, Month: m,
 		Counts: storage.MonthCounts{Used: r.Used, Lookups: r.Lookups},
-		Totals: storage.Totals{Evaluations: r.Evaluations, LimitHits: r.LimitHits}}}, nil
+		Totals: storage.Totals{Evaluations: r.Evaluations, LimitHits: r.LimitHits}},
+		Hourly: r.Hourly, Bucket: quota.Bucket(r.Bucket), At: time.Unix(0, r.ChargedUnixNano).UTC()}, nil
 }

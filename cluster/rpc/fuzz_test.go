@@ -143,11 +143,16 @@ func FuzzResolveReply(f *testing.F) {
 // never panics, and one that passes names an account and a load and takes
 // at most one call, and carries what the message said.
 func FuzzDiscountRequest(f *testing.F) {
-	b, err := proto.Marshal(&DiscountRequest{Version: version, From: "a", Account: "acct_1", Month: 202611, Load: 9, Used: 1, Evaluations: 1})
-	if err != nil {
-		f.Fatal(err)
+	for _, r := range []*DiscountRequest{
+		{Version: version, From: "a", Account: "acct_1", Month: 202611, Load: 9, Used: 1, Evaluations: 1},
+		{Version: version, From: "a", Account: "acct_1", Month: 202611, Load: 9, Used: 1, Hourly: true, Bucket: 1, ChargedUnixNano: 1_700_000_000_000_000_000},
+	} {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
 	}
-	f.Add(b)
 	f.Add([]byte{0x08, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r DiscountRequest
@@ -160,7 +165,8 @@ func FuzzDiscountRequest(f *testing.F) {
 		}
 		c, tot := d.Taken.Counts, d.Taken.Totals
 		if d.Account == "" || d.Tag == 0 || d.Account != d.Taken.Account || c.Used != r.Used || c.Lookups != r.Lookups || tot.Evaluations != r.Evaluations || tot.LimitHits != r.LimitHits ||
-			c.Used > 1 || c.Lookups > 1 || tot.Evaluations > 1 || tot.LimitHits > 1 || c.Used < 0 || c.Lookups < 0 || tot.Evaluations < 0 || tot.LimitHits < 0 {
+			c.Used > 1 || c.Lookups > 1 || tot.Evaluations > 1 || tot.LimitHits > 1 || c.Used < 0 || c.Lookups < 0 || tot.Evaluations < 0 || tot.LimitHits < 0 ||
+			d.Hourly != r.Hourly || uint32(d.Bucket) != r.Bucket || d.Bucket > quota.Test || (d.Hourly && d.At.UnixNano() != r.ChargedUnixNano) {
 			t.Fatalf("%v passed as %+v", &r, d)
 		}
 	})

@@ -3625,12 +3625,18 @@ type DiscountRequest struct {
 	// load is the asker's load the share was read for (SharesRequest.load).
 	Load uint64 `protobuf:"varint,5,opt,name=load,proto3" json:"load,omitempty"`
 	// What the refunded call took: its month counts and lifetime totals.
-	Used          int64 `protobuf:"varint,6,opt,name=used,proto3" json:"used,omitempty"`
-	Lookups       int64 `protobuf:"varint,7,opt,name=lookups,proto3" json:"lookups,omitempty"`
-	Evaluations   int64 `protobuf:"varint,8,opt,name=evaluations,proto3" json:"evaluations,omitempty"`
-	LimitHits     int64 `protobuf:"varint,9,opt,name=limit_hits,json=limitHits,proto3" json:"limit_hits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Used        int64 `protobuf:"varint,6,opt,name=used,proto3" json:"used,omitempty"`
+	Lookups     int64 `protobuf:"varint,7,opt,name=lookups,proto3" json:"lookups,omitempty"`
+	Evaluations int64 `protobuf:"varint,8,opt,name=evaluations,proto3" json:"evaluations,omitempty"`
+	LimitHits   int64 `protobuf:"varint,9,opt,name=limit_hits,json=limitHits,proto3" json:"limit_hits,omitempty"`
+	// hourly: the call took an hourly request in bucket (quota.Bucket), at
+	// charged_unix_nano (the refunding node's stamp): a window the asker
+	// resumed from this node's hand-over gives it back too.
+	Hourly          bool   `protobuf:"varint,10,opt,name=hourly,proto3" json:"hourly,omitempty"`
+	Bucket          uint32 `protobuf:"varint,11,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	ChargedUnixNano int64  `protobuf:"varint,12,opt,name=charged_unix_nano,json=chargedUnixNano,proto3" json:"charged_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DiscountRequest) Reset() {
@@ -3722,6 +3728,27 @@ func (x *DiscountRequest) GetEvaluations() int64 {
 func (x *DiscountRequest) GetLimitHits() int64 {
 	if x != nil {
 		return x.LimitHits
+	}
+	return 0
+}
+
+func (x *DiscountRequest) GetHourly() bool {
+	if x != nil {
+		return x.Hourly
+	}
+	return false
+}
+
+func (x *DiscountRequest) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *DiscountRequest) GetChargedUnixNano() int64 {
+	if x != nil {
+		return x.ChargedUnixNano
 	}
 	return 0
 }
@@ -4107,7 +4134,7 @@ const file_node_proto_rawDesc = "" +
 	"\x0eused_unix_nano\x18\x04 \x01(\x03R\fusedUnixNano\"&\n" +
 	"\n" +
 	"UnuseReply\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\rR\aversion\"\xf2\x01\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\"\xce\x02\n" +
 	"\x0fDiscountRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x18\n" +
@@ -4118,7 +4145,11 @@ const file_node_proto_rawDesc = "" +
 	"\alookups\x18\a \x01(\x03R\alookups\x12 \n" +
 	"\vevaluations\x18\b \x01(\x03R\vevaluations\x12\x1d\n" +
 	"\n" +
-	"limit_hits\x18\t \x01(\x03R\tlimitHits\"C\n" +
+	"limit_hits\x18\t \x01(\x03R\tlimitHits\x12\x16\n" +
+	"\x06hourly\x18\n" +
+	" \x01(\bR\x06hourly\x12\x16\n" +
+	"\x06bucket\x18\v \x01(\rR\x06bucket\x12*\n" +
+	"\x11charged_unix_nano\x18\f \x01(\x03R\x0fchargedUnixNano\"C\n" +
 	"\rDiscountReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aapplied\x18\x02 \x01(\bR\aapplied2\xf8\n" +
