@@ -41,6 +41,7 @@ type clusterCounts interface {
 	LeasedRests() int64
 	LeaseCalls() int64
 	Settles() int64
+	Discounts() int64
 }
 
 // addSources registers the scrape-time figures: actor mailboxes and shards,
@@ -130,6 +131,8 @@ func addSources(m *metrics.Metrics, src metricSources) error {
 				Read: func(emit func(string, float64)) { emit("", float64(c.LeasedCharges())) }},
 			metrics.Source{Name: "cluster_settled_calls_total", Help: "Charging calls to another member that broke after they were sent (or whose answer came under a stale claim), settled with that member so that they do not count (the request was answered 503, or served by the new owner).", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.Settles())) }},
+			metrics.Source{Name: "cluster_discounts_total", Help: "Calls this node gave back (settled) after another member had read its share of the account with the call in it, sent to that member to take out of its load of the account.", Type: counter,
+				Read: func(emit func(string, float64)) { emit("", float64(c.Discounts())) }},
 			metrics.Source{Name: "cluster_leased_rests_total", Help: "Leased evaluations whose device event was stored at the account's owner: the owner resolved it and observed its device history, in one round trip.", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.LeasedRests())) }},
 		)

@@ -160,6 +160,16 @@ func (n *Node) Settles() int64 {
 	return n.rpc.Settles()
 }
 
+// Discounts counts the refunded calls this node asked other members to take
+// out of their loads of an account (0 before StartRPC): see
+// rpc.Quota.Discounts.
+func (n *Node) Discounts() int64 {
+	if n.rpc == nil {
+		return 0
+	}
+	return n.rpc.Discounts()
+}
+
 // LeasedCharges counts the charges this node served from slices of an
 // account's allowance (0 before StartRPC); LeaseCalls the Lease calls it
 // made for them.
