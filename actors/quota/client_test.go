@@ -383,7 +383,7 @@ func (w windowStore) LoadAccount(account string, m storage.Month, now time.Time)
 	c, t, err := w.LoadUsage(account, m)
 	l := Loaded{Counts: c, Totals: t, Hour: w.hour}
 	if w.loads != nil {
-		l.Tag = w.loads.Add(1)
+		l.Tag, l.From = w.loads.Add(1), []string{"m"}
 	}
 	return l, err
 }

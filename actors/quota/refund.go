@@ -118,9 +118,11 @@ func (s shard) refund(ctx actor.Context, r *Refund, call charged) {
 // and the member refunded it afterwards (its own store has the negative
 // delta; this node's memory, which summed the share once, does not). Taken
 // is Refund.Taken of the call. Memory only, and only while the load named
-// by Tag is held: a later load read the share without the call.
+// by Tag is held and summed From's share: a later load read the share
+// without the call.
 type Discount struct {
 	Account string
+	From    string
 	Tag     uint64
 	Taken   storage.UsageDelta
 	// Hourly: the call took an hourly request in Bucket at At (the
@@ -132,10 +134,12 @@ type Discount struct {
 }
 
 // Discount applies d in one hop to the account's shard; true when the load
-// was held and the call taken out of it. An hourly request comes out of
-// the bucket's window only when that window was resumed from the load (the
-// member handed it over with the call in it) and had started by the
-// call's stamp; a window this node opened itself never held the call.
+// was held and the call taken out of it. The month's count comes out when
+// the month's counts came from that load, the totals when the account was
+// first loaded by it. An hourly request comes out of the bucket's window
+// only when that window was resumed from that first load (the member
+// handed it over with the call in it) and had started by the call's stamp;
+// a window this node opened itself never held the call.
 func (c *Client) Discount(d Discount) (bool, error) {
 	if c.stopped.Load() {
 		return false, ErrStopped
@@ -150,10 +154,20 @@ func (c *Client) Discount(d Discount) (bool, error) {
 
 func (s shard) discount(d *Discount) bool {
 	a, ok := s.accounts.Get(d.Account)
-	if !ok || a.tag != d.Tag {
+	if !ok {
 		return false
 	}
-	a.rollback(&d.Taken, 0, false, time.Time{})
+	applied := false
+	if a.monthly.holds(d.Tag, d.From) && d.Taken.Month == a.month {
+		a.counts.Used = max(a.counts.Used-d.Taken.Counts.Used, 0)
+		a.counts.Lookups = max(a.counts.Lookups-d.Taken.Counts.Lookups, 0)
+		applied = true
+	}
+	if !a.first.holds(d.Tag, d.From) {
+		return applied
+	}
+	a.totals.Evaluations = max(a.totals.Evaluations-d.Taken.Totals.Evaluations, 0)
+	a.totals.LimitHits = max(a.totals.LimitHits-d.Taken.Totals.LimitHits, 0)
 	b := d.Bucket & 1
 	if w := &a.hour[b]; d.Hourly && w.n > 0 && !a.resumed[b].IsZero() && w.start.Equal(a.resumed[b]) && !w.start.After(d.At) && !w.over(d.At) {
 		w.n--

@@ -163,11 +163,14 @@ func TestDiscountOnlyInTheLoadNamed(t *testing.T) {
 	// Another member's call, counted in load 1, given back there.
 	taken := (&Refund{Charge: ch, Result: ChargeResult{Allowed: true}}).Taken()
 	for _, tag := range []uint64{0, 2} {
-		if ok, err := c.Discount(Discount{Account: "a", Tag: tag, Taken: taken}); err != nil || ok {
+		if ok, err := c.Discount(Discount{Account: "a", From: "m", Tag: tag, Taken: taken}); err != nil || ok {
 			t.Fatalf("discount under load %d, not held: %v %v", tag, ok, err)
 		}
 	}
-	if ok, err := c.Discount(Discount{Account: "a", Tag: 1, Taken: taken}); err != nil || !ok {
+	if ok, err := c.Discount(Discount{Account: "a", From: "x", Tag: 1, Taken: taken}); err != nil || ok {
+		t.Fatalf("discount from a member whose share the load did not sum: %v %v", ok, err)
+	}
+	if ok, err := c.Discount(Discount{Account: "a", From: "m", Tag: 1, Taken: taken}); err != nil || !ok {
 		t.Fatalf("discount under the load held: %v %v", ok, err)
 	}
 	u, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0})
@@ -184,13 +187,13 @@ func TestDiscountOnlyInTheLoadNamed(t *testing.T) {
 	if _, err := c.Drop(func(string) bool { return true }, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := c.Discount(Discount{Account: "a", Tag: 1, Taken: taken}); err != nil || ok {
+	if ok, err := c.Discount(Discount{Account: "a", From: "m", Tag: 1, Taken: taken}); err != nil || ok {
 		t.Fatalf("discount after the account was dropped: %v %v", ok, err)
 	}
 	if _, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := c.Discount(Discount{Account: "a", Tag: 1, Taken: taken}); err != nil || ok {
+	if ok, err := c.Discount(Discount{Account: "a", From: "m", Tag: 1, Taken: taken}); err != nil || ok {
 		t.Fatalf("discount of load 1 applied to load %d: %v %v", loads.Load(), ok, err)
 	}
 }
@@ -220,7 +223,7 @@ func TestDiscountGivesBackAResumedHour(t *testing.T) {
 		t.Fatalf("resumed window holds %d; want 8", n)
 	}
 	taken := storage.UsageDelta{Account: "a", Month: storage.MonthOf(now)}
-	d := Discount{Account: "a", Tag: 1, Taken: taken, Hourly: true, Bucket: Live, At: t0.Add(-time.Minute)}
+	d := Discount{Account: "a", From: "m", Tag: 1, Taken: taken, Hourly: true, Bucket: Live, At: t0.Add(-time.Second)}
 	if ok, err := c.Discount(d); err != nil || !ok {
 		t.Fatalf("discount: %v %v", ok, err)
 	}
@@ -234,6 +237,13 @@ func TestDiscountGivesBackAResumedHour(t *testing.T) {
 	if n := hourUsed("a", Live); n != 7 {
 		t.Fatalf("resumed window after the discount holds %d; want 7", n)
 	}
+	d.At = t0.Add(Window + time.Second)
+	if ok, err := c.Discount(d); err != nil || !ok {
+		t.Fatalf("discount: %v %v", ok, err)
+	}
+	if n := hourUsed("a", Live); n != 7 {
+		t.Fatalf("a call stamped after the resumed window ended was given back: %d", n)
+	}
 	// A window this node opened: nothing handed over for bucket Test.
 	ch := Charge{Account: "a", Bucket: Test, Limits: l, Hourly: true, Now: now}
 	if r, err := c.Charge(ch); err != nil || !r.Allowed {
@@ -245,5 +255,56 @@ func TestDiscountGivesBackAResumedHour(t *testing.T) {
 	}
 	if n := hourUsed("a", Test); n != 1 {
 		t.Fatalf("a window this node opened gave back a call it never held: %d", n)
+	}
+}
+
+// TestDiscountAcrossAMonthChange: after the month changes the month's
+// counts come from a new load, while the totals and the resumed windows
+// stay those of the first. A discount naming the first load takes the
+// call out of the totals (its month's count is gone with the month), one
+// naming the new load out of the month's count only.
+func TestDiscountAcrossAMonthChange(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	var loads atomic.Uint64
+	store := windowStore{DB: db, loads: &loads, hour: [2]HourWindow{Live: {Start: t0, N: 3}}}
+	c := New(quietSystem().Root, Config{Shards: 2, Store: store})
+	defer c.Stop()
+	l := custom(10, 1000)
+	ch := Charge{Account: "a", Bucket: Live, Limits: l, Monthly: true, Total: true, Now: t0}
+	if r, err := c.Charge(ch); err != nil || !r.Allowed { // load 1, month of t0
+		t.Fatalf("charge: %+v %v", r, err)
+	}
+	next := time.Date(t0.Year(), t0.Month()+1, 1, 0, 10, 0, 0, time.UTC)
+	ch.Now = next
+	for range 2 { // load 2: the new month's counts
+		if r, err := c.Charge(ch); err != nil || !r.Allowed {
+			t.Fatalf("charge: %+v %v", r, err)
+		}
+	}
+	usage := func() UsageView {
+		t.Helper()
+		u, err := c.Usage(Usage{Account: "a", Bucket: Live, Limits: l, Now: next})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	if u := usage(); u.MonthUsed != 2 || u.TotalEvaluations != 3 || loads.Load() != 2 {
+		t.Fatalf("after the month changed: %+v, %d loads", u, loads.Load())
+	}
+	old := (&Refund{Charge: Charge{Account: "a", Monthly: true, Total: true, Now: t0}, Result: ChargeResult{Allowed: true}}).Taken()
+	if ok, err := c.Discount(Discount{Account: "a", From: "m", Tag: 1, Taken: old}); err != nil || !ok {
+		t.Fatalf("discount of the first load: %v %v", ok, err)
+	}
+	if u := usage(); u.MonthUsed != 2 || u.TotalEvaluations != 2 {
+		t.Fatalf("after a discount of last month's call: %+v; want 2 used this month, 2 in total", u)
+	}
+	cur := (&Refund{Charge: Charge{Account: "a", Monthly: true, Total: true, Now: next}, Result: ChargeResult{Allowed: true}}).Taken()
+	if ok, err := c.Discount(Discount{Account: "a", From: "m", Tag: 2, Taken: cur, Hourly: true, Bucket: Live, At: next}); err != nil || !ok {
+		t.Fatalf("discount of the month's load: %v %v", ok, err)
+	}
+	if u := usage(); u.MonthUsed != 1 || u.TotalEvaluations != 2 {
+		t.Fatalf("after a discount of this month's call: %+v; want 1 used this month, 2 in total", u)
 	}
 }

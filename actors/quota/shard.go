@@ -24,15 +24,16 @@ type WindowLoader interface {
 }
 
 // Loaded is one load of an account through a WindowLoader. Tag names the
-// load (0: none): a cluster member whose share went into it and that later
-// gives back a call of that share discounts it in this load, and only in
-// this load (Client.Discount), since a later load reads the share without
-// the call.
+// load (0: none): a cluster member whose share went into it (one of From)
+// and that later gives back a call of that share discounts it in this load,
+// and only in this load (Client.Discount), since a later load reads the
+// share without the call.
 type Loaded struct {
 	Counts storage.MonthCounts
 	Totals storage.Totals
 	Hour   [2]HourWindow
 	Tag    uint64
+	From   []string
 }
 
 // Store is where monthly counters and lifetime totals live; *storage.DB
@@ -281,7 +282,9 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: load %q: %w", ErrUnavailable, id, err)
 			}
-			a.counts, a.totals, a.tag = l.Counts, l.Totals, l.Tag
+			a.counts, a.totals = l.Counts, l.Totals
+			a.first = loadRef{tag: l.Tag, from: l.From}
+			a.monthly = a.first
 			a.resume(l.Hour, now)
 		} else if s.store != nil {
 			c, t, err := s.store.LoadUsage(id, m)
@@ -293,20 +296,22 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 		s.accounts.Put(id, a)
 	} else if a.month != m {
 		var c storage.MonthCounts
-		var tag uint64
+		var ref loadRef
 		if wl, ok := s.store.(WindowLoader); ok {
 			l, err := wl.LoadAccount(id, m, time.Time{})
 			if err != nil {
 				return nil, fmt.Errorf("%w: load %q month %d: %w", ErrUnavailable, id, m, err)
 			}
-			c, tag = l.Counts, l.Tag
+			c, ref = l.Counts, loadRef{tag: l.Tag, from: l.From}
 		} else if s.store != nil {
 			var err error
 			if c, _, err = s.store.LoadUsage(id, m); err != nil {
 				return nil, fmt.Errorf("%w: load %q month %d: %w", ErrUnavailable, id, m, err)
 			}
 		}
-		a.month, a.counts, a.tag = m, c, tag
+		// Only the month's counts come from this load; the totals and the
+		// hourly windows stay those of the first.
+		a.month, a.counts, a.monthly = m, c, ref
 	}
 	a.touch(now)
 	return a, nil

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -213,13 +214,26 @@ type account struct {
 	inflight   atomic.Int32
 	collect    collectDay // device events stored today (collect.go)
 	grants     []grant    // allowance slices lent to other members (lease.go)
-	// tag names the load counts and totals came from (Loaded.Tag; 0:
-	// none, or a store that does not tag).
-	tag uint64
-	// resumed are the starts of the hourly windows resumed from that
+	// first is the load the totals and the resumed hourly windows came
+	// from, monthly the one the month's counts came from (the same until
+	// the month changes): what a Discount may take a call out of.
+	first, monthly loadRef
+	// resumed are the starts of the hourly windows resumed from the first
 	// load, by Bucket (zero: none): a Discount gives an hourly request
 	// back only to a window the load brought.
 	resumed [2]time.Time
+}
+
+// loadRef names one load of an account (Loaded.Tag; 0: none, or a store
+// that does not tag) and the members whose shares went into it.
+type loadRef struct {
+	tag  uint64
+	from []string
+}
+
+// holds reports whether the load is tag and summed member's share.
+func (l *loadRef) holds(tag uint64, member string) bool {
+	return tag != 0 && l.tag == tag && slices.Contains(l.from, member)
 }
 
 func (a *account) touch(now time.Time) {

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -19,54 +20,84 @@ import (
 // it next loads the account: the one case where a share errs strict. So
 // the book also remembers, for a while, who read which account's share and
 // for which of their loads (SharesRequest.from and .load), and a refund
-// tells every member that read the share after the call began to take the
-// call out of that load (Discount). A read that came after the call began
-// but before its charge was stored did not hold it: the discount then errs
-// permissive by that call, the direction a share may err.
+// tells every member whose read may have held the call to take it out of
+// that load (Discount).
+//
+// A read may hold the call when it ended after the call began and began
+// before the refund was stored. The book's sequence orders those four
+// points; a read not yet ended counts as ending after everything. Where a
+// read in those bounds did not hold the call (it read the store before the
+// charge was written, or after the refund was), the discount errs
+// permissive by that call, the direction a share may err; a read outside
+// them cannot have held it.
 
-// shareRead is one Shares answer this node gave: the member that asked,
-// its load, the month, and the book's sequence when it was answered.
+// shareRead is one Shares read this node answered: the member that asked,
+// its load, the month, and the book's sequence when the read began and
+// when it ended (openRead while it runs).
 type shareRead struct {
-	from  string
-	load  uint64
-	month storage.Month
-	seq   uint64
+	from       string
+	load       uint64
+	month      storage.Month
+	start, end uint64
 }
+
+const openRead = ^uint64(0)
 
 // maxReadsPerAccount bounds the reads remembered of one account per
 // generation (a member loads an account once per owner change or
-// eviction; more than this in 15 s is a member asking in a loop).
+// eviction; more than this in 15 s is a member asking in a loop): the
+// oldest go first.
 const maxReadsPerAccount = 64
 
-// noteRead records a Shares read of account's share by member from for
-// its load, before the share is read, so that a refund stored after the
-// read began cannot miss it. mu not held.
-func (b *callBook) noteRead(account, from string, load uint64, m storage.Month) {
+// beginRead records a Shares read of account's share by member from for
+// its load, before the share is read, so that a refund stored while the
+// read runs cannot miss it. It returns the read, for endRead (nil: nothing
+// recorded). mu not held.
+func (b *callBook) beginRead(account, from string, load uint64, m storage.Month) *shareRead {
 	if load == 0 || from == "" {
-		return
+		return nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.tick()
 	b.seq++
 	if b.reads == nil {
-		b.reads = map[string][]shareRead{}
+		b.reads = map[string][]*shareRead{}
 	}
-	if rs := b.reads[account]; len(rs) < maxReadsPerAccount {
-		b.reads[account] = append(rs, shareRead{from: from, load: load, month: m, seq: b.seq})
+	r := &shareRead{from: from, load: load, month: m, start: b.seq, end: openRead}
+	rs := slices.DeleteFunc(b.reads[account], func(o *shareRead) bool { return o.from == from && o.load == load })
+	if len(rs) >= maxReadsPerAccount {
+		rs = slices.Delete(rs, 0, len(rs)-maxReadsPerAccount+1)
+	}
+	b.reads[account] = append(rs, r)
+	return r
+}
+
+// endRead records that r's share was read (ok) or that the read failed or
+// was not answered, when it holds nothing. mu not held.
+func (b *callBook) endRead(r *shareRead, ok bool) {
+	if r == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seq++
+	r.end = b.seq
+	if !ok {
+		r.from = "" // matches no member
 	}
 }
 
-// readsSince are the distinct (member, load) reads of account's share in
-// month m made after the call e began. mu not held.
-func (b *callBook) readsSince(e *callEntry, m storage.Month) []shareRead {
+// readsHolding are the distinct (member, load) reads of account's share in
+// month m that may hold the refunded call e. mu not held.
+func (b *callBook) readsHolding(e *callEntry, m storage.Month) []shareRead {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []shareRead
-	for _, gen := range []map[string][]shareRead{b.prevReads, b.reads} {
+	for _, gen := range []map[string][]*shareRead{b.prevReads, b.reads} {
 	next:
 		for _, r := range gen[e.account] {
-			if r.seq <= e.seq || r.month != m {
+			if r.from == "" || r.end <= e.seq || r.start >= e.refundSeq || r.month != m {
 				continue
 			}
 			for _, o := range out {
@@ -74,7 +105,7 @@ func (b *callBook) readsSince(e *callEntry, m storage.Month) []shareRead {
 					continue next
 				}
 			}
-			out = append(out, r)
+			out = append(out, *r)
 		}
 	}
 	return out
@@ -89,7 +120,7 @@ func (s *Server) discount(e *callEntry) {
 	}
 	ref := e.charge.refund(e.account)
 	taken := ref.Taken()
-	reads := s.calls.readsSince(e, taken.Month)
+	reads := s.calls.readsHolding(e, taken.Month)
 	for _, r := range reads {
 		if r.from == s.cfg.Owners.Self() {
 			continue // its own loads read the store: the refund is in it
@@ -100,9 +131,10 @@ func (s *Server) discount(e *callEntry) {
 	}
 }
 
-// Discount sends d to member in the background, within the call timeout.
-// A member that does not answer, or predates the RPC, keeps the call in
-// its load: strict by that call until it loads the account again.
+// Discount sends d to member in the background, within the call timeout
+// (cut short when the client closes). A member that does not answer, or
+// predates the RPC, keeps the call in its load: strict by that call until
+// it loads the account again.
 func (q *Quota) Discount(member string, d *DiscountRequest) {
 	// Under the lock, as settle starts its loops: Close must not be
 	// waiting already.
@@ -113,14 +145,23 @@ func (q *Quota) Discount(member string, d *DiscountRequest) {
 	}
 	q.discounts.Add(1)
 	q.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Timeout)
+		defer cancel()
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-q.done:
+				cancel()
+			case <-stop:
+			}
+		}()
 		p, err := q.peer(member)
 		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Timeout)
 			_, err = p.cli.Discount(ctx, d)
-			cancel()
 		}
 		if err != nil {
-			q.log.Warn("cluster: a refunded call stays counted in a member's load of the account until it loads it again", "node", member, "account", d.Account, "err", err)
+			q.log.Warn("cluster: a refunded call may stay counted in a member's load of the account until it loads it again", "node", member, "account", d.Account, "err", err)
 		}
 	})
 }
@@ -144,16 +185,18 @@ func (s *Server) Discount(_ context.Context, r *DiscountRequest) (*DiscountReply
 }
 
 // discountOf checks and converts a request: an account, a month, a load,
-// and one call's take at most.
+// the member that gave the call back, and one call's take: a month count
+// (evaluation or lookup) and a total, or a limit hit alone.
 func discountOf(r *DiscountRequest) (quota.Discount, error) {
 	m := storage.Month(r.GetMonth())
 	one := func(n int64) bool { return n == 0 || n == 1 }
-	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || m%100 < 1 || m%100 > 12 || r.GetLoad() == 0 ||
-		!one(r.GetUsed()) || !one(r.GetLookups()) || !one(r.GetEvaluations()) || !one(r.GetLimitHits()) ||
-		r.GetBucket() > uint32(quota.Test) || (r.GetHourly() && r.GetChargedUnixNano() <= 0) {
+	take := one(r.GetUsed()) && one(r.GetLookups()) && one(r.GetEvaluations()) && one(r.GetLimitHits()) &&
+		r.GetUsed()+r.GetLookups() <= 1 && (r.GetLimitHits() == 0 || r.GetUsed()+r.GetLookups()+r.GetEvaluations() == 0)
+	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || r.GetFrom() == "" || m%100 < 1 || m%100 > 12 || r.GetLoad() == 0 ||
+		!take || r.GetBucket() > uint32(quota.Test) || (r.GetHourly() && r.GetChargedUnixNano() <= 0) {
 		return quota.Discount{}, fmt.Errorf("%w: discount of %q month %d from %q", errBadRequest, r.GetAccount(), m, r.GetFrom())
 	}
-	return quota.Discount{Account: r.Account, Tag: r.Load, Taken: storage.UsageDelta{Account: r.Account, Month: m,
+	return quota.Discount{Account: r.Account, From: r.From, Tag: r.Load, Taken: storage.UsageDelta{Account: r.Account, Month: m,
 		Counts: storage.MonthCounts{Used: r.Used, Lookups: r.Lookups},
 		Totals: storage.Totals{Evaluations: r.Evaluations, LimitHits: r.LimitHits}},
 		Hourly: r.Hourly, Bucket: quota.Bucket(r.Bucket), At: time.Unix(0, r.ChargedUnixNano).UTC()}, nil

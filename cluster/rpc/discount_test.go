@@ -2,7 +2,9 @@ package rpc
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -27,13 +29,20 @@ type shareNode struct {
 
 func startShareNode(t *testing.T, self, owner string) *shareNode {
 	t.Helper()
+	return startShareNodeWith(t, self, owner, nil)
+}
+
+// startShareNodeWith is startShareNode with the hourly windows the node
+// handed over (nil: none), answered with its shares.
+func startShareNodeWith(t *testing.T, self, owner string, windows *HandedWindows) *shareNode {
+	t.Helper()
 	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	shared := NewSharedStore(db, self, nil)
+	shared := NewSharedStore(db, self, windows)
 	n := &shareNode{owners: &fakeOwners{self: self, owner: owner, token: 7, addrs: map[string]string{}}}
 	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
 	t.Cleanup(func() { n.local.Stop() })
@@ -42,7 +51,7 @@ func startShareNode(t *testing.T, self, owner string) *shareNode {
 	}
 	t.Cleanup(n.q.Close)
 	shared.Attach(n.q)
-	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: db, Discounts: n.q, Now: func() time.Time { return testNow }, Logger: quietLog})
+	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: db, Windows: windows, Discounts: n.q, Now: func() time.Time { return testNow }, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,12 +135,17 @@ func TestDiscountRequestChecked(t *testing.T) {
 		return &DiscountRequest{Version: version, From: "a", Account: "acct_1", Month: uint32(storage.MonthOf(testNow)), Load: 9, Used: 1, Evaluations: 1}
 	}
 	for name, mod := range map[string]func(*DiscountRequest){
-		"no version": func(r *DiscountRequest) { r.Version = 0 },
-		"no account": func(r *DiscountRequest) { r.Account = "" },
-		"month 13":   func(r *DiscountRequest) { r.Month = 202613 },
-		"no load":    func(r *DiscountRequest) { r.Load = 0 },
-		"two calls":  func(r *DiscountRequest) { r.Used = 2 },
-		"negative":   func(r *DiscountRequest) { r.LimitHits = -1 },
+		"no version":     func(r *DiscountRequest) { r.Version = 0 },
+		"no account":     func(r *DiscountRequest) { r.Account = "" },
+		"month 13":       func(r *DiscountRequest) { r.Month = 202613 },
+		"no load":        func(r *DiscountRequest) { r.Load = 0 },
+		"two calls":      func(r *DiscountRequest) { r.Used = 2 },
+		"negative":       func(r *DiscountRequest) { r.LimitHits = -1 },
+		"no member":      func(r *DiscountRequest) { r.From = "" },
+		"two kinds":      func(r *DiscountRequest) { r.Lookups = 1 },
+		"hit and use":    func(r *DiscountRequest) { r.LimitHits = 1 },
+		"bucket 2":       func(r *DiscountRequest) { r.Bucket = 2 },
+		"hour, no stamp": func(r *DiscountRequest) { r.Hourly = true },
 	} {
 		r := ok()
 		mod(r)
@@ -142,5 +156,86 @@ func TestDiscountRequestChecked(t *testing.T) {
 	rep, err := cli.Discount(context.Background(), ok())
 	if err != nil || rep.Applied {
 		t.Fatalf("a load not held: %v %v", rep, err)
+	}
+}
+
+// TestRefundDiscountGivesBackAHandedHour: node a handed its hourly window
+// over with two calls in it; node b resumes the window when it loads the
+// account. a refunds one of the calls, and b's window gives it back.
+func TestRefundDiscountGivesBackAHandedHour(t *testing.T) {
+	ch := quota.Charge{Account: "acct_1", Bucket: quota.Live, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(1000), nil, testNow, testNow)}
+	windows := NewHandedWindows()
+	a := startShareNodeWith(t, "a", "a", windows)
+	b := startShareNode(t, "b", "a")
+	a.owners.addrs["b"] = b.addr
+	b.owners.addrs["a"] = a.addr
+	cli := NewNodeClient(dial(t, a.addr))
+	ctx := context.Background()
+	for _, id := range []uint64{1, 2} {
+		m := chargeMsg(&ch, 7)
+		m.CallId = id
+		if rep, err := cli.Charge(ctx, m); err != nil || !rep.Allowed {
+			t.Fatalf("charge %d at a: %v %v", id, rep, err)
+		}
+	}
+	var h [2]quota.HourWindow
+	h[quota.Live] = quota.HourWindow{Start: testNow.Add(-time.Minute), N: 2}
+	windows.Put([]quota.Handed{{Account: ch.Account, Hour: h}}, testNow)
+	hour := func() int64 {
+		t.Helper()
+		u, err := b.local.Usage(quota.Usage{Account: ch.Account, Bucket: quota.Live, Limits: ch.Limits, Now: testNow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.UsedThisHour
+	}
+	if n := hour(); n != 2 {
+		t.Fatalf("b resumed a window of %d calls; want 2", n)
+	}
+	rep, err := cli.Settle(ctx, &SettleRequest{Version: version, Account: ch.Account, CallId: 2, SentUnixNano: time.Now().UnixNano()})
+	if err != nil || rep.Outcome != settleRefunded {
+		t.Fatalf("settle at a: %v %v", rep, err)
+	}
+	eventually(t, "b's resumed window to give the refunded call back", func() bool { return hour() == 1 })
+}
+
+// TestCallBookReadsHolding: a refund is discounted in the reads that may
+// hold its call, those that ended after the call began and began before
+// its refund was stored, a read still under way included; not in a read
+// over before the call, one begun after the refund, one that failed, or
+// another month's; and once per member and load.
+func TestCallBookReadsHolding(t *testing.T) {
+	b := newCallBook()
+	m := storage.MonthOf(testNow)
+	read := func(from string, load uint64) *shareRead { return b.beginRead("acct_1", from, load, m) }
+	before := read("m1", 1)
+	b.endRead(before, true)
+	across := read("m2", 2) // began before the call, ends after it began
+	b.begin(7, "acct_1")
+	b.endRead(across, true)
+	during := read("m3", 3)
+	b.endRead(during, true)
+	again := read("m3", 3) // the same load asking again
+	b.endRead(again, true)
+	failed := read("m4", 4)
+	b.endRead(failed, false)
+	read("m5", 5) // not answered yet when the refund is stored
+	b.endRead(read("m6", 6), true)
+	other := b.beginRead("acct_1", "m7", 7, m+1)
+	b.endRead(other, true)
+	b.mu.Lock()
+	e := b.find(7)
+	e.state, e.charged = callRefunding, true
+	b.mu.Unlock()
+	b.refunded(e, nil)
+	b.endRead(read("m8", 8), true) // after the refund
+	var got []string
+	for _, r := range b.readsHolding(e, m) {
+		got = append(got, fmt.Sprintf("%s/%d", r.from, r.load))
+	}
+	want := []string{"m2/2", "m3/3", "m5/5", "m6/6"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("reads holding the call: %v; want %v", got, want)
 	}
 }

@@ -164,7 +164,9 @@ func FuzzDiscountRequest(f *testing.F) {
 			return
 		}
 		c, tot := d.Taken.Counts, d.Taken.Totals
-		if d.Account == "" || d.Tag == 0 || d.Account != d.Taken.Account || c.Used != r.Used || c.Lookups != r.Lookups || tot.Evaluations != r.Evaluations || tot.LimitHits != r.LimitHits ||
+		m := d.Taken.Month
+		if d.Account == "" || len(d.Account) > maxObsAccountID || d.From == "" || d.From != r.From || d.Tag == 0 || d.Account != d.Taken.Account ||
+			uint32(m) != r.Month || m%100 < 1 || m%100 > 12 || c.Used+c.Lookups > 1 || (tot.LimitHits == 1 && c.Used+c.Lookups+tot.Evaluations != 0) || c.Used != r.Used || c.Lookups != r.Lookups || tot.Evaluations != r.Evaluations || tot.LimitHits != r.LimitHits ||
 			c.Used > 1 || c.Lookups > 1 || tot.Evaluations > 1 || tot.LimitHits > 1 || c.Used < 0 || c.Lookups < 0 || tot.Evaluations < 0 || tot.LimitHits < 0 ||
 			d.Hourly != r.Hourly || uint32(d.Bucket) != r.Bucket || d.Bucket > quota.Test || (d.Hourly && d.At.UnixNano() != r.ChargedUnixNano) {
 			t.Fatalf("%v passed as %+v", &r, d)

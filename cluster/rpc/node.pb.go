@@ -3618,7 +3618,8 @@ func (x *UnuseReply) GetVersion() uint32 {
 type DiscountRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	// from is the refunding member's id (for logs).
+	// from is the refunding member's id: only a load that summed its share
+	// takes the call out.
 	From    string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	Account string `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
 	Month   uint32 `protobuf:"varint,4,opt,name=month,proto3" json:"month,omitempty"` // the refunded call's storage.Month

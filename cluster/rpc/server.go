@@ -309,11 +309,13 @@ func (s *Server) Shares(ctx context.Context, r *SharesRequest) (*SharesReply, er
 	if s.cfg.Leases != nil {
 		s.cfg.Leases.Freeze(ctx, r.Account)
 	}
-	s.calls.noteRead(r.Account, r.GetFrom(), r.GetLoad(), m)
+	rd := s.calls.beginRead(r.Account, r.GetFrom(), r.GetLoad(), m)
 	c, t, err := s.cfg.Shares.LoadUsage(r.Account, m)
 	if err != nil {
+		s.calls.endRead(rd, false)
 		return nil, status.Error(codes.Unavailable, fmt.Sprintf("shares of %q: %v", r.Account, err))
 	}
+	s.calls.endRead(rd, true)
 	adopted, err := s.cfg.Shares.AdoptedShares(r.Account, m)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, fmt.Sprintf("adopted shares of %q: %v", r.Account, err))

@@ -85,9 +85,10 @@ type callEntry struct {
 	// use is the device event use the call's evaluation recorded here,
 	// given back with the charge (nil: none).
 	use *eventUse
-	// seq is the book's sequence when the call began: share reads after
-	// it may hold its charge (discount.go).
-	seq uint64
+	// seq and refundSeq are the book's sequence when the call began and
+	// when its refund was stored: share reads between may hold its charge
+	// (discount.go).
+	seq, refundSeq uint64
 }
 
 // chargeMemo is what a refund needs of a charge and its answer, and no
@@ -137,7 +138,7 @@ type callBook struct {
 	// are the share reads of the two generations, by account
 	// (discount.go).
 	seq              uint64
-	reads, prevReads map[string][]shareRead
+	reads, prevReads map[string][]*shareRead
 }
 
 func newCallBook() *callBook {
@@ -268,6 +269,8 @@ func (b *callBook) refunded(e *callEntry, err error) {
 	switch outcomeOf(err) {
 	case charged:
 		e.state = callRefunded
+		b.seq++
+		e.refundSeq = b.seq
 	case uncertain:
 		e.state = callUncertain
 	default:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -189,6 +190,14 @@ func (s *SharedStore) load(account string, m storage.Month, now time.Time, tag u
 	var shares []Share
 	if q := s.peers.Load(); q != nil {
 		shares, _ = q.Shares(context.Background(), account, m, tag)
+	}
+	// The members whose own shares went into the load: only their
+	// discounts apply to it (a member that answered too late is not in
+	// the sum).
+	for i := range shares {
+		if !slices.Contains(l.From, shares[i].Node) {
+			l.From = append(l.From, shares[i].Node)
+		}
 	}
 	own := Share{Node: s.self, Counts: c, Totals: t}
 	if s.windows != nil && !now.IsZero() {
