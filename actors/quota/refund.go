@@ -154,22 +154,23 @@ func (c *Client) Discount(d Discount) (bool, error) {
 
 func (s shard) discount(d *Discount) bool {
 	a, ok := s.accounts.Get(d.Account)
-	if !ok {
+	if !ok || a.loads == nil {
 		return false
 	}
+	l := a.loads
 	applied := false
-	if a.monthly.holds(d.Tag, d.From) && d.Taken.Month == a.month {
+	if l.monthly.holds(d.Tag, d.From) && d.Taken.Month == a.month {
 		a.counts.Used = max(a.counts.Used-d.Taken.Counts.Used, 0)
 		a.counts.Lookups = max(a.counts.Lookups-d.Taken.Counts.Lookups, 0)
 		applied = true
 	}
-	if !a.first.holds(d.Tag, d.From) {
+	if !l.first.holds(d.Tag, d.From) {
 		return applied
 	}
 	a.totals.Evaluations = max(a.totals.Evaluations-d.Taken.Totals.Evaluations, 0)
 	a.totals.LimitHits = max(a.totals.LimitHits-d.Taken.Totals.LimitHits, 0)
 	b := d.Bucket & 1
-	if w := &a.hour[b]; d.Hourly && w.n > 0 && !a.resumed[b].IsZero() && w.start.Equal(a.resumed[b]) && !w.start.After(d.At) && !w.over(d.At) {
+	if w := &a.hour[b]; d.Hourly && w.n > 0 && !l.resumed[b].IsZero() && w.start.Equal(l.resumed[b]) && !w.start.After(d.At) && !w.over(d.At) {
 		w.n--
 	}
 	return true

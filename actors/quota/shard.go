@@ -283,8 +283,10 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 				return nil, fmt.Errorf("%w: load %q: %w", ErrUnavailable, id, err)
 			}
 			a.counts, a.totals = l.Counts, l.Totals
-			a.first = loadRef{tag: l.Tag, from: l.From}
-			a.monthly = a.first
+			if l.Tag != 0 {
+				ref := loadRef{tag: l.Tag, from: l.From}
+				a.loads = &loadInfo{first: ref, monthly: ref}
+			}
 			a.resume(l.Hour, now)
 		} else if s.store != nil {
 			c, t, err := s.store.LoadUsage(id, m)
@@ -311,7 +313,10 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 		}
 		// Only the month's counts come from this load; the totals and the
 		// hourly windows stay those of the first.
-		a.month, a.counts, a.monthly = m, c, ref
+		a.month, a.counts = m, c
+		if a.loads != nil {
+			a.loads.monthly = ref
+		}
 	}
 	a.touch(now)
 	return a, nil

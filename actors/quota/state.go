@@ -194,7 +194,9 @@ func (a *account) resume(hour [2]HourWindow, now time.Time) {
 	for b, h := range hour {
 		if h.Running(now) {
 			a.hour[b] = window{start: h.Start, n: h.N}
-			a.resumed[b] = h.Start
+			if a.loads != nil {
+				a.loads.resumed[b] = h.Start
+			}
 		}
 	}
 }
@@ -214,9 +216,17 @@ type account struct {
 	inflight   atomic.Int32
 	collect    collectDay // device events stored today (collect.go)
 	grants     []grant    // allowance slices lent to other members (lease.go)
+	// loads says which tagged loads the account's figures came from (nil:
+	// the store tags none, as on a single node): what a Discount may take
+	// a call out of.
+	loads *loadInfo
+}
+
+// loadInfo is what a cluster node's account remembers of its loads.
+type loadInfo struct {
 	// first is the load the totals and the resumed hourly windows came
 	// from, monthly the one the month's counts came from (the same until
-	// the month changes): what a Discount may take a call out of.
+	// the month changes).
 	first, monthly loadRef
 	// resumed are the starts of the hourly windows resumed from the first
 	// load, by Bucket (zero: none): a Discount gives an hourly request
