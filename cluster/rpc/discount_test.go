@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/storage"
 )
@@ -237,5 +238,21 @@ func TestCallBookReadsHolding(t *testing.T) {
 	want := []string{"m2/2", "m3/3", "m5/5", "m6/6"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("reads holding the call: %v; want %v", got, want)
+	}
+	// A refund the quota did not confirm in time is most likely still
+	// queued: the reads before it are discounted all the same.
+	b.begin(8, "acct_1")
+	b.endRead(read("m9", 9), true)
+	b.mu.Lock()
+	u := b.find(8)
+	u.state, u.charged = callRefunding, true
+	b.mu.Unlock()
+	b.refunded(u, actors.ErrTimeout)
+	var gotU []string
+	for _, r := range b.readsHolding(u, m) {
+		gotU = append(gotU, r.from)
+	}
+	if wantU := []string{"m5", "m9"}; u.state != callUncertain || !slices.Equal(gotU, wantU) {
+		t.Fatalf("an unconfirmed refund (state %d): reads %v; want %v (m5's still open)", u.state, gotU, wantU)
 	}
 }

@@ -272,7 +272,12 @@ func (b *callBook) refunded(e *callEntry, err error) {
 		b.seq++
 		e.refundSeq = b.seq
 	case uncertain:
+		// The quota's refund is most likely still queued and will be
+		// made: the reads so far are discounted as for one made now (a
+		// refund that never lands leaves them permissive by the call).
 		e.state = callUncertain
+		b.seq++
+		e.refundSeq = b.seq
 	default:
 		e.state = callDone
 	}
@@ -309,8 +314,11 @@ func (s *Server) refundLate(id uint64, ch *quota.Charge, res *quota.ChargeResult
 	s.calls.mu.Unlock()
 	if e != nil {
 		s.calls.refunded(e, err)
-		if err == nil {
+		switch outcomeOf(err) {
+		case charged:
 			s.unuse(e)
+			s.discount(e)
+		case uncertain:
 			s.discount(e)
 		}
 	}
@@ -386,6 +394,7 @@ func (s *Server) Settle(_ context.Context, r *SettleRequest) (*SettleReply, erro
 		s.discount(e)
 		return reply(settleRefunded)
 	case uncertain:
+		s.discount(e)
 		return reply(settleUnknown)
 	}
 	return nil, status.Error(codes.Unavailable, fmt.Sprintf("cluster call %x: refund: %v", r.CallId, err))
