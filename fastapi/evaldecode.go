@@ -59,6 +59,11 @@ func classifyContentType(ct []byte) bodyKind {
 	} else {
 		ct = bytes.ToLower(ct)
 	}
+	return classifyMediaType(ct)
+}
+
+// classifyMediaType classifies a lower-cased media type without parameters.
+func classifyMediaType(ct []byte) bodyKind {
 	switch {
 	case len(ct) == 0, bytes.Equal(ct, []byte("application/json")), bytes.Equal(ct, []byte("text/plain")):
 		return bodyJSON

@@ -142,17 +142,7 @@ func classifyContentTypeRef(ct []byte) bodyKind {
 	if i := bytes.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}
-	ct = bytes.ToLower(bytes.TrimSpace(ct))
-	switch {
-	case len(ct) == 0, bytes.Equal(ct, []byte("application/json")), bytes.Equal(ct, []byte("text/plain")):
-		return bodyJSON
-	case bytes.HasPrefix(ct, []byte("application/")) && bytes.HasSuffix(ct, []byte("+json")):
-		return bodyJSON
-	case bytes.Equal(ct, []byte("application/x-www-form-urlencoded")):
-		return bodyJSONOrForm
-	default:
-		return bodyIgnored
-	}
+	return classifyMediaType(bytes.ToLower(bytes.TrimSpace(ct)))
 }
 
 var contentTypeSeeds = []string{

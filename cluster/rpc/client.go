@@ -121,6 +121,34 @@ type Quota struct {
 	discounts atomic.Int64
 }
 
+// background runs fn on the client's wait group, so that Close waits for
+// it, with a context that ends after the call timeout or when the client
+// closes; false (fn not run) once the client is closed. For the calls a
+// node makes after it answered (a settled call's event use, its
+// discounts), which nobody waits for.
+func (q *Quota) background(fn func(ctx context.Context)) bool {
+	// Under the lock, as settle starts its loops: Close must not be
+	// waiting already.
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if q.closed.Load() {
+		return false
+	}
+	q.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Timeout)
+		defer cancel() // also ends the watch below
+		go func() {
+			select {
+			case <-q.done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		fn(ctx)
+	})
+	return true
+}
+
 // callID is the next charging call's id: never 0, which says "not
 // settled".
 func (q *Quota) callID() uint64 {

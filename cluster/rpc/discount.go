@@ -115,7 +115,7 @@ func (b *callBook) readsHolding(e *callEntry, m storage.Month) []shareRead {
 // with e's charge in it to take the charge out of that load, in the
 // background. Called once e's refund is stored.
 func (s *Server) discount(e *callEntry) {
-	if s.cfg.Discounts == nil || !e.charged {
+	if s.cfg.Discounts == nil {
 		return
 	}
 	ref := e.charge.refund(e.account)
@@ -131,31 +131,11 @@ func (s *Server) discount(e *callEntry) {
 	}
 }
 
-// Discount sends d to member in the background, within the call timeout
-// (cut short when the client closes). A member that does not answer, or
-// predates the RPC, keeps the call in its load: strict by that call until
-// it loads the account again.
+// Discount sends d to member in the background (background). A member that
+// does not answer, or predates the RPC, keeps the call in its load: strict
+// by that call until it loads the account again.
 func (q *Quota) Discount(member string, d *DiscountRequest) {
-	// Under the lock, as settle starts its loops: Close must not be
-	// waiting already.
-	q.mu.RLock()
-	defer q.mu.RUnlock()
-	if q.closed.Load() {
-		return
-	}
-	q.discounts.Add(1)
-	q.wg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Timeout)
-		defer cancel()
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			select {
-			case <-q.done:
-				cancel()
-			case <-stop:
-			}
-		}()
+	if q.background(func(ctx context.Context) {
 		p, err := q.peer(member)
 		if err == nil {
 			_, err = p.cli.Discount(ctx, d)
@@ -163,7 +143,9 @@ func (q *Quota) Discount(member string, d *DiscountRequest) {
 		if err != nil {
 			q.log.Warn("cluster: a refunded call may stay counted in a member's load of the account until it loads it again", "node", member, "account", d.Account, "err", err)
 		}
-	})
+	}) {
+		q.discounts.Add(1)
+	}
 }
 
 // Discounts counts the discounts this node sent (tests, metrics).

@@ -122,24 +122,17 @@ func (e *Events) ResolveThen(st events.ResolveStep) {
 
 // Unuse gives back one use of the event, counted at at for account, where
 // the event is stored: here, or at the members its id names (in the
-// background, within the call timeout; a member that does not answer
-// keeps the use, and the evaluation tried again reads as a replay).
+// background; a member that does not answer keeps the use, and the
+// evaluation tried again reads as a replay).
 func (e *Events) Unuse(id events.EventID, account string, at time.Time) {
 	if e.mine(&id) {
 		e.local.Unuse(id, account, at)
 		return
 	}
-	// Under the lock, as settle starts its loops: Close must not be
-	// waiting already.
-	e.q.mu.RLock()
-	defer e.q.mu.RUnlock()
-	if e.q.closed.Load() {
-		return
-	}
 	members := e.storers(events.NodeOf(&id))
 	for _, member := range members {
-		e.q.wg.Go(func() {
-			if err := e.unuseAt(member, id, account, at); err != nil {
+		e.q.background(func(ctx context.Context) {
+			if err := e.unuseAt(ctx, member, id, account, at); err != nil {
 				e.q.log.Warn("cluster: a device event's use not given back; the evaluation tried again reads as a replay", "node", member, "err", err)
 			}
 		})
@@ -163,13 +156,11 @@ func (e *Events) storers(route uint16) []string {
 	return out
 }
 
-func (e *Events) unuseAt(member string, id events.EventID, account string, at time.Time) error {
+func (e *Events) unuseAt(ctx context.Context, member string, id events.EventID, account string, at time.Time) error {
 	p, err := e.q.peer(member)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.q.cfg.Timeout)
-	defer cancel()
 	_, err = p.cli.Unuse(ctx, &UnuseRequest{Version: version, Id: id[:], Account: account, UsedUnixNano: unixNano(at)})
 	if status.Code(err) == codes.Unimplemented {
 		return fmt.Errorf("node %s predates Unuse: %w", member, err)
