@@ -170,7 +170,8 @@ func (q *Quota) Settles() int64 { return q.settles.Load() }
 type peer struct {
 	addr string
 	conn *grpc.ClientConn
-	cli  NodeClient
+	cli  NodeClient // pipe's, with the request path's calls on it
+	pipe *pipeClient
 	work chan quota.ChargeStep
 	stop chan struct{}
 	// stopped is set, under Quota.mu, when the peer is replaced.
@@ -201,6 +202,7 @@ func NewQuota(cfg QuotaConfig) (*Quota, error) {
 	// gRPC's default reconnect backoff grows to two minutes: a member that
 	// restarts on the same address would stay unreachable from here long
 	// after it is back. Redial within about a second instead.
+	cfg.DialOptions = append(cfg.DialOptions, transportDialOptions()...)
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 		MinConnectTimeout: time.Second,
@@ -297,6 +299,7 @@ func (q *Quota) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for id, p := range q.peers {
+		p.pipe.Close()
 		p.conn.Close()
 		failAll(p.work, ErrClosed)
 		delete(q.peers, id)
@@ -686,6 +689,7 @@ func (q *Quota) peer(node string) (*peer, error) {
 		// the charges queued for it are routed again below.
 		old.stopped = true
 		close(old.stop)
+		old.pipe.Close()
 		old.conn.Close()
 		for len(old.work) > 0 {
 			queued = append(queued, <-old.work)
@@ -714,7 +718,8 @@ func (q *Quota) dialLocked(node, addr string) (*peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("member %q at %s: %w: %w", node, addr, ErrNoOwner, err)
 	}
-	p := &peer{addr: addr, conn: conn, cli: NewNodeClient(conn), work: make(chan quota.ChargeStep, q.cfg.Queue), stop: make(chan struct{})}
+	pc := newPipeClient(NewNodeClient(conn))
+	p := &peer{addr: addr, conn: conn, cli: pc, pipe: pc, work: make(chan quota.ChargeStep, q.cfg.Queue), stop: make(chan struct{})}
 	for range q.cfg.Workers {
 		q.wg.Go(func() { q.worker(p.work, p.stop) })
 	}

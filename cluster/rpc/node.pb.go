@@ -3807,6 +3807,222 @@ func (x *DiscountReply) GetApplied() bool {
 	return false
 }
 
+// PipeCall is one call on a Pipe.
+type PipeCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the caller's, echoed in the answer.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// timeout_micros is what was left of the call's deadline when it was
+	// sent: the receiver runs it under that deadline, as a unary call.
+	TimeoutMicros int64 `protobuf:"varint,2,opt,name=timeout_micros,json=timeoutMicros,proto3" json:"timeout_micros,omitempty"`
+	// One of these; a call with none (a method this node does not know) is
+	// answered Unimplemented.
+	Charge         *ChargeRequest   `protobuf:"bytes,3,opt,name=charge,proto3" json:"charge,omitempty"`
+	Evaluate       *EvaluateRequest `protobuf:"bytes,4,opt,name=evaluate,proto3" json:"evaluate,omitempty"`
+	EvaluateLeased *EvaluateRequest `protobuf:"bytes,5,opt,name=evaluate_leased,json=evaluateLeased,proto3" json:"evaluate_leased,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PipeCall) Reset() {
+	*x = PipeCall{}
+	mi := &file_node_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipeCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipeCall) ProtoMessage() {}
+
+func (x *PipeCall) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipeCall.ProtoReflect.Descriptor instead.
+func (*PipeCall) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *PipeCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipeCall) GetTimeoutMicros() int64 {
+	if x != nil {
+		return x.TimeoutMicros
+	}
+	return 0
+}
+
+func (x *PipeCall) GetCharge() *ChargeRequest {
+	if x != nil {
+		return x.Charge
+	}
+	return nil
+}
+
+func (x *PipeCall) GetEvaluate() *EvaluateRequest {
+	if x != nil {
+		return x.Evaluate
+	}
+	return nil
+}
+
+func (x *PipeCall) GetEvaluateLeased() *EvaluateRequest {
+	if x != nil {
+		return x.EvaluateLeased
+	}
+	return nil
+}
+
+// PipeAnswer answers one PipeCall.
+type PipeAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// status is the failed call's google.rpc.Status, marshalled: its code,
+	// message and details, exactly as the unary method returns them. Empty
+	// when the call succeeded.
+	Status        []byte         `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Charge        *ChargeReply   `protobuf:"bytes,3,opt,name=charge,proto3" json:"charge,omitempty"`
+	Evaluate      *EvaluateReply `protobuf:"bytes,4,opt,name=evaluate,proto3" json:"evaluate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipeAnswer) Reset() {
+	*x = PipeAnswer{}
+	mi := &file_node_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipeAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipeAnswer) ProtoMessage() {}
+
+func (x *PipeAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipeAnswer.ProtoReflect.Descriptor instead.
+func (*PipeAnswer) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *PipeAnswer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipeAnswer) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *PipeAnswer) GetCharge() *ChargeReply {
+	if x != nil {
+		return x.Charge
+	}
+	return nil
+}
+
+func (x *PipeAnswer) GetEvaluate() *EvaluateReply {
+	if x != nil {
+		return x.Evaluate
+	}
+	return nil
+}
+
+// PipeFrame is one message of a Pipe: calls from the caller, answers from
+// the member.
+type PipeFrame struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Calls         []*PipeCall            `protobuf:"bytes,2,rep,name=calls,proto3" json:"calls,omitempty"`
+	Answers       []*PipeAnswer          `protobuf:"bytes,3,rep,name=answers,proto3" json:"answers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipeFrame) Reset() {
+	*x = PipeFrame{}
+	mi := &file_node_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipeFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipeFrame) ProtoMessage() {}
+
+func (x *PipeFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipeFrame.ProtoReflect.Descriptor instead.
+func (*PipeFrame) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *PipeFrame) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PipeFrame) GetCalls() []*PipeCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+func (x *PipeFrame) GetAnswers() []*PipeAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -4153,8 +4369,23 @@ const file_node_proto_rawDesc = "" +
 	"\x11charged_unix_nano\x18\f \x01(\x03R\x0fchargedUnixNano\"C\n" +
 	"\rDiscountReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
-	"\aapplied\x18\x02 \x01(\bR\aapplied2\xf8\n" +
+	"\aapplied\x18\x02 \x01(\bR\aapplied\"\x88\x02\n" +
+	"\bPipeCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
+	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x128\n" +
+	"\x06charge\x18\x03 \x01(\v2 .fraudd.cluster.v1.ChargeRequestR\x06charge\x12>\n" +
+	"\bevaluate\x18\x04 \x01(\v2\".fraudd.cluster.v1.EvaluateRequestR\bevaluate\x12K\n" +
+	"\x0fevaluate_leased\x18\x05 \x01(\v2\".fraudd.cluster.v1.EvaluateRequestR\x0eevaluateLeased\"\xaa\x01\n" +
 	"\n" +
+	"PipeAnswer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\fR\x06status\x126\n" +
+	"\x06charge\x18\x03 \x01(\v2\x1e.fraudd.cluster.v1.ChargeReplyR\x06charge\x12<\n" +
+	"\bevaluate\x18\x04 \x01(\v2 .fraudd.cluster.v1.EvaluateReplyR\bevaluate\"\x91\x01\n" +
+	"\tPipeFrame\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x121\n" +
+	"\x05calls\x18\x02 \x03(\v2\x1b.fraudd.cluster.v1.PipeCallR\x05calls\x127\n" +
+	"\aanswers\x18\x03 \x03(\v2\x1d.fraudd.cluster.v1.PipeAnswerR\aanswers2\xc0\v\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
@@ -4173,7 +4404,8 @@ const file_node_proto_rawDesc = "" +
 	"\x0eEvaluateLeased\x12\".fraudd.cluster.v1.EvaluateRequest\x1a .fraudd.cluster.v1.EvaluateReply\x12J\n" +
 	"\x06Settle\x12 .fraudd.cluster.v1.SettleRequest\x1a\x1e.fraudd.cluster.v1.SettleReply\x12G\n" +
 	"\x05Unuse\x12\x1f.fraudd.cluster.v1.UnuseRequest\x1a\x1d.fraudd.cluster.v1.UnuseReply\x12P\n" +
-	"\bDiscount\x12\".fraudd.cluster.v1.DiscountRequest\x1a .fraudd.cluster.v1.DiscountReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\bDiscount\x12\".fraudd.cluster.v1.DiscountRequest\x1a .fraudd.cluster.v1.DiscountReply\x12F\n" +
+	"\x04Pipe\x12\x1c.fraudd.cluster.v1.PipeFrame\x1a\x1c.fraudd.cluster.v1.PipeFrame(\x010\x01B&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -4187,7 +4419,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),          // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),   // 1: fraudd.cluster.v1.ChargeRequest
@@ -4235,6 +4467,9 @@ var file_node_proto_goTypes = []any{
 	(*UnuseReply)(nil),      // 43: fraudd.cluster.v1.UnuseReply
 	(*DiscountRequest)(nil), // 44: fraudd.cluster.v1.DiscountRequest
 	(*DiscountReply)(nil),   // 45: fraudd.cluster.v1.DiscountReply
+	(*PipeCall)(nil),        // 46: fraudd.cluster.v1.PipeCall
+	(*PipeAnswer)(nil),      // 47: fraudd.cluster.v1.PipeAnswer
+	(*PipeFrame)(nil),       // 48: fraudd.cluster.v1.PipeFrame
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -4255,47 +4490,56 @@ var file_node_proto_depIdxs = []int32{
 	24, // 15: fraudd.cluster.v1.EvaluateReply.resolved:type_name -> fraudd.cluster.v1.ResolveReply
 	33, // 16: fraudd.cluster.v1.EvaluateReply.facts:type_name -> fraudd.cluster.v1.Facts
 	36, // 17: fraudd.cluster.v1.DevicesReply.devices:type_name -> fraudd.cluster.v1.DeviceLine
-	1,  // 18: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3,  // 19: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5,  // 20: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	9,  // 21: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	12, // 22: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	14, // 23: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
-	16, // 24: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
-	18, // 25: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
-	21, // 26: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
-	23, // 27: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
-	27, // 28: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
-	32, // 29: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
-	35, // 30: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
-	38, // 31: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
-	32, // 32: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
-	40, // 33: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
-	42, // 34: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
-	44, // 35: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
-	2,  // 36: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 37: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 38: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 39: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 40: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 41: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 42: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 43: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 44: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 45: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 46: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	34, // 47: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
-	37, // 48: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
-	39, // 49: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
-	34, // 50: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
-	41, // 51: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
-	43, // 52: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
-	45, // 53: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
-	36, // [36:54] is the sub-list for method output_type
-	18, // [18:36] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	1,  // 18: fraudd.cluster.v1.PipeCall.charge:type_name -> fraudd.cluster.v1.ChargeRequest
+	32, // 19: fraudd.cluster.v1.PipeCall.evaluate:type_name -> fraudd.cluster.v1.EvaluateRequest
+	32, // 20: fraudd.cluster.v1.PipeCall.evaluate_leased:type_name -> fraudd.cluster.v1.EvaluateRequest
+	2,  // 21: fraudd.cluster.v1.PipeAnswer.charge:type_name -> fraudd.cluster.v1.ChargeReply
+	34, // 22: fraudd.cluster.v1.PipeAnswer.evaluate:type_name -> fraudd.cluster.v1.EvaluateReply
+	46, // 23: fraudd.cluster.v1.PipeFrame.calls:type_name -> fraudd.cluster.v1.PipeCall
+	47, // 24: fraudd.cluster.v1.PipeFrame.answers:type_name -> fraudd.cluster.v1.PipeAnswer
+	1,  // 25: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 26: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 27: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 28: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	12, // 29: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	14, // 30: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	16, // 31: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
+	18, // 32: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
+	21, // 33: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
+	23, // 34: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
+	27, // 35: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
+	32, // 36: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
+	35, // 37: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
+	38, // 38: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
+	32, // 39: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
+	40, // 40: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
+	42, // 41: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
+	44, // 42: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
+	48, // 43: fraudd.cluster.v1.Node.Pipe:input_type -> fraudd.cluster.v1.PipeFrame
+	2,  // 44: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 45: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 46: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 47: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 48: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 49: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 50: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 51: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 52: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 53: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 54: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 55: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	37, // 56: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
+	39, // 57: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
+	34, // 58: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
+	41, // 59: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
+	43, // 60: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
+	45, // 61: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
+	48, // 62: fraudd.cluster.v1.Node.Pipe:output_type -> fraudd.cluster.v1.PipeFrame
+	44, // [44:63] is the sub-list for method output_type
+	25, // [25:44] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -4310,7 +4554,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

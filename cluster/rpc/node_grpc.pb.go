@@ -37,6 +37,7 @@ const (
 	Node_Settle_FullMethodName         = "/fraudd.cluster.v1.Node/Settle"
 	Node_Unuse_FullMethodName          = "/fraudd.cluster.v1.Node/Unuse"
 	Node_Discount_FullMethodName       = "/fraudd.cluster.v1.Node/Discount"
+	Node_Pipe_FullMethodName           = "/fraudd.cluster.v1.Node/Pipe"
 )
 
 // NodeClient is the client API for Node service.
@@ -128,6 +129,13 @@ type NodeClient interface {
 	// no longer holds changes nothing. Old nodes answer Unimplemented, which
 	// leaves the member strict by that call until it loads the account again.
 	Discount(ctx context.Context, in *DiscountRequest, opts ...grpc.CallOption) (*DiscountReply, error)
+	// Pipe carries the request path's calls to a member (Charge, Evaluate,
+	// EvaluateLeased) on one long-lived stream per peer, as many to a frame
+	// as are waiting (pipe.go): a unary call costs each end a stream's
+	// headers, its goroutine and some 170 allocations. Each call is answered
+	// as the unary method would answer it, in whatever order they finish.
+	// Old nodes answer Unimplemented, and the caller makes unary calls.
+	Pipe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipeFrame, PipeFrame], error)
 }
 
 type nodeClient struct {
@@ -318,6 +326,19 @@ func (c *nodeClient) Discount(ctx context.Context, in *DiscountRequest, opts ...
 	return out, nil
 }
 
+func (c *nodeClient) Pipe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipeFrame, PipeFrame], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[0], Node_Pipe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PipeFrame, PipeFrame]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_PipeClient = grpc.BidiStreamingClient[PipeFrame, PipeFrame]
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -407,6 +428,13 @@ type NodeServer interface {
 	// no longer holds changes nothing. Old nodes answer Unimplemented, which
 	// leaves the member strict by that call until it loads the account again.
 	Discount(context.Context, *DiscountRequest) (*DiscountReply, error)
+	// Pipe carries the request path's calls to a member (Charge, Evaluate,
+	// EvaluateLeased) on one long-lived stream per peer, as many to a frame
+	// as are waiting (pipe.go): a unary call costs each end a stream's
+	// headers, its goroutine and some 170 allocations. Each call is answered
+	// as the unary method would answer it, in whatever order they finish.
+	// Old nodes answer Unimplemented, and the caller makes unary calls.
+	Pipe(grpc.BidiStreamingServer[PipeFrame, PipeFrame]) error
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -470,6 +498,9 @@ func (UnimplementedNodeServer) Unuse(context.Context, *UnuseRequest) (*UnuseRepl
 }
 func (UnimplementedNodeServer) Discount(context.Context, *DiscountRequest) (*DiscountReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Discount not implemented")
+}
+func (UnimplementedNodeServer) Pipe(grpc.BidiStreamingServer[PipeFrame, PipeFrame]) error {
+	return status.Error(codes.Unimplemented, "method Pipe not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -816,6 +847,13 @@ func _Node_Discount_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Pipe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeServer).Pipe(&grpc.GenericServerStream[PipeFrame, PipeFrame]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_PipeServer = grpc.BidiStreamingServer[PipeFrame, PipeFrame]
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -896,6 +934,13 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Node_Discount_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Pipe",
+			Handler:       _Node_Pipe_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "node.proto",
 }

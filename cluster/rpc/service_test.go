@@ -88,7 +88,7 @@ func listen(tb testing.TB, s *Server, opts ...grpc.ServerOption) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer(opts...)
+	g := grpc.NewServer(append(ServerOptions(), opts...)...)
 	s.Register(g)
 	go g.Serve(l)
 	tb.Cleanup(g.Stop)

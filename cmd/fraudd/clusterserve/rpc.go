@@ -93,7 +93,7 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 		q.Close()
 		return nil, fmt.Errorf("cluster: node-to-node gRPC on %s: %w", n.cfg.Listen, err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(rpc.ServerOptions()...)
 	srv.Register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(l) }()
