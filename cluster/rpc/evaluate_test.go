@@ -243,6 +243,11 @@ func (oldNode) EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply
 	return nil, status.Error(codes.Unimplemented, "unknown method EvaluateLeased for service fraudd.cluster.v1.Node")
 }
 
+// Pipe: a build before Evaluate predates the Pipe too.
+func (oldNode) Pipe(Node_PipeServer) error {
+	return status.Error(codes.Unimplemented, "unknown method Pipe for service fraudd.cluster.v1.Node")
+}
+
 func (oldNode) Devices(context.Context, *DevicesRequest) (*DevicesReply, error) {
 	return nil, status.Error(codes.Unimplemented, "unknown method Devices for service fraudd.cluster.v1.Node")
 }
@@ -324,6 +329,8 @@ type brokenNode struct{ *Server }
 func (brokenNode) EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply, error) {
 	return nil, status.Error(codes.Internal, "connection reset after the request was read")
 }
+
+func (n brokenNode) Pipe(stream Node_PipeServer) error { return servePipe(stream, n) }
 
 // TestLeasedRestLostReply: when EvaluateLeased fails after it was sent, the
 // owner may have counted the event's use and the visit; the holder does not

@@ -373,9 +373,21 @@ func (p *pipe) breakStream(st *pipeStream, err error) {
 
 // Pipe implements NodeServer: each call runs as its unary method would,
 // under its own deadline, and its answer goes back in the next frame.
-// When the caller ends the stream, the calls still running finish and
-// their answers are sent before Pipe returns.
-func (s *Server) Pipe(stream Node_PipeServer) error {
+func (s *Server) Pipe(stream Node_PipeServer) error { return servePipe(stream, s) }
+
+// pipeMethods are the unary methods a Pipe's calls run: the Server's, or
+// those of a NodeServer that wraps it (tests: an older build, a stalled
+// answer), so that a call behaves the same whichever way it came.
+type pipeMethods interface {
+	Charge(context.Context, *ChargeRequest) (*ChargeReply, error)
+	Evaluate(context.Context, *EvaluateRequest) (*EvaluateReply, error)
+	EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply, error)
+}
+
+// servePipe serves one Pipe with m's methods. When the caller ends the
+// stream, the calls still running finish and their answers are sent
+// before it returns.
+func servePipe(stream Node_PipeServer, m pipeMethods) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	answers := make(chan *PipeAnswer, pipeMaxCalls)
@@ -393,7 +405,7 @@ func (s *Server) Pipe(stream Node_PipeServer) error {
 		}
 		for _, c := range f.GetCalls() {
 			wg.Go(func() {
-				a := s.pipeCall(ctx, c)
+				a := pipeCall(ctx, m, c)
 				select {
 				case answers <- a:
 				case <-ctx.Done():
@@ -435,8 +447,8 @@ func pipeAnswers(stream Node_PipeServer, answers <-chan *PipeAnswer) error {
 	}
 }
 
-// pipeCall runs one call of a Pipe.
-func (s *Server) pipeCall(ctx context.Context, c *PipeCall) *PipeAnswer {
+// pipeCall runs one call of a Pipe with m's methods.
+func pipeCall(ctx context.Context, m pipeMethods, c *PipeCall) *PipeAnswer {
 	a := &PipeAnswer{Id: c.GetId()}
 	if t := c.GetTimeoutMicros(); t > 0 {
 		var cancel context.CancelFunc
@@ -446,11 +458,11 @@ func (s *Server) pipeCall(ctx context.Context, c *PipeCall) *PipeAnswer {
 	var err error
 	switch {
 	case c.GetCharge() != nil:
-		a.Charge, err = s.Charge(ctx, c.GetCharge())
+		a.Charge, err = m.Charge(ctx, c.GetCharge())
 	case c.GetEvaluate() != nil:
-		a.Evaluate, err = s.Evaluate(ctx, c.GetEvaluate())
+		a.Evaluate, err = m.Evaluate(ctx, c.GetEvaluate())
 	case c.GetEvaluateLeased() != nil:
-		a.Evaluate, err = s.EvaluateLeased(ctx, c.GetEvaluateLeased())
+		a.Evaluate, err = m.EvaluateLeased(ctx, c.GetEvaluateLeased())
 	default:
 		err = status.Error(codes.Unimplemented, "pipe: a call of a method this node does not know")
 	}

@@ -84,12 +84,18 @@ func serve(tb testing.TB, owners Ownership) (string, *quota.Client) {
 // stops before the cleanups registered earlier run).
 func listen(tb testing.TB, s *Server, opts ...grpc.ServerOption) string {
 	tb.Helper()
+	return listenNode(tb, s, opts...)
+}
+
+// listenNode serves n (a Server, or a wrapper of one) like listen.
+func listenNode(tb testing.TB, n NodeServer, opts ...grpc.ServerOption) string {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	g := grpc.NewServer(append(ServerOptions(), opts...)...)
-	s.Register(g)
+	RegisterNodeServer(g, n)
 	go g.Serve(l)
 	tb.Cleanup(g.Stop)
 	return l.Addr().String()

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -228,19 +227,30 @@ func serveHooked(tb testing.TB, replies *atomic.Bool) (string, *hookQuota) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var opts []grpc.ServerOption
-	if replies != nil {
-		opts = append(opts, grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handle grpc.UnaryHandler) (any, error) {
-			rep, err := handle(ctx, req)
-			if strings.HasSuffix(info.FullMethod, "/Charge") && replies.CompareAndSwap(true, false) {
-				h.stalled <- struct{}{}
-				<-h.gate
-			}
-			return rep, err
-		}))
+	if replies == nil {
+		return listen(tb, s), h
 	}
-	return listen(tb, s, opts...), h
+	return listenNode(tb, &heldReplies{Server: s, replies: replies, h: h}), h
 }
+
+// heldReplies holds the answer of a Charge, unary or on the Pipe, once
+// replies is set: the call ran at the owner and its caller waits.
+type heldReplies struct {
+	*Server
+	replies *atomic.Bool
+	h       *hookQuota
+}
+
+func (n *heldReplies) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply, error) {
+	rep, err := n.Server.Charge(ctx, r)
+	if n.replies.CompareAndSwap(true, false) {
+		n.h.stalled <- struct{}{}
+		<-n.h.gate
+	}
+	return rep, err
+}
+
+func (n *heldReplies) Pipe(stream Node_PipeServer) error { return servePipe(stream, n) }
 
 func settleReq(id uint64) *SettleRequest {
 	return &SettleRequest{Version: version, Account: capped.Account, CallId: id, SentUnixNano: time.Now().UnixNano()}
