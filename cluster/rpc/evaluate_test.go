@@ -330,7 +330,7 @@ func (brokenNode) EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateRe
 	return nil, status.Error(codes.Internal, "connection reset after the request was read")
 }
 
-func (n brokenNode) Pipe(stream Node_PipeServer) error { return servePipe(stream, n) }
+func (n brokenNode) Pipe(stream Node_PipeServer) error { return n.servePipe(stream, n) }
 
 // TestLeasedRestLostReply: when EvaluateLeased fails after it was sent, the
 // owner may have counted the event's use and the visit; the holder does not

@@ -3964,10 +3964,14 @@ func (x *PipeAnswer) GetEvaluate() *EvaluateReply {
 // PipeFrame is one message of a Pipe: calls from the caller, answers from
 // the member.
 type PipeFrame struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Calls         []*PipeCall            `protobuf:"bytes,2,rep,name=calls,proto3" json:"calls,omitempty"`
-	Answers       []*PipeAnswer          `protobuf:"bytes,3,rep,name=answers,proto3" json:"answers,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Calls   []*PipeCall            `protobuf:"bytes,2,rep,name=calls,proto3" json:"calls,omitempty"`
+	Answers []*PipeAnswer          `protobuf:"bytes,3,rep,name=answers,proto3" json:"answers,omitempty"`
+	// bye: the member is stopping. The caller sends no more calls on this
+	// stream (it opens another for the next ones) and closes its side; the
+	// answers to the calls already sent still come.
+	Bye           bool `protobuf:"varint,4,opt,name=bye,proto3" json:"bye,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4021,6 +4025,13 @@ func (x *PipeFrame) GetAnswers() []*PipeAnswer {
 		return x.Answers
 	}
 	return nil
+}
+
+func (x *PipeFrame) GetBye() bool {
+	if x != nil {
+		return x.Bye
+	}
+	return false
 }
 
 var File_node_proto protoreflect.FileDescriptor
@@ -4381,11 +4392,12 @@ const file_node_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\fR\x06status\x126\n" +
 	"\x06charge\x18\x03 \x01(\v2\x1e.fraudd.cluster.v1.ChargeReplyR\x06charge\x12<\n" +
-	"\bevaluate\x18\x04 \x01(\v2 .fraudd.cluster.v1.EvaluateReplyR\bevaluate\"\x91\x01\n" +
+	"\bevaluate\x18\x04 \x01(\v2 .fraudd.cluster.v1.EvaluateReplyR\bevaluate\"\xa3\x01\n" +
 	"\tPipeFrame\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x121\n" +
 	"\x05calls\x18\x02 \x03(\v2\x1b.fraudd.cluster.v1.PipeCallR\x05calls\x127\n" +
-	"\aanswers\x18\x03 \x03(\v2\x1d.fraudd.cluster.v1.PipeAnswerR\aanswers2\xc0\v\n" +
+	"\aanswers\x18\x03 \x03(\v2\x1d.fraudd.cluster.v1.PipeAnswerR\aanswers\x12\x10\n" +
+	"\x03bye\x18\x04 \x01(\bR\x03bye2\xc0\v\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +

@@ -114,7 +114,8 @@ type pipe struct {
 	closed bool
 	nextID uint64
 	queue  []pipeWait    // handed to the pipe, not yet sent
-	cur    *pipeStream   // nil until opened, and after it broke
+	cur    *pipeStream   // nil until opened, and after it broke or said bye
+	byes   []*pipeStream // said bye: the sender closes their side
 	plain  time.Time     // unary calls until then (the peer has no Pipe)
 	done   chan struct{} // closed when the sender has returned
 
@@ -138,6 +139,7 @@ type pipeStream struct {
 	s       Node_PipeClient
 	pending map[uint64]chan pipeResult
 	broken  bool
+	bye     bool // the member said bye: no more calls go on it
 }
 
 func newPipe(cli NodeClient) *pipe {
@@ -244,6 +246,13 @@ func (p *pipe) send() {
 			return
 		case <-p.wake:
 		}
+		p.mu.Lock()
+		byes := p.byes
+		p.byes = nil
+		p.mu.Unlock()
+		for _, st := range byes {
+			st.s.CloseSend() // the sender is the stream's only writer
+		}
 		for {
 			st, batch, err := p.take()
 			if err != nil {
@@ -337,7 +346,23 @@ func (p *pipe) receive(st *pipeStream) {
 				ans <- pipeResult{a: a}
 			}
 		}
+		if f.GetBye() && !st.bye && !st.broken {
+			// The member is stopping: the next calls open another stream
+			// (to wherever the member's address leads by then), and the
+			// sender closes this one's side, which lets the member end it.
+			st.bye = true
+			if p.cur == st {
+				p.cur = nil
+			}
+			p.byes = append(p.byes, st)
+		}
 		p.mu.Unlock()
+		if f.GetBye() {
+			select {
+			case p.wake <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
@@ -373,7 +398,17 @@ func (p *pipe) breakStream(st *pipeStream, err error) {
 
 // Pipe implements NodeServer: each call runs as its unary method would,
 // under its own deadline, and its answer goes back in the next frame.
-func (s *Server) Pipe(stream Node_PipeServer) error { return servePipe(stream, s) }
+func (s *Server) Pipe(stream Node_PipeServer) error { return s.servePipe(stream, s) }
+
+// Drain asks every Pipe into this node to end: each says bye, and ends
+// once its caller has closed its side (or after pipeByeWait) and the calls
+// under way are answered. A grpc.Server's GracefulStop waits for its
+// streams, and a Pipe is never done by itself: call Drain before it.
+func (s *Server) Drain() { s.stopOnce.Do(func() { close(s.stopping) }) }
+
+// pipeByeWait bounds how long a Pipe waits for its caller to close its
+// side after bye (a caller that never does must not hold a node's stop).
+const pipeByeWait = 5 * time.Second
 
 // pipeMethods are the unary methods a Pipe's calls run: the Server's, or
 // those of a NodeServer that wraps it (tests: an older build, a stalled
@@ -384,33 +419,62 @@ type pipeMethods interface {
 	EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply, error)
 }
 
-// servePipe serves one Pipe with m's methods. When the caller ends the
-// stream, the calls still running finish and their answers are sent
-// before it returns.
-func servePipe(stream Node_PipeServer, m pipeMethods) error {
+// servePipe serves one Pipe with m's methods. It returns once the caller
+// has closed its side (or the stream broke, or bye was said pipeByeWait
+// ago) and the calls under way are answered.
+func (s *Server) servePipe(stream Node_PipeServer, m pipeMethods) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	answers := make(chan *PipeAnswer, pipeMaxCalls)
+	bye := make(chan struct{})
 	sent := make(chan error, 1)
 	go func() {
-		err := pipeAnswers(stream, answers)
+		err := pipeAnswers(stream, answers, bye)
 		cancel() // a broken stream: the calls still running stop waiting
 		sent <- err
 	}()
-	var wg sync.WaitGroup
-	for {
-		f, err := stream.Recv()
-		if err != nil {
-			break // the caller closed the stream, or it broke
+	frames := make(chan *PipeFrame)
+	go func() {
+		defer close(frames)
+		for {
+			f, err := stream.Recv()
+			if err != nil {
+				return // the caller closed its side, or the stream broke
+			}
+			select {
+			case frames <- f:
+			case <-ctx.Done():
+				return
+			}
 		}
-		for _, c := range f.GetCalls() {
-			wg.Go(func() {
-				a := pipeCall(ctx, m, c)
-				select {
-				case answers <- a:
-				case <-ctx.Done():
-				}
-			})
+	}()
+	var wg sync.WaitGroup
+	stopping := s.stopping
+	var byeWait <-chan time.Time
+read:
+	for {
+		select {
+		case f, ok := <-frames:
+			if !ok {
+				break read
+			}
+			for _, c := range f.GetCalls() {
+				wg.Go(func() {
+					a := pipeCall(ctx, m, c)
+					select {
+					case answers <- a:
+					case <-ctx.Done():
+					}
+				})
+			}
+		case <-stopping:
+			stopping = nil
+			close(bye)
+			t := time.NewTimer(pipeByeWait)
+			defer t.Stop()
+			byeWait = t.C
+		case <-byeWait:
+			break read
 		}
 	}
 	wg.Wait()
@@ -419,15 +483,20 @@ func servePipe(stream Node_PipeServer, m pipeMethods) error {
 }
 
 // pipeAnswers sends the answers as they come, as many to a frame as are
-// ready, until answers is closed and drained.
-func pipeAnswers(stream Node_PipeServer, answers <-chan *PipeAnswer) error {
+// ready, and bye once it is closed, until answers is closed and drained.
+func pipeAnswers(stream Node_PipeServer, answers <-chan *PipeAnswer, bye <-chan struct{}) error {
 	frame := &PipeFrame{Version: cluster.ProtocolVersion}
 	for {
-		a, ok := <-answers
-		if !ok {
-			return nil
+		select {
+		case a, ok := <-answers:
+			if !ok {
+				return nil
+			}
+			frame.Answers = append(frame.Answers[:0], a)
+		case <-bye:
+			bye = nil
+			frame.Answers, frame.Bye = frame.Answers[:0], true
 		}
-		frame.Answers = append(frame.Answers[:0], a)
 	gather:
 		for len(frame.Answers) < pipeMaxCalls {
 			select {
@@ -444,6 +513,7 @@ func pipeAnswers(stream Node_PipeServer, answers <-chan *PipeAnswer) error {
 			return err
 		}
 		clear(frame.Answers)
+		frame.Bye = false
 	}
 }
 

@@ -143,7 +143,7 @@ func (n *stallNode) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply,
 	return n.Server.Charge(ctx, r)
 }
 
-func (n *stallNode) Pipe(stream Node_PipeServer) error { return servePipe(stream, n) }
+func (n *stallNode) Pipe(stream Node_PipeServer) error { return n.servePipe(stream, n) }
 
 // TestPipeDeadline: a call runs at the member under the deadline its
 // caller had; a caller whose deadline passes gets DeadlineExceeded (the
@@ -322,4 +322,65 @@ func hourCount(t *testing.T, q *quota.Client, c quota.Charge) int64 {
 		t.Fatal(err)
 	}
 	return u.UsedThisHour
+}
+
+// TestPipeDrain: a stopping member says bye on its pipes; the caller
+// closes its side, the call under way is answered, and the member's
+// GracefulStop (which waits for every stream) returns well before
+// pipeByeWait.
+func TestPipeDrain(t *testing.T) {
+	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(ServerOptions()...)
+	RegisterNodeServer(g, n)
+	go g.Serve(l)
+	t.Cleanup(g.Stop)
+	cli := newPipeClient(NewNodeClient(dial(t, l.Addr().String())))
+	t.Cleanup(cli.Close)
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := cli.Charge(ctx, chargeMsg(&uncapped, 7))
+		errc <- err
+	}()
+	<-n.in
+	s.Drain()
+	stopped := make(chan struct{})
+	start := time.Now()
+	go func() { g.GracefulStop(); close(stopped) }()
+	// The bye reaches the caller, which stops using the stream.
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		cli.p.mu.Lock()
+		cur := cli.p.cur
+		cli.p.mu.Unlock()
+		if cur == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no bye reached the caller")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case <-stopped:
+		t.Fatal("the member stopped with a call under way")
+	default:
+	}
+	close(n.gate)
+	if err := <-errc; err != nil {
+		t.Fatalf("the call under way when the member began to stop: %v", err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(pipeByeWait - time.Second):
+		t.Fatal("GracefulStop still waits on the pipe")
+	}
+	if d := time.Since(start); d >= pipeByeWait {
+		t.Fatalf("stopping took %v: the caller did not close its side", d)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -118,6 +119,10 @@ type Server struct {
 	cfg   ServerConfig
 	log   *slog.Logger
 	calls *callBook // the charging calls received (settle.go)
+
+	// stopping is closed by Drain: the Pipes say bye (pipe.go).
+	stopping chan struct{}
+	stopOnce sync.Once
 }
 
 // NewServer checks cfg.
@@ -132,7 +137,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{cfg: cfg, log: log, calls: newCallBook()}, nil
+	return &Server{cfg: cfg, log: log, calls: newCallBook(), stopping: make(chan struct{})}, nil
 }
 
 // Register adds the service to g. Methods g does not know (a newer peer's)

@@ -250,7 +250,7 @@ func (n *heldReplies) Charge(ctx context.Context, r *ChargeRequest) (*ChargeRepl
 	return rep, err
 }
 
-func (n *heldReplies) Pipe(stream Node_PipeServer) error { return servePipe(stream, n) }
+func (n *heldReplies) Pipe(stream Node_PipeServer) error { return n.servePipe(stream, n) }
 
 func settleReq(id uint64) *SettleRequest {
 	return &SettleRequest{Version: version, Account: capped.Account, CallId: id, SentUnixNano: time.Now().UnixNano()}
