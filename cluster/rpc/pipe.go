@@ -48,6 +48,12 @@ const pipeRetryPlain = 30 * time.Second
 // pipeMaxCalls bounds the calls in one frame; the rest go in the next.
 const pipeMaxCalls = 256
 
+// pipeMaxAnswerBytes bounds the answers gathered into one frame: an
+// Evaluate answer carries the stored device event (up to the API's 64 KiB
+// body), and a frame must stay under gRPC's 4 MiB receive limit. Calls are
+// small (the pipeline bounds their strings), so pipeMaxCalls bounds them.
+const pipeMaxAnswerBytes = 1 << 20
+
 // errPipePlain tells a waiting call that the peer has no Pipe: make the
 // call unary.
 var errPipePlain = errors.New("peer has no pipe")
@@ -497,14 +503,19 @@ func pipeAnswers(stream Node_PipeServer, answers <-chan *PipeAnswer, bye <-chan 
 			bye = nil
 			frame.Answers, frame.Bye = frame.Answers[:0], true
 		}
+		size := 0
+		for _, a := range frame.Answers {
+			size += proto.Size(a)
+		}
 	gather:
-		for len(frame.Answers) < pipeMaxCalls {
+		for len(frame.Answers) < pipeMaxCalls && size < pipeMaxAnswerBytes {
 			select {
 			case a, ok := <-answers:
 				if !ok {
 					break gather
 				}
 				frame.Answers = append(frame.Answers, a)
+				size += proto.Size(a)
 			default:
 				break gather
 			}

@@ -384,3 +384,40 @@ func TestPipeDrain(t *testing.T) {
 		t.Fatalf("stopping took %v: the caller did not close its side", d)
 	}
 }
+
+// sizeStream records the size of each frame sent.
+type sizeStream struct {
+	Node_PipeServer
+	sizes   []int
+	answers int
+}
+
+func (s *sizeStream) Send(f *PipeFrame) error {
+	s.sizes = append(s.sizes, proto.Size(f))
+	s.answers += len(f.Answers)
+	return nil
+}
+
+// TestPipeFramesStayUnderTheLimit: answers that carry large events (the
+// API takes 64 KiB bodies) are split over frames that gRPC's 4 MiB receive
+// limit admits, however many are ready at once.
+func TestPipeFramesStayUnderTheLimit(t *testing.T) {
+	answers := make(chan *PipeAnswer, 300)
+	for i := range 300 {
+		answers <- &PipeAnswer{Id: uint64(i + 1), Evaluate: &EvaluateReply{Version: version,
+			Resolved: &ResolveReply{Version: version, Found: true, Event: make([]byte, 64<<10)}}}
+	}
+	close(answers)
+	st := &sizeStream{}
+	if err := pipeAnswers(st, answers, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st.answers != 300 {
+		t.Fatalf("%d answers sent, want 300", st.answers)
+	}
+	for i, n := range st.sizes {
+		if n > 2<<20 {
+			t.Fatalf("frame %d is %d bytes", i, n)
+		}
+	}
+}
