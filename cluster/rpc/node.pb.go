@@ -3820,6 +3820,7 @@ type PipeCall struct {
 	Charge         *ChargeRequest   `protobuf:"bytes,3,opt,name=charge,proto3" json:"charge,omitempty"`
 	Evaluate       *EvaluateRequest `protobuf:"bytes,4,opt,name=evaluate,proto3" json:"evaluate,omitempty"`
 	EvaluateLeased *EvaluateRequest `protobuf:"bytes,5,opt,name=evaluate_leased,json=evaluateLeased,proto3" json:"evaluate_leased,omitempty"`
+	Collect        *CollectRequest  `protobuf:"bytes,6,opt,name=collect,proto3" json:"collect,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -3889,6 +3890,13 @@ func (x *PipeCall) GetEvaluateLeased() *EvaluateRequest {
 	return nil
 }
 
+func (x *PipeCall) GetCollect() *CollectRequest {
+	if x != nil {
+		return x.Collect
+	}
+	return nil
+}
+
 // PipeAnswer answers one PipeCall.
 type PipeAnswer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3899,6 +3907,7 @@ type PipeAnswer struct {
 	Status        []byte         `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	Charge        *ChargeReply   `protobuf:"bytes,3,opt,name=charge,proto3" json:"charge,omitempty"`
 	Evaluate      *EvaluateReply `protobuf:"bytes,4,opt,name=evaluate,proto3" json:"evaluate,omitempty"`
+	Collect       *CollectReply  `protobuf:"bytes,5,opt,name=collect,proto3" json:"collect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3957,6 +3966,13 @@ func (x *PipeAnswer) GetCharge() *ChargeReply {
 func (x *PipeAnswer) GetEvaluate() *EvaluateReply {
 	if x != nil {
 		return x.Evaluate
+	}
+	return nil
+}
+
+func (x *PipeAnswer) GetCollect() *CollectReply {
+	if x != nil {
+		return x.Collect
 	}
 	return nil
 }
@@ -4380,19 +4396,21 @@ const file_node_proto_rawDesc = "" +
 	"\x11charged_unix_nano\x18\f \x01(\x03R\x0fchargedUnixNano\"C\n" +
 	"\rDiscountReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
-	"\aapplied\x18\x02 \x01(\bR\aapplied\"\x88\x02\n" +
+	"\aapplied\x18\x02 \x01(\bR\aapplied\"\xc5\x02\n" +
 	"\bPipeCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
 	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x128\n" +
 	"\x06charge\x18\x03 \x01(\v2 .fraudd.cluster.v1.ChargeRequestR\x06charge\x12>\n" +
 	"\bevaluate\x18\x04 \x01(\v2\".fraudd.cluster.v1.EvaluateRequestR\bevaluate\x12K\n" +
-	"\x0fevaluate_leased\x18\x05 \x01(\v2\".fraudd.cluster.v1.EvaluateRequestR\x0eevaluateLeased\"\xaa\x01\n" +
+	"\x0fevaluate_leased\x18\x05 \x01(\v2\".fraudd.cluster.v1.EvaluateRequestR\x0eevaluateLeased\x12;\n" +
+	"\acollect\x18\x06 \x01(\v2!.fraudd.cluster.v1.CollectRequestR\acollect\"\xe5\x01\n" +
 	"\n" +
 	"PipeAnswer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\fR\x06status\x126\n" +
 	"\x06charge\x18\x03 \x01(\v2\x1e.fraudd.cluster.v1.ChargeReplyR\x06charge\x12<\n" +
-	"\bevaluate\x18\x04 \x01(\v2 .fraudd.cluster.v1.EvaluateReplyR\bevaluate\"\xa3\x01\n" +
+	"\bevaluate\x18\x04 \x01(\v2 .fraudd.cluster.v1.EvaluateReplyR\bevaluate\x129\n" +
+	"\acollect\x18\x05 \x01(\v2\x1f.fraudd.cluster.v1.CollectReplyR\acollect\"\xa3\x01\n" +
 	"\tPipeFrame\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x121\n" +
 	"\x05calls\x18\x02 \x03(\v2\x1b.fraudd.cluster.v1.PipeCallR\x05calls\x127\n" +
@@ -4505,53 +4523,55 @@ var file_node_proto_depIdxs = []int32{
 	1,  // 18: fraudd.cluster.v1.PipeCall.charge:type_name -> fraudd.cluster.v1.ChargeRequest
 	32, // 19: fraudd.cluster.v1.PipeCall.evaluate:type_name -> fraudd.cluster.v1.EvaluateRequest
 	32, // 20: fraudd.cluster.v1.PipeCall.evaluate_leased:type_name -> fraudd.cluster.v1.EvaluateRequest
-	2,  // 21: fraudd.cluster.v1.PipeAnswer.charge:type_name -> fraudd.cluster.v1.ChargeReply
-	34, // 22: fraudd.cluster.v1.PipeAnswer.evaluate:type_name -> fraudd.cluster.v1.EvaluateReply
-	46, // 23: fraudd.cluster.v1.PipeFrame.calls:type_name -> fraudd.cluster.v1.PipeCall
-	47, // 24: fraudd.cluster.v1.PipeFrame.answers:type_name -> fraudd.cluster.v1.PipeAnswer
-	1,  // 25: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3,  // 26: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5,  // 27: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	9,  // 28: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	12, // 29: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	14, // 30: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
-	16, // 31: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
-	18, // 32: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
-	21, // 33: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
-	23, // 34: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
-	27, // 35: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
-	32, // 36: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
-	35, // 37: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
-	38, // 38: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
-	32, // 39: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
-	40, // 40: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
-	42, // 41: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
-	44, // 42: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
-	48, // 43: fraudd.cluster.v1.Node.Pipe:input_type -> fraudd.cluster.v1.PipeFrame
-	2,  // 44: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 45: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 46: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 47: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 48: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 49: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 50: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 51: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 52: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 53: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 54: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	34, // 55: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
-	37, // 56: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
-	39, // 57: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
-	34, // 58: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
-	41, // 59: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
-	43, // 60: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
-	45, // 61: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
-	48, // 62: fraudd.cluster.v1.Node.Pipe:output_type -> fraudd.cluster.v1.PipeFrame
-	44, // [44:63] is the sub-list for method output_type
-	25, // [25:44] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	21, // 21: fraudd.cluster.v1.PipeCall.collect:type_name -> fraudd.cluster.v1.CollectRequest
+	2,  // 22: fraudd.cluster.v1.PipeAnswer.charge:type_name -> fraudd.cluster.v1.ChargeReply
+	34, // 23: fraudd.cluster.v1.PipeAnswer.evaluate:type_name -> fraudd.cluster.v1.EvaluateReply
+	22, // 24: fraudd.cluster.v1.PipeAnswer.collect:type_name -> fraudd.cluster.v1.CollectReply
+	46, // 25: fraudd.cluster.v1.PipeFrame.calls:type_name -> fraudd.cluster.v1.PipeCall
+	47, // 26: fraudd.cluster.v1.PipeFrame.answers:type_name -> fraudd.cluster.v1.PipeAnswer
+	1,  // 27: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 28: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 29: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 30: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	12, // 31: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	14, // 32: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	16, // 33: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
+	18, // 34: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
+	21, // 35: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
+	23, // 36: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
+	27, // 37: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
+	32, // 38: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
+	35, // 39: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
+	38, // 40: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
+	32, // 41: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
+	40, // 42: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
+	42, // 43: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
+	44, // 44: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
+	48, // 45: fraudd.cluster.v1.Node.Pipe:input_type -> fraudd.cluster.v1.PipeFrame
+	2,  // 46: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 47: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 48: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 49: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 50: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 51: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 52: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 53: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 54: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 55: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 56: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 57: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	37, // 58: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
+	39, // 59: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
+	34, // 60: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
+	41, // 61: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
+	43, // 62: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
+	45, // 63: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
+	48, // 64: fraudd.cluster.v1.Node.Pipe:output_type -> fraudd.cluster.v1.PipeFrame
+	46, // [46:65] is the sub-list for method output_type
+	27, // [27:46] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }

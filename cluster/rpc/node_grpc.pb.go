@@ -130,7 +130,7 @@ type NodeClient interface {
 	// leaves the member strict by that call until it loads the account again.
 	Discount(ctx context.Context, in *DiscountRequest, opts ...grpc.CallOption) (*DiscountReply, error)
 	// Pipe carries the request path's calls to a member (Charge, Evaluate,
-	// EvaluateLeased) on one long-lived stream per peer, as many to a frame
+	// EvaluateLeased, Collect) on one long-lived stream per peer, as many to a frame
 	// as are waiting (pipe.go): a unary call costs each end a stream's
 	// headers, its goroutine and some 170 allocations. Each call is answered
 	// as the unary method would answer it, in whatever order they finish.
@@ -429,7 +429,7 @@ type NodeServer interface {
 	// leaves the member strict by that call until it loads the account again.
 	Discount(context.Context, *DiscountRequest) (*DiscountReply, error)
 	// Pipe carries the request path's calls to a member (Charge, Evaluate,
-	// EvaluateLeased) on one long-lived stream per peer, as many to a frame
+	// EvaluateLeased, Collect) on one long-lived stream per peer, as many to a frame
 	// as are waiting (pipe.go): a unary call costs each end a stream's
 	// headers, its goroutine and some 170 allocations. Each call is answered
 	// as the unary method would answer it, in whatever order they finish.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -382,6 +383,38 @@ func TestPipeDrain(t *testing.T) {
 	}
 	if d := time.Since(start); d >= pipeByeWait {
 		t.Fatalf("stopping took %v: the caller did not close its side", d)
+	}
+}
+
+// TestPipeLargeCalls: calls too large to share one frame (a Collect
+// carries its event) are split over frames the member can read, and each
+// is answered.
+func TestPipeLargeCalls(t *testing.T) {
+	addr, owner := serve(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	cli := newPipeClient(NewNodeClient(dial(t, addr)))
+	t.Cleanup(cli.Close)
+	// A field the member does not know, 64 KiB of it: it reads the call
+	// and ignores the field (the versioning rule).
+	pad := protowire.AppendBytes(protowire.AppendTag(nil, 99, protowire.BytesType), make([]byte, 64<<10))
+	const calls = 300
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			m := chargeMsg(&uncapped, 7)
+			m.ProtoReflect().SetUnknown(pad)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if rep, err := cli.Charge(ctx, m); err != nil || !rep.Allowed {
+				t.Errorf("a large call: %+v %v", rep, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := hourCount(t, owner, uncapped); n != calls {
+		t.Fatalf("owner counts %d calls, want %d", n, calls)
+	}
+	if f := cli.p.frames.Load(); f < calls*(64<<10)/(4<<20) {
+		t.Fatalf("%d frames for %d calls of 64 KiB", f, calls)
 	}
 }
 
