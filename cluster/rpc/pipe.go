@@ -142,8 +142,23 @@ type pipe struct {
 
 // pipeWait is a call on its way and where its answer goes.
 type pipeWait struct {
-	c   *PipeCall
-	ans chan pipeResult // one slot: the answer never blocks the pipe
+	c        *PipeCall
+	ans      chan pipeResult // one slot: the answer never blocks the pipe
+	deadline time.Time       // the caller's (zero: none); sent as what is left of it
+}
+
+// encodeBuf holds the buffers encodable marshals into.
+var encodeBuf = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// encodable reports whether c can be marshalled, by marshalling it.
+func encodable(c *PipeCall) error {
+	bp := encodeBuf.Get().(*[]byte)
+	b, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], c)
+	if cap(b) <= 64<<10 {
+		*bp = b[:0]
+		encodeBuf.Put(bp)
+	}
+	return err
 }
 
 type pipeResult struct {
@@ -170,9 +185,13 @@ func newPipe(cli NodeClient) *pipe {
 // call hands c to the pipe and waits for its answer, or for ctx. The
 // answer's error status becomes the returned error, as a unary call's.
 func (p *pipe) call(ctx context.Context, c *PipeCall) (*PipeAnswer, error) {
-	if dl, ok := ctx.Deadline(); ok {
-		c.TimeoutMicros = max(time.Until(dl).Microseconds(), 1)
+	// A call that cannot be encoded (a string that is not UTF-8) would end
+	// the whole stream, failing every call on it: it fails alone, here,
+	// never sent.
+	if err := encodable(c); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "pipe: the call cannot be encoded: %v", err)
 	}
+	dl, _ := ctx.Deadline()
 	ans := make(chan pipeResult, 1)
 	p.mu.Lock()
 	switch {
@@ -185,7 +204,7 @@ func (p *pipe) call(ctx context.Context, c *PipeCall) (*PipeAnswer, error) {
 	}
 	p.nextID++
 	c.Id = p.nextID
-	p.queue = append(p.queue, pipeWait{c: c, ans: ans})
+	p.queue = append(p.queue, pipeWait{c: c, ans: ans, deadline: dl})
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -264,14 +283,8 @@ func (p *pipe) send() {
 			return
 		case <-p.wake:
 		}
-		p.mu.Lock()
-		byes := p.byes
-		p.byes = nil
-		p.mu.Unlock()
-		for _, st := range byes {
-			st.s.CloseSend() // the sender is the stream's only writer
-		}
 		for {
+			p.closeByes()
 			st, batch, err := p.take()
 			if err != nil {
 				// The stream could not be opened: nothing was sent. The
@@ -297,6 +310,18 @@ func (p *pipe) send() {
 			// answers the pending calls with it.
 			clear(frame.Calls)
 		}
+	}
+}
+
+// closeByes closes this side of the streams whose member said bye (the
+// sender is a stream's only writer, so it does it, between frames).
+func (p *pipe) closeByes() {
+	p.mu.Lock()
+	byes := p.byes
+	p.byes = nil
+	p.mu.Unlock()
+	for _, st := range byes {
+		st.s.CloseSend()
 	}
 }
 
@@ -329,9 +354,17 @@ func (p *pipe) take() (*pipeStream, []pipeWait, error) {
 		p.cur = st
 		go p.receive(st)
 	}
+	now := time.Now()
 	n, size := 0, 0
 	for n < len(p.queue) && n < pipeMaxCalls && size < pipeMaxFrameBytes {
-		size += proto.Size(p.queue[n].c)
+		w := p.queue[n]
+		if !w.deadline.IsZero() {
+			// What is left of the caller's deadline as it leaves, as a
+			// unary call sends it: the time spent queued is not the
+			// member's to use.
+			w.c.TimeoutMicros = max(w.deadline.Sub(now).Microseconds(), 1)
+		}
+		size += proto.Size(w.c)
 		n++
 	}
 	batch := make([]pipeWait, n)
@@ -428,6 +461,32 @@ func (s *Server) Pipe(stream Node_PipeServer) error { return s.servePipe(stream,
 // streams, and a Pipe is never done by itself: call Drain before it.
 func (s *Server) Drain() { s.stopOnce.Do(func() { close(s.stopping) }) }
 
+// StopServer stops g, which serves s: the pipes into it say bye (Drain),
+// then g stops gracefully, cut short after wait. A caller that stopped
+// reading (a frozen process) leaves its stream's last frames unsent, and
+// gRPC's graceful stop would wait for them for as long as the connection
+// lives: past wait, g.Stop closes the connections.
+func StopServer(g *grpc.Server, s *Server, wait time.Duration) {
+	s.Drain()
+	done := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		g.Stop()
+		<-done
+	}
+}
+
+// DefaultStopWait is how long StopServer waits for a graceful stop: the
+// pipes' bye wait and then some.
+const DefaultStopWait = pipeByeWait + 5*time.Second
+
 // pipeByeWait bounds how long a Pipe waits for its caller to close its
 // side after bye (a caller that never does must not hold a node's stop).
 const pipeByeWait = 5 * time.Second
@@ -474,6 +533,7 @@ func (s *Server) servePipe(stream Node_PipeServer, m pipeMethods) error {
 	var wg sync.WaitGroup
 	stopping := s.stopping
 	var byeWait <-chan time.Time
+	expired := false
 read:
 	for {
 		select {
@@ -497,12 +557,39 @@ read:
 			defer t.Stop()
 			byeWait = t.C
 		case <-byeWait:
+			expired = true
 			break read
 		}
 	}
-	wg.Wait()
-	close(answers)
-	return <-sent
+	finished := make(chan error, 1)
+	go func() {
+		wg.Wait()
+		close(answers)
+		finished <- <-sent
+	}()
+	if byeWait == nil {
+		return <-finished
+	}
+	// After bye the stream ends within pipeByeWait whatever the caller
+	// does: one that stops reading its answers must not hold the member's
+	// stop (its sender would block on the flow-control window, the calls
+	// on their answers).
+	if !expired {
+		select {
+		case err := <-finished:
+			return err
+		case <-byeWait:
+		}
+	}
+	cancel() // the calls still under way drop their answers
+	select {
+	case err := <-finished:
+		return err
+	case <-time.After(time.Second):
+		// The sender is stuck on a caller that does not read: returning
+		// ends the stream, and that ends its Send.
+		return status.Error(codes.Unavailable, "member stopping: the caller does not read its answers")
+	}
 }
 
 // pipeAnswers sends the answers as they come, as many to a frame as are

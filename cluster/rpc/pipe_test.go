@@ -454,3 +454,95 @@ func TestPipeFramesStayUnderTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestPipeBadCallFailsAlone: a call that cannot be encoded (a string that
+// is not UTF-8, which an API form body can carry) fails alone, as never
+// sent; the call under way on the same stream is answered.
+func TestPipeBadCallFailsAlone(t *testing.T) {
+	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
+	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, n))))
+	t.Cleanup(cli.Close)
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := cli.Charge(ctx, chargeMsg(&uncapped, 7))
+		errc <- err
+	}()
+	<-n.in
+	bad := chargeMsg(&uncapped, 7)
+	bad.Account = "acct_\xff"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Charge(ctx, bad); status.Code(err) != codes.InvalidArgument || !nothingDone(err) {
+		t.Fatalf("a call that cannot be encoded: %v", err)
+	}
+	close(n.gate)
+	if err := <-errc; err != nil {
+		t.Fatalf("the call under way beside it: %v", err)
+	}
+}
+
+// bigNode answers EvaluateLeased with a 64 KiB event, at once; piped is
+// closed when its Pipe handler returns.
+type bigNode struct {
+	*Server
+	piped chan struct{}
+}
+
+func (bigNode) EvaluateLeased(context.Context, *EvaluateRequest) (*EvaluateReply, error) {
+	return &EvaluateReply{Version: version, Resolved: &ResolveReply{Version: version, Found: true, Event: make([]byte, 64<<10)}}, nil
+}
+
+func (n bigNode) Pipe(stream Node_PipeServer) error {
+	defer close(n.piped)
+	return n.servePipe(stream, n)
+}
+
+// TestPipeStopWithDeafCaller: a caller that stops reading its answers
+// (frozen, or cut off one way) cannot hold a stopping member: its Pipe
+// handler returns soon after pipeByeWait though its answers fill the
+// flow-control window, and StopServer cuts the graceful stop short.
+func TestPipeStopWithDeafCaller(t *testing.T) {
+	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(ServerOptions()...)
+	n := bigNode{Server: s, piped: make(chan struct{})}
+	RegisterNodeServer(g, n)
+	go g.Serve(l)
+	t.Cleanup(g.Stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := NewNodeClient(dial(t, l.Addr().String())).Pipe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := make([]*PipeCall, 200) // 12.5 MiB of answers, never read
+	for i := range calls {
+		calls[i] = &PipeCall{Id: uint64(i + 1), TimeoutMicros: 1e7, EvaluateLeased: &EvaluateRequest{Version: version}}
+	}
+	if err := stream.Send(&PipeFrame{Version: version, Calls: calls}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the answers pile up
+	stopped := make(chan struct{})
+	start := time.Now()
+	go func() { StopServer(g, s, pipeByeWait+2*time.Second); close(stopped) }()
+	select {
+	case <-n.piped:
+	case <-time.After(pipeByeWait + 2*time.Second):
+		t.Fatal("the Pipe handler still waits on a caller that does not read")
+	}
+	if d := time.Since(start); d < pipeByeWait {
+		t.Fatalf("the handler returned after %v: before its bye wait, so the caller was not deaf", d)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("StopServer still waits")
+	}
+}

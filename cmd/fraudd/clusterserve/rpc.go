@@ -135,8 +135,7 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 		<-historyDone
 		n.history.Store(nil)
 		q.Close()
-		srv.Drain() // the other members' pipes into this node end
-		g.GracefulStop()
+		rpc.StopServer(g, srv, rpc.DefaultStopWait) // the other members' pipes say bye first
 		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Warn("node-to-node gRPC", "err", err)
 		}
