@@ -45,6 +45,9 @@ func TestDecodeEvaluate(t *testing.T) {
 		{name: "accountId 257 chars", ctype: "application/json", body: `{"accountId":"` + long(257, "a") + `"}`, err: "accountId is longer than 256"},
 		{name: "email 255 chars", ctype: "application/json", body: `{"email":"` + long(255, "a") + `"}`, err: "email is longer than 254"},
 		{name: "tz 65 chars", ctype: "application/x-www-form-urlencoded", body: `tz=` + long(65, "a"), err: "tz is longer than 64"},
+		{name: "accountId not UTF-8", ctype: "application/x-www-form-urlencoded", body: `accountId=u%FF1`, err: "accountId is not valid UTF-8"},
+		{name: "email not UTF-8", ctype: "application/x-www-form-urlencoded", body: `email=a%C3@b.c`, err: "email is not valid UTF-8"},
+		{name: "accountId UTF-8 ok", ctype: "application/x-www-form-urlencoded", body: `accountId=%C3%A9`, want: checks.EvalRequest{AccountID: "é"}},
 		{name: "gpu evidence kept", ctype: "application/json", body: `{"gpuEvidence":{"challenge":"x"}}`, want: checks.EvalRequest{GPUEvidence: []byte(`{"challenge":"x"}`)}},
 		{name: "gpu evidence not object", ctype: "application/json", body: `{"gpuEvidence":[1]}`, err: "gpuEvidence must be a JSON object"},
 	} {

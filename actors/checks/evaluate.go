@@ -52,6 +52,14 @@ func (r *EvalRequest) Normalize() error {
 	case utf8.RuneCountInString(r.FingerprintEventID) > MaxEventID:
 		return fmt.Errorf(MsgFieldTooLong, "fingerprintEventId", MaxEventID)
 	}
+	// A form body carries any bytes (%FF); a string field is text, and its
+	// bound is in characters. (Cluster mode sends these fields in protobuf
+	// strings, which must be UTF-8 too.)
+	for _, f := range [...]struct{ name, v string }{{"accountId", r.AccountID}, {"email", r.Email}, {"tz", r.TZ}, {"fingerprintEventId", r.FingerprintEventID}} {
+		if !utf8.ValidString(f.v) {
+			return fmt.Errorf(MsgFieldNotUTF8, f.name)
+		}
+	}
 	r.EmailSent = r.EmailSent && r.Email != ""
 	return nil
 }

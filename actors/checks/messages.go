@@ -95,6 +95,7 @@ const (
 	MsgFieldNotString   = "%s must be a string."             // the field
 	MsgFieldNotObject   = "%s must be a JSON object."        // the field
 	MsgFieldTooLong     = "%s is longer than %d characters." // the field, its bound
+	MsgFieldNotUTF8     = "%s is not valid UTF-8."           // the field
 	MsgSandboxToken     = "The public sandbox key only accepts the test tokens test_clean, test_vpn, test_proxy, test_datacenter and test_tor."
 	HintSandboxToken    = "sk_test_sandbox is for trying the API; use your own live or test key for real tokens."
 	MsgUnknownScenario  = "Unknown scenario."
