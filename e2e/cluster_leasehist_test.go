@@ -43,14 +43,21 @@ func TestClusterLeasedDeviceHistory(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	var rests, leased float64
+	var rests, leased, pipeCalls, pipeFrames float64
 	for _, s := range c.Nodes {
 		m := scrapeMetrics(t, s.URL+"/metrics", AdminToken)
 		rests += m.value("fraudd_cluster_leased_rests_total")
 		leased += m.value("fraudd_cluster_leased_charges_total")
+		pipeCalls += m.value("fraudd_cluster_pipe_calls_total")
+		pipeFrames += m.value("fraudd_cluster_pipe_frames_total")
 	}
 	if rests == 0 {
 		t.Fatalf("no evaluation went to the owner as a leased rest (%v leased charges): the test proves nothing", leased)
+	}
+	// The rests (and the charges before the first slice) rode the
+	// members' pipes.
+	if pipeCalls < rests || pipeFrames < 1 || pipeFrames > pipeCalls {
+		t.Fatalf("pipes carried %v calls in %v frames for %v leased rests", pipeCalls, pipeFrames, rests)
 	}
 	n := answered.Load()
 	t.Logf("%d evaluations answered, %v charged from slices, %v of them completed at the owner", n, leased, rests)

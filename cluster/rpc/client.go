@@ -92,6 +92,8 @@ type Quota struct {
 	cfg    QuotaConfig
 	log    *slog.Logger
 	remote atomic.Int64
+	// pipeStats counts what the peers' pipes carried (pipe.go).
+	pipeStats pipeStats
 	// shareCalls counts Shares requests (shares.go).
 	shareCalls atomic.Int64
 	// work is for chained charges with no peer to go to yet (no owner
@@ -158,6 +160,13 @@ func (q *Quota) callID() uint64 {
 		}
 	}
 }
+
+// PipeCalls counts the calls this client sent to other members on their
+// pipes, and PipeFrames the frames that carried them.
+func (q *Quota) PipeCalls() int64 { return q.pipeStats.calls.Load() }
+
+// PipeFrames: see PipeCalls.
+func (q *Quota) PipeFrames() int64 { return q.pipeStats.frames.Load() }
 
 // Settles counts the charging calls this client settled with the node
 // they went to: calls that broke after they were sent, and answers
@@ -718,7 +727,7 @@ func (q *Quota) dialLocked(node, addr string) (*peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("member %q at %s: %w: %w", node, addr, ErrNoOwner, err)
 	}
-	pc := newPipeClient(NewNodeClient(conn))
+	pc := newPipeClient(NewNodeClient(conn), &q.pipeStats)
 	p := &peer{addr: addr, conn: conn, cli: pc, pipe: pc, work: make(chan quota.ChargeStep, q.cfg.Queue), stop: make(chan struct{})}
 	for range q.cfg.Workers {
 		q.wg.Go(func() { q.worker(p.work, p.stop) })

@@ -65,8 +65,17 @@ type pipeClient struct {
 	p *pipe
 }
 
-func newPipeClient(cli NodeClient) *pipeClient {
-	return &pipeClient{NodeClient: cli, p: newPipe(cli)}
+// pipeStats counts what the pipes of one client carried (metrics: calls
+// over frames is how many calls share a frame).
+type pipeStats struct {
+	frames, calls atomic.Int64
+}
+
+func newPipeClient(cli NodeClient, stats *pipeStats) *pipeClient {
+	if stats == nil {
+		stats = new(pipeStats)
+	}
+	return &pipeClient{NodeClient: cli, p: newPipe(cli, stats)}
 }
 
 // Close ends the pipe: calls waiting on it fail (Unavailable, ambiguous:
@@ -137,7 +146,7 @@ type pipe struct {
 	plain  time.Time     // unary calls until then (the peer has no Pipe)
 	done   chan struct{} // closed when the sender has returned
 
-	frames atomic.Int64 // frames sent (tests, benchmarks)
+	stats *pipeStats
 }
 
 // pipeWait is a call on its way and where its answer goes.
@@ -175,9 +184,9 @@ type pipeStream struct {
 	bye     bool // the member said bye: no more calls go on it
 }
 
-func newPipe(cli NodeClient) *pipe {
+func newPipe(cli NodeClient, stats *pipeStats) *pipe {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pipe{cli: cli, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &pipe{cli: cli, stats: stats, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go p.send()
 	return p
 }
@@ -301,7 +310,8 @@ func (p *pipe) send() {
 			for _, w := range batch {
 				frame.Calls = append(frame.Calls, w.c)
 			}
-			p.frames.Add(1)
+			p.stats.frames.Add(1)
+			p.stats.calls.Add(int64(len(batch)))
 			if err := st.s.Send(frame); err != nil && err != io.EOF {
 				p.breakStream(st, status.Errorf(codes.Unavailable, "pipe to member broke with the call sent: %v", err))
 			}

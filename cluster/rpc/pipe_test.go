@@ -24,7 +24,7 @@ import (
 // peer's pipe and each gets its own answer; the owner counts each once.
 func TestPipeAnswersEachCall(t *testing.T) {
 	addr, owner := serve(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	cli := newPipeClient(NewNodeClient(dial(t, addr)))
+	cli := newPipeClient(NewNodeClient(dial(t, addr)), nil)
 	t.Cleanup(cli.Close)
 	const callers, each = 16, 8
 	wide := quota.Charge{Account: "acct_wide", Kind: quota.Evaluate, Hourly: true, Now: testNow,
@@ -61,7 +61,7 @@ func TestPipeAnswersEachCall(t *testing.T) {
 	if n := hourCount(t, owner, wide); n != callers*each {
 		t.Fatalf("owner counts %d calls, want %d", n, callers*each)
 	}
-	if f := cli.p.frames.Load(); f == 0 || f > callers*each {
+	if f := cli.p.stats.frames.Load(); f == 0 || f > callers*each {
 		t.Fatalf("%d frames for %d calls", f, callers*each)
 	}
 }
@@ -72,7 +72,7 @@ func TestPipeStatusWhole(t *testing.T) {
 	addr, _ := serve(t, &fakeOwners{self: "a", owner: "c", token: 9})
 	conn := dial(t, addr)
 	unary := NewNodeClient(conn)
-	piped := newPipeClient(unary)
+	piped := newPipeClient(unary, nil)
 	t.Cleanup(piped.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -84,8 +84,8 @@ func TestPipeStatusWhole(t *testing.T) {
 	if !proto.Equal(status.Convert(uerr).Proto(), status.Convert(perr).Proto()) {
 		t.Fatalf("the pipe's refusal %v differs from the unary %v", perr, uerr)
 	}
-	if piped.p.frames.Load() != 1 {
-		t.Fatalf("%d frames, want the one call's", piped.p.frames.Load())
+	if piped.p.stats.frames.Load() != 1 {
+		t.Fatalf("%d frames, want the one call's", piped.p.stats.frames.Load())
 	}
 	// A malformed call is refused whole too, and did nothing.
 	bad := chargeMsg(&capped, 7)
@@ -107,7 +107,7 @@ func (noPipeNode) Pipe(Node_PipeServer) error {
 func TestPipeOldPeer(t *testing.T) {
 	owners := &fakeOwners{self: "a", owner: "a", token: 7}
 	s, local := newTestServer(t, owners)
-	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, noPipeNode{s}))))
+	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, noPipeNode{s}))), nil)
 	t.Cleanup(cli.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -119,7 +119,7 @@ func TestPipeOldPeer(t *testing.T) {
 	if n := hourCount(t, local, uncapped); n != 3 {
 		t.Fatalf("owner counts %d calls, want 3", n)
 	}
-	if f := cli.p.frames.Load(); f != 1 {
+	if f := cli.p.stats.frames.Load(); f != 1 {
 		t.Fatalf("%d frames sent, want the first only", f)
 	}
 }
@@ -152,7 +152,7 @@ func (n *stallNode) Pipe(stream Node_PipeServer) error { return n.servePipe(stre
 func TestPipeDeadline(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
 	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
-	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, n))))
+	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, n))), nil)
 	t.Cleanup(cli.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -198,7 +198,7 @@ func TestPipeBrokenStream(t *testing.T) {
 	g := grpc.NewServer(ServerOptions()...)
 	RegisterNodeServer(g, n)
 	go g.Serve(l)
-	cli := newPipeClient(NewNodeClient(dial(t, addr)))
+	cli := newPipeClient(NewNodeClient(dial(t, addr)), nil)
 	t.Cleanup(cli.Close)
 	errc := make(chan error, 1)
 	go func() {
@@ -340,7 +340,7 @@ func TestPipeDrain(t *testing.T) {
 	RegisterNodeServer(g, n)
 	go g.Serve(l)
 	t.Cleanup(g.Stop)
-	cli := newPipeClient(NewNodeClient(dial(t, l.Addr().String())))
+	cli := newPipeClient(NewNodeClient(dial(t, l.Addr().String())), nil)
 	t.Cleanup(cli.Close)
 	errc := make(chan error, 1)
 	go func() {
@@ -391,7 +391,7 @@ func TestPipeDrain(t *testing.T) {
 // is answered.
 func TestPipeLargeCalls(t *testing.T) {
 	addr, owner := serve(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	cli := newPipeClient(NewNodeClient(dial(t, addr)))
+	cli := newPipeClient(NewNodeClient(dial(t, addr)), nil)
 	t.Cleanup(cli.Close)
 	// A field the member does not know, 64 KiB of it: it reads the call
 	// and ignores the field (the versioning rule).
@@ -413,7 +413,7 @@ func TestPipeLargeCalls(t *testing.T) {
 	if n := hourCount(t, owner, uncapped); n != calls {
 		t.Fatalf("owner counts %d calls, want %d", n, calls)
 	}
-	if f := cli.p.frames.Load(); f < calls*(64<<10)/(4<<20) {
+	if f := cli.p.stats.frames.Load(); f < calls*(64<<10)/(4<<20) {
 		t.Fatalf("%d frames for %d calls of 64 KiB", f, calls)
 	}
 }
@@ -461,7 +461,7 @@ func TestPipeFramesStayUnderTheLimit(t *testing.T) {
 func TestPipeBadCallFailsAlone(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
 	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
-	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, n))))
+	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, n))), nil)
 	t.Cleanup(cli.Close)
 	errc := make(chan error, 1)
 	go func() {

@@ -39,6 +39,8 @@ type clusterCounts interface {
 	RemoteCalls() int64
 	LeasedCharges() int64
 	LeasedRests() int64
+	PipeCalls() int64
+	PipeFrames() int64
 	LeaseCalls() int64
 	Settles() int64
 	Discounts() int64
@@ -133,6 +135,10 @@ func addSources(m *metrics.Metrics, src metricSources) error {
 				Read: func(emit func(string, float64)) { emit("", float64(c.Settles())) }},
 			metrics.Source{Name: "cluster_discounts_total", Help: "Calls this node gave back (settled) after another member had read its share of the account with the call in it, sent to that member to take out of its load of the account.", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.Discounts())) }},
+			metrics.Source{Name: "cluster_pipe_calls_total", Help: "Calls this node sent to other members on their pipes (one long-lived stream per member); over cluster_pipe_frames_total, the calls that shared a frame.", Type: counter,
+				Read: func(emit func(string, float64)) { emit("", float64(c.PipeCalls())) }},
+			metrics.Source{Name: "cluster_pipe_frames_total", Help: "Frames that carried this node's calls to other members on their pipes.", Type: counter,
+				Read: func(emit func(string, float64)) { emit("", float64(c.PipeFrames())) }},
 			metrics.Source{Name: "cluster_leased_rests_total", Help: "Leased evaluations whose device event was stored at the account's owner: the owner resolved it and observed its device history, in one round trip.", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.LeasedRests())) }},
 		)

@@ -151,6 +151,23 @@ func (n *Node) RemoteCalls() int64 {
 	return n.rpc.RemoteCalls()
 }
 
+// PipeCalls counts the calls this node sent to other members on their
+// pipes, PipeFrames the frames that carried them (0 before StartRPC).
+func (n *Node) PipeCalls() int64 {
+	if n.rpc == nil {
+		return 0
+	}
+	return n.rpc.PipeCalls()
+}
+
+// PipeFrames: see PipeCalls.
+func (n *Node) PipeFrames() int64 {
+	if n.rpc == nil {
+		return 0
+	}
+	return n.rpc.PipeFrames()
+}
+
 // Settles counts the charging calls this node settled with the member
 // they went to (0 before StartRPC): see rpc.Quota.Settles.
 func (n *Node) Settles() int64 {
