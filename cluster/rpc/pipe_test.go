@@ -190,26 +190,13 @@ func TestPipeDeadline(t *testing.T) {
 func TestPipeBrokenStream(t *testing.T) {
 	s, local := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
 	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	g := grpc.NewServer(ServerOptions()...)
-	RegisterNodeServer(g, n)
-	go g.Serve(l)
+	g, addr := serveStoppable(t, n)
 	cli := newPipeClient(NewNodeClient(dial(t, addr)), nil)
 	t.Cleanup(cli.Close)
-	errc := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err := cli.Charge(ctx, chargeMsg(&uncapped, 7))
-		errc <- err
-	}()
+	errc := chargeAsync(cli)
 	<-n.in
 	go g.Stop() // waits for the held handler: the gate opens below
-	err = <-errc
+	err := <-errc
 	if status.Code(err) != codes.Unavailable || notSent(err) || !ambiguous(err) {
 		t.Fatalf("a call on a stream that broke: %v", err)
 	}
@@ -302,6 +289,33 @@ func FuzzPipeStatus(f *testing.F) {
 	})
 }
 
+// serveStoppable serves n on a loopback port with a gRPC server the test
+// stops itself (listenNode's stops at the end of the test).
+func serveStoppable(t *testing.T, n NodeServer) (*grpc.Server, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(ServerOptions()...)
+	RegisterNodeServer(g, n)
+	go g.Serve(l)
+	t.Cleanup(g.Stop)
+	return g, l.Addr().String()
+}
+
+// chargeAsync makes one uncapped charge on cli in the background.
+func chargeAsync(cli *pipeClient) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := cli.Charge(ctx, chargeMsg(&uncapped, 7))
+		errc <- err
+	}()
+	return errc
+}
+
 // newTestServer is serve's Server, not yet listening: the test wraps it.
 func newTestServer(t *testing.T, owners Ownership) (*Server, *quota.Client) {
 	t.Helper()
@@ -332,23 +346,10 @@ func hourCount(t *testing.T, q *quota.Client, c quota.Charge) int64 {
 func TestPipeDrain(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
 	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(ServerOptions()...)
-	RegisterNodeServer(g, n)
-	go g.Serve(l)
-	t.Cleanup(g.Stop)
-	cli := newPipeClient(NewNodeClient(dial(t, l.Addr().String())), nil)
+	g, addr := serveStoppable(t, n)
+	cli := newPipeClient(NewNodeClient(dial(t, addr)), nil)
 	t.Cleanup(cli.Close)
-	errc := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err := cli.Charge(ctx, chargeMsg(&uncapped, 7))
-		errc <- err
-	}()
+	errc := chargeAsync(cli)
 	<-n.in
 	s.Drain()
 	stopped := make(chan struct{})
@@ -463,13 +464,7 @@ func TestPipeBadCallFailsAlone(t *testing.T) {
 	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
 	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, n))), nil)
 	t.Cleanup(cli.Close)
-	errc := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err := cli.Charge(ctx, chargeMsg(&uncapped, 7))
-		errc <- err
-	}()
+	errc := chargeAsync(cli)
 	<-n.in
 	bad := chargeMsg(&uncapped, 7)
 	bad.Account = "acct_\xff"
@@ -506,18 +501,11 @@ func (n bigNode) Pipe(stream Node_PipeServer) error {
 // flow-control window, and StopServer cuts the graceful stop short.
 func TestPipeStopWithDeafCaller(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(ServerOptions()...)
 	n := bigNode{Server: s, piped: make(chan struct{})}
-	RegisterNodeServer(g, n)
-	go g.Serve(l)
-	t.Cleanup(g.Stop)
+	g, addr := serveStoppable(t, n)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := NewNodeClient(dial(t, l.Addr().String())).Pipe(ctx)
+	stream, err := NewNodeClient(dial(t, addr)).Pipe(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
