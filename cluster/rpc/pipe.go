@@ -19,12 +19,13 @@ import (
 )
 
 // The request path's calls to a member (Charge, Evaluate, EvaluateLeased,
-// and a collection's Collect) travel on one long-lived stream per peer, the Pipe, as many to a frame
-// as are waiting. A unary gRPC call costs each end a new HTTP/2 stream:
-// its headers (HPACK both ways), a goroutine, a context and some 170
-// allocations, about 65 µs of CPU on both ends together on the 2-core VM
-// (BenchmarkRemoteCharge), as much as the evaluation it carries. On the
-// pipe a call is one entry in a frame.
+// and a collection's Collect) travel on one long-lived stream per peer,
+// the Pipe, as many to a frame as are waiting. A unary gRPC call costs
+// each end a new HTTP/2 stream: its headers (HPACK both ways), a
+// goroutine, a context and some 170 allocations, about 65 µs of CPU on
+// both ends together on the 2-core VM (BenchmarkRemoteCharge), as much as
+// the evaluation it carries. On the pipe a call is one entry in a frame,
+// whether or not others share it.
 //
 // Nothing above the pipe changes: pipeClient is a NodeClient, so the
 // routing (routeCalls: retries, fencing, settling a call that broke after
@@ -37,6 +38,9 @@ import (
 //   - the stream broke, or the call's deadline passed, after the call was
 //     handed to it: Unavailable or DeadlineExceeded, which the routing
 //     treats as ambiguous and settles, as for a unary call.
+//   - the call cannot be encoded (a string that is not UTF-8):
+//     InvalidArgument, alone and never sent, where it would otherwise end
+//     the stream for every call on it.
 // A member of an older build answers the Pipe Unimplemented: its calls go
 // unary, and the pipe asks again after pipeRetryPlain (a rolling deploy
 // upgrades it).
@@ -91,7 +95,7 @@ func (c *pipeClient) Charge(ctx context.Context, in *ChargeRequest, opts ...grpc
 	if err != nil {
 		return nil, err
 	}
-	return a.GetCharge(), nil
+	return pipeReply(a.GetCharge())
 }
 
 // Evaluate implements NodeClient.
@@ -103,7 +107,7 @@ func (c *pipeClient) Evaluate(ctx context.Context, in *EvaluateRequest, opts ...
 	if err != nil {
 		return nil, err
 	}
-	return a.GetEvaluate(), nil
+	return pipeReply(a.GetEvaluate())
 }
 
 // Collect implements NodeClient.
@@ -115,7 +119,7 @@ func (c *pipeClient) Collect(ctx context.Context, in *CollectRequest, opts ...gr
 	if err != nil {
 		return nil, err
 	}
-	return a.GetCollect(), nil
+	return pipeReply(a.GetCollect())
 }
 
 // EvaluateLeased implements NodeClient.
@@ -127,7 +131,17 @@ func (c *pipeClient) EvaluateLeased(ctx context.Context, in *EvaluateRequest, op
 	if err != nil {
 		return nil, err
 	}
-	return a.GetEvaluate(), nil
+	return pipeReply(a.GetEvaluate())
+}
+
+// pipeReply is an answer's reply, or an error when a member answered with
+// neither a reply nor a status (a peer's bug): the call may have run, so
+// the error is not one that says nothing was done.
+func pipeReply[T proto.Message](rep T) (T, error) {
+	if !rep.ProtoReflect().IsValid() {
+		return rep, status.Error(codes.Internal, "pipe: an answer with neither a reply nor a status")
+	}
+	return rep, nil
 }
 
 // pipe is one peer's stream and the calls on their way.

@@ -534,3 +534,15 @@ func TestPipeStopWithDeafCaller(t *testing.T) {
 		t.Fatal("StopServer still waits")
 	}
 }
+
+// TestPipeReplyMissing: an answer with neither a reply nor a status (a
+// peer's bug) is an error that does not say nothing was done; an empty
+// reply is a reply.
+func TestPipeReplyMissing(t *testing.T) {
+	if _, err := pipeReply((*ChargeReply)(nil)); status.Code(err) != codes.Internal || nothingDone(err) {
+		t.Fatalf("a missing reply: %v", err)
+	}
+	if rep, err := pipeReply(&EvaluateReply{}); err != nil || rep == nil {
+		t.Fatalf("an empty reply: %v %v", rep, err)
+	}
+}
