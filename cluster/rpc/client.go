@@ -179,8 +179,7 @@ func (q *Quota) Settles() int64 { return q.settles.Load() }
 type peer struct {
 	addr string
 	conn *grpc.ClientConn
-	cli  NodeClient // pipe's, with the request path's calls on it
-	pipe *pipeClient
+	cli  *pipeClient // the request path's calls on the member's pipe, the rest unary
 	work chan quota.ChargeStep
 	stop chan struct{}
 	// stopped is set, under Quota.mu, when the peer is replaced.
@@ -308,7 +307,7 @@ func (q *Quota) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for id, p := range q.peers {
-		p.pipe.Close()
+		p.cli.Close()
 		p.conn.Close()
 		failAll(p.work, ErrClosed)
 		delete(q.peers, id)
@@ -698,7 +697,7 @@ func (q *Quota) peer(node string) (*peer, error) {
 		// the charges queued for it are routed again below.
 		old.stopped = true
 		close(old.stop)
-		old.pipe.Close()
+		old.cli.Close()
 		old.conn.Close()
 		for len(old.work) > 0 {
 			queued = append(queued, <-old.work)
@@ -727,8 +726,7 @@ func (q *Quota) dialLocked(node, addr string) (*peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("member %q at %s: %w: %w", node, addr, ErrNoOwner, err)
 	}
-	pc := newPipeClient(NewNodeClient(conn), &q.pipeStats)
-	p := &peer{addr: addr, conn: conn, cli: pc, pipe: pc, work: make(chan quota.ChargeStep, q.cfg.Queue), stop: make(chan struct{})}
+	p := &peer{addr: addr, conn: conn, cli: newPipeClient(NewNodeClient(conn), &q.pipeStats), work: make(chan quota.ChargeStep, q.cfg.Queue), stop: make(chan struct{})}
 	for range q.cfg.Workers {
 		q.wg.Go(func() { q.worker(p.work, p.stop) })
 	}

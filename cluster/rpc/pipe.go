@@ -88,50 +88,40 @@ func (c *pipeClient) Close() { c.p.close() }
 
 // Charge implements NodeClient.
 func (c *pipeClient) Charge(ctx context.Context, in *ChargeRequest, opts ...grpc.CallOption) (*ChargeReply, error) {
-	a, err := c.p.call(ctx, &PipeCall{Charge: in})
-	if err == errPipePlain {
-		return c.NodeClient.Charge(ctx, in, opts...)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return pipeReply(a.GetCharge())
+	return viaPipe(ctx, c, &PipeCall{Charge: in}, (*PipeAnswer).GetCharge,
+		func() (*ChargeReply, error) { return c.NodeClient.Charge(ctx, in, opts...) })
 }
 
 // Evaluate implements NodeClient.
 func (c *pipeClient) Evaluate(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*EvaluateReply, error) {
-	a, err := c.p.call(ctx, &PipeCall{Evaluate: in})
-	if err == errPipePlain {
-		return c.NodeClient.Evaluate(ctx, in, opts...)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return pipeReply(a.GetEvaluate())
-}
-
-// Collect implements NodeClient.
-func (c *pipeClient) Collect(ctx context.Context, in *CollectRequest, opts ...grpc.CallOption) (*CollectReply, error) {
-	a, err := c.p.call(ctx, &PipeCall{Collect: in})
-	if err == errPipePlain {
-		return c.NodeClient.Collect(ctx, in, opts...)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return pipeReply(a.GetCollect())
+	return viaPipe(ctx, c, &PipeCall{Evaluate: in}, (*PipeAnswer).GetEvaluate,
+		func() (*EvaluateReply, error) { return c.NodeClient.Evaluate(ctx, in, opts...) })
 }
 
 // EvaluateLeased implements NodeClient.
 func (c *pipeClient) EvaluateLeased(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*EvaluateReply, error) {
-	a, err := c.p.call(ctx, &PipeCall{EvaluateLeased: in})
+	return viaPipe(ctx, c, &PipeCall{EvaluateLeased: in}, (*PipeAnswer).GetEvaluate,
+		func() (*EvaluateReply, error) { return c.NodeClient.EvaluateLeased(ctx, in, opts...) })
+}
+
+// Collect implements NodeClient.
+func (c *pipeClient) Collect(ctx context.Context, in *CollectRequest, opts ...grpc.CallOption) (*CollectReply, error) {
+	return viaPipe(ctx, c, &PipeCall{Collect: in}, (*PipeAnswer).GetCollect,
+		func() (*CollectReply, error) { return c.NodeClient.Collect(ctx, in, opts...) })
+}
+
+// viaPipe makes call on c's pipe and reads its reply with reply; plain
+// makes it unary instead when the member has no Pipe.
+func viaPipe[T proto.Message](ctx context.Context, c *pipeClient, call *PipeCall, reply func(*PipeAnswer) T, plain func() (T, error)) (T, error) {
+	a, err := c.p.call(ctx, call)
 	if err == errPipePlain {
-		return c.NodeClient.EvaluateLeased(ctx, in, opts...)
+		return plain()
 	}
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
-	return pipeReply(a.GetEvaluate())
+	return pipeReply(reply(a))
 }
 
 // pipeReply is an answer's reply, or an error when a member answered with
@@ -168,20 +158,22 @@ type pipeWait struct {
 	c        *PipeCall
 	ans      chan pipeResult // one slot: the answer never blocks the pipe
 	deadline time.Time       // the caller's (zero: none); sent as what is left of it
+	size     int             // its encoded size, as queued (for the frame's bound)
 }
 
 // encodeBuf holds the buffers encodable marshals into.
 var encodeBuf = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-// encodable reports whether c can be marshalled, by marshalling it.
-func encodable(c *PipeCall) error {
+// encodable marshals c to see that it can be, and returns its size.
+func encodable(c *PipeCall) (int, error) {
 	bp := encodeBuf.Get().(*[]byte)
 	b, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], c)
+	n := len(b)
 	if cap(b) <= 64<<10 {
 		*bp = b[:0]
 		encodeBuf.Put(bp)
 	}
-	return err
+	return n, err
 }
 
 type pipeResult struct {
@@ -211,7 +203,8 @@ func (p *pipe) call(ctx context.Context, c *PipeCall) (*PipeAnswer, error) {
 	// A call that cannot be encoded (a string that is not UTF-8) would end
 	// the whole stream, failing every call on it: it fails alone, here,
 	// never sent.
-	if err := encodable(c); err != nil {
+	size, err := encodable(c)
+	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "pipe: the call cannot be encoded: %v", err)
 	}
 	dl, _ := ctx.Deadline()
@@ -227,12 +220,9 @@ func (p *pipe) call(ctx context.Context, c *PipeCall) (*PipeAnswer, error) {
 	}
 	p.nextID++
 	c.Id = p.nextID
-	p.queue = append(p.queue, pipeWait{c: c, ans: ans, deadline: dl})
+	p.queue = append(p.queue, pipeWait{c: c, ans: ans, deadline: dl, size: size})
 	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
+	p.signal()
 	select {
 	case r := <-ans:
 		if r.err != nil {
@@ -245,6 +235,14 @@ func (p *pipe) call(ctx context.Context, c *PipeCall) (*PipeAnswer, error) {
 	case <-ctx.Done():
 		p.forget(c.Id)
 		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// signal wakes the sender, unless a wake is already pending.
+func (p *pipe) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -388,7 +386,7 @@ func (p *pipe) take() (*pipeStream, []pipeWait, error) {
 			// member's to use.
 			w.c.TimeoutMicros = max(w.deadline.Sub(now).Microseconds(), 1)
 		}
-		size += proto.Size(w.c)
+		size += w.size
 		n++
 	}
 	batch := make([]pipeWait, n)
@@ -468,10 +466,7 @@ func (p *pipe) breakStream(st *pipeStream, err error) {
 		ans <- pipeResult{err: err}
 	}
 	if queued {
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
+		p.signal()
 	}
 }
 
@@ -632,8 +627,8 @@ func pipeAnswers(stream Node_PipeServer, answers <-chan *PipeAnswer, bye <-chan 
 			frame.Answers, frame.Bye = frame.Answers[:0], true
 		}
 		size := 0
-		for _, a := range frame.Answers {
-			size += proto.Size(a)
+		if len(frame.Answers) > 0 {
+			size = proto.Size(frame.Answers[0])
 		}
 	gather:
 		for len(frame.Answers) < pipeMaxCalls && size < pipeMaxFrameBytes {

@@ -24,8 +24,7 @@ import (
 // peer's pipe and each gets its own answer; the owner counts each once.
 func TestPipeAnswersEachCall(t *testing.T) {
 	addr, owner := serve(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	cli := newPipeClient(NewNodeClient(dial(t, addr)), nil)
-	t.Cleanup(cli.Close)
+	cli := pipeTo(t, addr)
 	const callers, each = 16, 8
 	wide := quota.Charge{Account: "acct_wide", Kind: quota.Evaluate, Hourly: true, Now: testNow,
 		Limits: quota.LimitsFor(quota.PlanCustom, limit(1000), nil, testNow, testNow)}
@@ -107,8 +106,7 @@ func (noPipeNode) Pipe(Node_PipeServer) error {
 func TestPipeOldPeer(t *testing.T) {
 	owners := &fakeOwners{self: "a", owner: "a", token: 7}
 	s, local := newTestServer(t, owners)
-	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, noPipeNode{s}))), nil)
-	t.Cleanup(cli.Close)
+	cli := pipeTo(t, listenNode(t, noPipeNode{s}))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for i := range 3 {
@@ -151,9 +149,8 @@ func (n *stallNode) Pipe(stream Node_PipeServer) error { return n.servePipe(stre
 // routing settles it), and its late answer is dropped.
 func TestPipeDeadline(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
-	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, n))), nil)
-	t.Cleanup(cli.Close)
+	n := newStallNode(s)
+	cli := pipeTo(t, listenNode(t, n))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -189,10 +186,9 @@ func TestPipeDeadline(t *testing.T) {
 // back at its address.
 func TestPipeBrokenStream(t *testing.T) {
 	s, local := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
+	n := newStallNode(s)
 	g, addr := serveStoppable(t, n)
-	cli := newPipeClient(NewNodeClient(dial(t, addr)), nil)
-	t.Cleanup(cli.Close)
+	cli := pipeTo(t, addr)
 	errc := chargeAsync(cli)
 	<-n.in
 	go g.Stop() // waits for the held handler: the gate opens below
@@ -203,7 +199,7 @@ func TestPipeBrokenStream(t *testing.T) {
 	close(n.gate)
 
 	// The member is back at its address: a new stream.
-	n2 := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
+	n2 := newStallNode(s)
 	close(n2.gate)
 	var l2 net.Listener
 	for range 50 {
@@ -304,6 +300,19 @@ func serveStoppable(t *testing.T, n NodeServer) (*grpc.Server, string) {
 	return g, l.Addr().String()
 }
 
+// newStallNode wraps s in a stallNode whose gate is closed.
+func newStallNode(s *Server) *stallNode {
+	return &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
+}
+
+// pipeTo is a pipe client to the member at addr, closed at the test's end.
+func pipeTo(t *testing.T, addr string) *pipeClient {
+	t.Helper()
+	cli := newPipeClient(NewNodeClient(dial(t, addr)), nil)
+	t.Cleanup(cli.Close)
+	return cli
+}
+
 // chargeAsync makes one uncapped charge on cli in the background.
 func chargeAsync(cli *pipeClient) <-chan error {
 	errc := make(chan error, 1)
@@ -345,10 +354,9 @@ func hourCount(t *testing.T, q *quota.Client, c quota.Charge) int64 {
 // pipeByeWait.
 func TestPipeDrain(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
+	n := newStallNode(s)
 	g, addr := serveStoppable(t, n)
-	cli := newPipeClient(NewNodeClient(dial(t, addr)), nil)
-	t.Cleanup(cli.Close)
+	cli := pipeTo(t, addr)
 	errc := chargeAsync(cli)
 	<-n.in
 	s.Drain()
@@ -392,8 +400,7 @@ func TestPipeDrain(t *testing.T) {
 // is answered.
 func TestPipeLargeCalls(t *testing.T) {
 	addr, owner := serve(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	cli := newPipeClient(NewNodeClient(dial(t, addr)), nil)
-	t.Cleanup(cli.Close)
+	cli := pipeTo(t, addr)
 	// A field the member does not know, 64 KiB of it: it reads the call
 	// and ignores the field (the versioning rule).
 	pad := protowire.AppendBytes(protowire.AppendTag(nil, 99, protowire.BytesType), make([]byte, 64<<10))
@@ -461,9 +468,8 @@ func TestPipeFramesStayUnderTheLimit(t *testing.T) {
 // sent; the call under way on the same stream is answered.
 func TestPipeBadCallFailsAlone(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	n := &stallNode{Server: s, in: make(chan time.Duration, 4), gate: make(chan struct{})}
-	cli := newPipeClient(NewNodeClient(dial(t, listenNode(t, n))), nil)
-	t.Cleanup(cli.Close)
+	n := newStallNode(s)
+	cli := pipeTo(t, listenNode(t, n))
 	errc := chargeAsync(cli)
 	<-n.in
 	bad := chargeMsg(&uncapped, 7)
