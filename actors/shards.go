@@ -100,12 +100,14 @@ func Named(name string) ShardOption { return func(s *Shards) { s.name = name } }
 // handlers are short and never wait on a sender may use it: such a handler
 // must not take a lock a sender holds while sending, nor wait on a goroutine
 // that sends to it (see HoldInline for the exceptions). It pays where the
-// run is short and ends the sender's wait: the per-address limiter uses it.
-// The quota, event and history shards do not: a mailbox run drains
-// everything queued, including what arrives while it runs, so the sender
-// that found the shard idle also does the work of every sender behind it;
-// under 16 connections that saved no CPU and raised the open loop's p99
-// (BENCHMARKS.md, "Session of 2026-11-26").
+// run is short and ends the sender's wait: the per-address limiter, the
+// event and history shards, and the quota shards while they answer charges
+// ahead of their commit (quota.AheadStore) use it, so that a live
+// evaluation that finds them idle runs on its handler's goroutine from
+// the limiter to its answer. Each alone saved nothing: while the charge
+// waited for the group committer, the chain parked and woke on another
+// goroutine anyway (BENCHMARKS.md, "Session of 2026-11-26" and "Fourth
+// session of 2026-11-27").
 func InlineRuns() ShardOption { return func(s *Shards) { s.inline = true } }
 
 // OnRestart sets fn to run before a shard's actor is produced again after a

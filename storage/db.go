@@ -166,6 +166,9 @@ type DB struct {
 	// since was made (d.clock), 0 when there is none. Set by commits without
 	// a sync, cleared by syncWAL as its sync begins.
 	dirtySince atomic.Int64
+	// usageSince is when the ApplyUsage under way began (d.clock), 0 when
+	// none runs: AnswerAhead's guard against a commit that hangs.
+	usageSince atomic.Int64
 	epoch      time.Time
 	// Counters behind WriteStats.
 	commits, keys, syncs, lateSyncs atomic.Uint64
@@ -451,6 +454,29 @@ func (d *DB) catchUp() {
 		}
 	}
 	d.syncWAL()
+}
+
+// AnswerAhead reports whether a usage increment may be answered before
+// ApplyUsage has committed it: in Interval mode, while the store is healthy
+// and neither the group sync nor a usage commit under way is more than
+// maxLag intervals late. A commit without a sync puts the increment only in
+// Pebble's WAL buffer, in this process's memory, until the next group sync
+// writes and syncs it, so waiting for that commit protects the answer
+// against no crash, not even kill -9: the crash bound is the group sync's
+// either way. The lag checks keep that bound when the disk or Pebble
+// stalls: the increments then wait for their commit (and, through catchUp,
+// for the sync) as in Strict mode, until the store has caught up. Strict
+// mode never answers ahead.
+func (d *DB) AnswerAhead() bool {
+	if d.durability != Interval || d.h.Load().broken.Load() {
+		return false
+	}
+	now, lag := d.clock(), int64(maxLag*d.interval)
+	if ds := d.dirtySince.Load(); ds != 0 && now-ds > lag {
+		return false
+	}
+	us := d.usageSince.Load()
+	return us == 0 || now-us <= lag
 }
 
 // apply commits b on its instance.

@@ -169,3 +169,63 @@ func TestLateSyncCaughtUp(t *testing.T) {
 	remove()
 	close(release)
 }
+
+// TestAnswerAhead: increments may be answered ahead of their commit only in
+// Interval mode, and not while the group sync or a usage commit under way
+// is more than maxLag intervals late, nor on a broken store.
+func TestAnswerAhead(t *testing.T) {
+	strict, err := Open("s", Options{FS: vfs.NewMem(), Durability: Strict})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer strict.Close()
+	if strict.AnswerAhead() {
+		t.Fatal("strict mode answers ahead")
+	}
+
+	const every = time.Hour // the loop never syncs during the test
+	db, err := Open("i", Options{FS: vfs.NewMem(), SyncInterval: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if !db.AnswerAhead() {
+		t.Fatal("a fresh interval store does not answer ahead")
+	}
+	const m = Month(202611)
+	if err := db.ApplyUsage([]UsageDelta{{Account: "a", Month: m, Counts: MonthCounts{Used: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !db.AnswerAhead() {
+		t.Fatal("a commit within the interval stops answering ahead")
+	}
+	late := db.clock() - int64((maxLag+1)*every)
+	// The group sync is late: the oldest unsynced commit is too old.
+	db.dirtySince.Store(late)
+	if db.AnswerAhead() {
+		t.Fatal("answers ahead with the group sync late")
+	}
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if !db.AnswerAhead() {
+		t.Fatal("does not answer ahead once the sync caught up")
+	}
+	// A usage commit that hangs.
+	db.usageSince.Store(late)
+	if db.AnswerAhead() {
+		t.Fatal("answers ahead with a usage commit hanging")
+	}
+	db.usageSince.Store(db.clock())
+	if !db.AnswerAhead() {
+		t.Fatal("a usage commit under way for less than the lag stops answering ahead")
+	}
+	db.usageSince.Store(0)
+	// A broken store.
+	h := db.h.Load()
+	h.broken.Store(true)
+	if db.AnswerAhead() {
+		t.Fatal("a broken store answers ahead")
+	}
+	h.broken.Store(false)
+}

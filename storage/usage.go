@@ -192,6 +192,10 @@ func (d *DB) ApplyUsage(deltas []UsageDelta) error {
 	if len(months) == 0 && len(totals) == 0 {
 		return nil
 	}
+	// One committer calls ApplyUsage at a time (quota's), so a plain store
+	// marks this call's start for AnswerAhead.
+	d.usageSince.Store(d.clock())
+	defer d.usageSince.Store(0)
 	b := d.newBatch()
 	uc := &d.usage
 	uc.mu.Lock()

@@ -15,8 +15,8 @@ import (
 
 // chain is a counted call's actor work as one message that visits the
 // actors in turn and answers its caller once: the per-address limiters Admit
-// left for it (iplimit), the charge (quota, answered once its increment is
-// committed), then for a visitor check the device event (events) and the
+// left for it (iplimit), the charge (quota, answered once counted or once
+// its increment is committed, as the store's durability allows), then for a visitor check the device event (events) and the
 // customer's history (devicehist). Each actor hands the chain to the next
 // from its own goroutine; the caller sends it once and waits once (run), so
 // a live evaluation costs one blocking round trip, not four, and no

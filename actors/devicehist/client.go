@@ -185,7 +185,11 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	for i := range c.states {
 		c.states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger)
 	}
-	opts := []actors.ShardOption{actors.Named("devicehist"), actors.WithLogger(cfg.Logger)}
+	// Inline (actors.InlineRuns): an observation updates three records in
+	// memory (a store read for one not in memory) and a flush hands one
+	// write to the committer, so the evaluation that finds the shard idle
+	// runs it on its own goroutine instead of waking the shard's worker.
+	opts := []actors.ShardOption{actors.Named("devicehist"), actors.WithLogger(cfg.Logger), actors.InlineRuns()}
 	if cfg.Store != nil {
 		// After a panic the shard's memory may be half-changed: what it
 		// changed before is stored first (as its next flush would have),

@@ -289,7 +289,11 @@ func New(root *actor.RootContext, cfg Config) *Client {
 			store:     cfg.Store, commit: c.commit, idleAfter: cfg.IdleAfter, log: cfg.Logger,
 		}
 	}
-	opts := []actors.ShardOption{actors.Named("events"), actors.WithLogger(cfg.Logger)}
+	// Inline (actors.InlineRuns): a resolve is a map lookup (a store read
+	// for an event not in memory) and a flush hands one write to the
+	// committer, so the evaluation that finds the shard idle runs it on its
+	// own goroutine instead of waking the shard's worker.
+	opts := []actors.ShardOption{actors.Named("events"), actors.WithLogger(cfg.Logger), actors.InlineRuns()}
 	if cfg.Store != nil {
 		// After a panic the shard's memory may be half-changed: what it
 		// changed before is stored first (as its next flush would have),

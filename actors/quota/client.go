@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,10 @@ type Client struct {
 	log       *slog.Logger
 	stopped   atomic.Bool
 	store     Store
+	// unhook removes beforeSync from an AheadStore; syncMu keeps Stop from
+	// closing the committer under a beforeSync that is waiting on it.
+	unhook func()
+	syncMu sync.Mutex
 }
 
 // New spawns the quota shards (and the group committer when there is a store).
@@ -90,9 +95,11 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		log:       cfg.Logger,
 		store:     cfg.Store,
 	}
+	failed := new(atomic.Bool)
 	if cfg.Store != nil {
-		c.commit = newCommitter(root, cfg.Store, cfg.Group, cfg.Logger)
+		c.commit = newCommitter(root, cfg.Store, cfg.Group, cfg.Logger, failed)
 	}
+	ahead, _ := cfg.Store.(AheadStore)
 	var warn func(Warning)
 	if cfg.Notifier != nil {
 		warn = cfg.Notifier.Warn
@@ -103,6 +110,8 @@ func New(root *actor.RootContext, cfg Config) *Client {
 			accounts:  actors.NewTable[string, *account](64),
 			store:     cfg.Store,
 			commit:    c.commit,
+			ahead:     ahead,
+			failed:    failed,
 			idleAfter: cfg.IdleAfter,
 			log:       cfg.Logger,
 			warnFn:    warn,
@@ -113,6 +122,14 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		states[i] = fresh()
 	}
 	opts := []actors.ShardOption{actors.Named("quota"), actors.WithLogger(cfg.Logger)}
+	if ahead != nil {
+		// A charge answered ahead of its commit is a few field updates and
+		// a buffered send to the committer, so the sender that finds the
+		// shard idle runs it and goes on with its chain. A charge that waits
+		// for its commit would park its sender anyway, and run inline it
+		// held up the senders queued behind it (actors.InlineRuns).
+		opts = append(opts, actors.InlineRuns())
+	}
 	if cfg.Store != nil {
 		// After a panic the shard's memory may be half-changed: start it
 		// empty, so that each account loads its month and totals from the
@@ -127,6 +144,9 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		}))
 	}
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} }, opts...)
+	if ahead != nil {
+		c.unhook = ahead.OnSync(c.beforeSync)
+	}
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	return c
 }
@@ -271,6 +291,21 @@ func (c *Client) Stats() (groups, deltas uint64) {
 	return c.commit.Stats()
 }
 
+// beforeSync runs before each group sync of an AheadStore: it returns once
+// every increment queued so far is committed, so that the sync covers every
+// charge answered before it began, including those answered ahead of their
+// commit.
+func (c *Client) beforeSync() {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	if c.stopped.Load() {
+		return
+	}
+	if err := c.commit.Barrier(restartWait); err != nil {
+		c.log.Warn("quota: increments not stored before the group sync; it goes on without them", "err", err)
+	}
+}
+
 // resident counts the accounts held in memory over all shards, after every
 // message sent before it was handled (tests).
 func (c *Client) resident() int {
@@ -291,9 +326,14 @@ func (c *Client) Stop() error {
 		return nil
 	}
 	err := c.shards.Stop()
+	c.syncMu.Lock()
+	if c.unhook != nil {
+		c.unhook()
+	}
 	if c.commit != nil {
 		c.commit.Close()
 	}
+	c.syncMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("quota: %w", err)
 	}

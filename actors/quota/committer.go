@@ -3,6 +3,7 @@ package quota
 import (
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -15,8 +16,13 @@ import (
 // not, as the store's Durability says), then answers the charges that
 // waited for them. On failure each waiting charge
 // gets ErrUnavailable and its shard is told to undo the increment, so the
-// shard's memory stays "stored + in flight".
-func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, log *slog.Logger) *actors.GroupCommitter[pending] {
+// shard's memory stays "stored + in flight". A charge answered ahead of its
+// commit (AheadStore) was served: it stays counted in memory, so the limits
+// stay exact while the process runs, and its increment is lost to the
+// store as a crash would lose it. failed stays set from a failed group to
+// the next that succeeds, and the charges made meanwhile wait for their
+// commit: a failing store loses no more than the group it failed on.
+func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, log *slog.Logger, failed *atomic.Bool) *actors.GroupCommitter[pending] {
 	var deltas []storage.UsageDelta
 	apply := func(ps []pending) error {
 		deltas = deltas[:0]
@@ -29,6 +35,9 @@ func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, 
 	}
 	done := func(ps []pending, err error) {
 		if err == nil {
+			if failed.Load() {
+				failed.Store(false)
+			}
 			for i := range ps {
 				p := &ps[i]
 				p.ent.inflight.Add(-1)
@@ -38,10 +47,22 @@ func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, 
 			}
 			return
 		}
-		log.Error("quota: usage not stored; charges refused with 503", "deltas", len(ps), "err", err)
+		failed.Store(true)
+		ahead := 0
+		for i := range ps {
+			if ps[i].ahead {
+				ahead++
+			}
+		}
+		log.Error("quota: usage not stored; charges refused with 503 until the store takes writes again", "deltas", len(ps),
+			"answered_ahead", ahead, "err", err)
 		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		for i := range ps {
 			p := ps[i]
+			if p.ahead {
+				p.ent.inflight.Add(-1)
+				continue
+			}
 			call := p.call
 			p.call = nil
 			// Undo first: the rollback is in the shard's mailbox before the

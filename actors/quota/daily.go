@@ -21,10 +21,16 @@ type DayCount struct {
 }
 
 // Daily returns the account's counts for the n UTC days ending with now's,
-// oldest first. Every acknowledged charge is in them (a charge is answered
-// only once its batch is stored). Without a store that keeps days, every
-// day reads zero.
+// oldest first. Every charge acknowledged before the call is in them: it
+// first waits for the committer to store what was queued (a charge may be
+// answered ahead of its commit, AheadStore). Without a store that keeps
+// days, every day reads zero.
 func (c *Client) Daily(account string, now time.Time, n int) ([]DayCount, error) {
+	if c.commit != nil {
+		if err := c.commit.Barrier(restartWait); err != nil {
+			return nil, fmt.Errorf("%w: daily usage of %s: increments not stored: %w", ErrUnavailable, account, err)
+		}
+	}
 	last := storage.DayOf(now)
 	first := storage.Day(0)
 	if n > 0 && int64(last) >= int64(n-1) {

@@ -29,21 +29,33 @@
 //
 // # Durability
 //
-// Monthly counters and totals live in the store (storage.DB.ApplyUsage). A
-// charge that increments them is answered only after the increment is
-// committed: shards hand their deltas to one group committer, which writes
-// everything queued meanwhile as one batch and then releases all those
-// answers. What "committed" promises is the store's Durability:
-//   - Interval (the default): the batch is committed without a sync, and the
-//     store's one group sync makes it durable within Options.SyncInterval
-//     (10 ms). A crash (kill -9, power loss) loses at most the charges
-//     acknowledged in the last interval; nothing older.
+// Monthly counters and totals live in the store (storage.DB.ApplyUsage).
+// Shards hand the deltas of their charges to one group committer, which
+// writes everything queued meanwhile as one batch. What a charge's answer
+// waits for is the store's Durability:
+//   - Interval (the default): nothing. The shard counts the charge, queues
+//     its delta and answers; the committer writes it without a sync, and
+//     the store's group sync makes it durable within Options.SyncInterval
+//     (10 ms). Before each group sync the quota waits for its committer to
+//     store what is queued (AheadStore's OnSync), so the sync covers every
+//     charge acknowledged before it began: a crash (kill -9, power loss)
+//     loses at most the charges acknowledged in the last interval, nothing
+//     older. Waiting for the commit itself would buy nothing against a
+//     crash — a commit without a sync leaves the delta in Pebble's WAL
+//     buffer, in this process's memory — and it cost every counted call a
+//     round trip through the committer's goroutine. While the store falls
+//     behind (a late sync, a hanging commit: storage.DB.AnswerAhead) or
+//     after a failed batch, charges wait for their commit. So do a cluster
+//     node's (its SharedStore is no AheadStore): members read each other's
+//     shares from their stores, where a queued increment is not yet.
 //   - Strict: the batch is synced before anyone is answered, so many
 //     charges share one fsync and a crash loses nothing acknowledged.
 //
 // Either way the hourly and monthly checks are exact while the process runs:
 // a shard counts in memory at once (the next charge sees it) and undoes the
-// increment if the batch fails, so memory is always "stored + in flight".
+// increment if the batch fails, so memory is "stored + in flight" — except
+// for charges answered ahead of a batch that failed: they were served, so
+// they stay counted, lost to the store as a crash would lose them.
 // Refusals and CountTotal ride the next batch without anyone waiting.
 // Hourly windows are memory only and reset on restart (SPEC §8: advisory).
 // An account is loaded from the store on its first touch and on a month

@@ -70,6 +70,7 @@ func TestLeaseSlicesNeverExceedTheCap(t *testing.T) {
 	}
 	// The owner stored only what it charged itself (90): the holder's 10
 	// are its own share.
+	stored(t, c)
 	if counts, _, err := db.LoadUsage("a", storage.MonthOf(t0)); err != nil || counts.Used != 90 {
 		t.Fatalf("owner's stored share %+v, %v; want 90", counts, err)
 	}

@@ -180,6 +180,7 @@ func TestDiscountOnlyInTheLoadNamed(t *testing.T) {
 	if r, err := c.Charge(ch); err != nil || !r.Allowed {
 		t.Fatalf("the call the discount freed: %+v %v", r, err)
 	}
+	stored(t, c)
 	if cnt, tot, _ := db.LoadUsage("a", storage.MonthOf(t0)); cnt.Used != 4 || tot.Evaluations != 4 {
 		t.Fatalf("the store holds this node's own charges, discount or not: %+v %+v", cnt, tot)
 	}

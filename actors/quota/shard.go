@@ -3,6 +3,7 @@ package quota
 import (
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -43,6 +44,23 @@ type Loaded struct {
 type Store interface {
 	LoadUsage(account string, m storage.Month) (storage.MonthCounts, storage.Totals, error)
 	ApplyUsage(deltas []storage.UsageDelta) error
+}
+
+// AheadStore is a Store whose increments may be answered before they are
+// committed (storage.DB.AnswerAhead: Interval mode, on a healthy store that
+// keeps up), because a commit without a sync makes them no more durable
+// than the quota's own memory until the group sync. A Store without it (a
+// cluster's SharedStore, whose members read each other's shares from the
+// store) has every allowed charge wait for its commit.
+//
+// OnSync registers a hook to run before each of the store's group syncs:
+// the quota waits there for the committer to store what it has queued, so
+// the sync covers every charge acknowledged before it began and the crash
+// bound stays the sync interval's.
+type AheadStore interface {
+	Store
+	AnswerAhead() bool
+	OnSync(fn func()) (remove func())
 }
 
 type (
@@ -105,6 +123,7 @@ type pending struct {
 	delta  storage.UsageDelta
 	shard  *actor.PID
 	bucket Bucket
+	ahead  bool // answered before its commit: kept in memory on failure
 	hourly bool // the charge used an hourly request (undone on failure)
 	unhour bool // the refund gave an hourly request back (taken again on failure)
 	wstart time.Time
@@ -127,9 +146,15 @@ type rollback struct{ p pending }
 // one when the shard restarts after a panic (see New); without one it
 // outlives the actor value, as the only copy of the counts.
 type shardState struct {
-	accounts  *actors.Table[string, *account]
-	store     Store
-	commit    *actors.GroupCommitter[pending]
+	accounts *actors.Table[string, *account]
+	store    Store
+	commit   *actors.GroupCommitter[pending]
+	// ahead is store when it may answer charges ahead of their commit
+	// (nil: never); failed is set by the committer while its last group
+	// failed, so that the charges after it wait for their own commit (and
+	// hear its error) until one succeeds.
+	ahead     AheadStore
+	failed    *atomic.Bool
 	idleAfter time.Duration
 	log       *slog.Logger
 	warnFn    func(Warning)
@@ -231,14 +256,30 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 		return
 	}
 	p := pending{res: res, ent: a, delta: d, bucket: c.Bucket}
-	if res.Allowed {
-		// The answer waits for the increment to be committed.
-		p.call, p.hourly, p.wstart = call, c.Hourly, a.hour[c.Bucket&1].start
-	} else {
+	if !res.Allowed {
 		// A refusal only adds a limit hit; nobody pays for losing it in a crash.
 		call.Charged(res, nil)
+		s.persist(ctx, p)
+		return
 	}
+	p.hourly, p.wstart = c.Hourly, a.hour[c.Bucket&1].start
+	if s.answerAhead() {
+		// Queued before it is answered, so whatever waits on the committer
+		// after the answer (Daily, a barrier) finds the increment stored.
+		p.ahead = true
+		s.persist(ctx, p)
+		call.Charged(res, nil)
+		return
+	}
+	// The answer waits for the increment to be committed.
+	p.call = call
 	s.persist(ctx, p)
+}
+
+// answerAhead reports whether an allowed charge is answered as soon as it
+// is counted, its increment queued for the committer behind the answer.
+func (s *shardState) answerAhead() bool {
+	return s.ahead != nil && !s.failed.Load() && s.ahead.AnswerAhead()
 }
 
 // chargeLent stores a charge made from a slice another node's quota

@@ -256,3 +256,15 @@ func TestCallBookReadsHolding(t *testing.T) {
 		t.Fatalf("an unconfirmed refund (state %d): reads %v; want %v (m5's still open)", u.state, gotU, wantU)
 	}
 }
+
+// TestSharedStoreWaitsForCommits: a cluster's quota store never lets a
+// charge be answered ahead of its commit (quota.AheadStore). A member reads
+// its share of an account from its store (Server.Shares) for a new owner's
+// load; an increment still queued for its committer would be missing from
+// that share.
+func TestSharedStoreWaitsForCommits(t *testing.T) {
+	var s quota.Store = NewSharedStore(nil, "n1", nil)
+	if _, ok := s.(quota.AheadStore); ok {
+		t.Fatal("SharedStore is a quota.AheadStore: cluster charges would be answered before their increments are stored")
+	}
+}
