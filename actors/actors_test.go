@@ -130,21 +130,26 @@ func TestCallTimeout(t *testing.T) {
 }
 
 func TestTableSweepShrinks(t *testing.T) {
+	// The heap is the process's: measured from a base taken before the
+	// table, and again after another collection when what other tests'
+	// goroutines still allocate gets in the way.
+	var ms runtime.MemStats
+	heap := func() int64 { runtime.GC(); runtime.ReadMemStats(&ms); return int64(ms.HeapAlloc) }
+	base := heap()
 	tb := NewTable[int, [4]int64](0)
 	for i := 0; i < 100000; i++ {
 		tb.Put(i, [4]int64{int64(i)})
 	}
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	full := ms.HeapAlloc
+	full := heap() - base
 	if n := tb.Sweep(func(k int, _ [4]int64) bool { return k >= 10 }); n != 99990 || tb.Len() != 10 {
 		t.Fatalf("swept %d, left %d", n, tb.Len())
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	if ms.HeapAlloc > full/4 {
-		t.Fatalf("heap %d after sweep, %d before: the map did not shrink", ms.HeapAlloc, full)
+	after := heap() - base
+	for try := 0; try < 3 && after > full/4; try++ {
+		after = heap() - base
+	}
+	if after > full/4 {
+		t.Fatalf("heap grew by %d with the table, still %d after the sweep: the map did not shrink", full, after)
 	}
 	if v, ok := tb.Get(3); !ok || v[0] != 3 {
 		t.Fatal("survivor lost")

@@ -59,6 +59,22 @@ func NewGroupCommitter[T any](cfg GroupConfig, apply func([]T) error, done func(
 // Add queues an item. It must not be called after Close.
 func (g *GroupCommitter[T]) Add(item T) { g.in <- queued[T]{item: item} }
 
+// TryAdd queues an item unless the queue is full, and reports whether it
+// did. A sender that may run on a caller's goroutine (actors.InlineRuns)
+// uses it: blocking there would hold the caller past its own deadline. It
+// must not be called after Close.
+func (g *GroupCommitter[T]) TryAdd(item T) bool {
+	select {
+	case g.in <- queued[T]{item: item}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Queued is how many items and barriers wait for the committer now.
+func (g *GroupCommitter[T]) Queued() int { return len(g.in) }
+
 // Barrier waits until every item queued before it went through Apply and
 // Done, or until wait passes (ErrTimeout). A shard that reloads its state
 // from the store calls it first, so that what it reads includes its own

@@ -468,7 +468,7 @@ func (d *DB) catchUp() {
 // for the sync) as in Strict mode, until the store has caught up. Strict
 // mode never answers ahead.
 func (d *DB) AnswerAhead() bool {
-	if d.durability != Interval || d.h.Load().broken.Load() {
+	if d.durability != Interval || !d.Available() {
 		return false
 	}
 	now, lag := d.clock(), int64(maxLag*d.interval)

@@ -3,12 +3,14 @@ package quota
 import (
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -17,15 +19,20 @@ import (
 // sets.
 type aheadStore struct {
 	*storage.DB
-	ahead atomic.Bool
-	fail  atomic.Bool
-	held  atomic.Pointer[chan struct{}]
+	ahead   atomic.Bool
+	fail    atomic.Bool
+	held    atomic.Pointer[chan struct{}]
+	entered chan struct{} // a held ApplyUsage arrived at its gate
 }
 
 func (s *aheadStore) AnswerAhead() bool { return s.ahead.Load() }
 
 func (s *aheadStore) ApplyUsage(d []storage.UsageDelta) error {
 	if g := s.held.Load(); g != nil {
+		select {
+		case s.entered <- struct{}{}:
+		default:
+		}
 		<-*g
 	}
 	if s.fail.Load() {
@@ -34,17 +41,25 @@ func (s *aheadStore) ApplyUsage(d []storage.UsageDelta) error {
 	return s.DB.ApplyUsage(d)
 }
 
-// hold makes ApplyUsage wait until the returned func is called.
+// hold makes ApplyUsage wait until the returned func is called (again
+// calls do nothing, so a test may also defer it: a failed test's Stop
+// would otherwise wait on the held commit).
 func (s *aheadStore) hold() (release func()) {
 	g := make(chan struct{})
 	s.held.Store(&g)
-	return func() { s.held.Store(nil); close(g) }
+	return sync.OnceFunc(func() { s.held.Store(nil); close(g) })
 }
 
+// newAheadStore opens one whose group sync never runs by itself (an hour's
+// interval), so that no sync's barrier (beforeSync) joins the committer's
+// queue in the middle of a test.
 func newAheadStore(t *testing.T) *aheadStore {
-	db := openMem(t, vfs.NewMem())
+	db, err := storage.Open("q", storage.Options{FS: vfs.NewMem(), SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { db.Close() })
-	s := &aheadStore{DB: db}
+	s := &aheadStore{DB: db, entered: make(chan struct{}, 1)}
 	s.ahead.Store(true)
 	return s
 }
@@ -78,6 +93,7 @@ func TestChargeAnsweredAhead(t *testing.T) {
 	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
 
 	release := s.hold()
+	defer release()
 	res, err := c.Charge(ch)
 	if err != nil || !res.Allowed {
 		t.Fatalf("charge with its commit held: %+v %v", res, err)
@@ -164,5 +180,118 @@ func TestChargeAheadStoreFailure(t *testing.T) {
 	defer release()
 	if !returned(async(func() { res, err = c.Charge(ch) }), 5*time.Second) || err != nil || !res.Allowed {
 		t.Fatalf("not answered ahead after a group succeeded: %+v %v", res, err)
+	}
+}
+
+// TestChargeQueueFull: with the committer stuck and its queue full, a
+// charge fails at once with ErrUnavailable and is undone in memory, rather
+// than block the goroutine the shard runs on (a caller's, inline), whose
+// deadline could not fire.
+func TestChargeQueueFull(t *testing.T) {
+	s := newAheadStore(t)
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s, Group: actors.GroupConfig{Queue: 1}})
+	defer c.Stop()
+	l := custom(10, 100)
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+	release := s.hold()
+	defer release()
+	if res, err := c.Charge(ch); err != nil || !res.Allowed { // in the held ApplyUsage
+		t.Fatalf("first charge: %+v %v", res, err)
+	}
+	<-s.entered
+	if res, err := c.Charge(ch); err != nil || !res.Allowed { // in the queue
+		t.Fatalf("second charge: %+v %v", res, err)
+	}
+	start := time.Now()
+	if res, err := c.Charge(ch); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("charge with the queue full: %+v %v; want ErrUnavailable", res, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the refusal took %v: it waited for the queue", d)
+	}
+	if u, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0}); err != nil || u.MonthUsed != 2 || u.UsedThisHour != 2 {
+		t.Fatalf("after the refused charge: %+v %v; want the two served", u, err)
+	}
+}
+
+// TestStrictNeverAnswersAhead: a store opened in Strict mode is never used
+// to answer ahead, whatever AnswerAhead says.
+func TestStrictNeverAnswersAhead(t *testing.T) {
+	db, err := storage.Open("q", storage.Options{FS: vfs.NewMem(), Durability: storage.Strict})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := &aheadStore{DB: db, entered: make(chan struct{}, 1)}
+	s.ahead.Store(true)
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s})
+	defer c.Stop()
+	release := s.hold()
+	defer release()
+	var res ChargeResult
+	charged := async(func() {
+		res, err = c.Charge(Charge{Account: "a", Limits: custom(10, 100), Hourly: true, Monthly: true, Total: true, Now: t0})
+	})
+	if returned(charged, 50*time.Millisecond) {
+		t.Fatalf("a strict store's charge was answered before its commit: %+v %v", res, err)
+	}
+	release()
+	<-charged
+	if err != nil || !res.Allowed {
+		t.Fatalf("after the commit: %+v %v", res, err)
+	}
+}
+
+// TestDailyAfterStop: Daily after Stop answers an error; it must not wait
+// on the closed committer.
+func TestDailyAfterStop(t *testing.T) {
+	s := newAheadStore(t)
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s})
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Daily("a", t0, 7); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Daily after Stop: %v; want ErrStopped", err)
+	}
+	if _, err := c.Drop(func(string) bool { return true }, time.Second); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Drop after Stop: %v; want ErrStopped", err)
+	}
+}
+
+// TestChargeAheadHeldBack: once aheadQueue increments wait for a stuck
+// committer, charges wait for their commit again, so their callers are
+// held back instead of filling the queue.
+func TestChargeAheadHeldBack(t *testing.T) {
+	s := newAheadStore(t)
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s})
+	defer c.Stop()
+	ch := Charge{Account: "a", Limits: custom(-1, -1), Monthly: true, Total: true, Now: t0}
+	release := s.hold()
+	defer release()
+	if _, err := c.Charge(ch); err != nil { // in the held ApplyUsage
+		t.Fatal(err)
+	}
+	<-s.entered
+	// Charges are answered ahead until aheadQueue items wait.
+	var res ChargeResult
+	var err error
+	var charged chan struct{}
+	ahead := 0
+	for ; ahead <= aheadQueue; ahead++ {
+		charged = async(func() { res, err = c.Charge(ch) })
+		if !returned(charged, time.Second) {
+			break
+		}
+		if err != nil || !res.Allowed {
+			t.Fatalf("charge %d of the queue: %+v %v", ahead, res, err)
+		}
+	}
+	if ahead != aheadQueue {
+		t.Fatalf("%d charges answered ahead of a stuck committer; want %d", ahead, aheadQueue)
+	}
+	release()
+	<-charged
+	if err != nil || !res.Allowed {
+		t.Fatalf("after the commit: %+v %v", res, err)
 	}
 }

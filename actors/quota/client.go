@@ -12,6 +12,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/storage"
 )
 
 // ErrUnavailable wraps every store failure: the handler answers 503
@@ -100,6 +101,9 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		c.commit = newCommitter(root, cfg.Store, cfg.Group, cfg.Logger, failed)
 	}
 	ahead, _ := cfg.Store.(AheadStore)
+	if ahead != nil && ahead.Durability() != storage.Interval {
+		ahead = nil
+	}
 	var warn func(Warning)
 	if cfg.Notifier != nil {
 		warn = cfg.Notifier.Warn
@@ -192,7 +196,7 @@ func (c *Client) Drop(match func(account string) bool, wait time.Duration) ([]Ha
 	if err != nil || c.commit == nil {
 		return handed, err
 	}
-	if err := c.commit.Barrier(wait); err != nil {
+	if err := c.stored(wait); err != nil {
 		return nil, fmt.Errorf("%w: increments not stored within %v: %w", ErrUnavailable, wait, err)
 	}
 	return handed, nil
@@ -296,14 +300,21 @@ func (c *Client) Stats() (groups, deltas uint64) {
 // charge answered before it began, including those answered ahead of their
 // commit.
 func (c *Client) beforeSync() {
+	if err := c.stored(restartWait); err != nil && !errors.Is(err, ErrStopped) {
+		c.log.Warn("quota: increments not stored before the group sync; it goes on without them", "err", err)
+	}
+}
+
+// stored returns once every increment queued so far is committed, or with
+// an error when that takes longer than wait, or with ErrStopped after Stop
+// (whose close of the committer stores what is queued).
+func (c *Client) stored(wait time.Duration) error {
 	c.syncMu.Lock()
 	defer c.syncMu.Unlock()
 	if c.stopped.Load() {
-		return
+		return ErrStopped
 	}
-	if err := c.commit.Barrier(restartWait); err != nil {
-		c.log.Warn("quota: increments not stored before the group sync; it goes on without them", "err", err)
-	}
+	return c.commit.Barrier(wait)
 }
 
 // resident counts the accounts held in memory over all shards, after every

@@ -21,7 +21,8 @@ import (
 // stay exact while the process runs, and its increment is lost to the
 // store as a crash would lose it. failed stays set from a failed group to
 // the next that succeeds, and the charges made meanwhile wait for their
-// commit: a failing store loses no more than the group it failed on.
+// commit: a failing store loses the charges answered ahead until its
+// first failure is known (that group's, and those queued while it ran).
 func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, log *slog.Logger, failed *atomic.Bool) *actors.GroupCommitter[pending] {
 	var deltas []storage.UsageDelta
 	apply := func(ps []pending) error {

@@ -27,7 +27,7 @@ type DayCount struct {
 // days, every day reads zero.
 func (c *Client) Daily(account string, now time.Time, n int) ([]DayCount, error) {
 	if c.commit != nil {
-		if err := c.commit.Barrier(restartWait); err != nil {
+		if err := c.stored(restartWait); err != nil {
 			return nil, fmt.Errorf("%w: daily usage of %s: increments not stored: %w", ErrUnavailable, account, err)
 		}
 	}

@@ -57,8 +57,12 @@ type Store interface {
 // the quota waits there for the committer to store what it has queued, so
 // the sync covers every charge acknowledged before it began and the crash
 // bound stays the sync interval's.
+//
+// Only a store opened in Interval mode (Durability) is used so; in Strict
+// mode every charge waits for its synced commit.
 type AheadStore interface {
 	Store
+	Durability() storage.Durability
 	AnswerAhead() bool
 	OnSync(fn func()) (remove func())
 }
@@ -210,12 +214,8 @@ func (s shard) Receive(ctx actor.Context) {
 		a.totals.Evaluations++
 		s.persist(ctx, pending{ent: a, delta: storage.UsageDelta{Account: a.id, Month: a.month, Totals: storage.Totals{Evaluations: 1}}})
 	case *rollback:
-		p := &m.p
-		p.ent.rollback(&p.delta, p.bucket, p.hourly, p.wstart)
-		if w := &p.ent.hour[p.bucket&1]; p.unhour && w.start.Equal(p.wstart) {
-			w.n++
-		}
-		p.ent.inflight.Add(-1)
+		undo(&m.p)
+		m.p.ent.inflight.Add(-1)
 	case *dropMsg:
 		var handed []Handed
 		if s.store != nil { // memory only: the table is the only copy
@@ -267,8 +267,11 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 		// Queued before it is answered, so whatever waits on the committer
 		// after the answer (Daily, a barrier) finds the increment stored.
 		p.ahead = true
-		s.persist(ctx, p)
-		call.Charged(res, nil)
+		if s.persist(ctx, p) {
+			call.Charged(res, nil)
+		} else {
+			call.Charged(ChargeResult{}, errQueueFull)
+		}
 		return
 	}
 	// The answer waits for the increment to be committed.
@@ -276,10 +279,17 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 	s.persist(ctx, p)
 }
 
+// aheadQueue is how many increments may wait for the committer before
+// charges stop being answered ahead. Past it the committer is behind (it
+// writes up to 4,096 a batch, far more than arrive in one batch's time
+// unless the store is slow), and charges that wait for their commit are
+// what holds their callers back; answered ahead, nothing would.
+const aheadQueue = 512
+
 // answerAhead reports whether an allowed charge is answered as soon as it
 // is counted, its increment queued for the committer behind the answer.
 func (s *shardState) answerAhead() bool {
-	return s.ahead != nil && !s.failed.Load() && s.ahead.AnswerAhead()
+	return s.ahead != nil && !s.failed.Load() && s.commit.Queued() < aheadQueue && s.ahead.AnswerAhead()
 }
 
 // chargeLent stores a charge made from a slice another node's quota
@@ -301,13 +311,39 @@ func (s shard) chargeLent(ctx actor.Context, c *Charge, call charged) {
 	s.persist(ctx, pending{call: call, res: res, ent: s.lent, delta: d})
 }
 
-func (s shard) persist(ctx actor.Context, p pending) {
+// errQueueFull answers a charge whose increment found the committer's
+// queue full.
+var errQueueFull = fmt.Errorf("%w: the usage committer's queue is full (the store has stalled)", ErrUnavailable)
+
+// persist queues p for the committer and reports whether it did. A full
+// queue (the store has stalled for a while: 16,384 increments wait) refuses
+// p at once instead of blocking, because the shard may be running on a
+// caller's goroutine (actors.InlineRuns), whose deadline could not fire
+// while it blocked: p is undone in memory and p.call hears ErrUnavailable.
+func (s shard) persist(ctx actor.Context, p pending) bool {
 	if s.commit == nil {
-		return
+		return true
 	}
 	p.shard = ctx.Self()
 	p.ent.inflight.Add(1)
-	s.commit.Add(p)
+	if s.commit.TryAdd(p) {
+		return true
+	}
+	p.ent.inflight.Add(-1)
+	undo(&p)
+	if p.call != nil {
+		p.call.Charged(ChargeResult{}, errQueueFull)
+	}
+	return false
+}
+
+// undo takes back in memory what p's delta did: the counts, the hourly
+// request a charge used, or the one a refund gave back.
+func undo(p *pending) {
+	p.ent.rollback(&p.delta, p.bucket, p.hourly, p.wstart)
+	if w := &p.ent.hour[p.bucket&1]; p.unhour && w.start.Equal(p.wstart) {
+		w.n++
+	}
 }
 
 // account returns the account's state with its month rolled to MonthOf(now),
