@@ -101,13 +101,14 @@ func Named(name string) ShardOption { return func(s *Shards) { s.name = name } }
 // must not take a lock a sender holds while sending, nor wait on a goroutine
 // that sends to it (see HoldInline for the exceptions). It pays where the
 // run is short and ends the sender's wait: the per-address limiter, the
-// event and history shards, and the quota shards while they answer charges
-// ahead of their commit (quota.AheadStore) use it, so that a live
-// evaluation that finds them idle runs on its handler's goroutine from
-// the limiter to its answer. Each alone saved nothing: while the charge
-// waited for the group committer, the chain parked and woke on another
-// goroutine anyway (BENCHMARKS.md, "Session of 2026-11-26" and "Fourth
-// session of 2026-11-27").
+// event and history shards, and the quota shards on a store that answers
+// charges ahead of their commit (Interval mode, quota.AheadStore) use it,
+// so that a live evaluation that finds them idle runs on its handler's
+// goroutine from the limiter to its answer. Each alone saved nothing:
+// while the charge waited for the group committer, the chain parked and
+// woke on another goroutine anyway (BENCHMARKS.md, "Session of
+// 2026-11-26" and "Fifth session of 2026-11-27"). A shard run inline must
+// not block on a full queue either (quota's persist uses TryAdd).
 func InlineRuns() ShardOption { return func(s *Shards) { s.inline = true } }
 
 // OnRestart sets fn to run before a shard's actor is produced again after a
