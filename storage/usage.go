@@ -192,8 +192,9 @@ func (d *DB) ApplyUsage(deltas []UsageDelta) error {
 	if len(months) == 0 && len(totals) == 0 {
 		return nil
 	}
-	// One committer calls ApplyUsage at a time (quota's), so a plain store
-	// marks this call's start for AnswerAhead.
+	// Only quota's one committer calls ApplyUsage, never two at once, so
+	// a plain Store (no compare-and-swap) marks this call's start for
+	// AnswerAhead.
 	d.usageSince.Store(d.clock())
 	defer d.usageSince.Store(0)
 	b := d.newBatch()

@@ -16,11 +16,14 @@ import (
 // chain is a counted call's actor work as one message that visits the
 // actors in turn and answers its caller once: the per-address limiters Admit
 // left for it (iplimit), the charge (quota, answered once counted or once
-// its increment is committed, as the store's durability allows), then for a visitor check the device event (events) and the
-// customer's history (devicehist). Each actor hands the chain to the next
-// from its own goroutine; the caller sends it once and waits once (run), so
-// a live evaluation costs one blocking round trip, not four, and no
-// goroutine or future per request.
+// its increment is committed, as the store's durability allows), then for
+// a visitor check the device event (events) and the customer's history
+// (devicehist). Each actor hands the chain to the next from the goroutine
+// it runs on (its worker's, or the sender's when it found the shard idle:
+// actors.InlineRuns); the caller sends it once and waits once (run), so a
+// live evaluation costs at most one blocking round trip, not four — none
+// when every shard it visits runs inline — and no goroutine or future per
+// request.
 //
 // A refusal ends the chain where it happens: a call the limiter or the quota
 // refused resolves no event and records no device use. The facts fail open:

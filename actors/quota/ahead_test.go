@@ -72,6 +72,25 @@ func async(fn func()) (done chan struct{}) {
 	return done
 }
 
+// waitsForCommit checks that ch is answered only once its commit, held
+// meanwhile, goes through, and that it is then allowed.
+func waitsForCommit(t *testing.T, s *aheadStore, c *Client, ch Charge, why string) {
+	t.Helper()
+	release := s.hold()
+	defer release()
+	var res ChargeResult
+	var err error
+	charged := async(func() { res, err = c.Charge(ch) })
+	if returned(charged, 50*time.Millisecond) {
+		t.Fatalf("%s: answered before its commit: %+v %v", why, res, err)
+	}
+	release()
+	<-charged
+	if err != nil || !res.Allowed {
+		t.Fatalf("%s: after its commit: %+v %v", why, res, err)
+	}
+}
+
 func returned(done chan struct{}, within time.Duration) bool {
 	select {
 	case <-done:
@@ -117,16 +136,7 @@ func TestChargeAnsweredAhead(t *testing.T) {
 
 	// The store says no (Strict, or a late sync): the answer waits.
 	s.ahead.Store(false)
-	release = s.hold()
-	charged := async(func() { res, err = c.Charge(ch) })
-	if returned(charged, 50*time.Millisecond) {
-		t.Fatalf("answered ahead although the store said no: %+v %v", res, err)
-	}
-	release()
-	<-charged
-	if err != nil || !res.Allowed {
-		t.Fatalf("charge after its commit: %+v %v", res, err)
-	}
+	waitsForCommit(t, s, c, ch, "the store said no")
 	if cnt, _, err := s.LoadUsage("a", storage.MonthOf(t0)); err != nil || cnt.Used != 2 {
 		t.Fatalf("stored when answered: %+v %v", cnt, err)
 	}
@@ -164,20 +174,11 @@ func TestChargeAheadStoreFailure(t *testing.T) {
 	}
 
 	s.fail.Store(false)
+	waitsForCommit(t, s, c, ch, "right after a failed group")
 	release := s.hold()
+	defer release()
 	var res ChargeResult
 	var err error
-	charged := async(func() { res, err = c.Charge(ch) })
-	if returned(charged, 50*time.Millisecond) {
-		t.Fatalf("answered ahead right after a failed group: %+v %v", res, err)
-	}
-	release()
-	<-charged
-	if err != nil || !res.Allowed {
-		t.Fatalf("charge once the store takes writes: %+v %v", res, err)
-	}
-	release = s.hold()
-	defer release()
 	if !returned(async(func() { res, err = c.Charge(ch) }), 5*time.Second) || err != nil || !res.Allowed {
 		t.Fatalf("not answered ahead after a group succeeded: %+v %v", res, err)
 	}
@@ -226,20 +227,7 @@ func TestStrictNeverAnswersAhead(t *testing.T) {
 	s.ahead.Store(true)
 	c := New(quietSystem().Root, Config{Shards: 1, Store: s})
 	defer c.Stop()
-	release := s.hold()
-	defer release()
-	var res ChargeResult
-	charged := async(func() {
-		res, err = c.Charge(Charge{Account: "a", Limits: custom(10, 100), Hourly: true, Monthly: true, Total: true, Now: t0})
-	})
-	if returned(charged, 50*time.Millisecond) {
-		t.Fatalf("a strict store's charge was answered before its commit: %+v %v", res, err)
-	}
-	release()
-	<-charged
-	if err != nil || !res.Allowed {
-		t.Fatalf("after the commit: %+v %v", res, err)
-	}
+	waitsForCommit(t, s, c, Charge{Account: "a", Limits: custom(10, 100), Hourly: true, Monthly: true, Total: true, Now: t0}, "strict")
 }
 
 // TestDailyAfterStop: Daily after Stop answers an error; it must not wait
