@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"runtime"
@@ -217,4 +218,81 @@ func TestGroupCommitterBarrier(t *testing.T) {
 	if err := g.Barrier(time.Second); err != nil {
 		t.Fatalf("barrier on an idle committer: %v", err)
 	}
+}
+
+// TestGroupCommitterLinger: lazy items wait for a barrier, an item
+// somebody waits on, LingerItems or the linger's end, and go as one group;
+// Close commits what lingers.
+func TestGroupCommitterLinger(t *testing.T) {
+	groups := make(chan []int, 16)
+	newG := func(linger time.Duration) *GroupCommitter[int] {
+		return NewGroupCommitter(GroupConfig{Linger: linger, LingerItems: 4}, func(items []int) error {
+			groups <- append([]int(nil), items...)
+			return nil
+		}, func([]int, error) {})
+	}
+	none := func(why string) {
+		t.Helper()
+		select {
+		case got := <-groups:
+			t.Fatalf("%s: a group went early: %v", why, got)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	want := func(why string, items ...int) {
+		t.Helper()
+		select {
+		case got := <-groups:
+			if fmt.Sprint(got) != fmt.Sprint(items) {
+				t.Fatalf("%s: group %v; want %v", why, got, items)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no group; want %v", why, items)
+		}
+	}
+	g := newG(time.Hour)
+	for i := 1; i <= 3; i++ {
+		g.TryAddLazy(i)
+	}
+	none("three lazy items")
+	if err := g.Barrier(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want("a barrier", 1, 2, 3)
+
+	g.TryAddLazy(4)
+	none("a lazy item after a barrier")
+	g.TryAdd(5) // somebody waits on it
+	want("an item somebody waits on", 4, 5)
+
+	// LingerItems queued end the linger (however the five split).
+	var got []int
+	for i := 6; i <= 10; i++ {
+		g.TryAddLazy(i)
+	}
+	for len(got) < 5 {
+		select {
+		case gr := <-groups:
+			got = append(got, gr...)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d lazy items, LingerItems 4: committed %v", 5, got)
+		}
+	}
+	if fmt.Sprint(got) != "[6 7 8 9 10]" {
+		t.Fatalf("lazy items committed as %v", got)
+	}
+
+	g.Close()
+
+	// A fresh committer: the last step may have left a kick.
+	g = newG(time.Hour)
+	g.TryAddLazy(11)
+	none("one lazy item")
+	g.Close()
+	want("Close", 11)
+
+	short := newG(20 * time.Millisecond)
+	defer short.Close()
+	short.TryAddLazy(1)
+	want("the linger's end", 1)
 }

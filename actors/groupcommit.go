@@ -15,6 +15,13 @@ import (
 // the items per batch grow with the offered rate and an idle system still
 // commits a lone item at once (no timer, no added latency). Being one
 // goroutine, it also keeps one sender's writes in the order they were added.
+//
+// With GroupConfig.Linger, a group whose first item nobody waits on (added
+// with AddLazy or TryAddLazy) waits to grow instead: until an item somebody
+// waits on or a barrier arrives, LingerItems are queued, or Linger has
+// passed. A store that syncs on a timer anyway (storage.Interval) then
+// takes one batch per sync instead of one per scheduler pass; the lazy
+// items' owner keeps its crash bound by taking a Barrier before each sync.
 type GroupCommitter[T any] struct {
 	in    chan queued[T]
 	apply func([]T) error
@@ -22,6 +29,13 @@ type GroupCommitter[T any] struct {
 	max   int
 	wg    sync.WaitGroup
 	once  sync.Once
+
+	linger      time.Duration
+	lingerItems int
+	// kick ends a linger: an item somebody waits on, a barrier, a full
+	// linger or Close. A kick left over from an item an earlier group took
+	// only ends the next linger early.
+	kick chan struct{}
 
 	groups atomic.Uint64
 	items  atomic.Uint64
@@ -31,6 +45,13 @@ type GroupCommitter[T any] struct {
 type GroupConfig struct {
 	Queue    int // channel capacity; Add blocks (back-pressure) when full. 0 = 16384
 	MaxGroup int // most items per Apply. 0 = 4096
+	// Linger is the longest a group of lazy items waits to grow (0: no
+	// group waits; a user that picks a linger itself when 0, as the quota
+	// does, takes a negative value for none).
+	Linger time.Duration
+	// LingerItems ends a linger once that many items are queued. 0 =
+	// MaxGroup.
+	LingerItems int
 }
 
 // queued is an item, or a barrier (closed once everything queued before it
@@ -38,6 +59,7 @@ type GroupConfig struct {
 type queued[T any] struct {
 	item    T
 	barrier chan struct{}
+	lazy    bool // nobody waits on it: its group may linger
 }
 
 // NewGroupCommitter starts the committing goroutine. apply writes a group and
@@ -51,13 +73,23 @@ func NewGroupCommitter[T any](cfg GroupConfig, apply func([]T) error, done func(
 		cfg.MaxGroup = 4096
 	}
 	g := &GroupCommitter[T]{in: make(chan queued[T], cfg.Queue), apply: apply, done: done, max: cfg.MaxGroup}
+	if cfg.Linger > 0 {
+		g.linger, g.lingerItems = cfg.Linger, cfg.LingerItems
+		if g.lingerItems <= 0 || g.lingerItems > cfg.MaxGroup {
+			g.lingerItems = cfg.MaxGroup
+		}
+		g.kick = make(chan struct{}, 1)
+	}
 	g.wg.Add(1)
 	go g.run()
 	return g
 }
 
 // Add queues an item. It must not be called after Close.
-func (g *GroupCommitter[T]) Add(item T) { g.in <- queued[T]{item: item} }
+func (g *GroupCommitter[T]) Add(item T) {
+	g.in <- queued[T]{item: item}
+	g.wake()
+}
 
 // TryAdd queues an item unless the queue is full, and reports whether it
 // did. A sender that may run on a caller's goroutine (actors.InlineRuns)
@@ -66,9 +98,35 @@ func (g *GroupCommitter[T]) Add(item T) { g.in <- queued[T]{item: item} }
 func (g *GroupCommitter[T]) TryAdd(item T) bool {
 	select {
 	case g.in <- queued[T]{item: item}:
+		g.wake()
 		return true
 	default:
 		return false
+	}
+}
+
+// TryAddLazy is TryAdd for an item nobody waits on: with a Linger, its
+// group may wait to grow (see GroupCommitter).
+func (g *GroupCommitter[T]) TryAddLazy(item T) bool {
+	select {
+	case g.in <- queued[T]{item: item, lazy: true}:
+		if g.kick != nil && len(g.in) >= g.lingerItems {
+			g.wake()
+		}
+		return true
+	default:
+		return false
+	}
+}
+
+// wake ends a linger under way, if any (a kick costs a non-blocking send).
+func (g *GroupCommitter[T]) wake() {
+	if g.kick == nil {
+		return
+	}
+	select {
+	case g.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -85,6 +143,7 @@ func (g *GroupCommitter[T]) Barrier(wait time.Duration) error {
 	ch := make(chan struct{})
 	select {
 	case g.in <- queued[T]{barrier: ch}:
+		g.wake()
 	case <-t.C:
 		return ErrTimeout
 	}
@@ -98,7 +157,10 @@ func (g *GroupCommitter[T]) Barrier(wait time.Duration) error {
 
 // Close commits everything queued and stops the goroutine, waiting for it.
 func (g *GroupCommitter[T]) Close() {
-	g.once.Do(func() { close(g.in) })
+	g.once.Do(func() {
+		close(g.in)
+		g.wake()
+	})
 	g.wg.Wait()
 }
 
@@ -111,6 +173,11 @@ func (g *GroupCommitter[T]) run() {
 	defer g.wg.Done()
 	buf := make([]T, 0, 64)
 	var zero T
+	var linger *time.Timer
+	if g.kick != nil {
+		linger = time.NewTimer(time.Hour)
+		linger.Stop()
+	}
 	for {
 		q, ok := <-g.in
 		if !ok {
@@ -121,7 +188,17 @@ func (g *GroupCommitter[T]) run() {
 			continue
 		}
 		buf = append(buf[:0], q.item)
-		if len(g.in) == 0 {
+		if q.lazy && linger != nil && len(g.in) < g.lingerItems {
+			// The queue fills while this goroutine sleeps: the senders
+			// wake it only for an item somebody waits on, a barrier, a
+			// full linger or Close, so a lazy item costs no wake-up.
+			linger.Reset(g.linger)
+			select {
+			case <-g.kick:
+			case <-linger.C:
+			}
+			linger.Stop()
+		} else if len(g.in) == 0 {
 			// Let the senders that are ready to run add theirs first: under
 			// load this grows the group at the cost of one scheduler pass;
 			// on an idle system nobody else is runnable and it returns at once.

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -190,7 +191,8 @@ func TestChargeAheadStoreFailure(t *testing.T) {
 // deadline could not fire.
 func TestChargeQueueFull(t *testing.T) {
 	s := newAheadStore(t)
-	c := New(quietSystem().Root, Config{Shards: 1, Store: s, Group: actors.GroupConfig{Queue: 1}})
+	// No linger: the first charge's commit is the stuck one.
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s, Group: actors.GroupConfig{Queue: 1, Linger: -1}})
 	defer c.Stop()
 	l := custom(10, 100)
 	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
@@ -251,7 +253,8 @@ func TestDailyAfterStop(t *testing.T) {
 // held back instead of filling the queue.
 func TestChargeAheadHeldBack(t *testing.T) {
 	s := newAheadStore(t)
-	c := New(quietSystem().Root, Config{Shards: 1, Store: s})
+	// No linger: the first charge's commit is the stuck one.
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s, Group: actors.GroupConfig{Linger: -1}})
 	defer c.Stop()
 	ch := Charge{Account: "a", Limits: custom(-1, -1), Monthly: true, Total: true, Now: t0}
 	release := s.hold()
@@ -281,5 +284,51 @@ func TestChargeAheadHeldBack(t *testing.T) {
 	<-charged
 	if err != nil || !res.Allowed {
 		t.Fatalf("after the commit: %+v %v", res, err)
+	}
+}
+
+// TestChargesAheadWaitForTheSync: the increments of charges answered ahead
+// linger in the committer until the group sync's barrier takes them, as
+// one batch; a charge whose caller waits for its commit takes the group
+// with it at once.
+func TestChargesAheadWaitForTheSync(t *testing.T) {
+	s := newAheadStore(t) // its group sync runs only when asked (Sync)
+	c := New(quietSystem().Root, Config{Shards: 2, Store: s})
+	defer c.Stop()
+	l := custom(100, 1000)
+	for i := range 10 {
+		ch := Charge{Account: fmt.Sprint("a", i%2), Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+		if res, err := c.Charge(ch); err != nil || !res.Allowed {
+			t.Fatalf("charge %d: %+v %v", i, res, err)
+		}
+	}
+	before := s.WriteStats().Commits
+	time.Sleep(50 * time.Millisecond)
+	if n := s.WriteStats().Commits - before; n != 0 {
+		t.Fatalf("%d commits before the sync; the increments should linger", n)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.WriteStats().Commits - before; n != 1 {
+		t.Fatalf("the sync took %d commits; want the ten increments as one", n)
+	}
+	for _, a := range []string{"a0", "a1"} {
+		if cnt, _, err := s.LoadUsage(a, storage.MonthOf(t0)); err != nil || cnt.Used != 5 {
+			t.Fatalf("%s stored after the sync: %+v %v", a, cnt, err)
+		}
+	}
+
+	// A lingering increment goes with the next charge that waits.
+	ch := Charge{Account: "a0", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+	if _, err := c.Charge(ch); err != nil {
+		t.Fatal(err)
+	}
+	s.ahead.Store(false)
+	if !returned(async(func() { _, _ = c.Charge(ch) }), 5*time.Second) {
+		t.Fatal("a charge that waits for its commit waited for the sync")
+	}
+	if cnt, _, err := s.LoadUsage("a0", storage.MonthOf(t0)); err != nil || cnt.Used != 7 {
+		t.Fatalf("stored with the waiting charge: %+v %v", cnt, err)
 	}
 }

@@ -97,12 +97,20 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		store:     cfg.Store,
 	}
 	failed := new(atomic.Bool)
-	if cfg.Store != nil {
-		c.commit = newCommitter(root, cfg.Store, cfg.Group, cfg.Logger, failed)
-	}
 	ahead, _ := cfg.Store.(AheadStore)
 	if ahead != nil && ahead.Durability() != storage.Interval {
 		ahead = nil
+	}
+	if cfg.Store != nil {
+		group := cfg.Group
+		if ahead != nil && group.Linger == 0 {
+			// The increments nobody waits on (answered ahead, refusals)
+			// wait for the group sync's barrier (beforeSync), so the store
+			// takes one batch per sync, not one per scheduler pass; their
+			// crash bound is the sync's either way.
+			group.Linger, group.LingerItems = ahead.SyncInterval(), lingerItems
+		}
+		c.commit = newCommitter(root, cfg.Store, group, cfg.Logger, failed)
 	}
 	var warn func(Warning)
 	if cfg.Notifier != nil {

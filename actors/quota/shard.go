@@ -65,6 +65,7 @@ type AheadStore interface {
 	Durability() storage.Durability
 	AnswerAhead() bool
 	OnSync(fn func()) (remove func())
+	SyncInterval() time.Duration
 }
 
 type (
@@ -286,6 +287,10 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 // what holds their callers back; answered ahead, nothing would.
 const aheadQueue = 512
 
+// lingerItems ends a linger of the committer (GroupConfig.LingerItems)
+// well before aheadQueue, so that a linger never holds charges back.
+const lingerItems = aheadQueue / 2
+
 // answerAhead reports whether an allowed charge is answered as soon as it
 // is counted, its increment queued for the committer behind the answer.
 func (s *shardState) answerAhead() bool {
@@ -326,7 +331,11 @@ func (s shard) persist(ctx actor.Context, p pending) bool {
 	}
 	p.shard = ctx.Self()
 	p.ent.inflight.Add(1)
-	if s.commit.TryAdd(p) {
+	add := s.commit.TryAdd
+	if p.call == nil {
+		add = s.commit.TryAddLazy // nobody waits on it: it may linger
+	}
+	if add(p) {
 		return true
 	}
 	p.ent.inflight.Add(-1)
