@@ -34,16 +34,20 @@
 // writes everything queued meanwhile as one batch. What a charge's answer
 // waits for is the store's Durability:
 //   - Interval (the default): nothing. The shard counts the charge, queues
-//     its delta and answers; the committer writes it without a sync, and
-//     the store's group sync makes it durable within Options.SyncInterval
-//     (10 ms). Before each group sync the quota waits for its committer to
-//     store what is queued (AheadStore's OnSync), so the sync covers every
-//     charge acknowledged before it began: a crash (kill -9, power loss)
-//     loses at most the charges acknowledged in the last interval, nothing
-//     older. Waiting for the commit itself would buy nothing against a
-//     crash — a commit without a sync leaves the delta in Pebble's WAL
-//     buffer, in this process's memory — and it cost every counted call a
-//     round trip through the committer's goroutine. While the store falls
+//     its delta and answers. The delta lingers in the committer's queue
+//     (GroupConfig.Linger) until the store's group sync, every
+//     Options.SyncInterval (10 ms), asks for it: before each sync the quota
+//     has its committer store what is queued, as one batch without a sync
+//     (AheadStore's OnSync), so the sync covers every charge acknowledged
+//     before it began: a crash (kill -9, power loss) loses at most the
+//     charges acknowledged in the last interval, nothing older. Waiting for
+//     the commit itself would buy nothing against a crash — a commit
+//     without a sync leaves the delta in Pebble's WAL buffer, in this
+//     process's memory — and it cost every counted call a round trip
+//     through the committer's goroutine; committing each scheduler pass's
+//     group as it formed cost a Pebble commit per five charges, where one
+//     per sync does. A charge that waits for its commit (below), or
+//     lingerItems deltas queued, end the linger at once. While the store falls
 //     behind (a late sync, a hanging commit: storage.DB.AnswerAhead) or
 //     after a failed batch, charges wait for their commit. So do a cluster
 //     node's (its SharedStore is no AheadStore): members read each other's
