@@ -147,6 +147,7 @@ type pipe struct {
 	queue  []pipeWait    // handed to the pipe, not yet sent
 	cur    *pipeStream   // nil until opened, and after it broke or said bye
 	byes   []*pipeStream // said bye: the sender closes their side
+	ending []*pipeStream // said bye and not ended: calls may still await answers there
 	plain  time.Time     // unary calls until then (the peer has no Pipe)
 	done   chan struct{} // closed when the sender has returned
 
@@ -271,6 +272,9 @@ func (p *pipe) forget(id uint64) {
 	}
 	if p.cur != nil {
 		delete(p.cur.pending, id)
+	}
+	for _, st := range p.ending {
+		delete(st.pending, id) // ids are the pipe's: at most one stream has it
 	}
 }
 
@@ -432,6 +436,7 @@ func (p *pipe) receive(st *pipeStream) {
 				p.cur = nil
 			}
 			p.byes = append(p.byes, st)
+			p.ending = append(p.ending, st)
 		}
 		p.mu.Unlock()
 		if f.GetBye() {
@@ -457,6 +462,12 @@ func (p *pipe) breakStream(st *pipeStream, err error) {
 	st.broken = true
 	if p.cur == st {
 		p.cur = nil
+	}
+	for i, e := range p.ending {
+		if e == st {
+			p.ending = append(p.ending[:i], p.ending[i+1:]...)
+			break
+		}
 	}
 	pending := st.pending
 	st.pending = nil

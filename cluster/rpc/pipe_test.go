@@ -395,6 +395,54 @@ func TestPipeDrain(t *testing.T) {
 	}
 }
 
+// TestPipeForgetAfterBye: a call whose caller stops waiting after its
+// member said bye leaves nothing pending on that stream, which lives on
+// until the member ends it.
+func TestPipeForgetAfterBye(t *testing.T) {
+	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	n := newStallNode(s)
+	g, addr := serveStoppable(t, n)
+	cli := pipeTo(t, addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cli.Charge(ctx, chargeMsg(&uncapped, 7))
+		errc <- err
+	}()
+	<-n.in
+	cli.p.mu.Lock()
+	st := cli.p.cur
+	cli.p.mu.Unlock()
+	s.Drain()
+	go g.GracefulStop()
+	defer close(n.gate)
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		cli.p.mu.Lock()
+		bye := st.bye
+		cli.p.mu.Unlock()
+		if bye {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no bye reached the caller")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; status.Code(err) != codes.Canceled {
+		t.Fatalf("the call its caller gave up: %v", err)
+	}
+	cli.p.mu.Lock()
+	pending, broken := len(st.pending), st.broken
+	cli.p.mu.Unlock()
+	if broken {
+		t.Fatal("the stream ended before the test could look (the member's bye wait is 5 s)")
+	}
+	if pending != 0 {
+		t.Fatalf("%d calls left pending on the stream after bye", pending)
+	}
+}
+
 // TestPipeLargeCalls: calls too large to share one frame (a Collect
 // carries its event) are split over frames the member can read, and each
 // is answered.
