@@ -296,3 +296,48 @@ func TestGroupCommitterLinger(t *testing.T) {
 	short.TryAddLazy(1)
 	want("the linger's end", 1)
 }
+
+// TestGroupCommitterLingerAfterBarrier: a linger's kick may stand for
+// several items (the slot holds one); when its gather stops at a barrier,
+// an item somebody waits on queued behind the barrier and a lazy item is
+// committed at once, not after the next group's linger.
+func TestGroupCommitterLingerAfterBarrier(t *testing.T) {
+	groups := make(chan []int, 16)
+	gate := make(chan struct{})
+	g := NewGroupCommitter(GroupConfig{Linger: time.Hour, LingerItems: 100}, func(items []int) error {
+		if items[0] == 0 {
+			<-gate // the first group holds the committer while the rest queue
+		}
+		groups <- append([]int(nil), items...)
+		return nil
+	}, func([]int, error) {})
+	defer g.Close()
+	g.TryAdd(0)
+	for g.Queued() != 0 { // the committer took 0 and waits at the gate
+		time.Sleep(time.Millisecond)
+	}
+	g.TryAddLazy(1)
+	barrier := make(chan error, 1)
+	go func() { barrier <- g.Barrier(10 * time.Second) }()
+	for g.Queued() != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	g.TryAddLazy(2)
+	g.TryAdd(3) // somebody waits on it; its kick finds the slot full
+	close(gate)
+	var got []int
+	for len(got) < 4 {
+		select {
+		case gr := <-groups:
+			got = append(got, gr...)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("committed %v; the item somebody waits on lingers behind a lazy one", got)
+		}
+	}
+	if fmt.Sprint(got) != "[0 1 2 3]" {
+		t.Fatalf("committed %v", got)
+	}
+	if err := <-barrier; err != nil {
+		t.Fatal(err)
+	}
+}

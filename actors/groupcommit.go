@@ -13,15 +13,16 @@ import (
 // then to Done, which releases whoever waits for those items. While one Apply
 // runs (and syncs, for a strict store), the next group gathers, so under load
 // the items per batch grow with the offered rate and an idle system still
-// commits a lone item at once (no timer, no added latency). Being one
-// goroutine, it also keeps one sender's writes in the order they were added.
+// commits a lone item at once (no timer, no added latency, unless it
+// lingers: below). Being one goroutine, it also keeps one sender's writes in
+// the order they were added.
 //
 // With GroupConfig.Linger, a group whose first item nobody waits on (added
-// with AddLazy or TryAddLazy) waits to grow instead: until an item somebody
-// waits on or a barrier arrives, LingerItems are queued, or Linger has
-// passed. A store that syncs on a timer anyway (storage.Interval) then
-// takes one batch per sync instead of one per scheduler pass; the lazy
-// items' owner keeps its crash bound by taking a Barrier before each sync.
+// with TryAddLazy) waits to grow instead: until an item somebody waits on
+// or a barrier is queued, LingerItems are queued, or Linger has passed. A
+// store that syncs on a timer anyway (storage.Interval) then takes about
+// one batch per sync instead of one per scheduler pass; the lazy items'
+// owner keeps its crash bound by taking a Barrier before each sync.
 type GroupCommitter[T any] struct {
 	in    chan queued[T]
 	apply func([]T) error
@@ -33,8 +34,11 @@ type GroupCommitter[T any] struct {
 	linger      time.Duration
 	lingerItems int
 	// kick ends a linger: an item somebody waits on, a barrier, a full
-	// linger or Close. A kick left over from an item an earlier group took
-	// only ends the next linger early.
+	// linger or Close. One kick may stand for several of them (the slot
+	// holds one): the committer does not linger while a gather it ended
+	// early left items queued, so none of those waits behind a lazy one. A
+	// kick left over from an item an earlier group took only ends the next
+	// linger early.
 	kick chan struct{}
 
 	groups atomic.Uint64
@@ -178,6 +182,10 @@ func (g *GroupCommitter[T]) run() {
 		linger = time.NewTimer(time.Hour)
 		linger.Stop()
 	}
+	// more: the last gather stopped at a barrier or at MaxGroup with items
+	// still queued. Their kicks may have been spent on the linger that
+	// gathered it, so the next group must not linger on them.
+	more := false
 	for {
 		q, ok := <-g.in
 		if !ok {
@@ -188,7 +196,7 @@ func (g *GroupCommitter[T]) run() {
 			continue
 		}
 		buf = append(buf[:0], q.item)
-		if q.lazy && linger != nil && len(g.in) < g.lingerItems {
+		if q.lazy && linger != nil && !more && len(g.in) < g.lingerItems {
 			// The queue fills while this goroutine sleeps: the senders
 			// wake it only for an item somebody waits on, a barrier, a
 			// full linger or Close, so a lazy item costs no wake-up.
@@ -221,6 +229,7 @@ func (g *GroupCommitter[T]) run() {
 				break gather
 			}
 		}
+		more = (barrier != nil || len(buf) >= g.max) && len(g.in) > 0
 		err := g.apply(buf)
 		// done answers the waiting senders; a shard it sends to must not
 		// run on this goroutine, whose handler may Add here (a full queue

@@ -456,6 +456,14 @@ func (d *DB) catchUp() {
 	d.syncWAL()
 }
 
+// AnsweredAhead tells the store that a write was acknowledged before its
+// commit and waits in memory for the next group sync's hooks (OnSync): the
+// lag checks (AnswerAhead, catchUp) then count from the oldest such write,
+// as from an unsynced commit. Without it a write that lingers before its
+// commit would start the clock only once committed, so a stalled sync
+// would be noticed an interval later. One atomic load when already dirty.
+func (d *DB) AnsweredAhead() { d.markDirty() }
+
 // AnswerAhead reports whether a usage increment may be answered before
 // ApplyUsage has committed it: in Interval mode, while the store is healthy
 // and neither the group sync nor a usage commit under way is more than

@@ -211,6 +211,15 @@ func TestAnswerAhead(t *testing.T) {
 	if !db.AnswerAhead() {
 		t.Fatal("does not answer ahead once the sync caught up")
 	}
+	// A write answered ahead of its commit starts the lag clock as an
+	// unsynced commit does.
+	db.AnsweredAhead()
+	if db.dirtySince.Load() == 0 {
+		t.Fatal("a write answered ahead left the store clean")
+	}
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
 	// A usage commit that hangs.
 	db.usageSince.Store(late)
 	if db.AnswerAhead() {

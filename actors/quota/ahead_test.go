@@ -22,11 +22,19 @@ type aheadStore struct {
 	*storage.DB
 	ahead   atomic.Bool
 	fail    atomic.Bool
+	marked  atomic.Int64 // AnsweredAhead calls
 	held    atomic.Pointer[chan struct{}]
 	entered chan struct{} // a held ApplyUsage arrived at its gate
 }
 
 func (s *aheadStore) AnswerAhead() bool { return s.ahead.Load() }
+
+// AnsweredAhead counts the charges answered ahead (marked for the lag
+// checks) besides marking them.
+func (s *aheadStore) AnsweredAhead() {
+	s.marked.Add(1)
+	s.DB.AnsweredAhead()
+}
 
 func (s *aheadStore) ApplyUsage(d []storage.UsageDelta) error {
 	if g := s.held.Load(); g != nil {
@@ -302,6 +310,9 @@ func TestChargesAheadWaitForTheSync(t *testing.T) {
 			t.Fatalf("charge %d: %+v %v", i, res, err)
 		}
 	}
+	if n := s.marked.Load(); n != 10 {
+		t.Fatalf("%d charges marked as answered ahead; want 10 (the lag checks count from them)", n)
+	}
 	before := s.WriteStats().Commits
 	time.Sleep(50 * time.Millisecond)
 	if n := s.WriteStats().Commits - before; n != 0 {
@@ -325,8 +336,12 @@ func TestChargesAheadWaitForTheSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.ahead.Store(false)
+	before = s.WriteStats().Commits
 	if !returned(async(func() { _, _ = c.Charge(ch) }), 5*time.Second) {
 		t.Fatal("a charge that waits for its commit waited for the sync")
+	}
+	if n := s.WriteStats().Commits - before; n != 1 {
+		t.Fatalf("%d commits for the lingering increment and the waiting charge; want one batch", n)
 	}
 	if cnt, _, err := s.LoadUsage("a0", storage.MonthOf(t0)); err != nil || cnt.Used != 7 {
 		t.Fatalf("stored with the waiting charge: %+v %v", cnt, err)

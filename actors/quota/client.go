@@ -164,10 +164,13 @@ func New(root *actor.RootContext, cfg Config) *Client {
 }
 
 // Charge checks and charges one call in a single hop to the account's shard.
-// When the call counts toward the month or the totals, the answer comes only
-// after that increment is committed to the store (and durable as the store's
-// Durability says: at once, or within its sync interval). Any error means: answer 503
-// storage_unavailable (ErrUnavailable, ErrStopped, actors.ErrTimeout).
+// When the call counts toward the month or the totals, the answer comes once
+// the shard has counted it (Interval mode: the next group sync stores it),
+// or only after that increment is committed (synced too in Strict mode;
+// also while an Interval store falls behind, and on a cluster's
+// SharedStore: see the package doc).
+// Any error means: answer 503 storage_unavailable (ErrUnavailable,
+// ErrStopped, actors.ErrTimeout).
 func (c *Client) Charge(m Charge) (ChargeResult, error) {
 	if c.stopped.Load() {
 		return ChargeResult{}, ErrStopped

@@ -22,7 +22,8 @@ import (
 // store as a crash would lose it. failed stays set from a failed group to
 // the next that succeeds, and the charges made meanwhile wait for their
 // commit: a failing store loses the charges answered ahead until its
-// first failure is known (that group's, and those queued while it ran).
+// first failure is known (that group's, and those queued while it ran; a
+// lingering group is applied at the latest at the next group sync).
 func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, log *slog.Logger, failed *atomic.Bool) *actors.GroupCommitter[pending] {
 	var deltas []storage.UsageDelta
 	apply := func(ps []pending) error {

@@ -39,18 +39,23 @@
 //     Options.SyncInterval (10 ms), asks for it: before each sync the quota
 //     has its committer store what is queued, as one batch without a sync
 //     (AheadStore's OnSync), so the sync covers every charge acknowledged
-//     before it began: a crash (kill -9, power loss) loses at most the
-//     charges acknowledged in the last interval, nothing older. Waiting for
-//     the commit itself would buy nothing against a crash — a commit
-//     without a sync leaves the delta in Pebble's WAL buffer, in this
-//     process's memory — and it cost every counted call a round trip
-//     through the committer's goroutine; committing each scheduler pass's
-//     group as it formed cost a Pebble commit per five charges, where one
-//     per sync does. A charge that waits for its commit (below), or
-//     lingerItems deltas queued, end the linger at once. While the store falls
-//     behind (a late sync, a hanging commit: storage.DB.AnswerAhead) or
-//     after a failed batch, charges wait for their commit. So do a cluster
-//     node's (its SharedStore is no AheadStore): members read each other's
+//     before its hook ran: a crash (kill -9, power loss) loses at most the
+//     charges acknowledged in the last interval (plus the hook's and the
+//     sync's own time), nothing older. Waiting for the commit itself would
+//     buy nothing against a crash — a commit without a sync leaves the
+//     delta in Pebble's WAL buffer, in this process's memory — and it cost
+//     every counted call a round trip through the committer's goroutine;
+//     committing each scheduler pass's group as it formed cost a Pebble
+//     commit per five charges, where about one per sync does (more when
+//     over lingerItems deltas arrive in an interval). A charge that waits
+//     for its commit (below), a barrier (Daily, a shard's restart) or
+//     lingerItems deltas queued end the linger. Each charge answered ahead
+//     starts the store's lag clock (AheadStore.AnsweredAhead), so while
+//     the store falls behind (a late sync, a hanging commit:
+//     storage.DB.AnswerAhead) or after a failed batch, charges wait for
+//     their commit (a failing store is noticed when a batch fails, at the
+//     latest at the next sync). So do a cluster node's (its SharedStore is
+//     no AheadStore): members read each other's
 //     shares from their stores, where a queued increment is not yet.
 //   - Strict: the batch is synced before anyone is answered, so many
 //     charges share one fsync and a crash loses nothing acknowledged.

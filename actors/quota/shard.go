@@ -66,6 +66,9 @@ type AheadStore interface {
 	AnswerAhead() bool
 	OnSync(fn func()) (remove func())
 	SyncInterval() time.Duration
+	// AnsweredAhead records an increment answered before its commit (its
+	// lag counts from now).
+	AnsweredAhead()
 }
 
 type (
@@ -269,6 +272,7 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 		// after the answer (Daily, a barrier) finds the increment stored.
 		p.ahead = true
 		if s.persist(ctx, p) {
+			s.ahead.AnsweredAhead()
 			call.Charged(res, nil)
 		} else {
 			call.Charged(ChargeResult{}, errQueueFull)
