@@ -108,7 +108,8 @@ func Named(name string) ShardOption { return func(s *Shards) { s.name = name } }
 // while the charge waited for the group committer, the chain parked and
 // woke on another goroutine anyway (BENCHMARKS.md, "Session of
 // 2026-11-26" and "Fifth session of 2026-11-27"). A shard run inline must
-// not block on a full queue either (quota's persist uses TryAdd).
+// not block on a full queue either (quota's persist uses TryAdd and
+// TryAddLazy).
 func InlineRuns() ShardOption { return func(s *Shards) { s.inline = true } }
 
 // OnRestart sets fn to run before a shard's actor is produced again after a

@@ -54,9 +54,11 @@ type Store interface {
 // store) has every allowed charge wait for its commit.
 //
 // OnSync registers a hook to run before each of the store's group syncs:
-// the quota waits there for the committer to store what it has queued, so
-// the sync covers every charge acknowledged before it began and the crash
-// bound stays the sync interval's.
+// the quota has its committer store what it has queued (the increments
+// nobody waits on linger there until then), so the sync covers every
+// charge acknowledged before the hook ran and the crash bound stays the
+// sync interval's. SyncInterval bounds that linger; AnsweredAhead starts
+// the store's lag clock for an increment answered before its commit.
 //
 // Only a store opened in Interval mode (Durability) is used so; in Strict
 // mode every charge waits for its synced commit.
@@ -335,11 +337,13 @@ func (s shard) persist(ctx actor.Context, p pending) bool {
 	}
 	p.shard = ctx.Self()
 	p.ent.inflight.Add(1)
-	add := s.commit.TryAdd
+	var added bool
 	if p.call == nil {
-		add = s.commit.TryAddLazy // nobody waits on it: it may linger
+		added = s.commit.TryAddLazy(p) // nobody waits on it: it may linger
+	} else {
+		added = s.commit.TryAdd(p)
 	}
-	if add(p) {
+	if added {
 		return true
 	}
 	p.ent.inflight.Add(-1)
