@@ -173,6 +173,7 @@ type Service struct {
 
 	byKey sync.Map // [32]byte → binding; written only by the actor
 	byID  sync.Map // account id → *View; written only by the actor
+	keys  keyMemo  // hashes of keys that resolved; emptied on every binding change
 }
 
 // call is the one message kind: the actor runs the change, so every change
@@ -205,6 +206,7 @@ func Start(root *actor.RootContext, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, pepper: cfg.Master.Derive(secrets.LabelAPIKeyPepper), sealer: sealer,
 		calls: actors.NewCalls[func() (any, error), any](cfg.Timeout)}
 	s.hashes.New = func() any { return &hasher{h: hmac.New(sha256.New, s.pepper), in: make([]byte, 0, 96)} }
+	s.keys.forget()
 	err = cfg.DB.Accounts(func(a *storage.Account) error {
 		rules, err := cfg.DB.GetRules(a.ID)
 		if err != nil {
@@ -267,7 +269,10 @@ type Auth struct {
 // Authenticate resolves an API key at time now. The previous live key works
 // until its grace ends.
 func (s *Service) Authenticate(key string, now time.Time) (Auth, bool) {
-	h := s.HashKey(key)
+	h, memo, seen := s.keys.get(key)
+	if !memo {
+		h = s.HashKey(key)
+	}
 	b, ok := s.byKey.Load(h)
 	if !ok {
 		return Auth{}, false
@@ -294,6 +299,9 @@ func (s *Service) Authenticate(key string, now time.Time) (Auth, bool) {
 	if rec == nil || subtle.ConstantTimeCompare(rec.Hash[:], h[:]) != 1 {
 		return Auth{}, false
 	}
+	if !memo {
+		s.keys.remember(seen, key, h)
+	}
 	return Auth{View: v, Kind: bd.kind, Generation: rec.Generation}, true
 }
 
@@ -308,10 +316,18 @@ func (s *Service) Get(id string) *View {
 
 // ByPublishableKey finds the account of a publishable key, or nil.
 func (s *Service) ByPublishableKey(pk string) *View {
-	var out *View
 	// Publishable keys are looked up by hash like secret ones.
-	if b, ok := s.byKey.Load(s.HashKey(pk)); ok {
-		out = s.Get(b.(binding).accountID)
+	h, memo, seen := s.keys.get(pk)
+	if !memo {
+		h = s.HashKey(pk)
+	}
+	b, ok := s.byKey.Load(h)
+	if !ok {
+		return nil
+	}
+	out := s.Get(b.(binding).accountID)
+	if out != nil && !memo {
+		s.keys.remember(seen, pk, h)
 	}
 	return out
 }
@@ -351,6 +367,9 @@ func (s *Service) publish(a *storage.Account, rules []storage.Rule, pins []stora
 			}
 		}
 	}
+	// After the bindings changed: a request that read a binding now gone
+	// finds the memo replaced and does not remember its key.
+	s.keys.forget()
 	return v
 }
 
@@ -682,6 +701,7 @@ func sameRecords(v *View, r Records) bool {
 
 // unpublish removes an account and every key binding of it.
 func (s *Service) unpublish(v *View) {
+	defer s.keys.forget() // after the bindings went (see publish)
 	for _, k := range []*storage.KeyRecord{&v.Live, &v.Test, v.PrevLive} {
 		if k == nil {
 			continue
