@@ -316,6 +316,19 @@ func (c *Client) beforeSync() {
 	}
 }
 
+// Flush returns once every increment queued so far is committed (synced
+// too only in Strict mode), or with an error when that takes longer than
+// wait, or with ErrStopped after Stop. A cluster node calls it before it
+// reads its own share of an account from its store, since a charge
+// answered ahead of its commit is not there yet (cluster/rpc.SharedStore).
+// Without a store it returns nil at once.
+func (c *Client) Flush(wait time.Duration) error {
+	if c.commit == nil {
+		return nil
+	}
+	return c.stored(wait)
+}
+
 // stored returns once every increment queued so far is committed, or with
 // an error when that takes longer than wait, or with ErrStopped after Stop
 // (whose close of the committer stores what is queued).

@@ -319,7 +319,22 @@ func (s shard) chargeLent(ctx actor.Context, c *Charge, call charged) {
 	if s.lent == nil {
 		s.lent = &account{}
 	}
-	s.persist(ctx, pending{call: call, res: res, ent: s.lent, delta: d})
+	p := pending{res: res, ent: s.lent, delta: d}
+	if s.answerAhead() {
+		// As an owned account's charge: the share a reader loads holds it
+		// once committed, and every read of this node's share waits for
+		// that first (cluster/rpc.SharedStore).
+		p.ahead = true
+		if s.persist(ctx, p) {
+			s.ahead.AnsweredAhead()
+			call.Charged(res, nil)
+		} else {
+			call.Charged(ChargeResult{}, errQueueFull)
+		}
+		return
+	}
+	p.call = call
+	s.persist(ctx, p)
 }
 
 // errQueueFull answers a charge whose increment found the committer's

@@ -24,7 +24,7 @@ type DayStore interface {
 }
 
 // Days implements NodeServer: this node's own daily counts.
-func (s *Server) Days(_ context.Context, r *DaysRequest) (*DaysReply, error) {
+func (s *Server) Days(ctx context.Context, r *DaysRequest) (*DaysReply, error) {
 	first, last := storage.Day(r.GetFirst()), storage.Day(r.GetLast())
 	if r.GetVersion() == 0 || r.GetAccount() == "" || last < first || last-first >= maxDays {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: days of %q from %d to %d", errBadRequest, r.GetAccount(), first, last))
@@ -32,6 +32,9 @@ func (s *Server) Days(_ context.Context, r *DaysRequest) (*DaysReply, error) {
 	ds, ok := s.cfg.Shares.(DayStore)
 	if !ok {
 		return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no daily counts")
+	}
+	if err := s.flush(ctx); err != nil {
+		return nil, status.Error(codes.Unavailable, fmt.Sprintf("days of %q: %v", r.Account, err))
 	}
 	days, err := ds.DailyUsage(r.Account, first, last)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 // G-counter store, a routing client and a server: enough to charge, to
 // load another member's share and to refund.
 type shareNode struct {
+	db     *storage.DB
 	local  *quota.Client
 	q      *Quota
 	owners *fakeOwners
@@ -37,14 +38,22 @@ func startShareNode(t *testing.T, self, owner string) *shareNode {
 // handed over (nil: none), answered with its shares.
 func startShareNodeWith(t *testing.T, self, owner string, windows *HandedWindows) *shareNode {
 	t.Helper()
-	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
+	return startShareNodeOn(t, self, owner, windows, storage.Options{})
+}
+
+// startShareNodeOn is startShareNodeWith on a store opened with opts (an
+// in-memory file system).
+func startShareNodeOn(t *testing.T, self, owner string, windows *HandedWindows, opts storage.Options) *shareNode {
+	t.Helper()
+	opts.FS, opts.Logger = vfs.NewMem(), quietLog
+	db, err := storage.Open("d", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
 	shared := NewSharedStore(db, self, windows)
-	n := &shareNode{owners: &fakeOwners{self: self, owner: owner, token: 7, addrs: map[string]string{}}}
+	n := &shareNode{owners: &fakeOwners{self: self, owner: owner, token: 7, addrs: map[string]string{}}, db: db}
 	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
 	t.Cleanup(func() { n.local.Stop() })
 	if n.q, err = NewQuota(QuotaConfig{Local: n.local, Owners: n.owners, Timeout: 2 * time.Second, Logger: quietLog}); err != nil {
@@ -52,7 +61,9 @@ func startShareNodeWith(t *testing.T, self, owner string, windows *HandedWindows
 	}
 	t.Cleanup(n.q.Close)
 	shared.Attach(n.q)
-	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: db, Windows: windows, Discounts: n.q, Now: func() time.Time { return testNow }, Logger: quietLog})
+	shared.AttachFlush(n.local.Flush)
+	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: db, Windows: windows, Discounts: n.q, Now: func() time.Time { return testNow }, Logger: quietLog,
+		Flush: n.local.Flush})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,14 +268,63 @@ func TestCallBookReadsHolding(t *testing.T) {
 	}
 }
 
-// TestSharedStoreWaitsForCommits: a cluster's quota store never lets a
-// charge be answered ahead of its commit (quota.AheadStore). A member reads
-// its share of an account from its store (Server.Shares) for a new owner's
-// load; an increment still queued for its committer would be missing from
-// that share.
-func TestSharedStoreWaitsForCommits(t *testing.T) {
-	var s quota.Store = NewSharedStore(nil, "n1", nil)
-	if _, ok := s.(quota.AheadStore); ok {
-		t.Fatal("SharedStore is a quota.AheadStore: cluster charges would be answered before their increments are stored")
+// TestSharesHoldChargesAnsweredAhead: a member answers charges ahead of
+// their commit (the Interval mode; here nothing commits by itself, the
+// sync being an hour away), yet the share it answers a new owner's load
+// (Shares) and its daily counts (Days) hold every charge it acknowledged:
+// both wait for the queued increments first.
+func TestSharesHoldChargesAnsweredAhead(t *testing.T) {
+	opts := storage.Options{SyncInterval: time.Hour}
+	a := startShareNodeOn(t, "a", "a", nil, opts)
+	b := startShareNodeOn(t, "b", "a", nil, opts)
+	a.owners.addrs["b"] = b.addr
+	b.owners.addrs["a"] = a.addr
+	if _, ok := quota.Store(NewSharedStore(a.db, "a", nil)).(quota.AheadStore); !ok {
+		t.Fatal("SharedStore is no quota.AheadStore")
+	}
+	cli := NewNodeClient(dial(t, a.addr))
+	ctx := context.Background()
+	ch := quota.Charge{Account: "acct_1", Kind: quota.Evaluate, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(1000), nil, testNow, testNow)}
+	charge := func(id uint64) {
+		t.Helper()
+		m := chargeMsg(&ch, 7)
+		m.CallId = id
+		if rep, err := cli.Charge(ctx, m); err != nil || !rep.Allowed {
+			t.Fatalf("charge %d at a: %v %v", id, rep, err)
+		}
+	}
+	// The first charge loads the account, whose flush may leave the
+	// committer a wake-up that stores the next increment at once (see
+	// actors.GroupCommitter's kick); what follows stays queued.
+	charge(1)
+	if err := a.local.Flush(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	stored := func() int64 {
+		t.Helper()
+		c, _, err := a.db.LoadUsage(ch.Account, storage.MonthOf(testNow))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Used
+	}
+	charge(2)
+	base := stored()
+	charge(3)
+	charge(4)
+	charge(5)
+	// Answered ahead: none of the last three is in a's store yet.
+	if n := stored(); n != base || n > 2 {
+		t.Fatalf("a's store holds %d calls after the last three (%d before); they were not answered ahead", n, base)
+	}
+	days, err := cli.Days(ctx, &DaysRequest{Version: version, Account: ch.Account, First: uint32(storage.DayOf(testNow)), Last: uint32(storage.DayOf(testNow))})
+	if err != nil || len(days.Days) != 1 || days.Days[0].Used != 5 {
+		t.Fatalf("a's daily counts: %v %v; want 5 calls today", days, err)
+	}
+	charge(6)
+	u, err := b.local.Usage(quota.Usage{Account: ch.Account, Limits: ch.Limits, Now: testNow})
+	if err != nil || u.MonthUsed != 6 {
+		t.Fatalf("b loaded %d calls from a's share (err %v); want 6", u.MonthUsed, err)
 	}
 }

@@ -81,6 +81,11 @@ type ServerConfig struct {
 	// Leases are the slices of allowance this node holds (nil: none):
 	// Shares stops using an account's before it reads the share.
 	Leases Freezer
+	// Flush returns once the increments this node's quota actors queued
+	// so far are committed (quota.Client.Flush; nil: none is ever answered
+	// ahead of its commit). Shares and Days call it before they read the
+	// store, so a share holds every charge this node acknowledged.
+	Flush func(wait time.Duration) error
 	// Down is this node's own down list (nil: nothing), answered by Health.
 	Down func() []string
 	// Addrs are the per-address sums this node keeps as the owner of
@@ -314,6 +319,10 @@ func (s *Server) Shares(ctx context.Context, r *SharesRequest) (*SharesReply, er
 	if s.cfg.Leases != nil {
 		s.cfg.Leases.Freeze(ctx, r.Account)
 	}
+	// After the freeze: the charges made from the slices are queued now.
+	if err := s.flush(ctx); err != nil {
+		return nil, status.Error(codes.Unavailable, fmt.Sprintf("shares of %q: %v", r.Account, err))
+	}
 	rd := s.calls.beginRead(r.Account, r.GetFrom(), r.GetLoad(), m)
 	c, t, err := s.cfg.Shares.LoadUsage(r.Account, m)
 	if err != nil {
@@ -336,6 +345,26 @@ func (s *Server) Shares(ctx context.Context, r *SharesRequest) (*SharesReply, er
 		reply.Hour = windowMsgs(s.cfg.Windows.Get(r.Account, s.cfg.Now()))
 	}
 	return reply, nil
+}
+
+// maxFlush bounds a read's wait for this node's queued increments (within
+// the caller's deadline).
+const maxFlush = time.Second
+
+// flush has the increments this node's quota actors queued so far
+// committed before a read of its store (ServerConfig.Flush).
+func (s *Server) flush(ctx context.Context) error {
+	if s.cfg.Flush == nil {
+		return nil
+	}
+	wait := maxFlush
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d))
+	}
+	if err := s.cfg.Flush(wait); err != nil {
+		return fmt.Errorf("this node's queued increments: %w", err)
+	}
+	return nil
 }
 
 // Adopt implements NodeServer: a leaving member's shares, stored under

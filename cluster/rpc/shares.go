@@ -126,11 +126,20 @@ type LocalStore interface {
 // answer within the client's Timeout is left out, so the count errs
 // permissive until it returns (docs/cluster.md). The read blocks the
 // account's quota shard for that fan-out.
+//
+// In the Interval durability mode it is a quota.AheadStore, as the node's
+// own store is: a charge is answered once counted, its increment stored
+// by the next group sync. Every read of a share — this node's own, when
+// the quota actors load an account, and the one it answers the others
+// (Server.Shares, Server.Days) and hands over on leaving — first waits for
+// the increments queued so far to be committed (AttachFlush), so a share
+// read holds every charge this node acknowledged before the read.
 type SharedStore struct {
 	local   LocalStore
 	self    string
 	windows *HandedWindows
 	peers   atomic.Pointer[Quota]
+	flush   atomic.Pointer[func(time.Duration) error]
 	// loadBase+loads numbers the loads (quota.Loaded.Tag): a random base,
 	// so that a tag a member kept from before this process restarted
 	// names no load of this one.
@@ -158,6 +167,65 @@ func (s *SharedStore) nextLoad() uint64 {
 // before the routing client, which needs the quota client, exists).
 func (s *SharedStore) Attach(q *Quota) { s.peers.Store(q) }
 
+// AttachFlush sets fn, which returns once every increment the quota actors
+// queued so far is committed (quota.Client.Flush): a load reads this
+// node's share after it. Until it is set, a load reads what is committed.
+func (s *SharedStore) AttachFlush(fn func(wait time.Duration) error) { s.flush.Store(&fn) }
+
+// aheadLocal is a LocalStore that lets increments be answered ahead of
+// their commit (*storage.DB; see quota.AheadStore).
+type aheadLocal interface {
+	Durability() storage.Durability
+	AnswerAhead() bool
+	OnSync(fn func()) (remove func())
+	SyncInterval() time.Duration
+	AnsweredAhead()
+}
+
+// Durability implements quota.AheadStore: the node's store's mode; Strict
+// for a store that cannot answer ahead, which the quota actors never do
+// then.
+func (s *SharedStore) Durability() storage.Durability {
+	if a, ok := s.local.(aheadLocal); ok {
+		return a.Durability()
+	}
+	return storage.Strict
+}
+
+// AnswerAhead implements quota.AheadStore.
+func (s *SharedStore) AnswerAhead() bool {
+	a, ok := s.local.(aheadLocal)
+	return ok && a.AnswerAhead()
+}
+
+// OnSync implements quota.AheadStore.
+func (s *SharedStore) OnSync(fn func()) (remove func()) {
+	if a, ok := s.local.(aheadLocal); ok {
+		return a.OnSync(fn)
+	}
+	return func() {}
+}
+
+// SyncInterval implements quota.AheadStore.
+func (s *SharedStore) SyncInterval() time.Duration {
+	if a, ok := s.local.(aheadLocal); ok {
+		return a.SyncInterval()
+	}
+	return 0
+}
+
+// AnsweredAhead implements quota.AheadStore.
+func (s *SharedStore) AnsweredAhead() {
+	if a, ok := s.local.(aheadLocal); ok {
+		a.AnsweredAhead()
+	}
+}
+
+var _ quota.AheadStore = (*SharedStore)(nil)
+
+// loadFlushWait bounds a load's wait for this node's queued increments.
+const loadFlushWait = 2 * time.Second
+
 // ApplyUsage implements quota.Store: this node's share only.
 func (s *SharedStore) ApplyUsage(deltas []storage.UsageDelta) error {
 	return s.local.ApplyUsage(deltas)
@@ -179,6 +247,15 @@ func (s *SharedStore) LoadAccount(account string, m storage.Month, now time.Time
 
 func (s *SharedStore) load(account string, m storage.Month, now time.Time, tag uint64) (quota.Loaded, error) {
 	l := quota.Loaded{Tag: tag}
+	if f := s.flush.Load(); f != nil {
+		// This node's own share holds the increments answered ahead of
+		// their commit only once they are committed (a shard this node
+		// just claimed may have charged the account from a lent slice a
+		// moment ago).
+		if err := (*f)(loadFlushWait); err != nil {
+			return l, fmt.Errorf("cluster: this node's queued increments of %s: %w", account, err)
+		}
+	}
 	c, t, err := s.local.LoadUsage(account, m)
 	if err != nil {
 		return l, err

@@ -333,6 +333,10 @@ func (n *Node) Leave(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// handOverFlushWait bounds handOverShares' wait for the increments queued
+// before it.
+const handOverFlushWait = 5 * time.Second
+
 // handOverShares sends this node's counts of this month and the last (the
 // one a late charge may still belong to) and its lifetime totals, with
 // every share it adopted, to the other members.
@@ -340,6 +344,15 @@ func (n *Node) handOverShares(ctx context.Context) error {
 	q, db := n.rpc, n.shares
 	if q == nil || db == nil {
 		return nil // StartRPC never ran: nothing was charged
+	}
+	// The charges answered ahead of their commit (the Interval mode) are
+	// in the export only once committed. Leave runs before the quota
+	// actors stop, and the requests it drains may have charged a moment
+	// ago.
+	if local := n.quota.Load(); local != nil {
+		if err := local.Flush(handOverFlushWait); err != nil {
+			return fmt.Errorf("cluster: store this node's last increments before handing its shares over: %w", err)
+		}
 	}
 	now := n.now()
 	months := []storage.Month{storage.MonthOf(now), storage.MonthOf(storage.MonthOf(now).Start().Add(-time.Hour))}
