@@ -167,8 +167,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 // When the call counts toward the month or the totals, the answer comes once
 // the shard has counted it (Interval mode: the next group sync stores it),
 // or only after that increment is committed (synced too in Strict mode;
-// also while an Interval store falls behind, and on a cluster's
-// SharedStore: see the package doc).
+// also while an Interval store falls behind: see the package doc).
 // Any error means: answer 503 storage_unavailable (ErrUnavailable,
 // ErrStopped, actors.ErrTimeout).
 func (c *Client) Charge(m Charge) (ChargeResult, error) {

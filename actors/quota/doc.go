@@ -54,9 +54,11 @@
 //     the store falls behind (a late sync, a hanging commit:
 //     storage.DB.AnswerAhead) or after a failed batch, charges wait for
 //     their commit (a failing store is noticed when a batch fails, at the
-//     latest at the next sync). So do a cluster node's (its SharedStore is
-//     no AheadStore): members read each other's
-//     shares from their stores, where a queued increment is not yet.
+//     latest at the next sync). A cluster node's quota answers ahead too,
+//     charges made from another node's slice (Charge.Lent) included: its
+//     SharedStore reads the node's own share only after Flush, and so do
+//     the reads it answers the other members (cluster/rpc), since a queued
+//     increment is not in the store yet.
 //   - Strict: the batch is synced before anyone is answered, so many
 //     charges share one fsync and a crash loses nothing acknowledged.
 //

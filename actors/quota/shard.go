@@ -49,9 +49,10 @@ type Store interface {
 // AheadStore is a Store whose increments may be answered before they are
 // committed (storage.DB.AnswerAhead: Interval mode, on a healthy store that
 // keeps up), because a commit without a sync makes them no more durable
-// than the quota's own memory until the group sync. A Store without it (a
-// cluster's SharedStore, whose members read each other's shares from the
-// store) has every allowed charge wait for its commit.
+// than the quota's own memory until the group sync. A Store without it has
+// every allowed charge wait for its commit. A cluster node's SharedStore is
+// one, since every read of the node's share first waits for what the
+// committer has queued (Client.Flush).
 //
 // OnSync registers a hook to run before each of the store's group syncs:
 // the quota has its committer store what it has queued (the increments
