@@ -206,7 +206,6 @@ func Start(root *actor.RootContext, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, pepper: cfg.Master.Derive(secrets.LabelAPIKeyPepper), sealer: sealer,
 		calls: actors.NewCalls[func() (any, error), any](cfg.Timeout)}
 	s.hashes.New = func() any { return &hasher{h: hmac.New(sha256.New, s.pepper), in: make([]byte, 0, 96)} }
-	s.keys.forget()
 	err = cfg.DB.Accounts(func(a *storage.Account) error {
 		rules, err := cfg.DB.GetRules(a.ID)
 		if err != nil {

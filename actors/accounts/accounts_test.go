@@ -17,7 +17,7 @@ import (
 	"github.com/fraudd/fraudd/storage"
 )
 
-func start(t *testing.T, fs vfs.FS, clk clock.Clock) (*Service, *storage.DB) {
+func start(t testing.TB, fs vfs.FS, clk clock.Clock) (*Service, *storage.DB) {
 	t.Helper()
 	db, err := storage.Open("d", storage.Options{FS: fs})
 	if err != nil {

@@ -9,13 +9,7 @@ import (
 	"github.com/fraudd/fraudd/internal/clock"
 )
 
-func memoLen(s *Service) int {
-	m := s.keys.m.Load()
-	if m == nil {
-		return -1
-	}
-	return len(*m)
-}
+func memoLen(s *Service) int { return s.keys.len() }
 
 // TestKeyMemoRemembersResolvedKeysOnly: a key is remembered once it
 // resolved, under its own HMAC; keys that resolve to nothing never are.
@@ -102,18 +96,17 @@ func TestKeyMemoRotatedKeyStopsWorking(t *testing.T) {
 // binding changed is not remembered (it may be the key that was revoked).
 func TestKeyMemoRememberAfterChangeIsDropped(t *testing.T) {
 	var m keyMemo
-	m.forget()
-	_, ok, seen := m.get("k1")
+	_, ok, gen := m.get("k1")
 	if ok {
 		t.Fatal("empty memo hit")
 	}
 	m.forget() // a binding changed meanwhile
-	m.remember(seen, "k1", [32]byte{1})
+	m.remember(gen, "k1", [32]byte{1})
 	if _, ok, _ := m.get("k1"); ok {
 		t.Fatal("a key resolved across a change was remembered")
 	}
-	_, _, seen = m.get("k1")
-	m.remember(seen, "k1", [32]byte{1})
+	_, _, gen = m.get("k1")
+	m.remember(gen, "k1", [32]byte{1})
 	if h, ok, _ := m.get("k1"); !ok || h != [32]byte{1} {
 		t.Fatal("a key resolved with no change in between was not remembered")
 	}
@@ -122,12 +115,11 @@ func TestKeyMemoRememberAfterChangeIsDropped(t *testing.T) {
 // TestKeyMemoIsBounded: past keyMemoCap keys nothing more is remembered.
 func TestKeyMemoIsBounded(t *testing.T) {
 	var m keyMemo
-	m.forget()
 	for i := range keyMemoCap + 10 {
-		_, _, seen := m.get("")
-		m.remember(seen, fmt.Sprint(i), [32]byte{})
+		_, _, gen := m.get("")
+		m.remember(gen, fmt.Sprint(i), [32]byte{})
 	}
-	if n := len(*m.m.Load()); n != keyMemoCap {
+	if n := m.len(); n != keyMemoCap {
 		t.Fatalf("memo holds %d keys, cap %d", n, keyMemoCap)
 	}
 }
@@ -135,7 +127,8 @@ func TestKeyMemoIsBounded(t *testing.T) {
 // BenchmarkAuthenticate: a busy key's lookup (a memo hit after the first).
 func BenchmarkAuthenticate(b *testing.B) {
 	clk := clock.NewOffset()
-	s, _ := start(&testing.T{}, vfs.NewMem(), clk)
+	s, db := start(b, vfs.NewMem(), clk)
+	b.Cleanup(func() { s.Stop(); db.Close() })
 	c, err := s.Create(NewAccount{Email: "a@b.co", Plan: "free"})
 	if err != nil {
 		b.Fatal(err)

@@ -347,3 +347,37 @@ func TestChargesAheadWaitForTheSync(t *testing.T) {
 		t.Fatalf("stored with the waiting charge: %+v %v", cnt, err)
 	}
 }
+
+// TestLentChargeAnsweredAhead: a charge made from a slice another node
+// lent (Charge.Lent: no check, no account loaded) is answered ahead of its
+// commit like any other, and Flush returns once it is stored; without
+// AnswerAhead it waits for its commit.
+func TestLentChargeAnsweredAhead(t *testing.T) {
+	s := newAheadStore(t)
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s})
+	defer c.Stop()
+	ch := Charge{Account: "a", Limits: custom(10, 100), Monthly: true, Total: true, Now: t0, Lent: true}
+
+	release := s.hold()
+	defer release()
+	res, err := c.Charge(ch)
+	if err != nil || !res.Allowed {
+		t.Fatalf("lent charge with its commit held: %+v %v", res, err)
+	}
+	var ferr error
+	flushed := async(func() { ferr = c.Flush(5 * time.Second) })
+	if returned(flushed, 50*time.Millisecond) {
+		t.Fatalf("Flush returned before the lent charge was stored: %v", ferr)
+	}
+	release()
+	<-flushed
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	if cnt, _, err := s.LoadUsage("a", storage.MonthOf(t0)); err != nil || cnt.Used != 1 {
+		t.Fatalf("stored after Flush: %+v %v", cnt, err)
+	}
+
+	s.ahead.Store(false)
+	waitsForCommit(t, s, c, ch, "a lent charge, the store said no")
+}

@@ -68,9 +68,10 @@ type Client struct {
 	stopped   atomic.Bool
 	store     Store
 	// unhook removes beforeSync from an AheadStore; syncMu keeps Stop from
-	// closing the committer under a beforeSync that is waiting on it.
+	// closing the committer under a barrier that is waiting on it. Barriers
+	// share it (read lock): each waits only for its own, within its bound.
 	unhook func()
-	syncMu sync.Mutex
+	syncMu sync.RWMutex
 }
 
 // New spawns the quota shards (and the group committer when there is a store).
@@ -134,12 +135,15 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		states[i] = fresh()
 	}
 	opts := []actors.ShardOption{actors.Named("quota"), actors.WithLogger(cfg.Logger)}
-	if ahead != nil {
+	if _, remote := cfg.Store.(WindowLoader); ahead != nil && !remote {
 		// A charge answered ahead of its commit is a few field updates and
 		// a buffered send to the committer, so the sender that finds the
 		// shard idle runs it and goes on with its chain. A charge that waits
 		// for its commit would park its sender anyway, and run inline it
-		// held up the senders queued behind it (actors.InlineRuns).
+		// held up the senders queued behind it (actors.InlineRuns). So
+		// would a cluster node's loads, which ask every other member for its
+		// share: a sender running the shard would run the loads queued
+		// behind its own charge too, for other callers' accounts.
 		opts = append(opts, actors.InlineRuns())
 	}
 	if cfg.Store != nil {
@@ -332,8 +336,8 @@ func (c *Client) Flush(wait time.Duration) error {
 // an error when that takes longer than wait, or with ErrStopped after Stop
 // (whose close of the committer stores what is queued).
 func (c *Client) stored(wait time.Duration) error {
-	c.syncMu.Lock()
-	defer c.syncMu.Unlock()
+	c.syncMu.RLock()
+	defer c.syncMu.RUnlock()
 	if c.stopped.Load() {
 		return ErrStopped
 	}

@@ -328,3 +328,25 @@ func TestSharesHoldChargesAnsweredAhead(t *testing.T) {
 		t.Fatalf("b loaded %d calls from a's share (err %v); want 6", u.MonthUsed, err)
 	}
 }
+
+// TestLoadHoldsOwnChargesAnsweredAhead: a node's quota actors that forget
+// an account (a shard it claimed: quota.Client.Forget) load it again from
+// the sum of the shares, its own read from its store after the increments
+// it answered ahead of their commit landed (SharedStore.AttachFlush).
+func TestLoadHoldsOwnChargesAnsweredAhead(t *testing.T) {
+	a := startShareNodeOn(t, "a", "a", nil, storage.Options{SyncInterval: time.Hour})
+	ch := quota.Charge{Account: "acct_1", Kind: quota.Evaluate, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(1000), nil, testNow, testNow)}
+	for i := range 5 {
+		if res, err := a.local.Charge(ch); err != nil || !res.Allowed {
+			t.Fatalf("charge %d: %+v %v", i+1, res, err)
+		}
+	}
+	if _, err := a.local.Forget(func(string) bool { return true }, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	u, err := a.local.Usage(quota.Usage{Account: ch.Account, Limits: ch.Limits, Now: testNow})
+	if err != nil || u.MonthUsed != 5 {
+		t.Fatalf("reloaded %d calls (err %v); want 5", u.MonthUsed, err)
+	}
+}

@@ -22,8 +22,10 @@ import (
 // (one goroutine per node does every lease call). A slice is used only
 // while the view names the claim that lent it; when another node loads
 // the account (its Shares request), the node stops using it and waits for
-// the charges in flight to be stored before it answers, so a new owner's
-// G-counter read holds every unit used and none is used after it.
+// the charges in flight to be counted by its quota actors, then for their
+// increments to be committed (ServerConfig.Flush), before it answers, so
+// a new owner's G-counter read holds every unit used and none is used
+// after it.
 
 // DefaultLeaseFor is how long a slice may be used when QuotaConfig.LeaseFor
 // is zero.
@@ -190,9 +192,11 @@ func (e *leaseEntry) closeLocked() {
 }
 
 // Freeze stops this node using any slice of account's and waits, within
-// ctx, until the charges made from them are stored: another node is
-// loading the account (Shares), and the share it reads must hold every
-// unit used and none be used after it.
+// ctx, until the charges made from them are settled: counted by the quota
+// actors, their increments queued for the store or (when not answered
+// ahead) committed. Another node is loading the account (Shares), and the
+// share it reads must hold every unit used and none be used after it:
+// Shares then waits for the queued increments (ServerConfig.Flush).
 func (ls *leases) Freeze(ctx context.Context, account string) {
 	var held []*leaseEntry
 	ls.mu.Lock()

@@ -125,7 +125,9 @@ type LocalStore interface {
 // asked through the client attached with Attach. A member that does not
 // answer within the client's Timeout is left out, so the count errs
 // permissive until it returns (docs/cluster.md). The read blocks the
-// account's quota shard for that fan-out.
+// account's quota shard for that fan-out (which therefore never runs on
+// its senders' goroutines: quota.New turns actors.InlineRuns off for a
+// quota.WindowLoader).
 //
 // In the Interval durability mode it is a quota.AheadStore, as the node's
 // own store is: a charge is answered once counted, its increment stored

@@ -334,7 +334,7 @@ func (n *Node) Leave(ctx context.Context) error {
 }
 
 // handOverFlushWait bounds handOverShares' wait for the increments queued
-// before it.
+// before it (and so does half of what is left of its context).
 const handOverFlushWait = 5 * time.Second
 
 // handOverShares sends this node's counts of this month and the last (the
@@ -350,8 +350,15 @@ func (n *Node) handOverShares(ctx context.Context) error {
 	// actors stop, and the requests it drains may have charged a moment
 	// ago.
 	if local := n.quota.Load(); local != nil {
-		if err := local.Flush(handOverFlushWait); err != nil {
-			return fmt.Errorf("cluster: store this node's last increments before handing its shares over: %w", err)
+		wait := handOverFlushWait
+		if d, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(d)/2) // half: the hand-over itself needs the rest
+		}
+		if err := local.Flush(wait); err != nil {
+			// What is committed still goes: the increments still queued
+			// stay in this node's store (once committed) and count again
+			// when it rejoins with its data dir.
+			n.log.Warn("cluster: this node's last increments were not stored before its shares were read for the hand-over; they count again when it rejoins", "err", err)
 		}
 	}
 	now := n.now()

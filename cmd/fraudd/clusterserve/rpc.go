@@ -93,14 +93,15 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 		q.Close()
 		return nil, fmt.Errorf("cluster: node-to-node gRPC on %s: %w", n.cfg.Listen, err)
 	}
+	// Before serving: a load the first calls cause asks the other members,
+	// and reads this node's share only after its queued increments landed
+	// (charges are answered ahead of their commit in the Interval mode).
+	lp.Shared.Attach(q)
+	lp.Shared.AttachFlush(local.Flush)
 	g := grpc.NewServer(rpc.ServerOptions()...)
 	srv.Register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(l) }()
-	lp.Shared.Attach(q)
-	// Charges are answered ahead of their commit in the Interval mode:
-	// this node's share is read only after its queued increments landed.
-	lp.Shared.AttachFlush(local.Flush)
 	// Set before the quota actors are published: the balancer's hooks
 	// read them once n.quota is set.
 	n.shares, n.now = db, now
