@@ -68,7 +68,7 @@ func (s shard) Receive(ctx actor.Context) {
 	case actors.Tick:
 		s.l.sweep(m.Now)
 	case lenProbe:
-		m <- s.l.t.Len()
+		m <- s.l.held()
 	case exportMsg:
 		m <- s.l.export(nil)
 	case *absorbMsg:

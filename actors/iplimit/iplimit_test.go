@@ -366,6 +366,28 @@ func BenchmarkTake(b *testing.B) {
 	}
 }
 
+// BenchmarkLimiterTake is one shard's Take for an authenticated call
+// (lockout check + protect) over 64k addresses, so that the table's
+// lookups miss the cache as they do under many clients.
+func BenchmarkLimiterTake(b *testing.B) {
+	l := newLimiter(0, false)
+	addrs := make([]netip.Addr, 1<<16)
+	for i := range addrs {
+		addrs[i] = netip.AddrFrom4([4]byte{198, byte(i >> 16), byte(i >> 8), byte(i)})
+	}
+	for _, a := range addrs {
+		l.take(Of(AuthFail, Protect), a, t0)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if v := l.take(Of(AuthFail, Protect), addrs[i&(1<<16-1)], t0); !v.Allowed {
+			b.Fatal(v)
+		}
+		i += 7919 // a prime stride: no two neighbours in a row
+	}
+}
+
 func TestTakeAllocs(t *testing.T) {
 	c := New(quietSystem().Root, Config{Shards: 2})
 	defer c.Stop()

@@ -22,7 +22,7 @@ const (
 	scope64
 )
 
-// lockSlot is the window index under which a lockout's end is kept.
+// lockSlot is the window index of a lockout's key (in limiter.locks).
 const lockSlot = 0xff
 
 // slotKey names one counter: an address (or /64), a limiter and one of its windows.
@@ -79,8 +79,12 @@ func shardHash(a netip.Addr) uint64 {
 // limiter is one shard's counters. Plain struct, explicit now, no locks: the
 // shard actor owns it.
 type limiter struct {
-	t   *actors.Table[slotKey, slot]
-	max int // most counters held; 0 = no bound
+	t *actors.Table[slotKey, slot]
+	// locks are the running lockouts (start: when each ends), apart from
+	// the counters: nearly always empty, so the check every Take makes
+	// costs no hash-table probe (an empty map answers before hashing).
+	locks *actors.Table[slotKey, slot]
+	max   int // most counters and lockouts held; 0 = no bound
 	// relieved counts counters dropped early because the table was full.
 	relieved int
 	// pending is what was counted since the last export (cluster mode
@@ -89,7 +93,7 @@ type limiter struct {
 }
 
 func newLimiter(max int, shared bool) *limiter {
-	l := &limiter{t: actors.NewTable[slotKey, slot](1024), max: max}
+	l := &limiter{t: actors.NewTable[slotKey, slot](1024), locks: actors.NewTable[slotKey, slot](0), max: max}
 	if shared {
 		l.pending = make(map[slotKey]pend)
 	}
@@ -108,19 +112,22 @@ func newLimiter(max int, shared bool) *limiter {
 // inserts that filled it.
 func (l *limiter) relieve(ns int64) {
 	target := l.max * 3 / 4
-	before := l.t.Len()
+	before := l.held()
 	l.sweepNS(ns)
 	for _, most := range []int64{1, 16, 1 << 62} {
-		if l.t.Len() <= target {
+		if l.held() <= target {
 			break
 		}
-		l.t.Sweep(func(k slotKey, s slot) bool { return k.win != lockSlot && k.kind != AuthFail && s.n+s.others <= most })
+		l.t.Sweep(func(k slotKey, s slot) bool { return k.kind != AuthFail && s.n+s.others <= most })
 	}
-	if l.t.Len() > target {
-		l.t.Sweep(func(k slotKey, _ slot) bool { return k.win != lockSlot })
+	if l.held() > target {
+		l.t.Sweep(func(slotKey, slot) bool { return true })
 	}
-	l.relieved += before - l.t.Len()
+	l.relieved += before - l.held()
 }
+
+// held counts the counters and lockouts held, what max bounds.
+func (l *limiter) held() int { return l.t.Len() + l.locks.Len() }
 
 func secondsUntil(end, now int64) int64 {
 	d := end - now
@@ -174,7 +181,7 @@ func (l *limiter) take(kinds Kinds, a netip.Addr, now time.Time) Verdict {
 					continue
 				}
 				k.kind, k.win = kind, lockSlot
-				if s, ok := l.t.Get(k); ok && ns < s.start {
+				if s, ok := l.locks.Get(k); ok && ns < s.start {
 					retry = max(retry, secondsUntil(s.start, ns))
 				}
 			}
@@ -207,7 +214,7 @@ func (l *limiter) take(kinds Kinds, a netip.Addr, now time.Time) Verdict {
 			return Verdict{Kind: kind, RetryAfter: retry}
 		}
 	}
-	if l.max > 0 && l.t.Len()+np > l.max {
+	if l.max > 0 && l.held()+np > l.max {
 		l.relieve(ns)
 	}
 	for i := range ps[:np] {
@@ -241,14 +248,14 @@ func (l *limiter) fail(a netip.Addr, now time.Time) bool {
 		k.kind = AuthFail
 		lk := k
 		lk.win = lockSlot
-		if s, ok := l.t.Get(lk); ok && ns < s.start {
+		if s, ok := l.locks.Get(lk); ok && ns < s.start {
 			locked = true // already locked: the lock is not extended
 			continue
 		}
 		s := l.current(k, w.Len, ns)
 		if s.n == 0 && s.others == 0 {
 			s.start = ns
-			if l.max > 0 && l.t.Len()+2 > l.max {
+			if l.max > 0 && l.held()+2 > l.max {
 				l.relieve(ns)
 			}
 		}
@@ -256,7 +263,7 @@ func (l *limiter) fail(a netip.Addr, now time.Time) bool {
 		l.note(k, s.start, 1)
 		if s.n+s.others >= lim {
 			l.t.Delete(k)
-			l.t.Put(lk, slot{start: ns + int64(r.LockFor), n: 1})
+			l.locks.Put(lk, slot{start: ns + int64(r.LockFor), n: 1})
 			locked = true
 			continue
 		}
@@ -272,10 +279,8 @@ func (l *limiter) fail(a netip.Addr, now time.Time) bool {
 func (l *limiter) sweep(now time.Time) int { return l.sweepNS(now.UnixNano()) }
 
 func (l *limiter) sweepNS(ns int64) int {
-	return l.t.Sweep(func(k slotKey, s slot) bool {
-		if k.win == lockSlot {
-			return ns >= s.start
-		}
+	n := l.locks.Sweep(func(_ slotKey, s slot) bool { return ns >= s.start })
+	return n + l.t.Sweep(func(k slotKey, s slot) bool {
 		return !live(s.start, Rules[k.kind].Windows[k.win].Len, ns)
 	})
 }

@@ -148,7 +148,7 @@ func (l *limiter) absorb(sums []Sum, locks []Lock, ns int64) {
 			}
 			// No count here in a live window: the others' requests start
 			// one, at the owner's start.
-			if l.max > 0 && l.t.Len()+1 > l.max {
+			if l.max > 0 && l.held()+1 > l.max {
 				l.relieve(ns)
 			}
 			cur = slot{start: s.Start}
@@ -162,9 +162,9 @@ func (l *limiter) absorb(sums []Sum, locks []Lock, ns int64) {
 		}
 		k := Key{Hi: lk.Hi, Lo: lk.Lo, Kind: AuthFail, P64: lk.P64}.slot()
 		k.win = lockSlot
-		if cur, ok := l.t.Get(k); ok && cur.start >= lk.Until {
+		if cur, ok := l.locks.Get(k); ok && cur.start >= lk.Until {
 			continue
 		}
-		l.t.Put(k, slot{start: lk.Until, n: 1})
+		l.locks.Put(k, slot{start: lk.Until, n: 1})
 	}
 }

@@ -102,8 +102,8 @@ func TestSharedLockout(t *testing.T) {
 	if v := v6.take(Of(AuthFail, Protect), v6n(77), t0); v.Allowed || v.Kind != AuthFail || v.RetryAfter != 600 {
 		t.Fatalf("an address of the locked /64: %+v", v)
 	}
-	if v6.t.Len() != 1 {
-		t.Fatalf("a lock that has already ended was kept: %d entries", v6.t.Len())
+	if v6.held() != 1 {
+		t.Fatalf("a lock that has already ended was kept: %d entries", v6.held())
 	}
 	// An earlier end does not shorten a lock.
 	v6.absorb(nil, []Lock{{Hi: hi, P64: true, Until: t0.Add(time.Minute).UnixNano()}}, t0.UnixNano())
