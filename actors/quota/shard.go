@@ -270,13 +270,21 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 		return
 	}
 	p.hourly, p.wstart = c.Hourly, a.hour[c.Bucket&1].start
+	s.persistAnswering(ctx, p, call)
+}
+
+// persistAnswering queues an allowed charge's increment p and answers call
+// with p.res: at once when the store lets charges be answered ahead of
+// their commit, else once the increment is committed.
+func (s shard) persistAnswering(ctx actor.Context, p pending, call charged) {
 	if s.answerAhead() {
 		// Queued before it is answered, so whatever waits on the committer
-		// after the answer (Daily, a barrier) finds the increment stored.
+		// after the answer (Daily, a barrier, a cluster member's read of
+		// this node's share) finds the increment stored.
 		p.ahead = true
 		if s.persist(ctx, p) {
 			s.ahead.AnsweredAhead()
-			call.Charged(res, nil)
+			call.Charged(p.res, nil)
 		} else {
 			call.Charged(ChargeResult{}, errQueueFull)
 		}
@@ -320,22 +328,9 @@ func (s shard) chargeLent(ctx actor.Context, c *Charge, call charged) {
 	if s.lent == nil {
 		s.lent = &account{}
 	}
-	p := pending{res: res, ent: s.lent, delta: d}
-	if s.answerAhead() {
-		// As an owned account's charge: the share a reader loads holds it
-		// once committed, and every read of this node's share waits for
-		// that first (cluster/rpc.SharedStore).
-		p.ahead = true
-		if s.persist(ctx, p) {
-			s.ahead.AnsweredAhead()
-			call.Charged(res, nil)
-		} else {
-			call.Charged(ChargeResult{}, errQueueFull)
-		}
-		return
-	}
-	p.call = call
-	s.persist(ctx, p)
+	// Answered ahead like an owned account's charge: every read of this
+	// node's share waits for the queue first (cluster/rpc.SharedStore).
+	s.persistAnswering(ctx, pending{res: res, ent: s.lent, delta: d}, call)
 }
 
 // errQueueFull answers a charge whose increment found the committer's
