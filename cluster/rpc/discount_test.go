@@ -71,6 +71,17 @@ func startShareNodeOn(t *testing.T, self, owner string, windows *HandedWindows, 
 	return n
 }
 
+// chargeCall charges ch as call id at the member cli talks to (under claim
+// token 7) and fails the test unless it is allowed.
+func chargeCall(t *testing.T, cli NodeClient, ch *quota.Charge, id uint64) {
+	t.Helper()
+	m := chargeMsg(ch, 7)
+	m.CallId = id
+	if rep, err := cli.Charge(context.Background(), m); err != nil || !rep.Allowed {
+		t.Fatalf("charge %d at a: %v %v", id, rep, err)
+	}
+}
+
 // TestRefundDiscountedWhereTheShareWasRead: node a charges a call; node b
 // loads the account, reading a's share with the call in it; a refunds the
 // call (its caller settled it). b's load no longer counts the call, so the
@@ -94,14 +105,7 @@ func TestRefundDiscountedWhereTheShareWasRead(t *testing.T) {
 		}
 		return u.MonthUsed
 	}
-	charge := func(id uint64) {
-		t.Helper()
-		m := chargeMsg(&ch, 7)
-		m.CallId = id
-		if rep, err := cli.Charge(ctx, m); err != nil || !rep.Allowed {
-			t.Fatalf("charge %d at a: %v %v", id, rep, err)
-		}
-	}
+	charge := func(id uint64) { t.Helper(); chargeCall(t, cli, &ch, id) }
 	settleAt := func(id uint64) {
 		t.Helper()
 		rep, err := cli.Settle(ctx, &SettleRequest{Version: version, Account: ch.Account, CallId: id, SentUnixNano: time.Now().UnixNano()})
@@ -286,14 +290,7 @@ func TestSharesHoldChargesAnsweredAhead(t *testing.T) {
 	ctx := context.Background()
 	ch := quota.Charge{Account: "acct_1", Kind: quota.Evaluate, Monthly: true, Total: true, Now: testNow,
 		Limits: quota.LimitsFor(quota.PlanCustom, limit(1000), nil, testNow, testNow)}
-	charge := func(id uint64) {
-		t.Helper()
-		m := chargeMsg(&ch, 7)
-		m.CallId = id
-		if rep, err := cli.Charge(ctx, m); err != nil || !rep.Allowed {
-			t.Fatalf("charge %d at a: %v %v", id, rep, err)
-		}
-	}
+	charge := func(id uint64) { t.Helper(); chargeCall(t, cli, &ch, id) }
 	// The first charge loads the account, whose flush may leave the
 	// committer a wake-up that stores the next increment at once (see
 	// actors.GroupCommitter's kick); what follows stays queued.
