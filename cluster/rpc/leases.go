@@ -23,7 +23,7 @@ import (
 // while the view names the claim that lent it; when another node loads
 // the account (its Shares request), the node stops using it and waits for
 // the charges in flight to be counted by its quota actors, then for their
-// increments to be committed (ServerConfig.Flush), before it answers, so
+// increments to be committed (Server.flush), before it answers, so
 // a new owner's G-counter read holds every unit used and none is used
 // after it.
 
@@ -196,7 +196,7 @@ func (e *leaseEntry) closeLocked() {
 // actors, their increments queued for the store or (when not answered
 // ahead) committed. Another node is loading the account (Shares), and the
 // share it reads must hold every unit used and none be used after it:
-// Shares then waits for the queued increments (ServerConfig.Flush).
+// Shares then waits for the queued increments (Server.flush).
 func (ls *leases) Freeze(ctx context.Context, account string) {
 	var held []*leaseEntry
 	ls.mu.Lock()

@@ -181,10 +181,12 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// As clusterserve.StartRPC: attached before serving.
+	shared.Attach(n.q)
+	shared.AttachFlush(n.local.Flush)
 	n.srv = grpc.NewServer()
 	s.Register(n.srv)
 	go n.srv.Serve(l)
-	shared.Attach(n.q)
 	tb.Cleanup(n.close)
 	return n
 }

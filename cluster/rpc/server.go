@@ -81,11 +81,6 @@ type ServerConfig struct {
 	// Leases are the slices of allowance this node holds (nil: none):
 	// Shares stops using an account's before it reads the share.
 	Leases Freezer
-	// Flush returns once the increments this node's quota actors queued
-	// so far are committed (quota.Client.Flush; nil: none is ever answered
-	// ahead of its commit). Shares and Days call it before they read the
-	// store, so a share holds every charge this node acknowledged.
-	Flush func(wait time.Duration) error
 	// Down is this node's own down list (nil: nothing), answered by Health.
 	Down func() []string
 	// Addrs are the per-address sums this node keeps as the owner of
@@ -351,17 +346,27 @@ func (s *Server) Shares(ctx context.Context, r *SharesRequest) (*SharesReply, er
 // the caller's deadline).
 const maxFlush = time.Second
 
+// Flusher is a LocalQuota that may answer charges ahead of their commit
+// (*quota.Client): Flush returns once the increments queued so far are
+// committed, or with an error after wait.
+type Flusher interface {
+	Flush(wait time.Duration) error
+}
+
 // flush has the increments this node's quota actors queued so far
-// committed before a read of its store (ServerConfig.Flush).
+// committed before a read of its store (Shares, Days), so that what it
+// answers holds every charge this node acknowledged. A ServerConfig.Quota
+// that is no Flusher never answers ahead.
 func (s *Server) flush(ctx context.Context) error {
-	if s.cfg.Flush == nil {
+	f, ok := s.cfg.Quota.(Flusher)
+	if !ok {
 		return nil
 	}
 	wait := maxFlush
 	if d, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(d))
 	}
-	if err := s.cfg.Flush(wait); err != nil {
+	if err := f.Flush(wait); err != nil {
 		return fmt.Errorf("this node's queued increments: %w", err)
 	}
 	return nil
