@@ -159,6 +159,9 @@ func New(root *actor.RootContext, cfg Config) *Client {
 			states[i] = fresh()
 		}))
 	}
+	if fu, ok := cfg.Store.(FlushUser); ok && c.commit != nil {
+		fu.AttachFlush(c.Flush)
+	}
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} }, opts...)
 	if ahead != nil {
 		c.unhook = ahead.OnSync(c.beforeSync)

@@ -24,6 +24,15 @@ type WindowLoader interface {
 	LoadAccount(account string, m storage.Month, now time.Time) (Loaded, error)
 }
 
+// FlushUser is a Store that reads back counts the quota may still hold
+// queued for its committer (a cluster node's SharedStore: its loads read
+// the node's own share from its store). New hands it the client's Flush,
+// which it calls before such a read, so the read holds every charge
+// answered ahead of its commit.
+type FlushUser interface {
+	AttachFlush(flush func(wait time.Duration) error)
+}
+
 // Loaded is one load of an account through a WindowLoader. Tag names the
 // load (0: none): a cluster member whose share went into it (one of From)
 // and that later gives back a call of that share discounts it in this load,

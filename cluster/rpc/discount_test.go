@@ -61,7 +61,6 @@ func startShareNodeOn(t *testing.T, self, owner string, windows *HandedWindows, 
 	}
 	t.Cleanup(n.q.Close)
 	shared.Attach(n.q)
-	shared.AttachFlush(n.local.Flush)
 	s, err := NewServer(ServerConfig{Quota: n.local, Owners: n.owners, Shares: db, Windows: windows, Discounts: n.q, Now: func() time.Time { return testNow }, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)

@@ -183,7 +183,6 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	}
 	// As clusterserve.StartRPC: attached before serving.
 	shared.Attach(n.q)
-	shared.AttachFlush(n.local.Flush)
 	n.srv = grpc.NewServer()
 	s.Register(n.srv)
 	go n.srv.Serve(l)

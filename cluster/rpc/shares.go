@@ -169,10 +169,12 @@ func (s *SharedStore) nextLoad() uint64 {
 // before the routing client, which needs the quota client, exists).
 func (s *SharedStore) Attach(q *Quota) { s.peers.Store(q) }
 
-// AttachFlush sets fn, which returns once every increment the quota actors
-// queued so far is committed (quota.Client.Flush): a load reads this
-// node's share after it. Until it is set, a load reads what is committed.
+// AttachFlush implements quota.FlushUser (quota.New calls it): fn returns
+// once every increment the quota actors queued so far is committed, and a
+// load reads this node's share after it.
 func (s *SharedStore) AttachFlush(fn func(wait time.Duration) error) { s.flush.Store(&fn) }
+
+var _ quota.FlushUser = (*SharedStore)(nil)
 
 // aheadLocal is a LocalStore that lets increments be answered ahead of
 // their commit (*storage.DB; see quota.AheadStore).

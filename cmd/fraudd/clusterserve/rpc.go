@@ -93,11 +93,10 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 		q.Close()
 		return nil, fmt.Errorf("cluster: node-to-node gRPC on %s: %w", n.cfg.Listen, err)
 	}
-	// Before serving: a load the first calls cause asks the other members,
-	// and reads this node's share only after its queued increments landed
-	// (charges are answered ahead of their commit in the Interval mode).
+	// Before serving: a load the first calls cause asks the other members
+	// (and reads this node's share only after its queued increments
+	// landed: quota.New attached its Flush to the store).
 	lp.Shared.Attach(q)
-	lp.Shared.AttachFlush(local.Flush)
 	g := grpc.NewServer(rpc.ServerOptions()...)
 	srv.Register(g)
 	served := make(chan error, 1)
