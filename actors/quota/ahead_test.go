@@ -381,3 +381,30 @@ func TestLentChargeAnsweredAhead(t *testing.T) {
 	s.ahead.Store(false)
 	waitsForCommit(t, s, c, ch, "a lent charge, the store said no")
 }
+
+// TestMonthReloadFindsQueuedIncrements: a clock that goes back across a
+// month's start and forward again makes the shard load the later month
+// twice; its second load must count that month's charges still queued for
+// the committer (answered ahead, lingering until the sync). Found by
+// TestQuotaMetamorphic (seed 1795794834126666923).
+func TestMonthReloadFindsQueuedIncrements(t *testing.T) {
+	s := newAheadStore(t)
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s})
+	defer c.Stop()
+	l := custom(1000, 100000)
+	june := time.Date(2027, 6, 1, 0, 21, 0, 0, time.UTC)
+	may := june.Add(-time.Hour)
+	for _, ch := range []Charge{
+		{Account: "e", Kind: Lookup, Monthly: true, Limits: l, Now: june},
+		{Account: "e", Kind: Evaluate, Monthly: true, Limits: l, Now: may},
+		{Account: "e", Kind: Evaluate, Monthly: true, Limits: l, Now: june.Add(time.Hour)},
+	} {
+		if res, err := c.Charge(ch); err != nil || !res.Allowed {
+			t.Fatalf("charge at %v: %+v %v", ch.Now, res, err)
+		}
+	}
+	u, err := c.Usage(Usage{Account: "e", Limits: l, Now: june.Add(2 * time.Hour)})
+	if err != nil || u.MonthUsed != 1 || u.MonthLookupsUsed != 1 {
+		t.Fatalf("June after a visit to May: %d checks and %d lookups (err %v); want 1 and 1", u.MonthUsed, u.MonthLookupsUsed, err)
+	}
+}

@@ -420,6 +420,15 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 			}
 			c, ref = l.Counts, loadRef{tag: l.Tag, from: l.From}
 		} else if s.store != nil {
+			// Increments of this account still queued may be of month m (a
+			// clock that went back across the month's start and forward
+			// again): the load must find them stored. (A WindowLoader
+			// flushes on its own: quota.FlushUser.)
+			if s.commit != nil && a.inflight.Load() > 0 {
+				if err := s.commit.Barrier(restartWait); err != nil {
+					return nil, fmt.Errorf("%w: load %q month %d: its queued increments were not stored: %w", ErrUnavailable, id, m, err)
+				}
+			}
 			var err error
 			if c, _, err = s.store.LoadUsage(id, m); err != nil {
 				return nil, fmt.Errorf("%w: load %q month %d: %w", ErrUnavailable, id, m, err)
