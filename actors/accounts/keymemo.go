@@ -1,6 +1,9 @@
 package accounts
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // keyMemoCap bounds the keys the memo holds. Each account has at most four
 // (live, previous live, test, publishable), so this covers the keys of a
@@ -24,23 +27,26 @@ const keyMemoCap = 4096
 // requests it is serving). Anyone who can read the process's memory also
 // reads the master secret, from which every stored secret is unsealed.
 //
-// Reads take the read lock; writes (a remember, once per key and per
-// change of any binding, and forget) take the write lock. A generation
+// Reads are a lock-free sync.Map lookup, so busy keys on many cores share
+// no written cache line. Writes (a remember, once per key and per change
+// of any binding, and forget) are serialised by a mutex. A generation
 // number, raised by every forget, keeps a key that resolved while a
 // binding changed from being remembered: it may be the key revoked.
 type keyMemo struct {
-	mu  sync.RWMutex
-	m   map[string][32]byte
-	gen uint64
+	m   sync.Map // string → [32]byte
+	gen atomic.Uint64
+	mu  sync.Mutex // remember against forget; n
+	n   int
 }
 
-// get returns the remembered hash of key, and the memo's generation to
-// hand to remember after a miss.
+// get returns the remembered hash of key, and the memo's generation (read
+// first) to hand to remember after a miss.
 func (k *keyMemo) get(key string) (h [32]byte, ok bool, gen uint64) {
-	k.mu.RLock()
-	h, ok = k.m[key]
-	gen = k.gen
-	k.mu.RUnlock()
+	gen = k.gen.Load()
+	v, ok := k.m.Load(key)
+	if ok {
+		h = v.([32]byte)
+	}
 	return h, ok, gen
 }
 
@@ -50,26 +56,26 @@ func (k *keyMemo) get(key string) (h [32]byte, ok bool, gen uint64) {
 func (k *keyMemo) remember(gen uint64, key string, h [32]byte) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if gen != k.gen || len(k.m) >= keyMemoCap {
+	if gen != k.gen.Load() || k.n >= keyMemoCap {
 		return
 	}
-	if k.m == nil {
-		k.m = make(map[string][32]byte)
+	if _, loaded := k.m.LoadOrStore(string([]byte(key)), h); !loaded { // a copy: key may point into a request buffer
+		k.n++
 	}
-	k.m[string([]byte(key))] = h // a copy: key may point into a request buffer
 }
 
 // forget empties the memo (a binding changed).
 func (k *keyMemo) forget() {
 	k.mu.Lock()
-	k.gen++
-	clear(k.m)
+	k.gen.Add(1)
+	k.m.Clear()
+	k.n = 0
 	k.mu.Unlock()
 }
 
 // len is the number of keys held (tests).
 func (k *keyMemo) len() int {
-	k.mu.RLock()
-	defer k.mu.RUnlock()
-	return len(k.m)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.n
 }

@@ -137,8 +137,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if _, ok := cfg.Quota.(Flusher); !ok && cfg.Shares != nil {
+		log.Warn("cluster rpc server: the quota client cannot flush; the shares this node answers may miss charges answered ahead of their commit")
+	}
 	return &Server{cfg: cfg, log: log, calls: newCallBook(), stopping: make(chan struct{})}, nil
 }
+
+var _ Flusher = (*quota.Client)(nil)
 
 // Register adds the service to g. Methods g does not know (a newer peer's)
 // are answered Unimplemented by grpc itself.

@@ -133,9 +133,12 @@ type LocalStore interface {
 // own store is: a charge is answered once counted, its increment stored
 // by the next group sync. Every read of a share — this node's own, when
 // the quota actors load an account, and the one it answers the others
-// (Server.Shares, Server.Days) and hands over on leaving — first waits for
-// the increments queued so far to be committed (AttachFlush), so a share
-// read holds every charge this node acknowledged before the read.
+// (Server.Shares, Server.Days) — first waits for the increments queued so
+// far to be committed (AttachFlush), so a share read holds every charge
+// this node acknowledged before the read. The export a graceful leave
+// hands over waits too, but goes without what is still queued when that
+// wait fails (clusterserve): those count again when the node rejoins with
+// its data dir, as the shares merge by their largest value per node.
 type SharedStore struct {
 	local   LocalStore
 	self    string
