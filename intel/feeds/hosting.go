@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/fraudd/fraudd/intel/netlists/feedfile"
@@ -148,12 +146,4 @@ func hostingShares(asn feedfile.Ranges, cover ...feedfile.Ranges) []feedfile.Sha
 func size6(lo, hi feedfile.U128) float64 {
 	d := hi.Sub(lo)
 	return float64(d.Hi)*0x1p64 + float64(d.Lo) + 1
-}
-
-func loadBuilt(dir, name string) (*feedfile.File, error) {
-	b, err := os.ReadFile(filepath.Join(dir, name+feedfile.Ext))
-	if err != nil {
-		return nil, err
-	}
-	return feedfile.Unmarshal(b)
 }
