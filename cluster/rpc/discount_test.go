@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,5 +344,52 @@ func TestLoadHoldsOwnChargesAnsweredAhead(t *testing.T) {
 	u, err := a.local.Usage(quota.Usage{Account: ch.Account, Limits: ch.Limits, Now: testNow})
 	if err != nil || u.MonthUsed != 5 {
 		t.Fatalf("reloaded %d calls (err %v); want 5", u.MonthUsed, err)
+	}
+}
+
+// orderedFlush is a quota client whose flushes, and a Freezer whose
+// freezes, are written down in order.
+type orderedFlush struct {
+	*quota.Client
+	mu    sync.Mutex
+	calls []string
+}
+
+func (o *orderedFlush) Flush(wait time.Duration) error {
+	o.note("flush")
+	return o.Client.Flush(wait)
+}
+
+func (o *orderedFlush) Freeze(context.Context, string) { o.note("freeze") }
+
+func (o *orderedFlush) note(s string) {
+	o.mu.Lock()
+	o.calls = append(o.calls, s)
+	o.mu.Unlock()
+}
+
+// TestSharesFreezeThenFlush: Shares stops the node using its slices of the
+// account's allowance first and only then waits for the queued increments:
+// a leased charge settled between the two would otherwise be answered
+// ahead and left out of the share.
+func TestSharesFreezeThenFlush(t *testing.T) {
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 1, Store: NewSharedStore(db, "a", nil), Logger: quietLog})
+	defer local.Stop()
+	o := &orderedFlush{Client: local}
+	s, err := NewServer(ServerConfig{Quota: o, Owners: &fakeOwners{self: "a", owner: "a"}, Shares: db, Leases: o, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Shares(context.Background(), &SharesRequest{Version: version, Account: "acct_1", Month: 202611}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.calls, []string{"freeze", "flush"}) {
+		t.Fatalf("Shares called %v; want the freeze, then the flush", o.calls)
 	}
 }
