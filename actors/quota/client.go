@@ -159,9 +159,6 @@ func New(root *actor.RootContext, cfg Config) *Client {
 			states[i] = fresh()
 		}))
 	}
-	if fu, ok := cfg.Store.(FlushUser); ok && c.commit != nil {
-		fu.AttachFlush(c.Flush)
-	}
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} }, opts...)
 	if ahead != nil {
 		c.unhook = ahead.OnSync(c.beforeSync)
@@ -325,8 +322,9 @@ func (c *Client) beforeSync() {
 // Flush returns once every increment queued so far is committed (synced
 // too only in Strict mode), or with an error when that takes longer than
 // wait, or with ErrStopped after Stop. A cluster node calls it before it
-// reads its own share of an account from its store, since a charge
-// answered ahead of its commit is not there yet (cluster/rpc.SharedStore).
+// reads its own share of an account from its store for another member or
+// for the hand-over of a graceful leave, since a charge answered ahead of
+// its commit is not there yet (cluster/rpc.Server.Shares).
 // Without a store it returns nil at once.
 func (c *Client) Flush(wait time.Duration) error {
 	if c.commit == nil {

@@ -55,10 +55,13 @@
 //     storage.DB.AnswerAhead) or after a failed batch, charges wait for
 //     their commit (a failing store is noticed when a batch fails, at the
 //     latest at the next sync). A cluster node's quota answers ahead too,
-//     charges made from another node's slice (Charge.Lent) included: its
-//     SharedStore reads the node's own share only after Flush, and so do
-//     the reads it answers the other members (cluster/rpc), since a queued
-//     increment is not in the store yet.
+//     charges made from another node's slice (Charge.Lent) included. A
+//     queued increment is not in the store yet, so a shard waits for its
+//     committer before it loads an account whose increments may be queued
+//     (a month's reload with some in flight; on a cluster node, any first
+//     touch while anything is queued, since Forget drops accounts with
+//     theirs), and the reads a node answers the other members wait for
+//     Flush (cluster/rpc).
 //   - Strict: the batch is synced before anyone is answered, so many
 //     charges share one fsync and a crash loses nothing acknowledged.
 //

@@ -24,15 +24,6 @@ type WindowLoader interface {
 	LoadAccount(account string, m storage.Month, now time.Time) (Loaded, error)
 }
 
-// FlushUser is a Store that reads back counts the quota may still hold
-// queued for its committer (a cluster node's SharedStore: its loads read
-// the node's own share from its store). New hands it the client's Flush,
-// which it calls before such a read, so the read holds every charge
-// answered ahead of its commit.
-type FlushUser interface {
-	AttachFlush(flush func(wait time.Duration) error)
-}
-
 // Loaded is one load of an account through a WindowLoader. Tag names the
 // load (0: none): a cluster member whose share went into it (one of From)
 // and that later gives back a call of that share discounts it in this load,
@@ -61,7 +52,8 @@ type Store interface {
 // than the quota's own memory until the group sync. A Store without it has
 // every allowed charge wait for its commit. A cluster node's SharedStore is
 // one, since every read of the node's share first waits for what the
-// committer has queued (Client.Flush).
+// committer has queued (the shard's settle before a load, Client.Flush
+// before a read for another member).
 //
 // OnSync registers a hook to run before each of the store's group syncs:
 // the quota has its committer store what it has queued (the increments
@@ -383,6 +375,15 @@ func undo(p *pending) {
 	}
 }
 
+// settle waits until the committer has stored every increment queued so
+// far, so that a load from the store that follows holds them.
+func (s shard) settle(id string, m storage.Month) error {
+	if err := s.commit.Barrier(restartWait); err != nil {
+		return fmt.Errorf("%w: load %q month %d: queued increments not stored: %w", ErrUnavailable, id, m, err)
+	}
+	return nil
+}
+
 // account returns the account's state with its month rolled to MonthOf(now),
 // loading it from the store on first touch (and the new month's counters on
 // a month change).
@@ -392,6 +393,14 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 	if !ok {
 		a = &account{id: id, month: m}
 		if wl, ok := s.store.(WindowLoader); ok {
+			// A cluster node forgets the accounts of a shard it claims
+			// (Client.Forget) while their increments may still be queued:
+			// its own share, read in the load, must hold them.
+			if s.commit != nil && s.commit.Queued() > 0 {
+				if err := s.settle(id, m); err != nil {
+					return nil, err
+				}
+			}
 			l, err := wl.LoadAccount(id, m, now)
 			if err != nil {
 				return nil, fmt.Errorf("%w: load %q: %w", ErrUnavailable, id, err)
@@ -411,6 +420,14 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 		}
 		s.accounts.Put(id, a)
 	} else if a.month != m {
+		// Increments of this account still queued may be of month m (a
+		// clock that went back across the month's start and forward
+		// again): the load must find them stored.
+		if s.commit != nil && a.inflight.Load() > 0 {
+			if err := s.settle(id, m); err != nil {
+				return nil, err
+			}
+		}
 		var c storage.MonthCounts
 		var ref loadRef
 		if wl, ok := s.store.(WindowLoader); ok {
@@ -420,15 +437,6 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 			}
 			c, ref = l.Counts, loadRef{tag: l.Tag, from: l.From}
 		} else if s.store != nil {
-			// Increments of this account still queued may be of month m (a
-			// clock that went back across the month's start and forward
-			// again): the load must find them stored. (A WindowLoader
-			// flushes on its own: quota.FlushUser.)
-			if s.commit != nil && a.inflight.Load() > 0 {
-				if err := s.commit.Barrier(restartWait); err != nil {
-					return nil, fmt.Errorf("%w: load %q month %d: its queued increments were not stored: %w", ErrUnavailable, id, m, err)
-				}
-			}
 			var err error
 			if c, _, err = s.store.LoadUsage(id, m); err != nil {
 				return nil, fmt.Errorf("%w: load %q month %d: %w", ErrUnavailable, id, m, err)

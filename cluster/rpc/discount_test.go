@@ -328,7 +328,7 @@ func TestSharesHoldChargesAnsweredAhead(t *testing.T) {
 // TestLoadHoldsOwnChargesAnsweredAhead: a node's quota actors that forget
 // an account (a shard it claimed: quota.Client.Forget) load it again from
 // the sum of the shares, its own read from its store after the increments
-// it answered ahead of their commit landed (SharedStore.AttachFlush).
+// it answered ahead of their commit landed (the quota shard waits for its committer before the load).
 func TestLoadHoldsOwnChargesAnsweredAhead(t *testing.T) {
 	a := startShareNodeOn(t, "a", "a", nil, storage.Options{SyncInterval: time.Hour})
 	ch := quota.Charge{Account: "acct_1", Kind: quota.Evaluate, Monthly: true, Total: true, Now: testNow,

@@ -111,10 +111,16 @@ func Merge(shares ...Share) (storage.MonthCounts, storage.Totals) {
 // usage reads' hops).
 func (q *Quota) ShareCalls() int64 { return q.shareCalls.Load() }
 
-// LocalStore is the node's own store of counts (*storage.DB).
+// LocalStore is the node's own store of counts (*storage.DB), which may
+// let increments be answered ahead of their commit (quota.AheadStore).
 type LocalStore interface {
 	ShareStore
 	ApplyUsage(deltas []storage.UsageDelta) error
+	Durability() storage.Durability
+	AnswerAhead() bool
+	OnSync(fn func()) (remove func())
+	SyncInterval() time.Duration
+	AnsweredAhead()
 }
 
 // SharedStore is the quota actors' store on a cluster node (quota.Store).
@@ -132,10 +138,11 @@ type LocalStore interface {
 // In the Interval durability mode it is a quota.AheadStore, as the node's
 // own store is: a charge is answered once counted, its increment stored
 // by the next group sync. Every read of a share — this node's own, when
-// the quota actors load an account, and the one it answers the others
-// (Server.Shares, Server.Days) — first waits for the increments queued so
-// far to be committed (AttachFlush), so a share read holds every charge
-// this node acknowledged before the read. The export a graceful leave
+// the quota actors load an account (the shard waits for its committer
+// first), and the one it answers the others (Server.Shares, Server.Days,
+// through Flusher) — first waits for the increments queued so far to be
+// committed, so a share read holds every charge this node acknowledged
+// before the read. The export a graceful leave
 // hands over waits too, but goes without what is still queued when that
 // wait fails (clusterserve): those count again when the node rejoins with
 // its data dir, as the shares merge by their largest value per node.
@@ -144,7 +151,6 @@ type SharedStore struct {
 	self    string
 	windows *HandedWindows
 	peers   atomic.Pointer[Quota]
-	flush   atomic.Pointer[func(time.Duration) error]
 	// loadBase+loads numbers the loads (quota.Loaded.Tag): a random base,
 	// so that a tag a member kept from before this process restarted
 	// names no load of this one.
@@ -172,66 +178,22 @@ func (s *SharedStore) nextLoad() uint64 {
 // before the routing client, which needs the quota client, exists).
 func (s *SharedStore) Attach(q *Quota) { s.peers.Store(q) }
 
-// AttachFlush implements quota.FlushUser (quota.New calls it): fn returns
-// once every increment the quota actors queued so far is committed, and a
-// load reads this node's share after it.
-func (s *SharedStore) AttachFlush(fn func(wait time.Duration) error) { s.flush.Store(&fn) }
-
-var _ quota.FlushUser = (*SharedStore)(nil)
-
-// aheadLocal is a LocalStore that lets increments be answered ahead of
-// their commit (*storage.DB; see quota.AheadStore).
-type aheadLocal interface {
-	Durability() storage.Durability
-	AnswerAhead() bool
-	OnSync(fn func()) (remove func())
-	SyncInterval() time.Duration
-	AnsweredAhead()
-}
-
-// Durability implements quota.AheadStore: the node's store's mode; Strict
-// for a store that cannot answer ahead, which the quota actors never do
-// then.
-func (s *SharedStore) Durability() storage.Durability {
-	if a, ok := s.local.(aheadLocal); ok {
-		return a.Durability()
-	}
-	return storage.Strict
-}
+// Durability implements quota.AheadStore: the node's store's.
+func (s *SharedStore) Durability() storage.Durability { return s.local.Durability() }
 
 // AnswerAhead implements quota.AheadStore.
-func (s *SharedStore) AnswerAhead() bool {
-	a, ok := s.local.(aheadLocal)
-	return ok && a.AnswerAhead()
-}
+func (s *SharedStore) AnswerAhead() bool { return s.local.AnswerAhead() }
 
 // OnSync implements quota.AheadStore.
-func (s *SharedStore) OnSync(fn func()) (remove func()) {
-	if a, ok := s.local.(aheadLocal); ok {
-		return a.OnSync(fn)
-	}
-	return func() {}
-}
+func (s *SharedStore) OnSync(fn func()) (remove func()) { return s.local.OnSync(fn) }
 
 // SyncInterval implements quota.AheadStore.
-func (s *SharedStore) SyncInterval() time.Duration {
-	if a, ok := s.local.(aheadLocal); ok {
-		return a.SyncInterval()
-	}
-	return 0
-}
+func (s *SharedStore) SyncInterval() time.Duration { return s.local.SyncInterval() }
 
 // AnsweredAhead implements quota.AheadStore.
-func (s *SharedStore) AnsweredAhead() {
-	if a, ok := s.local.(aheadLocal); ok {
-		a.AnsweredAhead()
-	}
-}
+func (s *SharedStore) AnsweredAhead() { s.local.AnsweredAhead() }
 
 var _ quota.AheadStore = (*SharedStore)(nil)
-
-// loadFlushWait bounds a load's wait for this node's queued increments.
-const loadFlushWait = 2 * time.Second
 
 // ApplyUsage implements quota.Store: this node's share only.
 func (s *SharedStore) ApplyUsage(deltas []storage.UsageDelta) error {
@@ -254,15 +216,6 @@ func (s *SharedStore) LoadAccount(account string, m storage.Month, now time.Time
 
 func (s *SharedStore) load(account string, m storage.Month, now time.Time, tag uint64) (quota.Loaded, error) {
 	l := quota.Loaded{Tag: tag}
-	if f := s.flush.Load(); f != nil {
-		// This node's own share holds the increments answered ahead of
-		// their commit only once they are committed (a shard this node
-		// just claimed may have charged the account from a lent slice a
-		// moment ago).
-		if err := (*f)(loadFlushWait); err != nil {
-			return l, fmt.Errorf("cluster: this node's queued increments of %s: %w", account, err)
-		}
-	}
 	c, t, err := s.local.LoadUsage(account, m)
 	if err != nil {
 		return l, err
