@@ -3,6 +3,7 @@ package accounts
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -124,8 +125,9 @@ func TestKeyMemoIsBounded(t *testing.T) {
 	}
 }
 
-// BenchmarkAuthenticate: a busy key's lookup (a memo hit after the first).
-func BenchmarkAuthenticate(b *testing.B) {
+// busyKey starts a service with one account and returns it with the
+// account's live key and a time to authenticate at.
+func busyKey(b *testing.B) (*Service, string, time.Time) {
 	clk := clock.NewOffset()
 	s, db := start(b, vfs.NewMem(), clk)
 	b.Cleanup(func() { s.Stop(); db.Close() })
@@ -133,10 +135,15 @@ func BenchmarkAuthenticate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	now := clk.Now()
+	return s, c.LiveKey, clk.Now()
+}
+
+// BenchmarkAuthenticate: a busy key's lookup (a memo hit after the first).
+func BenchmarkAuthenticate(b *testing.B) {
+	s, key, now := busyKey(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := s.Authenticate(c.LiveKey, now); !ok {
+		if _, ok := s.Authenticate(key, now); !ok {
 			b.Fatal("key")
 		}
 	}
@@ -145,18 +152,11 @@ func BenchmarkAuthenticate(b *testing.B) {
 // BenchmarkAuthenticateParallel: the same busy key on every core, where a
 // memo read must not write a shared cache line.
 func BenchmarkAuthenticateParallel(b *testing.B) {
-	clk := clock.NewOffset()
-	s, db := start(b, vfs.NewMem(), clk)
-	b.Cleanup(func() { s.Stop(); db.Close() })
-	c, err := s.Create(NewAccount{Email: "a@b.co", Plan: "free"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := clk.Now()
+	s, key, now := busyKey(b)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, ok := s.Authenticate(c.LiveKey, now); !ok {
+			if _, ok := s.Authenticate(key, now); !ok {
 				b.Error("key")
 				return
 			}
