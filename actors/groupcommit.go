@@ -43,6 +43,9 @@ type GroupCommitter[T any] struct {
 
 	groups atomic.Uint64
 	items  atomic.Uint64
+	// open counts the items added and not yet through Done: those queued
+	// and those the committer has taken (a lingering group, one in Apply).
+	open atomic.Int64
 }
 
 // GroupConfig configures a GroupCommitter; the zero value works.
@@ -91,6 +94,7 @@ func NewGroupCommitter[T any](cfg GroupConfig, apply func([]T) error, done func(
 
 // Add queues an item. It must not be called after Close.
 func (g *GroupCommitter[T]) Add(item T) {
+	g.open.Add(1)
 	g.in <- queued[T]{item: item}
 	g.wake()
 }
@@ -100,11 +104,13 @@ func (g *GroupCommitter[T]) Add(item T) {
 // uses it: blocking there would hold the caller past its own deadline. It
 // must not be called after Close.
 func (g *GroupCommitter[T]) TryAdd(item T) bool {
+	g.open.Add(1) // before the send: the committer may take it at once
 	select {
 	case g.in <- queued[T]{item: item}:
 		g.wake()
 		return true
 	default:
+		g.open.Add(-1)
 		return false
 	}
 }
@@ -112,6 +118,7 @@ func (g *GroupCommitter[T]) TryAdd(item T) bool {
 // TryAddLazy is TryAdd for an item nobody waits on: with a Linger, its
 // group may wait to grow (see GroupCommitter).
 func (g *GroupCommitter[T]) TryAddLazy(item T) bool {
+	g.open.Add(1)
 	select {
 	case g.in <- queued[T]{item: item, lazy: true}:
 		if g.kick != nil && len(g.in) >= g.lingerItems {
@@ -119,6 +126,7 @@ func (g *GroupCommitter[T]) TryAddLazy(item T) bool {
 		}
 		return true
 	default:
+		g.open.Add(-1)
 		return false
 	}
 }
@@ -136,6 +144,11 @@ func (g *GroupCommitter[T]) wake() {
 
 // Queued is how many items and barriers wait for the committer now.
 func (g *GroupCommitter[T]) Queued() int { return len(g.in) }
+
+// Open is how many items were added and have not yet been through Done:
+// unlike Queued, it counts the group the committer has taken and is
+// lingering on or applying, which is not in the store either.
+func (g *GroupCommitter[T]) Open() int { return int(g.open.Load()) }
 
 // Barrier waits until every item queued before it went through Apply and
 // Done, or until wait passes (ErrTimeout). A shard that reloads its state
@@ -237,6 +250,7 @@ func (g *GroupCommitter[T]) run() {
 		HoldInline(func() { g.done(buf, err) })
 		g.groups.Add(1)
 		g.items.Add(uint64(len(buf)))
+		g.open.Add(-int64(len(buf)))
 		for i := range buf {
 			buf[i] = zero // drop references for the GC
 		}

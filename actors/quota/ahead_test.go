@@ -408,3 +408,38 @@ func TestMonthReloadFindsQueuedIncrements(t *testing.T) {
 		t.Fatalf("June after a visit to May: %d checks and %d lookups (err %v); want 1 and 1", u.MonthUsed, u.MonthLookupsUsed, err)
 	}
 }
+
+// aheadWindowStore is an aheadStore that is also a WindowLoader, as a
+// cluster node's SharedStore is (no windows handed over).
+type aheadWindowStore struct{ *aheadStore }
+
+func (s aheadWindowStore) LoadAccount(account string, m storage.Month, now time.Time) (Loaded, error) {
+	c, t, err := s.LoadUsage(account, m)
+	return Loaded{Counts: c, Totals: t}, err
+}
+
+// TestFirstTouchFindsLingeringIncrements: on a cluster node an account
+// forgotten (Forget: a claim) while its increment still lingers in the
+// committer — taken off the queue, so Queued reads 0, but not yet applied —
+// must load that increment on its next touch, or the cap admits one more.
+func TestFirstTouchFindsLingeringIncrements(t *testing.T) {
+	s := aheadWindowStore{newAheadStore(t)}
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s})
+	defer c.Stop()
+	l := custom(-1, 1)
+	ch := Charge{Account: "a", Limits: l, Monthly: true, Now: t0}
+	if res, err := c.Charge(ch); err != nil || !res.Allowed {
+		t.Fatalf("first charge: %+v %v", res, err)
+	}
+	// The increment lingers in the committer (the sync runs hourly).
+	deadline := time.Now().Add(5 * time.Second)
+	for c.commit.Queued() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := c.Forget(func(string) bool { return true }, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.Charge(ch); err != nil || res.Allowed {
+		t.Fatalf("second charge of a monthly cap of 1 after a Forget: %+v %v; want refused", res, err)
+	}
+}

@@ -395,8 +395,10 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 		if wl, ok := s.store.(WindowLoader); ok {
 			// A cluster node forgets the accounts of a shard it claims
 			// (Client.Forget) while their increments may still be queued:
-			// its own share, read in the load, must hold them.
-			if s.commit != nil && s.commit.Queued() > 0 {
+			// its own share, read in the load, must hold them. Open, not
+			// Queued: the group the committer has taken (lingering until
+			// the sync, or being applied) is not stored yet either.
+			if s.commit != nil && s.commit.Open() > 0 {
 				if err := s.settle(id, m); err != nil {
 					return nil, err
 				}
