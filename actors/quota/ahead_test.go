@@ -443,3 +443,57 @@ func TestFirstTouchFindsLingeringIncrements(t *testing.T) {
 		t.Fatalf("second charge of a monthly cap of 1 after a Forget: %+v %v; want refused", res, err)
 	}
 }
+
+// TestRollbackAfterAMonthReload: a charge whose commit fails while the
+// clock goes back across a month's start and forward again is rolled back
+// after the shard reloaded its month from the store, which never held it:
+// the rollback must not take it out of the reloaded count a second time.
+func TestRollbackAfterAMonthReload(t *testing.T) {
+	s := newAheadStore(t)
+	s.ahead.Store(false) // charges wait for their commit: a failure rolls back
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s, Logger: slog.New(slog.DiscardHandler)})
+	defer c.Stop()
+	l := custom(-1, 100)
+	june := time.Date(2027, 6, 1, 0, 21, 0, 0, time.UTC)
+	may := june.Add(-time.Hour)
+	if err := s.DB.ApplyUsage([]storage.UsageDelta{{Account: "a", Month: storage.MonthOf(june), Counts: storage.MonthCounts{Used: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	usage := func(now time.Time) int64 {
+		t.Helper()
+		u, err := c.Usage(Usage{Account: "a", Limits: l, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.MonthUsed
+	}
+	if n := usage(june); n != 5 {
+		t.Fatalf("June loaded: %d; want 5", n)
+	}
+
+	release := s.hold()
+	defer release()
+	s.fail.Store(true)
+	charged := async(func() {
+		if _, err := c.Charge(Charge{Account: "a", Limits: l, Monthly: true, Now: june}); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("charge whose commit fails: %v; want ErrUnavailable", err)
+		}
+	})
+	<-s.entered // its commit is held
+	// May: the shard waits for the charge's commit before it loads May...
+	inMay := async(func() { usage(may) })
+	for deadline := time.Now().Add(5 * time.Second); c.commit.Queued() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	// ...and June again is queued behind it, ahead of the rollback.
+	backInJune := async(func() { usage(june) })
+	time.Sleep(100 * time.Millisecond)
+	release()
+	<-charged
+	<-inMay
+	<-backInJune
+	s.fail.Store(false)
+	if n := usage(june); n != 5 {
+		t.Fatalf("June after the failed charge: %d; want the stored 5", n)
+	}
+}

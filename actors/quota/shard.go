@@ -139,6 +139,8 @@ type pending struct {
 	hourly bool // the charge used an hourly request (undone on failure)
 	unhour bool // the refund gave an hourly request back (taken again on failure)
 	wstart time.Time
+	// reloads is ent.reloads when the delta was counted in memory.
+	reloads uint32
 }
 
 // dropMsg asks a shard to forget the accounts match selects (Drop) and
@@ -348,6 +350,7 @@ func (s shard) persist(ctx actor.Context, p pending) bool {
 		return true
 	}
 	p.shard = ctx.Self()
+	p.reloads = p.ent.reloads
 	p.ent.inflight.Add(1)
 	var added bool
 	if p.call == nil {
@@ -369,7 +372,17 @@ func (s shard) persist(ctx actor.Context, p pending) bool {
 // undo takes back in memory what p's delta did: the counts, the hourly
 // request a charge used, or the one a refund gave back.
 func undo(p *pending) {
-	p.ent.rollback(&p.delta, p.bucket, p.hourly, p.wstart)
+	d := p.delta
+	if p.reloads != p.ent.reloads {
+		// The month's counts were loaded again since p counted in them
+		// (a clock that went back across a month's start and forward
+		// again): that load waited for p's commit (settle), so it never
+		// held p's counts, and taking them out again would count less
+		// than the store holds. Totals and hourly windows are not
+		// reloaded: they still hold p.
+		d.Counts = storage.MonthCounts{}
+	}
+	p.ent.rollback(&d, p.bucket, p.hourly, p.wstart)
 	if w := &p.ent.hour[p.bucket&1]; p.unhour && w.start.Equal(p.wstart) {
 		w.n++
 	}
@@ -447,6 +460,7 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 		// Only the month's counts come from this load; the totals and the
 		// hourly windows stay those of the first.
 		a.month, a.counts = m, c
+		a.reloads++
 		if a.loads != nil {
 			a.loads.monthly = ref
 		}

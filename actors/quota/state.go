@@ -220,6 +220,10 @@ type account struct {
 	// the store tags none, as on a single node): what a Discount may take
 	// a call out of.
 	loads *loadInfo
+	// reloads counts the month's counts loaded again (a month change). A
+	// delta counted before the last of them is not in the counts any more,
+	// so its rollback leaves them alone (undo).
+	reloads uint32
 }
 
 // loadInfo is what a cluster node's account remembers of its loads.
