@@ -88,6 +88,9 @@ type leaseEntry struct {
 	// inflight counts leased charges not yet stored (or failed).
 	inflight atomic.Int32
 	asking   bool
+	// freezes counts the Freezes of the entry: a slice whose Lease call
+	// was under way when one came is not used (call).
+	freezes uint64
 	// quiet: no request before then (the owner had nothing to lend).
 	quiet time.Time
 	// demand counts charges since demandFrom (a second at most); rate is
@@ -205,6 +208,7 @@ func (ls *leases) Freeze(ctx context.Context, account string) {
 			continue
 		}
 		e.closeLocked()
+		e.freezes++
 		if e.inflight.Load() > 0 {
 			held = append(held, e)
 		}
@@ -237,6 +241,8 @@ type leaseJob struct {
 	limits quota.Limits
 	rep    report
 	want   int64
+	// freezes is the entry's as the call was decided.
+	freezes uint64
 }
 
 // run asks and reports until the client closes: on every kick (a slice
@@ -282,7 +288,7 @@ func (ls *leases) pass(now time.Time) []leaseJob {
 		busy := e.demand >= ls.after || e.rate >= ls.after
 		switch {
 		case len(e.done) > 0:
-			j := leaseJob{e: e, key: k, limits: e.limits, rep: e.done[0]}
+			j := leaseJob{e: e, key: k, limits: e.limits, rep: e.done[0], freezes: e.freezes}
 			e.done = e.done[1:]
 			if busy && e.cur.seq == 0 {
 				j.want = ls.want(e)
@@ -291,7 +297,7 @@ func (ls *leases) pass(now time.Time) []leaseJob {
 			jobs = append(jobs, j)
 		case e.cur.seq == 0 && busy && !now.Before(e.quiet):
 			e.asking = true
-			jobs = append(jobs, leaseJob{e: e, key: k, limits: e.limits, want: ls.want(e)})
+			jobs = append(jobs, leaseJob{e: e, key: k, limits: e.limits, want: ls.want(e), freezes: e.freezes})
 		case e.cur.seq == 0 && now.Sub(e.lastUse) > 10*ls.dur && e.inflight.Load() == 0:
 			delete(ls.m, k)
 		}
@@ -358,7 +364,14 @@ func (ls *leases) call(j leaseJob) {
 		// through the owner for a while before asking again.
 		j.e.quiet = sent.Add(ls.dur / 2)
 	}
-	if got.g.Units > 0 {
+	switch {
+	case got.g.Units > 0 && j.e.freezes != j.freezes:
+		// A member read this node's share of the account while the call
+		// was under way (Freeze): its read holds none of this slice, and
+		// a new owner that read it never reserved the slice, so a unit
+		// used from it would count nowhere. It goes back unused.
+		j.e.done = append(j.e.done, report{token: got.token, seq: got.g.Seq})
+	case got.g.Units > 0:
 		j.e.cur = slice{
 			token: got.token, seq: got.g.Seq, units: got.g.Units,
 			until: sent.Add(ls.dur), renewAt: sent.Add(ls.dur / 2),

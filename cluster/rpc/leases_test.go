@@ -2,9 +2,13 @@ package rpc
 
 import (
 	"context"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/storage"
@@ -167,4 +171,72 @@ func TestLeasedChargesNeedNoHop(t *testing.T) {
 	if err != nil || v.UsedThisHour != total || v.MonthUsed != total || v.TotalEvaluations != total {
 		t.Fatalf("usage: hour %d month %d total %d (%v); want %d each", v.UsedThisHour, v.MonthUsed, v.TotalEvaluations, err, total)
 	}
+}
+
+// gatedLease holds the first Lease call until its gate opens; later calls
+// only report (they ask for nothing), so no slice is lent but the first.
+type gatedLease struct {
+	*Server
+	calls atomic.Int32
+	in    chan struct{}
+	gate  chan struct{}
+}
+
+func (n *gatedLease) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, error) {
+	if n.calls.Add(1) == 1 {
+		n.in <- struct{}{}
+		<-n.gate
+	} else {
+		r.Want = 0
+	}
+	return n.Server.Lease(ctx, r)
+}
+
+// TestLeaseGrantedAcrossAFreeze: a slice whose Lease call was under way
+// when another member read this node's share (Freeze) is not used once it
+// arrives: the reader (a new owner) loaded a share without its units and
+// never reserved them, so a charge from it would be counted nowhere.
+func TestLeaseGrantedAcrossAFreeze(t *testing.T) {
+	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	owner := &gatedLease{Server: s, in: make(chan struct{}, 1), gate: make(chan struct{})}
+	addr := listenNode(t, owner)
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	t.Cleanup(func() { local.Stop() })
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
+		Timeout: 2 * time.Second, Logger: quietLog, LeaseAfter: 3, LeaseFor: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Close)
+	c := capped
+	c.Limits = quota.LimitsFor(quota.PlanCustom, limit(1000), nil, testNow, testNow)
+	for range 3 {
+		if res, err := q.Charge(c); err != nil || !res.Allowed {
+			t.Fatalf("charge: %+v %v", res, err)
+		}
+	}
+	select {
+	case <-owner.in:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Lease call after a busy second")
+	}
+	// A member loads the account and reads this node's share while the
+	// Lease call is under way.
+	q.Freeze(context.Background(), c.Account)
+	close(owner.gate)
+	eventually(t, "the Lease call returns", func() bool {
+		q.leases.mu.Lock()
+		defer q.leases.mu.Unlock()
+		e := q.leases.m[keyOf(&c)]
+		return e != nil && !e.asking && owner.calls.Load() >= 1
+	})
+	if res, err := q.Charge(c); err != nil || !res.Allowed {
+		t.Fatalf("charge after the freeze: %+v %v", res, err)
+	}
+	if n := q.LeasedCharges(); n != 0 {
+		t.Fatalf("%d charges made from a slice lent before the share was read", n)
+	}
+	// The slice goes back to the owner unused.
+	eventually(t, "the holder reports the slice", func() bool { return !q.leases.held() })
 }
