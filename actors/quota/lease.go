@@ -202,6 +202,13 @@ func (a *account) lend(l *Lease, warn func(Warning)) (LeaseGrant, storage.UsageD
 	if l.Want <= 0 {
 		return g, d
 	}
+	if l.Hourly && w.n > 0 && w.end().Sub(l.Now) < l.For {
+		// The holder uses a slice for For after it asked, whatever the
+		// window does: units it used after the window ended would count
+		// in no window (the next starts afresh here, and the report's
+		// hour is the old one's). Nothing is lent until the window ends.
+		return g, d
+	}
 	units := l.Want
 	parts := 2 * int64(max(l.Members, 1))
 	if l.Hourly && lim.Hourly != NoLimit {

@@ -117,3 +117,38 @@ func TestLeaseFromAnEarlierClaimCountsOnlyTheHour(t *testing.T) {
 		t.Fatalf("hour %d month %d total %d; want 12, 5, 5", v.UsedThisHour, v.MonthUsed, v.TotalEvaluations)
 	}
 }
+
+// TestLeaseEndsWithinItsWindow: a holder uses a slice for For after it
+// asked, whatever the owner's window does meanwhile. A slice lent in the
+// last moments of an hourly window would be used in the next one, where
+// nothing counts it (the owner's new window starts afresh, and the
+// report's hour belongs to the old one): the window's last For lends
+// nothing, and the next window admits no more than the cap.
+func TestLeaseEndsWithinItsWindow(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 2})
+	defer c.Stop()
+	l := custom(100, 100_000)
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+	if n := admit(t, c, ch, 1); n != 1 {
+		t.Fatal(n)
+	}
+	end := t0.Add(Window)
+	lease := Lease{Account: "a", Holder: "b", Limits: l, Hourly: true, Monthly: true, Total: true, Now: end.Add(-100 * time.Millisecond),
+		Members: 1, For: time.Second, Keep: 3 * time.Second, Want: 1000}
+	g, err := c.Lease(lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The holder uses the whole slice within For of its request, after the
+	// window ended; the owner charges the new window meanwhile.
+	ch.Now = end.Add(10 * time.Millisecond)
+	n := admit(t, c, ch, 200)
+	rep := lease
+	rep.Now, rep.Want, rep.Report = end.Add(500*time.Millisecond), 0, LeaseReport{Seq: g.Seq, Used: g.Units, SameClaim: true}
+	if _, err := c.Lease(rep); err != nil {
+		t.Fatal(err)
+	}
+	if int64(n)+g.Units > 100 {
+		t.Fatalf("hourly cap 100: the next window admitted %d at the owner and %d from a slice lent %v before it", n, g.Units, end.Sub(lease.Now))
+	}
+}
