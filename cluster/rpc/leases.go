@@ -417,6 +417,21 @@ func (s *leasedStep) Charged(_ quota.ChargeResult, err error) {
 	}
 }
 
+// Begin implements quota.Beginner for the step it wraps: the quota shard
+// asks just before it charges. A caller that gave up while the charge
+// waited in the shard's queue answered that nothing was charged, so the
+// charge is dropped, neither charged nor failed, and its unit goes back
+// to the slice.
+func (s *leasedStep) Begin() bool {
+	if quota.Begin(s.inner) {
+		return true
+	}
+	s.ls.settle(s.e, s.seq, true)
+	*s = leasedStep{}
+	leasedSteps.Put(s)
+	return false
+}
+
 func (s *leasedStep) Fail(err error) {
 	inner := s.inner
 	s.ls.settle(s.e, s.seq, true)

@@ -240,3 +240,85 @@ func TestLeaseGrantedAcrossAFreeze(t *testing.T) {
 	// The slice goes back to the owner unused.
 	eventually(t, "the holder reports the slice", func() bool { return !q.leases.held() })
 }
+
+// queuedLocal holds the leased chained charges while hold is set, as a
+// busy quota shard's mailbox would, until the test hands them on.
+type queuedLocal struct {
+	*quota.Client
+	hold  atomic.Bool
+	steps chan quota.ChargeStep
+}
+
+func (l *queuedLocal) ChargeThen(st quota.ChargeStep) {
+	if st.ChargeReq().Lent && l.hold.Load() {
+		l.steps <- st
+		return
+	}
+	l.Client.ChargeThen(st)
+}
+
+// givingUp is a chained step whose caller may stop waiting
+// (quota.Beginner), as the pipeline's chain is.
+type givingUp struct {
+	step
+	begun atomic.Bool
+}
+
+func (s *givingUp) Begin() bool { return s.begun.CompareAndSwap(false, true) }
+
+// TestLeasedChargeAfterTheCallerGaveUp: a leased chained charge still
+// queued at the quota shard when its caller gives up (its deadline: the
+// caller answers 503, nothing charged) is not made, as a charge at the
+// owner is not; its unit goes back to the slice.
+func TestLeasedChargeAfterTheCallerGaveUp(t *testing.T) {
+	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	addr := listen(t, s)
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := &queuedLocal{Client: quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog}), steps: make(chan quota.ChargeStep, 1)}
+	t.Cleanup(func() { local.Stop() })
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
+		Timeout: 2 * time.Second, Logger: quietLog, LeaseAfter: 3, LeaseFor: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Close)
+	c := capped
+	c.Limits = quota.LimitsFor(quota.PlanCustom, limit(100_000), nil, testNow, testNow)
+	for i := 0; q.LeasedCharges() == 0; i++ {
+		if i == 1000 {
+			t.Fatal("no charge served from a slice")
+		}
+		if _, err := q.Charge(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used := func() int64 {
+		q.leases.mu.Lock()
+		defer q.leases.mu.Unlock()
+		return q.leases.m[keyOf(&c)].cur.used
+	}
+	before, charged := used(), q.LeasedCharges()
+
+	local.hold.Store(true)
+	st := &givingUp{step: step{c: c, done: make(chan struct{})}}
+	q.ChargeThen(st)
+	queued := <-local.steps
+	// The caller's deadline passes with the charge still queued: it
+	// answers 503 and nothing may be charged.
+	if !st.begun.CompareAndSwap(false, true) {
+		t.Fatal("the charge began before it left the queue")
+	}
+	local.hold.Store(false)
+	local.Client.ChargeThen(queued)
+	select {
+	case <-st.done:
+		t.Fatalf("a charge its caller gave up on was answered: %+v %v", st.res, st.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if n := q.LeasedCharges(); n != charged {
+		t.Fatalf("%d leased charges made after the caller gave up", n-charged)
+	}
+	if u := used(); u != before {
+		t.Fatalf("the slice counts %d used, %d before the charge its caller gave up on", u, before)
+	}
+}
