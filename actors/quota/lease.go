@@ -209,6 +209,13 @@ func (a *account) lend(l *Lease, warn func(Warning)) (LeaseGrant, storage.UsageD
 		// hour is the old one's). Nothing is lent until the window ends.
 		return g, d
 	}
+	if l.Monthly && a.month.End().Sub(l.Now) < l.For {
+		// Likewise at the month's end, for any monthly count (it is
+		// billed even without a cap): units used in the next month are
+		// stored in the holder's share of it, which that month's load
+		// reads, and the report would add them a second time.
+		return g, d
+	}
 	units := l.Want
 	parts := 2 * int64(max(l.Members, 1))
 	if l.Hourly && lim.Hourly != NoLimit {

@@ -152,3 +152,25 @@ func TestLeaseEndsWithinItsWindow(t *testing.T) {
 		t.Fatalf("hourly cap 100: the next window admitted %d at the owner and %d from a slice lent %v before it", n, g.Units, end.Sub(lease.Now))
 	}
 }
+
+// TestLeaseEndsWithinItsMonth: as for the hourly window, a slice lent in
+// the month's last For would be used in the next month, whose load reads
+// the holder's share (with those units) and whose count the report would
+// add them to again: nothing is lent then, capped or not.
+func TestLeaseEndsWithinItsMonth(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 2})
+	defer c.Stop()
+	end := storage.MonthOf(t0).End()
+	for _, l := range []Limits{custom(-1, 100_000), custom(-1, -1)} {
+		lease := Lease{Account: "a", Holder: "b", Limits: l, Monthly: true, Total: true,
+			Members: 1, For: time.Second, Keep: 3 * time.Second, Want: 10}
+		lease.Now = end.Add(-2 * time.Second)
+		if g, err := c.Lease(lease); err != nil || g.Units == 0 {
+			t.Fatalf("limits %+v: a lease %v before the month's end: %+v %v; want a slice", l, end.Sub(lease.Now), g, err)
+		}
+		lease.Now = end.Add(-100 * time.Millisecond)
+		if g, err := c.Lease(lease); err != nil || g.Units != 0 {
+			t.Fatalf("limits %+v: a lease %v before the month's end: %+v %v; want none", l, end.Sub(lease.Now), g, err)
+		}
+	}
+}
