@@ -1,8 +1,13 @@
 package fastapi
 
 import (
+	"bufio"
+	"net"
 	"net/netip"
+	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 )
 
 // TestParseHopKeepsNoView: a hop parsed without a copy leaves nothing of
@@ -37,4 +42,28 @@ func FuzzParseHop(f *testing.F) {
 			t.Fatalf("%q: %v %v; ParseAddr %v %v", hop, got, err, want, werr)
 		}
 	})
+}
+
+// TestClientAddrLastXFFLine: a trusted proxy that adds its hop as an
+// X-Forwarded-For line of its own, after the one the client sent, names the
+// client in the last line; the client's own line is not believed.
+func TestClientAddrLastXFFLine(t *testing.T) {
+	s := &Server{}
+	s.cfg.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	for _, tc := range []struct{ raw, want string }{
+		{"X-Forwarded-For: 203.0.113.9\r\nX-Forwarded-For: 198.51.100.7\r\n", "198.51.100.7"},
+		{"X-Forwarded-For: 203.0.113.9\r\nX-Forwarded-For: 198.51.100.7, 10.0.0.2\r\n", "198.51.100.7"},
+		{"X-Forwarded-For: 203.0.113.9, 198.51.100.7\r\n", "198.51.100.7"},
+		{"X-Forwarded-For: 203.0.113.9\r\nX-Forwarded-For: 10.0.0.2\r\n", "203.0.113.9"},
+	} {
+		var ctx fasthttp.RequestCtx
+		raw := "GET / HTTP/1.1\r\nHost: x\r\n" + tc.raw + "\r\n"
+		if err := ctx.Request.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Fatal(err)
+		}
+		ctx.SetRemoteAddr(net.TCPAddrFromAddrPort(netip.MustParseAddrPort("10.0.0.1:4000")))
+		if got := s.clientAddr(&ctx); got != netip.MustParseAddr(tc.want) {
+			t.Errorf("%q: client %v, want %s", tc.raw, got, tc.want)
+		}
+	}
 }

@@ -694,24 +694,30 @@ func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 	if !s.trusted(peer) {
 		return peer
 	}
-	xff := ctx.Request.Header.Peek("X-Forwarded-For")
-	for len(xff) > 0 {
-		var hop []byte
-		if i := bytes.LastIndexByte(xff, ','); i >= 0 {
-			hop, xff = xff[i+1:], xff[:i]
-		} else {
-			hop, xff = xff, nil
+	// Several X-Forwarded-For lines are one list in order (RFC 9110 §5.3):
+	// a proxy may add its hop as a line of its own (HAProxy's forwardfor)
+	// after the one the client sent, so the walk starts at the last line.
+	lines := ctx.Request.Header.PeekAll("X-Forwarded-For")
+	for li := len(lines) - 1; li >= 0; li-- {
+		xff := lines[li]
+		for len(xff) > 0 {
+			var hop []byte
+			if i := bytes.LastIndexByte(xff, ','); i >= 0 {
+				hop, xff = xff[i+1:], xff[:i]
+			} else {
+				hop, xff = xff, nil
+			}
+			a, err := parseHop(bytes.TrimSpace(hop))
+			if err != nil {
+				// A garbled hop ends the walk: everything left of it is unverifiable.
+				return peer
+			}
+			a = a.Unmap()
+			if !s.trusted(a) {
+				return a
+			}
+			peer = a
 		}
-		a, err := parseHop(bytes.TrimSpace(hop))
-		if err != nil {
-			// A garbled hop ends the walk: everything left of it is unverifiable.
-			return peer
-		}
-		a = a.Unmap()
-		if !s.trusted(a) {
-			return a
-		}
-		peer = a
 	}
 	return peer
 }
