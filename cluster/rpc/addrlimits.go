@@ -120,6 +120,13 @@ func (a *AddrTotals) Add(node string, now int64, in []iplimit.Count) []iplimit.S
 		if err != nil {
 			continue
 		}
+		if now-c.Start >= int64(length) {
+			// The node's window ended before its count arrived (what it
+			// admitted in the last round before the end): summed into a
+			// window here, it would count against the next one on every
+			// other node, and a limit errs permissive, never strict.
+			continue
+		}
 		e := a.counts[c.Key]
 		if e != nil && !iplimit.Live(e.start, length, now) {
 			delete(a.counts, c.Key)

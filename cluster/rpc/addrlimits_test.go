@@ -76,6 +76,32 @@ func TestAddrTotalsLock(t *testing.T) {
 	}
 }
 
+// TestAddrTotalsEndedWindowCounts: counts a node reports after their
+// window ended (its last ones before a round) belong to no window of the
+// owner's: another node's fresh window does not carry them.
+func TestAddrTotalsEndedWindowCounts(t *testing.T) {
+	a := NewAddrTotals(0)
+	now := testNow.UnixNano()
+	k := sampleKey(9)
+	a.Add("n1", now, []iplimit.Count{{Key: k, Start: now, N: 1}})
+	// n1's other 29 came in the window's last 100 ms; its report arrives
+	// just after the window.
+	later := now + int64(time.Minute) + int64(10*time.Millisecond)
+	a.Add("n1", later, []iplimit.Count{{Key: k, Start: now, N: 29}})
+	if got := a.Add("n2", later, []iplimit.Count{{Key: k, Start: later, N: 1}}); len(got) != 1 || got[0].Others != 0 {
+		t.Fatalf("a fresh window at n2 answered %+v, want no others: n1's 29 were of the ended window", got)
+	}
+	// The same for the lockout: invalid credentials of an ended window lock nothing.
+	ak := authKey(9)
+	a.Add("n1", now, []iplimit.Count{{Key: ak, Start: now, N: 1}})
+	late := now + int64(15*time.Minute) + int64(10*time.Millisecond)
+	a.Add("n1", late, []iplimit.Count{{Key: ak, Start: now, N: 19}})
+	a.Add("n2", late, []iplimit.Count{{Key: ak, Start: late, N: 1}})
+	if l := a.Locks(late); len(l) != 0 {
+		t.Fatalf("locked by 19 invalid credentials of an ended window and 1 of the next: %+v", l)
+	}
+}
+
 // TestAddrTotalsBound: past its bound the owner keeps no new counter (the
 // address stays each node's own) until windows end.
 func TestAddrTotalsBound(t *testing.T) {
