@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fraudd/fraudd/intel/nettoken"
 )
 
 // TestParseHopKeepsNoView: a hop parsed without a copy leaves nothing of
@@ -64,6 +66,37 @@ func TestClientAddrLastXFFLine(t *testing.T) {
 		ctx.SetRemoteAddr(net.TCPAddrFromAddrPort(netip.MustParseAddrPort("10.0.0.1:4000")))
 		if got := s.clientAddr(&ctx); got != netip.MustParseAddr(tc.want) {
 			t.Errorf("%q: client %v, want %s", tc.raw, got, tc.want)
+		}
+	}
+}
+
+// TestProxyHeadersEarlierXFFLine: a visitor's forwarding proxy's
+// X-Forwarded-For line, before the one our trusted proxy added for the
+// client, is proxy evidence as a hop left of the client on one line is.
+func TestProxyHeadersEarlierXFFLine(t *testing.T) {
+	s := &Server{}
+	s.cfg.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	for _, tc := range []struct {
+		raw  string
+		want uint8
+	}{
+		{"X-Forwarded-For: 198.51.100.7\r\nX-Forwarded-For: 203.0.113.5\r\n", nettoken.HeaderXFF},
+		{"X-Forwarded-For: 198.51.100.7, 203.0.113.5\r\n", nettoken.HeaderXFF},
+		{"X-Forwarded-For: 203.0.113.5\r\n", 0},
+		{"X-Forwarded-For: 203.0.113.5, 10.0.0.2\r\n", 0},
+	} {
+		var ctx fasthttp.RequestCtx
+		raw := "GET / HTTP/1.1\r\nHost: x\r\n" + tc.raw + "\r\n"
+		if err := ctx.Request.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Fatal(err)
+		}
+		ctx.SetRemoteAddr(net.TCPAddrFromAddrPort(netip.MustParseAddrPort("10.0.0.1:4000")))
+		client := s.clientAddr(&ctx)
+		if client != netip.MustParseAddr("203.0.113.5") {
+			t.Fatalf("%q: client %v", tc.raw, client)
+		}
+		if flags, infra := s.proxyHeaders(&ctx, client); flags&nettoken.HeaderXFF != tc.want || infra {
+			t.Errorf("%q: flags %#x infra %v, want XFF flag %#x", tc.raw, flags, infra, tc.want)
 		}
 	}
 }

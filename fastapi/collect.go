@@ -171,28 +171,41 @@ func (s *Server) proxyHeaders(ctx *fasthttp.RequestCtx, client netip.Addr) (flag
 	if s.trusted(client) {
 		return 0, true
 	}
-	// Walk X-Forwarded-For from the right like clientAddr; anything left of
-	// the client hop is a forwarder beyond it.
-	xff := h.Peek("X-Forwarded-For")
-	for len(xff) > 0 {
-		var hop []byte
-		if i := bytes.LastIndexByte(xff, ','); i >= 0 {
-			hop, xff = xff[i+1:], xff[:i]
-		} else {
-			hop, xff = xff, nil
-		}
-		a, err := netip.ParseAddr(string(bytes.TrimSpace(hop)))
-		if err != nil {
-			break
-		}
-		if a.Unmap() == client {
-			if len(bytes.TrimSpace(xff)) > 0 {
-				flags |= nettoken.HeaderXFF
+	// Walk X-Forwarded-For from the right like clientAddr, its lines from
+	// the last; anything left of the client hop is a forwarder beyond it.
+	lines := h.PeekAll("X-Forwarded-For")
+	for li := len(lines) - 1; li >= 0; li-- {
+		xff := lines[li]
+		for len(xff) > 0 {
+			var hop []byte
+			if i := bytes.LastIndexByte(xff, ','); i >= 0 {
+				hop, xff = xff[i+1:], xff[:i]
+			} else {
+				hop, xff = xff, nil
 			}
-			break
+			a, err := netip.ParseAddr(string(bytes.TrimSpace(hop)))
+			if err != nil {
+				return flags, false
+			}
+			if a.Unmap() == client {
+				if len(bytes.TrimSpace(xff)) > 0 || hopsBefore(lines[:li]) {
+					flags |= nettoken.HeaderXFF
+				}
+				return flags, false
+			}
 		}
 	}
 	return flags, false
+}
+
+// hopsBefore reports whether X-Forwarded-For lines hold any hop.
+func hopsBefore(lines [][]byte) bool {
+	for _, l := range lines {
+		if len(bytes.TrimSpace(l)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // collectDeviceBody is collector.js's device report: the signals plus the key.
