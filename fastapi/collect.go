@@ -183,7 +183,7 @@ func (s *Server) proxyHeaders(ctx *fasthttp.RequestCtx, client netip.Addr) (flag
 			} else {
 				hop, xff = xff, nil
 			}
-			a, err := netip.ParseAddr(string(bytes.TrimSpace(hop)))
+			a, err := parseHop(bytes.TrimSpace(hop))
 			if err != nil {
 				return flags, false
 			}

@@ -722,14 +722,32 @@ func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 	return peer
 }
 
-// parseHop parses one X-Forwarded-For hop without copying it: ParseAddr
-// keeps nothing of its input but a zone, and a hop with a zone ("%") is
-// copied first.
+// parseHop parses one X-Forwarded-For hop without copying it: the parsers
+// keep nothing of their input but a zone, and a hop with a zone ("%") is
+// copied first. Some proxies write a hop with its port (Azure Application
+// Gateway: "203.0.113.9:51234", "[2001:db8::7]:443") or an IPv6 hop in
+// brackets: the address is the hop. Refusing those would end the walk at
+// the proxy, and everyone behind it would share one address's limits.
 func parseHop(b []byte) (netip.Addr, error) {
+	var h string
 	if len(b) == 0 || bytes.IndexByte(b, '%') >= 0 {
-		return netip.ParseAddr(string(b))
+		h = string(b)
+	} else {
+		h = unsafe.String(&b[0], len(b))
 	}
-	return netip.ParseAddr(unsafe.String(&b[0], len(b)))
+	a, err := netip.ParseAddr(h)
+	if err == nil {
+		return a, nil
+	}
+	if ap, perr := netip.ParseAddrPort(h); perr == nil {
+		return ap.Addr(), nil
+	}
+	if len(h) > 2 && h[0] == '[' && h[len(h)-1] == ']' {
+		if a, berr := netip.ParseAddr(h[1 : len(h)-1]); berr == nil && a.Is6() {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, err
 }
 
 func (s *Server) trusted(a netip.Addr) bool {
