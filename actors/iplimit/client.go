@@ -174,7 +174,9 @@ func (c *Client) Sweep(now time.Time) {
 
 // Export collects what every shard counted since the last Export (empty
 // unless Config.Shared). A shard that does not answer within the Take
-// timeout is left out: its counts go with its next answer.
+// timeout is left out, and what it hands over when it does answer is lost
+// (nobody reads this Export's channel any more): the others' view of those
+// addresses errs permissive by it, as when a member does not answer.
 func (c *Client) Export() ([]Count, error) {
 	if c.stopped.Load() {
 		return nil, ErrStopped
