@@ -110,6 +110,8 @@ type Service struct {
 	flights sync.Map // event id → *flight
 	// outcomes counts finished attempts: delivered, retrying, failed.
 	outcomes [3]atomic.Uint64
+	// attempts are the attempt goroutines running; Stop waits for them.
+	attempts sync.WaitGroup
 }
 
 // Outcomes counts the attempts finished so far: delivered (2xx), retrying
@@ -239,7 +241,11 @@ func (s *Service) Recent(account string, now time.Time) ([]*storage.Delivery, er
 // again).
 func (s *Service) Stop() error {
 	s.cancel()
-	return s.shards.Stop()
+	err := s.shards.Stop()
+	// The cancelled attempts end at once; one answered 2xx before that
+	// deletes its pending record, which must happen before the store closes.
+	s.attempts.Wait()
+	return err
 }
 
 // queued is a new event for an account's queue.
@@ -423,10 +429,18 @@ func (sh *shard) pump(id string, a *acct) {
 		e.attempts++
 		a.inflight++
 		sh.svc.flights.Store(e.id, &flight{account: id, ev: e, started: time.Now()})
+		sh.svc.attempts.Add(1)
 		go func() {
+			defer sh.svc.attempts.Done()
 			out := sh.svc.post(sh.svc.ctx, at)
 			if sh.svc.ctx.Err() != nil {
-				return // stopping: the shards are gone or going
+				// Stopping: the shards are gone or going. A receiver that
+				// answered 2xx has the event, so its pending record goes
+				// here; left, the next start would send it again.
+				if out.ok() {
+					sh.forget(id, e)
+				}
+				return
 			}
 			sh.svc.shards.Send(actors.HashString(id), &finished{account: id, ev: e, url: at.url, out: out})
 		}()
