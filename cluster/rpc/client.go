@@ -304,6 +304,11 @@ func (q *Quota) Close() {
 	close(q.done)
 	q.wg.Wait()
 	failAll(q.work, ErrClosed)
+	if e := q.evs.Load(); e != nil {
+		for len(e.work) > 0 {
+			(<-e.work).Fail(ErrClosed)
+		}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for id, p := range q.peers {

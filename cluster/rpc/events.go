@@ -74,9 +74,9 @@ func (q *Quota) Events(local LocalEvents) *Events {
 			for {
 				select {
 				case <-q.done:
-					for len(e.work) > 0 {
-						(<-e.work).Fail(ErrClosed)
-					}
+					// Close fails what is still queued once every worker
+					// is gone: workers draining it side by side could
+					// block on a queue another emptied, and Close with them.
 					return
 				case st := <-e.work:
 					m := *st.ResolveReq()
@@ -113,10 +113,29 @@ func (e *Events) ResolveThen(st events.ResolveStep) {
 		e.local.ResolveThen(st)
 		return
 	}
+	switch err := e.enqueue(st); {
+	case errors.Is(err, ErrClosed):
+		st.Fail(err)
+	case err != nil:
+		st.Resolved(events.Resolved{}, err)
+	}
+}
+
+// enqueue puts st on the workers' queue: ErrClosed once the client closed
+// (no worker reads it then), ErrBusy when it is full. The read lock keeps
+// Close from starting between the check and the send; the send never
+// blocks.
+func (e *Events) enqueue(st events.ResolveStep) error {
+	e.q.mu.RLock()
+	defer e.q.mu.RUnlock()
+	if e.q.closed.Load() {
+		return ErrClosed
+	}
 	select {
 	case e.work <- st:
+		return nil
 	default:
-		st.Resolved(events.Resolved{}, fmt.Errorf("cluster rpc: too many device events being resolved at other nodes: %w", ErrBusy))
+		return fmt.Errorf("cluster rpc: too many device events being resolved at other nodes: %w", ErrBusy)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/intel/device"
@@ -105,5 +106,28 @@ func TestEventFromBeforeClusterMode(t *testing.T) {
 	}
 	if _, err := b.ev.Resolve(m); !errors.Is(err, ErrStorerDown) {
 		t.Fatalf("resolve on another node: %v", err)
+	}
+}
+
+// TestChainedResolveAfterClose: a chained resolve of another node's event
+// that comes once the client closed is answered at once (ErrClosed), not
+// left on a queue no worker reads any more.
+func TestChainedResolveAfterClose(t *testing.T) {
+	nodes := settledNodes(t, nil, "a", "b")
+	a, b := nodes[0], nodes[1]
+	id, err := a.ev.Collect(events.Collected{Account: "acct_1", Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.q.Close()
+	st := &resolveStep{m: events.Resolve{ID: id, Account: "acct_1", Now: testNow}, out: make(chan error, 1)}
+	b.ev.ResolveThen(st)
+	select {
+	case err := <-st.out:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("chained resolve after close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a chained resolve sent after close was never answered")
 	}
 }
