@@ -153,7 +153,11 @@ func eventOf(r *CollectRequest) (*storage.DeviceEvent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: collected event: %w", errBadRequest, err)
 	}
-	if e.Account != r.Account || e.ID != (events.EventID{}) || e.Uses != 0 || len(e.Signals) > storage.MaxEventSignals || e.Created.IsZero() {
+	// A visitor hash past storage's bound would fail the whole device
+	// write of its sync interval (storage.WriteDevice refuses its
+	// sightings), every other event in it with it.
+	if e.Account != r.Account || e.ID != (events.EventID{}) || e.Uses != 0 || len(e.Signals) > storage.MaxEventSignals || e.Created.IsZero() ||
+		len(e.VisitorID) > storage.MaxVisitorLen {
 		return nil, fmt.Errorf("%w: a collected event of %q for %q", errBadRequest, e.Account, r.Account)
 	}
 	return e, nil

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"strings"
 	"sync"
 	"testing"
 
@@ -116,4 +117,17 @@ func FuzzCollectRequest(f *testing.F) {
 			t.Fatalf("a collected event passed: %+v", e)
 		}
 	})
+}
+
+// TestCollectedEventVisitorBounded: a peer's collected event whose visitor
+// hash is longer than storage keeps is refused: stored, its sightings would
+// fail the whole device write of that sync interval (every shard's events
+// and sightings in it).
+func TestCollectedEventVisitorBounded(t *testing.T) {
+	e := events.EventOf(events.Collected{Account: "acct_1", Now: testNow, Signals: []byte("{}"),
+		Verdict: &device.Verdict{VisitorID: strings.Repeat("v", storage.MaxVisitorLen+1)}})
+	r := collectMsg(&quota.Collect{Account: "acct_1", Budget: quota.CollectBudget{Events: 1, Bytes: 1}}, 3, storage.MarshalEvent(nil, &e))
+	if _, err := eventOf(r); err == nil {
+		t.Fatal("a collected event with a visitor hash past storage's bound passed")
+	}
 }
