@@ -66,6 +66,10 @@ type shardState struct {
 	pending atomic.Bool
 	seq     uint64        // writes handed to the committer (shard goroutine only)
 	stored  atomic.Uint64 // seq of the last of them the committer finished
+	// failed is the seq of the last write the store refused: entries last
+	// carried by it or an earlier write may exist only in memory, so they
+	// are not evicted (a later write carrying them clears that).
+	failed atomic.Uint64
 }
 
 type shard struct{ *shardState }
@@ -87,12 +91,13 @@ func (s shard) Receive(ctx actor.Context) {
 		if s.store == nil {
 			return // memory only: an evicted entry would be lost
 		}
-		stored := s.stored.Load()
+		stored, failed := s.stored.Load(), s.failed.Load()
+		// wseq 0: loaded from the store and never written since.
 		s.events.Sweep(func(_ EventID, e *eventEntry) bool {
-			return !e.dirty && e.wseq <= stored && m.Now.Sub(e.touched) > s.idleAfter
+			return !e.dirty && e.wseq <= stored && (e.wseq == 0 || e.wseq > failed) && m.Now.Sub(e.touched) > s.idleAfter
 		})
 		s.sightings.Sweep(func(_ string, h *sightingsEntry) bool {
-			return !h.dirty && h.wseq <= stored && m.Now.Sub(h.touched) > s.idleAfter
+			return !h.dirty && h.wseq <= stored && (h.wseq == 0 || h.wseq > failed) && m.Now.Sub(h.touched) > s.idleAfter
 		})
 	case lenProbe:
 		m <- [2]int{s.events.Len(), s.sightings.Len()}
@@ -292,6 +297,9 @@ func newCommitter(store Store, cfg actors.GroupConfig, log *slog.Logger) *actors
 			log.Error("device: events not stored", "writes", len(ws), "err", err)
 		}
 		for _, w := range ws {
+			if err != nil {
+				w.st.failed.Store(w.seq)
+			}
 			w.st.stored.Store(w.seq)
 			if w.ack != nil {
 				w.ack <- struct{}{}
