@@ -141,8 +141,12 @@ func (a *account) settle(l *Lease, d *storage.UsageDelta, warn func(Warning)) {
 	if g.hourly {
 		w := a.win(g.bucket, l.Now)
 		switch {
-		case w.n == 0:
+		case w.n == 0 && g.wstart.IsZero():
+			// Lent with no window running: its uses opened one.
 			w.start, w.n = l.Now, used
+		case w.n == 0:
+			// The window the slice was lent in has ended (a slice ends
+			// with it): its uses counted there, and open no new one.
 		case g.wstart.IsZero() || g.wstart.Equal(w.start):
 			w.n += used
 		}

@@ -174,3 +174,33 @@ func TestLeaseEndsWithinItsMonth(t *testing.T) {
 		}
 	}
 }
+
+// TestLateReportOpensNoWindow: a report that reaches the owner after the
+// window its slice was lent in has ended, with no window running, counts
+// its uses in that ended window only: the next window starts empty.
+func TestLateReportOpensNoWindow(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 2})
+	defer c.Stop()
+	l := custom(100, 100_000)
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+	if n := admit(t, c, ch, 1); n != 1 {
+		t.Fatal(n)
+	}
+	lease := Lease{Account: "a", Holder: "b", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0.Add(time.Minute),
+		Members: 1, For: time.Second, Keep: 3 * time.Second, Want: 40}
+	g, err := c.Lease(lease)
+	if err != nil || g.Units == 0 {
+		t.Fatalf("lease: %+v %v", g, err)
+	}
+	// The holder used the slice within its second; its report comes after
+	// the window ended and before anything opened the next one.
+	rep := lease
+	rep.Now, rep.Want, rep.Report = t0.Add(Window+time.Second), 0, LeaseReport{Seq: g.Seq, Used: g.Units, SameClaim: true}
+	if _, err := c.Lease(rep); err != nil {
+		t.Fatal(err)
+	}
+	ch.Now = rep.Now
+	if n := admit(t, c, ch, 200); n != 100 {
+		t.Fatalf("the window after a late report admitted %d; want the cap of 100", n)
+	}
+}
