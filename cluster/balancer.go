@@ -33,6 +33,14 @@ type Balancer struct {
 
 	mu     sync.Mutex
 	claims map[Kind]map[int]Claim
+	// lapsed are claims dropped while the lease was not certainly held
+	// (the validity deadline passed) but was not replaced either. etcd may
+	// still hold that lease: its deadline runs from when it received the
+	// renewal, and a leader change extends every lease. If a renewal of the
+	// same lease is acknowledged again, their owner keys are still this
+	// member's, and the view shows them as its own, so no plan would claim
+	// or release them: they are taken up again instead.
+	lapsed map[Kind]map[int]Claim
 }
 
 // NewBalancer checks cfg; Run drives it.
@@ -48,9 +56,10 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
 	}
-	b := &Balancer{cfg: cfg, claims: map[Kind]map[int]Claim{}}
+	b := &Balancer{cfg: cfg, claims: map[Kind]map[int]Claim{}, lapsed: map[Kind]map[int]Claim{}}
 	for _, k := range cfg.Kinds {
 		b.claims[k] = map[int]Claim{}
+		b.lapsed[k] = map[int]Claim{}
 	}
 	return b, nil
 }
@@ -113,11 +122,25 @@ func (b *Balancer) Pass(ctx context.Context) {
 	held := m.Held(m.cfg.Now())
 	var lost []Claim
 	b.mu.Lock()
-	for _, cs := range b.claims {
+	for k, cs := range b.claims {
 		for s, c := range cs {
 			if !held || c.Lease != lease {
 				lost = append(lost, c)
 				delete(cs, s)
+				if c.Lease == lease {
+					b.lapsed[k][s] = c
+				}
+			}
+		}
+	}
+	retake := map[Kind][]int{}
+	for k, cs := range b.lapsed {
+		for s, c := range cs {
+			switch {
+			case c.Lease != lease:
+				delete(cs, s) // that lease is gone, and its owner keys with it
+			case held:
+				retake[k] = append(retake[k], s)
 			}
 		}
 	}
@@ -134,6 +157,15 @@ func (b *Balancer) Pass(ctx context.Context) {
 	// others claim its shards as it releases them.
 	members := m.ActiveIDs()
 	for _, k := range b.cfg.Kinds {
+		// Claim returns a claim the member holds under its current lease
+		// (Acquired rebuilds what Lost dropped); the plan below then
+		// releases those that belong to another member now.
+		b.claimAll(ctx, k, retake[k])
+		b.mu.Lock()
+		for s := range b.claims[k] {
+			delete(b.lapsed[k], s)
+		}
+		b.mu.Unlock()
 		owners := b.cfg.View.Owners(k)
 		// The view can lag this member's own claims; count them as its own.
 		b.mu.Lock()

@@ -232,3 +232,61 @@ func TestBalancerLeavingMemberIsNotAssigned(t *testing.T) {
 		t.Fatalf("b's record as a sees it: %+v %v", mi, ok)
 	}
 }
+
+// TestBalancerTakesBackClaimsAfterALapse: the validity deadline can pass
+// while etcd still holds the lease (a renewal answered late, a leader change
+// that extends every lease). The balancer drops its claims then, as it must;
+// once a renewal of the same lease is acknowledged, the owner keys are still
+// this member's, so it must take the shards up again. Before, the view
+// showed the member as the owner, so no pass claimed them and none released
+// them: the shards had an owner key and no owner until the lease ended.
+func TestBalancerTakesBackClaimsAfterALapse(t *testing.T) {
+	root := testRoot(t)
+	cli := newClient(t)
+	var ahead atomic.Int64 // nanoseconds the member's clock runs ahead
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := Join(ctx, MemberConfig{Client: cli, Root: root, ID: "a", Addr: "127.0.0.1:1", TTL: 2 * time.Second,
+		Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	view, err := NewOwnerView(cli, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := view.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var lost, acquired atomic.Int64
+	b, err := NewBalancer(BalancerConfig{Member: m, View: view, Kinds: []Kind{KindAddr}, Every: 20 * time.Millisecond,
+		Acquired: func(context.Context, Claim) { acquired.Add(1) },
+		Lost:     func(Claim) { lost.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "a owns every shard", func() bool { return b.Owned(KindAddr) == AddrShards })
+
+	// The deadline passes with the lease alive in etcd: no renewal, the
+	// clock a TTL ahead, for well under the TTL of real time.
+	m.pause(true)
+	ahead.Store(int64(3 * time.Second))
+	eventually(t, "the claims are dropped while the lease is not held", func() bool { return lost.Load() == AddrShards })
+	ahead.Store(0)
+	m.pause(false)
+	eventually(t, "a renewal of the same lease is acknowledged", func() bool { return m.Held(time.Now()) })
+	if m.Epoch() != 1 || m.Losses() != 0 {
+		t.Fatalf("the lease did not survive the lapse (epoch %d, losses %d): the test needs it to", m.Epoch(), m.Losses())
+	}
+	eventually(t, "a takes its shards up again", func() bool { return b.Owned(KindAddr) == AddrShards })
+	if got := acquired.Load(); got != 2*AddrShards {
+		t.Fatalf("Acquired ran %d times, want %d: the state dropped with the claims is rebuilt", got, 2*AddrShards)
+	}
+	if o := view.Owners(KindAddr); len(o) != AddrShards {
+		t.Fatalf("%d shards owned in etcd, want %d", len(o), AddrShards)
+	}
+}
