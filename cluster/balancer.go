@@ -205,7 +205,18 @@ func (b *Balancer) release(ctx context.Context, c Claim) error {
 		}
 	}
 	err := b.cfg.Member.Release(ctx, c)
-	if err != nil && !errors.Is(err, ErrFenced) {
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrFenced):
+		// Refused by the local check (the deadline passed while Releasing
+		// ran) the owner key may still be under the lease: should the lease
+		// be held again, the next passes take the shard up and release it.
+		if c.Lease == b.cfg.Member.Lease() {
+			b.mu.Lock()
+			b.lapsed[c.Kind][c.Shard] = c
+			b.mu.Unlock()
+		}
+	default:
 		keep()
 	}
 	return err

@@ -290,3 +290,65 @@ func TestBalancerTakesBackClaimsAfterALapse(t *testing.T) {
 		t.Fatalf("%d shards owned in etcd, want %d", len(o), AddrShards)
 	}
 }
+
+// TestBalancerReleaseFencedByALapseIsRetried: a release whose local fence
+// refuses because the validity deadline passed during Releasing (its
+// flush may wait up to a TTL) leaves the owner key in etcd while the same
+// lease lives on. The balancer must hand the shard over once the lease is
+// held again. Before, it forgot the shard: the key stayed under its lease,
+// the next owner waited for a release that never came.
+func TestBalancerReleaseFencedByALapseIsRetried(t *testing.T) {
+	root := testRoot(t)
+	cli := newClient(t)
+	var ahead atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := Join(ctx, MemberConfig{Client: cli, Root: root, ID: "a", Addr: "127.0.0.1:1", TTL: 2 * time.Second,
+		Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	view, err := NewOwnerView(cli, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := view.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var lapsed atomic.Bool
+	b, err := NewBalancer(BalancerConfig{Member: m, View: view, Kinds: []Kind{KindAddr}, Every: 20 * time.Millisecond,
+		Releasing: func(context.Context, Claim) error {
+			if lapsed.CompareAndSwap(false, true) {
+				// The flush outlasts the deadline; the lease lives on.
+				m.pause(true)
+				ahead.Store(int64(3 * time.Second))
+				time.AfterFunc(100*time.Millisecond, func() { ahead.Store(0); m.pause(false) })
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "a owns every shard", func() bool { return b.Owned(KindAddr) == AddrShards })
+
+	// b joins without a balancer: a hands b's shards back, nobody claims them.
+	other := join(t, newClient(t), root, "b", 2*time.Second)
+	defer other.Close()
+	want := Assign(KindAddr, []string{"a", "b"})
+	eventually(t, "a releases every shard of b's", func() bool {
+		got := view.Owners(KindAddr)
+		for s, o := range want {
+			if (o == "a") != (got[s] == "a") {
+				return false
+			}
+		}
+		return true
+	})
+	if !lapsed.Load() || m.Epoch() != 1 || m.Losses() != 0 {
+		t.Fatalf("lapsed %v, epoch %d, losses %d: the test needs a lapse the lease survives", lapsed.Load(), m.Epoch(), m.Losses())
+	}
+}
