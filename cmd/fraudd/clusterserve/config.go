@@ -68,7 +68,12 @@ type ConfigSync struct {
 	pmu     sync.Mutex
 	full    bool
 	pending map[string]bool
-	wake    chan struct{}
+	// pendingRev is the store's revision when it last reported a change:
+	// every change up to it is in pending (or full). The store's own
+	// revision can be ahead of its reports (it reports after releasing its
+	// lock), so it is not what an install may mark applied.
+	pendingRev int64
+	wake       chan struct{}
 
 	amu       sync.Mutex
 	applied   int64
@@ -194,6 +199,7 @@ func (c *ConfigSync) changed(full bool, keys []string) {
 	for _, k := range keys {
 		c.pending[k] = true
 	}
+	c.pendingRev = max(c.pendingRev, c.store.Revision())
 	c.pmu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -227,13 +233,13 @@ func (c *ConfigSync) run(ctx context.Context) {
 }
 
 // applyPending installs what changed since the last call, then marks the
-// revision read before it as applied: every write up to it is installed.
+// revision of the last change reported as applied: every write up to it is
+// installed.
 func (c *ConfigSync) applyPending() error {
 	c.pmu.Lock()
-	full, keys := c.full, c.pending
+	full, keys, rev := c.full, c.pending, c.pendingRev
 	c.full, c.pending = false, map[string]bool{}
 	c.pmu.Unlock()
-	rev := c.store.Revision()
 	ids := map[string]bool{}
 	if full {
 		for _, k := range c.store.Keys() {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fraudd/fraudd/actors/accounts"
+	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/cluster/embedetcd"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
@@ -383,5 +385,84 @@ func TestDownWhenTheLeaseLapses(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close hangs without etcd")
+	}
+}
+
+// TestConfigWriteReturnsOnceInstalledHere: an admin write answers only
+// once this node installed it, even when an install of an earlier change
+// runs while the store has applied the write but not yet reported it
+// (OnChange runs after the store's lock is released). Before, that install
+// marked the store's revision applied without the write's keys, and a
+// rotated key still worked on the node that rotated it.
+func TestConfigWriteReturnsOnceInstalledHere(t *testing.T) {
+	n, err := Start(context.Background(), Config{Name: clusterName(t), Endpoints: etcd(t), NodeID: "a", Advertise: "127.0.0.1:1", LeaseTTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
+	if err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	cs, err := n.NewConfigSync()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The store again, with an OnChange that holds back the report of one
+	// key's change and meanwhile lets the install loop run, as the wake of
+	// an earlier change would.
+	var gate atomic.Pointer[string]
+	cs.store, err = cluster.NewStore(cluster.StoreConfig[[]byte]{Client: n.cli, Prefix: cs.prefix, Codec: rawCodec,
+		OnChange: func(full bool, keys []string) {
+			if k := gate.Load(); k != nil && !full && slices.Contains(keys, *k) {
+				gate.Store(nil)
+				rev := cs.store.Revision()
+				select {
+				case cs.wake <- struct{}{}:
+				default:
+				}
+				for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+					cs.amu.Lock()
+					applied := cs.applied
+					cs.amu.Unlock()
+					if applied >= rev {
+						break
+					}
+				}
+			}
+			cs.changed(full, keys)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+	accts, err := accounts.Start(sys.Root, accounts.Config{DB: db, Master: secrets.FromBytes([]byte("unit")), Clock: clock.Real{}, Shared: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := &testNode{node: n, sync: cs, accts: accts, db: db}
+	if err := cs.Start(context.Background(), accts); err != nil {
+		tn.stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(tn.stop)
+
+	c, err := accts.Create(accounts.NewAccount{Email: "ryw@example.com", Plan: "free"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := kindAccount + c.View.ID
+	gate.Store(&key)
+	rot, err := accts.RotateTest(c.View.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := accts.Authenticate(c.TestKey, time.Now()); ok {
+		t.Fatal("the rotated test key still works on the node that rotated it, after the rotation answered")
+	}
+	if _, ok := accts.Authenticate(rot, time.Now()); !ok {
+		t.Fatal("the new test key does not work on the node that rotated it")
 	}
 }
