@@ -180,6 +180,15 @@ func (s *Store[T]) watch(ctx context.Context) error {
 			return err
 		}
 		keys := make([]string, 0, len(resp.Events))
+		// A response with events vouches only for them: a watch catching
+		// up gets its events in batches of at most 1,000 revisions, each
+		// stamped with etcd's current revision. Only a response without
+		// events (a progress notification, sent once the watch is caught
+		// up) vouches for its header revision.
+		rev := resp.Header.Revision
+		if n := len(resp.Events); n > 0 {
+			rev = resp.Events[n-1].Kv.ModRevision
+		}
 		s.mu.Lock()
 		for _, ev := range resp.Events {
 			k := strings.TrimPrefix(string(ev.Kv.Key), s.cfg.Prefix)
@@ -198,7 +207,7 @@ func (s *Store[T]) watch(ctx context.Context) error {
 			}
 			s.m[k] = Entry[T]{Value: v, Rev: ev.Kv.ModRevision, Lease: clientv3.LeaseID(ev.Kv.Lease)}
 		}
-		s.setRevLocked(resp.Header.Revision)
+		s.setRevLocked(rev)
 		s.mu.Unlock()
 		if len(keys) > 0 && s.cfg.OnChange != nil {
 			s.cfg.OnChange(false, keys)

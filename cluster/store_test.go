@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,4 +266,55 @@ func FuzzDecodeMemberInfo(f *testing.F) {
 			t.Fatalf("round trip %+v → %+v, %v", mi, back, err)
 		}
 	})
+}
+
+// TestStoreWaitAfterALongCatchUp: a watch that starts behind etcd by more
+// than etcd sends in one response (1,000 revisions) gets its events in
+// several responses, each stamped with etcd's current revision. Wait must
+// not return before every record up to the revision it waits for is in the
+// copy. Before, the first response moved the store's revision to the end,
+// and Wait returned with the last records missing.
+func TestStoreWaitAfterALongCatchUp(t *testing.T) {
+	cli := newClient(t)
+	prefix := ConfigPrefix(testRoot(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := newPlanStore(t, newClient(t), prefix, nil)
+	const n = 1100 // revisions, one put each
+	var last atomic.Int64
+	var once sync.Once
+	s.onWatch(func(int64) {
+		once.Do(func() {
+			var wg sync.WaitGroup
+			next := make(chan int)
+			for range 8 {
+				wg.Go(func() {
+					for i := range next {
+						resp, err := cli.Put(ctx, fmt.Sprintf("%sacct/%04d", prefix, i), fmt.Sprintf(`{"name":"p%d","limit":%d}`, i, i))
+						if err != nil {
+							t.Error(err)
+							continue
+						}
+						for cur := last.Load(); resp.Header.Revision > cur && !last.CompareAndSwap(cur, resp.Header.Revision); cur = last.Load() {
+						}
+					}
+				})
+			}
+			for i := range n {
+				next <- i
+			}
+			close(next)
+			wg.Wait()
+		})
+	})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the puts are made", func() bool { return last.Load() != 0 && len(s.Keys()) > 0 || t.Failed() })
+	if err := s.Wait(ctx, last.Load()); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.Keys()); got != n {
+		t.Fatalf("Wait(%d) returned with %d of %d records in the copy", last.Load(), got, n)
+	}
 }
