@@ -8,11 +8,13 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -257,5 +259,63 @@ func TestTakeUnstoredWithStore(t *testing.T) {
 	}
 	if err := db.HistOf(nil, func(r storage.HistRef) bool { t.Errorf("left in the store: %+v", r); return true }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// gatedStore holds every write with changes while hold is set (the store
+// is slow to land a take's delete).
+type gatedStore struct {
+	*storage.DB
+	mu   sync.Mutex
+	hold chan struct{}
+}
+
+func (g *gatedStore) WriteHist(ws []*storage.HistWrite) error {
+	n := 0
+	for _, w := range ws {
+		n += w.Len()
+	}
+	g.mu.Lock()
+	h := g.hold
+	g.mu.Unlock()
+	if n > 0 && h != nil {
+		<-h
+	}
+	return g.DB.WriteHist(ws)
+}
+
+// TestExpireKeepsTakenEntry: the daily prune reaching a record a take has
+// just emptied (its delete not stored yet) must not forget the empty entry:
+// an observation meanwhile would reload the stored copy that already left
+// for another node, and count its visits twice.
+func TestExpireKeepsTakenEntry(t *testing.T) {
+	db := openDBWith(t, vfs.NewMem(), time.Hour) // flushes only by barriers here
+	g := &gatedStore{DB: db}
+	c := newClient(t, Config{Shards: 1, Store: g})
+	old, recent := t0, t0.Add(89*24*time.Hour)
+	now := t0.Add(91 * 24 * time.Hour) // the visit at old is out of the window
+	observe(t, c, Observation{Customer: "acc_a", DeviceID: "d1", EventID: "e1", Now: old})
+	observe(t, c, Observation{Customer: "acc_a", DeviceID: "d1", EventID: "e2", Now: recent})
+	if err := c.barrierAll(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	refs := expired(t, db, windowStart(now.Unix()))
+	if len(refs) != 1 {
+		t.Fatalf("expiry refs %+v, want the device's", refs)
+	}
+
+	gate := make(chan struct{})
+	g.mu.Lock()
+	g.hold = gate
+	g.mu.Unlock()
+	defer close(gate)
+	recs := take(t, c, all, now)
+	if len(recs) != 1 || history(recs[0].(*storage.HistCustomerDevice)).Visits != 1 {
+		t.Fatalf("took %v, want the device with its one visit in the window", normalized(recs))
+	}
+	// The prune's expiry of the taken record, before the take's delete lands.
+	c.shards.Send(actors.HashString("acc_a"), &expire{ref: refs[0], now: now.Unix()})
+	if f := observe(t, c, Observation{Customer: "acc_a", DeviceID: "d1", EventID: "e3", Now: now}); f.History.Visits != 1 {
+		t.Fatalf("after the take and an expiry: %d visits, want 1 (the taken visit counted again)", f.History.Visits)
 	}
 }

@@ -424,7 +424,12 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 		}
 		*st = storage.HistStored{}
 		*dirty = false // a flush must not bring it back
-		drop()
+		// An entry a write still on its way carries (a take's delete)
+		// stays, empty, until that write is stored: a reload meanwhile
+		// would read the copy about to go. The sweep evicts it then.
+		if *wseq <= s.stored.Load() {
+			drop()
+		}
 	case was.OK:
 		if ns, err := w.Put(rec, was); err == nil {
 			*st, *wseq = ns, s.seq
