@@ -19,7 +19,7 @@ import (
 // observation arriving meanwhile starts from nothing instead of reloading
 // the stored copy that is about to go.
 
-// takeWait bounds how long Take waits for the shards.
+// takeWait bounds how long Take and Merge wait for the shards.
 const takeWait = 30 * time.Second
 
 type (
@@ -132,7 +132,10 @@ func (c *Client) Merge(recs []storage.HistRecord, now time.Time) error {
 			sent++
 		}
 	}
-	t := time.NewTimer(c.timeout)
+	// A shard that answers late has merged its records all the same, and a
+	// caller that took the error for "not merged" would give them back or
+	// have them sent again (counted twice): wait well past the call timeout.
+	t := time.NewTimer(max(c.timeout, takeWait))
 	defer t.Stop()
 	var first error
 	for range sent {

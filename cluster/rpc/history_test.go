@@ -3,15 +3,19 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/cluster"
+	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -153,5 +157,72 @@ func TestHistoryMoves(t *testing.T) {
 		if _, err := srv.MergeHistory(ctx, bad); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%s: %v, want InvalidArgument", name, err)
 		}
+	}
+}
+
+// slowLoads is a store whose reads take longer than the history's call
+// timeout (a stalled disk, or shards with a backlog).
+type slowLoads struct{ *storage.DB }
+
+func (s slowLoads) LoadHist(r storage.HistRecord) (storage.HistStored, bool, error) {
+	time.Sleep(150 * time.Millisecond)
+	return s.DB.LoadHist(r)
+}
+
+// TestHistoryBatchSlowMergeOnce: a batch whose merge outlasts the history's
+// call timeout is merged once, though the sender sends it again (its reply
+// was lost meanwhile).
+func TestHistoryBatchSlowMergeOnce(t *testing.T) {
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	dh, err := devicehist.New(sys.Root, devicehist.Config{Shards: 1, Store: slowLoads{db}, Timeout: 20 * time.Millisecond,
+		Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dh.Stop()
+	m := NewHistoryMover(HistoryConfig{Local: dh, Now: func() time.Time { return testNow }, Log: quietLog})
+
+	rec := &storage.HistCustomerDevice{Customer: "acc_x", Device: "d1", LastSeen: testNow.Unix(),
+		Days: []storage.DayVisits{{Day: storage.Day(testNow.Unix() / 86400), N: 4, First: testNow.Unix()}}}
+	parcel, err := storage.AppendHistParcel(nil, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &HistoryParcels{Version: version, Node: "c", Batch: 9, Records: [][]byte{parcel}}
+	// The shard is busy with an evaluation's slow read when the batch comes.
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		_, _ = dh.Observe(devicehist.Observation{Customer: "acc_x", DeviceID: "d0", Now: testNow})
+	}()
+	time.Sleep(20 * time.Millisecond)
+	for range 2 {
+		_, _ = m.receive(req) // the sender resends after any error
+	}
+	<-busy
+	var recs []storage.HistRecord
+	for deadline := time.Now().Add(5 * time.Second); ; { // a barrier that times out takes nothing
+		if recs, err = dh.Take(func(c string) bool { return true }, testNow); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	visits := 0
+	for _, r := range recs {
+		if cd := r.(*storage.HistCustomerDevice); cd.Device == "d1" {
+			for _, d := range cd.Days {
+				visits += int(d.N)
+			}
+		}
+	}
+	if visits != 4 {
+		t.Fatalf("a batch received twice: %d visits, want 4", visits)
 	}
 }
