@@ -21,6 +21,7 @@ import (
 
 // mergeDevice adds src's visits and links into dst (same identity).
 func mergeDevice(dst, src *storage.HistCustomerDevice) {
+	srcNewer := src.LastSeen > dst.LastSeen
 	dst.LastSeen = max(dst.LastSeen, src.LastSeen)
 	dst.Days = mergeSorted(dst.Days, src.Days, func(d storage.DayVisits) storage.Day { return d.Day },
 		func(a, b storage.DayVisits) storage.DayVisits {
@@ -32,10 +33,18 @@ func mergeDevice(dst, src *storage.HistCustomerDevice) {
 		})
 	dst.Hours = mergeSorted(dst.Hours, src.Hours, func(h storage.HourCount) uint32 { return h.Hour },
 		func(a, b storage.HourCount) storage.HourCount { return storage.HourCount{Hour: a.Hour, N: a.N + b.N} })
+	// Event ids carry no time: the record seen last holds the most recent
+	// ones, so the other's go before them and the oldest make room.
+	var add []uint64
 	for _, ev := range src.Events {
-		if !slices.Contains(dst.Events, ev) {
-			dst.Events = append(dst.Events, ev)
+		if !slices.Contains(dst.Events, ev) && !slices.Contains(add, ev) {
+			add = append(add, ev)
 		}
+	}
+	if srcNewer {
+		dst.Events = append(dst.Events, add...)
+	} else {
+		dst.Events = append(add, dst.Events...)
 	}
 	if n := len(dst.Events); n > maxEvents {
 		dst.Events = append(dst.Events[:0], dst.Events[n-maxEvents:]...)

@@ -319,3 +319,24 @@ func TestExpireKeepsTakenEntry(t *testing.T) {
 		t.Fatalf("after the take and an expiry: %d visits, want 1 (the taken visit counted again)", f.History.Visits)
 	}
 }
+
+// TestMergeKeepsNewestEvents: merging an older record (a leftover of
+// visits before the owner's) keeps the owner's recent event ids, so an
+// event resubmitted to the owner still counts once.
+func TestMergeKeepsNewestEvents(t *testing.T) {
+	leftover, owner := newClient(t, Config{Shards: 1}), newClient(t, Config{Shards: 1})
+	for i := range 5 {
+		observe(t, leftover, Observation{Customer: "acc_a", DeviceID: "d1", EventID: fmt.Sprint("old", i), Now: t0})
+	}
+	later := t0.Add(time.Hour)
+	for i := range maxEvents {
+		observe(t, owner, Observation{Customer: "acc_a", DeviceID: "d1", EventID: fmt.Sprint("new", i), Now: later})
+	}
+	if err := owner.Merge(take(t, leftover, all, later), later); err != nil {
+		t.Fatal(err)
+	}
+	f := observe(t, owner, Observation{Customer: "acc_a", DeviceID: "d1", EventID: "new0", Now: later})
+	if !f.Repeated || f.History.Visits != 5+maxEvents {
+		t.Fatalf("the owner's event resubmitted after the merge: repeated %v, %d visits, want true and %d", f.Repeated, f.History.Visits, 5+maxEvents)
+	}
+}
