@@ -487,3 +487,37 @@ func TestSweepKeepsPartialLockoutCounts(t *testing.T) {
 		t.Fatalf("ended window kept: swept %d, %d left", n, l.t.Len())
 	}
 }
+
+// TestLockoutsKeepCountersRoom: lockouts spread over more addresses than
+// the table holds (a guesser on many addresses, 20 invalid keys each) do
+// not take the counters with them at every relieve: the newest lockouts
+// hold, an address's own limit still refuses, and the table keeps its
+// bound.
+func TestLockoutsKeepCountersRoom(t *testing.T) {
+	l := newLimiter(1000, false)
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}) }
+	const guessers = 2000
+	for i := range guessers {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		for range 20 {
+			l.fail(addr(i), now)
+		}
+	}
+	now := t0.Add(guessers * time.Millisecond)
+	if v := l.take(Of(AuthFail, Sample), addr(guessers-1), now); v.Allowed || v.Kind != AuthFail {
+		t.Fatalf("the newest lockout did not hold: %+v", v)
+	}
+	fresh := netip.MustParseAddr("198.51.100.1")
+	n := 0
+	for ; n < 100; n++ {
+		if !l.take(Of(Sample), fresh, now).Allowed {
+			break
+		}
+	}
+	if n != 30 {
+		t.Fatalf("an address's limit of 30 a minute admitted %d beside %d lockouts", n, l.locks.Len())
+	}
+	if h := l.held(); h > 1000 {
+		t.Fatalf("%d counters and lockouts held; the bound is 1000", h)
+	}
+}

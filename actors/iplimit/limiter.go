@@ -2,6 +2,7 @@ package iplimit
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/fraudd/fraudd/actors"
@@ -102,8 +103,9 @@ func newLimiter(max int, shared bool) *limiter {
 
 // relieve makes room when the table is full (many distinct addresses inside
 // the longest window, e.g. an IPv6 sweep): first ended windows go, then the
-// least-used counters (1 request, then up to 16, then every counter), never
-// a running lockout. Dropping a counter only gives that address a fresh
+// least-used counters (1 request, then up to 16, then every counter). A
+// running lockout goes only when lockouts alone hold more than half of what
+// may remain (dropLocks). Dropping a counter only gives that address a fresh
 // window, so heavy hitters, which have high counts, are the last to lose
 // theirs. Invalid-credential counts go only after every other counter: they
 // are what a lockout is built from, and a guesser who could flush them by
@@ -114,6 +116,9 @@ func (l *limiter) relieve(ns int64) {
 	target := l.max * 3 / 4
 	before := l.held()
 	l.sweepNS(ns)
+	if keep := target / 2; l.locks.Len() > keep {
+		l.dropLocks(keep)
+	}
 	for _, most := range []int64{1, 16, 1 << 62} {
 		if l.held() <= target {
 			break
@@ -124,6 +129,31 @@ func (l *limiter) relieve(ns int64) {
 		l.t.Sweep(func(slotKey, slot) bool { return true })
 	}
 	l.relieved += before - l.held()
+}
+
+// dropLocks keeps the keep lockouts that end last. Lockouts alone may
+// fill the table (a guesser spread over many addresses or /64s, 20 invalid
+// keys each): left, they would take every counter with them at each
+// relieve — every other limit off for the shard until they end — and
+// their memory would have no bound. Those ending soonest go: they are
+// closest to letting their address in anyway.
+func (l *limiter) dropLocks(keep int) {
+	ends := make([]int64, 0, l.locks.Len())
+	l.locks.Range(func(_ slotKey, s slot) bool {
+		ends = append(ends, s.start)
+		return true
+	})
+	slices.Sort(ends)
+	cut := ends[len(ends)-keep-1] // the latest end that goes
+	dropped := 0
+	over := len(ends) - keep
+	l.locks.Sweep(func(_ slotKey, s slot) bool {
+		if dropped < over && s.start <= cut {
+			dropped++
+			return true
+		}
+		return false
+	})
 }
 
 // held counts the counters and lockouts held, what max bounds.
