@@ -114,3 +114,39 @@ func TestDeliveryFormatPinned(t *testing.T) {
 		t.Fatal("truncated record decoded")
 	}
 }
+
+// TestDeliveryCoveredByGroupSync: a delivery record, committed without a
+// sync, is made durable by the group sync loop within its interval like
+// every other write-behind record, not left in the WAL buffer until some
+// unrelated synced write happens to come by.
+func TestDeliveryCoveredByGroupSync(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	db, err := Open("c", Options{FS: fs, SyncInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	if err := db.PutDelivery(&Delivery{Account: "acc_a", EventID: "e1", Event: "test", Attempt: 1, EventAt: at, At: at, StatusCode: 200}); err != nil {
+		t.Fatal(err)
+	}
+	crashed := func() int {
+		t.Helper()
+		cp, err := Open("c", Options{FS: fs.CrashClone(vfs.CrashCloneCfg{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cp.Close()
+		got, err := cp.Deliveries("acc_a", time.Time{}, 25)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got)
+	}
+	// Polled, as in TestSyncLoopBoundsLoss: a busy machine only makes it slower.
+	for deadline := time.Now().Add(2 * time.Second); crashed() != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the group sync never made the delivery record durable")
+		}
+	}
+}
