@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/fraudd/fraudd/storage"
 )
@@ -54,6 +55,9 @@ type Report struct {
 // StoreDir is the store's directory inside a data directory.
 const StoreDir = "pebble"
 
+// writeMu serialises Write (see there).
+var writeMu sync.Mutex
+
 // Secret files of a data directory, copied when present.
 var secretFiles = []string{"master-secret", "admin-token"}
 
@@ -62,6 +66,12 @@ var secretFiles = []string{"master-secret", "admin-token"}
 // is 0600 and synced before Write returns. A failed backup removes what it
 // wrote.
 func Write(src Source, dir string) (rep *Report, err error) {
+	// One backup at a time: an empty directory is a valid target, so a
+	// second backup into the directory a first one has just created would
+	// be let in, and whichever failed would then remove the other's files
+	// with its own while the other reported success.
+	writeMu.Lock()
+	defer writeMu.Unlock()
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("%w: %q is not an absolute path", ErrInvalid, dir)
 	}

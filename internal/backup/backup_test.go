@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // fakeStore writes one file where the checkpoint goes, or fails.
@@ -108,5 +109,59 @@ func TestSecretFromFlagIsNoted(t *testing.T) {
 	}
 	if !slices.Equal(rep.Files, []string{"pebble/"}) || len(rep.Notes) != 1 {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+// blockingStore holds its checkpoint until released, after signalling that
+// it has begun (a live store first waits for its write-behind owners).
+type blockingStore struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (b blockingStore) Checkpoint(dir string) error {
+	close(b.started)
+	<-b.release
+	return fakeStore{}.Checkpoint(dir)
+}
+
+// TestConcurrentBackupsIntoOneDir: two backups into the same directory at
+// once (two operator requests) leave one complete backup; the one refused
+// never removes what the other wrote.
+func TestConcurrentBackupsIntoOneDir(t *testing.T) {
+	data := dataDir(t)
+	dir := filepath.Join(t.TempDir(), "b")
+	first := blockingStore{started: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Write(Source{DataDir: data, Store: first}, dir)
+		done <- err
+	}()
+	<-first.started
+	// The first backup has created dir and is checkpointing into it.
+	second := make(chan error, 1)
+	go func() {
+		_, err := Write(Source{DataDir: data, Store: fakeStore{}}, dir)
+		second <- err
+	}()
+	var errSecond error
+	secondDone := false
+	select {
+	case errSecond = <-second: // it did not wait for the first
+		secondDone = true
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(first.release)
+	errFirst := <-done
+	if !secondDone {
+		errSecond = <-second
+	}
+	if (errFirst == nil) == (errSecond == nil) {
+		t.Fatalf("first %v, second %v: want exactly one to succeed", errFirst, errSecond)
+	}
+	for _, name := range []string{"pebble/MANIFEST-000001", "master-secret", "admin-token"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("the successful backup lost %s: %v", name, err)
+		}
 	}
 }
