@@ -276,32 +276,38 @@ func (s *Service) Authenticate(key string, now time.Time) (Auth, bool) {
 	if !ok {
 		return Auth{}, false
 	}
-	bd := b.(binding)
-	v := s.Get(bd.accountID)
+	v := s.Get(b.(binding).accountID)
 	if v == nil {
 		return Auth{}, false
 	}
-	var rec *storage.KeyRecord
-	switch bd.kind {
-	case KeyLive:
-		rec = &v.Live
-	case KeyTest:
-		rec = &v.Test
-	case KeyLivePrev:
-		rec = v.PrevLive
-		if rec == nil || !now.Before(rec.ValidUntil) {
+	// The binding only names the account; which of its keys this is comes
+	// from the view, one consistent snapshot. publish replaces the view
+	// before the bindings, so while a rotation is published the binding of
+	// the rotated key still says live when the view already holds it as the
+	// previous key: trusting the binding's kind would refuse a key that
+	// never stopped working. The constant-time compares also refuse a
+	// binding left over from a record that has since changed.
+	var (
+		rec  *storage.KeyRecord
+		kind KeyKind
+	)
+	switch {
+	case subtle.ConstantTimeCompare(v.Live.Hash[:], h[:]) == 1:
+		rec, kind = &v.Live, KeyLive
+	case subtle.ConstantTimeCompare(v.Test.Hash[:], h[:]) == 1:
+		rec, kind = &v.Test, KeyTest
+	case v.PrevLive != nil && subtle.ConstantTimeCompare(v.PrevLive.Hash[:], h[:]) == 1:
+		rec, kind = v.PrevLive, KeyLivePrev
+		if !now.Before(rec.ValidUntil) {
 			return Auth{}, false
 		}
-	}
-	// The map lookup already matched the hash; the constant-time compare guards
-	// against a binding left over from a record that has since changed.
-	if rec == nil || subtle.ConstantTimeCompare(rec.Hash[:], h[:]) != 1 {
+	default:
 		return Auth{}, false
 	}
 	if !memo {
 		s.keys.remember(seen, key, h)
 	}
-	return Auth{View: v, Kind: bd.kind, Generation: rec.Generation}, true
+	return Auth{View: v, Kind: kind, Generation: rec.Generation}, true
 }
 
 // Get returns the current view of an account, or nil.
