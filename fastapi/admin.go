@@ -287,8 +287,12 @@ func (s *Server) adminPatchAccount(ctx *fasthttp.RequestCtx, r *request) {
 		s.adminFailure(ctx, "patch account", err)
 		return
 	}
-	// SPEC §8: disabling the beta deletes its samples and challenges.
-	if cur.DeviceEvidenceBeta && !v.DeviceEvidenceBeta && s.deps.Challenges != nil {
+	// SPEC §8: disabling the beta deletes its samples and challenges. The
+	// flag is stored first, so a patch that turns the beta off purges even
+	// when it was already off: the retry of a patch whose purge failed must
+	// not answer 200 with the samples still kept (a repeated purge is free).
+	turnedOff := cur.DeviceEvidenceBeta || (in.DeviceEvidenceBeta != nil && !*in.DeviceEvidenceBeta)
+	if turnedOff && !v.DeviceEvidenceBeta && s.deps.Challenges != nil {
 		if err := s.deps.Challenges.Purge(v.ID); err != nil {
 			s.adminFailure(ctx, "purge device evidence", err)
 			return
