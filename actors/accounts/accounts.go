@@ -107,7 +107,10 @@ type View struct {
 
 // Allowed reports whether addr may use the live key (true when no allowlist).
 func (v *View) Allowed(addr netip.Addr) bool {
-	if len(v.AllowPrefixes) == 0 {
+	// An account has no allowlist when its stored list is empty, not when
+	// none of its entries parsed (publish skips those): that would turn an
+	// allowlist into none and admit every address.
+	if len(v.AllowPrefixes) == 0 && len(v.Allowlist) == 0 {
 		return true
 	}
 	for _, p := range v.AllowPrefixes {
