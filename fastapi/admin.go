@@ -312,6 +312,12 @@ func canonicalPrefixes(in []string) ([]string, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%q is not an IP or CIDR", s)
 			}
+			// A mapped IPv4 CIDR is kept in IPv4 form, as a mapped address
+			// is: callers' addresses are unmapped, so the IPv6 form would
+			// match none of them.
+			if a := pp.Addr(); a.Is4In6() && pp.Bits() >= 96 {
+				pp = netip.PrefixFrom(a.Unmap(), pp.Bits()-96)
+			}
 			p = pp.Masked()
 		} else {
 			a, err := netip.ParseAddr(s)
