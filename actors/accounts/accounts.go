@@ -540,7 +540,7 @@ func (s *Service) Update(id string, p Patch) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.Get(id), nil
+	return s.written(id)
 }
 
 // Rotated is the answer of a live-key rotation.
@@ -597,7 +597,18 @@ func (s *Service) SetWebhookURL(id, url string) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.Get(id), nil
+	return s.written(id)
+}
+
+// written is id's view after a write to it. In cluster mode another
+// member may delete the account between the write and this read (its
+// delete installed here first): that answers ErrNotFound, not a nil view
+// for the caller to render.
+func (s *Service) written(id string) (*View, error) {
+	if v := s.Get(id); v != nil {
+		return v, nil
+	}
+	return nil, fmt.Errorf("account %s deleted meanwhile: %w", id, ErrNotFound)
 }
 
 // RotateWebhookSecret replaces the signing secret; deliveries use it at once.
@@ -637,7 +648,7 @@ func (s *Service) setPolicy(id string, edit func(r *Records)) (*View, error) {
 		if err := s.cfg.Shared.Modify(id, func(r *Records) error { edit(r); return nil }); err != nil {
 			return nil, err
 		}
-		return s.Get(id), nil
+		return s.written(id)
 	}
 	v, err := s.run(func() (any, error) {
 		old := s.Get(id)
