@@ -340,7 +340,13 @@ func canonicalOrigins(in []string) ([]string, error) {
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 			return nil, fmt.Errorf("%q is not an origin like https://shop.example", s)
 		}
-		out = append(out, strings.ToLower(u.Scheme+"://"+u.Host))
+		host := strings.ToLower(u.Host)
+		// A browser's Origin header leaves the scheme's default port out:
+		// "https://shop.example:443" kept as given would never match it.
+		if port := u.Port(); (u.Scheme == "https" && port == "443") || (u.Scheme == "http" && port == "80") {
+			host = strings.TrimSuffix(host, ":"+port)
+		}
+		out = append(out, strings.ToLower(u.Scheme)+"://"+host)
 	}
 	return out, nil
 }
