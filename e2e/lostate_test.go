@@ -138,3 +138,32 @@ func TestLostMasterSecretRefusesToStart(t *testing.T) {
 		t.Fatalf("live key with the restored secret: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestLostStoreRefusesToStart: a data dir that was started before (its
+// master-secret is there) whose pebble directory is gone or emptied must not
+// come up as a new service with an empty store under the old secret.
+func TestLostStoreRefusesToStart(t *testing.T) {
+	dir := t.TempDir()
+	s := StartServer(t, &Server{Bin: bin, DataDir: dir, Bare: true})
+	if err := s.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	store := filepath.Join(dir, "pebble")
+	if err := os.RemoveAll(store); err != nil {
+		t.Fatal(err)
+	}
+	out := startFails(t, dir, nil)
+	if !strings.Contains(out, "the store "+store+" is missing or empty") || !strings.Contains(out, "restore pebble/ from a backup") {
+		t.Fatalf("refusal does not say the store is lost:\n%s", out)
+	}
+	if _, err := os.Stat(store); err == nil {
+		t.Fatal("a refused start created a new store")
+	}
+	// An emptied directory is refused the same way.
+	if err := os.Mkdir(store, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out := startFails(t, dir, nil); !strings.Contains(out, "is missing or empty") {
+		t.Fatalf("an empty store directory was not refused:\n%s", out)
+	}
+}

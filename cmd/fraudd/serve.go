@@ -195,6 +195,9 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		log.Warn("test clock enabled: POST /admin/v1/clock moves time; never use this in production")
 	}
 
+	if err := storeLost(cfg); err != nil {
+		return err
+	}
 	db, err := storage.Open(filepath.Join(cfg.dataDir, "pebble"), storage.Options{Logger: log,
 		Durability: cfg.durability, SyncInterval: cfg.syncInterval})
 	if err != nil {
@@ -618,6 +621,30 @@ func loadMaster(cfg *serveConfig, log *slog.Logger, db *storage.DB) (secrets.Mas
 		return secrets.Master{}, fmt.Errorf("master secret key check: %w", err)
 	}
 	return m, nil
+}
+
+// storeLost refuses a data dir that was started before but whose store is
+// gone: its master-secret file is there (the first start writes it only
+// after it has opened the store) and its pebble directory is missing or
+// empty. Opening would start an empty store under the old secret: every
+// account, key and count lost while the service came up as if new.
+func storeLost(cfg *serveConfig) error {
+	if cfg.secret != "" {
+		return nil // no file marks an earlier start; the key check guards the rest
+	}
+	secretPath := filepath.Join(cfg.dataDir, "master-secret")
+	if _, err := os.Stat(secretPath); err != nil {
+		return nil // a first start, or a lost secret (loadMaster refuses that)
+	}
+	store := filepath.Join(cfg.dataDir, "pebble")
+	entries, err := os.ReadDir(store)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read store directory %s: %w", store, err)
+	}
+	if len(entries) > 0 {
+		return nil
+	}
+	return fmt.Errorf("the store %s is missing or empty but %s is there, so this data dir was started before: restore pebble/ from a backup, or move the data dir aside to start an empty store", store, secretPath)
 }
 
 // storeWasWritten reports whether the store holds state sealed or keyed under
