@@ -714,21 +714,8 @@ func readOrCreate(path string, gen func() string) ([]byte, bool, error) {
 	// The file's name lives in its directory: without syncing that too, a
 	// power loss could take the new file away after the store (synced)
 	// recorded the secret's check value, and the secret would be lost.
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := backup.SyncDir(filepath.Dir(path)); err != nil {
 		return nil, false, err
 	}
 	return []byte(v), true, nil
-}
-
-// syncDir makes the entries of dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s to sync it: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }

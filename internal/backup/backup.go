@@ -125,7 +125,7 @@ func Write(src Source, dir string) (rep *Report, err error) {
 	} else if !contains(rep.Files, "master-secret") {
 		rep.Notes = append(rep.Notes, "no master-secret file in the data directory: a restore needs the secret the store was written with")
 	}
-	if err := syncDir(dir); err != nil {
+	if err := SyncDir(dir); err != nil {
 		return nil, err
 	}
 	return rep, nil
@@ -139,7 +139,7 @@ func prepare(dir string) (created bool, err error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return false, fmt.Errorf("create %s: %w", dir, err)
 		}
-		return true, syncDir(filepath.Dir(dir))
+		return true, SyncDir(filepath.Dir(dir))
 	case err != nil:
 		return false, fmt.Errorf("backup directory: %w", err)
 	case !st.IsDir():
@@ -202,7 +202,9 @@ func tighten(root string) error {
 	})
 }
 
-func syncDir(dir string) error {
+// SyncDir makes the entries of dir durable: a new file's name lives in its
+// directory, which a sync of the file alone does not write.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
