@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/bytedance/sonic"
@@ -74,6 +75,27 @@ func classifyMediaType(ct []byte) bodyKind {
 	default:
 		return bodyIgnored
 	}
+}
+
+// altTypesSince is when evaluate began to read a JSON object sent as
+// text/plain, application/x-www-form-urlencoded, application/*+json or with
+// no Content-Type (SPEC 4.1, §9); before, such a body was ignored.
+var altTypesSince = time.Date(2026, 9, 28, 0, 0, 0, 0, time.UTC)
+
+// evalBody is the evaluate body as read at now: before altTypesSince only an
+// application/json body is read, any other is ignored (nil).
+func evalBody(contentType, body []byte, now time.Time) []byte {
+	if !now.Before(altTypesSince) {
+		return body
+	}
+	ct := contentType
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	if !bytes.EqualFold(bytes.TrimSpace(ct), []byte("application/json")) {
+		return nil
+	}
+	return body
 }
 
 func isASCII(b []byte) bool {

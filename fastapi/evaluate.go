@@ -7,7 +7,8 @@ import (
 // handleEvaluate is POST /v1/evaluate (SPEC 4.1).
 func (s *Server) handleEvaluate(ctx *fasthttp.RequestCtx, r *request) {
 	req := &r.eval
-	req.Err = decodeEvaluate(ctx.Request.Header.ContentType(), ctx.PostBody(), req, &r.evalJSON)
+	ct := ctx.Request.Header.ContentType()
+	req.Err = decodeEvaluate(ct, evalBody(ct, ctx.PostBody(), r.Now), req, &r.evalJSON)
 	ev, ref := s.checks.Evaluate(&r.Call, req)
 	if ref != nil {
 		s.refuse(ctx, ref)

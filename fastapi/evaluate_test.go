@@ -6,11 +6,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bytedance/sonic/encoder"
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/intel/score"
+	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -307,6 +309,45 @@ func BenchmarkEvaluateLiveHandler(b *testing.B) {
 		e.srv.Handle(ctx)
 		if ctx.Response.StatusCode() != 200 || !bytes.Contains(ctx.Response.Body(), []byte(`"device_status":"ok"`)) {
 			b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+}
+
+// TestEvaluateBodyTypesDated: SPEC 4.1 "since 2026-09-28 a JSON object sent
+// as text/plain, application/x-www-form-urlencoded, application/*+json or
+// with no Content-Type is read the same way (before, such a body was
+// ignored)". Before the date such a body gives the degraded answer;
+// application/json is read on either side of it.
+func TestEvaluateBodyTypesDated(t *testing.T) {
+	e := newTestEnv(t)
+	before := time.Date(2026, 9, 27, 23, 59, 59, 0, time.UTC)
+	since := time.Date(2026, 9, 28, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		now          time.Time
+		ctype, body  string
+		wantDegraded bool
+	}{
+		{before, "application/json", `{"token":"test_vpn"}`, false},
+		{before, "application/json; charset=utf-8", `{"token":"test_vpn"}`, false},
+		{before, "text/plain", `{"token":"test_vpn"}`, true},
+		{before, "application/vnd.api+json", `{"token":"test_vpn"}`, true},
+		{before, "", `{"token":"test_vpn"}`, true},
+		{before, "application/x-www-form-urlencoded", `token=test_vpn`, true},
+		{since, "text/plain", `{"token":"test_vpn"}`, false},
+		{since, "", `{"token":"test_vpn"}`, false},
+		{since, "application/x-www-form-urlencoded", `token=test_vpn`, false},
+	} {
+		e.srv.deps.Clock = clock.Fixed{T: c.now}
+		ctx := e.post("/v1/evaluate", "Bearer "+e.acct.LiveKey, c.ctype, c.body)
+		var m struct {
+			Degraded bool   `json:"degraded"`
+			Decision string `json:"decision"`
+		}
+		if ctx.Response.StatusCode() != 200 || json.Unmarshal(ctx.Response.Body(), &m) != nil {
+			t.Fatalf("%v %q: %d %s", c.now, c.ctype, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		if m.Degraded != c.wantDegraded {
+			t.Errorf("%v %q %s: degraded=%v, want %v (%s)", c.now.Format(time.DateOnly), c.ctype, c.body, m.Degraded, c.wantDegraded, ctx.Response.Body())
 		}
 	}
 }
