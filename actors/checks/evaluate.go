@@ -106,6 +106,7 @@ func (s *Service) Evaluate(c *Call, req *EvalRequest) (*Evaluation, *Refusal) {
 
 	ev := getEvaluation()
 	ev.in.Policy = c.Auth.View.Policy
+	ev.in.At = c.Now
 	o := &ev.opts
 	o.test, o.liveKey = !c.liveKey(), c.liveKey()
 	snap := s.feeds.Current()

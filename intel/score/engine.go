@@ -56,7 +56,8 @@ func keep(k int64, on bool, w int64) int64 {
 // Engine decision (SPEC 2.8):
 //   - block: a proxy that is not the privacy relay, Tor, automation,
 //     emulator, antidetect (tampering);
-//   - else review: VPN, virtual machine, privacy relay;
+//   - else review: VPN, virtual machine (since VirtualMachineReviewSince),
+//     privacy relay;
 //   - else allow — datacenter and anonymous-network alone stay allow;
 //   - then allow is raised to review by a disposable email, a checked
 //     time-zone mismatch, device_many_accounts, or one of the three SPEC 2.6
@@ -240,7 +241,7 @@ func Evaluate(in *Input, out *Result) {
 	switch {
 	case realProxy || tor || automation || emulator || antidetect:
 		engine = Block
-	case vpn || vm || relay:
+	case vpn || (vm && in.since(VirtualMachineReviewSince)) || relay:
 		engine = Review
 	case disposable || tzMismatch || deviceMany ||
 		c.GPUInconsistent || c.AntidetectRandomization || c.AntidetectProfileBurst:

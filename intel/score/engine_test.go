@@ -2,7 +2,9 @@ package score
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestSpecDecisionRules walks SPEC 2.8 rule by rule (and SPEC 2.2's
@@ -305,5 +307,31 @@ func TestNilAndHostileInput(t *testing.T) {
 	}
 	if r.Reasons.Has(ReasonIPManyAccounts) {
 		t.Errorf("ip count counted on a vpn exit")
+	}
+}
+
+// TestDatedBehaviour: SPEC 2.2 device.virtual_machine "On its own returns
+// `review` (since 2026-09-29)" (SPEC §9's dated additions), keyed on the
+// request's time.
+func TestDatedBehaviour(t *testing.T) {
+	day := func(m time.Month, d int) time.Time { return time.Date(2026, m, d, 0, 0, 0, 0, time.UTC) }
+	cases := []struct {
+		name     string
+		flags    []string
+		at       time.Time
+		decision Action
+		reasons  string
+	}{
+		{"vm alone before 2026-09-29", []string{"vm"}, day(9, 29).Add(-time.Second), Allow, "virtual_machine"},
+		{"vm alone on 2026-09-29", []string{"vm"}, day(9, 29), Review, "virtual_machine"},
+	}
+	for _, c := range cases {
+		in := mk(c.flags...)
+		in.At = c.at
+		var res Result
+		Evaluate(&in, &res)
+		if got := strings.Join(res.Reasons.AppendStrings(nil), ","); res.Decision != c.decision || got != c.reasons {
+			t.Errorf("%s: decision %v reasons %q, want %v %q", c.name, res.Decision, got, c.decision, c.reasons)
+		}
 	}
 }

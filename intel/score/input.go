@@ -1,6 +1,9 @@
 package score
 
-import "net/netip"
+import (
+	"net/netip"
+	"time"
+)
 
 // Network is what the network layer measured for the visitor's address. The
 // zero value is a measured, clean, residential connection with no address.
@@ -129,7 +132,20 @@ type Input struct {
 	// Policy is the account's rules and pins; the zero value is "none"
 	// (sandbox, samples, bare test tokens). Evaluate only reads it.
 	Policy Policy
+	// At is the request's time: a behaviour SPEC §9 dates applies from its
+	// date on. The zero time applies every dated behaviour (samples).
+	At time.Time
 }
+
+// Dates (UTC) from which SPEC §9's dated behaviour applies.
+var (
+	// VirtualMachineReviewSince: a virtual machine alone returns review
+	// (SPEC 2.2 device.virtual_machine).
+	VirtualMachineReviewSince = time.Date(2026, 9, 29, 0, 0, 0, 0, time.UTC)
+)
+
+// since reports whether the behaviour dated d applies to in.
+func (in *Input) since(d time.Time) bool { return in.At.IsZero() || !in.At.Before(d) }
 
 // TimeZoneResult is the timezone block of SPEC 2.2.
 type TimeZoneResult struct {
