@@ -57,7 +57,7 @@ func keep(k int64, on bool, w int64) int64 {
 //   - block: a proxy that is not the privacy relay, Tor, automation,
 //     emulator, antidetect (tampering);
 //   - else review: VPN, virtual machine (since VirtualMachineReviewSince),
-//     privacy relay;
+//     privacy relay (since PrivacyRelaySince; before, it is a proxy);
 //   - else allow — datacenter and anonymous-network alone stay allow;
 //   - then allow is raised to review by a disposable email, a checked
 //     time-zone mismatch, device_many_accounts, or one of the three SPEC 2.6
@@ -115,8 +115,9 @@ func Evaluate(in *Input, out *Result) {
 	var vpn, relay, realProxy, tor, dc, anonRaw, netBlocked bool
 	if !n.Degraded {
 		vpn = n.VPN
-		relay = n.PrivacyRelay
-		realProxy = n.OpenProxy || (n.Proxy && !n.PrivacyRelay)
+		// Before PrivacyRelaySince a privacy relay is a proxy like any other.
+		relay = n.PrivacyRelay && in.since(PrivacyRelaySince)
+		realProxy = n.OpenProxy || (n.Proxy && !n.PrivacyRelay) || (n.PrivacyRelay && !relay)
 		tor = n.Tor
 		dc = n.Datacenter
 		anonRaw = n.Anonymous

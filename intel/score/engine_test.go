@@ -311,8 +311,10 @@ func TestNilAndHostileInput(t *testing.T) {
 }
 
 // TestDatedBehaviour: SPEC 2.2 device.virtual_machine "On its own returns
-// `review` (since 2026-09-29)" (SPEC §9's dated additions), keyed on the
-// request's time.
+// `review` (since 2026-09-29)" and network.privacy_relay "On every
+// evaluation since 2026-10-10" (SPEC §9's dated additions), keyed on the
+// request's time. Before 2026-10-10 a privacy relay is the proxy
+// network.proxy says it is.
 func TestDatedBehaviour(t *testing.T) {
 	day := func(m time.Month, d int) time.Time { return time.Date(2026, m, d, 0, 0, 0, 0, time.UTC) }
 	cases := []struct {
@@ -324,14 +326,18 @@ func TestDatedBehaviour(t *testing.T) {
 	}{
 		{"vm alone before 2026-09-29", []string{"vm"}, day(9, 29).Add(-time.Second), Allow, "virtual_machine"},
 		{"vm alone on 2026-09-29", []string{"vm"}, day(9, 29), Review, "virtual_machine"},
+		{"relay before 2026-10-10 is a proxy", []string{"relay"}, day(10, 10).Add(-time.Second), Block, "anonymous_network,proxy_detected"},
+		{"relay only before 2026-10-10 is a proxy", []string{"relayonly"}, day(10, 9), Block, "anonymous_network,proxy_detected"},
+		{"relay on 2026-10-10", []string{"relay"}, day(10, 10), Review, "anonymous_network,privacy_relay"},
 	}
 	for _, c := range cases {
 		in := mk(c.flags...)
 		in.At = c.at
 		var res Result
 		Evaluate(&in, &res)
-		if got := strings.Join(res.Reasons.AppendStrings(nil), ","); res.Decision != c.decision || got != c.reasons {
-			t.Errorf("%s: decision %v reasons %q, want %v %q", c.name, res.Decision, got, c.decision, c.reasons)
+		relay := strings.Contains(c.reasons, "privacy_relay")
+		if got := strings.Join(res.Reasons.AppendStrings(nil), ","); res.Decision != c.decision || got != c.reasons || res.PrivacyRelay != relay {
+			t.Errorf("%s: decision %v reasons %q privacy_relay %v, want %v %q %v", c.name, res.Decision, got, res.PrivacyRelay, c.decision, c.reasons, relay)
 		}
 	}
 }

@@ -142,6 +142,9 @@ var (
 	// VirtualMachineReviewSince: a virtual machine alone returns review
 	// (SPEC 2.2 device.virtual_machine).
 	VirtualMachineReviewSince = time.Date(2026, 9, 29, 0, 0, 0, 0, time.UTC)
+	// PrivacyRelaySince: a privacy relay is told apart from a proxy
+	// (SPEC 2.2 network.privacy_relay); before, it was a proxy.
+	PrivacyRelaySince = time.Date(2026, 10, 10, 0, 0, 0, 0, time.UTC)
 )
 
 // since reports whether the behaviour dated d applies to in.
