@@ -27,7 +27,7 @@ type evalOpts struct {
 	kind    evalKind
 	test    bool // test: true (a test token or the test key)
 	sandbox bool
-	liveKey bool // a live key: the account object may appear
+	liveKey bool // a live key since the account object's date: it may appear
 	// Visitor checks only: device_status (ok, unavailable, not_sent) and
 	// evidence.network_age_s (with a network token).
 	deviceStatus string

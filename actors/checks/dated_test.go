@@ -56,3 +56,40 @@ func TestVirtualMachineReviewDated(t *testing.T) {
 		ev.Release()
 	}
 }
+
+// TestAccountObjectDated: SPEC 2.2 account: "Present when accountId is sent
+// with a live key (since 2026-10-18)"; before, neither the object nor the
+// reasons its counts add (device_many_accounts raising allow to review).
+func TestAccountObjectDated(t *testing.T) {
+	for _, c := range []struct {
+		now     time.Time
+		present bool
+	}{
+		{time.Date(2026, 10, 17, 23, 59, 0, 0, time.UTC), false},
+		{time.Date(2026, 10, 18, 0, 0, 0, 0, time.UTC), true},
+	} {
+		p := newRealPipeline(t)
+		id, err := p.events.Collect(events.Collected{Account: p.view.ID, Now: c.now, Verdict: &device.Verdict{VisitorID: "shared-device", Complete: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, acct := range []string{"user-1", "user-2", "user-3"} {
+			req := &EvalRequest{FingerprintEventID: events.FormatEventID(id), AccountID: acct}
+			if err := req.Normalize(); err != nil {
+				t.Fatal(err)
+			}
+			ev := p.evaluateAt(t, c.now, req)
+			b := ev.Body()
+			if (b.Account != nil) != c.present {
+				t.Errorf("%v %s: account object present=%v, want %v", c.now, acct, b.Account != nil, c.present)
+			}
+			if i == 2 {
+				many := slices.Contains(b.Reasons, "device_many_accounts")
+				if many != c.present || (b.Decision == "review") != c.present {
+					t.Errorf("%v: third account on the device: decision %s reasons %v", c.now, b.Decision, b.Reasons)
+				}
+			}
+			ev.Release()
+		}
+	}
+}

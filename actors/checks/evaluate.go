@@ -108,7 +108,7 @@ func (s *Service) Evaluate(c *Call, req *EvalRequest) (*Evaluation, *Refusal) {
 	ev.in.Policy = c.Auth.View.Policy
 	ev.in.At = c.Now
 	o := &ev.opts
-	o.test, o.liveKey = !c.liveKey(), c.liveKey()
+	o.test, o.liveKey = !c.liveKey(), c.accountObject()
 	snap := s.feeds.Current()
 	switch out {
 	case evalTestToken:

@@ -227,8 +227,17 @@ func (s *Service) applyFacts(c *Call, ev *Evaluation, f *devicehist.Facts) {
 	if sn := ev.opts.seen; sn != nil {
 		timesSeen, firstSeen = sn.timesSeen, sn.firstSeen
 	}
-	applyHistory(&ev.in, &ev.histFacts, c.liveKey(), timesSeen, firstSeen, c.Now)
+	applyHistory(&ev.in, &ev.histFacts, c.accountObject(), timesSeen, firstSeen, c.Now)
 }
+
+// accountObjectSince is when the `account` object and the reasons of its
+// counts began (SPEC 2.2: "Present when accountId is sent with a live key
+// (since 2026-10-18)").
+var accountObjectSince = time.Date(2026, 10, 18, 0, 0, 0, 0, time.UTC)
+
+// accountObject reports whether an accountId's counts apply to c: a live
+// key, at a request time since accountObjectSince.
+func (c *Call) accountObject() bool { return c.liveKey() && !c.Now.Before(accountObjectSince) }
 
 // observation is an evaluation's device and account evidence for the
 // customer's device-history shard. The device id (the resolved event's
