@@ -182,3 +182,34 @@ func TestHistBlockAllocs(t *testing.T) {
 		t.Fatalf("%.0f allocations", n)
 	}
 }
+
+// TestSDKBlockedAddressNotCounted: SPEC 2.2 account: "accounts from this
+// address in 24 h (null when unmeasured or a shared exit ...; 3 or more adds
+// `ip_many_accounts`)"; network.sdk_blocked: "a token arrived but
+// measurement failed (reported address private, missing or the network
+// check's own infrastructure)". Such an address is unmeasured: not counted,
+// null, and no ip_many_accounts.
+func TestSDKBlockedAddressNotCounted(t *testing.T) {
+	ts := newTestService(t, Config{History: newDeviceHist(t)})
+	c := ts.call(accounts.KeyLive)
+	for _, ip := range []string{"10.0.0.5", "73.9.9.9"} { // private; the check's own infrastructure
+		n := score.Network{IP: netip.MustParseAddr(ip), SDKBlocked: true}
+		var f devicehist.Facts
+		for _, acct := range []string{"user-1", "user-2", "user-3"} {
+			var err error
+			if f, err = ts.observeDevice(c, "", "", acct, &n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var b histBlock
+		if a := b.account(&f, true); a == nil || a.AccountsFromIP24h != nil {
+			t.Errorf("%s: sdk_blocked address counted: %+v", ip, f)
+		}
+		in := score.Input{Network: n, Account: scoreAccount(&f, true)}
+		var res score.Result
+		score.Evaluate(&in, &res)
+		if res.Reasons.Has(score.ReasonIPManyAccounts) {
+			t.Errorf("%s: ip_many_accounts on an unmeasured address: %+v", ip, f)
+		}
+	}
+}

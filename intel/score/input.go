@@ -46,11 +46,11 @@ type Network struct {
 }
 
 // SharedExit reports whether the address is shared by many users (VPN, proxy,
-// privacy relay, datacenter, Tor, mobile carrier) or unmeasured; the
-// "accounts from this address in 24 h" count is then null on the wire and
-// ignored by the engine.
+// privacy relay, datacenter, Tor, mobile carrier) or unmeasured (degraded, or
+// sdk_blocked: the reading failed); the "accounts from this address in 24 h"
+// count is then null on the wire and ignored by the engine.
 func (n *Network) SharedExit() bool {
-	return n.Degraded || n.VPN || n.Proxy || n.PrivacyRelay || n.OpenProxy ||
+	return n.Degraded || n.SDKBlocked || n.VPN || n.Proxy || n.PrivacyRelay || n.OpenProxy ||
 		n.Datacenter || n.Tor || n.Mobile
 }
 
