@@ -204,6 +204,13 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 		s.rpcError(ctx, fasthttp.StatusBadRequest, id, rpcInvalidRequest, checks.MsgRPCVersion)
 		return
 	}
+	// An id of another type is refused before anything reads the method:
+	// the fast path would echo it as sent and charge the call, and the SDK
+	// would answer with another id than the client's.
+	if len(peek.ID) > 0 && !rpcIDValid(peek.ID) {
+		s.rpcError(ctx, fasthttp.StatusBadRequest, nil, rpcInvalidRequest, checks.MsgRPCID)
+		return
+	}
 	call := &mcpCall{now: r.Now}
 	if !isAbsent(peek.Method) {
 		method, ok := jsonString(peek.Method)
@@ -265,6 +272,9 @@ func mcpLookupCall(ctx *fasthttp.RequestCtx) bool {
 		return false
 	}
 	if v, ok := jsonString(peek.JSONRPC); !ok || v != "2.0" {
+		return false
+	}
+	if len(peek.ID) > 0 && !rpcIDValid(peek.ID) {
 		return false
 	}
 	method, ok := jsonString(peek.Method)

@@ -206,3 +206,87 @@ func FuzzMCPRequest(f *testing.F) {
 		}
 	})
 }
+
+// serveMCP is serveRaw with extra request headers (name, value, ...).
+func serveMCP(t *testing.T, h fasthttp.RequestHandler) func(body string, hdr ...string) *fasthttp.Response {
+	t.Helper()
+	ln := fasthttputil.NewInmemoryListener()
+	srv := &fasthttp.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown() })
+	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+	return func(body string, hdr ...string) *fasthttp.Response {
+		req, resp := fasthttp.AcquireRequest(), new(fasthttp.Response)
+		defer fasthttp.ReleaseRequest(req)
+		req.Header.SetMethod("POST")
+		req.SetRequestURI("http://mem/mcp")
+		req.Header.Set("User-Agent", "unit-test/1")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.SetContentType("application/json")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		req.SetBodyString(body)
+		if err := c.Do(req, resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+}
+
+// rpcErrorOf decodes a JSON-RPC error answer: its code and raw id.
+func rpcErrorOf(t *testing.T, resp *fasthttp.Response) (int, string) {
+	t.Helper()
+	var m struct {
+		ID    json.RawMessage `json:"id"`
+		Error *struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Body(), &m); err != nil || m.Error == nil {
+		t.Fatalf("not a JSON-RPC error: %d %s", resp.StatusCode(), resp.Body())
+	}
+	return m.Error.Code, string(m.ID)
+}
+
+// TestMCPInvalidIDRefused: MCP requests carry a string or integer id, never
+// null. A lookup_ip with an id of another type used to be answered by the
+// fast path with that value echoed as its id (`"id":true`) and charged; with
+// an unknown method it got -32601 instead of -32600, and with a null id 202
+// as if it were a notification. A fractional or out-of-range number went to
+// the SDK, which answers with another id (1.5 as 1, 12345678901234567890 as
+// -9223372036854775808), so the client cannot match the answer. Each is now
+// -32600 (HTTP 400, id null) before anything is charged.
+func TestMCPInvalidIDRefused(t *testing.T) {
+	e := newTestEnv(t)
+	send := serveMCP(t, e.srv.Handle)
+	auth := "Bearer " + e.acct.LiveKey
+	for _, id := range []string{`true`, `{"a":1}`, `[1]`, `null`, `1.5`, `12345678901234567890`, `9007199254740993`} {
+		for _, rest := range []string{
+			`"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"185.220.101.1"}}`,
+			`"method":"foo/bar"`,
+			`"method":"ping"`,
+		} {
+			body := `{"jsonrpc":"2.0","id":` + id + `,` + rest + `}`
+			resp := send(body, "Authorization", auth)
+			if code, gotID := rpcErrorOf(t, resp); resp.StatusCode() != 400 || code != rpcInvalidRequest || gotID != "null" {
+				t.Errorf("%s: %d code %d id %s, want 400 -32600 null: %s", body, resp.StatusCode(), code, gotID, resp.Body())
+			}
+		}
+	}
+	if resp := send(`{"jsonrpc":"2.0", "id" : 7 , "method":"ping"}`); resp.StatusCode() != 200 || !bytes.Contains(resp.Body(), []byte(`"id":7`)) {
+		t.Fatalf("id with spaces around it: %d %s", resp.StatusCode(), resp.Body())
+	}
+	// Nothing above was charged; string and integer ids are answered as sent.
+	for _, id := range []string{`"7"`, `7`, `-3`} {
+		resp := send(`{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"8.8.8.8"}}}`, "Authorization", auth)
+		if resp.StatusCode() != 200 || !bytes.Contains(resp.Body(), []byte(`"id":`+id+`,`)) {
+			t.Fatalf("id %s: %d %s", id, resp.StatusCode(), resp.Body())
+		}
+		if id == `"7"` {
+			if rem := string(resp.Header.Peek("X-RateLimit-Remaining")); rem != "4999" {
+				t.Fatalf("refused requests were charged: remaining %s after one lookup", rem)
+			}
+		}
+	}
+}

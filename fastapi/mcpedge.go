@@ -2,7 +2,9 @@ package fastapi
 
 import (
 	"bytes"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -56,6 +58,33 @@ func rpcID(raw sonic.NoCopyRawMessage) sonic.NoCopyRawMessage {
 		return raw
 	}
 	return nil
+}
+
+// maxRPCIntID bounds the integer ids the SDK answers with unchanged: it
+// decodes an id through float64, exact up to 2^53.
+const maxRPCIntID = 1 << 53
+
+// rpcIDValid reports whether a request's id member is one MCP allows and the
+// answer carries back as sent: a string, or an integer within ±2^53. MCP:
+// "Requests MUST include a string or integer ID", "the ID MUST NOT be null".
+// The SDK reads a number as float64 and answers an int64, so 1.5 would come
+// back as 1 and 12345678901234567890 as -9223372036854775808.
+func rpcIDValid(raw sonic.NoCopyRawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	switch {
+	case len(raw) == 0:
+		return false
+	case raw[0] == '"':
+		return true
+	case raw[0] != '-' && (raw[0] < '0' || raw[0] > '9'):
+		return false // null, true, false, an object or an array
+	}
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		return n >= -maxRPCIntID && n <= maxRPCIntID
+	}
+	// 1e3 or 7.0: an integer written otherwise is still one.
+	f, err := strconv.ParseFloat(string(raw), 64)
+	return err == nil && f == math.Trunc(f) && math.Abs(f) <= maxRPCIntID
 }
 
 // truncate cuts s to at most n bytes without splitting a character.

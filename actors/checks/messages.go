@@ -117,6 +117,7 @@ const (
 	MsgRPCNotObject      = "Invalid Request: the body must be one JSON-RPC request object."
 	MsgRPCVersion        = `Invalid Request: "jsonrpc" must be "2.0".`
 	MsgRPCMethodType     = `Invalid Request: "method" must be a string.`
+	MsgRPCID             = `Invalid Request: "id" must be a string or an integer.`
 	MsgRPCMethodNotFound = "Method not found: %s" // the method, cut to 64 bytes
 	MsgRPCContentType    = "Content-Type must be application/json."
 	MsgRPCAccept         = "Accept must list application/json and text/event-stream."
