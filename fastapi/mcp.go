@@ -226,8 +226,10 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 			s.rpcError(ctx, fasthttp.StatusOK, id, rpcMethodNotFound, fmt.Sprintf(checks.MsgRPCMethodNotFound, truncate(method, 64)))
 			return
 		}
+		// A tools/call without an id is a notification the SDK refuses:
+		// nothing is looked up or charged for an answer never given.
 		var params rpcCallParams
-		if method == "tools/call" && rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip" {
+		if method == "tools/call" && len(peek.ID) > 0 && rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip" {
 			ip, isString := jsonString(params.Arguments.IP)
 			if ref := s.mcpPrepare(r, call, anonymous, ip); ref != nil {
 				if ref.Admission {
@@ -252,7 +254,7 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 
 // mcpLookupCall reports whether handleMCP will take the request to
 // mcpPrepare's Lookup: the transport is right and the body is one JSON-RPC
-// 2.0 tools/call of lookup_ip. It only reads; handleMCP checks the same
+// 2.0 tools/call of lookup_ip with a valid id. It only reads; handleMCP checks the same
 // again in order and answers what fails.
 func mcpLookupCall(ctx *fasthttp.RequestCtx) bool {
 	ct, _, _ := bytes.Cut(ctx.Request.Header.ContentType(), []byte(";"))
@@ -274,7 +276,7 @@ func mcpLookupCall(ctx *fasthttp.RequestCtx) bool {
 	if v, ok := jsonString(peek.JSONRPC); !ok || v != "2.0" {
 		return false
 	}
-	if len(peek.ID) > 0 && !rpcIDValid(peek.ID) {
+	if len(peek.ID) == 0 || !rpcIDValid(peek.ID) {
 		return false
 	}
 	method, ok := jsonString(peek.Method)

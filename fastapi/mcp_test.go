@@ -290,3 +290,32 @@ func TestMCPInvalidIDRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPLookupWithoutIDNotCharged: a tools/call lookup_ip without an id is
+// a notification the SDK refuses (a tools/call needs an id to be answered).
+// It used to run the lookup first: charged to the key's hourly and monthly
+// allowance, or to the anonymous caller's free-tool limit, for an answer
+// never given. It is now refused without a lookup.
+func TestMCPLookupWithoutIDNotCharged(t *testing.T) {
+	e := newTestEnv(t)
+	send := serveMCP(t, e.srv.Handle)
+	const note = `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"8.8.8.8"}}}`
+	const call = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"8.8.8.8"}}}`
+	auth := "Bearer " + e.acct.LiveKey
+	for i := 0; i < 3; i++ {
+		if resp := send(note, "Authorization", auth); resp.StatusCode() == 200 || bytes.Contains(resp.Body(), []byte("verdict")) {
+			t.Fatalf("notification answered: %d %s", resp.StatusCode(), resp.Body())
+		}
+	}
+	resp := send(call, "Authorization", auth)
+	if rem := string(resp.Header.Peek("X-RateLimit-Remaining")); resp.StatusCode() != 200 || rem != "4999" {
+		t.Fatalf("after 3 notifications and one call: %d remaining %q (want 4999)", resp.StatusCode(), rem)
+	}
+	// Anonymous: the free tool's 12 a minute are left for calls.
+	for i := 0; i < 12; i++ {
+		send(note)
+	}
+	if resp := send(call); resp.StatusCode() != 200 {
+		t.Fatalf("anonymous call after 12 notifications: %d %s", resp.StatusCode(), resp.Body())
+	}
+}
