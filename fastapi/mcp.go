@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -227,9 +228,12 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 			return
 		}
 		// A tools/call without an id is a notification the SDK refuses:
-		// nothing is looked up or charged for an answer never given.
+		// nothing is looked up or charged for an answer never given. Nor is
+		// one whose MCP-Protocol-Version the SDK does not speak: it refuses
+		// that too (400, or SEP-2575's error for a newer version).
 		var params rpcCallParams
-		if method == "tools/call" && len(peek.ID) > 0 && rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip" {
+		if method == "tools/call" && len(peek.ID) > 0 && mcpVersionOK(ctx) &&
+			rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip" {
 			ip, isString := jsonString(params.Arguments.IP)
 			if ref := s.mcpPrepare(r, call, anonymous, ip); ref != nil {
 				if ref.Admission {
@@ -264,6 +268,9 @@ func mcpLookupCall(ctx *fasthttp.RequestCtx) bool {
 	if jsonOK, sseOK := mcpAccepts(ctx.Request.Header.Peek("Accept")); !jsonOK || !sseOK {
 		return false
 	}
+	if !mcpVersionOK(ctx) {
+		return false
+	}
 	raw := ctx.PostBody()
 	body := bytes.TrimLeft(raw, " \t\r\n")
 	if len(body) == 0 || body[0] != '{' || !rpcPeekJSON.Valid(raw) {
@@ -285,6 +292,19 @@ func mcpLookupCall(ctx *fasthttp.RequestCtx) bool {
 	}
 	var params rpcCallParams
 	return rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip"
+}
+
+// mcpProtocolVersions are the MCP-Protocol-Version values the SDK serves.
+var mcpProtocolVersions = mcp.SupportedProtocolVersions()
+
+// mcpVersionOK reports whether the request's MCP-Protocol-Version header is
+// absent or one the SDK serves. MCP 2025-06-18 (transports): "If the server
+// receives a request with an invalid or unsupported MCP-Protocol-Version, it
+// MUST respond with 400 Bad Request". The SDK does; the lookup_ip fast path
+// must not answer (and charge) such a request first.
+func mcpVersionOK(ctx *fasthttp.RequestCtx) bool {
+	v := ctx.Request.Header.Peek("Mcp-Protocol-Version")
+	return len(v) == 0 || slices.Contains(mcpProtocolVersions, string(v))
 }
 
 // mcpPrepare runs lookup_ip's pipeline call for the address ip into call. A

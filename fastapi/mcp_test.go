@@ -319,3 +319,24 @@ func TestMCPLookupWithoutIDNotCharged(t *testing.T) {
 		t.Fatalf("anonymous call after 12 notifications: %d %s", resp.StatusCode(), resp.Body())
 	}
 }
+
+// TestMCPUnsupportedProtocolVersion: MCP 2025-06-18 (transports): "If the
+// server receives a request with an invalid or unsupported
+// MCP-Protocol-Version, it MUST respond with 400 Bad Request". The SDK does,
+// but lookup_ip's fast path answered such a request 200 and charged it.
+func TestMCPUnsupportedProtocolVersion(t *testing.T) {
+	e := newTestEnv(t)
+	send := serveMCP(t, e.srv.Handle)
+	auth := "Bearer " + e.acct.LiveKey
+	const call = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"185.220.101.1"}}}`
+	for _, v := range []string{"1999-01-01", "2025-6-18"} {
+		resp := send(call, "Authorization", auth, "MCP-Protocol-Version", v)
+		if code, _ := rpcErrorOf(t, resp); resp.StatusCode() != 400 || code != rpcInvalidRequest {
+			t.Fatalf("version %q: %d code %d: %s", v, resp.StatusCode(), code, resp.Body())
+		}
+	}
+	resp := send(call, "Authorization", auth, "MCP-Protocol-Version", "2025-06-18")
+	if rem := string(resp.Header.Peek("X-RateLimit-Remaining")); resp.StatusCode() != 200 || rem != "4999" {
+		t.Fatalf("supported version after two refusals: %d remaining %q (want 4999): %s", resp.StatusCode(), rem, resp.Body())
+	}
+}
