@@ -1,6 +1,7 @@
 package fastapi
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -54,10 +55,11 @@ func (s *Server) handleReadyz(ctx *fasthttp.RequestCtx, _ *request) {
 
 // edgeExempt: the edge block does not apply to /mcp (agent clients often send
 // no User-Agent) nor to the probes and the metrics scrape (load balancers,
-// orchestrators and scrapers send whatever they send).
+// orchestrators and scrapers send whatever they send). The path is read as
+// the router reads it, without leading and trailing slashes: /mcp/ is /mcp.
 func edgeExempt(path []byte) bool {
-	switch string(path) {
-	case "/mcp", "/healthz", "/readyz", "/metrics":
+	switch string(bytes.Trim(path, "/")) {
+	case "mcp", "healthz", "readyz", "metrics":
 		return true
 	}
 	return false

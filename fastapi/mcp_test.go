@@ -340,3 +340,30 @@ func TestMCPUnsupportedProtocolVersion(t *testing.T) {
 		t.Fatalf("supported version after two refusals: %d remaining %q (want 4999): %s", resp.StatusCode(), rem, resp.Body())
 	}
 }
+
+// TestEdgeExemptWithTrailingSlash: the router serves /mcp/ as /mcp and
+// /healthz/ as /healthz, but the edge block's exemption compared the path
+// exactly, so an agent posting to /mcp/ without a User-Agent got the plain
+// 403 "error code: 1010" (CLARIFICATIONS: the edge block "does not apply to
+// /mcp"), and a probe of /healthz/ was blocked too.
+func TestEdgeExemptWithTrailingSlash(t *testing.T) {
+	e := newTestEnv(t)
+	noAgent := [2]string{"User-Agent", ""}
+	for _, tr := range []testRequest{
+		{method: "POST", uri: "/mcp/", body: []byte(`[]`), header: [][2]string{noAgent,
+			{"Content-Type", "application/json"}, {"Accept", "application/json, text/event-stream"}}},
+		{method: "GET", uri: "/healthz/", header: [][2]string{noAgent}},
+		{method: "GET", uri: "/readyz/", header: [][2]string{noAgent}},
+	} {
+		ctx := e.serve(tr)
+		if ctx.Response.StatusCode() == edgeBlockStatus || string(ctx.Response.Body()) == edgeBlockBody {
+			t.Errorf("%s %s without a User-Agent: %d %s", tr.method, tr.uri, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	// The block itself still applies elsewhere, with or without the slash.
+	for _, uri := range []string{"/api/status", "/api/status/"} {
+		if ctx := e.serve(testRequest{method: "GET", uri: uri, header: [][2]string{noAgent}}); ctx.Response.StatusCode() != edgeBlockStatus {
+			t.Errorf("GET %s without a User-Agent: %d", uri, ctx.Response.StatusCode())
+		}
+	}
+}
