@@ -367,3 +367,24 @@ func TestEdgeExemptWithTrailingSlash(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPMethodNotAllowedWithTrailingSlash: /mcp/ is routed as /mcp, but a
+// GET or DELETE there got the plain {"error"} body instead of the JSON-RPC
+// error every other /mcp refusal is (the 405 compared the path exactly).
+func TestMCPMethodNotAllowedWithTrailingSlash(t *testing.T) {
+	e := newTestEnv(t)
+	for _, method := range []string{"GET", "DELETE"} {
+		ctx := e.serve(testRequest{method: method, uri: "/mcp/"})
+		var m struct {
+			JSONRPC string `json:"jsonrpc"`
+			Error   struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(ctx.Response.Body(), &m)
+		if ctx.Response.StatusCode() != 405 || m.JSONRPC != "2.0" || m.Error.Code != rpcTransportError ||
+			string(ctx.Response.Header.Peek("Allow")) != "POST" {
+			t.Errorf("%s /mcp/: %d Allow=%q %s", method, ctx.Response.StatusCode(), ctx.Response.Header.Peek("Allow"), ctx.Response.Body())
+		}
+	}
+}

@@ -494,9 +494,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes *routeSet) (rt *route) 
 	if rt == nil {
 		if allow != "" {
 			ctx.Response.Header.Set("Allow", allow)
-			if bytes.Equal(path, []byte("/mcp")) {
+			if bytes.Equal(bytes.Trim(path, "/"), []byte("mcp")) {
 				// GET (a standalone SSE stream) and DELETE (a session) are
 				// not offered by a stateless server: a JSON-RPC error there.
+				// The path is read as matchIn reads it: /mcp/ is /mcp.
 				s.rpcError(ctx, fasthttp.StatusMethodNotAllowed, nil, rpcTransportError, checks.MsgMethod)
 				return
 			}
