@@ -378,7 +378,12 @@ func (s *Server) rpcRefusal(ctx *fasthttp.RequestCtx, id sonic.NoCopyRawMessage,
 	body := wire.RPCErrorBody{Code: -32000, Message: ref.Msg}
 	if ref.RetryAfter > 0 {
 		h.Set(headerRetryAfter, strconv.FormatInt(ref.RetryAfter, 10))
-		body.Data = &wire.RPCRetry{RetryAfter: ref.RetryAfter}
+	}
+	// The code and hint the HTTP body carries (SPEC §7: monthly exhaustion
+	// is code monthly_quota_exceeded, an unreadable store storage_unavailable)
+	// tell an agent what the message alone does not.
+	if ref.RetryAfter > 0 || ref.Code != "" || ref.Hint != "" {
+		body.Data = &wire.RPCRetry{RetryAfter: ref.RetryAfter, Code: ref.Code, Hint: ref.Hint}
 	}
 	s.writeJSON(ctx, ref.Status, &wire.RPCError{JSONRPC: "2.0", ID: []byte(id), Error: body})
 }

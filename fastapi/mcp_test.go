@@ -388,3 +388,45 @@ func TestMCPMethodNotAllowedWithTrailingSlash(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPRefusalKeepsCode: SPEC §7, 429: "Monthly exhaustion: body code =
+// monthly_quota_exceeded". A lookup_ip refused for the month was rendered as
+// a JSON-RPC error with the message and retry_after only: the code (and any
+// hint) GET /v1/lookup sends was dropped, so an agent could not tell the
+// month's allowance from the hour's. The error's data now carries them.
+func TestMCPRefusalKeepsCode(t *testing.T) {
+	e := newTestEnv(t)
+	month, hour := int64(1), int64(1000)
+	c, err := e.accts.Create(accounts.NewAccount{Email: "month@example.com", Plan: "custom", MonthlyLimit: &month, HourlyLimit: &hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := serveMCP(t, e.srv.Handle)
+	auth := "Bearer " + c.LiveKey
+	const call = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"8.8.8.8"}}}`
+	var resp *fasthttp.Response
+	for i := 0; i < 50; i++ {
+		if resp = send(call, "Authorization", auth); resp.StatusCode() != 200 {
+			break
+		}
+	}
+	var m struct {
+		Error struct {
+			Code int `json:"code"`
+			Data struct {
+				Code       string `json:"code"`
+				RetryAfter int64  `json:"retry_after"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Body(), &m); err != nil || resp.StatusCode() != 429 {
+		t.Fatalf("no monthly refusal: %d %s", resp.StatusCode(), resp.Body())
+	}
+	if m.Error.Data.Code != checks.CodeMonthly || m.Error.Data.RetryAfter <= 0 || len(resp.Header.Peek("Retry-After")) == 0 {
+		t.Fatalf("monthly refusal over MCP: %s", resp.Body())
+	}
+	// GET /v1/lookup says the same.
+	if ctx := e.do("GET", "/v1/lookup/8.8.8.8", auth, nil); !bytes.Contains(ctx.Response.Body(), []byte(`"code":"`+checks.CodeMonthly+`"`)) {
+		t.Fatalf("GET /v1/lookup: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+}

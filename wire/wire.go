@@ -252,9 +252,12 @@ type RPCErrorBody struct {
 	Data    *RPCRetry `json:"data,omitempty"`
 }
 
-// RPCRetry tells a refused agent when to retry.
+// RPCRetry tells a refused agent when to retry, and carries the refusal's
+// machine-readable code and hint (SPEC §7) that the HTTP error body has.
 type RPCRetry struct {
-	RetryAfter int64 `json:"retry_after"`
+	RetryAfter int64  `json:"retry_after,omitempty"`
+	Code       string `json:"code,omitempty"`
+	Hint       string `json:"hint,omitempty"`
 }
 
 // RPCToolResult is a JSON-RPC 2.0 response to tools/call (the MCP fast path).
