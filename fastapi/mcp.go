@@ -136,6 +136,8 @@ type rpcPeek struct {
 	ID      sonic.NoCopyRawMessage `json:"id"`
 	Method  sonic.NoCopyRawMessage `json:"method"`
 	Params  sonic.NoCopyRawMessage `json:"params"`
+	Result  sonic.NoCopyRawMessage `json:"result"`
+	Error   sonic.NoCopyRawMessage `json:"error"`
 }
 
 // rpcCallParams are tools/call's params as far as handleMCP reads them.
@@ -213,6 +215,13 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	call := &mcpCall{now: r.Now}
+	if isAbsent(peek.Method) && (len(peek.Result) > 0) == (len(peek.Error) > 0) {
+		// Without a method it is a response, which carries exactly one of
+		// result and error (JSON-RPC 2.0 §5); anything else is no message
+		// to accept with 202.
+		s.rpcError(ctx, fasthttp.StatusBadRequest, id, rpcInvalidRequest, checks.MsgRPCResponse)
+		return
+	}
 	if !isAbsent(peek.Method) {
 		method, ok := jsonString(peek.Method)
 		if !ok {

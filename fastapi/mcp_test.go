@@ -430,3 +430,32 @@ func TestMCPRefusalKeepsCode(t *testing.T) {
 		t.Fatalf("GET /v1/lookup: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
 	}
 }
+
+// TestMCPResponseNeedsResultOrError: a message without a method is a
+// response, and JSON-RPC 2.0 §5 asks of one exactly one of "result" and
+// "error" ("Either the result member or error member MUST be included, but
+// both members MUST NOT be included"). A body like {"jsonrpc":"2.0","id":1}
+// or one with both was accepted with 202 as if it were a response; it is now
+// -32600 (HTTP 400). Real responses are still accepted.
+func TestMCPResponseNeedsResultOrError(t *testing.T) {
+	e := newTestEnv(t)
+	send := serveMCP(t, e.srv.Handle)
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1}`,
+		`{"jsonrpc":"2.0","id":"a","result":{},"error":{"code":-32603,"message":"x"}}`,
+	} {
+		resp := send(body)
+		if code, _ := rpcErrorOf(t, resp); resp.StatusCode() != 400 || code != rpcInvalidRequest {
+			t.Errorf("%s: %d code %d: %s", body, resp.StatusCode(), code, resp.Body())
+		}
+	}
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"result":{}}`,
+		`{"jsonrpc":"2.0","id":1,"result":null}`,
+		`{"jsonrpc":"2.0","id":"a","error":{"code":-32603,"message":"x"}}`,
+	} {
+		if resp := send(body); resp.StatusCode() != 202 || len(resp.Body()) != 0 {
+			t.Errorf("%s: %d %s", body, resp.StatusCode(), resp.Body())
+		}
+	}
+}

@@ -118,6 +118,7 @@ const (
 	MsgRPCVersion        = `Invalid Request: "jsonrpc" must be "2.0".`
 	MsgRPCMethodType     = `Invalid Request: "method" must be a string.`
 	MsgRPCID             = `Invalid Request: "id" must be a string or an integer.`
+	MsgRPCResponse       = `Invalid Request: a message needs a "method", or exactly one of "result" and "error".`
 	MsgRPCMethodNotFound = "Method not found: %s" // the method, cut to 64 bytes
 	MsgRPCContentType    = "Content-Type must be application/json."
 	MsgRPCAccept         = "Accept must list application/json and text/event-stream."
