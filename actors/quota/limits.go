@@ -21,6 +21,11 @@ const (
 var (
 	GrandfatherCutoff  = time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
 	GrandfatheredUntil = time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC)
+	// Until GrandfatherExtended, grandfathered_until read the end of 31
+	// October (SPEC §2.4: "earlier read end of 31 October until
+	// 2026-10-19"); the allowance itself ran to GrandfatheredUntil all along.
+	GrandfatherExtended      = time.Date(2026, 10, 19, 0, 0, 0, 0, time.UTC)
+	GrandfatheredUntilBefore = time.Date(2026, 10, 31, 23, 59, 59, 0, time.UTC)
 )
 
 // GrandfatherHourly is the previous hourly allowance kept while grandfathered.
@@ -99,9 +104,15 @@ func LimitsFor(plan string, customHourly, customMonthly *int64, createdAt, now t
 	if !ok {
 		plan, row = PlanFree, plans[PlanFree]
 	}
-	if createdAt.Before(GrandfatherCutoff) && !now.After(GrandfatheredUntil) {
+	// "Until the end of 30 November": the whole last second of the day,
+	// which GrandfatheredUntil names, is still in it.
+	if createdAt.Before(GrandfatherCutoff) && now.Before(GrandfatheredUntil.Add(time.Second)) {
+		until := GrandfatheredUntil
+		if now.Before(GrandfatherExtended) {
+			until = GrandfatheredUntilBefore
+		}
 		return Limits{Plan: plan, Hourly: max(GrandfatherHourly, row.hourly),
-			Monthly: NoLimit, MonthlyLookups: NoLimit, Grandfathered: GrandfatheredUntil}
+			Monthly: NoLimit, MonthlyLookups: NoLimit, Grandfathered: until}
 	}
 	return Limits{Plan: plan, Hourly: row.hourly, Monthly: row.monthly, MonthlyLookups: lookupsFor(row.monthly)}
 }

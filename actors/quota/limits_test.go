@@ -35,11 +35,13 @@ func TestLimitsFor(t *testing.T) {
 		{"custom not grandfathered", "custom", i64(300), i64(7000), before, oct, Limits{Plan: "custom", Hourly: 300, Monthly: 7000, MonthlyLookups: 70000}, false},
 		{"enterprise is custom", "enterprise", i64(1), i64(2), after, oct, Limits{Plan: "custom", Hourly: 1, Monthly: 2, MonthlyLookups: 20}, false},
 		{"unknown is free", "platinum", nil, nil, after, oct, Limits{Plan: "free", Hourly: 1000, Monthly: 10000, MonthlyLookups: 100000}, false},
-		{"grandfathered free", "free", nil, nil, before, oct, Limits{Plan: "free", Hourly: 1000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntil}, false},
+		{"grandfathered free", "free", nil, nil, before, oct, Limits{Plan: "free", Hourly: 1000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntilBefore}, false},
+		{"grandfathered free, extended", "free", nil, nil, before, GrandfatherExtended, Limits{Plan: "free", Hourly: 1000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntil}, false},
+		{"grandfathered through the last second", "free", nil, nil, before, lastSecond.Add(999 * time.Millisecond), Limits{Plan: "free", Hourly: 1000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntil}, false},
 		{"grandfathered last second", "free", nil, nil, before, lastSecond, Limits{Plan: "free", Hourly: 1000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntil}, false},
 		{"grandfathering over", "free", nil, nil, before, lastSecond.Add(time.Second), Limits{Plan: "free", Hourly: 1000, Monthly: 10000, MonthlyLookups: 100000}, false},
 		{"grandfathering over dec", "starter", nil, nil, before, dec, Limits{Plan: "starter", Hourly: 5000, Monthly: 50000, MonthlyLookups: 500000}, false},
-		{"grandfathered scale keeps its hourly", "scale", nil, nil, before, oct, Limits{Plan: "scale", Hourly: 50000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntil}, false},
+		{"grandfathered scale keeps its hourly", "scale", nil, nil, before, oct, Limits{Plan: "scale", Hourly: 50000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntilBefore}, false},
 		{"created at cutoff", "free", nil, nil, after, oct, Limits{Plan: "free", Hourly: 1000, Monthly: 10000, MonthlyLookups: 100000}, false},
 	} {
 		got := LimitsFor(c.plan, c.h, c.m, c.created, c.now)
