@@ -56,9 +56,9 @@ func strict(raw []byte, v any) error {
 // ParseGPU validates a raw GpuEvidence object.
 func ParseGPU(raw []byte) (GPU, error) {
 	var j struct {
-		Challenge *string    `json:"challenge"`
-		Protocol  *string    `json:"protocol"`
-		Features  *[]float64 `json:"features"`
+		Challenge *string     `json:"challenge"`
+		Protocol  *string     `json:"protocol"`
+		Features  *[]*float64 `json:"features"` // nil element: null, not a number
 	}
 	var g GPU
 	if err := strict(raw, &j); err != nil {
@@ -73,10 +73,10 @@ func ParseGPU(raw []byte) (GPU, error) {
 		return g, fmt.Errorf("features must hold exactly %d numbers", Features)
 	}
 	for i, f := range *j.Features {
-		if math.IsNaN(f) || f < 0 || f > 1 {
+		if f == nil || math.IsNaN(*f) || *f < 0 || *f > 1 {
 			return g, fmt.Errorf("features[%d] must be a number from 0 to 1", i)
 		}
-		g.Features[i] = float32(f)
+		g.Features[i] = float32(*f)
 	}
 	g.Challenge = *j.Challenge
 	return g, nil

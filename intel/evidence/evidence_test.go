@@ -120,3 +120,15 @@ func TestCompare(t *testing.T) {
 		}
 	}
 }
+
+// SPEC 2.5: features is "an array of exactly 128 numbers, each 0 to 1"; a
+// null element is not a number and must not be read as 0.
+func TestParseGPUNullFeature(t *testing.T) {
+	f := strings.Replace(feats(128, "0.5"), "0.5", "null", 1)
+	for _, fs := range []string{f, feats(128, "null")} {
+		in := fmt.Sprintf(`{"challenge":%q,"protocol":%q,"features":%s}`, ch, GPUProtocol, fs)
+		if g, err := ParseGPU([]byte(in)); err == nil {
+			t.Errorf("null feature accepted: features[0] = %v", g.Features[0])
+		}
+	}
+}
