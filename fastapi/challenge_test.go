@@ -306,3 +306,18 @@ func TestBrowserEvidenceRandomizationNeedsAccount(t *testing.T) {
 		t.Fatalf("randomization: %v", m)
 	}
 }
+
+// SPEC §3: a challenge needs a device event "under 5 minutes" old; one
+// exactly 5 minutes old is old (422).
+func TestChallengeEventExactlyFiveMinutesOld(t *testing.T) {
+	e := newChallengeEnv(t, true, "https://shop.example")
+	ev := e.deviceEvent(t, e.acct.PublishableKey, "73.0.0.1:1", "chrome_desktop_windows")
+	e.srv.deps.Clock = clock.Fixed{T: fixedNow.Add(5*time.Minute - time.Second)}
+	if st, _, _ := e.challenge(e.acct.LiveKey, ev); st != 200 {
+		t.Fatalf("4:59 old: %d", st)
+	}
+	e.srv.deps.Clock = clock.Fixed{T: fixedNow.Add(5 * time.Minute)}
+	if st, m, _ := e.challenge(e.acct.LiveKey, ev); st != 422 {
+		t.Fatalf("5:00 old: %d %v", st, m)
+	}
+}

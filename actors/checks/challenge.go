@@ -53,7 +53,7 @@ func (s *Service) Challenge(c *Call, eventID string, sent bool) (*wire.Challenge
 	switch {
 	case !res.Found:
 		return nil, refuseEvent(HintEventUnknown)
-	case c.Now.Sub(res.Event.Created) > challenge.EventMaxAge:
+	case c.Now.Sub(res.Event.Created) >= challenge.EventMaxAge: // "under 5 minutes"
 		return nil, refuseEvent(HintEventOld)
 	case !originConfirmed(res.Event.Origin, v.Origins):
 		return nil, refuseEvent(HintEventOrigin)
