@@ -165,6 +165,45 @@ func (d *DB) DeleteGPUSample(customer string, device [16]byte) error {
 	return d.commitBehind(b)
 }
 
+// PruneGPUSamples deletes the samples last accepted at or before before,
+// of the customers mine accepts (nil: every customer). It reads only the
+// clear time, so it needs no key: the samples of a customer who never comes
+// back are dropped too.
+func (d *DB) PruneGPUSamples(before time.Time, mine func(customer string) bool) error {
+	it, err := d.newIter([]byte{prefixGPUSample}, []byte{prefixGPUSample + 1})
+	if err != nil {
+		return err
+	}
+	var stale [][]byte
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) < 2 || int(k[1])+2+16 != len(k) {
+			continue
+		}
+		v, err := it.Value()
+		if err != nil {
+			break
+		}
+		if len(v) < 9 || time.Unix(int64(binary.BigEndian.Uint64(v[1:9])), 0).After(before) {
+			continue
+		}
+		if mine != nil && !mine(string(k[2:2+int(k[1])])) {
+			continue
+		}
+		stale = append(stale, append([]byte(nil), k...))
+	}
+	err = it.Err("iterate gpu samples")
+	it.Close()
+	if err != nil || len(stale) == 0 {
+		return err
+	}
+	b := d.newBatch()
+	for _, k := range stale {
+		_ = b.Delete(k, nil)
+	}
+	return d.commitBehind(b)
+}
+
 // DeleteGPUSamples deletes every sample of the customer (the beta was
 // disabled), durably.
 func (d *DB) DeleteGPUSamples(customer string) error {

@@ -113,3 +113,35 @@ func TestGPUSamplesStore(t *testing.T) {
 		t.Fatalf("after reopen: %+v", got)
 	}
 }
+
+func TestPruneGPUSamples(t *testing.T) {
+	db, err := Open("d", Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	a := testAEAD(t, "k")
+	now := time.Unix(1_790_000_000, 0).UTC()
+	cut := now.Add(-30 * 24 * time.Hour)
+	for _, s := range []*GPUSample{testSample("c", 1, now), testSample("c", 2, cut), testSample("d", 1, cut.Add(-time.Hour))} {
+		if err := db.PutGPUSample(a, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Only the customers mine accepts.
+	if err := db.PruneGPUSamples(cut, func(c string) bool { return c == "c" }); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := db.LoadGPUSamples(a, "c", time.Time{}); len(got) != 1 || got[0].Device[0] != 1 {
+		t.Fatalf("c after prune: %+v", got)
+	}
+	if got, _ := db.LoadGPUSamples(a, "d", time.Time{}); len(got) != 1 {
+		t.Fatalf("d pruned though not mine: %d", len(got))
+	}
+	if err := db.PruneGPUSamples(cut, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := db.LoadGPUSamples(a, "d", time.Time{}); len(got) != 0 {
+		t.Fatalf("d kept: %d", len(got))
+	}
+}

@@ -36,6 +36,9 @@ const (
 	// one device within the window is antidetect_profile_burst.
 	BurstWindow   = 10 * time.Minute
 	BurstProfiles = 3
+	// storePruneEvery is how often a shard drops its customers' stored
+	// samples past Retention, resident or not.
+	storePruneEvery = time.Hour
 	// maxReadings bounds the computation hashes kept per account id.
 	maxReadings = 16
 )
@@ -77,6 +80,7 @@ type Store interface {
 	LoadGPUSamples(aead cipher.AEAD, customer string, notBefore time.Time) ([]storage.GPUSample, error)
 	DeleteGPUSample(customer string, device [16]byte) error
 	DeleteGPUSamples(customer string) error
+	PruneGPUSamples(before time.Time, mine func(customer string) bool) error
 }
 
 // Issue asks for a challenge bound to customer, event and device.
@@ -180,13 +184,13 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		panic(err)
 	}
 	n := actors.ShardCount(cfg.Shards)
-	fresh := func() *shardState {
+	fresh := func(i int) *shardState {
 		return &shardState{customers: actors.NewTable[string, *customer](64), key: key, log: cfg.Logger,
-			store: cfg.Store, aead: aead, purged: map[string]bool{}}
+			store: cfg.Store, aead: aead, purged: map[string]bool{}, index: uint64(i), mask: uint64(n - 1)}
 	}
 	states := make([]*shardState, n)
 	for i := range states {
-		states[i] = fresh()
+		states[i] = fresh(i)
 	}
 	c.states = states
 	opts := []actors.ShardOption{actors.Named("challenge"), actors.WithLogger(cfg.Logger)}
@@ -195,7 +199,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		// GPU samples load from the store on first touch; outstanding
 		// challenges and consistency hashes, which live in memory only,
 		// are gone (a new challenge is one request away).
-		opts = append(opts, actors.OnRestart(func(i int) { states[i] = fresh() }))
+		opts = append(opts, actors.OnRestart(func(i int) { states[i] = fresh(i) }))
 	}
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{states[i]} }, opts...)
 	if cfg.SweepEvery == 0 {

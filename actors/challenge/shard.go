@@ -112,6 +112,10 @@ type shardState struct {
 	// purged: customers purged since start that have kept nothing since, so
 	// a beta-off caller does not cost a durable delete per request.
 	purged map[string]bool
+	// index and mask place this shard among the shards (route); storePruned
+	// is when it last pruned its customers' stored samples.
+	index, mask uint64
+	storePruned time.Time
 }
 
 type shard struct{ *shardState }
@@ -127,6 +131,7 @@ func (s shard) Receive(ctx actor.Context) {
 			c, err := s.get(id, m.Now, false)
 			return err == nil && c != nil && c.empty()
 		})
+		s.pruneStore(m.Now)
 	case *purgeCall:
 		m.Reply(struct{}{}, s.purge(m.Req))
 	case *countCall:
@@ -136,6 +141,22 @@ func (s shard) Receive(ctx actor.Context) {
 		}
 		m.Reply(n, nil)
 	}
+}
+
+// pruneStore deletes the stored samples past Retention of every customer of
+// this shard, including those not resident (not seen since a restart), at
+// most every storePruneEvery. It runs in the shard, so it never races a
+// sample the shard stores.
+func (s shard) pruneStore(now time.Time) {
+	if s.store == nil || now.Before(s.storePruned.Add(storePruneEvery)) {
+		return
+	}
+	mine := func(id string) bool { return route(id)&s.mask == s.index }
+	if err := s.store.PruneGPUSamples(now.Add(-Retention), mine); err != nil {
+		s.log.Warn("challenge: expired gpu samples not deleted", "err", err)
+		return
+	}
+	s.storePruned = now
 }
 
 func (s shard) purge(id string) error {

@@ -1,6 +1,8 @@
 package challenge
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"testing"
 	"time"
 
@@ -37,5 +39,35 @@ func TestSamplesSurviveRestartAndPurge(t *testing.T) {
 	defer again.Stop()
 	if r := gpu(again, t, "e3", "d3", 0.25, t0.Add(2*time.Minute)); r.Status != StatusRecorded || r.HasNearest {
 		t.Fatalf("stored samples survived the purge: %+v", r)
+	}
+}
+
+// SPEC §8: a feature vector is "retained 30 days after last accepted
+// sample". A customer that never comes back after a restart must not keep
+// its stored samples past that: the sweep deletes them from the store too.
+func TestStoredSamplesOfIdleCustomerExpire(t *testing.T) {
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	key := []byte("k")
+	start := func() *Client {
+		return New(actor.NewActorSystem().Root, Config{Shards: 1, Key: key, Store: db})
+	}
+	c := start()
+	if r := gpu(c, t, "e1", "d1", 0.5, t0); r.Status != StatusRecorded {
+		t.Fatalf("record: %+v", r)
+	}
+	c.Stop()
+
+	c = start() // a restart: customer "a" is not resident
+	defer c.Stop()
+	c.Sweep(t0.Add(Retention + time.Hour))
+	c.Counts("b") // the one shard has handled the sweep
+	blk, _ := aes.NewCipher(keyed32(key, "gpu-sample-seal"))
+	aead, _ := cipher.NewGCM(blk)
+	if left, err := db.LoadGPUSamples(aead, "a", time.Time{}); err != nil || len(left) != 0 {
+		t.Fatalf("stored samples past retention: %d %v", len(left), err)
 	}
 }
