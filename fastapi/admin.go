@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -332,21 +331,16 @@ func canonicalPrefixes(in []string) ([]string, error) {
 	return out, nil
 }
 
-// canonicalOrigins keeps scheme://host[:port] of each origin.
+// canonicalOrigins keeps scheme://host[:port] of each origin, as a browser's
+// Origin header names it (canonicalOrigin: lower case, no default port).
 func canonicalOrigins(in []string) ([]string, error) {
 	out := make([]string, 0, len(in))
 	for _, s := range in {
-		u, err := url.Parse(strings.TrimSpace(s))
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		c, ok := canonicalOrigin(strings.TrimSpace(s))
+		if !ok {
 			return nil, fmt.Errorf("%q is not an origin like https://shop.example", s)
 		}
-		host := strings.ToLower(u.Host)
-		// A browser's Origin header leaves the scheme's default port out:
-		// "https://shop.example:443" kept as given would never match it.
-		if port := u.Port(); (u.Scheme == "https" && port == "443") || (u.Scheme == "http" && port == "80") {
-			host = strings.TrimSuffix(host, ":"+port)
-		}
-		out = append(out, strings.ToLower(u.Scheme)+"://"+host)
+		out = append(out, c)
 	}
 	return out, nil
 }
