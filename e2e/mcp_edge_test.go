@@ -168,7 +168,7 @@ func TestMCPJSONRPCErrors(t *testing.T) {
 	}
 	for _, method := range []string{"GET", "DELETE", "PUT"} {
 		r := s.Do(t, Req{Method: method, Path: "/mcp", Header: mcpHeaders(nil)})
-		if r.Status != 405 || r.Header.Get("Allow") != "POST" {
+		if r.Status != 405 || r.Header.Get("Allow") != "POST, OPTIONS" {
 			t.Fatalf("%s /mcp: %d Allow=%q %s", method, r.Status, r.Header.Get("Allow"), r.Body)
 		}
 		if code, _ := rpcError(t, r); code != -32000 {
@@ -239,6 +239,32 @@ func TestMCPOriginAndHost(t *testing.T) {
 	refused(send(s, "fraud.example.com", "https://agent.example/path"), "not an origin")
 	refused(send(s, own, "http://127.0.0.1:1"), "another loopback port")
 	refused(send(s, "evil.example.com", "http://"+own), "own origin, foreign Host")
+
+	// A browser-based agent of a listed origin: its preflight is allowed
+	// with the headers an MCP client sends, and the page may read the
+	// answer (errors too) with the headers it needs; another origin's
+	// preflight is refused, and a server-to-server call gets no CORS.
+	preflight := func(origin string) *Response {
+		return s.Do(t, Req{Method: "OPTIONS", Path: "/mcp", Header: map[string]string{"Host": "fraud.example.com", "Origin": origin,
+			"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type, mcp-protocol-version"}})
+	}
+	if r := preflight("https://agent.example"); r.Status != 204 || r.Header.Get("Access-Control-Allow-Origin") != "https://agent.example" ||
+		!strings.Contains(r.Header.Get("Access-Control-Allow-Methods"), "POST") ||
+		!strings.Contains(r.Header.Get("Access-Control-Allow-Headers"), "Authorization") ||
+		!strings.Contains(r.Header.Get("Access-Control-Allow-Headers"), "MCP-Protocol-Version") {
+		t.Fatalf("preflight of a listed origin: %d %v", r.Status, r.Header)
+	}
+	if r := preflight("https://agent.example.evil.com"); r.Status != 403 || r.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("preflight of another origin: %d %v", r.Status, r.Header)
+	}
+	r := send(s, "fraud.example.com", "https://agent.example")
+	if r.Header.Get("Access-Control-Allow-Origin") != "https://agent.example" ||
+		!strings.Contains(r.Header.Get("Access-Control-Expose-Headers"), "Mcp-Session-Id") {
+		t.Fatalf("answer to a listed origin: %v", r.Header)
+	}
+	if r := send(s, "fraud.example.com", ""); r.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("a call without Origin got CORS headers: %v", r.Header)
+	}
 
 	// A browser reaching a loopback listener directly (no trusted proxy in
 	// between) must name the loopback in Host, with or without an Origin.

@@ -166,6 +166,7 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 	if !s.mcpOriginOK(ctx) {
 		return
 	}
+	mcpCORS(ctx)
 	anonymous := true
 	if len(bytes.TrimSpace(ctx.Request.Header.Peek("Authorization"))) > 0 {
 		access := checks.AccessMCP

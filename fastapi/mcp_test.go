@@ -383,7 +383,7 @@ func TestMCPMethodNotAllowedWithTrailingSlash(t *testing.T) {
 		}
 		_ = json.Unmarshal(ctx.Response.Body(), &m)
 		if ctx.Response.StatusCode() != 405 || m.JSONRPC != "2.0" || m.Error.Code != rpcTransportError ||
-			string(ctx.Response.Header.Peek("Allow")) != "POST" {
+			string(ctx.Response.Header.Peek("Allow")) != "POST, OPTIONS" {
 			t.Errorf("%s /mcp/: %d Allow=%q %s", method, ctx.Response.StatusCode(), ctx.Response.Header.Peek("Allow"), ctx.Response.Body())
 		}
 	}

@@ -110,3 +110,46 @@ func (s *Server) directToLoopback(ctx *fasthttp.RequestCtx) bool {
 	}
 	return !s.trusted(peer)
 }
+
+// The CORS answer of /mcp to a page of an origin that passed mcpOriginOK
+// (--mcp-origins lists the browser-based agents allowed to call it): the
+// headers a client sends and the ones it must be able to read.
+const (
+	mcpAllowHeaders  = "Authorization, Content-Type, Accept, MCP-Protocol-Version, Mcp-Session-Id, Mcp-Method, Last-Event-ID"
+	mcpExposeHeaders = "Mcp-Session-Id, MCP-Protocol-Version, X-Request-Id, Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, WWW-Authenticate"
+)
+
+// mcpCORS lets the calling page read the answer (errors included) when the
+// request came with an Origin that mcpOriginOK let through.
+func mcpCORS(ctx *fasthttp.RequestCtx) {
+	o := ctx.Request.Header.Peek("Origin")
+	if len(o) == 0 {
+		return
+	}
+	h := &ctx.Response.Header
+	h.SetBytesV("Access-Control-Allow-Origin", o)
+	h.Set("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", mcpExposeHeaders)
+}
+
+// handleMCPPreflight answers the CORS preflight a browser sends before its
+// POST to /mcp (an Authorization or JSON Content-Type header needs one):
+// allowed for the origins /mcp itself serves, 403 for the others, as the
+// POST would be.
+func (s *Server) handleMCPPreflight(ctx *fasthttp.RequestCtx, r *request) {
+	if len(ctx.Request.Header.Peek("Origin")) == 0 {
+		// Not a browser's preflight: there is nothing to allow.
+		ctx.Response.Header.Set("Allow", "POST, OPTIONS")
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		return
+	}
+	if !s.mcpOriginOK(ctx) {
+		return
+	}
+	mcpCORS(ctx)
+	h := &ctx.Response.Header
+	h.Set("Access-Control-Allow-Methods", "POST, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", mcpAllowHeaders)
+	h.Set("Access-Control-Max-Age", "600")
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+}

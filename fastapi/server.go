@@ -386,6 +386,7 @@ func (s *Server) routeTable() []*route {
 		{method: "POST", pattern: "/v1/device-evidence/challenge", access: checks.AccessChallenge, handler: s.handleChallenge},
 		{method: "GET", pattern: "/v1/usage", access: checks.AccessUsage, handler: s.handleUsage},
 		{method: "POST", pattern: "/mcp", handler: s.handleMCP},
+		{method: "OPTIONS", pattern: "/mcp", handler: s.handleMCPPreflight},
 		{method: "POST", pattern: "/oauth/token", handler: s.handleToken},
 		{method: "GET", pattern: "/.well-known/oauth-authorization-server", handler: s.handleASMetadata},
 		{method: "GET", pattern: "/.well-known/oauth-protected-resource", handler: s.handlePRMetadata},
