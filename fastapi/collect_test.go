@@ -396,3 +396,25 @@ func TestCollectDeviceDailyBudget(t *testing.T) {
 	}
 	golden(t, "error_collect_budget", normalise(ctx.Response.Body()))
 }
+
+// TestCollectPerAddressLimitCORS: the collect endpoints' per-address limit
+// answers 429 with the same CORS headers as every other collect answer, so
+// a page on an allowed origin can read it (and its Retry-After) instead of
+// seeing an opaque network error.
+func TestCollectPerAddressLimitCORS(t *testing.T) {
+	e := newCollectEnv(t)
+	hdr := map[string]string{"Origin": "https://shop.example", "X-Publishable-Key": e.acct.PublishableKey}
+	for _, path := range []string{"/v1/collect/network", "/v1/collect/device"} {
+		var ctx *fasthttp.RequestCtx
+		for i := 0; i < 400; i++ {
+			if ctx = e.call("POST", path, "73.0.0.1:5000", hdr, `{"v":1}`); ctx.Response.StatusCode() == 429 {
+				break
+			}
+		}
+		h := &ctx.Response.Header
+		if ctx.Response.StatusCode() != 429 || string(h.Peek("Retry-After")) == "" ||
+			string(h.Peek("Access-Control-Allow-Origin")) != "https://shop.example" || string(h.Peek("Vary")) != "Origin" {
+			t.Fatalf("%s over the per-address limit: %d %s", path, ctx.Response.StatusCode(), h.String())
+		}
+	}
+}

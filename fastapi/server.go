@@ -252,7 +252,10 @@ type route struct {
 	admin bool
 	// access is what the operation asks of its caller: key, allowlist,
 	// sandbox, per-address limits (the admission table of actors/checks).
-	access  checks.Access
+	access checks.Access
+	// cors: the answer carries the collector's CORS headers (corsHeaders),
+	// the admission's refusals included.
+	cors    bool
 	handler handlerFunc
 	segs    []string
 	// nsegs is len(segs): matchIn skips a route whose segment count differs
@@ -398,9 +401,9 @@ func (s *Server) routeTable() []*route {
 		{method: "GET", pattern: "/console/{file}", handler: s.handleConsole},
 
 		{method: "GET", pattern: "/collector.js", handler: s.handleCollectorJS},
-		{method: "POST", pattern: "/v1/collect/network", access: checks.AccessCollect, handler: s.handleCollectNetwork},
+		{method: "POST", pattern: "/v1/collect/network", access: checks.AccessCollect, cors: true, handler: s.handleCollectNetwork},
 		{method: "OPTIONS", pattern: "/v1/collect/network", handler: s.handleCollectPreflight},
-		{method: "POST", pattern: "/v1/collect/device", access: checks.AccessCollect, handler: s.handleCollectDevice},
+		{method: "POST", pattern: "/v1/collect/device", access: checks.AccessCollect, cors: true, handler: s.handleCollectDevice},
 		{method: "OPTIONS", pattern: "/v1/collect/device", handler: s.handleCollectPreflight},
 	}
 	return rs
@@ -516,6 +519,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes *routeSet) (rt *route) 
 			return
 		}
 	} else {
+		if rt.cors {
+			corsHeaders(ctx)
+		}
 		var cred checks.Credential
 		if rt.access.Key {
 			cred = credential(ctx.Request.Header.Peek("Authorization"))
