@@ -178,13 +178,19 @@
       osc.connect(comp);
       comp.connect(ctx.destination);
       osc.start(0);
+      // read runs in an event handler or a then callback: a throw there
+      // would escape into the page, so it rejects instead.
       function read(buf) {
-        var data = buf.getChannelData(0);
-        var sum = 0;
-        for (var i = 4500; i < 5000; i++) {
-          sum += Math.abs(data[i]);
+        try {
+          var data = buf.getChannelData(0);
+          var sum = 0;
+          for (var i = 4500; i < 5000; i++) {
+            sum += Math.abs(data[i]);
+          }
+          res(String(sum));
+        } catch (e) {
+          rej(e);
         }
-        res(String(sum));
       }
       ctx.oncomplete = function (e) { read(e.renderedBuffer); };
       var p = ctx.startRendering();

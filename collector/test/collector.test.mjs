@@ -35,7 +35,7 @@ function canvas() {
 }
 
 // env builds a window whose fetch answers like the service.
-function env({ key = 'pk_live_test', forms = 2, fetchImpl, nav = {}, src = 'http://127.0.0.1:8080/collector.js' } = {}) {
+function env({ key = 'pk_live_test', forms = 2, fetchImpl, nav = {}, src = 'http://127.0.0.1:8080/collector.js', globals = {} } = {}) {
   const calls = [];
   const script = new El('script');
   script.src = src;
@@ -67,6 +67,7 @@ function env({ key = 'pk_live_test', forms = 2, fetchImpl, nav = {}, src = 'http
     setTimeout,
     clearTimeout,
     URL,
+    ...globals,
   };
   Object.defineProperties(w.navigator, Object.getOwnPropertyDescriptors(nav));
   w.window = w;
@@ -163,6 +164,31 @@ test('a patched built-in is reported as a lie, a native one is not', async () =>
   await w.FraudCollector.collect({});
   const second = calls.filter((c) => c.url.endsWith('/device')).pop().body;
   assert.ok(second.lies.includes('Date.prototype.getTimezoneOffset'), JSON.stringify(second.lies));
+});
+
+// An offline audio context whose read-back throws (an extension blocking
+// getChannelData): the collector still reports, and nothing escapes into the
+// page as an unhandled rejection (COLLECTOR.md: it never throws into the page).
+test('a failing audio read-back never escapes into the page', async () => {
+  class BlockedAudio {
+    constructor() { this.destination = {}; }
+    createOscillator() { return { frequency: {}, connect() {}, start() {} }; }
+    createDynamicsCompressor() { return { threshold: {}, knee: {}, ratio: {}, attack: {}, release: {}, connect() {} }; }
+    startRendering() { return Promise.resolve({ getChannelData() { throw new Error('blocked'); } }); }
+  }
+  const escaped = [];
+  const onRejection = (e) => escaped.push(e);
+  process.on('unhandledRejection', onRejection);
+  try {
+    const { w, calls } = env({ globals: { OfflineAudioContext: BlockedAudio } });
+    const r = await w.FraudCollector.ready;
+    await new Promise((res) => setTimeout(res, 50));
+    assert.equal(r.fingerprintEventId, 'ev_0123');
+    assert.deepEqual(calls.find((c) => c.url.endsWith('/device')).body.audio, []);
+  } finally {
+    process.off('unhandledRejection', onRejection);
+  }
+  assert.deepEqual(escaped.map(String), []);
 });
 
 test('the committed build is current and under 20 KB', () => {
