@@ -128,6 +128,15 @@ func TestLockoutAfterTwentyFailures(t *testing.T) {
 		t.Fatalf("after 20 failures: %d %q", ctx.Response.StatusCode(), ctx.Response.Header.Peek("Retry-After"))
 	}
 	golden(t, "error_lockout", ctx.Response.Body())
+	// The lockout holds on every /v1/* route (CLARIFICATIONS, Auth: "lock
+	// that caller out for 15 minutes (429, Retry-After: 900) on /v1/*"),
+	// those that take no key included.
+	for _, tc := range []struct{ method, path string }{{"GET", "/v1/evaluate/sample"}, {"POST", "/v1/collect/network"}, {"POST", "/v1/collect/device"}} {
+		ctx := e.do(tc.method, tc.path, "", []byte(`{}`))
+		if ctx.Response.StatusCode() != 429 || string(ctx.Response.Header.Peek("Retry-After")) != "900" {
+			t.Errorf("%s %s after 20 failures: %d %q", tc.method, tc.path, ctx.Response.StatusCode(), ctx.Response.Header.Peek("Retry-After"))
+		}
+	}
 }
 
 func TestRouteMatching(t *testing.T) {

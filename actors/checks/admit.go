@@ -93,9 +93,12 @@ var (
 	// one lookup_ip call that goes on to Lookup (which charges it first).
 	AccessMCPLookup = Access{Key: true, Allowlist: true, Chained: true}
 	AccessUsage     = Access{Key: true, Limits: iplimit.Of(iplimit.Usage)}
-	AccessSample    = Access{Limits: iplimit.Of(iplimit.Sample)}
-	AccessFeed      = Access{Limits: iplimit.Of(iplimit.Feed)}
-	AccessCollect   = Access{Limits: iplimit.Of(iplimit.Protect, iplimit.Collect)}
+	// The routes under /v1/ that take no secret key still refuse a caller
+	// the invalid-credential lockout holds (CLARIFICATIONS, Auth: "on
+	// /v1/*"); their own calls never count toward it.
+	AccessSample  = Access{Limits: iplimit.Of(iplimit.AuthFail, iplimit.Sample)}
+	AccessFeed    = Access{Limits: iplimit.Of(iplimit.Feed)}
+	AccessCollect = Access{Limits: iplimit.Of(iplimit.AuthFail, iplimit.Protect, iplimit.Collect)}
 )
 
 // Admit lets a caller into an operation with access a. With a key it

@@ -199,8 +199,9 @@ func TestAdmit(t *testing.T) {
 	if _, ref := admit("sk_live_unit", AccessLookup); ref != RefuseStorage || len(ts.limits.taken) != 0 {
 		t.Fatalf("store down: %+v %v", ref, ts.limits.taken)
 	}
-	// Without a key an operation takes only its own limiters, store or not.
-	if _, ref := admit("", AccessSample); ref != nil || ts.limits.taken[0] != iplimit.Of(iplimit.Sample) {
+	// Without a key an operation takes only its own limiters (and, under
+	// /v1/, the lockout check), store or not.
+	if _, ref := admit("", AccessSample); ref != nil || ts.limits.taken[0] != iplimit.Of(iplimit.AuthFail, iplimit.Sample) {
 		t.Fatalf("sample: %+v %v", ref, ts.limits.taken)
 	}
 }
