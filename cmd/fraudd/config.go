@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"regexp"
@@ -204,6 +205,43 @@ func (p *prefixList) Forms() string {
 }
 
 func (p *prefixList) Kind() string { return "cidrs" }
+
+// listenAddr is a listen address (--addr, --admin-addr, --debug-addr,
+// --metrics-addr): host:port or :port; empty (off) where optional.
+type listenAddr struct {
+	s        *string
+	optional bool
+}
+
+func (v listenAddr) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return *v.s
+}
+
+func (v listenAddr) Set(s string) error {
+	if s != "" || !v.optional {
+		_, port, err := net.SplitHostPort(s)
+		if err != nil {
+			return errors.New("not host:port")
+		}
+		if _, err := net.LookupPort("tcp", port); err != nil {
+			return errors.New("bad port")
+		}
+	}
+	*v.s = s
+	return nil
+}
+
+func (v listenAddr) Forms() string {
+	if v.optional {
+		return "host:port or :port, e.g. 127.0.0.1:6060 (empty = off)"
+	}
+	return "host:port or :port, e.g. :8080 or 127.0.0.1:8080"
+}
+
+func (v listenAddr) Kind() string { return "addr" }
 
 // stringList is a comma-separated list of strings.
 type stringList []string

@@ -89,3 +89,42 @@ func TestHealthURLFollowsAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestParseServeRefusesBadListenAddrs: a listen address that is not
+// host:port stops the start with one line naming the flag or variable,
+// instead of coming up without the listener (--debug-addr only logged an
+// ERROR and served on) or failing later without naming the variable.
+func TestParseServeRefusesBadListenAddrs(t *testing.T) {
+	for _, c := range []struct {
+		env  envVars
+		args []string
+		want []string
+	}{
+		{env: envVars{"FRAUDD_DEBUG_ADDR": "6060"}, want: []string{`FRAUDD_DEBUG_ADDR="6060"`, "not host:port", "accepted: host:port"}},
+		{args: []string{"--debug-addr", "127.0.0.1:http-alt-nope"}, want: []string{"-debug-addr", "bad port"}},
+		{env: envVars{"FRAUDD_METRICS_ADDR": "localhost"}, want: []string{"FRAUDD_METRICS_ADDR", "not host:port"}},
+		{env: envVars{"FRAUDD_ADMIN_ADDR": "8081"}, want: []string{"FRAUDD_ADMIN_ADDR", "not host:port"}},
+		{env: envVars{"FRAUDD_ADDR": "junk"}, want: []string{`FRAUDD_ADDR="junk"`, "not host:port"}},
+		{args: []string{"--addr", ""}, want: []string{"-addr"}},
+	} {
+		_, err := parseServe(c.args, c.env)
+		if err == nil {
+			t.Errorf("%v %v: accepted", c.env, c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v %v: error %q lacks %q", c.env, c.args, err, w)
+			}
+		}
+	}
+	// The forms that serve: empty turns the optional listeners off.
+	c, err := parseServe([]string{"--addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:6060", "--metrics-addr", ":9464", "--admin-addr", ""},
+		envVars{"FRAUDD_DEBUG_ADDR": "junk"})
+	if err != nil || c.addr != "127.0.0.1:0" || c.debugAddr != "127.0.0.1:6060" || c.metricsAddr != ":9464" || c.adminAddr != "" {
+		t.Fatalf("good addresses: %+v %v", c, err)
+	}
+	if c, err := parseServe(nil, envVars{}); err != nil || c.addr != ":8080" || c.debugAddr != "" {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+}
