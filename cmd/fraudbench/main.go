@@ -220,6 +220,14 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	c.Scenarios = strings.Split(*scenarios, ",")
 	c.FrauddArgs = frauddArgs
 	c.Run.Seed = *seed
+	if *warmup < 0 {
+		return nil, errors.New("--warmup cannot be negative (0 for none)")
+	}
+	// The library reads a zero fraction as its default; given here, 0 is
+	// a mistake.
+	if c.OpenFraction <= 0 || c.OpenFraction > 1 {
+		return nil, fmt.Errorf("--open-fraction %v: want a fraction of the closed loop's rate in (0, 1]", c.OpenFraction)
+	}
 	c.Run.Warmup = *warmup
 	if *warmup == 0 {
 		c.Run.Warmup = -1 // none

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -193,5 +194,23 @@ func TestRender(t *testing.T) {
 	}
 	if code := run([]string{"render", in}, &o, &e); code != 2 {
 		t.Fatalf("missing argument: exit %d", code)
+	}
+}
+
+// TestBadFlagValuesNotSilentlyReplaced: values the flags' own help rules
+// out are usage errors, not quietly swapped for a default: an open
+// fraction of 0 (the help says a fraction in (0, 1]) used to become 0.5,
+// and a negative warm-up meant none.
+func TestBadFlagValuesNotSilentlyReplaced(t *testing.T) {
+	for _, args := range [][]string{
+		{"--mode", "closed+open", "--open-fraction", "0"},
+		{"--mode", "closed+open", "--open-fraction", "-0.5"},
+		{"--warmup", "-1s"},
+	} {
+		// parse, not run: on a build that accepts them, run would go on
+		// to build fraudd and load it.
+		if _, err := parse(args, io.Discard); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
 	}
 }
