@@ -33,6 +33,10 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fraudd health: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	if *timeout <= 0 {
+		fmt.Fprintf(stderr, "fraudd health: --timeout %v is not valid: give a positive duration, e.g. 3s\n", *timeout)
+		return 2
+	}
 	path := "/readyz"
 	if *live {
 		path = "/healthz"
