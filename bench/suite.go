@@ -100,8 +100,13 @@ func (c *Config) Validate() error {
 	if c.Plan != "" && c.Plan != "custom" && c.Plan != "public_interest" {
 		return fmt.Errorf("plan %q: want custom or public_interest (plans that throttle would measure the limiter)", c.Plan)
 	}
-	if c.OpenFraction < 0 || c.OpenFraction > 1 {
+	if !(c.OpenFraction >= 0 && c.OpenFraction <= 1) { // NaN too
 		return fmt.Errorf("open fraction %v: want a fraction of the closed loop's rate in (0, 1]", c.OpenFraction)
+	}
+	// Float flags take NaN and Inf, which pass every comparison above and
+	// give the open loop a schedule that overflows: no request at all.
+	if math.IsNaN(c.Run.Rate) || math.IsInf(c.Run.Rate, 0) {
+		return fmt.Errorf("rate %v: want a finite number of requests per second", c.Run.Rate)
 	}
 	if c.Run.Conns < 0 || c.Run.Duration < 0 || c.Run.Requests < 0 || c.Run.Timeout < 0 {
 		return errors.New("connections, duration, requests and timeout cannot be negative")

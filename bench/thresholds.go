@@ -101,7 +101,7 @@ func ParseErrorRate(s string) (float64, error) {
 	if pct {
 		f /= 100
 	}
-	if f < 0 || f > 1 {
+	if !(f >= 0 && f <= 1) { // NaN too
 		return 0, errors.New("an error rate lies between 0 and 1 (0% and 100%)")
 	}
 	return f, nil

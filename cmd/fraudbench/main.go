@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -225,7 +226,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	// The library reads a zero fraction as its default; given here, 0 is
 	// a mistake.
-	if c.OpenFraction <= 0 || c.OpenFraction > 1 {
+	if !(c.OpenFraction > 0 && c.OpenFraction <= 1) { // NaN too
 		return nil, fmt.Errorf("--open-fraction %v: want a fraction of the closed loop's rate in (0, 1]", c.OpenFraction)
 	}
 	c.Run.Warmup = *warmup
@@ -249,7 +250,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		}
 		o.thresholds.MaxErrorRate = r
 	}
-	if o.thresholds.MaxP99 < 0 || o.thresholds.MinRPS < 0 {
+	if o.thresholds.MaxP99 < 0 || !(o.thresholds.MinRPS >= 0) || math.IsInf(o.thresholds.MinRPS, 0) {
 		return nil, errors.New("--max-p99 and --min-rps cannot be negative")
 	}
 	roundsSet := false

@@ -214,3 +214,22 @@ func TestBadFlagValuesNotSilentlyReplaced(t *testing.T) {
 		}
 	}
 }
+
+// TestNonFiniteFlagValues: Go's float flags take NaN and Inf, which pass
+// every "< 0" and "> 1" check: --rate NaN or Inf scheduled no request at
+// all (the open loop's schedule overflowed) and reported 0 req/s without a
+// word, and --max-error-rate NaN was silently no threshold.
+func TestNonFiniteFlagValues(t *testing.T) {
+	for _, args := range [][]string{
+		{"--mode", "open", "--rate", "NaN"},
+		{"--mode", "open", "--rate", "Inf"},
+		{"--mode", "closed+open", "--open-fraction", "NaN"},
+		{"--max-error-rate", "NaN"},
+		{"--max-error-rate", "NaN%"},
+		{"--min-rps", "NaN"},
+	} {
+		if _, err := parse(args, io.Discard); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+}
