@@ -68,7 +68,7 @@ type smtpTarget struct {
 func ParseSMTPURL(raw string) (*smtpTarget, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "smtp" || u.Host == "" {
-		return nil, fmt.Errorf("smtp url %q: want smtp://[user:pass@]host:port[?from=addr]", raw)
+		return nil, fmt.Errorf("smtp url %q: want smtp://[user:pass@]host:port[?from=addr]", redactUserinfo(raw))
 	}
 	host, port, err := net.SplitHostPort(u.Host)
 	if err != nil {
@@ -83,6 +83,24 @@ func ParseSMTPURL(raw string) (*smtpTarget, error) {
 		t.pass, _ = u.User.Password()
 	}
 	return t, nil
+}
+
+// redactUserinfo is raw with any user:pass replaced, for an error message
+// (which reaches the log): the password of a URL that does not parse is
+// as secret as one that does.
+func redactUserinfo(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	at := strings.LastIndexByte(raw, '@')
+	if at < 0 {
+		return raw
+	}
+	start := 0
+	if i := strings.Index(raw, "://"); i >= 0 && i < at {
+		start = i + len("://")
+	}
+	return raw[:start] + "xxxxx" + raw[at:]
 }
 
 // New spawns the mail actor.

@@ -211,3 +211,14 @@ func TestPruneFailureLoggedAtWarn(t *testing.T) {
 	m.Send(Message{Account: c.View.ID, Kind: "test", Subject: "s", Body: "b"})
 	waitFor(t, func() bool { return logs.find(slog.LevelWarn, "not pruned") })
 }
+
+// TestSMTPURLErrorHidesPassword: a refused SMTP URL is named in the error
+// (which reaches the log) without its password, parsed or not.
+func TestSMTPURLErrorHidesPassword(t *testing.T) {
+	for _, raw := range []string{"smtp://user:s3cret@mail.example:25%zz", "http://user:s3cret@mail.example:25", "smtp://user:s3cret@"} {
+		_, err := ParseSMTPURL(raw)
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%q: %v", raw, err)
+		}
+	}
+}
