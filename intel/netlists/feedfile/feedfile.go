@@ -793,9 +793,9 @@ func (r *reader) domains() []string {
 	ends := make([]int, 0, n)
 	prev := ""
 	for i := 0; i < n && r.err == nil; i++ {
-		k := int(r.uvarint())
+		k := r.uvarint()
 		rest := r.str()
-		if k > len(prev) {
+		if k > uint64(len(prev)) {
 			r.fail("domain prefix")
 			break
 		}

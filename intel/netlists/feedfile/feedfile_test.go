@@ -278,3 +278,32 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// storedFile encodes a header and a raw body (codec stored) with a valid
+// checksum, so a test can hand Unmarshal a body Marshal would never write.
+func storedFile(name string, kind Kind, body []byte) []byte {
+	b := append([]byte(magic), Version)
+	b = appendString(b, name)
+	b = append(b, byte(kind))
+	b = appendString(b, "")
+	b = binary.AppendUvarint(b, 0) // entries
+	b = binary.AppendUvarint(b, 0) // inputs
+	b = append(b, codecStored)
+	b = binary.AppendUvarint(b, uint64(len(body)))
+	b = binary.AppendUvarint(b, uint64(len(body)))
+	b = append(b, body...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+// A shared-prefix length that does not fit an int must be refused, not
+// slice the previous name with a negative bound.
+func TestUnmarshalDomainPrefixOverflow(t *testing.T) {
+	body := binary.AppendUvarint(nil, 2)
+	body = binary.AppendUvarint(body, 0)
+	body = appendString(body, "a.com")
+	body = binary.AppendUvarint(body, ^uint64(0)) // int(...) == -1
+	body = appendString(body, "x")
+	if _, err := Unmarshal(storedFile("d", KindDomains, body)); err == nil {
+		t.Fatal("a huge domain prefix length was accepted")
+	}
+}
