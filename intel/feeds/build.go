@@ -228,7 +228,10 @@ func writeAtomic(path string, data []byte) error {
 	return nil
 }
 
-// assemble parses a feed's inputs and builds its file.
+var errEmptyInput = errors.New("input has no entries")
+
+// assemble parses a feed's inputs and builds its file. Every input must
+// contribute entries.
 func assemble(sp spec, ins []input) (*feedfile.File, error) {
 	f := &feedfile.File{Header: feedfile.Header{Name: sp.name, Kind: sp.kind}}
 	var spans, excl []span
@@ -237,6 +240,11 @@ func assemble(sp spec, ins []input) (*feedfile.File, error) {
 		p, err := parse(in.format, in.data)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", in.name, err)
+		}
+		// An input with nothing in it (an empty or comment-only body) is a
+		// failed input: the feed would silently lose that input's part.
+		if p.entries() == 0 {
+			return nil, fmt.Errorf("%s: %w", in.name, errEmptyInput)
 		}
 		date := nameDate(in.name)
 		if date == "" {

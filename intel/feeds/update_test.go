@@ -376,3 +376,41 @@ func TestUpdateRefreshesTheASTable(t *testing.T) {
 		t.Errorf("hosting shares: %d rows, first %+v", len(h.Shares), h.Shares[0])
 	}
 }
+
+// TestUpdateRejectsAnEmptySource: one source of a feed answering 200 with
+// no entries (an empty or comment-only body) is a failed source, so the
+// feed keeps its old file rather than losing that source's part (here every
+// IPv6 datacenter range) while the other source keeps it above the shrink
+// limit.
+func TestUpdateRejectsAnEmptySource(t *testing.T) {
+	emb, err := netlists.LoadEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := emb.Coverage().DCRanges
+	up := newUpstream(t, map[string]string{
+		"/dc4": manyAddrs(prev/2+1000, "", ""),
+		"/dc6": "# regenerating\n",
+	})
+	dir := t.TempDir()
+	rep, err := Update(context.Background(), up.Client(), []Source{
+		{Feed: FeedDatacenter, URL: up.URL + "/dc4", Format: FormatAddrLines},
+		{Feed: FeedDatacenter, URL: up.URL + "/dc6", Format: FormatAddrLines},
+	}, dir, emb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Feeds) == 0 || rep.Feeds[0].Status == StatusUpdated || rep.Feeds[0].Err == nil {
+		t.Fatalf("datacenter feed with an empty IPv6 source: %+v", rep.Feeds)
+	}
+	s, err := netlists.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An IPv6 range of the embedded datacenter list.
+	a := netip.MustParseAddr("2a01:4f8::1")
+	before, after := emb.Classify(a).Sources&netlists.SourceDatacenterRanges, s.Classify(a).Sources&netlists.SourceDatacenterRanges
+	if before == 0 || after == 0 {
+		t.Errorf("%s: in the datacenter ranges %v before, %v after the update", a, before != 0, after != 0)
+	}
+}
