@@ -2,7 +2,10 @@ package netlists
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
+
+	"github.com/fraudd/fraudd/intel/netlists/feedfile"
 )
 
 // TestClassifyBeyondTheLists covers the AS rules on named addresses of the
@@ -78,6 +81,43 @@ func TestVPNListASNsThatAreNotVPNs(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("AS%d is not read as a VPN operator", asn)
+		}
+	}
+}
+
+// TestOpenProxyListBeatsASRules: the AS rules come after every list, the
+// open proxy list included, so an address on it inside a VPN operator's
+// network or next to a listed VPN range reads as an open proxy (block), not
+// as a VPN (review) found by the AS.
+func TestOpenProxyListBeatsASRules(t *testing.T) {
+	var files []*feedfile.File
+	for _, name := range FeedNames {
+		f, err := ReadFeed("", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	// 94.156.29.5: PacketHub (NordVPN) by its AS; 31.171.155.1: in the /24
+	// of a PIA range in a hosting network (see TestClassifyBeyondTheLists).
+	proxies := []uint32{94<<24 | 156<<16 | 29<<8 | 5, 31<<24 | 171<<16 | 155<<8 | 1}
+	slices.Sort(proxies)
+	for i, f := range files {
+		if f.Name == FeedProxy {
+			files[i] = &feedfile.File{
+				Header: feedfile.Header{Name: FeedProxy, Kind: feedfile.KindRanges, Date: f.Date, Entries: len(proxies)},
+				Ranges: feedfile.Ranges{V4: feedfile.Table4{Start: proxies, End: proxies, Val: make([]uint32, len(proxies))}},
+			}
+		}
+	}
+	s, err := FromFiles(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{"94.156.29.5", "31.171.155.1"} {
+		c := s.Classify(netip.MustParseAddr(addr))
+		if !c.OpenProxy || c.VPN || c.Sources&SourceOpenProxy == 0 || c.Sources&(SourceVPNASN|SourceVPNNeighbour) != 0 {
+			t.Errorf("%s on the open proxy list: proxy %v, VPN %v %q, sources %012b", addr, c.OpenProxy, c.VPN, c.VPNService, c.Sources)
 		}
 	}
 }

@@ -325,6 +325,8 @@ func (s *Snapshot) Classify(a netip.Addr) Classification {
 	case f&flagVPN != 0:
 		c.VPN, c.Sources = true, SourceVPNRanges
 		c.VPNService = row.vpnLabel()
+	case f&flagProxy != 0:
+		c.OpenProxy, c.Sources = true, SourceOpenProxy
 	case row != nil && row.vpn != "" && !mobile:
 		c.VPN, c.VPNService, c.Sources = true, row.vpn, SourceVPNASN
 	case f&flagNear != 0 && !mobile && (row.hostingAS() || f&(flagDatacenter|cloudLabelMask) != 0):
@@ -334,8 +336,6 @@ func (s *Snapshot) Classify(a netip.Addr) Classification {
 		} else {
 			c.VPNService = row.vpnLabel()
 		}
-	case f&flagProxy != 0:
-		c.OpenProxy, c.Sources = true, SourceOpenProxy
 	}
 
 	cloud := f >> cloudLabelShift & labelMask
