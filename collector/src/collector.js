@@ -249,7 +249,7 @@
     return out;
   }
 
-  var AUTO = /^(\$?cdc_|\$wdc_|__webdriver|__selenium|__driver|__fxdriver|_Selenium_IDE|callPhantom|_phantom|__nightmare|domAutomation|__playwright|__pw|__puppeteer|_WEBDRIVER_ELEM_CACHE|webdriver$)/;
+  var AUTO = /^(\$?cdc_|\$wdc_|__webdriver|__selenium|__driver|__fxdriver|_Selenium_IDE|callPhantom|_phantom|__nightmare|domAutomation|__playwright|__pw[A-Z_]|__puppeteer|_WEBDRIVER_ELEM_CACHE|webdriver$)/;
 
   function artefacts() {
     var out = [];

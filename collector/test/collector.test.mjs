@@ -166,6 +166,16 @@ test('a patched built-in is reported as a lie, a native one is not', async () =>
   assert.ok(second.lies.includes('Date.prototype.getTimezoneOffset'), JSON.stringify(second.lies));
 });
 
+// Driver globals are automation artefacts; a page's own global that only
+// starts like one (a PWA helper's __pwaPrompt) is not.
+test('automation artefacts: driver globals, not look-alikes', async () => {
+  const { w, calls } = env({ globals: { __pwaPrompt: {}, __pwInitScripts: {}, __playwright__binding__: {} } });
+  await w.FraudCollector.ready;
+  const auto = calls.find((c) => c.url.endsWith('/device')).body.auto;
+  assert.ok(auto.includes('__pwInitScripts') && auto.includes('__playwright__binding__'), JSON.stringify(auto));
+  assert.ok(!auto.includes('__pwaPrompt'), JSON.stringify(auto));
+});
+
 // An offline audio context whose read-back throws (an extension blocking
 // getChannelData): the collector still reports, and nothing escapes into the
 // page as an unhandled rejection (COLLECTOR.md: it never throws into the page).
