@@ -354,7 +354,9 @@
       chrome: get('chrome', function () { return typeof w.chrome === 'object' && w.chrome !== null; }, null),
       np: get('np', function () { return w.Notification ? String(w.Notification.permission) : ''; }, ''),
       heap: get('heap', function () { return (w.performance.memory && w.performance.memory.jsHeapSizeLimit) || 0; }, 0),
-      sw: get('sw', function () { return 'serviceWorker' in nav; }, null),
+      // Service workers exist only in secure contexts: on an http page
+      // their absence says nothing of private browsing, so it is not sent.
+      sw: get('sw', function () { return w.isSecureContext === false ? null : 'serviceWorker' in nav; }, null),
       brave: get('brave', function () { return !!(nav.brave && typeof nav.brave.isBrave === 'function'); }, false),
       timer: get('timer', timerRes, 0),
       pointer: get('pointer', function () {

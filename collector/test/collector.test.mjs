@@ -176,6 +176,17 @@ test('automation artefacts: driver globals, not look-alikes', async () => {
   assert.ok(!auto.includes('__pwaPrompt'), JSON.stringify(auto));
 });
 
+// On an http page (not a secure context) a browser has no service workers
+// in any mode: their absence is not reported as a private-browsing sign.
+test('no service-worker reading outside a secure context', async () => {
+  const secure = env({ globals: { isSecureContext: true } });
+  await secure.w.FraudCollector.ready;
+  assert.equal(secure.calls.find((c) => c.url.endsWith('/device')).body.sw, false);
+  const plain = env({ globals: { isSecureContext: false } });
+  await plain.w.FraudCollector.ready;
+  assert.equal(plain.calls.find((c) => c.url.endsWith('/device')).body.sw, null);
+});
+
 // An offline audio context whose read-back throws (an extension blocking
 // getChannelData): the collector still reports, and nothing escapes into the
 // page as an unhandled rejection (COLLECTOR.md: it never throws into the page).
