@@ -34,6 +34,9 @@ func (s *Server) Health(_ context.Context, r *HealthRequest) (*HealthReply, erro
 // wait for the network: it reads the last round's answers.
 type MemberHealth struct {
 	Peers *Quota
+	// Shares (nil: none) reloads the accounts loaded without the share
+	// of a member that answers the round (SharedStore.Returned).
+	Shares *SharedStore
 
 	mu   sync.Mutex
 	down []string
@@ -67,13 +70,14 @@ func (h *MemberHealth) Round(parent context.Context) {
 	q := h.Peers
 	ctx, cancel := context.WithTimeout(parent, q.cfg.Timeout)
 	defer cancel()
-	var down []string
+	var down, answered []string
 	eachOther(q, func(id string) ([]string, error) { return q.health(ctx, id) },
 		func(id string, got []string, err error) {
 			if err != nil {
 				down = append(down, fmt.Sprintf("cluster member %s: not answering", id))
 				return
 			}
+			answered = append(answered, id)
 			for _, d := range got {
 				down = append(down, fmt.Sprintf("cluster member %s: %s", id, d))
 			}
@@ -85,6 +89,9 @@ func (h *MemberHealth) Round(parent context.Context) {
 	h.mu.Lock()
 	h.down = down
 	h.mu.Unlock()
+	if h.Shares != nil {
+		h.Shares.Returned(answered)
+	}
 }
 
 func (q *Quota) health(ctx context.Context, id string) ([]string, error) {

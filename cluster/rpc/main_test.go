@@ -71,6 +71,8 @@ type node struct {
 	q       *Quota
 	owners  Ownership
 	windows *HandedWindows
+	shared  *SharedStore
+	server  *Server
 	feed    *fakeFeed
 	limits  *iplimit.Client
 	addrs   *AddrTotals
@@ -125,6 +127,7 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
 	n.windows = NewHandedWindows()
 	shared := NewSharedStore(n.db, id, n.windows)
+	n.shared = shared
 	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
 	n.events = events.New(sys.Root, events.Config{Shards: 2, Node: NodeRoute(id), Logger: quietLog})
 	// As a fraudd node does (clusterserve): a shard leaving drops its
@@ -185,6 +188,7 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	shared.Attach(n.q)
 	n.srv = grpc.NewServer()
 	s.Register(n.srv)
+	n.server = s
 	go n.srv.Serve(l)
 	tb.Cleanup(n.close)
 	return n

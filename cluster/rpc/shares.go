@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -156,6 +157,12 @@ type SharedStore struct {
 	// names no load of this one.
 	loadBase uint64
 	loads    atomic.Uint64
+
+	// partial are the accounts last loaded without the share of a live
+	// member that did not answer, by member: Returned has them loaded
+	// again once it answers.
+	mu      sync.Mutex
+	partial map[string]map[string]struct{}
 }
 
 // NewSharedStore wraps the node's own store; self is the node's id and
@@ -225,8 +232,9 @@ func (s *SharedStore) load(account string, m storage.Month, now time.Time, tag u
 		return l, err
 	}
 	var shares []Share
+	var missing []string
 	if q := s.peers.Load(); q != nil {
-		shares, _ = q.Shares(context.Background(), account, m, tag)
+		shares, missing = q.Shares(context.Background(), account, m, tag)
 	}
 	// The members whose own shares went into the load: only their
 	// discounts apply to it (a member that answered too late is not in
@@ -236,6 +244,7 @@ func (s *SharedStore) load(account string, m storage.Month, now time.Time, tag u
 			l.From = append(l.From, shares[i].Node)
 		}
 	}
+	s.notePartial(account, l.From, missing)
 	own := Share{Node: s.self, Counts: c, Totals: t}
 	if s.windows != nil && !now.IsZero() {
 		own.Hour = s.windows.Get(account, now)
@@ -253,6 +262,86 @@ func (s *SharedStore) load(account string, m storage.Month, now time.Time, tag u
 	}
 	l.Counts, l.Totals = Merge(shares...)
 	return l, nil
+}
+
+// notePartial keeps account for Returned under each member missing from
+// its load, and forgets it under those whose shares it summed.
+func (s *SharedStore) notePartial(account string, from, missing []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range from {
+		delete(s.partial[id], account)
+	}
+	for _, id := range missing {
+		if s.partial == nil {
+			s.partial = map[string]map[string]struct{}{}
+		}
+		if s.partial[id] == nil {
+			s.partial[id] = map[string]struct{}{}
+		}
+		s.partial[id][account] = struct{}{}
+	}
+}
+
+// forgetter is the quota actors' Forget (*quota.Client).
+type forgetter interface {
+	Forget(match func(account string) bool, wait time.Duration) ([]quota.Handed, error)
+}
+
+// Returned has the quota actors forget the accounts loaded without the
+// share of a member in ids (it did not answer the load), so that their
+// next touch loads them again with that share: a member that did not
+// answer counts once it answers again (docs/cluster.md), not only when
+// the account is next evicted. Their running hourly windows are kept,
+// as a leaving shard's are, and resumed by that load. MemberHealth calls
+// it with the members that answered its round.
+func (s *SharedStore) Returned(ids []string) {
+	q := s.peers.Load()
+	if q == nil {
+		return
+	}
+	f, ok := q.cfg.Local.(forgetter)
+	if !ok {
+		return
+	}
+	accounts := map[string]struct{}{}
+	var back map[string]map[string]struct{}
+	s.mu.Lock()
+	for _, id := range ids {
+		if len(s.partial[id]) == 0 {
+			continue
+		}
+		for acc := range s.partial[id] {
+			accounts[acc] = struct{}{}
+		}
+		if back == nil {
+			back = map[string]map[string]struct{}{}
+		}
+		back[id] = s.partial[id]
+		delete(s.partial, id)
+	}
+	s.mu.Unlock()
+	if len(accounts) == 0 {
+		return
+	}
+	handed, err := f.Forget(func(acc string) bool { _, ok := accounts[acc]; return ok }, q.cfg.Timeout)
+	if err != nil {
+		q.log.Warn("cluster: the accounts loaded without a returning member's share not reloaded (tried again next round)", "accounts", len(accounts), "err", err)
+		s.mu.Lock()
+		for id, accs := range back {
+			for acc := range accs {
+				if s.partial[id] == nil {
+					s.partial[id] = map[string]struct{}{}
+				}
+				s.partial[id][acc] = struct{}{}
+			}
+		}
+		s.mu.Unlock()
+		return
+	}
+	if s.windows != nil && len(handed) > 0 {
+		s.windows.Put(handed, q.cfg.Now())
+	}
 }
 
 // HandOverBatch is how many shares one Adopt request carries.

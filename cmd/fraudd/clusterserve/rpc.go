@@ -109,7 +109,7 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 	n.Parts.Events = evs
 	n.Parts.Devices = q.DeviceList(lp.History)
 	n.Parts.Feed = &rpc.ClusterFeed{Local: lp.Traffic, Peers: q, Log: n.log}
-	health := &rpc.MemberHealth{Peers: q}
+	health := &rpc.MemberHealth{Peers: q, Shares: lp.Shared}
 	n.health.Store(health)
 	healthCtx, stopHealth := context.WithCancel(context.Background())
 	healthDone := make(chan struct{})

@@ -1,0 +1,75 @@
+package rpc
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// serveAgain has a member whose gRPC server stopped answer again on its
+// address (its membership never lapsed): a member back from a pause or a
+// network blip.
+func (n *node) serveAgain(tb testing.TB) {
+	tb.Helper()
+	l, err := net.Listen("tcp", n.addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n.srv = grpc.NewServer()
+	n.server.Register(n.srv)
+	go n.srv.Serve(l)
+}
+
+// TestShareCountedWhenMemberReturns: a live member that does not answer
+// when the owner loads an account is left out of the sum (the count errs
+// permissive for the outage), and its share counts once it answers again
+// (docs/cluster.md: "its share is counted when it returns"), not only
+// when the account happens to be loaded anew.
+func TestShareCountedWhenMemberReturns(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	nodes := settledNodes(t, nil, ids...)
+	a, b := nodes[0], nodes[1]
+	account := accountOwnedBy("a", ids)
+	// b's persisted share: 8 calls it charged while it owned the account.
+	if err := b.db.ApplyUsage([]storage.UsageDelta{{Account: account, Month: storage.MonthOf(testNow), Day: storage.DayOf(testNow),
+		Counts: storage.MonthCounts{Used: 8}}}); err != nil {
+		t.Fatal(err)
+	}
+	ch := quota.Charge{Account: account, Kind: quota.Evaluate, Hourly: true, Monthly: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(100), limit(10), testNow, testNow)}
+
+	b.srv.Stop() // b does not answer; its membership stays
+	if res, err := a.q.Charge(ch); err != nil || !res.Allowed {
+		t.Fatalf("charge while b does not answer: %+v, %v", res, err)
+	}
+	b.serveAgain(t)
+	h := &MemberHealth{Peers: a.q, Shares: a.shared}
+	eventually(t, "a hears from b again", func() bool {
+		h.Round(context.Background())
+		return len(h.Down()) == 0
+	})
+	allowed := 0
+	for range 10 {
+		res, err := a.q.Charge(ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 1 {
+		t.Fatalf("%d admitted once b answers again; b's 8 and the 1 before leave 1 of the cap of 10", allowed)
+	}
+	// The reload resumed the hour a was counting: the call before b's
+	// return and the one after (1 alone: the hour started afresh).
+	u, err := a.q.Usage(quota.Usage{Account: account, Limits: ch.Limits, Now: testNow})
+	if err != nil || u.UsedThisHour != 2 || u.MonthUsed != 10 {
+		t.Fatalf("usage after the reload: hour %d, month %d, %v; want 2 and 10", u.UsedThisHour, u.MonthUsed, err)
+	}
+}
