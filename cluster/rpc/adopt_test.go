@@ -3,7 +3,9 @@ package rpc
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -121,4 +123,64 @@ func FuzzSharesReply(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRequestAccountBounded: a peer's request naming an account longer than
+// any account id (a peer bug) is refused with InvalidArgument by every
+// handler that takes one, as Discount, Settle and Unuse refuse it, before
+// it reaches the quota actors' memory, the call book or the store (an
+// adopted share's key stays for good).
+func TestRequestAccountBounded(t *testing.T) {
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 1, Logger: quietLog})
+	defer local.Stop()
+	s, err := NewServer(ServerConfig{Quota: local, Owners: &fakeOwners{self: "a", owner: "a", token: 7}, Shares: db, Now: func() time.Time { return testNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := "acct_" + strings.Repeat("x", maxObsAccountID)
+	ch := capped
+	ch.Account = huge
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	limits := limitsMsg(&capped.Limits)
+	for name, call := range map[string]func() error{
+		"charge": func() error { _, err := s.Charge(ctx, chargeMsg(&ch, 7)); return err },
+		"usage": func() error {
+			_, err := s.Usage(ctx, &UsageRequest{Version: version, Account: huge, Limits: limits, NowUnixNano: testNow.UnixNano(), Token: 7})
+			return err
+		},
+		"lease": func() error {
+			_, err := s.Lease(ctx, &LeaseRequest{Version: version, Account: huge, Holder: "b", Limits: limits, Hourly: true, Want: 1, ForNanos: int64(time.Second), Token: 7})
+			return err
+		},
+		"collect": func() error {
+			_, err := s.Collect(ctx, &CollectRequest{Version: version, Account: huge, BudgetEvents: 10, BudgetBytes: 1000, Bytes: 1, Token: 7})
+			return err
+		},
+		"shares": func() error {
+			_, err := s.Shares(ctx, &SharesRequest{Version: version, Account: huge, Month: 202611, From: "b"})
+			return err
+		},
+		"days": func() error {
+			_, err := s.Days(ctx, &DaysRequest{Version: version, Account: huge, First: 20000, Last: 20001})
+			return err
+		},
+		"adopt": func() error {
+			_, err := s.Adopt(ctx, &AdoptRequest{Version: version, From: "c", Shares: []*OriginShare{{Node: "c", Account: huge, Month: 202611, Used: 1}}})
+			return err
+		},
+	} {
+		if err := call(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s for a %d-byte account: %v, want InvalidArgument", name, len(huge), err)
+		}
+	}
+	if got, err := db.AdoptedShares(huge, 202611); err != nil || len(got) != 0 {
+		t.Fatalf("stored %+v (%v)", got, err)
+	}
 }

@@ -109,7 +109,7 @@ func collectResultOf(rep *CollectReply) (quota.CollectResult, error) {
 // account's budget, at its own clock (the budget's day is the owner's), and
 // stores the event the request carries once the budget allows it.
 func (s *Server) Collect(ctx context.Context, r *CollectRequest) (*CollectReply, error) {
-	if r.GetVersion() == 0 || r.GetAccount() == "" || r.GetBudgetEvents() <= 0 || r.GetBudgetBytes() <= 0 || r.GetBytes() < 0 {
+	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || r.GetBudgetEvents() <= 0 || r.GetBudgetBytes() <= 0 || r.GetBytes() < 0 {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: collect for %q", errBadRequest, r.GetAccount()))
 	}
 	var e *storage.DeviceEvent

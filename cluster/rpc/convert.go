@@ -46,10 +46,11 @@ func chargeMsg(c *quota.Charge, token int64) *ChargeRequest {
 	}
 }
 
-// chargeOf checks and converts a request: enums in range, an account, limits
+// chargeOf checks and converts a request: enums in range, an account (of at
+// most maxObsAccountID bytes, as every request naming one), limits
 // and a time, so that no peer's message reaches an actor half-formed.
 func chargeOf(r *ChargeRequest) (quota.Charge, error) {
-	if r.GetVersion() == 0 || r.GetAccount() == "" || r.GetBucket() > uint32(quota.Test) || r.GetKind() > uint32(quota.Lookup) || r.GetLimits() == nil || r.GetNowUnixNano() <= 0 {
+	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || r.GetBucket() > uint32(quota.Test) || r.GetKind() > uint32(quota.Lookup) || r.GetLimits() == nil || r.GetNowUnixNano() <= 0 {
 		return quota.Charge{}, fmt.Errorf("%w: charge for %q", errBadRequest, r.GetAccount())
 	}
 	return quota.Charge{
@@ -80,7 +81,7 @@ func usageMsg(u *quota.Usage, token int64) *UsageRequest {
 }
 
 func usageOf(r *UsageRequest) (quota.Usage, error) {
-	if r.GetVersion() == 0 || r.GetAccount() == "" || r.GetBucket() > uint32(quota.Test) || r.GetLimits() == nil || r.GetNowUnixNano() <= 0 {
+	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || r.GetBucket() > uint32(quota.Test) || r.GetLimits() == nil || r.GetNowUnixNano() <= 0 {
 		return quota.Usage{}, fmt.Errorf("%w: usage for %q", errBadRequest, r.GetAccount())
 	}
 	return quota.Usage{Account: r.Account, Bucket: quota.Bucket(r.Bucket), Limits: limitsOf(r.Limits), Now: fromUnixNano(r.NowUnixNano)}, nil
@@ -136,7 +137,7 @@ func originShareMsg(s *storage.OriginShare) *OriginShare {
 // named, a real month or none, no negative count.
 func originShareOf(m *OriginShare) (storage.OriginShare, error) {
 	mo := storage.Month(m.GetMonth())
-	if m.GetNode() == "" || m.GetAccount() == "" || (mo != 0 && (mo%100 < 1 || mo%100 > 12)) || m.GetWarned() > 0xff ||
+	if m.GetNode() == "" || m.GetAccount() == "" || len(m.GetAccount()) > maxObsAccountID || (mo != 0 && (mo%100 < 1 || mo%100 > 12)) || m.GetWarned() > 0xff ||
 		m.GetUsed() < 0 || m.GetLookups() < 0 || m.GetEvaluations() < 0 || m.GetLimitHits() < 0 {
 		return storage.OriginShare{}, fmt.Errorf("%w: share of %q from %q month %d", errBadRequest, m.GetAccount(), m.GetNode(), mo)
 	}
@@ -158,7 +159,7 @@ func leaseMsg(l *quota.Lease, token, reportToken int64) *LeaseRequest {
 // leaseOf checks and converts a request, as chargeOf does; Now, Members,
 // Keep and Report.SameClaim are the owner's to set.
 func leaseOf(r *LeaseRequest) (quota.Lease, error) {
-	if r.GetVersion() == 0 || r.GetAccount() == "" || r.GetHolder() == "" || r.GetBucket() > uint32(quota.Test) || r.GetKind() > uint32(quota.Lookup) ||
+	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || r.GetHolder() == "" || r.GetBucket() > uint32(quota.Test) || r.GetKind() > uint32(quota.Lookup) ||
 		r.GetLimits() == nil || r.GetWant() < 0 || r.GetWant() > maxSlice || r.GetForNanos() <= 0 || r.GetForNanos() > int64(maxLeaseFor) || r.GetReportUsed() < 0 {
 		return quota.Lease{}, fmt.Errorf("%w: lease for %q", errBadRequest, r.GetAccount())
 	}

@@ -26,7 +26,7 @@ type DayStore interface {
 // Days implements NodeServer: this node's own daily counts.
 func (s *Server) Days(ctx context.Context, r *DaysRequest) (*DaysReply, error) {
 	first, last := storage.Day(r.GetFirst()), storage.Day(r.GetLast())
-	if r.GetVersion() == 0 || r.GetAccount() == "" || last < first || last-first >= maxDays {
+	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || last < first || last-first >= maxDays {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: days of %q from %d to %d", errBadRequest, r.GetAccount(), first, last))
 	}
 	ds, ok := s.cfg.Shares.(DayStore)

@@ -310,7 +310,7 @@ func (s *Server) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, error
 // the charges made from them to be stored, so the share holds them all.
 func (s *Server) Shares(ctx context.Context, r *SharesRequest) (*SharesReply, error) {
 	m := storage.Month(r.GetMonth())
-	if r.GetVersion() == 0 || r.GetAccount() == "" || m%100 < 1 || m%100 > 12 {
+	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || m%100 < 1 || m%100 > 12 {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: shares for %q month %d", errBadRequest, r.GetAccount(), m))
 	}
 	if s.cfg.Shares == nil {
