@@ -179,7 +179,7 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 		tb.Fatal(err)
 	}
 	n.mover = NewHistoryMover(HistoryConfig{Local: n.dh, Owners: n.owners, Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog})
-	s, err := NewServer(ServerConfig{History: n.mover, Quota: n.local, Owners: n.owners, Shares: n.db, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Discounts: n.q, Events: n.events,
+	s, err := NewServer(ServerConfig{History: n.mover, Quota: n.local, Owners: n.owners, Shares: n.db, Adopted: shared.Returned, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Discounts: n.q, Events: n.events,
 		Addrs: n.addrs, AddrOwners: n.owners.(Cluster), Owner: owner, Devices: n.hist, Store: n.events})
 	if err != nil {
 		tb.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,6 +79,10 @@ type ServerConfig struct {
 	Discounts interface {
 		Discount(member string, d *DiscountRequest)
 	}
+	// Adopted (nil: none) is told the origins of the shares Adopt
+	// stored: an account loaded without a leaver's share (it did not
+	// answer) loads again with the copy kept here (SharedStore.Returned).
+	Adopted func(origins []string)
 	// Leases are the slices of allowance this node holds (nil: none):
 	// Shares stops using an account's before it reads the share.
 	Leases Freezer
@@ -396,6 +401,15 @@ func (s *Server) Adopt(_ context.Context, r *AdoptRequest) (*AdoptReply, error) 
 	}
 	if err := s.cfg.Shares.AdoptShares(shares); err != nil {
 		return nil, status.Error(codes.Unavailable, fmt.Sprintf("adopt from %q: %v", r.From, err))
+	}
+	if s.cfg.Adopted != nil {
+		var origins []string
+		for i := range shares {
+			if !slices.Contains(origins, shares[i].Origin) {
+				origins = append(origins, shares[i].Origin)
+			}
+		}
+		s.cfg.Adopted(origins)
 	}
 	return &AdoptReply{Version: version, Node: s.cfg.Owners.Self(), Stored: int64(len(shares))}, nil
 }

@@ -294,7 +294,8 @@ type forgetter interface {
 // answer counts once it answers again (docs/cluster.md), not only when
 // the account is next evicted. Their running hourly windows are kept,
 // as a leaving shard's are, and resumed by that load. MemberHealth calls
-// it with the members that answered its round.
+// it with the members that answered its round, and Server.Adopt with the
+// origins of the shares a leaver handed over.
 func (s *SharedStore) Returned(ids []string) {
 	q := s.peers.Load()
 	if q == nil {

@@ -73,3 +73,45 @@ func TestShareCountedWhenMemberReturns(t *testing.T) {
 		t.Fatalf("usage after the reload: hour %d, month %d, %v; want 2 and 10", u.UsedThisHour, u.MonthUsed, err)
 	}
 }
+
+// TestShareCountedWhenLeaverHandsItOver: a member that did not answer an
+// account's load and then leaves for good, handing its shares over, never
+// answers a health round again; its share counts once the owner adopts it.
+func TestShareCountedWhenLeaverHandsItOver(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	nodes := settledNodes(t, nil, ids...)
+	a, b := nodes[0], nodes[1]
+	account := accountOwnedBy("a", ids)
+	m := storage.MonthOf(testNow)
+	if err := b.db.ApplyUsage([]storage.UsageDelta{{Account: account, Month: m, Day: storage.DayOf(testNow),
+		Counts: storage.MonthCounts{Used: 8}}}); err != nil {
+		t.Fatal(err)
+	}
+	ch := quota.Charge{Account: account, Kind: quota.Evaluate, Monthly: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, nil, limit(10), testNow, testNow)}
+
+	b.srv.Stop()
+	if res, err := a.q.Charge(ch); err != nil || !res.Allowed {
+		t.Fatalf("charge while b does not answer: %+v, %v", res, err)
+	}
+	var shares []storage.OriginShare
+	if err := b.db.ExportShares("b", []storage.Month{m}, func(s storage.OriginShare) error { shares = append(shares, s); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.q.HandOver(context.Background(), shares); err != nil || n != 2 {
+		t.Fatalf("hand-over stored by %d members: %v", n, err)
+	}
+	allowed := 0
+	for range 10 {
+		res, err := a.q.Charge(ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 1 {
+		t.Fatalf("%d admitted once a adopted b's share; b's 8 and the 1 before leave 1 of the cap of 10", allowed)
+	}
+}
