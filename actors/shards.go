@@ -84,6 +84,12 @@ type slot struct {
 	// produced says the shard's actor was produced before: the next
 	// production is a restart (OnRestart runs first).
 	produced bool
+	// gen counts the shard's spawns; stoppedGen (under mu) is the last one
+	// its supervisor stopped. A spawn's actor can be stopped before the
+	// spawn returns its PID (it panics as it starts; with InlineRuns it
+	// all runs inside the spawn), so stops are matched by spawn, not PID.
+	gen        atomic.Uint64
+	stoppedGen uint64
 }
 
 // ShardOption configures SpawnShards.
@@ -164,6 +170,7 @@ func SpawnShards(root *actor.RootContext, n int, produce func(i int) actor.Actor
 // spawn starts shard i's actor on its worker.
 func (s *Shards) spawn(i int) *actor.PID {
 	sl := &s.slots[i]
+	gen := sl.gen.Add(1) // a restart in place keeps its spawn's generation
 	return s.root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		if sl.produced && s.onRestart != nil {
 			s.restartHook(i)
@@ -179,7 +186,7 @@ func (s *Shards) spawn(i int) *actor.PID {
 			// e.g. "quota.shard".
 			s.name = strings.TrimPrefix(fmt.Sprintf("%T", inner), "*")
 		}
-		return &shardActor{s: s, i: i, inner: inner}
+		return &shardActor{s: s, i: i, gen: gen, inner: inner}
 	}, actor.WithDispatcher(s.dispatchers[i]), actor.WithMailbox(func() actor.Mailbox {
 		// Spawn makes the mailbox synchronously; it is kept for its depth.
 		m := actor.Unbounded()()
@@ -205,6 +212,7 @@ func (s *Shards) restartHook(i int) {
 type shardActor struct {
 	s     *Shards
 	i     int
+	gen   uint64 // the spawn that produced it (slot.gen)
 	inner actor.Actor
 }
 
@@ -212,7 +220,7 @@ func (a *shardActor) Receive(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *actor.Stopped:
 		a.inner.Receive(ctx)
-		a.s.stopped(a.i, ctx.Self())
+		a.s.stopped(a.i, a.gen)
 		return
 	case *actor.Restarting:
 		a.s.log.Warn("actor shard restarting after a panic", "shards", a.s.name, "shard", a.i)
@@ -228,18 +236,20 @@ func (a *shardActor) Receive(ctx actor.Context) {
 	a.inner.Receive(ctx)
 }
 
-// stopped runs when shard i's actor (pid) has stopped: by Stop, or by its
-// supervisor after repeated panics. The latter marks it down and schedules a
-// new one.
-func (s *Shards) stopped(i int, pid *actor.PID) {
+// stopped runs when the actor of shard i's spawn gen has stopped: by Stop,
+// or by its supervisor after repeated panics. The latter marks it down and
+// schedules a new one, also when that spawn has not returned yet.
+func (s *Shards) stopped(i int, gen uint64) {
 	if s.stopping.Load() {
 		return
 	}
 	sl := &s.slots[i]
-	if cur := sl.pid.Load(); cur == nil || !cur.Equal(pid) {
+	sl.mu.Lock()
+	if gen != sl.gen.Load() || gen == sl.stoppedGen {
+		sl.mu.Unlock()
 		return
 	}
-	sl.mu.Lock()
+	sl.stoppedGen = gen
 	sl.down.Store(true)
 	// A shard that ran a while since its last start gets the short delay
 	// again; one that keeps failing waits longer each time.
@@ -283,6 +293,13 @@ func (s *Shards) respawn(i int) {
 		return
 	}
 	sl.mu.Lock()
+	if sl.stoppedGen == sl.gen.Load() {
+		// Its supervisor stopped it while it started (spawns are under
+		// s.mu, so gen is this one's): stopped has scheduled the next
+		// try; the shard stays down and keeps what is held.
+		sl.mu.Unlock()
+		return
+	}
 	sl.pid.Store(pid)
 	// Under sl.mu (what was held goes first, before any new message): the
 	// held messages' handler must not run here, where it could reach this

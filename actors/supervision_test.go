@@ -143,3 +143,55 @@ func TestCallsToAStuckShardAreBounded(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// startFails panics on Started while fails is above zero (taking one off)
+// and on poison, and answers calls.
+type startFails struct{ fails *atomic.Int32 }
+
+func (a startFails) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if a.fails.Add(-1) >= 0 {
+			panic("injected panic on start")
+		}
+	case poison:
+		panic("injected panic")
+	case *probe:
+		m.Reply(1, nil)
+	}
+}
+
+// TestShardStoppedWhileStartingRestarts: a shard its supervisor stops
+// before its spawn returned (it panics as it starts; with InlineRuns that
+// all happens inside the spawn) is reported down and spawned again, at
+// the first spawn and at a respawn, not left up with a dead PID.
+func TestShardStoppedWhileStartingRestarts(t *testing.T) {
+	sys := quiet()
+	defer sys.Shutdown()
+	SupervisionOf(sys).SetRestartDelays(20*time.Millisecond, 50*time.Millisecond)
+	fails := new(atomic.Int32)
+	fails.Store(11) // the first start and its 10 restarts: stopped at spawn
+	s := SpawnShards(sys.Root, 1, func(int) actor.Actor { return startFails{fails} }, InlineRuns(),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	defer s.Stop()
+	calls := NewCalls[int, int](200 * time.Millisecond)
+	up := func(what string) {
+		t.Helper()
+		waitFor(t, what, func() bool {
+			c := calls.Get(0)
+			s.Send(0, c)
+			v, err := calls.Wait(c)
+			return err == nil && v == 1
+		})
+	}
+	up("the shard stopped at its first spawn to come back")
+
+	// A panic (1) and 10 failed restarts stop it; its respawn then fails
+	// 11 starts inside the spawn, and the one after that starts.
+	fails.Store(21)
+	s.Send(0, poison{})
+	up("the shard stopped during its respawn to come back")
+	if s.Down() != 0 {
+		t.Fatalf("answering shard reported down")
+	}
+}
