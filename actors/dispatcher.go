@@ -19,8 +19,9 @@ type workerDispatcher struct {
 	// as much as the rest of the hand-off (runtime.selectgo in profiles).
 	work    chan func()
 	stopped atomic.Bool
-	// runs counts mailbox runs started and ended: odd while one runs. Kinds
-	// samples it to tell a stuck shard (the same odd value for longer than
+	// runs counts mailbox runs started and ended: odd while one runs; the
+	// shard's actor adds two for each message it handles. Kinds samples it
+	// to tell a stuck shard (the same odd value for longer than
 	// StuckAfter), so the worker reads no clock per run.
 	runs atomic.Uint64
 	// inline lets the goroutine that wakes the idle mailbox run it itself

@@ -11,7 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/extensions"
 )
 
-// StuckAfter is how long one mailbox run may last before its shard counts as
+// StuckAfter is how long one message may take before its shard counts as
 // down: far beyond a Call's 5 s timeout, so every caller has already given up.
 var StuckAfter = 10 * time.Second
 
@@ -63,8 +63,9 @@ func (k *Kinds) each(fn func(*Shards)) {
 }
 
 // Down lists the shards that cannot serve: stopped by their supervisor (a
-// shard that panics ten times in ten seconds is stopped for good) or stuck in
-// one mailbox run for longer than StuckAfter. Shard sets stopped on purpose
+// shard that panics ten times in ten seconds is stopped for good) or stuck on
+// one message for longer than StuckAfter (a mailbox run that keeps handling
+// messages is busy, not stuck). Shard sets stopped on purpose
 // (shutdown) are skipped. It sends no message, so it is cheap enough for
 // every readiness probe.
 func (k *Kinds) Down() []string {
@@ -87,8 +88,8 @@ func (k *Kinds) Down() []string {
 	return out
 }
 
-// stuck reports whether d has been in one mailbox run for longer than
-// StuckAfter, timing the run from the first Down call that saw it: probes
+// stuck reports whether d has been on one message of a mailbox run for
+// longer than StuckAfter, timing it from the first Down call that saw it: probes
 // call Down every few seconds, so a stuck shard is reported at most one
 // probe interval late, and the worker itself reads no clock.
 func (k *Kinds) stuck(d *workerDispatcher, now time.Time) (time.Duration, bool) {

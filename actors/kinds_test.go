@@ -1,7 +1,10 @@
 package actors
 
 import (
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,5 +93,67 @@ func TestKindsDownAndDepth(t *testing.T) {
 	_ = s2.Stop()
 	if d := k.Down(); len(d) != 1 {
 		t.Fatalf("after a deliberate stop: %v", d)
+	}
+}
+
+// busyEcho answers each call after a little work.
+type busyEcho struct{}
+
+func (busyEcho) Receive(c actor.Context) {
+	if m, ok := c.Message().(*probe); ok {
+		for range 20 {
+			runtime.Gosched()
+		}
+		m.Reply(m.Req, nil)
+	}
+}
+
+// TestKindsBusyShardIsNotStuck: a shard that keeps answering calls, its
+// mailbox never empty for longer than StuckAfter (so its run never ends),
+// is not reported stuck: a hot shard under load would fail readiness.
+func TestKindsBusyShardIsNotStuck(t *testing.T) {
+	old := StuckAfter
+	StuckAfter = 250 * time.Millisecond
+	defer func() { StuckAfter = old }()
+	for _, inline := range []bool{false, true} {
+		sys := quiet()
+		var opts []ShardOption
+		if inline {
+			opts = append(opts, InlineRuns())
+		}
+		s := SpawnShards(sys.Root, 1, func(int) actor.Actor { return busyEcho{} }, opts...)
+		calls := NewCalls[int, int](time.Second)
+		var stop atomic.Bool
+		var answered atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stop.Load() {
+					c := calls.Get(1)
+					s.Send(0, c)
+					if _, err := calls.Wait(c); err != nil {
+						t.Error(err)
+						return
+					}
+					answered.Add(1)
+				}
+			}()
+		}
+		var down []string
+		for range 8 {
+			time.Sleep(StuckAfter / 2)
+			if d := KindsOf(sys).Down(); len(d) > 0 {
+				down = d
+			}
+		}
+		stop.Store(true)
+		wg.Wait()
+		_ = s.Stop()
+		sys.Shutdown()
+		if len(down) > 0 {
+			t.Fatalf("InlineRuns %v: %v while it answered %d calls", inline, down, answered.Load())
+		}
 	}
 }

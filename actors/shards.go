@@ -186,7 +186,7 @@ func (s *Shards) spawn(i int) *actor.PID {
 			// e.g. "quota.shard".
 			s.name = strings.TrimPrefix(fmt.Sprintf("%T", inner), "*")
 		}
-		return &shardActor{s: s, i: i, gen: gen, inner: inner}
+		return &shardActor{s: s, i: i, gen: gen, d: s.dispatchers[i], inner: inner}
 	}, actor.WithDispatcher(s.dispatchers[i]), actor.WithMailbox(func() actor.Mailbox {
 		// Spawn makes the mailbox synchronously; it is kept for its depth.
 		m := actor.Unbounded()()
@@ -213,10 +213,15 @@ type shardActor struct {
 	s     *Shards
 	i     int
 	gen   uint64 // the spawn that produced it (slot.gen)
+	d     *workerDispatcher
 	inner actor.Actor
 }
 
 func (a *shardActor) Receive(ctx actor.Context) {
+	// Each message moves the run sequence on (by two: a run stays odd), so
+	// that a run a busy mailbox keeps going for longer than StuckAfter is
+	// not taken for a stuck one; only a message handled that long is.
+	a.d.runs.Add(2)
 	switch ctx.Message().(type) {
 	case *actor.Stopped:
 		a.inner.Receive(ctx)
