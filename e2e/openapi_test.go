@@ -64,7 +64,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	// declared where they are sent.
 	v, errs := validator.NewValidator(doc, config.WithStrictMode(), config.WithFormatAssertions(),
 		config.WithStrictIgnoredHeadersExtra("Server", "Content-Encoding", "Allow", "Access-Control-Allow-Origin",
-			"Access-Control-Allow-Methods", "Access-Control-Allow-Headers", "Access-Control-Max-Age"))
+			"Access-Control-Allow-Methods", "Access-Control-Allow-Headers", "Access-Control-Max-Age", "Access-Control-Expose-Headers"))
 	if len(errs) > 0 {
 		t.Fatalf("validator: %v", errs)
 	}
@@ -156,6 +156,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{name: "as metadata", method: "GET", path: "/.well-known/oauth-authorization-server", status: 200},
 		{name: "pr metadata", method: "GET", path: "/.well-known/oauth-protected-resource", status: 200},
 		{name: "mcp initialize", loose: true, method: "POST", path: "/mcp", header: mcpHdr, body: init, status: 200},
+		{name: "mcp preflight", method: "OPTIONS", path: "/mcp", header: map[string]string{"Origin": s.URL, "Access-Control-Request-Method": "POST"}, status: 204},
 		{name: "mcp initialized", loose: true, method: "POST", path: "/mcp", header: mcpHdr, body: map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"}, status: 202},
 		{name: "mcp tools/list", loose: true, method: "POST", path: "/mcp", header: mcpHdr, bearer: a.LiveKey, body: map[string]any{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, status: 200},
 		{name: "mcp lookup_ip", loose: true, method: "POST", path: "/mcp", header: mcpHdr, bearer: a.LiveKey,
