@@ -286,6 +286,11 @@ func TestMonthlyCapAcrossRebalance(t *testing.T) {
 	if got := d.q.ShareCalls() - before; got != 3 {
 		t.Fatalf("d asked %d members for their shares, want 3", got)
 	}
+	// Charges are answered ahead of their commit: the store holds them once
+	// the committer has run.
+	if err := d.local.Flush(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	own, _, err := d.db.LoadUsage(account, storage.MonthOf(testNow))
 	if err != nil || own.Used != n/2 {
 		t.Fatalf("d's own share: %+v, %v; want the %d it charged", own, err, n/2)
