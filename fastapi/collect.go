@@ -171,41 +171,21 @@ func (s *Server) proxyHeaders(ctx *fasthttp.RequestCtx, client netip.Addr) (flag
 	if s.trusted(client) {
 		return 0, true
 	}
-	// Walk X-Forwarded-For from the right like clientAddr, its lines from
-	// the last; anything left of the client hop is a forwarder beyond it.
-	lines := h.PeekAll("X-Forwarded-For")
-	for li := len(lines) - 1; li >= 0; li-- {
-		xff := lines[li]
-		for len(xff) > 0 {
-			var hop []byte
-			if i := bytes.LastIndexByte(xff, ','); i >= 0 {
-				hop, xff = xff[i+1:], xff[:i]
-			} else {
-				hop, xff = xff, nil
-			}
-			a, err := parseHop(bytes.TrimSpace(hop))
-			if err != nil {
-				return flags, false
-			}
-			if a.Unmap() == client {
-				if len(bytes.TrimSpace(xff)) > 0 || hopsBefore(lines[:li]) {
-					flags |= nettoken.HeaderXFF
-				}
-				return flags, false
-			}
+	// Walk X-Forwarded-For as clientAddr does; anything left of the client
+	// hop is a forwarder beyond it.
+	walkXFF(h.PeekAll("X-Forwarded-For"), func(a netip.Addr, err error, more bool) bool {
+		if err != nil {
+			return false
 		}
-	}
+		if a == client {
+			if more {
+				flags |= nettoken.HeaderXFF
+			}
+			return false
+		}
+		return true
+	})
 	return flags, false
-}
-
-// hopsBefore reports whether X-Forwarded-For lines hold any hop.
-func hopsBefore(lines [][]byte) bool {
-	for _, l := range lines {
-		if len(bytes.TrimSpace(l)) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // collectDeviceBody is collector.js's device report: the signals plus the key.

@@ -702,10 +702,24 @@ func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 	if !s.trusted(peer) {
 		return peer
 	}
-	// Several X-Forwarded-For lines are one list in order (RFC 9110 §5.3):
-	// a proxy may add its hop as a line of its own (HAProxy's forwardfor)
-	// after the one the client sent, so the walk starts at the last line.
-	lines := ctx.Request.Header.PeekAll("X-Forwarded-For")
+	out := peer
+	walkXFF(ctx.Request.Header.PeekAll("X-Forwarded-For"), func(a netip.Addr, err error, _ bool) bool {
+		if err != nil {
+			// A garbled hop ends the walk: everything left of it is unverifiable.
+			return false
+		}
+		out = a
+		return s.trusted(a)
+	})
+	return out
+}
+
+// walkXFF visits the X-Forwarded-For hops from the right, unmapped, until
+// visit returns false; more says whether any hop is left of this one.
+// Several lines are one list in order (RFC 9110 §5.3): a proxy may add its
+// hop as a line of its own (HAProxy's forwardfor) after the one the client
+// sent, so the walk starts at the last line.
+func walkXFF(lines [][]byte, visit func(a netip.Addr, err error, more bool) bool) {
 	for li := len(lines) - 1; li >= 0; li-- {
 		xff := lines[li]
 		for len(xff) > 0 {
@@ -716,18 +730,21 @@ func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 				hop, xff = xff, nil
 			}
 			a, err := parseHop(bytes.TrimSpace(hop))
-			if err != nil {
-				// A garbled hop ends the walk: everything left of it is unverifiable.
-				return peer
+			if !visit(a.Unmap(), err, len(bytes.TrimSpace(xff)) > 0 || hopsBefore(lines[:li])) {
+				return
 			}
-			a = a.Unmap()
-			if !s.trusted(a) {
-				return a
-			}
-			peer = a
 		}
 	}
-	return peer
+}
+
+// hopsBefore reports whether X-Forwarded-For lines hold any hop.
+func hopsBefore(lines [][]byte) bool {
+	for _, l := range lines {
+		if len(bytes.TrimSpace(l)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // parseHop parses one X-Forwarded-For hop without copying it: the parsers
