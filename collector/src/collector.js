@@ -232,7 +232,13 @@
     ];
     methods.forEach(function (m) {
       if (m[1]) {
-        check(m[0] + '.' + m[2], safe(function () { return m[1][m[2]]; }, null), true);
+        var f = safe(function () { return m[1][m[2]]; }, null);
+        // zone.js (Angular) replaces Function.prototype.toString with a plain
+        // function (it has a prototype) that keeps the browser's own as
+        // __zone_symbol__OriginalDelegate: with zone.js loaded, the kept one
+        // is checked. Any other replacement is still a lie.
+        var zoned = m[2] === 'toString' && safe(function () { return typeof w.Zone === 'function' && f.__zone_symbol__OriginalDelegate; }, null);
+        check(m[0] + '.' + m[2], typeof zoned === 'function' ? zoned : f, true);
       }
     });
     var NP = w.Navigator && Navigator.prototype;

@@ -166,6 +166,39 @@ test('a patched built-in is reported as a lie, a native one is not', async () =>
   assert.ok(second.lies.includes('Date.prototype.getTimezoneOffset'), JSON.stringify(second.lies));
 });
 
+// zone.js (Angular's change detection, loaded by every zone-based Angular
+// app) replaces Function.prototype.toString with a plain function that keeps
+// the browser's own as __zone_symbol__OriginalDelegate, so that patched
+// functions still print as native. That page-level patch is no antidetect
+// lie; an unmarked replacement, or a mark pointing at a non-native
+// function, still is.
+test('zone.js\'s Function.prototype.toString is not a lie, other replacements are', async () => {
+  const zone = `(function () {
+    var orig = Function.prototype.toString;
+    var mark = '__zone_symbol__OriginalDelegate';
+    var patched = function toString() {
+      if (typeof this === 'function' && this[mark]) { return orig.apply(this[mark], arguments); }
+      return orig.apply(this, arguments);
+    };
+    patched[mark] = orig;
+    Function.prototype.toString = patched;
+    window.Zone = function Zone() {};
+  })();`;
+  const lies = async (setup) => {
+    const { w, calls } = env();
+    await w.FraudCollector.ready;
+    vm.runInContext(setup, vm.createContext(w));
+    await w.FraudCollector.collect({});
+    return calls.filter((c) => c.url.endsWith('/device')).pop().body.lies;
+  };
+  const withZone = await lies(zone);
+  assert.ok(!withZone.includes('Function.prototype.toString'), JSON.stringify(withZone));
+  const naive = await lies('Function.prototype.toString = function toString() { return "function () { [native code] }"; };');
+  assert.ok(naive.includes('Function.prototype.toString'), JSON.stringify(naive));
+  const forged = await lies(zone.replace('patched[mark] = orig;', 'patched[mark] = function () {};'));
+  assert.ok(forged.includes('Function.prototype.toString'), JSON.stringify(forged));
+});
+
 // Driver globals are automation artefacts; a page's own global that only
 // starts like one (a PWA helper's __pwaPrompt) is not.
 test('automation artefacts: driver globals, not look-alikes', async () => {
