@@ -139,7 +139,8 @@ const (
 //     declared crawlers); a Headless client-hint brand; driver artefacts
 //     (cdc_/$cdc_ and __webdriver/__selenium/__driver globals, document
 //     webdriver attributes, Playwright/Puppeteer bindings). Weak, two needed —
-//     a desktop Chromium with no plugins, no window.chrome, or no WebGL;
+//     a desktop Chromium with no plugins, no window.chrome, or no WebGL
+//     (before Chrome 139: since then a GPU-less Chrome has none);
 //     empty navigator.languages; outer window 0×0; Notification.permission
 //     "denied" while permissions.query says "prompt"; a frozen timer.
 //   - antidetect (needs the UA and the native-function check): native
@@ -255,7 +256,11 @@ func Assess(s *Signals, o Options) Verdict {
 			add(FNoChromeObject)
 			weak++
 		}
-		if chromiumDesktop && s.GL == nil && !slices.Contains(s.Errors, "gl") {
+		// Chrome 139 made the SwiftShader fallback for WebGL opt-in: since
+		// then a headed Chrome with no usable GPU (a VM or VDI session
+		// without one, Remote Desktop, a blocklisted driver, hardware
+		// acceleration off) has no WebGL, so its absence says nothing.
+		if chromiumDesktop && s.GL == nil && !slices.Contains(s.Errors, "gl") && !noSoftwareWebGL(u.major) {
 			add(FNoWebGLHeadless)
 			weak++
 		}
@@ -385,6 +390,13 @@ func Assess(s *Signals, o Options) Verdict {
 	v.Complete = v.Checked&CheckAutomation != 0 && v.Checked&CheckAntidetect != 0
 	v.VisitorID = visitorID(s, u, o.Key)
 	return v
+}
+
+// noSoftwareWebGL: a Chromium major version (as the UA writes it) from
+// which WebGL no longer falls back to SwiftShader without a GPU (139).
+func noSoftwareWebGL(major string) bool {
+	n, err := strconv.Atoi(major)
+	return err == nil && n >= 139
 }
 
 func noisy(h []string) bool { return len(h) >= 2 && h[0] != "" && h[1] != "" && h[0] != h[1] }
