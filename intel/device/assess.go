@@ -151,7 +151,8 @@ const (
 //     hints; a UA browser that disagrees with navigator.vendor or the engine's
 //     own objects (window.chrome in Firefox, client hints outside Chromium);
 //     a WebGL renderer impossible on the claimed OS (Direct3D off Windows,
-//     Apple GPUs off Apple, phone GPUs on a desktop). Read-back noise is
+//     Apple GPUs off Apple — Asahi Linux's named Apple chips aside — phone
+//     GPUs on a desktop). Read-back noise is
 //     privacy_mode, not antidetect, in Brave, Firefox and Safari, whose
 //     privacy protections add exactly that noise.
 //   - emulator (needs the UA): an Android UA on an x86 platform; a mobile UA
@@ -460,6 +461,11 @@ func gpuMismatch(r string, o osKind) bool {
 	case containsAny(r, "direct3d", "d3d11", "d3d9"):
 		return o != osWindows && o != osUnknown
 	case containsAny(r, "apple m1", "apple m2", "apple m3", "apple m4", "apple gpu"):
+		// Asahi Linux's Mesa driver names the chip ("Apple M1 (G13G B1)")
+		// on Apple silicon Macs running Linux; "Apple GPU" is Apple's own.
+		if o == osLinux && !strings.Contains(r, "apple gpu") {
+			return false
+		}
 		return o != osMac && o != osIOS && o != osUnknown && !strings.Contains(r, "android emulator")
 	case containsAny(r, "adreno", "mali-", "mali ", "powervr", "xclipse"):
 		return o == osWindows || o == osMac

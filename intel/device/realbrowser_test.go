@@ -33,3 +33,40 @@ func TestChromeWithoutGPUAndPDFDownloadIsNotAutomation(t *testing.T) {
 		t.Fatalf("Chrome 131 with no WebGL and no plugins: %v", v.Findings)
 	}
 }
+
+// Asahi Linux (Fedora Asahi Remix) runs on Apple silicon Macs; its Mesa
+// driver reports the chip as the GL renderer, "Apple M1 (G13G B1)", under a
+// Linux user agent. That is a real machine, not a spoofed GPU.
+func TestAsahiLinuxAppleGPUIsNotAMismatch(t *testing.T) {
+	s := &Signals{
+		V:        1,
+		UA:       "Mozilla/5.0 (X11; Linux aarch64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+		Platform: "Linux aarch64", Vendor: "Google Inc.",
+		UAData:  &UAData{Brands: []Brand{{"Chromium", "131"}, {"Not_A Brand", "24"}}, Platform: "Linux"},
+		Langs:   []string{"en-US", "en"},
+		Plugins: 5, Cores: 8, Memory: 8, Touch: 0,
+		Screen: []float64{1512, 982, 24, 2}, Window: []int{1512, 944, 1512, 860},
+		TZ: "Europe/Berlin", TZOffset: -60,
+		GL:     &GL{Vendor: "Google Inc. (Apple)", Renderer: "ANGLE (Apple, Apple M1 (G13G B1), OpenGL ES 3.2 Mesa 24.1.0)"},
+		Canvas: []string{"0a1b2c3d", "0a1b2c3d"}, Audio: []string{"124.04347527516074", "124.04347527516074"},
+		Lies: []string{}, Auto: []string{}, ChromeObj: new(bool), NotifPerm: "default", PermQuery: "prompt",
+		TimerRes: 0.1, Pointer: "fine",
+	}
+	*s.ChromeObj = true
+	if v := Assess(s, Options{}); v.Antidetect || v.Has(FGPUMismatch) || v.TamperingScore != 0 {
+		t.Fatalf("Chromium on Asahi Linux: antidetect %v %v", v.Antidetect, v.Findings)
+	}
+	// Safari's own "Apple GPU" under Linux, or an Apple chip under Windows,
+	// is still impossible.
+	for _, c := range []struct{ ua, platform, hint, renderer string }{
+		{s.UA, "Linux aarch64", "Linux", "Apple GPU"},
+		{"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36", "Win32", "Windows", "ANGLE (Apple, ANGLE Metal Renderer: Apple M2, Unspecified Version)"},
+	} {
+		x := *s
+		x.UA, x.Platform, x.GL = c.ua, c.platform, &GL{Vendor: "Google Inc. (Apple)", Renderer: c.renderer}
+		x.UAData = &UAData{Brands: s.UAData.Brands, Platform: c.hint}
+		if v := Assess(&x, Options{}); !v.Has(FGPUMismatch) {
+			t.Errorf("%s on %s: no gpu mismatch %v", c.renderer, c.platform, v.Findings)
+		}
+	}
+}
