@@ -101,6 +101,18 @@ func TestRequestFraming(t *testing.T) {
 			t.Fatalf("%q: %+v", hdr, resp)
 		}
 	}
+	// An empty chunked body: fasthttp then sets Content-Length 0 and drops
+	// Transfer-Encoding from its parsed header, so only the raw header block
+	// still shows both.
+	for _, hdr := range []string{
+		"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+		"Transfer-Encoding: chunked\r\nContent-Length: 0\r\n",
+	} {
+		resp := rawExchange(t, s, "POST /api/lookup HTTP/1.1\r\nHost: x\r\nUser-Agent: "+UserAgent+"\r\n"+hdr+"\r\n0\r\n\r\n")
+		if resp == nil || resp.StatusCode != 400 || !resp.Close || !jsonError(t, resp) {
+			t.Fatalf("%q with an empty chunked body: %+v", hdr, resp)
+		}
+	}
 	resp := rawExchange(t, s, "POST /api/lookup HTTP/1.1\r\nHost: x\r\nUser-Agent: "+UserAgent+"\r\nTransfer-Encoding: chunked\r\n\r\n"+chunked)
 	if resp == nil || resp.StatusCode != 200 {
 		t.Fatalf("plain chunked request: %+v", resp)

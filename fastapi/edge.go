@@ -33,8 +33,10 @@ const (
 // Content-Length and Transfer-Encoding (400, connection closed: RFC 9112 §6.1
 // — proxies in front may have read its body the other way, the root of
 // request smuggling). fasthttp reads such a body as chunked and keeps no sign
-// of the Content-Length but the raw header block, which is scanned only for
-// chunked requests.
+// of the Content-Length but the raw header block; when the chunked body is
+// empty it also sets Content-Length 0 and drops Transfer-Encoding. So the raw
+// block is scanned for chunked requests and for those of length 0 (a GET has
+// -2 and costs nothing).
 func (s *Server) framingOK(ctx *fasthttp.RequestCtx) bool {
 	h := &ctx.Request.Header
 	if len(h.RequestURI()) > maxURILen {
@@ -42,7 +44,8 @@ func (s *Server) framingOK(ctx *fasthttp.RequestCtx) bool {
 		s.writeError(ctx, fasthttp.StatusRequestURITooLong, checks.MsgURITooLong, "", fmt.Sprintf(checks.HintURITooLong, maxURILen))
 		return false
 	}
-	if h.ContentLength() == -1 && hasRawHeader(h.RawHeaders(), "content-length") {
+	if cl := h.ContentLength(); (cl == -1 || cl == 0 && hasRawHeader(h.RawHeaders(), "transfer-encoding")) &&
+		hasRawHeader(h.RawHeaders(), "content-length") {
 		ctx.SetConnectionClose()
 		s.writeError(ctx, fasthttp.StatusBadRequest, checks.MsgBadRequest, "", checks.HintLengthAndChunks)
 		return false
