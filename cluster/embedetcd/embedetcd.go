@@ -133,13 +133,13 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
-		e.Close()
+		closeUnready(e)
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	case <-t.C:
-		e.Close()
+		closeUnready(e)
 		return nil, fmt.Errorf("embedded etcd: not ready after %v", wait)
 	case <-ctx.Done():
-		e.Close()
+		closeUnready(e)
 		return nil, ctx.Err()
 	}
 	s := &Server{e: e}
@@ -163,6 +163,15 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// closeUnready closes a member that never became ready. etcd's Close alone
+// hangs then: it waits for the client servers, which start only once the
+// member is ready or its server is stopping (etcd issue 9533), so the
+// server is stopped first.
+func closeUnready(e *embed.Etcd) {
+	e.Server.Stop()
+	e.Close()
 }
 
 // urlOrLoopback parses u, or reserves a loopback port when u is empty.
