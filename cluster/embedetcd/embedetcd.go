@@ -114,6 +114,12 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: start in %s: %w", c.Dir, err)
 	}
+	if len(c.Join) > 0 && learner == 0 && e.Server.IsLearner() {
+		// A join stopped before its promotion (a kill, a failed promote):
+		// the member restarts on its data as a learner, which refuses
+		// clients. Promote it now, as the join would have.
+		learner = uint64(e.Server.MemberID())
+	}
 	wait := c.StartTimeout
 	if wait <= 0 {
 		wait = 30 * time.Second
