@@ -245,7 +245,9 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	var shared *clusterserve.ConfigSync
 	acctsCfg := accounts.Config{DB: db, Master: master, Clock: clk}
 	if cfg.cluster.enabled() {
-		if node, err = clusterserve.Start(ctx, clusterConfig(cfg, log)); err != nil {
+		ccfg := clusterConfig(cfg, log)
+		ccfg.KeyCheck = master.KeyCheck()
+		if node, err = clusterserve.Start(ctx, ccfg); err != nil {
 			return err
 		}
 		left := false

@@ -8,6 +8,7 @@ package clusterserve
 
 import (
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -49,7 +50,11 @@ type Config struct {
 	Embedded *embedetcd.Config
 	// DialTimeout bounds the first contact with etcd; 10 s when zero.
 	DialTimeout time.Duration
-	Logger      *slog.Logger
+	// KeyCheck is the master secret's check value (secrets.Master.KeyCheck):
+	// the first node records it in etcd and every node must match it
+	// (SecretCheck). Empty: not checked.
+	KeyCheck []byte
+	Logger   *slog.Logger
 }
 
 // Parts is what a running node hands to serve's wiring: the seam where the
@@ -172,6 +177,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if _, err = n.cli.Get(reach, root+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		return nil, fmt.Errorf("cluster: etcd at %s is unreachable after %v (%v): a cluster node does not start without it", strings.Join(endpoints, ","), cfg.DialTimeout, err)
 	}
+	if err = SecretCheck(reach, n.cli, root, cfg.Name, cfg.KeyCheck); err != nil {
+		return nil, err
+	}
 	if n.member, err = cluster.Join(reach, cluster.MemberConfig{Client: n.cli, Root: root, ID: cfg.NodeID, Addr: cfg.Advertise, TTL: cfg.LeaseTTL, Logger: log}); err != nil {
 		if errors.Is(err, cluster.ErrDuplicateID) {
 			return nil, fmt.Errorf("cluster: node id %q is registered by another live process: give each node its own --cluster-node-id", cfg.NodeID)
@@ -222,6 +230,39 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}()
 	n.log.Info("joined cluster", "members", strings.Join(n.member.MemberIDs(), ","), "lease_ttl", cfg.LeaseTTL, "advertise", cfg.Advertise)
 	return n, nil
+}
+
+// ErrSecretMismatch: this node's master secret is not the cluster's.
+var ErrSecretMismatch = errors.New("master secret differs from the cluster's")
+
+// SecretCheck records the master secret's check value under root the first
+// time any node starts, and refuses a node whose value differs: the
+// configuration in etcd is sealed with the secret and every key is hashed
+// with it, so a node with another secret (one left to generate its own)
+// would answer 401 to every key the others issued, and could read nothing
+// they wrote, while its status said operational. The value is what Pebble
+// stores of the secret (a derived check), never the secret.
+func SecretCheck(ctx context.Context, cli *clientv3.Client, root, name string, check []byte) error {
+	if len(check) == 0 {
+		return nil
+	}
+	key := root + "secret-check"
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(check))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("cluster: record the master secret's check: %w", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 1 && subtle.ConstantTimeCompare(kvs[0].Value, check) == 1 {
+		return nil
+	}
+	return fmt.Errorf("cluster: this node's master secret is not the one cluster %q was started with: give every node the same --secret/FRAUDD_SECRET: %w", name, ErrSecretMismatch)
 }
 
 func tlsConfig(cfg Config) (*tls.Config, error) {

@@ -2,6 +2,8 @@ package clusterserve
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,4 +67,27 @@ func TestLeaveClaimsNothingBack(t *testing.T) {
 	within(t, 20*time.Second, "b owns every shard", func() bool {
 		return b.node.Balancer().Owned(cluster.KindAccount) == cluster.Shards(cluster.KindAccount)
 	})
+}
+
+// TestSecretCheck: the first node's master-secret check is recorded in
+// etcd; a node with the same secret passes, one with another secret is
+// refused with ErrSecretMismatch and changes nothing.
+func TestSecretCheck(t *testing.T) {
+	n := mustStart(t, clusterName(t), "a", vfs.NewMem())
+	cli := n.node.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	root := n.node.Root() + "secret-test/"
+	if err := SecretCheck(ctx, cli, root, "c", []byte("one")); err != nil {
+		t.Fatalf("first node: %v", err)
+	}
+	if err := SecretCheck(ctx, cli, root, "c", []byte("one")); err != nil {
+		t.Fatalf("same secret: %v", err)
+	}
+	if err := SecretCheck(ctx, cli, root, "c", []byte("two")); !errors.Is(err, ErrSecretMismatch) || !strings.Contains(err.Error(), "--secret/FRAUDD_SECRET") {
+		t.Fatalf("another secret: %v", err)
+	}
+	if err := SecretCheck(ctx, cli, root, "c", []byte("one")); err != nil {
+		t.Fatalf("the first secret after a refusal: %v", err)
+	}
 }
