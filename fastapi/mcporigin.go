@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/idna"
 
 	"github.com/fraudd/fraudd/actors/checks"
 )
@@ -35,7 +36,21 @@ func canonicalOrigin(o string) (string, bool) {
 		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
 		return "", false
 	}
-	return u.Scheme + "://" + hostWithoutDefaultPort(strings.ToLower(u.Host), u.Scheme), true
+	host := strings.ToLower(u.Host)
+	if name := u.Hostname(); !isASCII([]byte(name)) {
+		// A browser's Origin names an internationalised host in its ASCII
+		// (punycode) form: an operator's "https://bücher.example" is kept
+		// as the browser will send it.
+		a, err := idna.Lookup.ToASCII(name)
+		if err != nil {
+			return "", false
+		}
+		host = a
+		if p := u.Port(); p != "" {
+			host += ":" + p
+		}
+	}
+	return u.Scheme + "://" + hostWithoutDefaultPort(host, u.Scheme), true
 }
 
 // hostWithoutDefaultPort drops :80 from an http host and :443 from https.

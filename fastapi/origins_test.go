@@ -18,3 +18,16 @@ func TestCanonicalOriginsDropDefaultPorts(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+// TestCanonicalOriginsPunycode: an internationalised host is kept in the
+// ASCII form a browser's Origin header carries.
+func TestCanonicalOriginsPunycode(t *testing.T) {
+	got, err := canonicalOrigins([]string{"https://Bücher.example", "https://bücher.example:8443", "https://xn--bcher-kva.example:443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"https://xn--bcher-kva.example", "https://xn--bcher-kva.example:8443", "https://xn--bcher-kva.example"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
