@@ -374,14 +374,22 @@ func (o offDuration) Set(v string) error {
 	if d < 0 {
 		return errors.New("negative")
 	}
+	if d > 0 && d < minFeedsRefresh {
+		// Each refresh downloads every feed from its upstream: a typo such
+		// as 6s would fetch them back to back all day.
+		return fmt.Errorf("under %v", minFeedsRefresh)
+	}
 	*o.d = d
 	return nil
 }
 
+// minFeedsRefresh is the shortest --feeds-refresh interval.
+const minFeedsRefresh = time.Minute
+
 func (o offDuration) Get() any { return *o.d }
 
 func (o offDuration) Forms() string {
-	return "a Go duration with a unit, e.g. 6h, 90m or 30s; 0 = off"
+	return "a Go duration with a unit, 1m or more, e.g. 6h or 90m; 0 = off"
 }
 
 func (o offDuration) Kind() string { return "duration" }

@@ -51,6 +51,7 @@ func TestParseServeRefusesBadValues(t *testing.T) {
 		{env: envVars{"FRAUDD_EDGE_BLOCK": "off"}, want: []string{`FRAUDD_EDGE_BLOCK="off"`, "true or false"}},
 		{env: envVars{"FRAUDD_FEEDS_REFRESH": "6"}, want: []string{`FRAUDD_FEEDS_REFRESH="6"`, "missing unit", "e.g. 6h"}},
 		{env: envVars{"FRAUDD_FEEDS_REFRESH": "-5m"}, want: []string{"negative"}},
+		{env: envVars{"FRAUDD_FEEDS_REFRESH": "6s"}, want: []string{`FRAUDD_FEEDS_REFRESH="6s"`, "under 1m0s", "1m or more"}},
 		{env: envVars{"FRAUDD_LOG_LEVEL": "loud"}, want: []string{"FRAUDD_LOG_LEVEL", "debug, info, warn or error"}},
 		{env: envVars{"FRAUDD_TRUSTED_PROXIES": "10.0.0.0/33"}, want: []string{"FRAUDD_TRUSTED_PROXIES", "IPs or CIDRs"}},
 		{env: envVars{"FRAUDD_EDGE_BLOCK": "", "FRAUDD_TEST_CLOCK": "2"}, want: []string{"FRAUDD_EDGE_BLOCK", "FRAUDD_TEST_CLOCK"}},
