@@ -112,7 +112,6 @@ type collectNetworkBody struct {
 // handleCollectNetwork is POST /v1/collect/network: a network token for the
 // visitor's connection (actors/checks CollectNetwork).
 func (s *Server) handleCollectNetwork(ctx *fasthttp.RequestCtx, r *request) {
-	corsHeaders(ctx)
 	var body collectNetworkBody
 	var rep checks.NetworkReport
 	if raw := bytes.TrimSpace(ctx.PostBody()); len(raw) > 0 {
@@ -173,12 +172,12 @@ func (s *Server) proxyHeaders(ctx *fasthttp.RequestCtx, client netip.Addr) (flag
 	}
 	// Walk X-Forwarded-For as clientAddr does; anything left of the client
 	// hop is a forwarder beyond it.
-	walkXFF(h.PeekAll("X-Forwarded-For"), func(a netip.Addr, err error, more bool) bool {
+	walkXFF(h.PeekAll("X-Forwarded-For"), func(a netip.Addr, err error, at xffPos) bool {
 		if err != nil {
 			return false
 		}
 		if a == client {
-			if more {
+			if at.more() {
 				flags |= nettoken.HeaderXFF
 			}
 			return false
@@ -197,7 +196,6 @@ type collectDeviceBody struct {
 // handleCollectDevice is POST /v1/collect/device: the device verdicts of
 // the report, stored as an event (actors/checks CollectDevice).
 func (s *Server) handleCollectDevice(ctx *fasthttp.RequestCtx, r *request) {
-	corsHeaders(ctx)
 	raw := bytes.TrimSpace(ctx.PostBody())
 	if len(raw) > maxDeviceBody {
 		s.refuse(ctx, &checks.Refusal{Status: fasthttp.StatusRequestEntityTooLarge, Msg: checks.MsgTooLarge,

@@ -703,7 +703,7 @@ func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 		return peer
 	}
 	out := peer
-	walkXFF(ctx.Request.Header.PeekAll("X-Forwarded-For"), func(a netip.Addr, err error, _ bool) bool {
+	walkXFF(ctx.Request.Header.PeekAll("X-Forwarded-For"), func(a netip.Addr, err error, _ xffPos) bool {
 		if err != nil {
 			// A garbled hop ends the walk: everything left of it is unverifiable.
 			return false
@@ -715,11 +715,11 @@ func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 }
 
 // walkXFF visits the X-Forwarded-For hops from the right, unmapped, until
-// visit returns false; more says whether any hop is left of this one.
-// Several lines are one list in order (RFC 9110 §5.3): a proxy may add its
-// hop as a line of its own (HAProxy's forwardfor) after the one the client
-// sent, so the walk starts at the last line.
-func walkXFF(lines [][]byte, visit func(a netip.Addr, err error, more bool) bool) {
+// visit returns false; at tells, when asked, whether any hop is left of this
+// one. Several lines are one list in order (RFC 9110 §5.3): a proxy may add
+// its hop as a line of its own (HAProxy's forwardfor) after the one the
+// client sent, so the walk starts at the last line.
+func walkXFF(lines [][]byte, visit func(a netip.Addr, err error, at xffPos) bool) {
 	for li := len(lines) - 1; li >= 0; li-- {
 		xff := lines[li]
 		for len(xff) > 0 {
@@ -730,16 +730,27 @@ func walkXFF(lines [][]byte, visit func(a netip.Addr, err error, more bool) bool
 				hop, xff = xff, nil
 			}
 			a, err := parseHop(bytes.TrimSpace(hop))
-			if !visit(a.Unmap(), err, len(bytes.TrimSpace(xff)) > 0 || hopsBefore(lines[:li])) {
+			if !visit(a.Unmap(), err, xffPos{rest: xff, before: lines[:li]}) {
 				return
 			}
 		}
 	}
 }
 
-// hopsBefore reports whether X-Forwarded-For lines hold any hop.
-func hopsBefore(lines [][]byte) bool {
-	for _, l := range lines {
+// xffPos is where walkXFF stands: what is left of the current line, and the
+// lines before it. Only the proxy evidence asks, so the request path's
+// client address does not pay for the scan.
+type xffPos struct {
+	rest   []byte
+	before [][]byte
+}
+
+// more reports whether any hop is left of the current one.
+func (p xffPos) more() bool {
+	if len(bytes.TrimSpace(p.rest)) > 0 {
+		return true
+	}
+	for _, l := range p.before {
 		if len(bytes.TrimSpace(l)) > 0 {
 			return true
 		}
