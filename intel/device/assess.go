@@ -81,7 +81,7 @@ const (
 
 // Other findings.
 const (
-	FEmulatorCPU      Finding = "mobile_ua_x86_platform" // Android UA on an x86 platform
+	FEmulatorCPU      Finding = "mobile_ua_x86_platform" // Android UA on an x86 platform (not a Chromebook's)
 	FEmulatorGPU      Finding = "mobile_ua_desktop_gpu"  // mobile UA with a desktop or emulator renderer
 	FEmulatorBuild    Finding = "emulator_build"         // SDK / emulator build names in the UA
 	FEmulatorTouch    Finding = "mobile_ua_no_touch"     // mobile UA, no touch points
@@ -159,7 +159,12 @@ const (
 //     with a desktop, hypervisor or emulator renderer (Android Emulator
 //     translator, SwiftShader, llvmpipe, GeForce/Radeon/Intel desktop GPUs);
 //     SDK build names (sdk_gphone, "Android SDK built for", generic_x86); a
-//     mobile UA with no touch points.
+//     mobile UA with no touch points. An Android UA whose build id is a
+//     ChromeOS release (ARC: an Android app on a Chromebook) may have an
+//     x86 CPU, an Intel or AMD GPU, virgl and no touch screen — the
+//     Chromebook's own; an emulator renderer, a desktop graphics card, a
+//     hypervisor's adapter, a phone GPU on x86 or an SDK build name still
+//     count there.
 //   - virtual_machine (needs a WebGL renderer): a hypervisor display adapter
 //     (VMware, VirtualBox, Parallels, Hyper-V / Microsoft Basic Render, QXL,
 //     virgl/VirtIO, Citrix) under a desktop OS; a software renderer
@@ -326,15 +331,20 @@ func Assess(s *Signals, o Options) Verdict {
 			add(FEmulatorBuild)
 			v.Emulator = true
 		}
-		if u.os == osAndroid && pX86 {
+		// Android apps on a Chromebook (ARC++, ARCVM) run on the
+		// Chromebook's own x86 CPU and Intel or AMD GPU (through virtio-gpu
+		// on ARCVM), often without a touch screen: none of that is an
+		// emulator there. What no Chromebook has still is.
+		arc := u.os == osAndroid && chromeOSBuild(s.UA)
+		if u.os == osAndroid && pX86 && (!arc || phoneGPU(renderer)) {
 			add(FEmulatorCPU)
 			v.Emulator = true
 		}
-		if u.mobile && renderer != "" && (containsAny(renderer, "android emulator", "swiftshader", "llvmpipe", "virtualbox", "vmware", "geforce", "radeon", "nvidia", "intel(r)", "intel inc", "direct3d", "d3d11") || vmRenderer(renderer)) {
+		if u.mobile && renderer != "" && emulatorRenderer(renderer, arc) {
 			add(FEmulatorGPU)
 			v.Emulator = true
 		}
-		if u.mobile && s.Touch == 0 {
+		if u.mobile && s.Touch == 0 && !arc {
 			add(FEmulatorTouch)
 			v.Emulator = true
 		}
@@ -473,9 +483,87 @@ func gpuMismatch(r string, o osKind) bool {
 	return false
 }
 
-func vmRenderer(r string) bool {
+func vmRenderer(r string) bool { return hypervisorRenderer(r) || virtioRenderer(r) }
+
+// hypervisorRenderer: the display adapters of desktop hypervisors.
+func hypervisorRenderer(r string) bool {
 	return containsAny(r, "vmware", "virtualbox", "parallels", "microsoft basic render", "hyper-v",
-		"svga3d", "qxl", "virgl", "virtio", "red hat", "citrix", "bochs")
+		"svga3d", "qxl", "citrix", "bochs")
+}
+
+// virtioRenderer: Mesa's virtio-gpu driver, virgl (vendor "Mesa", "Red
+// Hat" in older Mesa; the renderer is the host's string, or just "virgl"
+// with an older host). QEMU and crosvm guests have it — ARCVM on recent
+// Chromebooks among them.
+func virtioRenderer(r string) bool { return containsAny(r, "virgl", "virtio", "red hat") }
+
+// phoneGPU: the GPUs of ARM phones and tablets, which no x86 machine has.
+func phoneGPU(r string) bool {
+	return containsAny(r, "adreno", "mali-", "mali ", "powervr", "xclipse", "immortalis")
+}
+
+// emulatorRenderer: a renderer a real phone cannot have — an emulator's
+// translator, a software renderer, a desktop graphics card, a hypervisor's
+// adapter. Under ARC (arc) the Intel and AMD GPUs of x86 Chromebooks and
+// ARCVM's virgl are the device's own.
+func emulatorRenderer(r string, arc bool) bool {
+	if containsAny(r, "android emulator", "swiftshader", "llvmpipe", "geforce", "nvidia", "direct3d", "d3d11") || hypervisorRenderer(r) {
+		return true
+	}
+	return !arc && (containsAny(r, "intel(r)", "intel inc", "radeon") || virtioRenderer(r))
+}
+
+// chromeOSBuild reports whether a user agent's Android build id is a
+// ChromeOS release ("Build/R118-15604.57.0"). ARC, Android on ChromeOS,
+// takes Build.ID from the ChromeOS version and Build.MODEL from the board
+// ("Linux; Android 11; dedede Build/R118-15604.57.0" in real ARC user
+// agents), and the WebView user agent carries both (Android CDD 3.4.1:
+// "$(MODEL) Build/$(BUILD); wv"). Android's own build ids
+// ("RQ3A.210705.001", "R16NW") have no "R<milestone>-" form.
+func chromeOSBuild(ua string) bool {
+	const tok = "Build/R"
+	off := 0
+	for {
+		i := strings.Index(ua[off:], tok)
+		if i < 0 {
+			return false
+		}
+		off += i + len(tok)
+		if chromeOSVersion(ua[off:]) {
+			return true
+		}
+	}
+}
+
+// chromeOSVersion: s starts with "<milestone>-<a>.<b>.<c>".
+func chromeOSVersion(s string) bool {
+	n := digits(s)
+	if n == 0 || n == len(s) || s[n] != '-' {
+		return false
+	}
+	s = s[n+1:]
+	for part := range 3 {
+		n = digits(s)
+		if n == 0 {
+			return false
+		}
+		if part < 2 {
+			if n == len(s) || s[n] != '.' {
+				return false
+			}
+			s = s[n+1:]
+		}
+	}
+	return true
+}
+
+// digits counts the leading ASCII digits of s.
+func digits(s string) int {
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return n
 }
 
 // resistFingerprinting recognises Firefox's resistFingerprinting (and Tor

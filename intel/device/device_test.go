@@ -241,6 +241,7 @@ func FuzzAssess(f *testing.F) {
 		f.Add([]byte(fx.Signals))
 	}
 	f.Add([]byte(`{"ua":"Android","win":[0],"screen":[1],"uad":{"brands":[{}]}}`))
+	f.Add([]byte(`{"ua":"Linux; Android 11; x Build/R1-2.3.Build/R9-","platform":"Linux x86_64","touch":0,"gl":{"renderer":"virgl"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s Signals
 		if json.Unmarshal(b, &s) != nil {
