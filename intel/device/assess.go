@@ -87,7 +87,7 @@ const (
 	FEmulatorTouch    Finding = "mobile_ua_no_touch"     // mobile UA, no touch points
 	FVMRenderer       Finding = "vm_renderer"            // hypervisor display adapter
 	FSoftwareRenderer Finding = "software_renderer"      // llvmpipe / SwiftShader / Basic Render on a desktop
-	FQuotaIncognito   Finding = "storage_quota"          // Chromium's incognito storage quota
+	FQuotaIncognito   Finding = "storage_quota"          // Chromium's incognito storage quota (below the 10 GiB cap of 138+)
 	FStorageIncognito Finding = "storage_refused"        // Firefox/Safari private-mode storage errors
 	FBrave            Finding = "brave"                  // Brave (farbling)
 	FResistFP         Finding = "resist_fingerprinting"  // Firefox resistFingerprinting / Tor Browser
@@ -172,7 +172,13 @@ const (
 //     explains it — headless browsers render in software on any machine.
 //   - incognito (engine-specific, checked only when the reading exists):
 //     Chromium — a storage quota under twice the JS heap limit (incognito
-//     quotas are memory-bound); Firefox — storage.getDirectory() SecurityError,
+//     quotas are memory-bound); from Chromium 138 on, a quota at the 10 GiB
+//     cap of the predictable quota is no reading (regular windows report
+//     it, and incognito ones do with IncognitoStaticStorageQuota), so
+//     incognito stays unchecked — no current Chromium signal is reliable
+//     enough instead (storage-flush timing side channels misread regular
+//     windows on fast storage, and Chromium treats them as bugs to fix);
+//     Firefox — storage.getDirectory() SecurityError,
 //     IndexedDB InvalidStateError, or no serviceWorker; Safari —
 //     storage.getDirectory() UnknownError.
 //   - privacy_mode: Brave; Firefox resistFingerprinting or Tor Browser (two
@@ -367,7 +373,7 @@ func Assess(s *Signals, o Options) Verdict {
 
 	// Incognito.
 	switch {
-	case u.browser == brChromium && s.Quota > 0:
+	case u.browser == brChromium && s.Quota > 0 && !staticQuotaCap(u.major, s.Quota):
 		v.Checked |= CheckIncognito
 		heap := s.HeapLimit
 		if heap <= 0 {
@@ -401,6 +407,18 @@ func Assess(s *Signals, o Options) Verdict {
 	v.Complete = v.Checked&CheckAutomation != 0 && v.Checked&CheckAntidetect != 0
 	v.VisitorID = visitorID(s, u, o.Key)
 	return v
+}
+
+// staticQuotaCap reports whether a Chromium quota reading is the capped
+// value Chromium reports from 138 on (chromestatus 4977371751645184:
+// usage + min(10 GiB, the real quota rounded up to a whole GiB)), which
+// regular windows read and, with IncognitoStaticStorageQuota, incognito
+// ones too: that reading cannot tell them apart. Below the cap the
+// reading still does (a RAM-bound incognito quota, or a regular window's
+// small real quota); before 138 every reading was the real quota.
+func staticQuotaCap(major string, quota float64) bool {
+	n, err := strconv.Atoi(major)
+	return err == nil && n >= 138 && quota >= 10<<30
 }
 
 // noSoftwareWebGL: a Chromium major version (as the UA writes it) from

@@ -51,7 +51,7 @@ type Signals struct {
 	ChromeObj  *bool    `json:"chrome"`  // typeof window.chrome == "object"
 	NotifPerm  string   `json:"np"`      // Notification.permission
 	PermQuery  string   `json:"pq"`      // permissions.query({name: "notifications"}).state
-	Quota      float64  `json:"quota"`   // navigator.storage.estimate().quota, bytes
+	Quota      float64  `json:"quota"`   // navigator.storage.estimate().quota, bytes (Chromium 138+: capped at usage + 10 GiB)
 	HeapLimit  float64  `json:"heap"`    // performance.memory.jsHeapSizeLimit, bytes
 	OPFS       string   `json:"opfs"`    // "ok" or the error name of storage.getDirectory()
 	IDB        string   `json:"idb"`     // "ok" or the error name of indexedDB.open
