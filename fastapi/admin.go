@@ -20,6 +20,7 @@ import (
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/internal/clock"
+	"github.com/fraudd/fraudd/internal/weborigin"
 	"github.com/fraudd/fraudd/wire"
 )
 
@@ -332,11 +333,12 @@ func canonicalPrefixes(in []string) ([]string, error) {
 }
 
 // canonicalOrigins keeps scheme://host[:port] of each origin, as a browser's
-// Origin header names it (canonicalOrigin: lower case, no default port).
+// Origin header names it (weborigin.Canonical: lower case, punycode, no
+// default port).
 func canonicalOrigins(in []string) ([]string, error) {
 	out := make([]string, 0, len(in))
 	for _, s := range in {
-		c, ok := canonicalOrigin(strings.TrimSpace(s))
+		c, ok := weborigin.Canonical(strings.TrimSpace(s))
 		if !ok {
 			return nil, fmt.Errorf("%q is not an origin like https://shop.example", s)
 		}

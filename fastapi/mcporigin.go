@@ -4,13 +4,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"strings"
 
 	"github.com/valyala/fasthttp"
-	"golang.org/x/net/idna"
 
 	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/internal/weborigin"
 )
 
 // ParseMCPOrigins checks and canonicalises the operator's list of browser
@@ -19,46 +18,13 @@ import (
 func ParseMCPOrigins(list []string) ([]string, error) {
 	out := make([]string, 0, len(list))
 	for _, o := range list {
-		c, ok := canonicalOrigin(strings.TrimSpace(o))
+		c, ok := weborigin.Canonical(strings.TrimSpace(o))
 		if !ok {
 			return nil, fmt.Errorf("%q is not an origin like https://agent.example", o)
 		}
 		out = append(out, c)
 	}
 	return out, nil
-}
-
-// canonicalOrigin reads an Origin value: scheme://host[:port] and nothing
-// more; "null" and anything with a path, query or user is not one.
-func canonicalOrigin(o string) (string, bool) {
-	u, err := url.Parse(o)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
-		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
-		return "", false
-	}
-	host := strings.ToLower(u.Host)
-	if name := u.Hostname(); !isASCII([]byte(name)) {
-		// A browser's Origin names an internationalised host in its ASCII
-		// (punycode) form: an operator's "https://bücher.example" is kept
-		// as the browser will send it.
-		a, err := idna.Lookup.ToASCII(name)
-		if err != nil {
-			return "", false
-		}
-		host = a
-		if p := u.Port(); p != "" {
-			host += ":" + p
-		}
-	}
-	return u.Scheme + "://" + hostWithoutDefaultPort(host, u.Scheme), true
-}
-
-// hostWithoutDefaultPort drops :80 from an http host and :443 from https.
-func hostWithoutDefaultPort(host, scheme string) string {
-	if (scheme == "http" && strings.HasSuffix(host, ":80")) || (scheme == "https" && strings.HasSuffix(host, ":443")) {
-		return host[:strings.LastIndexByte(host, ':')]
-	}
-	return host
 }
 
 // isLoopbackHost reports whether a Host header names this machine's loopback:
@@ -99,7 +65,7 @@ func (s *Server) mcpOriginOK(ctx *fasthttp.RequestCtx) bool {
 }
 
 func (s *Server) mcpOriginAllowed(origin, host string) bool {
-	c, ok := canonicalOrigin(origin)
+	c, ok := weborigin.Canonical(origin)
 	if !ok {
 		return false
 	}
@@ -109,7 +75,7 @@ func (s *Server) mcpOriginAllowed(origin, host string) bool {
 		}
 	}
 	scheme, ohost, _ := strings.Cut(c, "://")
-	return isLoopbackHost(host) && ohost == hostWithoutDefaultPort(strings.ToLower(host), scheme)
+	return isLoopbackHost(host) && ohost == weborigin.HostWithoutDefaultPort(strings.ToLower(host), scheme)
 }
 
 // directToLoopback: the connection was made to a loopback address by a peer

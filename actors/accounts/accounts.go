@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
@@ -26,6 +27,7 @@ import (
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/internal/weborigin"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -97,6 +99,14 @@ type (
 // replaces the whole View; nobody mutates one in place.
 type View struct {
 	storage.Account
+	// Origins are the account's origins as a browser's Origin header names
+	// them (weborigin.Canonical), the form every check compares. They hide
+	// Account.Origins, which holds them as stored: an older version kept
+	// "https://shop.example:443" or a Unicode host as given, and those
+	// never matched. The stored form is left alone (a record is rewritten
+	// only by a change, and cluster mode's copies compare byte for byte);
+	// an entry that cannot be read as an origin is kept as it is.
+	Origins       []string
 	AllowPrefixes []netip.Prefix
 	Rules         []Rule
 	Pins          []Pin
@@ -136,6 +146,9 @@ type Config struct {
 	// wait for it); 0 means 10 s. A change that times out may still be
 	// applied afterwards.
 	Timeout time.Duration
+	// Logger reports stored records the service reads with a correction
+	// (an origin it cannot canonicalise); nil means slog.Default().
+	Logger *slog.Logger
 	// Shared, set in cluster mode, is the configuration every node shares:
 	// changes are written there instead of to DB, and come back to every
 	// node (this one included) through Install. Nil: single node.
@@ -205,6 +218,9 @@ func Start(root *actor.RootContext, cfg Config) (*Service, error) {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	s := &Service{cfg: cfg, pepper: cfg.Master.Derive(secrets.LabelAPIKeyPepper), sealer: sealer,
 		calls: actors.NewCalls[func() (any, error), any](cfg.Timeout)}
@@ -348,7 +364,7 @@ func (s *Service) Range(fn func(*View) bool) {
 // publish makes a stored account visible to requests. old is the view it
 // replaces (nil when new): key bindings that no longer exist are removed.
 func (s *Service) publish(a *storage.Account, rules []storage.Rule, pins []storage.Pin, old *View) *View {
-	v := &View{Account: *a, Rules: rules, Pins: pins}
+	v := &View{Account: *a, Rules: rules, Pins: pins, Origins: s.canonicalOrigins(a)}
 	for _, p := range a.Allowlist {
 		if pr, err := netip.ParsePrefix(p); err == nil {
 			v.AllowPrefixes = append(v.AllowPrefixes, pr)
@@ -379,6 +395,33 @@ func (s *Service) publish(a *storage.Account, rules []storage.Rule, pins []stora
 	// finds the memo replaced and does not remember its key.
 	s.keys.forget()
 	return v
+}
+
+// canonicalOrigins is a's stored origins in the form requests compare
+// (View.Origins); the stored slice itself when it already is.
+func (s *Service) canonicalOrigins(a *storage.Account) []string {
+	var out []string
+	for i, o := range a.Origins {
+		c, ok := weborigin.Canonical(o)
+		if !ok {
+			// Never dropped: an entry the account lists keeps confining
+			// its key, even one this version cannot read.
+			s.cfg.Logger.Warn("accounts: a stored origin is not one this version can read; kept as it is, set the account's origins again to correct it",
+				"account", a.ID, "origin", o)
+			c = o
+		}
+		if c != o && out == nil {
+			out = make([]string, len(a.Origins))
+			copy(out, a.Origins[:i])
+		}
+		if out != nil {
+			out[i] = c
+		}
+	}
+	if out == nil {
+		return a.Origins
+	}
+	return out
 }
 
 func (s *Service) newKey(prefix string, gen uint32, now time.Time) (string, storage.KeyRecord) {

@@ -26,7 +26,8 @@ func start(t testing.TB, fs vfs.FS, clk clock.Clock) (*Service, *storage.DB) {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}))
-	s, err := Start(sys.Root, Config{DB: db, Master: secrets.FromBytes([]byte("unit")), Clock: clk})
+	s, err := Start(sys.Root, Config{DB: db, Master: secrets.FromBytes([]byte("unit")), Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,7 +243,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	// none of it.
 	var node *clusterserve.Node
 	var shared *clusterserve.ConfigSync
-	acctsCfg := accounts.Config{DB: db, Master: master, Clock: clk}
+	acctsCfg := accounts.Config{DB: db, Master: master, Clock: clk, Logger: log}
 	if cfg.cluster.enabled() {
 		ccfg := clusterConfig(cfg, log)
 		ccfg.KeyCheck = master.KeyCheck()

@@ -1,6 +1,7 @@
 package clusterserve
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -464,5 +465,43 @@ func TestConfigWriteReturnsOnceInstalledHere(t *testing.T) {
 	}
 	if _, ok := accts.Authenticate(rot, time.Now()); !ok {
 		t.Fatal("the new test key does not work on the node that rotated it")
+	}
+}
+
+// TestConfigOldFormOriginsAreReadCanonical: an account record in etcd whose
+// origins an older version stored as given (a default port, a Unicode host)
+// is installed on every node in the form a browser's Origin carries, while
+// each node's Pebble keeps etcd's bytes as they are.
+func TestConfigOldFormOriginsAreReadCanonical(t *testing.T) {
+	name := clusterName(t)
+	a := mustStart(t, name, "a", vfs.NewMem())
+	b := mustStart(t, name, "b", vfs.NewMem())
+	c, err := a.accts.Create(accounts.NewAccount{Email: "old@example.com", Plan: "free"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := c.View.ID
+	old := a.accts.Get(id).Account
+	old.Origins = []string{"https://shop.example:443", "https://bücher.example"}
+	raw := storage.MarshalAccount(nil, &old)
+	if _, err := a.node.Client().Put(context.Background(), a.sync.prefix+kindAccount+id, string(raw)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"https://shop.example", "https://xn--bcher-kva.example"}
+	for _, n := range []*testNode{a, b, mustStart(t, name, "c", vfs.NewMem())} {
+		within(t, time.Second, "the old-form record is installed", func() bool {
+			v := n.accts.Get(id)
+			return v != nil && slices.Equal(v.Account.Origins, old.Origins)
+		})
+		if got := n.accts.Get(id).Origins; !slices.Equal(got, want) {
+			t.Fatalf("installed origins %q, want %q", got, want)
+		}
+		got, err := n.db.GetAccount(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(storage.MarshalAccount(nil, got), raw) {
+			t.Fatalf("Pebble's copy differs from etcd's record: origins %q", got.Origins)
+		}
 	}
 }
