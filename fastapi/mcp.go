@@ -152,8 +152,9 @@ type rpcCallParams struct {
 // one is 401, never anonymous), and for tools/call lookup_ip runs the
 // pipeline's lookup before the SDK does anything: Lookup with a key,
 // FreeLookup (the free tool's per-address limits) when anonymous — the same
-// functions as GET /v1/lookup and POST /api/lookup. A refusal is a JSON-RPC
-// error with the HTTP status and Retry-After (rpcRefusal).
+// functions as GET /v1/lookup and POST /api/lookup. Any other anonymous call
+// takes the free tool's limit too (AccessMCPAnonymous). A refusal is a
+// JSON-RPC error with the HTTP status and Retry-After (rpcRefusal).
 //
 // Every error on /mcp is a JSON-RPC error object. Malformed JSON is -32700
 // and anything that is not one JSON-RPC request object is -32600, both HTTP
@@ -179,6 +180,14 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 			return
 		}
 		anonymous = false
+	} else if !mcpLookupCall(ctx) {
+		// lookup_ip takes the free tool's limits in FreeLookup; every other
+		// anonymous call (each a run of the SDK) takes the free tool's limit
+		// for calls that look nothing up, refused as FreeLookup's are.
+		if ref := s.checks.Admit(&r.Call, checks.Credential{}, checks.AccessMCPAnonymous); ref != nil {
+			s.rpcRefusal(ctx, rpcRequestID(ctx.PostBody()), ref)
+			return
+		}
 	}
 	if !s.mcpTransportOK(ctx) {
 		return
@@ -264,6 +273,17 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	ctx.SetUserValue(mcpCallKey, call)
 	s.mcp(ctx)
+}
+
+// rpcRequestID is the id of the request in body for an answer given before
+// handleMCP read it: nil (sent as null) unless body is one request object
+// with a valid id.
+func rpcRequestID(body []byte) sonic.NoCopyRawMessage {
+	var peek rpcPeek
+	if !rpcPeekJSON.Valid(body) || rpcPeekJSON.Unmarshal(body, &peek) != nil || !rpcIDValid(peek.ID) {
+		return nil
+	}
+	return peek.ID
 }
 
 // mcpLookupCall reports whether handleMCP will take the request to

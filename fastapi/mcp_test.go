@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"net/netip"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/actors/iplimit"
 )
 
 // serveInMemory runs h behind a real fasthttp server on an in-memory
@@ -457,5 +460,51 @@ func TestMCPResponseNeedsResultOrError(t *testing.T) {
 		if resp := send(body); resp.StatusCode() != 202 || len(resp.Body()) != 0 {
 			t.Errorf("%s: %d %s", body, resp.StatusCode(), resp.Body())
 		}
+	}
+}
+
+// TestMCPAnonymousCallsTakeTheFreeToolLimit: SPEC 4.11, "anonymous use
+// shares the free tool's per-IP limits". An anonymous initialize or
+// tools/list (each a run of the SDK) took no limit at all, so a caller
+// without a key could send them without bound. Every anonymous call that is
+// not a lookup_ip now takes the free tool's limit for calls that look
+// nothing up (60 a minute, LookupFreeInvalid); past it the answer is a
+// JSON-RPC error with 429 and Retry-After, as an anonymous lookup_ip's
+// refusal is. The lookup allowance itself is left to lookups, and a caller
+// with a key is not held by it.
+func TestMCPAnonymousCallsTakeTheFreeToolLimit(t *testing.T) {
+	e := newTestEnv(t)
+	// From one real address: the in-memory listener's peer is none.
+	peer := net.TCPAddrFromAddrPort(netip.MustParseAddrPort("198.51.100.7:4000"))
+	send := serveMCP(t, func(ctx *fasthttp.RequestCtx) { ctx.SetRemoteAddr(peer); e.srv.Handle(ctx) })
+	const initialize = `{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	const list = `{"jsonrpc":"2.0","id":"l","method":"tools/list"}`
+	limit := iplimit.Rules[iplimit.LookupFreeInvalid].Windows[0].PerAddr
+	for i := int64(0); i < limit; i++ {
+		body := initialize
+		if i%2 == 1 {
+			body = list
+		}
+		if resp := send(body); resp.StatusCode() != 200 {
+			t.Fatalf("call %d: %d %s", i+1, resp.StatusCode(), resp.Body())
+		}
+	}
+	for _, c := range []struct{ body, id string }{{initialize, "7"}, {list, `"l"`}, {`{`, "null"}} {
+		resp := send(c.body)
+		code, id := rpcErrorOf(t, resp)
+		if resp.StatusCode() != 429 || code != rpcTransportError || id != c.id {
+			t.Fatalf("%s past the limit: %d code %d id %s, want 429 -32000 %s: %s", c.body, resp.StatusCode(), code, id, c.id, resp.Body())
+		}
+		if ra, err := strconv.Atoi(string(resp.Header.Peek("Retry-After"))); err != nil || ra < 1 || ra > 60 {
+			t.Fatalf("Retry-After %q", resp.Header.Peek("Retry-After"))
+		}
+	}
+	// The lookup allowance is the lookups': an anonymous lookup_ip still
+	// passes, and a key's calls are not held by the anonymous limit.
+	if resp := send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"8.8.8.8"}}}`); resp.StatusCode() != 200 || !bytes.Contains(resp.Body(), []byte(`"verdict"`)) {
+		t.Fatalf("anonymous lookup_ip: %d %s", resp.StatusCode(), resp.Body())
+	}
+	if resp := send(list, "Authorization", "Bearer "+e.acct.LiveKey); resp.StatusCode() != 200 {
+		t.Fatalf("tools/list with a key: %d %s", resp.StatusCode(), resp.Body())
 	}
 }

@@ -89,6 +89,12 @@ var (
 	// AccessMCP is /mcp with a bearer; without one the caller is anonymous
 	// and lookup_ip takes the free tool's limits (FreeLookup).
 	AccessMCP = Access{Key: true, Allowlist: true}
+	// AccessMCPAnonymous is every other anonymous /mcp call (initialize,
+	// tools/list, service_status, a malformed body): SPEC 4.11, anonymous
+	// use shares the free tool's per-IP limits, and a call that looks
+	// nothing up takes the one the free tool's invalid input takes, so it
+	// neither runs without bound nor eats the lookups' allowance.
+	AccessMCPAnonymous = Access{Limits: iplimit.Of(iplimit.LookupFreeInvalid)}
 	// AccessMCPLookup is AccessMCP for a request the transport knows to be
 	// one lookup_ip call that goes on to Lookup (which charges it first).
 	AccessMCPLookup = Access{Key: true, Allowlist: true, Chained: true}

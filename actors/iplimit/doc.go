@@ -17,7 +17,8 @@
 //	/v1/evaluate/sample    Take(Of(Sample))
 //	/api/lookup, MCP anon  parse first: Take(Of(LookupFree)) for a valid address,
 //	                       Take(Of(LookupFreeInvalid)) for invalid input (not counted
-//	                       toward LookupFree)
+//	                       toward LookupFree); any other anonymous MCP call
+//	                       Take(Of(LookupFreeInvalid))
 //	/api/lookup-bulk       parse first: a batch with no valid public address does
 //	                       not call Take at all; otherwise Take(Of(LookupBulk))
 //

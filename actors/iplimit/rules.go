@@ -10,7 +10,7 @@ const (
 	AuthFail          Kind = iota // invalid-credential lockout: Take refuses while locked; Fail counts
 	Protect                       // authenticated endpoints, per source address
 	LookupFree                    // POST /api/lookup and anonymous MCP lookup_ip, valid input
-	LookupFreeInvalid             // the same with invalid input (its own limit)
+	LookupFreeInvalid             // the same with invalid input (its own limit), and anonymous MCP calls other than lookup_ip
 	LookupBulk                    // POST /api/lookup-bulk batches
 	Sample                        // GET /v1/evaluate/sample
 	Usage                         // GET /v1/usage reads
