@@ -53,8 +53,8 @@ func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
 	fs.StringVar(&c.etcdCert, "cluster-etcd-cert", "", "cluster mode: PEM client certificate for etcd (with --cluster-etcd-key)")
 	fs.StringVar(&c.etcdKey, "cluster-etcd-key", "", "cluster mode: PEM private key of --cluster-etcd-cert")
 	fs.Var(nodeIDValue{&c.nodeID}, "cluster-node-id", "cluster mode: this node's id, unique among live nodes (default: the hostname)")
-	fs.Var(hostPortValue{&c.listen, true}, "cluster-listen", "cluster mode: listen address of the node-to-node gRPC service")
-	fs.Var(hostPortValue{&c.advertise, false}, "cluster-advertise", "cluster mode: host:port the other nodes dial for this node's gRPC service (default: --cluster-node-id and --cluster-listen's port)")
+	fs.Var(hostPort{s: &c.listen, anyHost: true}, "cluster-listen", "cluster mode: listen address of the node-to-node gRPC service")
+	fs.Var(hostPort{s: &c.advertise}, "cluster-advertise", "cluster mode: host:port the other nodes dial for this node's gRPC service (default: --cluster-node-id and --cluster-listen's port)")
 	fs.Var(leaseTTLValue{&c.leaseTTL}, "cluster-lease-ttl", "cluster mode: membership lease TTL; a node silent this long loses its shards")
 	fs.Int64Var(&c.leaseAfter, "cluster-lease-after", c.leaseAfter, "cluster mode: requests a second for one account on a node that does not own it, past which the node charges a slice of the account's allowance lent by the owner instead of asking it each time (0: never)")
 	fs.BoolVar(&c.embedded, "cluster-embedded-etcd", false, "cluster mode: run an etcd member inside this process (a small cluster without an external etcd)")
@@ -179,50 +179,6 @@ func (v nodeIDValue) Forms() string { return "1 to 64 letters, digits, '.', '_' 
 
 func (v nodeIDValue) Kind() string { return "id" }
 
-// hostPortValue is a host:port; with anyHost the host may be empty (":8090").
-type hostPortValue struct {
-	s       *string
-	anyHost bool
-}
-
-func (v hostPortValue) String() string {
-	if v.s == nil {
-		return ""
-	}
-	return *v.s
-}
-
-func (v hostPortValue) Set(s string) error {
-	if err := checkHostPort(s, v.anyHost); err != nil {
-		return err
-	}
-	*v.s = s
-	return nil
-}
-
-func checkHostPort(s string, anyHost bool) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return errors.New("not host:port")
-	}
-	if host == "" && !anyHost {
-		return errors.New("the host is empty")
-	}
-	if n, err := net.LookupPort("tcp", port); err != nil || n <= 0 {
-		return errors.New("bad port")
-	}
-	return nil
-}
-
-func (v hostPortValue) Forms() string {
-	if v.anyHost {
-		return "host:port or :port, e.g. :8090"
-	}
-	return "host:port, e.g. node1.internal:8090"
-}
-
-func (v hostPortValue) Kind() string { return "addr" }
-
 // endpointList is --cluster-etcd: host:port or http(s)://host:port entries.
 type endpointList struct{ l *[]string }
 
@@ -244,7 +200,7 @@ func (v endpointList) Set(s string) error {
 			}
 			hp = u.Host
 		}
-		if err := checkHostPort(hp, false); err != nil {
+		if err := checkHostPort(hp, false, false); err != nil {
 			return fmt.Errorf("%q: %v", e, err)
 		}
 		out = append(out, e)
@@ -282,7 +238,7 @@ func checkURL(s string) error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || (u.Path != "" && u.Path != "/") {
 		return errors.New("not http(s)://host:port")
 	}
-	return checkHostPort(u.Host, false)
+	return checkHostPort(u.Host, false, false)
 }
 
 func (v urlValue) Forms() string { return "http(s)://host:port, e.g. http://10.0.0.5:2380" }

@@ -206,42 +206,66 @@ func (p *prefixList) Forms() string {
 
 func (p *prefixList) Kind() string { return "cidrs" }
 
-// listenAddr is a listen address (--addr, --admin-addr, --debug-addr,
-// --metrics-addr): host:port or :port; empty (off) where optional.
-type listenAddr struct {
-	s        *string
+// hostPort is an address flag, host:port. Its zero rules are those of an
+// address other nodes dial (--cluster-advertise): a host, and a port from 1
+// up. The options relax them for what listens.
+type hostPort struct {
+	s *string
+	// anyHost: the host may be empty (":8090", every interface).
+	anyHost bool
+	// listen: a listen address (--addr and the optional listeners): the
+	// host may be empty, and port 0 asks the kernel for a free one.
+	listen bool
+	// optional: empty is accepted and turns the listener off.
 	optional bool
 }
 
-func (v listenAddr) String() string {
+func (v hostPort) String() string {
 	if v.s == nil {
 		return ""
 	}
 	return *v.s
 }
 
-func (v listenAddr) Set(s string) error {
+func (v hostPort) Set(s string) error {
 	if s != "" || !v.optional {
-		_, port, err := net.SplitHostPort(s)
-		if err != nil {
-			return errors.New("not host:port")
-		}
-		if _, err := net.LookupPort("tcp", port); err != nil {
-			return errors.New("bad port")
+		if err := checkHostPort(s, v.anyHost || v.listen, v.listen); err != nil {
+			return err
 		}
 	}
 	*v.s = s
 	return nil
 }
 
-func (v listenAddr) Forms() string {
-	if v.optional {
-		return "host:port or :port, e.g. 127.0.0.1:6060 (empty = off)"
+// checkHostPort checks host:port; the host may be empty with anyHost, and
+// the port 0 with anyPort.
+func checkHostPort(s string, anyHost, anyPort bool) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("not host:port")
 	}
-	return "host:port or :port, e.g. :8080 or 127.0.0.1:8080"
+	if host == "" && !anyHost {
+		return errors.New("the host is empty")
+	}
+	if n, err := net.LookupPort("tcp", port); err != nil || (n == 0 && !anyPort) {
+		return errors.New("bad port")
+	}
+	return nil
 }
 
-func (v listenAddr) Kind() string { return "addr" }
+func (v hostPort) Forms() string {
+	switch {
+	case v.listen && v.optional:
+		return "host:port or :port, e.g. 127.0.0.1:6060 (empty = off)"
+	case v.listen:
+		return "host:port or :port, e.g. :8080 or 127.0.0.1:8080"
+	case v.anyHost:
+		return "host:port or :port, e.g. :8090"
+	}
+	return "host:port, e.g. node1.internal:8090"
+}
+
+func (v hostPort) Kind() string { return "addr" }
 
 // stringList is a comma-separated list of strings.
 type stringList []string

@@ -92,7 +92,7 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	c := &serveConfig{logLevel: slog.LevelInfo, edgeBlock: true, edgeBlockAgents: fastapi.DefaultEdgeBlockAgents,
 		durability: storage.Interval, syncInterval: storage.DefaultSyncInterval}
 	c.addr = ":8080"
-	fs.Var(listenAddr{&c.addr, false}, "addr", "listen address")
+	fs.Var(hostPort{s: &c.addr, listen: true}, "addr", "listen address")
 	fs.StringVar(&c.dataDir, "data-dir", "./data", "data directory: Pebble store, secrets, refreshed feeds")
 	fs.StringVar(&c.adminToken, "admin-token", "", "operator API token; generated into <data-dir>/admin-token when empty")
 	fs.StringVar(&c.secret, "secret", "", "master secret; generated into <data-dir>/master-secret when empty")
@@ -103,10 +103,10 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	fs.Var((*stringList)(&c.edgeBlockAgents), "edge-block-agents", "comma-separated User-Agent prefixes the edge block rejects")
 	fs.Var(originList{&c.mcpOrigins}, "mcp-origins", "comma-separated browser origins (https://agent.example) allowed to call /mcp; requests without Origin always may")
 	fs.Var(offDuration{&c.feedsRefresh}, "feeds-refresh", "download fresh feeds from upstream this often and swap them in without a pause; 0 = off")
-	fs.Var(listenAddr{&c.adminAddr, true}, "admin-addr", "serve the admin API and the console (/console) on this address only, e.g. 127.0.0.1:8081; empty: on --addr")
-	fs.Var(listenAddr{&c.debugAddr, true}, "debug-addr", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
+	fs.Var(hostPort{s: &c.adminAddr, listen: true, optional: true}, "admin-addr", "serve the admin API and the console (/console) on this address only, e.g. 127.0.0.1:8081; empty: on --addr")
+	fs.Var(hostPort{s: &c.debugAddr, listen: true, optional: true}, "debug-addr", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	fs.StringVar(&c.smtpURL, "smtp-url", "", "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way")
-	fs.Var(listenAddr{&c.metricsAddr, true}, "metrics-addr", "also serve the Prometheus /metrics on this address without auth, e.g. 127.0.0.1:9464 (keep it on loopback or a private network); empty: /metrics only with the admin token")
+	fs.Var(hostPort{s: &c.metricsAddr, listen: true, optional: true}, "metrics-addr", "also serve the Prometheus /metrics on this address without auth, e.g. 127.0.0.1:9464 (keep it on loopback or a private network); empty: /metrics only with the admin token")
 	fs.BoolVar(&c.accessLog, "access-log", false, "log one structured line per request (method, path, status, bytes, µs, client, request id; never headers, bodies or query strings)")
 	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", false, "also accept http:// and loopback/private webhook receivers; for development and tests")
 	fs.Var(durabilityValue{&c.durability}, "durability", "interval: a counted call is answered once committed, and one group sync every --sync-interval makes it durable (a crash loses at most the last interval); strict: fsync before each answer")
