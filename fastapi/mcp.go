@@ -153,10 +153,14 @@ type rpcCallParams struct {
 // pipeline's lookup before the SDK does anything: Lookup with a key,
 // FreeLookup (the free tool's per-address limits) when anonymous — the same
 // functions as GET /v1/lookup and POST /api/lookup. Any other anonymous call
-// takes the free tool's limit too (AccessMCPAnonymous). A refusal is a
-// JSON-RPC error with the HTTP status and Retry-After (rpcRefusal).
+// takes the free tool's limit too (AccessMCPAnonymous). A refusal of an
+// anonymous call, or of a charge, is a JSON-RPC error with the HTTP status
+// and Retry-After (rpcRefusal). A bearer refused at admission (401, the
+// allowlist's 403, the lockout's or the per-address limit's 429) is
+// answered in the API's own error shape, as on /v1, before any JSON-RPC
+// message is read: an agent's HTTP layer sees the status either way.
 //
-// Every error on /mcp is a JSON-RPC error object. Malformed JSON is -32700
+// Every other error on /mcp is a JSON-RPC error object. Malformed JSON is -32700
 // and anything that is not one JSON-RPC request object is -32600, both HTTP
 // 400 with a null id (the transport "cannot accept the input"). A batch is
 // refused whole: MCP 2025-06-18 removed batching, and one POST must cost one
