@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,8 +74,17 @@ type MemberConfig struct {
 	TTL time.Duration
 	// Now reads the clock; time.Now when nil. Its monotonic reading is what
 	// the validity deadline is kept on.
-	Now    func() time.Time
-	Logger *slog.Logger
+	Now func() time.Time
+	// LeaseFile (empty: none) is where the node keeps the id of the lease
+	// its registration is under, in its data dir, which one process at a
+	// time holds. A start that finds members/<id> under the lease the file
+	// names takes that registration over at once (the process that held it
+	// is gone: it had the data dir), instead of being refused as a second
+	// live process until the lease expires. A stop that could not revoke
+	// its lease leaves one behind: a kill, or every node of an embedded
+	// etcd stopped at once, which loses the quorum before the last leaves.
+	LeaseFile string
+	Logger    *slog.Logger
 }
 
 // Member is a node's membership: a lease it renews itself, its registration,
@@ -156,11 +168,21 @@ func (m *Member) register(ctx context.Context) error {
 		return err
 	}
 	key := membersPrefix(m.cfg.Root) + m.cfg.ID
-	resp, err := m.cfg.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(info), clientv3.WithLease(g.ID))).
-		Commit()
-	if err == nil && !resp.Succeeded {
+	create := func() (bool, error) {
+		resp, err := m.cfg.Client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(info), clientv3.WithLease(g.ID))).
+			Commit()
+		return err == nil && resp.Succeeded, err
+	}
+	ok, err := create()
+	if err == nil && !ok {
+		var took bool
+		if took, err = m.takeOver(ctx, key); err == nil && took {
+			ok, err = create()
+		}
+	}
+	if err == nil && !ok {
 		err = ErrDuplicateID
 	}
 	if err != nil {
@@ -173,8 +195,72 @@ func (m *Member) register(ctx context.Context) error {
 	m.lease, m.epoch, m.info = g.ID, epoch, mi
 	m.validUntil = sent.Add(time.Duration(g.TTL) * time.Second)
 	m.mu.Unlock()
+	m.keepLease(g.ID)
 	m.notify()
 	return nil
+}
+
+// takeOver revokes the lease of this node id's registration found at key
+// when it is the lease the LeaseFile names: the registration of this
+// node's previous process, which held the data dir this one holds now. The
+// revoke takes the registration and the previous process's shard claims
+// with it (they name this id, and nothing else would release them before
+// the lease expired). It answers false, touching nothing, for a
+// registration under any other lease: another live process has the id.
+func (m *Member) takeOver(ctx context.Context, key string) (bool, error) {
+	prev := m.previousLease()
+	if prev == 0 {
+		return false, nil
+	}
+	r, err := m.cfg.Client.Get(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("read the registration: %w", err)
+	}
+	if len(r.Kvs) != 1 || clientv3.LeaseID(r.Kvs[0].Lease) != prev {
+		return false, nil
+	}
+	if _, err := m.cfg.Client.Revoke(ctx, prev); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return false, fmt.Errorf("revoke this node's previous lease %x: %w", int64(prev), err)
+	}
+	m.log.Info("cluster: took over this node's registration from its previous process", "lease", fmt.Sprintf("%x", int64(prev)))
+	return true, nil
+}
+
+// previousLease is the lease the LeaseFile names (0: none, or unreadable).
+func (m *Member) previousLease() clientv3.LeaseID {
+	if m.cfg.LeaseFile == "" {
+		return 0
+	}
+	b, err := os.ReadFile(m.cfg.LeaseFile)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			m.log.Warn("cluster: the previous lease's file is unreadable; a registration left by the previous process is refused until it expires", "file", m.cfg.LeaseFile, "err", err)
+		}
+		return 0
+	}
+	id, err := strconv.ParseInt(strings.TrimSpace(string(b)), 16, 64)
+	if err != nil || id == 0 {
+		m.log.Warn("cluster: the previous lease's file holds no lease id", "file", m.cfg.LeaseFile)
+		return 0
+	}
+	return clientv3.LeaseID(id)
+}
+
+// keepLease records the lease in the LeaseFile for the next process, by a
+// rename so that a crash leaves the old id or the new, never half of one.
+// A failure costs only the next start's takeover: it is logged.
+func (m *Member) keepLease(id clientv3.LeaseID) {
+	if m.cfg.LeaseFile == "" {
+		return
+	}
+	tmp := m.cfg.LeaseFile + ".tmp"
+	err := os.WriteFile(tmp, []byte(strconv.FormatInt(int64(id), 16)+"\n"), 0o600)
+	if err == nil {
+		err = os.Rename(tmp, m.cfg.LeaseFile)
+	}
+	if err != nil {
+		m.log.Warn("cluster: this node's lease id not recorded; a restart after a stop that could not revoke it waits for it to expire", "file", m.cfg.LeaseFile, "err", err)
+	}
 }
 
 // renew keeps the lease alive with one KeepAliveOnce every TTL/3 and moves

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -186,4 +187,68 @@ func TestReleaseHandsOver(t *testing.T) {
 	if _, err := a.Claim(ctx, KindAddr, AddrShards); err == nil {
 		t.Fatal("claimed a shard out of range")
 	}
+}
+
+// TestMemberTakesOverItsPreviousRegistration: a node that stopped without
+// revoking its lease (killed, or every node stopped at once and etcd lost
+// its quorum before the leaves) starts again on its data dir and takes its
+// own registration over at once instead of being refused until the old
+// lease expires; the old lease goes, with the shards claimed under it. A
+// process with the same id but another lease file is still refused.
+func TestMemberTakesOverItsPreviousRegistration(t *testing.T) {
+	cli, root := newClient(t), testRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	file := filepath.Join(t.TempDir(), "cluster-lease")
+	cfg := MemberConfig{Client: cli, Root: root, ID: "a", Addr: "127.0.0.1:1", TTL: 30 * time.Second, LeaseFile: file}
+	old, err := Join(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldLease := old.Lease()
+	owner := ownerKey(root, KindAccount, 7)
+	if _, err := cli.Put(ctx, owner, "a", clientv3.WithLease(oldLease)); err != nil {
+		t.Fatal(err)
+	}
+	old.Close() // the process died: the lease runs on for its 30 s
+
+	other := cfg
+	other.LeaseFile = filepath.Join(t.TempDir(), "cluster-lease")
+	if _, err := Join(ctx, other); !errors.Is(err, ErrDuplicateID) {
+		t.Fatalf("another process as a: %v, want ErrDuplicateID", err)
+	}
+
+	start := time.Now()
+	again, err := Join(ctx, cfg)
+	if err != nil {
+		t.Fatalf("restart on the same lease file: %v", err)
+	}
+	defer again.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("restart took %v", took)
+	}
+	if again.Lease() == oldLease {
+		t.Fatal("restart kept the old lease")
+	}
+	ttl, err := cli.TimeToLive(ctx, oldLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.TTL != -1 {
+		t.Fatalf("old lease still alive: TTL %d", ttl.TTL)
+	}
+	if r, err := cli.Get(ctx, owner); err != nil || len(r.Kvs) != 0 {
+		t.Fatalf("the shard claimed under the old lease: %v %v", r, err)
+	}
+	if r, err := cli.Get(ctx, membersPrefix(root)+"a"); err != nil || len(r.Kvs) != 1 || clientv3.LeaseID(r.Kvs[0].Lease) != again.Lease() {
+		t.Fatalf("registration: %v %v", r, err)
+	}
+	// The new lease is what the file names now: a second restart takes
+	// over this one.
+	again.Close()
+	third, err := Join(ctx, cfg)
+	if err != nil {
+		t.Fatalf("second restart: %v", err)
+	}
+	third.Close()
 }

@@ -46,6 +46,10 @@ type Config struct {
 	// LeaseAfter is rpc.QuotaConfig.LeaseAfter: a hot account's charges a
 	// second past which this node charges slices of its allowance.
 	LeaseAfter int64
+	// LeaseFile, in the node's data dir, keeps its membership lease's id,
+	// so that a restart takes over the registration its previous process
+	// left (cluster.MemberConfig.LeaseFile); empty: none.
+	LeaseFile string
 	// Embedded, when set, runs an etcd member in this process first.
 	Embedded *embedetcd.Config
 	// DialTimeout bounds the first contact with etcd; 10 s when zero.
@@ -180,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err = SecretCheck(reach, n.cli, root, cfg.Name, cfg.KeyCheck); err != nil {
 		return nil, err
 	}
-	if n.member, err = cluster.Join(reach, cluster.MemberConfig{Client: n.cli, Root: root, ID: cfg.NodeID, Addr: cfg.Advertise, TTL: cfg.LeaseTTL, Logger: log}); err != nil {
+	if n.member, err = cluster.Join(reach, cluster.MemberConfig{Client: n.cli, Root: root, ID: cfg.NodeID, Addr: cfg.Advertise, TTL: cfg.LeaseTTL, LeaseFile: cfg.LeaseFile, Logger: log}); err != nil {
 		if errors.Is(err, cluster.ErrDuplicateID) {
 			return nil, fmt.Errorf("cluster: node id %q is registered by another live process: give each node its own --cluster-node-id", cfg.NodeID)
 		}
