@@ -70,6 +70,11 @@ func Root(name string) (string, error) {
 
 func membersPrefix(root string) string { return root + "members/" }
 
+// nodesPrefix holds a record per node that may hold a share of the counts
+// (nodes/<id>, no lease): written with each registration, deleted when a
+// graceful leave handed the node's shares over (Member.Retire).
+func nodesPrefix(root string) string { return root + "nodes/" }
+
 func ownersPrefix(root string, k Kind) string { return root + "owners/" + string(k) + "/" }
 
 func ownerKey(root string, k Kind, shard int) string {

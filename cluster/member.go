@@ -60,6 +60,12 @@ var memberCodec = Codec[MemberInfo]{
 	Unmarshal: DecodeMemberInfo,
 }
 
+// nodeCodec is a nodes/ record's: the node id.
+var nodeCodec = Codec[string]{
+	Marshal:   func(id string) ([]byte, error) { return []byte(id), nil },
+	Unmarshal: func(b []byte) (string, error) { return string(b), nil },
+}
+
 // MemberConfig configures a Member.
 type MemberConfig struct {
 	Client *clientv3.Client
@@ -90,10 +96,13 @@ type MemberConfig struct {
 // Member is a node's membership: a lease it renews itself, its registration,
 // the live member set, and the shards it claimed under that lease.
 type Member struct {
-	cfg    MemberConfig
-	ttl    int64
-	log    *slog.Logger
-	view   *Store[MemberInfo]
+	cfg  MemberConfig
+	ttl  int64
+	log  *slog.Logger
+	view *Store[MemberInfo]
+	// known are the nodes/ records: every node that may hold a share,
+	// live or not (KnownIDs).
+	known  *Store[string]
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -137,6 +146,9 @@ func Join(ctx context.Context, cfg MemberConfig) (*Member, error) {
 		return nil, err
 	}
 	m.view = view
+	if m.known, err = NewStore(StoreConfig[string]{Client: cfg.Client, Prefix: nodesPrefix(cfg.Root), Codec: nodeCodec, Logger: log}); err != nil {
+		return nil, err
+	}
 	if err := m.register(ctx); err != nil {
 		return nil, err
 	}
@@ -144,6 +156,12 @@ func Join(ctx context.Context, cfg MemberConfig) (*Member, error) {
 	m.cancel = cancel
 	if err := view.Start(runCtx); err != nil {
 		cancel()
+		m.revoke()
+		return nil, err
+	}
+	if err := m.known.Start(runCtx); err != nil {
+		cancel()
+		<-view.Done()
 		m.revoke()
 		return nil, err
 	}
@@ -171,7 +189,10 @@ func (m *Member) register(ctx context.Context) error {
 	create := func() (bool, error) {
 		resp, err := m.cfg.Client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(info), clientv3.WithLease(g.ID))).
+			Then(clientv3.OpPut(key, string(info), clientv3.WithLease(g.ID)),
+				// The node may hold a share from here on: the record
+				// outlives the lease (KnownIDs).
+				clientv3.OpPut(nodesPrefix(m.cfg.Root)+m.cfg.ID, m.cfg.ID)).
 			Commit()
 		return err == nil && resp.Succeeded, err
 	}
@@ -353,6 +374,9 @@ func (m *Member) Changed() <-chan struct{} {
 // ID is the node id.
 func (m *Member) ID() string { return m.cfg.ID }
 
+// Root is the cluster's prefix the member registered under.
+func (m *Member) Root() string { return m.cfg.Root }
+
 // Epoch counts registrations: it grows each time a lost lease is replaced.
 func (m *Member) Epoch() int64 {
 	m.mu.Lock()
@@ -444,6 +468,27 @@ func (m *Member) SetLeaving(ctx context.Context) error {
 	return nil
 }
 
+// KnownIDs lists, sorted, the nodes that may hold a share of the counts,
+// live members or not: every node that registered since the cluster began
+// (with this build) and has not retired (Retire). A node absent from
+// MemberIDs but listed here is restarting, cut off or down; what it
+// persisted counts when it is back.
+func (m *Member) KnownIDs() []string {
+	ids := m.known.Keys()
+	sort.Strings(ids)
+	return ids
+}
+
+// Retire deletes this node's nodes/ record: a graceful leave calls it
+// once the node's shares are held by other members, so nobody waits for
+// them from this node any more. Its next registration records it again.
+func (m *Member) Retire(ctx context.Context) error {
+	if _, err := m.cfg.Client.Delete(ctx, nodesPrefix(m.cfg.Root)+m.cfg.ID); err != nil {
+		return fmt.Errorf("cluster member %s: retire: %w", m.cfg.ID, err)
+	}
+	return nil
+}
+
 // MemberIDs lists the live members' ids, sorted.
 func (m *Member) MemberIDs() []string {
 	ids := m.view.Keys()
@@ -457,6 +502,7 @@ func (m *Member) Close() {
 	m.cancel()
 	<-m.done
 	<-m.view.Done()
+	<-m.known.Done()
 }
 
 // Leave revokes the lease (the registration and every owner key go with it

@@ -21,6 +21,10 @@ type Ownership interface {
 	Owner(shard int) (node string, token int64, ok bool)
 	// Members lists the live members' ids.
 	Members() []string
+	// Known lists the nodes that may hold a share of the counts, live or
+	// not (cluster.Member.KnownIDs): a load notes those that are not live
+	// members as missing.
+	Known() []string
 	// Addr is a live member's advertised gRPC address.
 	Addr(node string) (string, bool)
 	// Revision is the etcd revision the view reflects.
@@ -81,3 +85,6 @@ func (c Cluster) Revision() int64 { return c.View.Store().Revision() }
 
 // Members implements Ownership.
 func (c Cluster) Members() []string { return c.Member.MemberIDs() }
+
+// Known implements Ownership.
+func (c Cluster) Known() []string { return c.Member.KnownIDs() }

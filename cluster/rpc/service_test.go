@@ -47,6 +47,7 @@ func (f *fakeOwners) Owner(int) (string, int64, bool) {
 	return f.owner, f.token, f.owner != ""
 }
 func (f *fakeOwners) Members() []string { return []string{f.self, f.owner} }
+func (f *fakeOwners) Known() []string   { return f.Members() }
 func (f *fakeOwners) Addr(node string) (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

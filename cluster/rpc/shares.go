@@ -43,7 +43,28 @@ func (q *Quota) Shares(ctx context.Context, account string, m storage.Month, loa
 			}
 			shares = append(shares, sh...)
 		})
+	// A node that may hold a share but is no live member now (restarting,
+	// cut off, down) is missing too: noted, its share counts once it is
+	// back and answers (SharedStore.Returned). Logged at debug: one that
+	// stays away would log every load.
+	for _, id := range absent(q) {
+		q.log.Debug("cluster: a share is missing: its node is not a live member", "member", id, "account", account)
+		missing = append(missing, id)
+	}
 	return shares, missing
+}
+
+// absent lists the nodes that may hold a share (Ownership.Known) and are
+// not live members, this one aside.
+func absent(q *Quota) []string {
+	live := q.cfg.Owners.Members()
+	var out []string
+	for _, id := range q.cfg.Owners.Known() {
+		if id != q.cfg.Owners.Self() && !slices.Contains(live, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (q *Quota) share(ctx context.Context, id, account string, m storage.Month, load uint64) ([]Share, error) {

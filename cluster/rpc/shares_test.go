@@ -3,11 +3,16 @@ package rpc
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -113,5 +118,62 @@ func TestShareCountedWhenLeaverHandsItOver(t *testing.T) {
 	}
 	if allowed != 1 {
 		t.Fatalf("%d admitted once a adopted b's share; b's 8 and the 1 before leave 1 of the cap of 10", allowed)
+	}
+}
+
+// TestShareCountedWhenAbsentMemberReturns: a member that holds a share
+// but is not in the member list when the owner loads the account (its
+// lease expired: it is restarting, or cut off) is noted as missing like
+// one that does not answer, and its share counts once it is back and
+// answers a health round.
+func TestShareCountedWhenAbsentMemberReturns(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	nodes := settledNodes(t, nil, ids...)
+	a, b := nodes[0], nodes[1]
+	// An account a owns with b in the cluster or not.
+	account := accountOwnedBy("a", ids, "a", []string{"a", "c"})
+	if err := b.db.ApplyUsage([]storage.UsageDelta{{Account: account, Month: storage.MonthOf(testNow), Day: storage.DayOf(testNow),
+		Counts: storage.MonthCounts{Used: 8}}}); err != nil {
+		t.Fatal(err)
+	}
+	ch := quota.Charge{Account: account, Kind: quota.Evaluate, Monthly: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, nil, limit(10), testNow, testNow)}
+
+	b.halt() // b's lease runs out: it leaves the member list, still serving
+	eventually(t, "b is no longer a member", func() bool { return slices.Equal(a.m.MemberIDs(), []string{"a", "c"}) })
+	if res, err := a.q.Charge(ch); err != nil || !res.Allowed {
+		t.Fatalf("charge while b is absent: %+v, %v", res, err)
+	}
+	// b registers again on the same address (a restart on its data dir).
+	cli, err := clientv3.New(clientv3.Config{Endpoints: sharedEtcd(t), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	back, err := cluster.Join(ctx, cluster.MemberConfig{Client: cli, Root: a.m.Root(), ID: "b", Addr: b.addr, TTL: time.Second, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	eventually(t, "b is a member again", func() bool { return slices.Contains(a.m.MemberIDs(), "b") })
+	h := &MemberHealth{Peers: a.q, Shares: a.shared}
+	eventually(t, "a hears from b again", func() bool {
+		h.Round(context.Background())
+		return len(h.Down()) == 0
+	})
+	allowed := 0
+	for range 10 {
+		res, err := a.q.Charge(ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 1 {
+		t.Fatalf("%d admitted once b is back; b's 8 and the 1 before leave 1 of the cap of 10", allowed)
 	}
 }

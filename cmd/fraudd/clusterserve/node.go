@@ -366,6 +366,10 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	if err := n.handOverShares(ctx); err != nil {
 		errs = append(errs, err)
+	} else if err := n.member.Retire(ctx); err != nil {
+		// Its shares are held by others now: a load that notes this node
+		// as missing costs only a reload when it returns.
+		n.log.Warn("cluster: this node's record as a holder of shares not removed", "err", err)
 	}
 	n.cancel()
 	if n.config != nil {

@@ -64,6 +64,14 @@ func TestLeaveClaimsNothingBack(t *testing.T) {
 	if claimed != 0 {
 		t.Fatalf("the leaving node claimed %d shards again while it handed its shards over", claimed)
 	}
+	// a handed its shares over: the others no longer wait for them from
+	// a (a load notes a node that may hold a share and is away as missing).
+	if ids := b.node.Member().KnownIDs(); len(ids) != 1 || ids[0] != "b" {
+		within(t, 5*time.Second, "only b may hold a share", func() bool {
+			ids := b.node.Member().KnownIDs()
+			return len(ids) == 1 && ids[0] == "b"
+		})
+	}
 	within(t, 20*time.Second, "b owns every shard", func() bool {
 		return b.node.Balancer().Owned(cluster.KindAccount) == cluster.Shards(cluster.KindAccount)
 	})
