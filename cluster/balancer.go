@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -98,6 +99,8 @@ func (b *Balancer) Owned(k Kind) int {
 }
 
 // ReleaseAll hands every shard over (Releasing first), for a graceful leave.
+// It stops when ctx ends, the shards it did not reach counted in its
+// error: they go with the lease (a revoke, or its expiry).
 func (b *Balancer) ReleaseAll(ctx context.Context) error {
 	var errs []error
 	for _, k := range b.cfg.Kinds {
@@ -107,7 +110,11 @@ func (b *Balancer) ReleaseAll(ctx context.Context) error {
 			cs = append(cs, c)
 		}
 		b.mu.Unlock()
-		for _, c := range cs {
+		for i, c := range cs {
+			if err := ctx.Err(); err != nil {
+				errs = append(errs, fmt.Errorf("%d %s shards not released: %w", len(cs)-i, k, err))
+				break
+			}
 			errs = append(errs, b.release(ctx, c))
 		}
 	}

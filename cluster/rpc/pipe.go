@@ -495,8 +495,9 @@ func (s *Server) Drain() { s.stopOnce.Do(func() { close(s.stopping) }) }
 // then g stops gracefully, cut short after wait. A caller that stopped
 // reading (a frozen process) leaves its stream's last frames unsent, and
 // gRPC's graceful stop would wait for them for as long as the connection
-// lives: past wait, g.Stop closes the connections.
-func StopServer(g *grpc.Server, s *Server, wait time.Duration) {
+// lives: past wait, g.Stop closes the connections. It answers whether the
+// stop was graceful.
+func StopServer(g *grpc.Server, s *Server, wait time.Duration) (graceful bool) {
 	s.Drain()
 	done := make(chan struct{})
 	go func() {
@@ -507,9 +508,11 @@ func StopServer(g *grpc.Server, s *Server, wait time.Duration) {
 	defer t.Stop()
 	select {
 	case <-done:
+		return true
 	case <-t.C:
 		g.Stop()
 		<-done
+		return false
 	}
 }
 

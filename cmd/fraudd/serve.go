@@ -228,8 +228,11 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
 	// leave, in cluster mode, hands this node's shards over and revokes its
-	// lease once the HTTP server drained.
-	leave := func() {}
+	// lease once the HTTP server drained, by the deadline given.
+	leave := func(time.Time) {}
+	// stop is the plan of the shutdown, set when it begins: the deferred
+	// stops below keep to it too (zero: serve ended on an error).
+	var stop shutdownPlan
 
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(s *actor.ActorSystem) *slog.Logger {
 		return log.With("lib", "protoactor")
@@ -256,9 +259,9 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 				node.Close()
 			}
 		}()
-		leave = func() {
+		leave = func(by time.Time) {
 			left = true
-			lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			lctx, cancel := context.WithDeadline(context.Background(), by)
 			defer cancel()
 			if err := node.Leave(lctx); err != nil {
 				log.Error("leave the cluster", "err", err)
@@ -348,7 +351,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		defer stopRPC()
+		defer func() { stopRPC(stop.rpc) }()
 	}
 
 	// Device-evidence beta (challenges, GPU samples, consistency hashes);
@@ -517,15 +520,63 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: draining requests")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	stop = planShutdown(time.Now())
+	log.Info("shutting down: draining requests", "grace", shutdownGrace.String())
+	shutCtx, cancel := context.WithDeadline(context.Background(), stop.drain)
 	defer cancel()
 	if err := srv.Shutdown(shutCtx); err != nil {
-		log.Error("drain requests", "err", err)
+		log.Error("drain requests cut short by the shutdown grace", "err", err)
 	}
 	log.Info("http server stopped")
-	leave()
+	leave(stop.leaveBy(time.Now()))
 	return nil
+}
+
+// shutdownGrace bounds a stop, from the signal to the store's close: a
+// supervisor kills the process after its own grace period (30 s: compose's
+// stop_grace_period here, Kubernetes' default), and a kill mid-way through
+// a cluster leave or the last group commits costs more than a step cut
+// short on purpose. The rest of the 30 s is margin.
+const shutdownGrace = 27 * time.Second
+
+// The steps' shares of the grace: the HTTP drain at most drainMax, the
+// cluster leave at most leaveMax and never past what the node-to-node
+// service's stop and the actors' last commits need after it (stopReserve),
+// the service's graceful stop never past the last second, which is the
+// actors' and the store's.
+const (
+	drainMax    = 15 * time.Second
+	leaveMax    = 10 * time.Second
+	stopReserve = 4 * time.Second
+	closeAfter  = time.Second
+)
+
+// shutdownPlan is when each step of a stop must end.
+type shutdownPlan struct {
+	// drain ends the HTTP drain, leave the cluster leave (or earlier: at
+	// most leaveMax after it starts), rpc the node-to-node service's
+	// graceful stop; end is the whole grace.
+	drain, leave, rpc, end time.Time
+}
+
+// planShutdown is the plan of a stop that begins at start.
+func planShutdown(start time.Time) shutdownPlan {
+	end := start.Add(shutdownGrace)
+	return shutdownPlan{
+		drain: start.Add(drainMax),
+		leave: end.Add(-stopReserve),
+		rpc:   end.Add(-closeAfter),
+		end:   end,
+	}
+}
+
+// leaveBy is the cluster leave's deadline when it starts at now: leaveMax
+// later, or the plan's leave when that comes first.
+func (p shutdownPlan) leaveBy(now time.Time) time.Time {
+	if by := now.Add(leaveMax); by.Before(p.leave) {
+		return by
+	}
+	return p.leave
 }
 
 // clusterConfig is the cluster start's configuration from the flags.

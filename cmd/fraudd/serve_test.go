@@ -47,3 +47,30 @@ func TestDurabilityFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownPlanKeepsTheGrace: a stop whose every step runs to its
+// deadline (a drain that takes all it may, a leave that cannot finish, a
+// node-to-node service whose graceful stop hangs) still ends within the 30 s
+// a supervisor gives before its kill, with time left for the actors' last
+// commits, and a leave after a full drain still has time to hand over.
+func TestShutdownPlanKeepsTheGrace(t *testing.T) {
+	start := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	p := planShutdown(start)
+	leaveFrom := p.drain // the drain ran to its deadline
+	leaveBy := p.leaveBy(leaveFrom)
+	if got := leaveBy.Sub(leaveFrom); got < 5*time.Second {
+		t.Errorf("a leave after a full drain gets %v", got)
+	}
+	if got := p.leaveBy(start).Sub(start); got != leaveMax {
+		t.Errorf("a leave right away gets %v, want %v", got, leaveMax)
+	}
+	if !leaveBy.Before(p.rpc) || !p.rpc.Before(p.end) {
+		t.Errorf("steps out of order: leave %v, rpc %v, end %v", leaveBy, p.rpc, p.end)
+	}
+	if got := p.end.Sub(start); got > 28*time.Second {
+		t.Errorf("the plan ends %v after the signal: too close to a 30 s kill", got)
+	}
+	if got := p.end.Sub(p.rpc); got < time.Second {
+		t.Errorf("the actors and the store get %v after the node-to-node service", got)
+	}
+}

@@ -353,16 +353,32 @@ func (n *Node) Root() string { return n.root }
 // new claim instead of for the lease to go). Its counts go last: once
 // every shard is released they are final, and the others keep them under
 // this node's id, so the accounts' sums do not drop by what it charged.
+//
+// Every step keeps to ctx's deadline (serve's shutdown grace): what the
+// deadline cuts short is logged, and costs what a crash of this node
+// would for that part only (the shards not released go with the lease;
+// shares not handed over count again when the node rejoins).
 func (n *Node) Leave(ctx context.Context) error {
 	var errs []error
 	n.stopBal()
-	<-n.done
+	select {
+	case <-n.done:
+	case <-ctx.Done():
+		// A pass is waiting on something (its etcd calls end with its
+		// context, a shard's release may wait for the quota store): the
+		// steps below fail fast on the ended ctx, up to the lease's end.
+		n.log.Warn("cluster: leave cut short: the balancer's last pass did not end within the shutdown grace")
+	}
 	if err := n.member.SetLeaving(ctx); err != nil {
 		// Not fatal: the others claim the shards once the lease goes.
 		n.log.Warn("cluster: could not mark this node leaving", "err", err)
 	}
 	if err := n.bal.ReleaseAll(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("cluster: hand shards over: %w", err))
+	}
+	if ctx.Err() != nil {
+		n.log.Warn("cluster: leave cut short by the shutdown grace: the shards not released go with the lease, and this node's shares count again when it rejoins with its data dir",
+			"account_shards_left", n.bal.Owned(cluster.KindAccount), "addr_shards_left", n.bal.Owned(cluster.KindAddr))
 	}
 	if err := n.handOverShares(ctx); err != nil {
 		errs = append(errs, err)
@@ -474,7 +490,15 @@ func (n *Node) releasing(ctx context.Context, c cluster.Claim) error {
 	if c.Kind != cluster.KindAccount {
 		return nil
 	}
-	if err := n.dropAccounts(c.Shard, n.cfg.LeaseTTL); err != nil {
+	wait := n.cfg.LeaseTTL
+	if d, ok := ctx.Deadline(); ok {
+		// A leave's release keeps to its deadline (Leave).
+		wait = min(wait, time.Until(d))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := n.dropAccounts(c.Shard, wait); err != nil {
 		return err
 	}
 	if h := n.history.Load(); h != nil {

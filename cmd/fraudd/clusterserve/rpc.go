@@ -62,8 +62,9 @@ type LocalParts struct {
 // StartRPC serves the node-to-node service (fraudd.cluster.v1.Node) on
 // --cluster-listen from the node's own parts, and sets Parts.Quota and
 // Parts.Events to the routing clients the pipeline calls. stop ends both:
-// call it before the quota actors stop.
-func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
+// call it before the quota actors stop. It keeps to by (zero: no
+// deadline), past which the graceful stop of the service is cut short.
+func (n *Node) StartRPC(lp LocalParts) (stop func(by time.Time), err error) {
 	local, db, now := lp.Quota, lp.Store, lp.Now
 	owners := rpc.Cluster{Member: n.member, Balancer: n.bal, View: n.owners}
 	// A slice is used for at most a third of the membership lease: it ends
@@ -131,14 +132,21 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(), err error) {
 	}()
 	n.rpc = q
 	n.log.Info("node-to-node gRPC serving", "listen", l.Addr().String(), "advertise", n.cfg.Advertise, "timeout", lp.Timeout)
-	return func() {
+	return func(by time.Time) {
 		stopHealth()
 		<-healthDone
 		<-reportDone
 		<-historyDone
 		n.history.Store(nil)
 		q.Close()
-		rpc.StopServer(g, srv, rpc.DefaultStopWait) // the other members' pipes say bye first
+		wait := rpc.DefaultStopWait
+		if !by.IsZero() {
+			wait = max(0, min(wait, time.Until(by)))
+		}
+		// The other members' pipes say bye first.
+		if !rpc.StopServer(g, srv, wait) {
+			n.log.Warn("cluster: node-to-node service stop cut short: the calls still under way were broken off", "after", wait)
+		}
 		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Warn("node-to-node gRPC", "err", err)
 		}
