@@ -220,6 +220,33 @@ func TestGroupCommitterBarrier(t *testing.T) {
 	}
 }
 
+// TestGroupCommitterAfterClose: a sender that runs on after Close (a shard
+// whose Stop timed out) is refused, and a barrier answers ErrStopped,
+// instead of a send on the closed channel panicking.
+func TestGroupCommitterAfterClose(t *testing.T) {
+	var applied atomic.Int64
+	g := NewGroupCommitter(GroupConfig{}, func(items []int) error {
+		applied.Add(int64(len(items)))
+		return nil
+	}, func([]int, error) {})
+	if !g.TryAdd(1) || !g.TryAddLazy(2) || g.Closed() {
+		t.Fatal("refused before Close")
+	}
+	g.Close()
+	if applied.Load() != 2 || !g.Closed() {
+		t.Fatalf("Close applied %d items, closed %v", applied.Load(), g.Closed())
+	}
+	if g.TryAdd(3) || g.TryAddLazy(4) {
+		t.Fatal("an item taken after Close")
+	}
+	if err := g.Barrier(time.Second); !errors.Is(err, ErrStopped) {
+		t.Fatalf("barrier after Close: %v", err)
+	}
+	if g.Open() != 0 {
+		t.Fatalf("open after Close: %d", g.Open())
+	}
+}
+
 // TestGroupCommitterLinger: lazy items wait for a barrier, an item
 // somebody waits on, LingerItems or the linger's end, and go as one group;
 // Close commits what lingers.

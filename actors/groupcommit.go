@@ -30,6 +30,13 @@ type GroupCommitter[T any] struct {
 	max   int
 	wg    sync.WaitGroup
 	once  sync.Once
+	// mu orders Close against the Try sends and barriers: a sender that
+	// may still run after Close (a shard handler that outlived its Stop's
+	// timeout) is refused, instead of sending on the closed channel.
+	// closing is set before Close takes mu, so a Try send refuses at once
+	// (TryRLock) rather than wait for a Close that waits for a barrier.
+	mu      sync.RWMutex
+	closing atomic.Bool
 
 	linger      time.Duration
 	lingerItems int
@@ -99,11 +106,18 @@ func (g *GroupCommitter[T]) Add(item T) {
 	g.wake()
 }
 
-// TryAdd queues an item unless the queue is full, and reports whether it
-// did. A sender that may run on a caller's goroutine (actors.InlineRuns)
-// uses it: blocking there would hold the caller past its own deadline. It
-// must not be called after Close.
+// TryAdd queues an item unless the queue is full or the committer is
+// closed, and reports whether it did (Closed tells the two apart). A sender
+// that may run on a caller's goroutine (actors.InlineRuns) uses it:
+// blocking there would hold the caller past its own deadline.
 func (g *GroupCommitter[T]) TryAdd(item T) bool {
+	if !g.mu.TryRLock() { // Close has begun
+		return false
+	}
+	defer g.mu.RUnlock()
+	if g.closing.Load() {
+		return false
+	}
 	g.open.Add(1) // before the send: the committer may take it at once
 	select {
 	case g.in <- queued[T]{item: item}:
@@ -118,6 +132,13 @@ func (g *GroupCommitter[T]) TryAdd(item T) bool {
 // TryAddLazy is TryAdd for an item nobody waits on: with a Linger, its
 // group may wait to grow (see GroupCommitter).
 func (g *GroupCommitter[T]) TryAddLazy(item T) bool {
+	if !g.mu.TryRLock() { // Close has begun
+		return false
+	}
+	defer g.mu.RUnlock()
+	if g.closing.Load() {
+		return false
+	}
 	g.open.Add(1)
 	select {
 	case g.in <- queued[T]{item: item, lazy: true}:
@@ -151,18 +172,15 @@ func (g *GroupCommitter[T]) Queued() int { return len(g.in) }
 func (g *GroupCommitter[T]) Open() int { return int(g.open.Load()) }
 
 // Barrier waits until every item queued before it went through Apply and
-// Done, or until wait passes (ErrTimeout). A shard that reloads its state
-// from the store calls it first, so that what it reads includes its own
-// writes still in the queue. It must not be called after Close.
+// Done, or until wait passes (ErrTimeout), or ErrStopped once Close began.
+// A shard that reloads its state from the store calls it first, so that
+// what it reads includes its own writes still in the queue.
 func (g *GroupCommitter[T]) Barrier(wait time.Duration) error {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	ch := make(chan struct{})
-	select {
-	case g.in <- queued[T]{barrier: ch}:
-		g.wake()
-	case <-t.C:
-		return ErrTimeout
+	if err := g.sendBarrier(ch, t.C); err != nil {
+		return err
 	}
 	select {
 	case <-ch:
@@ -172,14 +190,40 @@ func (g *GroupCommitter[T]) Barrier(wait time.Duration) error {
 	}
 }
 
+// sendBarrier queues barrier ch, unless the committer is closed or timeout
+// fires first.
+func (g *GroupCommitter[T]) sendBarrier(ch chan struct{}, timeout <-chan time.Time) error {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.closing.Load() {
+		return ErrStopped
+	}
+	select {
+	case g.in <- queued[T]{barrier: ch}:
+		g.wake()
+		return nil
+	case <-timeout:
+		return ErrTimeout
+	}
+}
+
 // Close commits everything queued and stops the goroutine, waiting for it.
+// Afterwards TryAdd and TryAddLazy refuse their items and Barrier answers
+// ErrStopped; Add must not be called.
 func (g *GroupCommitter[T]) Close() {
 	g.once.Do(func() {
+		g.closing.Store(true)
+		g.mu.Lock()
 		close(g.in)
+		g.mu.Unlock()
 		g.wake()
 	})
 	g.wg.Wait()
 }
+
+// Closed reports whether Close began: a refused TryAdd then means the
+// committer is gone, not that its queue is full.
+func (g *GroupCommitter[T]) Closed() bool { return g.closing.Load() }
 
 // Stats reports how many groups (batches) and items were committed so far.
 func (g *GroupCommitter[T]) Stats() (groups, items uint64) {

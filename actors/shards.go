@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/bits"
@@ -440,10 +441,19 @@ func (s *Shards) Tick(clk clock.Clock, every time.Duration) {
 	})
 }
 
+// StopTimeout bounds how long Stop waits for the shards to finish their
+// mailboxes and stop (protoactor's PoisonFuture waits 10 s); tests shorten it.
+var StopTimeout = 10 * time.Second
+
+// ErrStopTimeout is wrapped by Stop's error when a shard did not stop within
+// StopTimeout: its handler is stuck, and may still run after Stop returned.
+var ErrStopTimeout = errors.New("shards did not stop in time")
+
 // Stop ends the ticker, then lets every shard finish the messages already in
-// its mailbox and stops it, waiting for all of them. Messages sent after Stop
-// go to protoactor's dead letters; stop the senders first. A shard that is
-// down is not restarted any more.
+// its mailbox and stops it, waiting for all of them up to StopTimeout (a
+// shard still running then is named in an ErrStopTimeout). Messages sent
+// after Stop go to protoactor's dead letters; stop the senders first. A
+// shard that is down is not restarted any more.
 func (s *Shards) Stop() error {
 	var err error
 	s.stopOnce.Do(func() {
@@ -454,14 +464,25 @@ func (s *Shards) Stop() error {
 		s.mu.Lock()
 		s.stopping.Store(true)
 		s.mu.Unlock()
+		sys := s.root.ActorSystem()
 		futures := make([]*actor.Future, len(s.slots))
 		for i := range s.slots {
-			futures[i] = s.root.PoisonFuture(s.slots[i].pid.Load())
+			// PoisonFuture, with StopTimeout instead of its fixed 10 s.
+			pid := s.slots[i].pid.Load()
+			futures[i] = actor.NewFuture(sys, StopTimeout)
+			p, _ := sys.ProcessRegistry.Get(pid)
+			p.SendSystemMessage(pid, &actor.Watch{Watcher: futures[i].PID()})
+			s.root.Poison(pid)
 		}
+		var stuck []int
 		for i, f := range futures {
-			if _, e := f.Result(); e != nil && err == nil {
-				err = fmt.Errorf("stop shard %s/%d: %w", s.name, i, e)
+			if _, e := f.Result(); e != nil {
+				stuck = append(stuck, i)
 			}
+		}
+		if len(stuck) > 0 {
+			err = fmt.Errorf("%w: %s shards %v did not stop within %v (a handler still runs); they may still handle what is in their mailboxes",
+				ErrStopTimeout, s.name, stuck, StopTimeout)
 		}
 		for _, d := range s.dispatchers {
 			d.stop()

@@ -359,7 +359,10 @@ func (c *Client) resident() int {
 
 // Stop refuses new calls, lets the shards finish their mailboxes, then commits
 // everything still pending and releases its waiters. Call it after the HTTP
-// server stopped sending.
+// server stopped sending. A shard still stuck in a handler after
+// actors.StopTimeout is named in the error (actors.ErrStopTimeout); what it
+// handles after the committer closed is refused with ErrStopped, so no
+// charge is answered whose increment the store will not get.
 func (c *Client) Stop() error {
 	if c.stopped.Swap(true) {
 		return nil

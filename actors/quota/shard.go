@@ -174,6 +174,9 @@ type shardState struct {
 	warnFn    func(Warning)
 	// lent stands in for the accounts of lent charges (chargeLent).
 	lent *account
+	// stoppedLogged: persist has logged that the committer was closed
+	// under this shard (once is enough).
+	stoppedLogged bool
 }
 
 type shard struct{ *shardState }
@@ -285,11 +288,11 @@ func (s shard) persistAnswering(ctx actor.Context, p pending, call charged) {
 		// after the answer (Daily, a barrier, a cluster member's read of
 		// this node's share) finds the increment stored.
 		p.ahead = true
-		if s.persist(ctx, p) {
+		if err := s.persist(ctx, p); err != nil {
+			call.Charged(ChargeResult{}, err)
+		} else {
 			s.ahead.AnsweredAhead()
 			call.Charged(p.res, nil)
-		} else {
-			call.Charged(ChargeResult{}, errQueueFull)
 		}
 		return
 	}
@@ -340,14 +343,16 @@ func (s shard) chargeLent(ctx actor.Context, c *Charge, call charged) {
 // queue full.
 var errQueueFull = fmt.Errorf("%w: the usage committer's queue is full (the store has stalled)", ErrUnavailable)
 
-// persist queues p for the committer and reports whether it did. A full
+// persist queues p for the committer, or says why it could not. A full
 // queue (the store has stalled for a while: 16,384 increments wait) refuses
 // p at once instead of blocking, because the shard may be running on a
 // caller's goroutine (actors.InlineRuns), whose deadline could not fire
-// while it blocked: p is undone in memory and p.call hears ErrUnavailable.
-func (s shard) persist(ctx actor.Context, p pending) bool {
+// while it blocked; so does a closed committer (the shard outlived Stop):
+// p is undone in memory and p.call hears the error (ErrUnavailable,
+// ErrStopped).
+func (s shard) persist(ctx actor.Context, p pending) error {
 	if s.commit == nil {
-		return true
+		return nil
 	}
 	p.shard = ctx.Self()
 	p.reloads = p.ent.reloads
@@ -359,15 +364,30 @@ func (s shard) persist(ctx actor.Context, p pending) bool {
 		added = s.commit.TryAdd(p)
 	}
 	if added {
-		return true
+		return nil
 	}
 	p.ent.inflight.Add(-1)
 	undo(&p)
-	if p.call != nil {
-		p.call.Charged(ChargeResult{}, errQueueFull)
+	err := errQueueFull
+	if s.commit.Closed() {
+		// Stop closed the committer while this shard was stuck in a
+		// handler (its stop timed out): nothing can be stored any more.
+		err = errCommitterStopped
+		if !s.stoppedLogged {
+			s.stoppedLogged = true
+			s.log.Error("quota: a shard outlived Stop; its charges are refused, their increments cannot be stored",
+				"shard", p.shard.Id)
+		}
 	}
-	return false
+	if p.call != nil {
+		p.call.Charged(ChargeResult{}, err)
+	}
+	return err
 }
+
+// errCommitterStopped answers a charge whose shard ran on after Stop had
+// closed the committer.
+var errCommitterStopped = fmt.Errorf("%w (the usage committer is closed): nothing was charged", ErrStopped)
 
 // undo takes back in memory what p's delta did: the counts, the hourly
 // request a charge used, or the one a refund gave back.

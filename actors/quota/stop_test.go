@@ -1,0 +1,120 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// logRecorder is a slog.Handler that keeps every record's message.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, rec.Message)
+	r.mu.Unlock()
+	return nil
+}
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+func (r *logRecorder) find(sub string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, m := range r.msgs {
+		if strings.Contains(m, sub) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// stuckLoadStore holds LoadUsage of the account "stuck" at a gate: a store
+// stall that keeps a shard's handler busy past the shards' stop timeout.
+type stuckLoadStore struct {
+	*aheadStore
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (s *stuckLoadStore) LoadUsage(a string, m storage.Month) (storage.MonthCounts, storage.Totals, error) {
+	if a == "stuck" {
+		close(s.entered)
+		<-s.gate
+	}
+	return s.aheadStore.LoadUsage(a, m)
+}
+
+// TestStopAfterAStuckShard: a shard still stuck in a handler when Stop gives
+// up on it (actors.StopTimeout) goes on after Stop has closed the group
+// committer. Its charges, and those queued behind it, must then be refused
+// with an error (nothing acknowledged that the store will not get), not
+// panic on the closed committer; Stop says which shard did not stop.
+func TestStopAfterAStuckShard(t *testing.T) {
+	old := actors.StopTimeout
+	actors.StopTimeout = 100 * time.Millisecond
+	defer func() { actors.StopTimeout = old }()
+
+	s := &stuckLoadStore{aheadStore: newAheadStore(t), gate: make(chan struct{}), entered: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(s.gate) })
+	defer release()
+	rec := &logRecorder{}
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s, Timeout: 3 * time.Second, Logger: slog.New(rec)})
+	l := custom(10, 100)
+
+	type result struct {
+		res ChargeResult
+		err error
+	}
+	stuckDone := make(chan result, 1)
+	go func() {
+		r, err := c.Charge(Charge{Account: "stuck", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0})
+		stuckDone <- result{r, err}
+	}()
+	<-s.entered
+	// Queued behind the stuck charge, in the same shard's mailbox.
+	queuedDone := make(chan result, 1)
+	go func() {
+		r, err := c.Charge(Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0})
+		queuedDone <- result{r, err}
+	}()
+	time.Sleep(20 * time.Millisecond) // let it reach the mailbox before Stop refuses new calls
+
+	err := c.Stop()
+	if !errors.Is(err, actors.ErrStopTimeout) {
+		t.Fatalf("Stop with a stuck shard: %v; want ErrStopTimeout", err)
+	}
+	release()
+	for name, ch := range map[string]chan result{"stuck": stuckDone, "queued": queuedDone} {
+		r := <-ch
+		if r.err == nil || r.res.Allowed {
+			t.Errorf("%s charge after the committer closed: %+v %v; want refused", name, r.res, r.err)
+		}
+		if errors.Is(r.err, actors.ErrTimeout) {
+			t.Errorf("%s charge never answered: %v", name, r.err)
+		}
+	}
+	if p := rec.find("panic"); len(p) > 0 {
+		t.Errorf("panics after Stop: %q", p)
+	}
+	if l := rec.find("outlived Stop"); len(l) != 1 {
+		t.Errorf("logged about the shard that outlived Stop: %q; want one line", l)
+	}
+	for _, a := range []string{"stuck", "a"} {
+		if cnt, _, err := s.DB.LoadUsage(a, storage.MonthOf(t0)); err != nil || cnt.Used != 0 {
+			t.Errorf("stored for %s: %+v %v; want nothing (refused)", a, cnt, err)
+		}
+	}
+}
