@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -24,15 +25,42 @@ import (
 // commit: a failing store loses the charges answered ahead until its
 // first failure is known (that group's, and those queued while it ran; a
 // lingering group is applied at the latest at the next group sync).
+//
+// The units such a lost increment counted are kept in a ledger (lostLedger)
+// for a while: a refund of that charge gives the unit back in memory, where
+// it was counted, but must not take it from the store, which never got it.
+// The ledger lives on the committer's goroutine, which sees every increment
+// and refund in the order they were queued, so a refund that arrives while
+// its charge's batch is still queued is matched once that batch failed.
 func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, log *slog.Logger, failed *atomic.Bool) *actors.GroupCommitter[pending] {
 	var deltas []storage.UsageDelta
+	lost := lostLedger{}
+	var taken []lostTake
+	var pruneAt time.Time
 	apply := func(ps []pending) error {
 		deltas = deltas[:0]
+		taken = taken[:0]
+		if len(lost) > 0 {
+			if now := time.Now(); now.After(pruneAt) {
+				lost.prune(now)
+				pruneAt = now.Add(lostKeep)
+			}
+		}
 		for i := range ps {
-			deltas = append(deltas, ps[i].delta)
+			d := ps[i].delta
+			if ps[i].refund && len(lost) > 0 {
+				taken = lost.offset(&d, taken)
+			}
+			deltas = append(deltas, d)
 		}
 		err := store.ApplyUsage(deltas)
 		clear(deltas) // drop account strings for the GC
+		if err != nil {
+			// The refunds did not happen: what they took from the
+			// ledger is lost to the store still.
+			lost.restore(taken)
+		}
+		clear(taken)
 		return err
 	}
 	done := func(ps []pending, err error) {
@@ -51,9 +79,13 @@ func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, 
 		}
 		failed.Store(true)
 		ahead := 0
+		now := time.Now()
 		for i := range ps {
 			if ps[i].ahead {
 				ahead++
+				if ps[i].refundable {
+					lost.add(&ps[i].delta, now)
+				}
 			}
 		}
 		log.Error("quota: usage not stored; charges refused with 503 until the store takes writes again", "deltas", len(ps),
@@ -76,4 +108,108 @@ func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, 
 		}
 	}
 	return actors.NewGroupCommitter(cfg, apply, done)
+}
+
+// lostKeep is how long the committer remembers an increment answered ahead
+// whose batch failed, for its refund: a refund comes while the caller's
+// node still remembers the call (cluster/rpc's call book: at most 30 s).
+const lostKeep = 5 * time.Minute
+
+// lostKey is where a lost increment counted: an account's month and, for a
+// charge that counts toward the month, its day (the delta's Day; 0 else).
+type lostKey struct {
+	account string
+	month   storage.Month
+	day     storage.Day
+}
+
+// lostUnits is what lost increments counted under one lostKey and never
+// stored, and when the last of them was lost.
+type lostUnits struct {
+	used, lookups, evaluations int64
+	at                         time.Time
+}
+
+// lostLedger is the committer's record of lost increments (newCommitter).
+// Units are matched by key, not by call: any refund of the key's calls
+// may take a lost one, which leaves the store's counts, month's and day's,
+// exactly what they would be had the refunded call been the lost one.
+type lostLedger map[lostKey]lostUnits
+
+// lostTake is what one refund took from the ledger, to put back should its
+// batch fail.
+type lostTake struct {
+	key   lostKey
+	units lostUnits
+}
+
+func keyOf(d *storage.UsageDelta) lostKey {
+	return lostKey{account: d.Account, month: d.Month, day: d.Day}
+}
+
+// add records charge delta d as lost to the store.
+func (l lostLedger) add(d *storage.UsageDelta, now time.Time) {
+	k := keyOf(d)
+	u := l[k]
+	u.used += max(d.Counts.Used, 0)
+	u.lookups += max(d.Counts.Lookups, 0)
+	u.evaluations += max(d.Totals.Evaluations, 0)
+	u.at = now
+	l[k] = u
+}
+
+// offset takes from refund delta d (negative counts) the units the ledger
+// holds for its key: they were never stored, so the store must not lose
+// them. It appends what it took to taken.
+func (l lostLedger) offset(d *storage.UsageDelta, taken []lostTake) []lostTake {
+	k := keyOf(d)
+	u, ok := l[k]
+	if !ok {
+		return taken
+	}
+	t := lostUnits{
+		used:        min(-min(d.Counts.Used, 0), u.used),
+		lookups:     min(-min(d.Counts.Lookups, 0), u.lookups),
+		evaluations: min(-min(d.Totals.Evaluations, 0), u.evaluations),
+	}
+	if t.used == 0 && t.lookups == 0 && t.evaluations == 0 {
+		return taken
+	}
+	d.Counts.Used += t.used
+	d.Counts.Lookups += t.lookups
+	d.Totals.Evaluations += t.evaluations
+	u.used -= t.used
+	u.lookups -= t.lookups
+	u.evaluations -= t.evaluations
+	if u.used == 0 && u.lookups == 0 && u.evaluations == 0 {
+		delete(l, k)
+	} else {
+		l[k] = u
+	}
+	t.at = u.at
+	return append(taken, lostTake{key: k, units: t})
+}
+
+// restore puts back what offset took for refunds whose batch failed.
+func (l lostLedger) restore(taken []lostTake) {
+	for _, t := range taken {
+		u := l[t.key]
+		u.used += t.units.used
+		u.lookups += t.units.lookups
+		u.evaluations += t.units.evaluations
+		if t.units.at.After(u.at) {
+			u.at = t.units.at
+		}
+		l[t.key] = u
+	}
+}
+
+// prune forgets what was lost more than lostKeep ago: no refund comes for
+// it any more.
+func (l lostLedger) prune(now time.Time) {
+	for k, u := range l {
+		if now.Sub(u.at) > lostKeep {
+			delete(l, k)
+		}
+	}
 }

@@ -69,7 +69,8 @@
 // a shard counts in memory at once (the next charge sees it) and undoes the
 // increment if the batch fails, so memory is "stored + in flight" — except
 // for charges answered ahead of a batch that failed: they were served, so
-// they stay counted, lost to the store as a crash would lose them.
+// they stay counted, lost to the store as a crash would lose them (a
+// refund of one gives it back in memory only: the store never had it).
 // Refusals and CountTotal ride the next batch without anyone waiting.
 // Hourly windows are memory only and reset on restart (SPEC §8: advisory).
 // An account is loaded from the store on its first touch and on a month

@@ -85,7 +85,7 @@ func (c *Client) Refund(r Refund) error {
 func (s shard) refund(ctx actor.Context, r *Refund, call charged) {
 	took := r.Taken()
 	c := &r.Charge
-	p := pending{call: call, ent: s.lent, delta: negated(took), bucket: c.Bucket}
+	p := pending{call: call, ent: s.lent, delta: negated(took), bucket: c.Bucket, refund: true}
 	if a, ok := s.accounts.Get(c.Account); ok {
 		// Loaded: memory is "stored + in flight", so it gives back now
 		// what the store will. An account not in memory loads the stored

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -308,4 +309,66 @@ func TestDiscountAcrossAMonthChange(t *testing.T) {
 	if u := usage(); u.MonthUsed != 1 || u.TotalEvaluations != 2 {
 		t.Fatalf("after a discount of this month's call: %+v; want 1 used this month, 2 in total", u)
 	}
+}
+
+// TestRefundOfALostIncrement: a charge answered ahead of its commit whose
+// batch failed stays counted in memory but never reached the store; its
+// refund then gives it back in memory and must not take from the store a
+// unit the store never got (that would leave the stored count one below
+// the calls served). A refund of a stored charge still does.
+func TestRefundOfALostIncrement(t *testing.T) {
+	s := newAheadStore(t)
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s, Logger: slog.New(slog.DiscardHandler)})
+	defer c.Stop()
+	l := custom(10, 100)
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+	if _, err := c.Charge(ch); err != nil { // loaded and stored
+		t.Fatal(err)
+	}
+	stored(t, c)
+
+	s.fail.Store(true)
+	lost, err := c.Charge(ch)
+	if err != nil || !lost.Allowed {
+		t.Fatalf("charge answered ahead of a failing commit: %+v %v", lost, err)
+	}
+	stored(t, c) // its batch failed: the increment is lost to the store
+	// A refund whose own batch fails did not happen: the lost unit is
+	// still owed to the one that follows.
+	if err := c.Refund(Refund{Charge: ch, Result: lost}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("refund on a failing store: %v", err)
+	}
+	s.fail.Store(false)
+	if err := c.Refund(Refund{Charge: ch, Result: lost}); err != nil {
+		t.Fatal(err)
+	}
+	m, day := storage.MonthOf(t0), storage.DayOf(t0)
+	check := func(when string, want int64) {
+		t.Helper()
+		u, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0})
+		if err != nil || u.MonthUsed != want || u.TotalEvaluations != want || u.UsedThisHour != want {
+			t.Fatalf("%s: in memory %+v %v; want %d", when, u, err, want)
+		}
+		cnt, tot, err := s.DB.LoadUsage("a", m)
+		if err != nil || cnt.Used != want || tot.Evaluations != want {
+			t.Fatalf("%s: stored %+v %+v %v; want %d", when, cnt, tot, err, want)
+		}
+		if days, err := s.DB.DailyUsage("a", day, day); err != nil || len(days) != 1 || days[0].Used != want {
+			t.Fatalf("%s: stored days %+v %v; want %d", when, days, err, want)
+		}
+	}
+	check("after refunding the lost charge", 1)
+
+	// A stored charge's refund takes its unit from the store again.
+	kept, err := c.Charge(ch)
+	if err != nil || !kept.Allowed {
+		t.Fatalf("charge after the store recovered: %+v %v", kept, err)
+	}
+	stored(t, c)
+	check("charged again", 2)
+	if err := c.Refund(Refund{Charge: ch, Result: kept}); err != nil {
+		t.Fatal(err)
+	}
+	stored(t, c)
+	check("after refunding a stored charge", 1)
 }

@@ -141,6 +141,10 @@ type pending struct {
 	wstart time.Time
 	// reloads is ent.reloads when the delta was counted in memory.
 	reloads uint32
+	// refundable: an owned account's allowed charge, which a Refund may
+	// undo (the committer keeps its units when they are lost: lostLedger);
+	// refund: a Refund's negative delta.
+	refundable, refund bool
 }
 
 // dropMsg asks a shard to forget the accounts match selects (Drop) and
@@ -276,6 +280,7 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 		return
 	}
 	p.hourly, p.wstart = c.Hourly, a.hour[c.Bucket&1].start
+	p.refundable = true
 	s.persistAnswering(ctx, p, call)
 }
 
