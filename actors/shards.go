@@ -43,7 +43,9 @@ const maxHeld = 65536
 // by /api/status), and spawned again after a growing delay. While a shard is
 // down, calls to it fail at once with ErrShardDown instead of waiting for an
 // answer that cannot come, and its fire-and-forget messages are held (up to
-// maxHeld) and handed to the new shard in order.
+// maxHeld) and handed to the new shard in order. So are those already in
+// its mailbox when it was stopped (shardMailbox): protoactor would leave
+// them there unanswered.
 type Shards struct {
 	root        *actor.RootContext
 	name        string
@@ -77,7 +79,11 @@ type slot struct {
 	pid  atomic.Pointer[actor.PID]
 	down atomic.Bool
 
-	mu      sync.Mutex // held, dropped, backoff, upSince
+	mu sync.Mutex // early, held, dropped, backoff, upSince
+	// early is what the stopped actor's mailbox still held (shardMailbox),
+	// held what was sent while the shard was down: the successor gets
+	// early first, as it was sent first.
+	early   []any
 	held    []any
 	dropped int
 	backoff time.Duration
@@ -172,6 +178,9 @@ func SpawnShards(root *actor.RootContext, n int, produce func(i int) actor.Actor
 func (s *Shards) spawn(i int) *actor.PID {
 	sl := &s.slots[i]
 	gen := sl.gen.Add(1) // a restart in place keeps its spawn's generation
+	// Spawn produces the actor before its mailbox, and a restart in place
+	// produces it again with the same mailbox: the actors find theirs here.
+	life := new(spawnLife)
 	return s.root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		if sl.produced && s.onRestart != nil {
 			s.restartHook(i)
@@ -187,13 +196,101 @@ func (s *Shards) spawn(i int) *actor.PID {
 			// e.g. "quota.shard".
 			s.name = strings.TrimPrefix(fmt.Sprintf("%T", inner), "*")
 		}
-		return &shardActor{s: s, i: i, gen: gen, d: s.dispatchers[i], inner: inner}
+		return &shardActor{s: s, i: i, gen: gen, d: s.dispatchers[i], inner: inner, life: life}
 	}, actor.WithDispatcher(s.dispatchers[i]), actor.WithMailbox(func() actor.Mailbox {
 		// Spawn makes the mailbox synchronously; it is kept for its depth.
-		m := actor.Unbounded()()
+		life.mb = &shardMailbox{Mailbox: actor.Unbounded()(), s: s, i: i}
+		var m actor.Mailbox = life.mb
 		s.mailboxes[i].Store(&m)
 		return m
 	})))
+}
+
+// spawnLife is what one spawn's actor (each of its restarts in place) and
+// its mailbox share.
+type spawnLife struct{ mb *shardMailbox }
+
+// shardMailbox is protoactor's unbounded mailbox, with the messages it
+// hands on after its actor stopped diverted (Shards.divert) instead of
+// given to the stopped actor, which drops them unanswered. When its
+// supervisor stops an actor for good, protoactor has suspended the mailbox
+// (the failure) and leaves what is queued there for good: a call waits out
+// its caller's timeout, a fire-and-forget message is lost. The stopped
+// actor resumes the mailbox (shardActor), so that the queued messages run
+// through the divert: calls fail at once, the rest wait for the successor.
+type shardMailbox struct {
+	actor.Mailbox
+	s       *Shards
+	i       int
+	stopped atomic.Bool
+}
+
+// RegisterHandlers implements actor.Mailbox: the mailbox invokes the
+// actor through shardInvoker.
+func (m *shardMailbox) RegisterHandlers(inv actor.MessageInvoker, d actor.Dispatcher) {
+	m.Mailbox.RegisterHandlers(shardInvoker{MessageInvoker: inv, m: m}, d)
+}
+
+// drain makes the mailbox hand what it holds, and whatever still reaches
+// it, to Shards.divert; the actor has stopped.
+func (m *shardMailbox) drain() {
+	m.stopped.Store(true)
+	m.PostSystemMessage(&actor.ResumeMailbox{})
+}
+
+type shardInvoker struct {
+	actor.MessageInvoker
+	m *shardMailbox
+}
+
+func (v shardInvoker) InvokeUserMessage(msg any) {
+	if v.m.stopped.Load() {
+		v.m.s.divert(v.m.i, msg)
+		return
+	}
+	v.MessageInvoker.InvokeUserMessage(msg)
+}
+
+// divert takes a message that reached shard i's mailbox after its actor
+// stopped. Once Stop began, a Failer is answered ErrStopped and anything
+// else dropped, as Send does. While the shard is down, a Failer is
+// answered ErrShardDown, a Tick dropped and anything else kept for the
+// successor ahead of what is held (it was sent before them). Should the
+// successor run already, the message goes to it.
+func (s *Shards) divert(i int, msg any) {
+	msg = actor.UnwrapEnvelopeMessage(msg)
+	if _, ok := msg.(actor.AutoReceiveMessage); ok {
+		return // a poison pill, meant for the stopped actor
+	}
+	if s.stopping.Load() {
+		if f, ok := msg.(Failer); ok {
+			f.Fail(ErrStopped)
+		}
+		return
+	}
+	sl := &s.slots[i]
+	sl.mu.Lock()
+	if !sl.down.Load() {
+		pid := sl.pid.Load()
+		sl.mu.Unlock()
+		HoldInline(func() { s.root.Send(pid, msg) })
+		return
+	}
+	if f, ok := msg.(Failer); ok {
+		sl.mu.Unlock()
+		f.Fail(ErrShardDown)
+		return
+	}
+	if _, ok := msg.(Tick); ok {
+		sl.mu.Unlock()
+		return
+	}
+	if len(sl.early)+len(sl.held) < maxHeld {
+		sl.early = append(sl.early, msg)
+	} else {
+		sl.dropped++
+	}
+	sl.mu.Unlock()
 }
 
 // restartHook runs OnRestart for shard i. A panic in it is logged and
@@ -216,6 +313,7 @@ type shardActor struct {
 	gen   uint64 // the spawn that produced it (slot.gen)
 	d     *workerDispatcher
 	inner actor.Actor
+	life  *spawnLife
 }
 
 func (a *shardActor) Receive(ctx actor.Context) {
@@ -227,6 +325,9 @@ func (a *shardActor) Receive(ctx actor.Context) {
 	case *actor.Stopped:
 		a.inner.Receive(ctx)
 		a.s.stopped(a.i, a.gen)
+		// After the slot is marked down, so that what the mailbox holds
+		// is diverted as a down shard's.
+		a.life.mb.drain()
 		return
 	case *actor.Restarting:
 		a.s.log.Warn("actor shard restarting after a panic", "shards", a.s.name, "shard", a.i)
@@ -311,12 +412,16 @@ func (s *Shards) respawn(i int) {
 	// held messages' handler must not run here, where it could reach this
 	// slot's lock again (a send to its own shard, a panic that stops it).
 	HoldInline(func() {
+		for j, m := range sl.early {
+			s.root.Send(pid, m)
+			sl.early[j] = nil
+		}
 		for j, m := range sl.held {
 			s.root.Send(pid, m)
 			sl.held[j] = nil
 		}
 	})
-	sl.held = sl.held[:0]
+	sl.early, sl.held = sl.early[:0], sl.held[:0]
 	dropped := sl.dropped
 	sl.dropped = 0
 	sl.upSince = time.Now()
@@ -382,7 +487,7 @@ func (s *Shards) send(sl *slot, msg any) {
 		s.root.Send(sl.pid.Load(), msg)
 		return
 	}
-	if len(sl.held) < maxHeld {
+	if len(sl.early)+len(sl.held) < maxHeld {
 		sl.held = append(sl.held, msg)
 	} else {
 		sl.dropped++

@@ -195,3 +195,60 @@ func TestShardStoppedWhileStartingRestarts(t *testing.T) {
 		t.Fatalf("answering shard reported down")
 	}
 }
+
+// gated is crashy with a gate: a chan struct{} message holds its shard
+// until the channel is closed, so that what is sent meanwhile queues.
+type gated struct{ crashy }
+
+func (g gated) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(chan struct{}); ok {
+		<-m
+		return
+	}
+	g.crashy.Receive(ctx)
+}
+
+// TestQueuedBehindAFinalStop: messages already in a shard's mailbox when
+// its supervisor stops it for good are not left there: a call is answered
+// ErrShardDown at once instead of waiting out its caller's timeout, and a
+// fire-and-forget message goes to the restarted shard, ahead of what was
+// sent while it was down.
+func TestQueuedBehindAFinalStop(t *testing.T) {
+	sys := quiet()
+	sup := SupervisionOf(sys)
+	sup.SetRestartDelays(200*time.Millisecond, time.Second)
+	var mu sync.Mutex
+	var notes []int
+	s := SpawnShards(sys.Root, 1, func(int) actor.Actor { return gated{crashy{notes: &notes, mu: &mu}} },
+		Named("gated"), WithLogger(slog.New(slog.DiscardHandler)))
+	defer s.Stop()
+	calls := NewCalls[int, int](3 * time.Second)
+
+	gate := make(chan struct{})
+	s.Send(0, gate)
+	for range 11 { // the 11th panic in 10 s stops the shard for good
+		s.Send(0, poison{})
+	}
+	queued := calls.Get(0)
+	s.Send(0, queued)
+	s.Send(0, note{1})
+	close(gate)
+	start := time.Now()
+	if _, err := calls.Wait(queued); !errors.Is(err, ErrShardDown) || time.Since(start) > time.Second {
+		t.Fatalf("call queued behind the final stop: %v after %s; want ErrShardDown at once", err, time.Since(start))
+	}
+	waitFor(t, "the shard to be reported down", func() bool { return s.Down() == 1 })
+	s.Send(0, note{2})
+	waitFor(t, "the shard to come back", func() bool { return s.Down() == 0 })
+	c := calls.Get(0)
+	s.Send(0, c)
+	if _, err := calls.Wait(c); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+	mu.Lock()
+	got := append([]int(nil), notes...)
+	mu.Unlock()
+	if len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Fatalf("notes the restarted shard got: %v; want [1 2]", got)
+	}
+}
