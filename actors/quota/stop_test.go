@@ -71,7 +71,8 @@ func TestStopAfterAStuckShard(t *testing.T) {
 	release := sync.OnceFunc(func() { close(s.gate) })
 	defer release()
 	rec := &logRecorder{}
-	c := New(quietSystem().Root, Config{Shards: 1, Store: s, Timeout: 3 * time.Second, Logger: slog.New(rec)})
+	sys := quietSystem()
+	c := New(sys.Root, Config{Shards: 1, Store: s, Timeout: 3 * time.Second, Logger: slog.New(rec)})
 	l := custom(10, 100)
 
 	type result struct {
@@ -90,7 +91,15 @@ func TestStopAfterAStuckShard(t *testing.T) {
 		r, err := c.Charge(Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0})
 		queuedDone <- result{r, err}
 	}()
-	time.Sleep(20 * time.Millisecond) // let it reach the mailbox before Stop refuses new calls
+	// It must be in the mailbox before Stop refuses new calls.
+	deadline := time.Now().Add(5 * time.Second)
+	for depth := 0; depth == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the second charge never reached the stuck shard's mailbox")
+		}
+		time.Sleep(time.Millisecond)
+		actors.KindsOf(sys).Depths(func(_ string, d int) { depth += d })
+	}
 
 	err := c.Stop()
 	if !errors.Is(err, actors.ErrStopTimeout) {
