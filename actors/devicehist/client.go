@@ -53,6 +53,9 @@ type Store interface {
 	// HistOf names the stored records of the customers match selects
 	// (Take: cluster mode moves them to their owner).
 	HistOf(match func(customer string) bool, fn func(storage.HistRef) bool) error
+	// Sync makes every commit so far durable now (Take: the deletes of
+	// the records it hands out).
+	Sync() error
 }
 
 // Config configures New; the zero value works (memory only, nothing survives

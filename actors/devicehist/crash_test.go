@@ -63,3 +63,32 @@ func TestAcknowledgedHistorySurvivesACrash(t *testing.T) {
 		}
 	}
 }
+
+// TestTakenRecordsStayGoneAfterACrash: records Take returned travel to
+// another node, which merges them; a crash of this node afterwards (a
+// clone of the disk that keeps only what was synced) must not bring them
+// back, or the node would send them again when it returns and they would
+// count twice. The group sync never runs in this test (an hour's
+// interval): Take itself makes its deletes durable.
+func TestTakenRecordsStayGoneAfterACrash(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	db := openDBWith(t, mem, time.Hour)
+	defer db.Close()
+	c := newClient(t, Config{Shards: 4, Store: db})
+	for d := range 5 {
+		observe(t, c, Observation{Customer: "acc_1", EventID: fmt.Sprint("ev", d), DeviceID: fmt.Sprint("dev-", d), AccountID: "user", IP: ip1, Now: t0})
+	}
+	if err := db.Sync(); err != nil { // the observations are durable
+		t.Fatal(err)
+	}
+	if recs := take(t, c, all, t0); len(recs) != 5+1+1 {
+		t.Fatalf("took %d records, want 5 devices, 1 account, 1 address", len(recs))
+	}
+
+	db2 := openDB(t, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0}))
+	defer db2.Close()
+	c2 := newClient(t, Config{Shards: 4, Store: db2})
+	if recs := take(t, c2, all, t0); len(recs) != 0 {
+		t.Fatalf("after a crash the node holds %d of the records it took again: %v", len(recs), normalized(recs))
+	}
+}

@@ -1,6 +1,7 @@
 package devicehist
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 // some customers from this node and returns them; Merge adds records another
 // node took into this one's. Together they move a customer's history to the
 // owner of its account shard without counting anything twice: a taken
-// record is gone here (its delete is written with the shard's next writes)
+// record is gone here (its delete stored and synced before Take returns)
 // before it travels, and the owner adds it to what it holds (merge.go).
 //
 // A taken entry stays in memory, empty, until its delete is stored: an
@@ -46,8 +47,11 @@ type (
 
 // Take removes from this node, and returns, the history records of the
 // customers match selects. Records with nothing left in the window are
-// dropped, not returned. A caller that cannot deliver them gives them back
-// with Merge. An error may come with the records taken before it: they are
+// dropped, not returned. With a store, Take returns once their deletes are
+// durable, so a crash afterwards does not bring back what another node
+// merged; when that fails they are given back here and Take answers the
+// error alone. A caller that cannot deliver them gives them back with
+// Merge. Another error may come with the records taken before it: they are
 // gone here either way.
 func (c *Client) Take(match func(customer string) bool, now time.Time) ([]storage.HistRecord, error) {
 	if c.stopped.Load() {
@@ -102,10 +106,37 @@ func (c *Client) Take(match func(customer string) bool, now time.Time) ([]storag
 			return out, fmt.Errorf("devicehist: take: %w", actors.ErrTimeout)
 		}
 	}
+	if len(out) > 0 && c.store != nil {
+		// The records are about to count at another node: their deletes
+		// must be durable first, or a crash of this node within the
+		// store's sync interval would bring them back and they would be
+		// sent (and counted) again. One sync per call that took
+		// something; moves are rare.
+		if err := c.durable(); err != nil {
+			if berr := c.Merge(out, now); berr != nil {
+				// Neither durable nor given back: hand them out all the
+				// same (a possible double count rather than a loss).
+				return out, fmt.Errorf("devicehist: take: %w", errors.Join(err, berr))
+			}
+			return nil, fmt.Errorf("devicehist: take: %w", err)
+		}
+	}
 	if errs != nil {
 		return out, fmt.Errorf("devicehist: take: %w", errs)
 	}
 	return out, nil
+}
+
+// durable returns once every write the shards handed to the committer so
+// far (a take's deletes) is stored and synced.
+func (c *Client) durable() error {
+	if err := c.barrierAll(max(c.timeout, takeWait)); err != nil {
+		return err
+	}
+	if err := c.store.Sync(); err != nil {
+		return fmtUnavailable(err)
+	}
+	return nil
 }
 
 // Merge adds records taken on another node (or given back after a failed
