@@ -37,11 +37,17 @@ type (
 		recs []storage.HistRecord
 		err  error
 	}
-	// mergeReq asks a shard to add recs into its own.
+	// mergeReq asks a shard to add recs into its own: all of them or,
+	// when one cannot be read, none.
 	mergeReq struct {
 		recs  []storage.HistRecord
 		now   int64
-		reply chan error
+		part  int
+		reply chan mergeReply
+	}
+	mergeReply struct {
+		part int
+		err  error
 	}
 )
 
@@ -142,47 +148,69 @@ func (c *Client) durable() error {
 // Merge adds records taken on another node (or given back after a failed
 // delivery) into this node's history, as of now.
 func (c *Client) Merge(recs []storage.HistRecord, now time.Time) error {
+	_, err := c.MergeParts(recs, now)
+	return err
+}
+
+// MergeParts is Merge that says which records merged when not all did:
+// merged[i] tells whether recs[i] is in this node's history now (nil with
+// an error that merged nothing: an invalid record, a stopped client). The
+// records of one shard merge together or not at all, so a batch that
+// failed in part can be sent again with only the rest. A shard that does
+// not answer within the wait counts as merged: the merge is in its queue
+// and runs when it gets there.
+func (c *Client) MergeParts(recs []storage.HistRecord, now time.Time) (merged []bool, err error) {
 	if c.stopped.Load() {
-		return ErrStopped
+		return nil, ErrStopped
 	}
 	n := c.shards.Len()
 	parts := make([][]storage.HistRecord, n)
-	for _, r := range recs {
+	of := make([]int, len(recs)) // the shard of each record
+	for k, r := range recs {
 		cust := storage.HistCustomerOf(r)
 		if cust == "" || len(cust) > storage.MaxHistCustomer {
-			return fmt.Errorf("devicehist: merge: %w", ErrInvalid)
+			return nil, fmt.Errorf("devicehist: merge: %w", ErrInvalid)
 		}
 		i := c.shards.Index(actors.HashString(cust))
 		parts[i] = append(parts[i], r)
+		of[k] = i
 	}
-	replies := make(chan error, n)
+	replies := make(chan mergeReply, n)
 	sent := 0
 	for i, p := range parts {
 		if len(p) > 0 {
-			c.shards.Send(uint64(i), &mergeReq{recs: p, now: now.Unix(), reply: replies})
+			c.shards.Send(uint64(i), &mergeReq{recs: p, now: now.Unix(), part: i, reply: replies})
 			sent++
 		}
 	}
+	failed := make([]bool, n)
 	// A shard that answers late has merged its records all the same, and a
 	// caller that took the error for "not merged" would give them back or
 	// have them sent again (counted twice): wait well past the call timeout.
 	t := time.NewTimer(max(c.timeout, takeWait))
 	defer t.Stop()
 	var first error
+wait:
 	for range sent {
 		select {
-		case err := <-replies:
-			if err != nil && first == nil {
-				first = err
+		case r := <-replies:
+			if r.err != nil {
+				failed[r.part] = true
+				first = firstErr(first, r.err)
 			}
 		case <-t.C:
-			return fmt.Errorf("devicehist: merge: %w", actors.ErrTimeout)
+			first = firstErr(first, actors.ErrTimeout)
+			break wait
 		}
 	}
-	if first != nil {
-		return fmt.Errorf("devicehist: merge: %w", first)
+	merged = make([]bool, len(recs))
+	for k := range recs {
+		merged[k] = !failed[of[k]]
 	}
-	return nil
+	if first != nil {
+		return merged, fmt.Errorf("devicehist: merge: %w", first)
+	}
+	return merged, nil
 }
 
 // take runs takeReq on the shard's goroutine.
@@ -273,44 +301,51 @@ func eachMatching[K comparable, R any](t *actors.Table[K, *entry[R]], customer f
 	})
 }
 
-// merge runs mergeReq on the shard's goroutine.
+// merge runs mergeReq on the shard's goroutine: it reads every record
+// first and merges only when all of them could be read, so a part merges
+// whole or not at all.
 func (s shard) merge(m *mergeReq) {
-	var ferr error
-	for _, r := range m.recs {
+	devices := make([]*deviceEntry, len(m.recs))
+	accounts := make([]*accountEntry, len(m.recs))
+	addresses := make([]*addressEntry, len(m.recs))
+	for i, r := range m.recs {
+		var err error
 		switch r := r.(type) {
 		case *storage.HistCustomerDevice:
-			e, err := s.device(r.Customer, r.Device, true)
-			if err != nil {
-				ferr = firstErr(ferr, err)
-				continue
-			}
+			devices[i], err = s.device(r.Customer, r.Device, true)
+		case *storage.HistAccount:
+			accounts[i], err = s.account(r.Customer, r.Hash, true)
+		case *storage.HistAddress:
+			addresses[i], err = s.addressEntry(r.Customer, r.Addr, true)
+		}
+		if err != nil {
+			m.reply <- mergeReply{part: m.part, err: err}
+			return
+		}
+	}
+	for i, r := range m.recs {
+		switch r := r.(type) {
+		case *storage.HistCustomerDevice:
+			e := devices[i]
 			trimDevice(&e.rec, m.now)
 			mergeDevice(&e.rec, r)
 			e.touched = m.now
 			s.mark(e, nil, nil)
 		case *storage.HistAccount:
-			e, err := s.account(r.Customer, r.Hash, true)
-			if err != nil {
-				ferr = firstErr(ferr, err)
-				continue
-			}
+			e := accounts[i]
 			trimAccount(&e.rec, m.now)
 			mergeAccount(&e.rec, r)
 			e.touched = m.now
 			s.mark(nil, e, nil)
 		case *storage.HistAddress:
-			e, err := s.addressEntry(r.Customer, r.Addr, true)
-			if err != nil {
-				ferr = firstErr(ferr, err)
-				continue
-			}
+			e := addresses[i]
 			trimAddress(&e.rec, m.now)
 			mergeAddress(&e.rec, r)
 			e.touched = m.now
 			s.mark(nil, nil, e)
 		}
 	}
-	m.reply <- ferr
+	m.reply <- mergeReply{part: m.part}
 }
 
 func firstErr(a, b error) error {

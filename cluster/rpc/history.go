@@ -23,6 +23,9 @@ import (
 type LocalHistory interface {
 	Take(match func(customer string) bool, now time.Time) ([]storage.HistRecord, error)
 	Merge(recs []storage.HistRecord, now time.Time) error
+	// MergeParts is Merge that says which records merged when not all
+	// did (nil: none).
+	MergeParts(recs []storage.HistRecord, now time.Time) (merged []bool, err error)
 }
 
 // History batches: at most maxHistoryBatch records of at most
@@ -79,9 +82,9 @@ type HistoryMover struct {
 	kick chan struct{} // a handoff failed: the next round comes sooner
 
 	mu       sync.Mutex
-	down     map[string]time.Time  // members a handoff failed to, until when skipped
-	merged   map[batchID]time.Time // batches merged here, until batchMemory after
-	received map[int]time.Time     // shards records arrived for, until historyHold after
+	down     map[string]time.Time    // members a handoff failed to, until when skipped
+	merged   map[batchID]*batchState // batches merged here (in part), until batchMemory after
+	received map[int]time.Time       // shards records arrived for, until historyHold after
 }
 
 // HistoryConfig configures NewHistoryMover.
@@ -107,6 +110,13 @@ type batchID struct {
 	batch uint64
 }
 
+// batchState is what a receiver remembers of a batch: when it last came,
+// and which of its records are merged (nil: all of them).
+type batchState struct {
+	at   time.Time
+	done []bool
+}
+
 // NewHistoryMover returns the mover of cfg.Local's records; Run drives its
 // rounds.
 func NewHistoryMover(cfg HistoryConfig) *HistoryMover {
@@ -123,7 +133,7 @@ func NewHistoryMover(cfg HistoryConfig) *HistoryMover {
 		base:   rand.Uint64() &^ (1<<32 - 1),
 		kick:   make(chan struct{}, 1),
 		down:   map[string]time.Time{},
-		merged: map[batchID]time.Time{}, received: map[int]time.Time{},
+		merged: map[batchID]*batchState{}, received: map[int]time.Time{},
 	}
 }
 
@@ -324,7 +334,10 @@ func (m *HistoryMover) send(ctx context.Context, to string, recs []storage.HistR
 	return err
 }
 
-// receive merges a batch another node sent, once per batch id.
+// receive merges a batch another node sent, each of its records once per
+// batch id: a batch merged in part (a read failed on one of the history's
+// shards) merges only the rest when it comes again, and one merged whole
+// answers false.
 func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
 	recs := make([]storage.HistRecord, len(r.Records))
 	for i, b := range r.Records {
@@ -343,21 +356,53 @@ func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
 	now, wall := m.cfg.Now(), time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock() // merges of batches run one at a time: a retry waits for the first
-	for k, t := range m.merged {
-		if wall.Sub(t) > batchMemory {
+	for k, b := range m.merged {
+		if wall.Sub(b.at) > batchMemory {
 			delete(m.merged, k)
 		}
 	}
-	if _, dup := m.merged[id]; dup {
+	b := m.merged[id]
+	if b != nil && b.done == nil {
+		b.at = wall
 		return false, nil
 	}
-	if err := m.cfg.Local.Merge(recs, now); err != nil {
-		return false, err
+	// A batch merged in part before merges only its rest now.
+	todo, at := recs, []int(nil)
+	if b != nil {
+		todo = todo[:0:0]
+		for i, done := range b.done {
+			if !done {
+				todo, at = append(todo, recs[i]), append(at, i)
+			}
+		}
 	}
-	m.merged[id] = wall
-	for _, rec := range recs {
-		m.received[cluster.ShardOf(cluster.KindAccount, storage.HistCustomerOf(rec))] = wall
+	merged, err := m.cfg.Local.MergeParts(todo, now)
+	if merged == nil {
+		return false, err // nothing merged now
 	}
+	if b == nil {
+		b = &batchState{done: make([]bool, len(recs))}
+		m.merged[id] = b
+	}
+	b.at = wall
+	all := true
+	for k, ok := range merged {
+		i := k
+		if at != nil {
+			i = at[k]
+		}
+		if ok {
+			b.done[i] = true
+			m.received[cluster.ShardOf(cluster.KindAccount, storage.HistCustomerOf(recs[i]))] = wall
+		}
+	}
+	for _, done := range b.done {
+		all = all && done
+	}
+	if !all {
+		return false, fmt.Errorf("history batch %d of %q merged in part: %w", r.Batch, r.Node, err)
+	}
+	b.done = nil
 	return true, nil
 }
 

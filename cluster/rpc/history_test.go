@@ -226,3 +226,86 @@ func TestHistoryBatchSlowMergeOnce(t *testing.T) {
 		t.Fatalf("a batch received twice: %d visits, want 4", visits)
 	}
 }
+
+// failingLoads is a store whose reads of one device's record fail while
+// fail is set (a read error on part of a batch).
+type failingLoads struct {
+	*storage.DB
+	device string
+	fail   *atomic.Bool
+}
+
+func (s failingLoads) LoadHist(r storage.HistRecord) (storage.HistStored, bool, error) {
+	if cd, ok := r.(*storage.HistCustomerDevice); ok && cd.Device == s.device && s.fail.Load() {
+		return storage.HistStored{}, false, fmt.Errorf("read of %s failed", s.device)
+	}
+	return s.DB.LoadHist(r)
+}
+
+// visitsOf takes every record of dh and answers the visits of each device.
+func visitsOf(t *testing.T, dh *devicehist.Client) map[string]int {
+	t.Helper()
+	recs, err := dh.Take(func(string) bool { return true }, testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, r := range recs {
+		if cd, ok := r.(*storage.HistCustomerDevice); ok {
+			for _, d := range cd.Days {
+				out[cd.Device] += int(d.N)
+			}
+		}
+	}
+	return out
+}
+
+func deviceParcel(t *testing.T, customer, device string, visits uint32) []byte {
+	t.Helper()
+	rec := &storage.HistCustomerDevice{Customer: customer, Device: device, LastSeen: testNow.Unix(),
+		Days: []storage.DayVisits{{Day: storage.Day(testNow.Unix() / 86400), N: visits, First: testNow.Unix()}}}
+	b, err := storage.AppendHistParcel(nil, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestHistoryBatchPartlyMergedOnce: a receiver that merged part of a batch
+// and failed on the rest (a read error) merges only the rest when the
+// batch comes again: nothing counts twice.
+func TestHistoryBatchPartlyMergedOnce(t *testing.T) {
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var fail atomic.Bool
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	dh, err := devicehist.New(sys.Root, devicehist.Config{Shards: 4, Store: failingLoads{db, "bad", &fail},
+		Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dh.Stop()
+	m := NewHistoryMover(HistoryConfig{Local: dh, Now: func() time.Time { return testNow }, Log: quietLog})
+
+	var recs [][]byte
+	for i := range 8 { // customers spread over the shards
+		recs = append(recs, deviceParcel(t, fmt.Sprint("acc_", i), "good", 4))
+	}
+	recs = append(recs, deviceParcel(t, "acc_0", "bad", 2))
+	req := &HistoryParcels{Version: version, Node: "c", Batch: 5, Records: recs}
+	fail.Store(true)
+	if _, err := m.receive(req); err == nil {
+		t.Fatal("a batch with a record that cannot be read merged")
+	}
+	fail.Store(false)
+	if merged, err := m.receive(req); err != nil || !merged {
+		t.Fatalf("the batch sent again: merged %v, %v", merged, err)
+	}
+	got := visitsOf(t, dh)
+	if got["good"] != 8*4 || got["bad"] != 2 {
+		t.Fatalf("visits %v, want good 32 and bad 2 (each record merged once)", got)
+	}
+}
