@@ -58,8 +58,9 @@ const (
 	historyDown  = 5 * time.Second
 )
 
-// batchMemory is how long a receiver remembers the batches it merged, so a
-// batch sent again (its reply was lost) is not counted twice.
+// batchMemory is how long a receiver remembers the batches it merged (and
+// which of their records), so a batch sent again (its reply was lost) is
+// not counted twice. In memory: a receiver that restarts forgets them.
 const batchMemory = 10 * time.Minute
 
 // HistoryMover keeps each customer's device history at the owner of its
@@ -71,8 +72,12 @@ const batchMemory = 10 * time.Minute
 // history as it was), and the local observations of leased evaluations
 // (kept while the lease lasts: they are the holder's view). Run moves the
 // leftovers to the owners; MergeHistory adds them there. A record leaves
-// this node before it travels (devicehist.Take) and comes back on a failed
-// delivery, so each observation counts once wherever it ends up.
+// this node before it travels (devicehist.Take, its delete synced) and
+// comes back when the receiver says it did not merge it; a batch no reply
+// confirmed is sent again with the same id, which the receiver merges
+// once, record by record. So each observation counts once wherever it
+// ends up (docs/cluster.md says what a crash or a long outage can still
+// do).
 type HistoryMover struct {
 	cfg   HistoryConfig
 	base  uint64
@@ -80,10 +85,13 @@ type HistoryMover struct {
 	moves sync.Mutex // one move at a time
 
 	kick chan struct{} // a handoff failed: the next round comes sooner
+	// call sends one batch to a member (tests lose its replies).
+	call func(ctx context.Context, to string, req *HistoryParcels) (*HistoryReply, error)
 
 	mu       sync.Mutex
 	down     map[string]time.Time    // members a handoff failed to, until when skipped
 	merged   map[batchID]*batchState // batches merged here (in part), until batchMemory after
+	held     map[string]*heldBatch   // per member, the batch sent it and never confirmed (under moves)
 	received map[int]time.Time       // shards records arrived for, until historyHold after
 }
 
@@ -126,15 +134,28 @@ func NewHistoryMover(cfg HistoryConfig) *HistoryMover {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &HistoryMover{
+	m := &HistoryMover{
 		cfg: cfg,
 		// Batch ids of a restarted node must not repeat the ones its last
 		// run used: the receivers still remember those.
 		base:   rand.Uint64() &^ (1<<32 - 1),
 		kick:   make(chan struct{}, 1),
 		down:   map[string]time.Time{},
-		merged: map[batchID]*batchState{}, received: map[int]time.Time{},
+		merged: map[batchID]*batchState{}, held: map[string]*heldBatch{}, received: map[int]time.Time{},
 	}
+	m.call = m.callPeer
+	return m
+}
+
+// callPeer sends one batch to member to over gRPC.
+func (m *HistoryMover) callPeer(ctx context.Context, to string, req *HistoryParcels) (*HistoryReply, error) {
+	p, err := m.cfg.Peers.peer(to)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, max(m.cfg.Peers.cfg.Timeout, 2*time.Second))
+	defer cancel()
+	return p.cli.MergeHistory(cctx, req)
 }
 
 // Hand moves the history of an account shard to node to: the shard's next
@@ -186,6 +207,7 @@ func (m *HistoryMover) Run(ctx context.Context, every time.Duration) {
 	next, retry := time.Now().Add(every/5), historyRetry
 	t := time.NewTimer(every / 5)
 	defer t.Stop()
+	defer func() { m.release(m.cfg.Now()) }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -271,6 +293,13 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 		c := storage.HistCustomerOf(r)
 		byOwner[owners[c]] = append(byOwner[owners[c]], r)
 	}
+	for to := range m.held {
+		if _, ok := byOwner[to]; !ok {
+			if rerr := m.resend(ctx, to, now); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("to %s: %w", to, rerr))
+			}
+		}
+	}
 	n := 0
 	for to, rs := range byOwner {
 		if derr := m.deliver(ctx, to, rs, now); derr != nil {
@@ -282,71 +311,187 @@ func (m *HistoryMover) MoveLeftovers(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// deliver sends recs to node to in batches; a batch that fails, and every
-// one after it, is merged back here.
+// deliver sends recs to node to in batches. A batch to (sent before,
+// whose delivery this node could not confirm) goes first. A batch the
+// receiver refuses, or merges in part, and every one after it, is merged
+// back here (its merged part not); a batch whose delivery stays
+// unconfirmed (no reply came) is kept to be sent again with the same id.
+// It runs under m.moves.
 func (m *HistoryMover) deliver(ctx context.Context, to string, recs []storage.HistRecord, now time.Time) error {
+	if err := m.resend(ctx, to, now); err != nil {
+		m.giveBack(to, recs, now)
+		return fmt.Errorf("to %s: %w", to, err)
+	}
 	for len(recs) > 0 {
 		n := min(len(recs), maxHistoryBatch)
-		if err := m.send(ctx, to, recs[:n]); err != nil {
-			if berr := m.cfg.Local.Merge(recs, now); berr != nil {
-				// The records are gone from here and did not arrive: the
-				// one way history is lost, on a node whose own store fails.
-				m.cfg.Log.Error("cluster: device history neither delivered nor kept", "records", len(recs), "to", to, "err", berr)
-			}
+		req, err := m.batchOf(recs[:n])
+		if err != nil {
+			m.giveBack(to, recs, now)
 			return fmt.Errorf("to %s: %w", to, err)
+		}
+		rest, unsure, err := m.send(ctx, to, req)
+		switch {
+		case unsure:
+			m.held[to] = &heldBatch{req: req, recs: recs[:n], since: time.Now()}
+			m.giveBack(to, recs[n:], now)
+			return fmt.Errorf("to %s: batch %d unconfirmed, kept to send again: %w", to, req.Batch, err)
+		case err != nil:
+			m.giveBack(to, recs, now)
+			return fmt.Errorf("to %s: %w", to, err)
+		case len(rest) > 0:
+			m.giveBack(to, append(pick(recs[:n], rest), recs[n:]...), now)
+			return fmt.Errorf("to %s: %d of the %d records of batch %d not merged", to, len(rest), n, req.Batch)
 		}
 		recs = recs[n:]
 	}
 	return nil
 }
 
-// send delivers one batch, trying a lost reply again with the same batch
-// id (the receiver merges it once).
-func (m *HistoryMover) send(ctx context.Context, to string, recs []storage.HistRecord) error {
-	req := &HistoryParcels{Version: version, Node: m.cfg.Owners.Self(), Batch: m.base | m.batch.Add(1), Records: make([][]byte, 0, len(recs))}
+// heldBatch is a batch whose delivery its sender could not confirm: every
+// attempt went unanswered, so the receiver may have merged it. Merged back
+// here it would count twice if so; it is sent again instead, with the same
+// id, until the receiver answers (within heldFor).
+type heldBatch struct {
+	req   *HistoryParcels
+	recs  []storage.HistRecord
+	since time.Time
+}
+
+// heldFor is how long a sender keeps sending an unconfirmed batch again
+// before it gives the records back to its own history: well within
+// batchMemory, so the receiver still remembers the batch if it merged it.
+const heldFor = batchMemory / 2
+
+// resend sends the batch held for to again, if any; an error means it is
+// still unconfirmed (or was refused: its records are back here then).
+// It runs under m.moves.
+func (m *HistoryMover) resend(ctx context.Context, to string, now time.Time) error {
+	h := m.held[to]
+	if h == nil {
+		return nil
+	}
+	if time.Since(h.since) > heldFor {
+		delete(m.held, to)
+		m.cfg.Log.Warn("cluster: device history batch never confirmed; its records are kept here (counted twice if the member merged them)", "to", to, "batch", h.req.Batch, "records", len(h.recs))
+		m.giveBack(to, h.recs, now)
+		return nil
+	}
+	rest, unsure, err := m.send(ctx, to, h.req)
+	if unsure {
+		return fmt.Errorf("batch %d still unconfirmed: %w", h.req.Batch, err)
+	}
+	delete(m.held, to)
+	switch {
+	case err != nil:
+		m.giveBack(to, h.recs, now)
+		return err
+	case len(rest) > 0:
+		m.giveBack(to, pick(h.recs, rest), now)
+	}
+	return nil
+}
+
+// release gives the held batches' records back to this node's history
+// (Run's end: the node stops, and what is only in memory would be lost).
+func (m *HistoryMover) release(now time.Time) {
+	m.moves.Lock()
+	defer m.moves.Unlock()
+	for to, h := range m.held {
+		delete(m.held, to)
+		m.cfg.Log.Warn("cluster: device history batch unconfirmed at stop; its records are kept here (counted twice if the member merged them)", "to", to, "batch", h.req.Batch, "records", len(h.recs))
+		m.giveBack(to, h.recs, now)
+	}
+}
+
+// giveBack merges undelivered records back into this node's history.
+func (m *HistoryMover) giveBack(to string, recs []storage.HistRecord, now time.Time) {
+	if len(recs) == 0 {
+		return
+	}
+	if err := m.cfg.Local.Merge(recs, now); err != nil {
+		// The records are gone from here and did not arrive: the
+		// one way history is lost, on a node whose own store fails.
+		m.cfg.Log.Error("cluster: device history neither delivered nor kept", "records", len(recs), "to", to, "err", err)
+	}
+}
+
+// pick returns the records of recs at the indexes rest names.
+func pick(recs []storage.HistRecord, rest []int) []storage.HistRecord {
+	out := make([]storage.HistRecord, 0, len(rest))
+	for _, i := range rest {
+		out = append(out, recs[i])
+	}
+	return out
+}
+
+// batchOf encodes recs as one batch under a new id.
+func (m *HistoryMover) batchOf(recs []storage.HistRecord) (*HistoryParcels, error) {
+	req := &HistoryParcels{Version: version, Node: m.cfg.Owners.Self(), Batch: m.base | m.batch.Add(1), KeepsRest: true,
+		Records: make([][]byte, 0, len(recs))}
 	for _, r := range recs {
 		b, err := storage.AppendHistParcel(nil, r)
 		if err != nil {
-			return err // a record this node holds is always valid; never sent half
+			return nil, err // a record this node holds is always valid; never sent half
 		}
 		req.Records = append(req.Records, b)
 	}
-	var err error
+	return req, nil
+}
+
+// errNotSent: a batch could not go out (no connection to the member).
+var errNotSent = errors.New("history batch not sent")
+
+// send delivers one batch, trying a lost reply again with the same batch
+// id (the receiver merges it once). It answers the indexes of the records
+// the receiver did not merge (it keeps none of them), or an error: unsure
+// when an attempt may have reached the receiver and no answer came, so the
+// batch may be merged there.
+func (m *HistoryMover) send(ctx context.Context, to string, req *HistoryParcels) (rest []int, unsure bool, err error) {
 	for attempt := range 3 {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
-				return errors.Join(err, ctx.Err())
+				return nil, unsure, errors.Join(err, ctx.Err())
 			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 			}
 		}
-		var p *peer
-		if p, err = m.cfg.Peers.peer(to); err != nil {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, max(m.cfg.Peers.cfg.Timeout, 2*time.Second))
-		_, err = p.cli.MergeHistory(cctx, req)
-		cancel()
-		if err == nil || status.Code(err) == codes.InvalidArgument || status.Code(err) == codes.Unimplemented {
-			return err
+		var rep *HistoryReply
+		rep, err = m.call(ctx, to, req)
+		switch {
+		case err == nil:
+			seen := make([]bool, len(req.Records))
+			for _, i := range rep.GetRest() {
+				if int(i) < len(seen) && !seen[i] {
+					seen[i] = true
+					rest = append(rest, int(i))
+				}
+			}
+			return rest, false, nil
+		case status.Code(err) == codes.InvalidArgument || status.Code(err) == codes.Unimplemented:
+			// Refused whole: nothing of it merged, now or before (the
+			// same batch is refused the same way).
+			return nil, false, err
+		case errors.Is(err, errNotSent):
+		default:
+			unsure = true
 		}
 	}
-	return err
+	return nil, unsure, err
 }
 
 // receive merges a batch another node sent, each of its records once per
 // batch id: a batch merged in part (a read failed on one of the history's
 // shards) merges only the rest when it comes again, and one merged whole
 // answers false.
-func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
+func (m *HistoryMover) receive(r *HistoryParcels) (merged bool, rest []uint32, err error) {
 	recs := make([]storage.HistRecord, len(r.Records))
 	for i, b := range r.Records {
 		if len(b) > maxHistoryParcel {
-			return false, fmt.Errorf("%w: a history record of %d bytes", errBadRequest, len(b))
+			return false, nil, fmt.Errorf("%w: a history record of %d bytes", errBadRequest, len(b))
 		}
 		rec, err := storage.ParseHistParcel(b)
 		if err != nil {
-			return false, fmt.Errorf("%w: %w", errBadRequest, err)
+			return false, nil, fmt.Errorf("%w: %w", errBadRequest, err)
 		}
 		recs[i] = rec
 	}
@@ -364,7 +509,7 @@ func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
 	b := m.merged[id]
 	if b != nil && b.done == nil {
 		b.at = wall
-		return false, nil
+		return false, nil, nil
 	}
 	// A batch merged in part before merges only its rest now.
 	todo, at := recs, []int(nil)
@@ -376,17 +521,21 @@ func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
 			}
 		}
 	}
-	merged, err := m.cfg.Local.MergeParts(todo, now)
-	if merged == nil {
-		return false, err // nothing merged now
+	parts, err := m.cfg.Local.MergeParts(todo, now)
+	if parts == nil { // nothing merged now
+		for i := range recs {
+			if b == nil || !b.done[i] {
+				rest = append(rest, uint32(i))
+			}
+		}
+		return false, rest, err
 	}
 	if b == nil {
 		b = &batchState{done: make([]bool, len(recs))}
 		m.merged[id] = b
 	}
 	b.at = wall
-	all := true
-	for k, ok := range merged {
+	for k, ok := range parts {
 		i := k
 		if at != nil {
 			i = at[k]
@@ -396,28 +545,39 @@ func (m *HistoryMover) receive(r *HistoryParcels) (bool, error) {
 			m.received[cluster.ShardOf(cluster.KindAccount, storage.HistCustomerOf(recs[i]))] = wall
 		}
 	}
-	for _, done := range b.done {
-		all = all && done
+	for i, done := range b.done {
+		if !done {
+			rest = append(rest, uint32(i))
+		}
 	}
-	if !all {
-		return false, fmt.Errorf("history batch %d of %q merged in part: %w", r.Batch, r.Node, err)
+	if len(rest) > 0 {
+		return false, rest, fmt.Errorf("history batch %d of %q merged in part: %w", r.Batch, r.Node, err)
 	}
 	b.done = nil
-	return true, nil
+	return true, nil, nil
 }
 
 // MergeHistory implements NodeServer.
 func (s *Server) MergeHistory(_ context.Context, r *HistoryParcels) (*HistoryReply, error) {
-	if r.GetVersion() == 0 || r.GetNode() == "" || r.GetBatch() == 0 || len(r.GetRecords()) == 0 || len(r.Records) > maxHistoryBatch {
-		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: history batch %d of %q with %d records", errBadRequest, r.GetBatch(), r.GetNode(), len(r.GetRecords())))
-	}
 	if s.cfg.History == nil {
 		return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no device history")
 	}
-	merged, err := s.cfg.History.receive(r)
+	return s.cfg.History.mergeHistory(r)
+}
+
+// mergeHistory answers MergeHistory.
+func (m *HistoryMover) mergeHistory(r *HistoryParcels) (*HistoryReply, error) {
+	if r.GetVersion() == 0 || r.GetNode() == "" || r.GetBatch() == 0 || len(r.GetRecords()) == 0 || len(r.Records) > maxHistoryBatch {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: history batch %d of %q with %d records", errBadRequest, r.GetBatch(), r.GetNode(), len(r.GetRecords())))
+	}
+	merged, rest, err := m.receive(r)
 	switch {
 	case errors.Is(err, errBadRequest):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case err != nil && r.KeepsRest && len(rest) > 0:
+		// The sender keeps what did not merge: a definite answer, where
+		// an error would leave it unsure whether anything merged.
+		return &HistoryReply{Version: version, Rest: rest}, nil
 	case err != nil:
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}

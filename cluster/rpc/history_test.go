@@ -202,7 +202,7 @@ func TestHistoryBatchSlowMergeOnce(t *testing.T) {
 	}()
 	time.Sleep(20 * time.Millisecond)
 	for range 2 {
-		_, _ = m.receive(req) // the sender resends after any error
+		_, _, _ = m.receive(req) // the sender resends after any error
 	}
 	<-busy
 	var recs []storage.HistRecord
@@ -297,15 +297,165 @@ func TestHistoryBatchPartlyMergedOnce(t *testing.T) {
 	recs = append(recs, deviceParcel(t, "acc_0", "bad", 2))
 	req := &HistoryParcels{Version: version, Node: "c", Batch: 5, Records: recs}
 	fail.Store(true)
-	if _, err := m.receive(req); err == nil {
+	if _, _, err := m.receive(req); err == nil {
 		t.Fatal("a batch with a record that cannot be read merged")
 	}
 	fail.Store(false)
-	if merged, err := m.receive(req); err != nil || !merged {
+	if merged, _, err := m.receive(req); err != nil || !merged {
 		t.Fatalf("the batch sent again: merged %v, %v", merged, err)
 	}
 	got := visitsOf(t, dh)
 	if got["good"] != 8*4 || got["bad"] != 2 {
 		t.Fatalf("visits %v, want good 32 and bad 2 (each record merged once)", got)
+	}
+}
+
+// memHistory is a memory-only device history for the mover tests.
+func memHistory(t *testing.T) *devicehist.Client {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	dh, err := devicehist.New(sys.Root, devicehist.Config{Shards: 2, Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dh.Stop() })
+	return dh
+}
+
+// TestHistoryLostRepliesCountOnce: a delivery whose replies are all lost
+// (the receiver merged the batch) does not count twice: the sender keeps
+// the batch rather than merge it back, and sends it again with the same
+// id once the receiver answers, which says it has it.
+func TestHistoryLostRepliesCountOnce(t *testing.T) {
+	ctx := context.Background()
+	sender, receiver := memHistory(t), memHistory(t)
+	a := NewHistoryMover(HistoryConfig{Local: sender, Owners: &fakeOwners{self: "a"}, Now: func() time.Time { return testNow }, Log: quietLog})
+	b := NewHistoryMover(HistoryConfig{Local: receiver, Owners: &fakeOwners{self: "b"}, Now: func() time.Time { return testNow }, Log: quietLog})
+	var lose atomic.Bool
+	a.call = func(_ context.Context, to string, req *HistoryParcels) (*HistoryReply, error) {
+		rep, err := b.mergeHistory(req)
+		if lose.Load() {
+			return nil, status.Error(codes.DeadlineExceeded, "the reply was lost")
+		}
+		return rep, err
+	}
+	for _, dev := range []string{"d1", "d2"} {
+		if _, err := sender.Observe(devicehist.Observation{Customer: "acc_x", DeviceID: dev, EventID: "ev-" + dev, Now: testNow}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	takeAll := func() []storage.HistRecord {
+		recs, err := sender.Take(func(string) bool { return true }, testNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	lose.Store(true)
+	if err := a.deliver(ctx, "b", takeAll(), testNow); err == nil {
+		t.Fatal("a delivery whose replies were lost succeeded")
+	}
+	lose.Store(false)
+	if err := a.deliver(ctx, "b", takeAll(), testNow); err != nil {
+		t.Fatal(err)
+	}
+	if got, left := visitsOf(t, receiver), visitsOf(t, sender); got["d1"] != 1 || got["d2"] != 1 || len(left) != 0 {
+		t.Fatalf("the receiver holds visits %v and the sender %v, want one visit of each device at the receiver", got, left)
+	}
+}
+
+// TestHistoryPartMergedKeepsRest: a receiver that merges part of a batch
+// answers which records it did not merge; the sender keeps just those,
+// and its next delivery adds them: every visit counts once.
+func TestHistoryPartMergedKeepsRest(t *testing.T) {
+	ctx := context.Background()
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var fail atomic.Bool
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	receiver, err := devicehist.New(sys.Root, devicehist.Config{Shards: 4, Store: failingLoads{db, "bad", &fail},
+		Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer receiver.Stop()
+	sender := memHistory(t)
+	a := NewHistoryMover(HistoryConfig{Local: sender, Owners: &fakeOwners{self: "a"}, Now: func() time.Time { return testNow }, Log: quietLog})
+	b := NewHistoryMover(HistoryConfig{Local: receiver, Owners: &fakeOwners{self: "b"}, Now: func() time.Time { return testNow }, Log: quietLog})
+	a.call = func(_ context.Context, _ string, req *HistoryParcels) (*HistoryReply, error) {
+		return b.mergeHistory(req)
+	}
+	for i := range 8 {
+		if _, err := sender.Observe(devicehist.Observation{Customer: fmt.Sprint("acc_", i), DeviceID: "good", EventID: fmt.Sprint("ev", i), Now: testNow}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sender.Observe(devicehist.Observation{Customer: "acc_0", DeviceID: "bad", EventID: "evb", Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	takeAll := func() []storage.HistRecord {
+		recs, err := sender.Take(func(string) bool { return true }, testNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	fail.Store(true)
+	if err := a.deliver(ctx, "b", takeAll(), testNow); err == nil {
+		t.Fatal("a delivery merged in part succeeded")
+	}
+	if len(a.held) != 0 { // the answer named the rest: nothing in doubt
+		t.Fatalf("the sender holds %d batches it is unsure of", len(a.held))
+	}
+	fail.Store(false)
+	if err := a.deliver(ctx, "b", takeAll(), testNow); err != nil {
+		t.Fatal(err)
+	}
+	if got, left := visitsOf(t, receiver), visitsOf(t, sender); got["good"] != 8 || got["bad"] != 1 || len(left) != 0 {
+		t.Fatalf("the receiver holds visits %v and the sender %v, want good 8 and bad 1 at the receiver", got, left)
+	}
+}
+
+// TestHistoryHeldBatchGivenBack: a batch no reply confirmed goes back to
+// the sender's history when the receiver stays silent past heldFor, and
+// when the sender's rounds stop (a node stopping), rather than be lost.
+func TestHistoryHeldBatchGivenBack(t *testing.T) {
+	ctx := context.Background()
+	sender := memHistory(t)
+	a := NewHistoryMover(HistoryConfig{Local: sender, Owners: &fakeOwners{self: "a"}, Now: func() time.Time { return testNow }, Log: quietLog})
+	a.call = func(context.Context, string, *HistoryParcels) (*HistoryReply, error) {
+		return nil, status.Error(codes.DeadlineExceeded, "no answer")
+	}
+	hold := func() {
+		t.Helper()
+		if _, err := sender.Observe(devicehist.Observation{Customer: "acc_x", DeviceID: "d1", EventID: fmt.Sprint("ev", eventSeq.Add(1)), Now: testNow}); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := sender.Take(func(string) bool { return true }, testNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.deliver(ctx, "b", recs, testNow); err == nil || len(a.held) != 1 {
+			t.Fatalf("an unanswered delivery: %v, %d batches held", err, len(a.held))
+		}
+	}
+	hold()
+	a.held["b"].since = time.Now().Add(-heldFor - time.Second)
+	if err := a.resend(ctx, "b", testNow); err != nil || len(a.held) != 0 {
+		t.Fatalf("a batch held past heldFor: %v, %d held", err, len(a.held))
+	}
+	if got := visitsOf(t, sender); got["d1"] != 1 {
+		t.Fatalf("the sender holds %v after giving the batch up, want d1's visit", got)
+	}
+
+	hold()
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	a.Run(stopped, time.Hour)
+	if got := visitsOf(t, sender); len(a.held) != 0 || got["d1"] != 1 {
+		t.Fatalf("after Run ended: %d held, the sender holds %v, want d1's visit", len(a.held), got)
 	}
 }

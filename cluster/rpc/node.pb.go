@@ -3253,11 +3253,17 @@ func (x *DevicesReply) GetToken() int64 {
 // HistoryParcels is one batch of device-history records, each a
 // storage.AppendHistParcel (identity and stored value).
 type HistoryParcels struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Batch         uint64                 `protobuf:"varint,3,opt,name=batch,proto3" json:"batch,omitempty"`
-	Records       [][]byte               `protobuf:"bytes,4,rep,name=records,proto3" json:"records,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Batch   uint64                 `protobuf:"varint,3,opt,name=batch,proto3" json:"batch,omitempty"`
+	Records [][]byte               `protobuf:"bytes,4,rep,name=records,proto3" json:"records,omitempty"`
+	// keeps_rest: the sender keeps the records a reply names in rest, so a
+	// receiver that merged part of the batch (or none of it) answers which
+	// records it did not merge rather than an error. A sender of an older
+	// build leaves it unset and gets the error, and its resend of the batch
+	// merges only the rest.
+	KeepsRest     bool `protobuf:"varint,5,opt,name=keeps_rest,json=keepsRest,proto3" json:"keeps_rest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3320,12 +3326,24 @@ func (x *HistoryParcels) GetRecords() [][]byte {
 	return nil
 }
 
+func (x *HistoryParcels) GetKeepsRest() bool {
+	if x != nil {
+		return x.KeepsRest
+	}
+	return false
+}
+
 type HistoryReply struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// merged: the records were added now; false when the batch was merged
-	// before (a retry).
-	Merged        bool `protobuf:"varint,2,opt,name=merged,proto3" json:"merged,omitempty"`
+	// before (a retry), or not all of it (rest).
+	Merged bool `protobuf:"varint,2,opt,name=merged,proto3" json:"merged,omitempty"`
+	// rest: the indexes in records of the records not merged (keeps_rest
+	// only): the sender keeps them and sends this batch no more. (A resend
+	// after a lost reply merges what it can of the rest; the sender acts on
+	// the reply it gets.)
+	Rest          []uint32 `protobuf:"varint,3,rep,packed,name=rest,proto3" json:"rest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3372,6 +3390,13 @@ func (x *HistoryReply) GetMerged() bool {
 		return x.Merged
 	}
 	return false
+}
+
+func (x *HistoryReply) GetRest() []uint32 {
+	if x != nil {
+		return x.Rest
+	}
+	return nil
 }
 
 type SettleRequest struct {
@@ -4354,15 +4379,18 @@ const file_node_proto_rawDesc = "" +
 	"\fDevicesReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x127\n" +
 	"\adevices\x18\x02 \x03(\v2\x1d.fraudd.cluster.v1.DeviceLineR\adevices\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x03R\x05token\"n\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\"\x8d\x01\n" +
 	"\x0eHistoryParcels\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x14\n" +
 	"\x05batch\x18\x03 \x01(\x04R\x05batch\x12\x18\n" +
-	"\arecords\x18\x04 \x03(\fR\arecords\"@\n" +
+	"\arecords\x18\x04 \x03(\fR\arecords\x12\x1d\n" +
+	"\n" +
+	"keeps_rest\x18\x05 \x01(\bR\tkeepsRest\"T\n" +
 	"\fHistoryReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
-	"\x06merged\x18\x02 \x01(\bR\x06merged\"\x82\x01\n" +
+	"\x06merged\x18\x02 \x01(\bR\x06merged\x12\x12\n" +
+	"\x04rest\x18\x03 \x03(\rR\x04rest\"\x82\x01\n" +
 	"\rSettleRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x17\n" +
