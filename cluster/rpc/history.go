@@ -391,12 +391,21 @@ func (m *HistoryMover) resend(ctx context.Context, to string, now time.Time) err
 	return nil
 }
 
-// release gives the held batches' records back to this node's history
-// (Run's end: the node stops, and what is only in memory would be lost).
+// releaseWait bounds the last resend of the held batches at Run's end.
+const releaseWait = 2 * time.Second
+
+// release sends the held batches one last time and gives those still
+// unconfirmed back to this node's history (Run's end: the node stops, and
+// what is only in memory would be lost).
 func (m *HistoryMover) release(now time.Time) {
 	m.moves.Lock()
 	defer m.moves.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), releaseWait)
+	defer cancel()
 	for to, h := range m.held {
+		if err := m.resend(ctx, to, now); err == nil || m.held[to] == nil {
+			continue
+		}
 		delete(m.held, to)
 		m.cfg.Log.Warn("cluster: device history batch unconfirmed at stop; its records are kept here (counted twice if the member merged them)", "to", to, "batch", h.req.Batch, "records", len(h.recs))
 		m.giveBack(to, h.recs, now)

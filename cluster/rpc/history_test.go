@@ -458,4 +458,16 @@ func TestHistoryHeldBatchGivenBack(t *testing.T) {
 	if got := visitsOf(t, sender); len(a.held) != 0 || got["d1"] != 1 {
 		t.Fatalf("after Run ended: %d held, the sender holds %v, want d1's visit", len(a.held), got)
 	}
+
+	// A receiver that answers at the last resend keeps the batch.
+	hold()
+	receiver := memHistory(t)
+	b := NewHistoryMover(HistoryConfig{Local: receiver, Owners: &fakeOwners{self: "b"}, Now: func() time.Time { return testNow }, Log: quietLog})
+	a.call = func(_ context.Context, _ string, req *HistoryParcels) (*HistoryReply, error) {
+		return b.mergeHistory(req)
+	}
+	a.Run(stopped, time.Hour)
+	if got, left := visitsOf(t, receiver), visitsOf(t, sender); len(a.held) != 0 || got["d1"] != 1 || len(left) != 0 {
+		t.Fatalf("after Run ended with the receiver back: %d held, the receiver holds %v and the sender %v", len(a.held), got, left)
+	}
 }
