@@ -229,14 +229,14 @@ func TestGroupCommitterAfterClose(t *testing.T) {
 		applied.Add(int64(len(items)))
 		return nil
 	}, func([]int, error) {})
-	if !g.TryAdd(1) || !g.TryAddLazy(2) || g.Closed() {
+	if !g.TryAdd(1) || !g.TryAddLazy(2) || !g.Add(0) || g.Closed() {
 		t.Fatal("refused before Close")
 	}
 	g.Close()
-	if applied.Load() != 2 || !g.Closed() {
+	if applied.Load() != 3 || !g.Closed() {
 		t.Fatalf("Close applied %d items, closed %v", applied.Load(), g.Closed())
 	}
-	if g.TryAdd(3) || g.TryAddLazy(4) {
+	if g.TryAdd(3) || g.TryAddLazy(4) || g.Add(5) {
 		t.Fatal("an item taken after Close")
 	}
 	if err := g.Barrier(time.Second); !errors.Is(err, ErrStopped) {
@@ -244,6 +244,46 @@ func TestGroupCommitterAfterClose(t *testing.T) {
 	}
 	if g.Open() != 0 {
 		t.Fatalf("open after Close: %d", g.Open())
+	}
+}
+
+// TestGroupCommitterAddDuringClose: Adds blocked on a full queue when
+// Close begins are taken and applied; those that come after are refused;
+// none panics, and every item Add took is applied.
+func TestGroupCommitterAddDuringClose(t *testing.T) {
+	gate := make(chan struct{})
+	var applied atomic.Int64
+	g := NewGroupCommitter(GroupConfig{Queue: 1, MaxGroup: 1}, func(items []int) error {
+		<-gate
+		applied.Add(int64(len(items)))
+		return nil
+	}, func([]int, error) {})
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if g.Add(i) {
+				taken.Add(1)
+			}
+		}()
+	}
+	time.Sleep(10 * time.Millisecond) // one in Apply, one queued, the rest blocked
+	closed := make(chan struct{})
+	go func() { g.Close(); close(closed) }()
+	for !g.Closed() {
+		time.Sleep(time.Millisecond)
+	}
+	if g.Add(100) {
+		taken.Add(1)
+		t.Error("an Add after Close began was taken")
+	}
+	close(gate)
+	wg.Wait()
+	<-closed
+	if taken.Load() != applied.Load() || g.Open() != 0 {
+		t.Fatalf("taken %d, applied %d, open %d", taken.Load(), applied.Load(), g.Open())
 	}
 }
 

@@ -30,11 +30,12 @@ type GroupCommitter[T any] struct {
 	max   int
 	wg    sync.WaitGroup
 	once  sync.Once
-	// mu orders Close against the Try sends and barriers: a sender that
+	// mu orders Close against the sends and barriers: a sender that
 	// may still run after Close (a shard handler that outlived its Stop's
 	// timeout) is refused, instead of sending on the closed channel.
-	// closing is set before Close takes mu, so a Try send refuses at once
-	// (TryRLock) rather than wait for a Close that waits for a barrier.
+	// closing is set before Close takes mu, so a send refuses at once
+	// (TryRLock; Add looks at closing first) rather than wait for a Close
+	// that waits for a barrier.
 	mu      sync.RWMutex
 	closing atomic.Bool
 
@@ -99,11 +100,26 @@ func NewGroupCommitter[T any](cfg GroupConfig, apply func([]T) error, done func(
 	return g
 }
 
-// Add queues an item. It must not be called after Close.
-func (g *GroupCommitter[T]) Add(item T) {
+// Add queues an item, waiting for room when the queue is full
+// (back-pressure), and reports whether it did: after Close it refuses the
+// item instead, for a sender that may run on after Close (a shard handler
+// that outlived its Stop's timeout; see Closed). It costs a read lock on
+// top of the send (two atomic adds, no allocation).
+func (g *GroupCommitter[T]) Add(item T) bool {
+	if g.closing.Load() { // Close has begun: do not wait for its lock
+		return false
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.closing.Load() {
+		return false
+	}
 	g.open.Add(1)
+	// A full queue holds the read lock while it waits; Close waits for it,
+	// and the committer, still running, makes the room.
 	g.in <- queued[T]{item: item}
 	g.wake()
+	return true
 }
 
 // TryAdd queues an item unless the queue is full or the committer is
@@ -208,8 +224,8 @@ func (g *GroupCommitter[T]) sendBarrier(ch chan struct{}, timeout <-chan time.Ti
 }
 
 // Close commits everything queued and stops the goroutine, waiting for it.
-// Afterwards TryAdd and TryAddLazy refuse their items and Barrier answers
-// ErrStopped; Add must not be called.
+// Afterwards Add, TryAdd and TryAddLazy refuse their items and Barrier
+// answers ErrStopped.
 func (g *GroupCommitter[T]) Close() {
 	g.once.Do(func() {
 		g.closing.Store(true)

@@ -368,13 +368,13 @@ func (c *Client) Devices(customer string, limit int, now time.Time) ([]DeviceVie
 // barrier returns once every change the shard owning h made before it is
 // stored (or failed).
 func (c *Client) barrier(h uint64) error {
-	ch := make(chan struct{})
-	c.shards.Send(h, barrier(ch))
+	ch := newBarrier()
+	c.shards.Send(h, ch)
 	t := time.NewTimer(c.timeout)
 	defer t.Stop()
 	select {
-	case <-ch:
-		return nil
+	case err := <-ch:
+		return err // nil, or ErrStopped
 	case <-t.C:
 		return fmt.Errorf("devicehist: %w", actors.ErrTimeout)
 	}
@@ -382,19 +382,22 @@ func (c *Client) barrier(h uint64) error {
 
 // barrierAll is barrier for every shard, waiting at most wait.
 func (c *Client) barrierAll(wait time.Duration) error {
-	chans := make([]chan struct{}, c.shards.Len())
+	chans := make([]barrier, c.shards.Len())
 	for i := range chans {
-		chans[i] = make(chan struct{})
+		chans[i] = newBarrier()
 	}
 	// Broadcast cannot carry one channel per shard; route by index instead.
 	for i, ch := range chans {
-		c.shards.Send(uint64(i), barrier(ch))
+		c.shards.Send(uint64(i), ch)
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for _, ch := range chans {
 		select {
-		case <-ch:
+		case err := <-ch:
+			if err != nil {
+				return err // ErrStopped
+			}
 		case <-t.C:
 			return fmt.Errorf("devicehist: %w", actors.ErrTimeout)
 		}

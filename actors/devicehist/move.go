@@ -215,6 +215,13 @@ wait:
 
 // take runs takeReq on the shard's goroutine.
 func (s shard) take(m *takeReq) {
+	if s.commit != nil && s.commit.Closed() {
+		// Stop closed the committer while this shard was stuck in a
+		// handler: the deletes could not be stored, so nothing is taken.
+		s.outlived()
+		m.reply <- takeReply{err: ErrStopped}
+		return
+	}
 	var (
 		out  []storage.HistRecord
 		w    *storage.HistWrite
@@ -275,8 +282,14 @@ func (s shard) take(m *takeReq) {
 		}
 		ferr = firstErr(ferr, err)
 	}
-	if w != nil {
-		s.commit.Add(pending{w: w, st: s.shardState, seq: s.seq})
+	if w != nil && !s.add(pending{w: w, st: s.shardState, seq: s.seq}) {
+		// Close came while this take ran: its deletes will not be stored,
+		// so the records stay in the store and must not travel (the node
+		// merging them would count them twice). The entries emptied here
+		// stay empty in this shard's memory, which Stop has given up on;
+		// the store keeps them whole for the next start.
+		m.reply <- takeReply{err: ErrStopped}
+		return
 	}
 	m.reply <- takeReply{recs: out, err: ferr}
 }

@@ -46,8 +46,10 @@ type (
 
 // Messages besides the calls.
 type (
-	// barrier is closed once every change the shard made before it is stored.
-	barrier chan struct{}
+	// barrier is closed once every change the shard made before it is
+	// stored (or failed), or hears ErrStopped when they cannot be (the
+	// committer closed: refused). Make it with newBarrier.
+	barrier chan error
 	// flushReq asks a shard to hand what changed since its last flush to the
 	// committer (Shards.FlushPending sends it).
 	flushReq = actors.FlushReq
@@ -59,6 +61,10 @@ type (
 	// lenProbe asks a shard how many entries it holds (tests).
 	lenProbe chan int
 )
+
+// newBarrier makes a barrier; its room for one error lets the shard answer
+// ErrStopped without waiting for a waiter that may have given up.
+func newBarrier() barrier { return make(barrier, 1) }
 
 // pending is one write on its way to the store (or a barrier).
 type pending struct {
@@ -93,6 +99,8 @@ type shardState struct {
 	pending atomic.Bool
 	seq     uint64        // writes handed to the committer (shard goroutine only)
 	stored  atomic.Uint64 // seq of the last of them the committer finished
+	// stoppedLogged: the shard said once that it outlived Stop (refused).
+	stoppedLogged bool
 
 	// Scratch: test-key observations run on copies; related counts dedupe here.
 	scratchDevice  storage.HistCustomerDevice
@@ -130,7 +138,7 @@ func (s shard) Receive(ctx actor.Context) {
 			return
 		}
 		s.flush(nil)
-		s.commit.Add(pending{barrier: m})
+		s.add(pending{barrier: m})
 	case flushReq:
 		s.flush(m)
 	case *expire:
@@ -345,7 +353,49 @@ func (s shard) flush(ack flushReq) {
 	clear(s.dirtyAccounts)
 	clear(s.dirtyAddresses)
 	s.dirtyDevices, s.dirtyAccounts, s.dirtyAddresses = s.dirtyDevices[:0], s.dirtyAccounts[:0], s.dirtyAddresses[:0]
-	s.commit.Add(pending{w: w, st: s.shardState, seq: s.seq, ack: ack})
+	s.add(pending{w: w, st: s.shardState, seq: s.seq, ack: ack})
+}
+
+// add hands p to the committer, or settles it as refused, and reports
+// which.
+func (s shard) add(p pending) bool {
+	if s.commit.Add(p) {
+		return true
+	}
+	s.refused(&p)
+	return false
+}
+
+// outlived logs, once per shard, that it runs on after Stop closed the
+// committer.
+func (s shard) outlived() {
+	if !s.stoppedLogged {
+		s.stoppedLogged = true
+		s.log.Error("devicehist: a shard outlived Stop; the history it changed since cannot be stored")
+	}
+}
+
+// refused settles p, which the committer refused because Stop closed it
+// while this shard was stuck in a handler (its stop timed out): nothing can
+// be stored any more. A write is settled as a failed one is (the entries
+// keep serving from memory; the observations still in the mailbox are
+// answered from there, with what a crash would lose lost to the store), a
+// flush's ack is answered and a barrier hears ErrStopped. Logged once per
+// shard.
+func (s shard) refused(p *pending) {
+	s.outlived()
+	if p.st != nil {
+		p.st.stored.Store(p.seq)
+	}
+	if p.w != nil {
+		writePool.Put(p.w)
+	}
+	if p.ack != nil {
+		p.ack <- struct{}{}
+	}
+	if p.barrier != nil {
+		p.barrier <- ErrStopped
+	}
 }
 
 // encode adds one dirty record to w (one that expire dropped meanwhile is
@@ -435,7 +485,10 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 			*st, *wseq = ns, s.seq
 		}
 	}
-	s.commit.Add(p)
+	// Refused, the expiry is undone in the store only: this shard's
+	// memory drops what expired all the same, and the next prune (of the
+	// next process) finds the record again.
+	s.add(p)
 }
 
 // sweep trims every entry, forgets the empty ones and, with a store, the

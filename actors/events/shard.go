@@ -70,6 +70,8 @@ type shardState struct {
 	// carried by it or an earlier write may exist only in memory, so they
 	// are not evicted (a later write carrying them clears that).
 	failed atomic.Uint64
+	// stoppedLogged: the shard said once that it outlived Stop (refused).
+	stoppedLogged bool
 }
 
 type shard struct{ *shardState }
@@ -267,7 +269,28 @@ func (s shard) flush(ack flushReq) {
 	clear(s.dirtySights)
 	s.dirtyEvents, s.dirtySights = s.dirtyEvents[:0], s.dirtySights[:0]
 	w.st, w.seq, w.ack = s.shardState, s.seq, ack
-	s.commit.Add(w)
+	if !s.commit.Add(w) {
+		s.refused(w)
+	}
+}
+
+// refused settles a write the committer refused because Stop closed it
+// while this shard was stuck in a handler (its stop timed out): nothing
+// can be stored any more. As after a failed write, its entries stay in
+// memory, the only copy, and are not evicted; the resolves still in the
+// mailbox are answered from there, with what a crash would lose (package
+// doc: Durability) lost to the store. Logged once per shard.
+func (s shard) refused(w *write) {
+	if !s.stoppedLogged {
+		s.stoppedLogged = true
+		s.log.Error("device: a shard outlived Stop; the events and sightings it changed since cannot be stored", "seq", w.seq)
+	}
+	s.failed.Store(w.seq)
+	s.stored.Store(w.seq)
+	if w.ack != nil {
+		w.ack <- struct{}{}
+	}
+	putWrite(w)
 }
 
 // newCommitter stores the shards' flushes; the flushes of one interval
@@ -304,11 +327,16 @@ func newCommitter(store Store, cfg actors.GroupConfig, log *slog.Logger) *actors
 			if w.ack != nil {
 				w.ack <- struct{}{}
 			}
-			clear(w.events)
-			clear(w.sights)
-			w.events, w.sights, w.st, w.ack = w.events[:0], w.sights[:0], nil, nil
-			writePool.Put(w)
+			putWrite(w)
 		}
 	}
 	return actors.NewGroupCommitter(cfg, apply, done)
+}
+
+// putWrite returns a settled write to the pool.
+func putWrite(w *write) {
+	clear(w.events)
+	clear(w.sights)
+	w.events, w.sights, w.st, w.ack = w.events[:0], w.sights[:0], nil, nil
+	writePool.Put(w)
 }
