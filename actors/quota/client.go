@@ -98,6 +98,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		store:     cfg.Store,
 	}
 	failed := new(atomic.Bool)
+	var lost *lostBook
 	ahead, _ := cfg.Store.(AheadStore)
 	if ahead != nil && ahead.Durability() != storage.Interval {
 		ahead = nil
@@ -111,7 +112,8 @@ func New(root *actor.RootContext, cfg Config) *Client {
 			// crash bound is the sync's either way.
 			group.Linger, group.LingerItems = ahead.SyncInterval(), lingerItems
 		}
-		c.commit = newCommitter(root, cfg.Store, group, cfg.Logger, failed)
+		lost = newLostBook()
+		c.commit = newCommitter(root, cfg.Store, group, cfg.Logger, failed, lost)
 	}
 	var warn func(Warning)
 	if cfg.Notifier != nil {
@@ -125,6 +127,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 			commit:    c.commit,
 			ahead:     ahead,
 			failed:    failed,
+			lost:      lost,
 			idleAfter: cfg.IdleAfter,
 			log:       cfg.Logger,
 			warnFn:    warn,

@@ -70,7 +70,10 @@
 // increment if the batch fails, so memory is "stored + in flight" — except
 // for charges answered ahead of a batch that failed: they were served, so
 // they stay counted, lost to the store as a crash would lose them (a
-// refund of one gives it back in memory only: the store never had it).
+// refund of one gives it back in memory only: the store never had it; an
+// account loaded from the store again while the committer still remembers
+// them, lostKeep, counts them in again, so that refund leaves memory where
+// the store is, not one below).
 // Refusals and CountTotal ride the next batch without anyone waiting.
 // Hourly windows are memory only and reset on restart (SPEC §8: advisory).
 // An account is loaded from the store on its first touch and on a month

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/storage"
 )
 
@@ -371,4 +372,65 @@ func TestRefundOfALostIncrement(t *testing.T) {
 	}
 	stored(t, c)
 	check("after refunding a stored charge", 1)
+}
+
+// poisonAheadStore is an aheadStore whose LoadUsage panics for the account
+// "poison": a bug that restarts the shard, which then loads its accounts
+// from the store again.
+type poisonAheadStore struct{ *aheadStore }
+
+func (p poisonAheadStore) LoadUsage(a string, m storage.Month) (storage.MonthCounts, storage.Totals, error) {
+	if a == "poison" {
+		panic("injected panic loading " + a)
+	}
+	return p.aheadStore.LoadUsage(a, m)
+}
+
+// TestRefundOfALostIncrementAfterAReload: the account is loaded from the
+// store again (here after a shard restart) between the failed batch of a
+// charge answered ahead and that charge's refund. The reload must count
+// the lost increment as memory did before it (the committer still owes it
+// to a refund), or the refund, taken from memory and not from the store,
+// leaves memory one below the store.
+func TestRefundOfALostIncrementAfterAReload(t *testing.T) {
+	s := newAheadStore(t)
+	sys := quietSystem()
+	c := New(sys.Root, Config{Shards: 1, Store: poisonAheadStore{s}, Timeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	defer c.Stop()
+	l := custom(10, 100)
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0}
+	if _, err := c.Charge(ch); err != nil { // loaded and stored
+		t.Fatal(err)
+	}
+	stored(t, c)
+	s.fail.Store(true)
+	lost, err := c.Charge(ch)
+	if err != nil || !lost.Allowed {
+		t.Fatalf("charge answered ahead of a failing commit: %+v %v", lost, err)
+	}
+	stored(t, c) // its batch failed: the increment is lost to the store
+	s.fail.Store(false)
+
+	m := storage.MonthOf(t0)
+	check := func(when string, mem, store int64) {
+		t.Helper()
+		u, err := c.Usage(Usage{Account: "a", Limits: l, Now: t0})
+		if err != nil || u.MonthUsed != mem || u.TotalEvaluations != mem {
+			t.Fatalf("%s: in memory %+v %v; want %d", when, u, err, mem)
+		}
+		cnt, tot, err := s.DB.LoadUsage("a", m)
+		if err != nil || cnt.Used != store || tot.Evaluations != store {
+			t.Fatalf("%s: stored %+v %+v %v; want %d", when, cnt, tot, err, store)
+		}
+	}
+	check("after the lost charge", 2, 1)
+	if _, err := c.Charge(Charge{Account: "poison", Limits: l, Hourly: true, Now: t0}); !errors.Is(err, actors.ErrTimeout) {
+		t.Fatalf("the panicking call: %v", err)
+	}
+	check("reloaded after the restart", 2, 1)
+	if err := c.Refund(Refund{Charge: ch, Result: lost}); err != nil {
+		t.Fatal(err)
+	}
+	stored(t, c)
+	check("after refunding the lost charge", 1, 1)
 }

@@ -171,8 +171,11 @@ type shardState struct {
 	// (nil: never); failed is set by the committer while its last group
 	// failed, so that the charges after it wait for their own commit (and
 	// hear its error) until one succeeds.
-	ahead     AheadStore
-	failed    *atomic.Bool
+	ahead  AheadStore
+	failed *atomic.Bool
+	// lost is the committer's ledger of increments lost to the store,
+	// which a load counts in again (lostBook.owed); nil without a store.
+	lost      *lostBook
 	idleAfter time.Duration
 	log       *slog.Logger
 	warnFn    func(Warning)
@@ -436,7 +439,7 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 			// its own share, read in the load, must hold them. Open, not
 			// Queued: the group the committer has taken (lingering until
 			// the sync, or being applied) is not stored yet either.
-			if s.commit != nil && s.commit.Open() > 0 {
+			if s.commit != nil && (s.commit.Open() > 0 || s.lost.holds(id)) {
 				if err := s.settle(id, m); err != nil {
 					return nil, err
 				}
@@ -452,18 +455,28 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 			}
 			a.resume(l.Hour, now)
 		} else if s.store != nil {
+			if s.lost.holds(id) {
+				if err := s.settle(id, m); err != nil {
+					return nil, err
+				}
+			}
 			c, t, err := s.store.LoadUsage(id, m)
 			if err != nil {
 				return nil, fmt.Errorf("%w: load %q: %w", ErrUnavailable, id, err)
 			}
 			a.counts, a.totals = c, t
 		}
+		// The increments lost to the store stay counted (lostBook.owed).
+		c, evals := s.lost.owed(id, m)
+		a.counts.Used += c.Used
+		a.counts.Lookups += c.Lookups
+		a.totals.Evaluations += evals
 		s.accounts.Put(id, a)
 	} else if a.month != m {
 		// Increments of this account still queued may be of month m (a
 		// clock that went back across the month's start and forward
 		// again): the load must find them stored.
-		if s.commit != nil && a.inflight.Load() > 0 {
+		if s.commit != nil && (a.inflight.Load() > 0 || s.lost.holds(id)) {
 			if err := s.settle(id, m); err != nil {
 				return nil, err
 			}
@@ -483,7 +496,11 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 			}
 		}
 		// Only the month's counts come from this load; the totals and the
-		// hourly windows stay those of the first.
+		// hourly windows stay those of the first. The month's lost
+		// increments stay counted (lostBook.owed); the totals hold theirs.
+		lc, _ := s.lost.owed(id, m)
+		c.Used += lc.Used
+		c.Lookups += lc.Lookups
 		a.month, a.counts = m, c
 		a.reloads++
 		if a.loads != nil {
