@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 
@@ -47,4 +48,53 @@ func TestMintVerify(t *testing.T) {
 	if LooksLikeJWT("sk_live_abc") {
 		t.Fatal("an API key looks like a JWT")
 	}
+}
+
+// FuzzVerify: any bearer credential that looks like a JWT reaches Verify
+// from an unauthenticated request, so any string is read without panicking
+// and only a token this issuer signed verifies. A minted token reads back as
+// the claims it was minted with, and a token altered in one byte either
+// fails or (base64's slack in the signature's last character) still says
+// exactly what was signed.
+func FuzzVerify(f *testing.F) {
+	iss := NewIssuer(secrets.FromBytes([]byte("fuzz")))
+	good, err := iss.Mint(Claims{Account: "acc_1", Generation: 3, IssuedAt: t0, ID: "j1"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good, "acc_1", "j1", uint32(3), false, int64(0), uint16(0), byte('x'))
+	f.Add("eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.", "acc_2", "", uint32(0), true, int64(-86400), uint16(40), byte('.'))
+	f.Add("eyJ..", "a", "\x00", uint32(1<<31), false, int64(1<<40), uint16(7), byte(0))
+	f.Fuzz(func(t *testing.T, token, account, id string, gen uint32, test bool, at int64, pos uint16, b byte) {
+		if c, err := iss.Verify(token, t0); err == nil && (c.Account == "" || !c.ExpiresAt.After(t0)) {
+			t.Fatalf("%q verified as %+v", token, c)
+		}
+		if account == "" || !utf8.ValidString(account) || !utf8.ValidString(id) {
+			return // account ids and jtis are ours, non-empty UTF-8
+		}
+		// Issue times within a century of t0, in whole seconds as a JWT has them.
+		issued := t0.Add(time.Duration(at%(100*365*86400)) * time.Second)
+		want := Claims{Account: account, Test: test, Generation: gen, IssuedAt: issued, ExpiresAt: issued.Add(Lifetime), ID: id}
+		tok, err := iss.Mint(want)
+		if err != nil {
+			t.Fatalf("mint %+v: %v", want, err)
+		}
+		got, err := iss.Verify(tok, issued)
+		if err != nil || !sameClaims(got, want) {
+			t.Fatalf("%+v minted as %q read back as %+v, %v", want, tok, got, err)
+		}
+		i := int(pos) % len(tok)
+		if tok[i] == b {
+			return
+		}
+		altered := tok[:i] + string(b) + tok[i+1:]
+		if got, err := iss.Verify(altered, issued); err == nil && !sameClaims(got, want) {
+			t.Fatalf("%q altered at %d to %q verified as %+v, minted as %+v", tok, i, altered, got, want)
+		}
+	})
+}
+
+func sameClaims(a, b Claims) bool {
+	return a.Account == b.Account && a.Test == b.Test && a.Generation == b.Generation && a.ID == b.ID &&
+		a.IssuedAt.Equal(b.IssuedAt) && a.ExpiresAt.Equal(b.ExpiresAt)
 }
