@@ -13,7 +13,8 @@ import (
 )
 
 // Canonical reads an origin: scheme://host[:port] and nothing more, http or
-// https; "null" and anything with a path, query, fragment or user is not one.
+// https; "null", an IPv6 zone and anything with a path, query, fragment or
+// user is not one.
 // The scheme and host are lower case, an internationalised host is in its
 // ASCII (punycode) form and the scheme's default port is dropped, as a
 // browser sends them.
@@ -21,6 +22,12 @@ func Canonical(o string) (string, bool) {
 	u, err := url.Parse(o)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
 		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return "", false
+	}
+	if strings.Contains(u.Host, "%") {
+		// An IPv6 zone ("[fe80::1%25eth0]", or a %25 elsewhere in the
+		// host) names an interface of one machine: no browser sends one,
+		// and kept unescaped it would not read back.
 		return "", false
 	}
 	host := strings.ToLower(u.Host)
