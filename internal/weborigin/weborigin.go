@@ -13,14 +13,14 @@ import (
 )
 
 // Canonical reads an origin: scheme://host[:port] and nothing more, http or
-// https; "null", an IPv6 zone and anything with a path, query, fragment or
-// user is not one.
+// https; "null", a port without a host ("http://:80"), an IPv6 zone and
+// anything with a path, query, fragment or user is not one.
 // The scheme and host are lower case, an internationalised host is in its
 // ASCII (punycode) form and the scheme's default port is dropped, as a
 // browser sends them.
 func Canonical(o string) (string, bool) {
 	u, err := url.Parse(o)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil ||
 		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
 		return "", false
 	}
@@ -36,7 +36,9 @@ func Canonical(o string) (string, bool) {
 		// (punycode) form: an operator's "https://bücher.example" is kept
 		// as the browser will send it.
 		a, err := idna.Lookup.ToASCII(name)
-		if err != nil {
+		if err != nil || a == "" {
+			// Code points IDNA maps to nothing (U+034F, a soft hyphen) leave no
+			// host at all.
 			return "", false
 		}
 		host = a

@@ -24,6 +24,10 @@ func TestCanonical(t *testing.T) {
 		{"https://shop.example#f", "", false},
 		{"ftp://shop.example", "", false},
 		{"https://", "", false},
+		{"http://:80", "", false},
+		{"https://:8443", "", false},
+		{"https://\u00ad", "", false},
+		{"https://[fe80::1%25eth0]", "", false},
 	} {
 		got, ok := Canonical(c.in)
 		if got != c.want || ok != c.ok {
@@ -33,7 +37,7 @@ func TestCanonical(t *testing.T) {
 }
 
 // FuzzCanonical: any input is either refused or read as an http(s) origin
-// without upper case, non-ASCII host or default port, and that
+// with a host, without upper case, non-ASCII host or default port, and that
 // reads again as itself: it is what the admin API stores and what the
 // accounts service reads back from storage, which keeps and logs an origin
 // it cannot read.
@@ -49,7 +53,8 @@ func FuzzCanonical(f *testing.F) {
 			}
 			return
 		}
-		if !strings.HasPrefix(c, "http://") && !strings.HasPrefix(c, "https://") {
+		_, host, _ := strings.Cut(c, "://")
+		if !strings.HasPrefix(c, "http://") && !strings.HasPrefix(c, "https://") || host == "" || host[0] == ':' {
 			t.Fatalf("%q read as %q", in, c)
 		}
 		if !isASCII(c) || strings.ToLower(c) != c {
