@@ -377,7 +377,9 @@ func (m *HistoryMover) resend(ctx context.Context, to string, now time.Time) err
 		return nil
 	}
 	rest, unsure, err := m.send(ctx, to, h.req)
-	if unsure {
+	if unsure || errors.Is(err, errNotSent) {
+		// Not sent (the member is not live for now) tells nothing of
+		// the first attempts, which may have merged it: still held.
 		return fmt.Errorf("batch %d still unconfirmed: %w", h.req.Batch, err)
 	}
 	delete(m.held, to)

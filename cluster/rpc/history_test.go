@@ -471,3 +471,47 @@ func TestHistoryHeldBatchGivenBack(t *testing.T) {
 		t.Fatalf("after Run ended with the receiver back: %d held, the receiver holds %v and the sender %v", len(a.held), got, left)
 	}
 }
+
+// TestHistoryHeldBatchKeptWhileUnreachable: a batch no reply confirmed
+// (the receiver merged it) stays held while the receiver cannot be
+// reached (not a live member for a moment: no address to dial), instead
+// of going back to the sender, where it would count a second time; the
+// resend once the receiver is back confirms it.
+func TestHistoryHeldBatchKeptWhileUnreachable(t *testing.T) {
+	ctx := context.Background()
+	sender, receiver := memHistory(t), memHistory(t)
+	a := NewHistoryMover(HistoryConfig{Local: sender, Owners: &fakeOwners{self: "a"}, Now: func() time.Time { return testNow }, Log: quietLog})
+	b := NewHistoryMover(HistoryConfig{Local: receiver, Owners: &fakeOwners{self: "b"}, Now: func() time.Time { return testNow }, Log: quietLog})
+	var state atomic.Int32 // 0: replies lost, 1: unreachable, 2: answers
+	a.call = func(_ context.Context, _ string, req *HistoryParcels) (*HistoryReply, error) {
+		switch state.Load() {
+		case 0:
+			b.mergeHistory(req)
+			return nil, status.Error(codes.DeadlineExceeded, "the reply was lost")
+		case 1:
+			return nil, fmt.Errorf("%w: member %q: %w", errNotSent, "b", errNoAddr)
+		}
+		return b.mergeHistory(req)
+	}
+	if _, err := sender.Observe(devicehist.Observation{Customer: "acc_x", DeviceID: "d1", EventID: "ev-unreach", Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := sender.Take(func(string) bool { return true }, testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.deliver(ctx, "b", recs, testNow); err == nil || len(a.held) != 1 {
+		t.Fatalf("a delivery whose replies were lost: %v, %d batches held", err, len(a.held))
+	}
+	state.Store(1)
+	if err := a.resend(ctx, "b", testNow); err == nil || len(a.held) != 1 {
+		t.Fatalf("a resend that could not reach the receiver: %v, %d batches held, want the batch still held", err, len(a.held))
+	}
+	state.Store(2)
+	if err := a.resend(ctx, "b", testNow); err != nil || len(a.held) != 0 {
+		t.Fatalf("the resend to the receiver back: %v, %d held", err, len(a.held))
+	}
+	if got, left := visitsOf(t, receiver), visitsOf(t, sender); got["d1"] != 1 || len(left) != 0 {
+		t.Fatalf("the receiver holds visits %v and the sender %v, want d1's one visit at the receiver only", got, left)
+	}
+}
