@@ -522,6 +522,11 @@ func (m *HistoryMover) receive(r *HistoryParcels) (merged bool, rest []uint32, e
 		b.at = wall
 		return false, nil, nil
 	}
+	if b != nil && len(b.done) != len(recs) {
+		// Not the batch merged in part under this id: a sender sends
+		// the same records again.
+		return false, nil, fmt.Errorf("%w: history batch %d of %q with %d records, merged in part with %d", errBadRequest, r.Batch, r.Node, len(recs), len(b.done))
+	}
 	// A batch merged in part before merges only its rest now.
 	todo, at := recs, []int(nil)
 	if b != nil {

@@ -515,3 +515,45 @@ func TestHistoryHeldBatchKeptWhileUnreachable(t *testing.T) {
 		t.Fatalf("the receiver holds visits %v and the sender %v, want d1's one visit at the receiver only", got, left)
 	}
 }
+
+// TestHistoryBatchIDReusedIsRefused: a batch id that comes again with
+// another number of records than the part-merged batch the receiver
+// remembers (a sender's bug, or anyone who reaches the port) is refused
+// as invalid, not read past the receiver's record of the batch (a panic
+// in a gRPC handler ends the process).
+func TestHistoryBatchIDReusedIsRefused(t *testing.T) {
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var fail atomic.Bool
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	dh, err := devicehist.New(sys.Root, devicehist.Config{Shards: 4, Store: failingLoads{db, "bad", &fail},
+		Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dh.Stop()
+	m := NewHistoryMover(HistoryConfig{Local: dh, Now: func() time.Time { return testNow }, Log: quietLog})
+	var recs [][]byte
+	for i := range 8 {
+		recs = append(recs, deviceParcel(t, fmt.Sprint("acc_", i), "good", 1))
+	}
+	recs = append(recs, deviceParcel(t, "acc_0", "bad", 1))
+	fail.Store(true)
+	if _, err := m.mergeHistory(&HistoryParcels{Version: version, Node: "c", Batch: 9, KeepsRest: true, Records: recs}); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(false)
+	for _, n := range []int{2, len(recs) + 3} {
+		other := recs[:min(n, len(recs))]
+		for len(other) < n {
+			other = append(other, deviceParcel(t, fmt.Sprint("acc_extra", len(other)), "good", 1))
+		}
+		_, err := m.mergeHistory(&HistoryParcels{Version: version, Node: "c", Batch: 9, KeepsRest: true, Records: other})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("batch 9 again with %d records instead of %d: %v, want InvalidArgument", n, len(recs), err)
+		}
+	}
+}
