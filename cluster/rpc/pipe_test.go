@@ -211,7 +211,7 @@ func TestPipeBrokenStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g2 := grpc.NewServer(ServerOptions()...)
+	g2 := grpc.NewServer(ServerOptions(quietLog)...)
 	RegisterNodeServer(g2, n2)
 	go g2.Serve(l2)
 	t.Cleanup(g2.Stop)
@@ -293,7 +293,7 @@ func serveStoppable(t *testing.T, n NodeServer) (*grpc.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(ServerOptions()...)
+	g := grpc.NewServer(ServerOptions(quietLog)...)
 	RegisterNodeServer(g, n)
 	go g.Serve(l)
 	t.Cleanup(g.Stop)

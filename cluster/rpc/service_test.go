@@ -95,7 +95,7 @@ func listenNode(tb testing.TB, n NodeServer, opts ...grpc.ServerOption) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer(append(ServerOptions(), opts...)...)
+	g := grpc.NewServer(append(ServerOptions(quietLog), opts...)...)
 	RegisterNodeServer(g, n)
 	go g.Serve(l)
 	tb.Cleanup(g.Stop)

@@ -98,7 +98,7 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(by time.Time), err error) {
 	// (and reads this node's share only after its queued increments
 	// landed: quota.New attached its Flush to the store).
 	lp.Shared.Attach(q)
-	g := grpc.NewServer(rpc.ServerOptions()...)
+	g := grpc.NewServer(rpc.ServerOptions(n.log)...)
 	srv.Register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(l) }()
