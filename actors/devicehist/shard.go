@@ -384,6 +384,14 @@ func (s shard) outlived() {
 // shard.
 func (s shard) refused(p *pending) {
 	s.outlived()
+	p.settle(ErrStopped)
+}
+
+// settle ends p once its write went through or failed: the entry's stored
+// sequence moves on (a failed write keeps serving from memory), the
+// write's buffer goes back to the pool, a flush's ack is answered and a
+// barrier is released, hearing err when the committer was gone.
+func (p *pending) settle(err error) {
 	if p.st != nil {
 		p.st.stored.Store(p.seq)
 	}
@@ -394,7 +402,11 @@ func (s shard) refused(p *pending) {
 		p.ack <- struct{}{}
 	}
 	if p.barrier != nil {
-		p.barrier <- ErrStopped
+		if err != nil {
+			p.barrier <- err
+		} else {
+			close(p.barrier)
+		}
 	}
 }
 
@@ -546,19 +558,7 @@ func newCommitter(store Store, cfg actors.GroupConfig, log *slog.Logger) *actors
 			log.Error("devicehist: history not stored", "writes", len(ps), "err", err)
 		}
 		for i := range ps {
-			p := &ps[i]
-			if p.st != nil {
-				p.st.stored.Store(p.seq)
-			}
-			if p.w != nil {
-				writePool.Put(p.w)
-			}
-			if p.ack != nil {
-				p.ack <- struct{}{}
-			}
-			if p.barrier != nil {
-				close(p.barrier)
-			}
+			ps[i].settle(nil)
 		}
 	}
 	return actors.NewGroupCommitter(cfg, apply, done)
