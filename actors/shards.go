@@ -97,6 +97,8 @@ type slot struct {
 	// all runs inside the spawn), so stops are matched by spawn, not PID.
 	gen        atomic.Uint64
 	stoppedGen uint64
+	// halted: Stop saw this shard's actor stop (Shards.Stopped).
+	halted atomic.Bool
 }
 
 // ShardOption configures SpawnShards.
@@ -556,9 +558,10 @@ var ErrStopTimeout = errors.New("shards did not stop in time")
 
 // Stop ends the ticker, then lets every shard finish the messages already in
 // its mailbox and stops it, waiting for all of them up to StopTimeout (a
-// shard still running then is named in an ErrStopTimeout). Messages sent
-// after Stop go to protoactor's dead letters; stop the senders first. A
-// shard that is down is not restarted any more.
+// shard still running then is named in an ErrStopTimeout, and Stopped
+// reports it false). Messages sent after Stop go to protoactor's dead
+// letters; stop the senders first. A shard that is down is not restarted
+// any more.
 func (s *Shards) Stop() error {
 	var err error
 	s.stopOnce.Do(func() {
@@ -583,7 +586,9 @@ func (s *Shards) Stop() error {
 		for i, f := range futures {
 			if _, e := f.Result(); e != nil {
 				stuck = append(stuck, i)
+				continue
 			}
+			s.slots[i].halted.Store(true)
 		}
 		if len(stuck) > 0 {
 			err = fmt.Errorf("%w: %s shards %v did not stop within %v (a handler still runs); they may still handle what is in their mailboxes",
@@ -596,3 +601,10 @@ func (s *Shards) Stop() error {
 	})
 	return err
 }
+
+// Stopped reports whether Stop saw shard i's actor stop. Only then is the
+// state the shard kept outside its actor (a kind's per-shard state) the
+// caller's: a shard Stop gave up on (ErrStopTimeout) still runs its handler
+// and whatever its mailbox holds, on its own goroutine, and its state
+// stays with that goroutine. False before Stop.
+func (s *Shards) Stopped(i int) bool { return s.slots[i].halted.Load() }

@@ -252,3 +252,37 @@ func TestQueuedBehindAFinalStop(t *testing.T) {
 		t.Fatalf("notes the restarted shard got: %v; want [1 2]", got)
 	}
 }
+
+// TestStoppedNamesOnlyTheShardsThatStopped: after Stop, Stopped is true for
+// the shards whose actor stopped and false for one still stuck in a handler
+// past StopTimeout, whose state its own goroutine still owns.
+func TestStoppedNamesOnlyTheShardsThatStopped(t *testing.T) {
+	old := StopTimeout
+	StopTimeout = 100 * time.Millisecond
+	defer func() { StopTimeout = old }()
+	sys := quiet()
+	block, entered := make(chan struct{}), make(chan struct{})
+	defer close(block)
+	s := SpawnShards(sys.Root, 2, func(i int) actor.Actor {
+		return actor.ReceiveFunc(func(ctx actor.Context) {
+			if _, ok := ctx.Message().(*probe); ok && i == 1 {
+				close(entered)
+				<-block
+			}
+		})
+	}, Named("stuck"))
+	if s.Stopped(0) || s.Stopped(1) {
+		t.Fatal("shards reported stopped before Stop")
+	}
+	s.Send(1, &probe{})
+	<-entered
+	if err := s.Stop(); !errors.Is(err, ErrStopTimeout) {
+		t.Fatalf("Stop with a stuck shard: %v; want ErrStopTimeout", err)
+	}
+	if !s.Stopped(0) {
+		t.Error("shard 0 stopped, but Stopped(0) is false")
+	}
+	if s.Stopped(1) {
+		t.Error("shard 1 is stuck in its handler, but Stopped(1) is true")
+	}
+}

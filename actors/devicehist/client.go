@@ -497,7 +497,9 @@ func (c *Client) resident() int {
 
 // Stop refuses new calls, lets the shards finish their mailboxes, then
 // stores everything they changed. Call it after the HTTP server stopped
-// sending.
+// sending. A shard stuck in a handler past actors.StopTimeout keeps its
+// changes (logged, and named in the error): it still runs, and they are
+// its own.
 func (c *Client) Stop() error {
 	if c.stopped.Swap(true) {
 		return nil
@@ -510,8 +512,16 @@ func (c *Client) Stop() error {
 	c.daily.Stop()
 	err := c.shards.Stop()
 	if c.commit != nil {
-		// The shards' goroutines are done: their states are Stop's now.
-		for _, st := range c.states {
+		// The goroutines of the shards that stopped are done: their states
+		// are Stop's now. A shard Stop gave up on (stuck in a handler) still
+		// owns its state, so it is left alone: what it changed since its
+		// last flush is not stored, as after a crash (package doc:
+		// Durability).
+		for i, st := range c.states {
+			if !c.shards.Stopped(i) {
+				c.log.Error("devicehist: a shard did not stop; the history it changed since its last flush is not stored", "shard", i)
+				continue
+			}
 			shard{st}.flush(nil)
 		}
 		c.commit.Close()

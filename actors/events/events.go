@@ -486,7 +486,9 @@ func (c *Client) resident() (events, sightings int) {
 }
 
 // Stop refuses new work, drains the shards, then stores everything they
-// changed. Call it after the HTTP server stopped sending.
+// changed. Call it after the HTTP server stopped sending. A shard stuck in
+// a handler past actors.StopTimeout keeps its changes (logged, and named in
+// the error): it still runs, and they are its own.
 func (c *Client) Stop() error {
 	if c.stopped.Swap(true) {
 		return nil
@@ -499,8 +501,16 @@ func (c *Client) Stop() error {
 	c.daily.Stop()
 	err := c.shards.Stop()
 	if c.commit != nil {
-		// The shards' goroutines are done: their states are Stop's now.
-		for _, st := range c.states {
+		// The goroutines of the shards that stopped are done: their states
+		// are Stop's now. A shard Stop gave up on (stuck in a handler) still
+		// owns its state, so it is left alone: what it changed since its
+		// last flush is not stored, as after a crash (package doc:
+		// Durability).
+		for i, st := range c.states {
+			if !c.shards.Stopped(i) {
+				c.log.Error("device: a shard did not stop; the events and sightings it changed since its last flush are not stored", "shard", i)
+				continue
+			}
 			shard{st}.flush(nil)
 		}
 		c.commit.Close()

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -126,5 +127,79 @@ func TestStopAfterAStuckShard(t *testing.T) {
 	}
 	if l := rec.find("outlived Stop"); len(l) != 1 {
 		t.Errorf("logged about the shard that outlived Stop: %q; want one line", l)
+	}
+}
+
+// unsyncedGateStore holds LoadSightings of visitor "stuck" at a gate and
+// then answers it without reaching the store: a stuck handler that, once
+// released, shares no lock with what Stop did meanwhile (the store's locks
+// would order Stop's write before the shard's read and hide a race).
+type unsyncedGateStore struct {
+	*storage.DB
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (s *unsyncedGateStore) LoadSightings(visitor string, now time.Time) (storage.Sightings, bool, error) {
+	if visitor == "stuck" {
+		close(s.entered)
+		<-s.gate
+		return storage.Sightings{}, false, nil
+	}
+	return s.DB.LoadSightings(visitor, now)
+}
+
+// TestStopLeavesAStuckShardsState: Stop must not flush the state of a shard
+// that did not stop (actors.StopTimeout): that shard's goroutine still owns
+// its dirty lists and sequence, and goes on with them once its handler is
+// released. The gate is released by a timer, not by the test after Stop,
+// so that nothing orders Stop's work before the shard's: under -race, a
+// Stop that touches the shard's state is reported. Stop says instead that
+// the shard's unstored changes are lost, and the store does not get them.
+func TestStopLeavesAStuckShardsState(t *testing.T) {
+	old := actors.StopTimeout
+	actors.StopTimeout = 100 * time.Millisecond
+	defer func() { actors.StopTimeout = old }()
+
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	st := &unsyncedGateStore{DB: db, gate: make(chan struct{}), entered: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(st.gate) })
+	defer release()
+	rec := &logRecorder{}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 1, Store: st, Timeout: 200 * time.Millisecond, Logger: slog.New(rec)})
+
+	// The record marks its event dirty, then waits for the visitor's
+	// sightings at the gate. Sent from a goroutine of its own: it may run
+	// inline on the sender's.
+	stuck := event("acc_a", "stuck", t0)
+	go c.Record(stuck)
+	<-st.entered
+	// Queued behind the record: answered once the shard is done with it.
+	probe := make(lenProbe, 1)
+	c.shards.Broadcast(probe)
+
+	go func() {
+		time.Sleep(3 * actors.StopTimeout)
+		release()
+	}()
+	if err := c.Stop(); !errors.Is(err, actors.ErrStopTimeout) {
+		t.Fatalf("Stop with a stuck shard: %v; want ErrStopTimeout", err)
+	}
+	select {
+	case <-probe:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stuck shard never finished its record")
+	}
+	if l := rec.find("not stored"); len(l) != 1 || !strings.Contains(l[0], "shard=0") {
+		t.Errorf("Stop's word on the shard that did not stop: %q; want one line naming shard 0", l)
+	}
+	if _, err := db.GetEvent(stuck.ID); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("the stuck shard's event reached the store through Stop: %v", err)
 	}
 }
