@@ -99,6 +99,11 @@ type shardState struct {
 	pending atomic.Bool
 	seq     uint64        // writes handed to the committer (shard goroutine only)
 	stored  atomic.Uint64 // seq of the last of them the committer finished
+	// failed is the seq of the last write that did not reach the store
+	// (the store failed it, or Stop had closed the committer): entries last
+	// carried by it or an earlier write may exist only in memory, so they
+	// are not evicted (a later write carrying them clears that).
+	failed atomic.Uint64
 	// stoppedLogged: the shard said once that it outlived Stop (refused).
 	stoppedLogged bool
 
@@ -384,15 +389,20 @@ func (s shard) outlived() {
 // shard.
 func (s shard) refused(p *pending) {
 	s.outlived()
-	p.settle(ErrStopped)
+	p.settle(true, ErrStopped)
 }
 
-// settle ends p once its write went through or failed: the entry's stored
-// sequence moves on (a failed write keeps serving from memory), the
-// write's buffer goes back to the pool, a flush's ack is answered and a
-// barrier is released, hearing err when the committer was gone.
-func (p *pending) settle(err error) {
+// settle ends p once its write went through or failed (failed): the
+// shard's stored sequence moves on, past a failed write too, which then
+// pins the entries it carried in memory (shardState.failed); the write's
+// buffer goes back to the pool, a flush's ack is answered and a barrier is
+// released, hearing err when the committer was gone.
+func (p *pending) settle(failed bool, err error) {
 	if p.st != nil {
+		if failed {
+			// Before stored, which the sweep reads first.
+			p.st.failed.Store(p.seq)
+		}
 		p.st.stored.Store(p.seq)
 	}
 	if p.w != nil {
@@ -504,10 +514,14 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 }
 
 // sweep trims every entry, forgets the empty ones and, with a store, the
-// ones idle for idleAfter. Entries with changes not yet stored stay.
+// ones idle for idleAfter. Entries with changes not yet stored stay, and
+// so do those whose last write failed: the store holds an older copy, or
+// none, which a reload would read. wseq 0: loaded and never written since.
 func (s shard) sweep(now int64) {
-	stored := s.stored.Load()
-	clean := func(dirty bool, wseq uint64) bool { return !dirty && wseq <= stored }
+	stored, failed := s.stored.Load(), s.failed.Load()
+	clean := func(dirty bool, wseq uint64) bool {
+		return !dirty && wseq <= stored && (wseq == 0 || wseq > failed)
+	}
 	idle := func(touched int64) bool { return s.store != nil && now-touched > s.idleAfter }
 	s.devices.Sweep(func(_ deviceKey, e *deviceEntry) bool {
 		return clean(e.dirty, e.wseq) && (!trimDevice(&e.rec, now) || idle(e.touched))
@@ -558,7 +572,7 @@ func newCommitter(store Store, cfg actors.GroupConfig, log *slog.Logger) *actors
 			log.Error("devicehist: history not stored", "writes", len(ps), "err", err)
 		}
 		for i := range ps {
-			ps[i].settle(nil)
+			ps[i].settle(err != nil, nil)
 		}
 	}
 	return actors.NewGroupCommitter(cfg, apply, done)
