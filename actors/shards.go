@@ -556,13 +556,28 @@ var StopTimeout = 10 * time.Second
 // StopTimeout: its handler is stuck, and may still run after Stop returned.
 var ErrStopTimeout = errors.New("shards did not stop in time")
 
-// Stop ends the ticker, then lets every shard finish the messages already in
-// its mailbox and stops it, waiting for all of them up to StopTimeout (a
+// StopWait is how long a stop keeping to by waits for its shards:
+// StopTimeout, or less when by comes first (nothing once it is past); a zero
+// by is no deadline. A shutdown stops several services one after the other
+// by one deadline, so that stuck shards in each do not add StopTimeout
+// apiece past a supervisor's grace.
+func StopWait(by time.Time) time.Duration {
+	if by.IsZero() {
+		return StopTimeout
+	}
+	return max(0, min(StopTimeout, time.Until(by)))
+}
+
+// Stop is StopBy with no deadline: it waits up to StopTimeout.
+func (s *Shards) Stop() error { return s.StopBy(time.Time{}) }
+
+// StopBy ends the ticker, then lets every shard finish the messages already
+// in its mailbox and stops it, waiting for all of them up to StopWait(by) (a
 // shard still running then is named in an ErrStopTimeout, and Stopped
-// reports it false). Messages sent after Stop go to protoactor's dead
+// reports it false). Messages sent after the stop go to protoactor's dead
 // letters; stop the senders first. A shard that is down is not restarted
 // any more.
-func (s *Shards) Stop() error {
+func (s *Shards) StopBy(by time.Time) error {
 	var err error
 	s.stopOnce.Do(func() {
 		if s.stopTick != nil {
@@ -573,11 +588,12 @@ func (s *Shards) Stop() error {
 		s.stopping.Store(true)
 		s.mu.Unlock()
 		sys := s.root.ActorSystem()
+		wait := StopWait(by)
 		futures := make([]*actor.Future, len(s.slots))
 		for i := range s.slots {
-			// PoisonFuture, with StopTimeout instead of its fixed 10 s.
+			// PoisonFuture, with wait instead of its fixed 10 s.
 			pid := s.slots[i].pid.Load()
-			futures[i] = actor.NewFuture(sys, StopTimeout)
+			futures[i] = actor.NewFuture(sys, wait)
 			p, _ := sys.ProcessRegistry.Get(pid)
 			p.SendSystemMessage(pid, &actor.Watch{Watcher: futures[i].PID()})
 			s.root.Poison(pid)
@@ -592,7 +608,7 @@ func (s *Shards) Stop() error {
 		}
 		if len(stuck) > 0 {
 			err = fmt.Errorf("%w: %s shards %v did not stop within %v (a handler still runs); they may still handle what is in their mailboxes",
-				ErrStopTimeout, s.name, stuck, StopTimeout)
+				ErrStopTimeout, s.name, stuck, wait)
 		}
 		for _, d := range s.dispatchers {
 			d.stop()

@@ -249,6 +249,9 @@ func (s *Service) Stop() {
 	_ = s.actor.Stop()
 }
 
+// StopBy is Stop waiting for the actor only until by (actors.StopWait).
+func (s *Service) StopBy(by time.Time) error { return s.actor.StopBy(by) }
+
 // run has the actor make a change and waits at most Config.Timeout for it
 // (actors.ErrUnavailable after that, or at once while the actor is down).
 func (s *Service) run(do func() (any, error)) (any, error) {

@@ -270,11 +270,14 @@ func (c *Client) Counts(customer string) (Counts, error) {
 }
 
 // Stop stops the shards after the messages already sent.
-func (c *Client) Stop() error {
+func (c *Client) Stop() error { return c.StopBy(time.Time{}) }
+
+// StopBy is Stop waiting for the shards only until by (actors.StopWait).
+func (c *Client) StopBy(by time.Time) error {
 	if c.stopped.Swap(true) {
 		return nil
 	}
-	return c.shards.Stop()
+	return c.shards.StopBy(by)
 }
 
 // NewChallenge returns 64 lowercase hex characters of crypto randomness.

@@ -489,7 +489,11 @@ func (c *Client) resident() (events, sightings int) {
 // changed. Call it after the HTTP server stopped sending. A shard stuck in
 // a handler past actors.StopTimeout keeps its changes (logged, and named in
 // the error): it still runs, and they are its own.
-func (c *Client) Stop() error {
+func (c *Client) Stop() error { return c.StopBy(time.Time{}) }
+
+// StopBy is Stop waiting for the shards only until by (actors.StopWait);
+// what the shards that stopped changed is stored before it returns.
+func (c *Client) StopBy(by time.Time) error {
 	if c.stopped.Swap(true) {
 		return nil
 	}
@@ -499,7 +503,7 @@ func (c *Client) Stop() error {
 		c.unhook()
 	}
 	c.daily.Stop()
-	err := c.shards.Stop()
+	err := c.shards.StopBy(by)
 	if c.commit != nil {
 		// The goroutines of the shards that stopped are done: their states
 		// are Stop's now. A shard Stop gave up on (stuck in a handler) still

@@ -143,6 +143,9 @@ func (m *Monitor) Report(now time.Time) (Report, error) {
 // Stop stops the actor.
 func (m *Monitor) Stop() error { return m.shards.Stop() }
 
+// StopBy is Stop waiting for the shard only until by (actors.StopWait).
+func (m *Monitor) StopBy(by time.Time) error { return m.shards.StopBy(by) }
+
 func dayOf(t time.Time) time.Time { return t.UTC().Truncate(24 * time.Hour) }
 
 func (o owner) Receive(ctx actor.Context) {

@@ -237,11 +237,14 @@ func (c *Client) entries() int {
 }
 
 // Stop stops the shards after their mailboxes are handled.
-func (c *Client) Stop() error {
+func (c *Client) Stop() error { return c.StopBy(time.Time{}) }
+
+// StopBy is Stop waiting for the shards only until by (actors.StopWait).
+func (c *Client) StopBy(by time.Time) error {
 	if c.stopped.Swap(true) {
 		return nil
 	}
-	if err := c.shards.Stop(); err != nil {
+	if err := c.shards.StopBy(by); err != nil {
 		return fmt.Errorf("iplimit: %w", err)
 	}
 	return nil

@@ -141,6 +141,9 @@ func (m *Mailer) Recent(limit int) ([]*storage.Mail, error) { return m.cfg.DB.Re
 // Stop ends the actor after the messages already queued.
 func (m *Mailer) Stop() { _ = m.actor.Stop() }
 
+// StopBy is Stop waiting for the actor only until by (actors.StopWait).
+func (m *Mailer) StopBy(by time.Time) error { return m.actor.StopBy(by) }
+
 func (m *Mailer) receive(c actor.Context) {
 	msg, ok := c.Message().(*Message)
 	if !ok {

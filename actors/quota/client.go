@@ -366,11 +366,15 @@ func (c *Client) resident() int {
 // actors.StopTimeout is named in the error (actors.ErrStopTimeout); what it
 // handles after the committer closed is refused with ErrStopped, so no
 // charge is answered whose increment the store will not get.
-func (c *Client) Stop() error {
+func (c *Client) Stop() error { return c.StopBy(time.Time{}) }
+
+// StopBy is Stop waiting for the shards only until by (actors.StopWait);
+// the last group commit is made all the same, before it returns.
+func (c *Client) StopBy(by time.Time) error {
 	if c.stopped.Swap(true) {
 		return nil
 	}
-	err := c.shards.Stop()
+	err := c.shards.StopBy(by)
 	c.syncMu.Lock()
 	if c.unhook != nil {
 		c.unhook()

@@ -308,7 +308,11 @@ func (c *Client) Prune(now time.Time) error {
 
 // Stop writes what is pending and stops the owner. Record must not be
 // called afterwards.
-func (c *Client) Stop() error {
+func (c *Client) Stop() error { return c.StopBy(time.Time{}) }
+
+// StopBy is Stop waiting for the shards only until by (actors.StopWait);
+// the last batch is written all the same.
+func (c *Client) StopBy(by time.Time) error {
 	var err error
 	c.once.Do(func() {
 		c.stopped.Store(true)
@@ -318,7 +322,7 @@ func (c *Client) Stop() error {
 		c.mu.Lock()
 		c.flushLocked()
 		c.mu.Unlock()
-		err = c.shards.Stop()
+		err = c.shards.StopBy(by)
 	})
 	return err
 }

@@ -208,16 +208,29 @@ func (c *Counter) Feed(now time.Time) (Feed, error) {
 
 // Stop writes the last counts and stops the actor. It waits at most 30 s
 // for the write (the actor may be down, or the store stuck).
-func (c *Counter) Stop() error {
+func (c *Counter) Stop() error { return c.StopBy(time.Time{}) }
+
+// lastWriteWait bounds Stop's wait for the last counts' write.
+const lastWriteWait = 30 * time.Second
+
+// StopBy is Stop keeping to by: it waits for the last write and the actor
+// only until then (a zero by: lastWriteWait, then actors.StopTimeout).
+func (c *Counter) StopBy(by time.Time) error {
 	done := make(chan error, 1)
 	c.shards.Send(0, &flush{done: done})
+	wait := lastWriteWait
+	if !by.IsZero() {
+		wait = max(0, min(wait, time.Until(by)))
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
 	var err error
 	select {
 	case err = <-done:
-	case <-time.After(30 * time.Second):
-		err = fmt.Errorf("traffic: last counts not written: %w", actors.ErrTimeout)
+	case <-t.C:
+		err = fmt.Errorf("traffic: last counts not written within %v: %w", wait, actors.ErrTimeout)
 	}
-	if serr := c.shards.Stop(); err == nil {
+	if serr := c.shards.StopBy(by); err == nil {
 		err = serr
 	}
 	return err

@@ -239,9 +239,12 @@ func (s *Service) Recent(account string, now time.Time) ([]*storage.Delivery, er
 // Stop cancels attempts in flight, then stops the shards. Pending events stay
 // in the store: the next start resumes them (an interrupted attempt is made
 // again).
-func (s *Service) Stop() error {
+func (s *Service) Stop() error { return s.StopBy(time.Time{}) }
+
+// StopBy is Stop waiting for the shards only until by (actors.StopWait).
+func (s *Service) StopBy(by time.Time) error {
 	s.cancel()
-	err := s.shards.Stop()
+	err := s.shards.StopBy(by)
 	// The cancelled attempts end at once; one answered 2xx before that
 	// deletes its pending record, which must happen before the store closes.
 	s.attempts.Wait()

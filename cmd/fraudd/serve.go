@@ -278,7 +278,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer accts.Stop()
+	defer stopActors(log, "accounts actor", accts, &stop.end)
 	if shared != nil {
 		if err := shared.Start(ctx, accts); err != nil {
 			return err
@@ -287,16 +287,12 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	// In cluster mode the limiters keep their counts for the address
 	// shards' owners, who sum every node's (cluster/rpc.AddrReporter).
 	limits := iplimit.New(system.Root, iplimit.Config{Clock: clk, Shared: node != nil})
-	defer func() {
-		if err := limits.Stop(); err != nil {
-			log.Error("stop per-address limiters", "err", err)
-		}
-	}()
+	defer stopActors(log, "per-address limiters", limits, &stop.end)
 	mail, err := mailer.New(system.Root, mailer.Config{DB: db, Accounts: accts, SMTPURL: cfg.smtpURL, Clock: clk, Logger: log})
 	if err != nil {
 		return err
 	}
-	defer mail.Stop()
+	defer stopActors(log, "mailer", mail, &stop.end)
 	// In cluster mode the quota actors keep this node's share of each
 	// count and load the sum of every member's (cluster/rpc.SharedStore).
 	var quotaStore quota.Store = db
@@ -308,40 +304,24 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	quotas := quota.New(system.Root, quota.Config{Store: quotaStore, Clock: clk, Logger: log, Notifier: mail})
 	// Deferred after the limiters, so it runs before them: the quota shards
 	// flush their last group commit while Pebble is still open.
-	defer func() {
-		if err := quotas.Stop(); err != nil {
-			log.Error("stop quota actors", "err", err)
-		}
-	}()
+	defer stopActors(log, "quota actors", quotas, &stop.end)
 	counts, err := traffic.New(system.Root, traffic.Config{Store: db, Clock: clk, Logger: log})
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := counts.Stop(); err != nil {
-			log.Error("stop traffic counter", "err", err)
-		}
-	}()
+	defer stopActors(log, "traffic counter", counts, &stop.end)
 	// Device events (browser collector); stopped before Pebble closes so
 	// its last group commit lands. In cluster mode the ids it mints name
 	// this node, so that another node can resolve them here.
 	devices := events.New(system.Root, events.Config{Store: db, Clock: clk, Logger: log, Node: eventRoute(node)})
-	defer func() {
-		if err := devices.Stop(); err != nil {
-			log.Error("stop device actors", "err", err)
-		}
-	}()
+	defer stopActors(log, "device actors", devices, &stop.end)
 	// Per-customer device history and account links; stopped before Pebble
 	// closes so its last group commit lands.
 	devHist, err := devicehist.New(system.Root, devicehist.Config{Store: db, Secret: master, Clock: clk, Logger: log})
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := devHist.Stop(); err != nil {
-			log.Error("stop device-history actors", "err", err)
-		}
-	}()
+	defer stopActors(log, "device-history actors", devHist, &stop.end)
 	if node != nil {
 		// The node-to-node service and the routing clients; stopped before
 		// the quota, device and history actors and the traffic counter
@@ -359,11 +339,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	// memory only (a restart expires every challenge). Stopped before Pebble
 	// closes.
 	challenges := challenge.New(system.Root, challenge.Config{Key: master.Derive(secrets.LabelDeviceEvidence), Store: db, Clock: clk, Logger: log})
-	defer func() {
-		if err := challenges.Stop(); err != nil {
-			log.Error("stop device-evidence actors", "err", err)
-		}
-	}()
+	defer stopActors(log, "device-evidence actors", challenges, &stop.rpc)
 
 	// Webhook shards stop before the mailer and storage they use (defers run
 	// in reverse). Pending deliveries are kept in the store and resumed here
@@ -374,11 +350,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := hooks.Stop(); err != nil {
-			log.Error("stop webhook actors", "err", err)
-		}
-	}()
+	defer stopActors(log, "webhook actors", hooks, &stop.rpc)
 	if cfg.allowPrivateWebhooks {
 		log.Warn("private webhook receivers allowed: http:// and loopback/private addresses are accepted; never use this in production")
 	}
@@ -420,11 +392,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := monitor.Stop(); err != nil {
-			log.Error("stop health monitor", "err", err)
-		}
-	}()
+	defer stopActors(log, "health monitor", monitor, &stop.rpc)
 
 	// Each account's recent evaluations for the console; its last batch is
 	// written before Pebble closes.
@@ -432,11 +400,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := recents.Stop(); err != nil {
-			log.Error("stop recent-evaluations actor", "err", err)
-		}
-	}()
+	defer stopActors(log, "recent-evaluations actor", recents, &stop.rpc)
 
 	var accessLog *slog.Logger
 	if cfg.accessLog {
@@ -532,6 +496,25 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	return nil
 }
 
+// actorService is an actor service's stop keeping to a deadline (zero: no
+// deadline, each waits actors.StopTimeout for its shards at most).
+type actorService interface{ StopBy(by time.Time) error }
+
+// stopActors stops s by *by, a deadline of the plan read when it runs (a
+// deferred call's arguments are evaluated when deferred, before the plan
+// is set): the plan's rpc for the services stopped before the node-to-node
+// service, its end for those after it, so that the quota, device and
+// history actors and the traffic counter keep the last second. The
+// services stop one after the other, and stuck shards in each would
+// otherwise take actors.StopTimeout apiece past the supervisor's grace.
+// Each still makes its last group commit before it returns, ahead of the
+// store's close; what the deadline cut short is logged.
+func stopActors(log *slog.Logger, what string, s actorService, by *time.Time) {
+	if err := s.StopBy(*by); err != nil {
+		log.Error("stop "+what, "err", err)
+	}
+}
+
 // shutdownGrace bounds a stop, from the signal to the store's close: a
 // supervisor kills the process after its own grace period (30 s: compose's
 // stop_grace_period here, Kubernetes' default), and a kill mid-way through
@@ -554,8 +537,12 @@ const (
 // shutdownPlan is when each step of a stop must end.
 type shutdownPlan struct {
 	// drain ends the HTTP drain, leave the cluster leave (or earlier: at
-	// most leaveMax after it starts), rpc the node-to-node service's
-	// graceful stop; end is the whole grace.
+	// most leaveMax after it starts; its embedded etcd member's close
+	// included), rpc the node-to-node service's graceful stop and the
+	// actor services stopped before it; end the actor services stopped
+	// after it (stopActors), and the embedded etcd member's close when no
+	// leave ran. Only the last group commits, their syncs and the store's
+	// close run past end: they are what the grace is for.
 	drain, leave, rpc, end time.Time
 }
 
