@@ -55,6 +55,9 @@ type Config struct {
 type Server struct {
 	e         *embed.Etcd
 	endpoints []string
+	// close is the member's etcd Close (a test's stand-in for one that
+	// hangs).
+	close func()
 }
 
 // Start starts the member and waits until it serves clients.
@@ -148,7 +151,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		closeUnready(e)
 		return nil, ctx.Err()
 	}
-	s := &Server{e: e}
+	s := &Server{e: e, close: e.Close}
 	for _, l := range e.Clients {
 		s.endpoints = append(s.endpoints, l.Addr().String())
 	}
@@ -207,4 +210,31 @@ func urlOrLoopback(u string) (url.URL, error) {
 func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
 
 // Close stops the member and waits for it to finish.
-func (s *Server) Close() { s.e.Close() }
+func (s *Server) Close() { s.close() }
+
+// CloseBy stops the member, waiting for it to finish until by at most (a
+// zero by: for as long as it takes). etcd's Close can block well past a
+// supervisor's grace: a member that lost its quorum waits out etcd's own
+// timeouts (a leadership transfer, requests in flight). Past by, the close
+// goes on in the background and the error says it was cut short: the
+// process's exit then stops the member as a crash would, which etcd
+// recovers from its WAL.
+func (s *Server) CloseBy(by time.Time) error {
+	if by.IsZero() {
+		s.close()
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.close()
+	}()
+	t := time.NewTimer(max(0, time.Until(by)))
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return errors.New("embedded etcd: close cut short by its deadline (the member did not stop in time: lost quorum?); it stops with the process")
+	}
+}

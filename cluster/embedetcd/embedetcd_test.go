@@ -53,3 +53,29 @@ func TestStartWithoutQuorumFails(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestCloseByKeepsItsDeadline: a member whose close hangs (etcd's Close
+// after a lost quorum waits on etcd's own timeouts) is given up on at the
+// deadline with an error saying so, and one that closes in time reports
+// nothing.
+func TestCloseByKeepsItsDeadline(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	hung := &Server{close: func() { <-release }}
+	start := time.Now()
+	err := hung.CloseBy(start.Add(100 * time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "cut short") {
+		t.Errorf("a hung close: %v; want one saying it was cut short", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("a hung close with a 100ms deadline took %v", took)
+	}
+
+	s, err := Start(context.Background(), Config{Dir: t.TempDir(), Name: "solo", NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CloseBy(time.Now().Add(20 * time.Second)); err != nil {
+		t.Errorf("a member that closes in time: %v", err)
+	}
+}

@@ -256,7 +256,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		left := false
 		defer func() {
 			if !left {
-				node.Close()
+				node.CloseBy(stop.end)
 			}
 		}()
 		leave = func(by time.Time) {

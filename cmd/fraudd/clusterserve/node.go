@@ -146,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n := &Node{cfg: cfg, log: log.With("cluster", cfg.Name, "node", cfg.NodeID), root: root, done: make(chan struct{}), windows: rpc.NewHandedWindows(), now: time.Now}
 	defer func() {
 		if err != nil {
-			n.closeConn()
+			n.closeConn(time.Time{})
 		}
 	}()
 	endpoints := cfg.Endpoints
@@ -394,7 +394,8 @@ func (n *Node) Leave(ctx context.Context) error {
 	if err := n.member.Leave(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	n.closeConn()
+	by, _ := ctx.Deadline()
+	n.closeConn(by)
 	return errors.Join(errs...)
 }
 
@@ -456,22 +457,31 @@ func (n *Node) handOverShares(ctx context.Context) error {
 
 // Close stops without handing anything over (the lease runs out on its own),
 // for a start that failed half-way.
-func (n *Node) Close() {
+func (n *Node) Close() { n.CloseBy(time.Time{}) }
+
+// CloseBy is Close keeping to by (zero: no deadline): the embedded etcd
+// member's close, the one step that can outlast a supervisor's grace, is
+// given up on then (logged).
+func (n *Node) CloseBy(by time.Time) {
 	n.cancel()
 	<-n.done
 	if n.config != nil {
 		n.config.stop()
 	}
 	n.member.Close()
-	n.closeConn()
+	n.closeConn(by)
 }
 
-func (n *Node) closeConn() {
+// closeConn closes the etcd client, and the embedded member by by (zero: no
+// deadline), logging a close cut short.
+func (n *Node) closeConn(by time.Time) {
 	if n.cli != nil {
 		n.cli.Close()
 	}
 	if n.etcd != nil {
-		n.etcd.Close()
+		if err := n.etcd.CloseBy(by); err != nil {
+			n.log.Warn("cluster: embedded etcd member not stopped by the shutdown grace", "err", err)
+		}
 		n.etcd = nil
 	}
 }
