@@ -95,6 +95,10 @@ func (i *Issuer) Verify(token string, now time.Time) (Claims, error) {
 		}
 		return i.key, nil
 	}, jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer(issuer), jwt.WithExpirationRequired(),
+		// One spelling per token: base64url's padding bits must be zero, so
+		// a token reads only as minted (RFC 4648 3.5), never as a string
+		// nobody was given.
+		jwt.WithStrictDecoding(),
 		jwt.WithTimeFunc(func() time.Time { return now }))
 	if err != nil || !t.Valid || wc.Subject == "" || wc.Scope != Scope || (wc.KeyType != "live" && wc.KeyType != "test") {
 		return Claims{}, fmt.Errorf("%w: %v", ErrInvalid, err)
