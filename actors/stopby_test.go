@@ -57,3 +57,25 @@ func TestStopByKeepsTheDeadline(t *testing.T) {
 		t.Fatalf("three stuck services stopped by a 200ms deadline took %v", took)
 	}
 }
+
+// TestStopByPastTheDeadlineStillStopsHealthyShards: a service whose stop
+// starts after the plan's deadline (the services before it took the time)
+// still gives its shards the moment a healthy shard needs to finish its
+// mailbox and stop, so they are not reported stuck: a stuck report makes
+// the events and history clients leave that shard's unflushed changes
+// unstored, which a late but clean stop must not lose.
+func TestStopByPastTheDeadlineStillStopsHealthyShards(t *testing.T) {
+	sys := quiet()
+	healthy := SpawnShards(sys.Root, 4, func(int) actor.Actor { return counter{n: new(int)} }, Named("late"))
+	for i := range 4 {
+		healthy.Send(uint64(i), "note")
+	}
+	if err := healthy.StopBy(time.Now().Add(-time.Second)); err != nil {
+		t.Fatalf("healthy shards stopped past the deadline: %v", err)
+	}
+	for i := range 4 {
+		if !healthy.Stopped(i) {
+			t.Errorf("shard %d not reported stopped", i)
+		}
+	}
+}

@@ -220,7 +220,8 @@ func (c *Counter) StopBy(by time.Time) error {
 	c.shards.Send(0, &flush{done: done})
 	wait := lastWriteWait
 	if !by.IsZero() {
-		wait = max(0, min(wait, time.Until(by)))
+		// Past by, still the moment a healthy write takes (actors.StopFloor).
+		wait = max(actors.StopFloor, min(wait, time.Until(by)))
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
