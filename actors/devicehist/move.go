@@ -232,6 +232,11 @@ func (s shard) take(m *takeReq) {
 	// leaves it empty, clean and resident until that write is stored.
 	put := func(rec storage.HistRecord, keep bool, st *storage.HistStored, dirty *bool, wseq *uint64) {
 		*dirty = false // a flush must not write it back
+		// What the store holds after a failed write (see where); when it
+		// cannot be read, the delete goes by what memory says.
+		if s.commit != nil {
+			s.where(rec, st, *wseq)
+		}
 		if st.OK && s.commit != nil {
 			if w == nil {
 				w = writePool.Get().(*storage.HistWrite)

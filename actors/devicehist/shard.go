@@ -345,19 +345,33 @@ func (s shard) flush(ack flushReq) {
 	s.seq++
 	w := writePool.Get().(*storage.HistWrite)
 	w.Reset()
+	// What encode leaves dirty (its stored copy unreadable) stays listed
+	// for the next flush.
+	devs := s.dirtyDevices[:0]
 	for _, e := range s.dirtyDevices {
-		s.encode(w, &e.rec, &e.stored, &e.dirty, &e.wseq)
+		if !s.encode(w, &e.rec, &e.stored, &e.dirty, &e.wseq) {
+			devs = append(devs, e)
+		}
 	}
+	accts := s.dirtyAccounts[:0]
 	for _, e := range s.dirtyAccounts {
-		s.encode(w, &e.rec, &e.stored, &e.dirty, &e.wseq)
+		if !s.encode(w, &e.rec, &e.stored, &e.dirty, &e.wseq) {
+			accts = append(accts, e)
+		}
 	}
+	addrs := s.dirtyAddresses[:0]
 	for _, e := range s.dirtyAddresses {
-		s.encode(w, &e.rec, &e.stored, &e.dirty, &e.wseq)
+		if !s.encode(w, &e.rec, &e.stored, &e.dirty, &e.wseq) {
+			addrs = append(addrs, e)
+		}
 	}
-	clear(s.dirtyDevices)
-	clear(s.dirtyAccounts)
-	clear(s.dirtyAddresses)
-	s.dirtyDevices, s.dirtyAccounts, s.dirtyAddresses = s.dirtyDevices[:0], s.dirtyAccounts[:0], s.dirtyAddresses[:0]
+	clear(s.dirtyDevices[len(devs):])
+	clear(s.dirtyAccounts[len(accts):])
+	clear(s.dirtyAddresses[len(addrs):])
+	s.dirtyDevices, s.dirtyAccounts, s.dirtyAddresses = devs, accts, addrs
+	if len(devs) > 0 || len(accts) > 0 || len(addrs) > 0 {
+		s.pending.Store(true)
+	}
 	s.add(pending{w: w, st: s.shardState, seq: s.seq, ack: ack})
 }
 
@@ -421,18 +435,61 @@ func (p *pending) settle(failed bool, err error) {
 }
 
 // encode adds one dirty record to w (one that expire dropped meanwhile is
-// clean and skipped).
-func (s shard) encode(w *storage.HistWrite, r storage.HistRecord, st *storage.HistStored, dirty *bool, wseq *uint64) {
+// clean and skipped). It reports false, leaving the record dirty, when
+// where cannot tell what the store holds of it.
+func (s shard) encode(w *storage.HistWrite, r storage.HistRecord, st *storage.HistStored, dirty *bool, wseq *uint64) bool {
 	if !*dirty {
-		return
+		return true
+	}
+	if !s.where(r, st, *wseq) {
+		return false
 	}
 	*dirty = false
 	ns, err := w.Put(r, *st)
 	if err != nil {
 		s.log.Warn("devicehist: record not stored", "err", err)
-		return
+		return true
 	}
 	*st, *wseq = ns, s.seq
+	return true
+}
+
+// where makes st what the store holds of r before a write replaces or
+// deletes it. st is what r's last write (wseq) leaves stored once it lands,
+// set when it was encoded; when that write, or one after it, failed, the
+// store may still hold the copy before it (a failed write leaves the store
+// as it was), and a write built on st would delete keys that were never
+// stored and leave the stored ones: a record first written by the failed
+// write then lost its expiry-index entry for good (never pruned), a stored
+// one kept its old recent-list entry forever. The store is read back then
+// (rarely: only the entries written at or before a failure, once each).
+// A write still on its way is taken to land. False: the store could not
+// be read.
+func (s shard) where(r storage.HistRecord, st *storage.HistStored, wseq uint64) bool {
+	if wseq == 0 || wseq > s.failed.Load() || wseq > s.stored.Load() {
+		return true
+	}
+	var blank storage.HistRecord
+	switch r := r.(type) {
+	case *storage.HistCustomerDevice:
+		s.scratchDevice.Customer, s.scratchDevice.Device = r.Customer, r.Device
+		blank = &s.scratchDevice
+	case *storage.HistAccount:
+		s.scratchAccount.Customer, s.scratchAccount.Hash = r.Customer, r.Hash
+		blank = &s.scratchAccount
+	case *storage.HistAddress:
+		s.scratchAddress.Customer, s.scratchAddress.Addr = r.Customer, r.Addr
+		blank = &s.scratchAddress
+	default:
+		return true
+	}
+	got, _, err := s.store.LoadHist(blank)
+	if err != nil {
+		s.log.Warn("devicehist: record not stored: its stored copy is unreadable", "err", err)
+		return false
+	}
+	*st = got // zero when nothing is stored
+	return true
 }
 
 // expire trims or deletes the record ref names, and drops ref's index entry
@@ -480,6 +537,9 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 		drop = func() { s.addresses.Delete(addressKey{ref.Customer, ref.Addr}) }
 	default:
 		return
+	}
+	if !s.where(rec, st, *wseq) {
+		return // the index entry stays: the next prune finds it again
 	}
 	was = *st
 	s.seq++

@@ -2,6 +2,7 @@ package devicehist
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,5 +50,51 @@ func TestUnstoredEntriesStayInMemory(t *testing.T) {
 	f := observe(t, c, Observation{Customer: "acc_1", DeviceID: "d1", EventID: "e4", AccountID: "u1", Now: t0.Add(time.Hour)})
 	if f.History.Visits != 3 {
 		t.Fatalf("visits of a device whose last write failed, after a sweep: %d; want 3 (the unstored one evicted and lost)", f.History.Visits)
+	}
+}
+
+// TestFailedWriteLeavesNoStrayKeys: a write the store refused leaves the
+// store as it was, so the next write of the same records must replace what
+// the store holds, not what the refused write would have left: the store
+// ends with the keys a run without the failure has, and everything expires
+// after 90 days (a record first written by a refused write was rewritten
+// without its expiry-index entry, and a stored one left its old recent-list
+// entry behind for good).
+func TestFailedWriteLeavesNoStrayKeys(t *testing.T) {
+	run := func(fail bool) (*storage.DB, *Client) {
+		db := openDBWith(t, vfs.NewMem(), time.Hour)
+		t.Cleanup(func() { _ = db.Close() })
+		st := &failingStore{DB: db}
+		c := newClient(t, Config{Shards: 1, Store: st})
+		step := func(i int, refuse bool) {
+			st.fail.Store(fail && refuse)
+			observe(t, c, Observation{Customer: "acc_1", DeviceID: "d1", EventID: fmt.Sprint("e", i), AccountID: "u1", IP: ip1,
+				Now: t0.Add(time.Duration(i) * time.Second)})
+			c.flush()
+		}
+		step(1, true) // first write refused: nothing stored
+		step(2, false)
+		step(3, true) // a stored record's rewrite refused
+		step(4, false)
+		st.fail.Store(false)
+		return db, c
+	}
+	keys := func(db *storage.DB) [3]int {
+		r, e, n, err := db.HistKeys()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [3]int{r, e, n}
+	}
+	want, _ := run(false)
+	got, c := run(true)
+	if g, w := keys(got), keys(want); g != w {
+		t.Fatalf("keys (records, expiry, recent) after refused writes: %v; a store without the failures holds %v", g, w)
+	}
+	if err := c.Prune(t0.Add(92 * 24 * time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if g := keys(got); g != [3]int{} {
+		t.Fatalf("keys (records, expiry, recent) left 92 days later: %v", g)
 	}
 }
