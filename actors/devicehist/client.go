@@ -196,17 +196,17 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	if cfg.Store != nil {
 		// After a panic the shard's memory may be half-changed: what it
 		// changed before is stored first (as its next flush would have),
-		// then it starts empty and loads records from the store on first
-		// touch.
+		// then it drops what the store holds and loads records from the
+		// store on first touch. Entries the store does not hold as they
+		// are (their write failed or is still on its way) stay: they are
+		// the only copy of what was observed, and the process goes on.
 		opts = append(opts, actors.OnRestart(func(i int) {
 			st := c.states[i]
 			shard{st}.flush(nil)
 			if err := c.commit.Barrier(cfg.Timeout); err != nil {
 				cfg.Logger.Warn("devicehist: shard restarts before its writes were stored", "shard", i, "err", err)
 			}
-			st.devices = actors.NewTable[deviceKey, *deviceEntry](64)
-			st.accounts = actors.NewTable[accountKey, *accountEntry](64)
-			st.addresses = actors.NewTable[addressKey, *addressEntry](64)
+			st.dropStored()
 		}))
 	}
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} }, opts...)

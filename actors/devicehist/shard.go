@@ -578,10 +578,7 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 // so do those whose last write failed: the store holds an older copy, or
 // none, which a reload would read. wseq 0: loaded and never written since.
 func (s shard) sweep(now int64) {
-	stored, failed := s.stored.Load(), s.failed.Load()
-	clean := func(dirty bool, wseq uint64) bool {
-		return !dirty && wseq <= stored && (wseq == 0 || wseq > failed)
-	}
+	clean := s.inStore()
 	idle := func(touched int64) bool { return s.store != nil && now-touched > s.idleAfter }
 	s.devices.Sweep(func(_ deviceKey, e *deviceEntry) bool {
 		return clean(e.dirty, e.wseq) && (!trimDevice(&e.rec, now) || idle(e.touched))
@@ -592,6 +589,25 @@ func (s shard) sweep(now int64) {
 	s.addresses.Sweep(func(_ addressKey, e *addressEntry) bool {
 		return clean(e.dirty, e.wseq) && (!trimAddress(&e.rec, now) || idle(e.touched))
 	})
+}
+
+// inStore returns whether an entry (dirty, last written by write wseq) is
+// what the store holds, so that dropping it loses nothing: unchanged since,
+// and that write stored. wseq 0: loaded and never written since.
+func (s *shardState) inStore() func(dirty bool, wseq uint64) bool {
+	stored, failed := s.stored.Load(), s.failed.Load()
+	return func(dirty bool, wseq uint64) bool {
+		return !dirty && wseq <= stored && (wseq == 0 || wseq > failed)
+	}
+}
+
+// dropStored forgets every entry the store holds as it is (inStore); the
+// others, changed or last carried by a failed write, are the only copy.
+func (s *shardState) dropStored() {
+	in := s.inStore()
+	s.devices.Sweep(func(_ deviceKey, e *deviceEntry) bool { return in(e.dirty, e.wseq) })
+	s.accounts.Sweep(func(_ accountKey, e *accountEntry) bool { return in(e.dirty, e.wseq) })
+	s.addresses.Sweep(func(_ addressKey, e *addressEntry) bool { return in(e.dirty, e.wseq) })
 }
 
 // list is the admin device list from memory (no store: everything is here).

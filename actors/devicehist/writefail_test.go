@@ -98,3 +98,47 @@ func TestFailedWriteLeavesNoStrayKeys(t *testing.T) {
 		t.Fatalf("keys (records, expiry, recent) left 92 days later: %v", g)
 	}
 }
+
+// panickyStore is a failingStore whose loads of device "boom" panic.
+type panickyStore struct{ *failingStore }
+
+func (p panickyStore) LoadHist(r storage.HistRecord) (storage.HistStored, bool, error) {
+	if d, ok := r.(*storage.HistCustomerDevice); ok && d.Device == "boom" {
+		panic("injected panic")
+	}
+	return p.failingStore.LoadHist(r)
+}
+
+// TestRestartKeepsUnstoredEntries: a panic restart drops the shard's
+// entries to reload them from the store, but not the ones whose write
+// failed: the store holds an older copy of them, and the process goes on.
+func TestRestartKeepsUnstoredEntries(t *testing.T) {
+	db := openDBWith(t, vfs.NewMem(), time.Hour)
+	defer db.Close()
+	st := &failingStore{DB: db}
+	c := newClient(t, Config{Shards: 1, Store: panickyStore{st}, Timeout: 300 * time.Millisecond})
+
+	observe(t, c, Observation{Customer: "acc_1", DeviceID: "d1", EventID: "e1", Now: t0})
+	c.flush()
+	st.fail.Store(true)
+	observe(t, c, Observation{Customer: "acc_1", DeviceID: "d1", EventID: "e2", Now: t0.Add(time.Second)})
+	c.flush() // the write fails
+	st.fail.Store(false)
+	if _, err := c.Observe(Observation{Customer: "acc_1", DeviceID: "boom", EventID: "e3", Now: t0.Add(2 * time.Second)}); err == nil {
+		t.Fatal("an observation whose load panicked answered")
+	}
+	var f Facts
+	var err error
+	for range 50 { // until the shard is back
+		if f, err = c.Observe(Observation{Customer: "acc_1", DeviceID: "d1", EventID: "e4", Now: t0.Add(3 * time.Second)}); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.History.Visits != 3 {
+		t.Fatalf("visits of a device whose last write failed, after a panic restart: %d; want 3", f.History.Visits)
+	}
+}
