@@ -297,16 +297,18 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	if cfg.Store != nil {
 		// After a panic the shard's memory may be half-changed: what it
 		// changed before is stored first (as its next flush would have),
-		// then it starts empty and loads entries from the store on first
-		// touch.
+		// then it drops what the store holds and loads entries from the
+		// store on first touch.
 		opts = append(opts, actors.OnRestart(func(i int) {
 			st := c.states[i]
 			shard{st}.flush(nil)
 			if err := c.commit.Barrier(cfg.Timeout); err != nil {
 				cfg.Logger.Warn("events: shard restarts before its writes were stored", "shard", i, "err", err)
 			}
-			st.events = actors.NewTable[EventID, *eventEntry](64)
-			st.sightings = actors.NewTable[string, *sightingsEntry](64)
+			// Entries the store does not hold as they are (their write
+			// failed or is still on its way) stay: they are the only copy,
+			// and the process goes on.
+			st.dropStored()
 		}))
 	}
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} }, opts...)

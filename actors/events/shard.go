@@ -93,17 +93,35 @@ func (s shard) Receive(ctx actor.Context) {
 		if s.store == nil {
 			return // memory only: an evicted entry would be lost
 		}
-		stored, failed := s.stored.Load(), s.failed.Load()
-		// wseq 0: loaded from the store and never written since.
+		in := s.inStore()
 		s.events.Sweep(func(_ EventID, e *eventEntry) bool {
-			return !e.dirty && e.wseq <= stored && (e.wseq == 0 || e.wseq > failed) && m.Now.Sub(e.touched) > s.idleAfter
+			return in(e.dirty, e.wseq) && m.Now.Sub(e.touched) > s.idleAfter
 		})
 		s.sightings.Sweep(func(_ string, h *sightingsEntry) bool {
-			return !h.dirty && h.wseq <= stored && (h.wseq == 0 || h.wseq > failed) && m.Now.Sub(h.touched) > s.idleAfter
+			return in(h.dirty, h.wseq) && m.Now.Sub(h.touched) > s.idleAfter
 		})
 	case lenProbe:
 		m <- [2]int{s.events.Len(), s.sightings.Len()}
 	}
+}
+
+// inStore returns whether an entry (dirty, last written by write wseq) is
+// what the store holds, so that dropping it loses nothing: unchanged since,
+// and that write stored. wseq 0: loaded from the store and never written
+// since.
+func (s *shardState) inStore() func(dirty bool, wseq uint64) bool {
+	stored, failed := s.stored.Load(), s.failed.Load()
+	return func(dirty bool, wseq uint64) bool {
+		return !dirty && wseq <= stored && (wseq == 0 || wseq > failed)
+	}
+}
+
+// dropStored forgets every entry the store holds as it is (inStore); the
+// others, changed or last carried by a failed write, are the only copy.
+func (s *shardState) dropStored() {
+	in := s.inStore()
+	s.events.Sweep(func(_ EventID, e *eventEntry) bool { return in(e.dirty, e.wseq) })
+	s.sightings.Sweep(func(_ string, h *sightingsEntry) bool { return in(h.dirty, h.wseq) })
 }
 
 func (s shard) record(e *storage.DeviceEvent) {
