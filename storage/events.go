@@ -223,6 +223,28 @@ func (d *DB) PruneEvents(before time.Time) error {
 	return d.deleteRange(lo, hi)
 }
 
+// DeviceKeys counts the keys under the device-event and sightings
+// prefixes. It reads everything, so it is for tests and diagnostics only.
+func (d *DB) DeviceKeys() (events, sightings int, err error) {
+	count := func(p byte) (int, error) {
+		it, err := d.newIter([]byte{p}, []byte{p + 1})
+		if err != nil {
+			return 0, err
+		}
+		defer it.Close()
+		n := 0
+		for ok := it.First(); ok; ok = it.Next() {
+			n++
+		}
+		return n, it.Err("iterate device records")
+	}
+	if events, err = count(prefixEvent); err != nil {
+		return 0, 0, err
+	}
+	sightings, err = count(prefixDevice)
+	return events, sightings, err
+}
+
 func (d *DB) deleteRange(lo, hi []byte) error {
 	b := d.newBatch()
 	_ = b.DeleteRange(lo, hi, nil)
