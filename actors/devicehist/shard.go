@@ -97,13 +97,10 @@ type shardState struct {
 	// pending is set when the first entry turns dirty after a flush, so the
 	// flush hook messages only shards with something to write.
 	pending atomic.Bool
-	seq     uint64        // writes handed to the committer (shard goroutine only)
-	stored  atomic.Uint64 // seq of the last of them the committer finished
-	// failed is the seq of the last write that did not reach the store
-	// (the store failed it, or Stop had closed the committer): entries last
-	// carried by it or an earlier write may exist only in memory, so they
-	// are not evicted (a later write carrying them clears that).
-	failed atomic.Uint64
+	seq     uint64 // writes handed to the committer (shard goroutine only)
+	// marks: how far those writes went; entries last carried by a write
+	// that did not reach the store are not evicted.
+	marks actors.WriteMarks
 	// stoppedLogged: the shard said once that it outlived Stop (refused).
 	stoppedLogged bool
 
@@ -408,16 +405,12 @@ func (s shard) refused(p *pending) {
 
 // settle ends p once its write went through or failed (failed): the
 // shard's stored sequence moves on, past a failed write too, which then
-// pins the entries it carried in memory (shardState.failed); the write's
+// pins the entries it carried in memory (WriteMarks); the write's
 // buffer goes back to the pool, a flush's ack is answered and a barrier is
 // released, hearing err when the committer was gone.
 func (p *pending) settle(failed bool, err error) {
 	if p.st != nil {
-		if failed {
-			// Before stored, which the sweep reads first.
-			p.st.failed.Store(p.seq)
-		}
-		p.st.stored.Store(p.seq)
+		p.st.marks.Settle(p.seq, failed)
 	}
 	if p.w != nil {
 		writePool.Put(p.w)
@@ -466,7 +459,7 @@ func (s shard) encode(w *storage.HistWrite, r storage.HistRecord, st *storage.Hi
 // A write still on its way is taken to land. False: the store could not
 // be read.
 func (s shard) where(r storage.HistRecord, st *storage.HistStored, wseq uint64) bool {
-	if wseq == 0 || wseq > s.failed.Load() || wseq > s.stored.Load() {
+	if wseq == 0 || wseq > s.marks.Failed() || wseq > s.marks.Stored() {
 		return true
 	}
 	var blank storage.HistRecord
@@ -559,7 +552,7 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 		// An entry a write still on its way carries (a take's delete)
 		// stays, empty, until that write is stored: a reload meanwhile
 		// would read the copy about to go. The sweep evicts it then.
-		if *wseq <= s.stored.Load() {
+		if *wseq <= s.marks.Stored() {
 			drop()
 		}
 	case was.OK:
@@ -578,7 +571,7 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 // so do those whose last write failed: the store holds an older copy, or
 // none, which a reload would read. wseq 0: loaded and never written since.
 func (s shard) sweep(now int64) {
-	clean := s.inStore()
+	clean := s.marks.InStore()
 	idle := func(touched int64) bool { return s.store != nil && now-touched > s.idleAfter }
 	s.devices.Sweep(func(_ deviceKey, e *deviceEntry) bool {
 		return clean(e.dirty, e.wseq) && (!trimDevice(&e.rec, now) || idle(e.touched))
@@ -591,20 +584,10 @@ func (s shard) sweep(now int64) {
 	})
 }
 
-// inStore returns whether an entry (dirty, last written by write wseq) is
-// what the store holds, so that dropping it loses nothing: unchanged since,
-// and that write stored. wseq 0: loaded and never written since.
-func (s *shardState) inStore() func(dirty bool, wseq uint64) bool {
-	stored, failed := s.stored.Load(), s.failed.Load()
-	return func(dirty bool, wseq uint64) bool {
-		return !dirty && wseq <= stored && (wseq == 0 || wseq > failed)
-	}
-}
-
-// dropStored forgets every entry the store holds as it is (inStore); the
+// dropStored forgets every entry the store holds as it is (WriteMarks.InStore); the
 // others, changed or last carried by a failed write, are the only copy.
 func (s *shardState) dropStored() {
-	in := s.inStore()
+	in := s.marks.InStore()
 	s.devices.Sweep(func(_ deviceKey, e *deviceEntry) bool { return in(e.dirty, e.wseq) })
 	s.accounts.Sweep(func(_ accountKey, e *accountEntry) bool { return in(e.dirty, e.wseq) })
 	s.addresses.Sweep(func(_ addressKey, e *addressEntry) bool { return in(e.dirty, e.wseq) })

@@ -64,12 +64,10 @@ type shardState struct {
 	// pending is set when the first entry turns dirty after a flush, so the
 	// flush hook messages only shards with something to write.
 	pending atomic.Bool
-	seq     uint64        // writes handed to the committer (shard goroutine only)
-	stored  atomic.Uint64 // seq of the last of them the committer finished
-	// failed is the seq of the last write the store refused: entries last
-	// carried by it or an earlier write may exist only in memory, so they
-	// are not evicted (a later write carrying them clears that).
-	failed atomic.Uint64
+	seq     uint64 // writes handed to the committer (shard goroutine only)
+	// marks: how far those writes went; entries last carried by a write
+	// that did not reach the store are not evicted.
+	marks actors.WriteMarks
 	// stoppedLogged: the shard said once that it outlived Stop (refused).
 	stoppedLogged bool
 }
@@ -93,7 +91,7 @@ func (s shard) Receive(ctx actor.Context) {
 		if s.store == nil {
 			return // memory only: an evicted entry would be lost
 		}
-		in := s.inStore()
+		in := s.marks.InStore()
 		s.events.Sweep(func(_ EventID, e *eventEntry) bool {
 			return in(e.dirty, e.wseq) && m.Now.Sub(e.touched) > s.idleAfter
 		})
@@ -105,21 +103,10 @@ func (s shard) Receive(ctx actor.Context) {
 	}
 }
 
-// inStore returns whether an entry (dirty, last written by write wseq) is
-// what the store holds, so that dropping it loses nothing: unchanged since,
-// and that write stored. wseq 0: loaded from the store and never written
-// since.
-func (s *shardState) inStore() func(dirty bool, wseq uint64) bool {
-	stored, failed := s.stored.Load(), s.failed.Load()
-	return func(dirty bool, wseq uint64) bool {
-		return !dirty && wseq <= stored && (wseq == 0 || wseq > failed)
-	}
-}
-
-// dropStored forgets every entry the store holds as it is (inStore); the
+// dropStored forgets every entry the store holds as it is (WriteMarks.InStore); the
 // others, changed or last carried by a failed write, are the only copy.
 func (s *shardState) dropStored() {
-	in := s.inStore()
+	in := s.marks.InStore()
 	s.events.Sweep(func(_ EventID, e *eventEntry) bool { return in(e.dirty, e.wseq) })
 	s.sightings.Sweep(func(_ string, h *sightingsEntry) bool { return in(h.dirty, h.wseq) })
 }
@@ -303,8 +290,7 @@ func (s shard) refused(w *write) {
 		s.stoppedLogged = true
 		s.log.Error("device: a shard outlived Stop; the events and sightings it changed since cannot be stored", "seq", w.seq)
 	}
-	s.failed.Store(w.seq)
-	s.stored.Store(w.seq)
+	s.marks.Settle(w.seq, true)
 	if w.ack != nil {
 		w.ack <- struct{}{}
 	}
@@ -338,10 +324,7 @@ func newCommitter(store Store, cfg actors.GroupConfig, log *slog.Logger) *actors
 			log.Error("device: events not stored", "writes", len(ws), "err", err)
 		}
 		for _, w := range ws {
-			if err != nil {
-				w.st.failed.Store(w.seq)
-			}
-			w.st.stored.Store(w.seq)
+			w.st.marks.Settle(w.seq, err != nil)
 			if w.ack != nil {
 				w.ack <- struct{}{}
 			}
