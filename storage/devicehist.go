@@ -755,24 +755,27 @@ func (d *DB) HistKeys() (records, expiry, recent int, err error) {
 	if err := d.settleHist(); err != nil {
 		return 0, 0, 0, err
 	}
-	count := func(p byte) (int, error) {
-		it, err := d.newIter([]byte{p}, []byte{p + 1})
-		if err != nil {
-			return 0, err
-		}
-		defer it.Close()
-		n := 0
-		for ok := it.First(); ok; ok = it.Next() {
-			n++
-		}
-		return n, it.Err("iterate device history")
-	}
-	if records, err = count(prefixHist); err != nil {
+	if records, err = d.countKeys(prefixHist, "device history"); err != nil {
 		return 0, 0, 0, err
 	}
-	if expiry, err = count(prefixHistExpiry); err != nil {
+	if expiry, err = d.countKeys(prefixHistExpiry, "device history"); err != nil {
 		return 0, 0, 0, err
 	}
-	recent, err = count(prefixHistRecent)
+	recent, err = d.countKeys(prefixHistRecent, "device history")
 	return records, expiry, recent, err
+}
+
+// countKeys counts the keys under prefix p (what names them in an error).
+// It reads every key: tests and diagnostics only.
+func (d *DB) countKeys(p byte, what string) (int, error) {
+	it, err := d.newIter([]byte{p}, []byte{p + 1})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	return n, it.Err("iterate " + what)
 }

@@ -226,22 +226,10 @@ func (d *DB) PruneEvents(before time.Time) error {
 // DeviceKeys counts the keys under the device-event and sightings
 // prefixes. It reads everything, so it is for tests and diagnostics only.
 func (d *DB) DeviceKeys() (events, sightings int, err error) {
-	count := func(p byte) (int, error) {
-		it, err := d.newIter([]byte{p}, []byte{p + 1})
-		if err != nil {
-			return 0, err
-		}
-		defer it.Close()
-		n := 0
-		for ok := it.First(); ok; ok = it.Next() {
-			n++
-		}
-		return n, it.Err("iterate device records")
-	}
-	if events, err = count(prefixEvent); err != nil {
+	if events, err = d.countKeys(prefixEvent, "device events"); err != nil {
 		return 0, 0, err
 	}
-	sightings, err = count(prefixDevice)
+	sightings, err = d.countKeys(prefixDevice, "device sightings")
 	return events, sightings, err
 }
 
