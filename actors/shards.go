@@ -287,12 +287,18 @@ func (s *Shards) divert(i int, msg any) {
 		sl.mu.Unlock()
 		return
 	}
+	sl.keep(&sl.early, msg)
+	sl.mu.Unlock()
+}
+
+// keep adds msg to list (sl.early or sl.held) for the successor, or counts
+// it dropped once maxHeld messages wait in both. sl.mu is held.
+func (sl *slot) keep(list *[]any, msg any) {
 	if len(sl.early)+len(sl.held) < maxHeld {
-		sl.early = append(sl.early, msg)
+		*list = append(*list, msg)
 	} else {
 		sl.dropped++
 	}
-	sl.mu.Unlock()
 }
 
 // restartHook runs OnRestart for shard i. A panic in it is logged and
@@ -489,11 +495,7 @@ func (s *Shards) send(sl *slot, msg any) {
 		s.root.Send(sl.pid.Load(), msg)
 		return
 	}
-	if len(sl.early)+len(sl.held) < maxHeld {
-		sl.held = append(sl.held, msg)
-	} else {
-		sl.dropped++
-	}
+	sl.keep(&sl.held, msg)
 	sl.mu.Unlock()
 }
 
