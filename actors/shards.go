@@ -563,11 +563,15 @@ var ErrStopTimeout = errors.New("shards did not stop in time")
 // zero by is no deadline. A shutdown stops several services one after the
 // other by one deadline, so that stuck shards in each do not add
 // StopTimeout apiece past a supervisor's grace.
-func StopWait(by time.Time) time.Duration {
+func StopWait(by time.Time) time.Duration { return StopWaitAtMost(by, StopTimeout) }
+
+// StopWaitAtMost is StopWait for a stop step whose own bound is most
+// instead of StopTimeout (a last write's wait, say).
+func StopWaitAtMost(by time.Time, most time.Duration) time.Duration {
 	if by.IsZero() {
-		return StopTimeout
+		return most
 	}
-	return max(StopFloor, min(StopTimeout, time.Until(by)))
+	return max(StopFloor, min(most, time.Until(by)))
 }
 
 // StopFloor is what a stop waits even past its deadline: healthy shards

@@ -218,11 +218,7 @@ const lastWriteWait = 30 * time.Second
 func (c *Counter) StopBy(by time.Time) error {
 	done := make(chan error, 1)
 	c.shards.Send(0, &flush{done: done})
-	wait := lastWriteWait
-	if !by.IsZero() {
-		// Past by, still the moment a healthy write takes (actors.StopFloor).
-		wait = max(actors.StopFloor, min(wait, time.Until(by)))
-	}
+	wait := actors.StopWaitAtMost(by, lastWriteWait)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	var err error
