@@ -140,12 +140,18 @@ type Client struct {
 	states  []*shardState
 	commit  *actors.GroupCommitter[pending]
 	calls   *actors.Calls[obsReq, Facts]
+	mcalls  *actors.Calls[mirrorReq, Facts]
 	lists   *actors.Calls[devicesReq, []DeviceView]
 	store   Store
 	macs    sync.Pool
 	timeout time.Duration
 	log     *slog.Logger
 	stopped atomic.Bool
+	// sink receives the owner's mirror pushes (SetMirrorSink); watched is
+	// set by the first Watch (Take then tells every shard, watchers or
+	// not).
+	sink    atomic.Pointer[func(MirrorPush)]
+	watched atomic.Bool
 
 	flushMu sync.Mutex // one flush at a time; Stop waits for it
 	unhook  func()
@@ -174,6 +180,7 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	hashKey := cfg.Secret.Derive(secrets.LabelAccountHash)
 	c := &Client{
 		calls:   actors.NewCalls[obsReq, Facts](cfg.Timeout),
+		mcalls:  actors.NewCalls[mirrorReq, Facts](cfg.Timeout),
 		lists:   actors.NewCalls[devicesReq, []DeviceView](cfg.Timeout),
 		store:   cfg.Store,
 		timeout: cfg.Timeout,
@@ -186,7 +193,7 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	n := actors.ShardCount(cfg.Shards)
 	c.states = make([]*shardState, n)
 	for i := range c.states {
-		c.states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger)
+		c.states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger, &c.sink)
 	}
 	// Inline (actors.InlineRuns): an observation updates three records in
 	// memory (a store read for one not in memory) and a flush hands one

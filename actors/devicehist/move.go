@@ -30,6 +30,9 @@ type (
 	takeReq struct {
 		match func(customer string) bool
 		refs  []storage.HistRef
+		// reset selects the customers whose watchers hear Reset (the
+		// customers taken, whether or not this shard held a record).
+		reset func(customer string) bool
 		now   int64
 		reply chan takeReply
 	}
@@ -87,9 +90,11 @@ func (c *Client) Take(match func(customer string) bool, now time.Time) ([]storag
 	for i := range n {
 		switch {
 		case c.store == nil:
-			c.shards.Send(uint64(i), &takeReq{match: match, now: now.Unix(), reply: replies})
-		case len(refs[i]) > 0:
-			c.shards.Send(uint64(i), &takeReq{refs: refs[i], now: now.Unix(), reply: replies})
+			c.shards.Send(uint64(i), &takeReq{match: match, reset: match, now: now.Unix(), reply: replies})
+		case len(refs[i]) > 0 || c.watched.Load():
+			// A shard with watchers hears of the take even when it holds
+			// nothing to take: the customers are no longer this node's.
+			c.shards.Send(uint64(i), &takeReq{refs: refs[i], reset: match, now: now.Unix(), reply: replies})
 		default:
 			continue
 		}
@@ -296,6 +301,9 @@ func (s shard) take(m *takeReq) {
 		m.reply <- takeReply{err: ErrStopped}
 		return
 	}
+	if len(s.watchers) > 0 {
+		s.resetWatchers(m.reset)
+	}
 	m.reply <- takeReply{recs: out, err: ferr}
 }
 
@@ -362,6 +370,9 @@ func (s shard) merge(m *mergeReq) {
 			e.touched = m.now
 			s.mark(nil, nil, e)
 		}
+	}
+	if len(s.watchers) > 0 {
+		s.pushMerged(m.recs, devices, accounts, addresses)
 	}
 	m.reply <- mergeReply{part: m.part}
 }

@@ -111,10 +111,24 @@ type shardState struct {
 	seen           map[storage.AccountHash]struct{}
 	customer       string // the customer of the observation in progress (others)
 	now            int64
+
+	// Cluster mirror (mirror.go); both nil on a single node. watchers: the
+	// owner's watchers per customer; mirror: the holder's copies per
+	// customer. sink is the client's (SetMirrorSink). clock: the latest
+	// time the shard heard (ticks, mirror observations), which stamps the
+	// mirror's writes for the sweep.
+	watchers   map[string]*watchSet
+	mirror     map[string]*mirrorSet
+	sink       *atomic.Pointer[func(MirrorPush)]
+	clock      int64
+	relDevice  storage.HistCustomerDevice
+	relAddress storage.HistAddress
+	mview      mirrorView
 }
 
-func newShardState(store Store, commit *actors.GroupCommitter[pending], sealer *secrets.Sealer, idleAfter int64, log *slog.Logger) *shardState {
+func newShardState(store Store, commit *actors.GroupCommitter[pending], sealer *secrets.Sealer, idleAfter int64, log *slog.Logger, sink *atomic.Pointer[func(MirrorPush)]) *shardState {
 	return &shardState{
+		sink:      sink,
 		devices:   actors.NewTable[deviceKey, *deviceEntry](64),
 		accounts:  actors.NewTable[accountKey, *accountEntry](64),
 		addresses: actors.NewTable[addressKey, *addressEntry](64),
@@ -132,6 +146,9 @@ func (s shard) Receive(ctx actor.Context) {
 		m.Reply(f, err)
 	case ObserveStep:
 		m.Observed(s.observe(&m.ObserveReq().q))
+	case *mirrorCall:
+		f, err := s.mirrorObserve((*obsReq)(&m.Req))
+		m.Reply(f, err)
 	case *devicesCall:
 		m.Reply(s.list(&m.Req), nil)
 	case barrier:
@@ -151,6 +168,14 @@ func (s shard) Receive(ctx actor.Context) {
 		s.merge(m)
 	case actors.Tick:
 		s.sweep(m.Now.Unix())
+	case *watchReq:
+		s.watch(m)
+	case *unwatchReq:
+		s.unwatch(m)
+	case *mirrorApply:
+		s.applyMirror(&m.p)
+	case mirrorDrop:
+		delete(s.mirror, m.customer)
 	case lenProbe:
 		m <- s.devices.Len() + s.accounts.Len() + s.addresses.Len()
 	}
@@ -219,6 +244,9 @@ func (s shard) observe(q *obsReq) (Facts, error) {
 		ac.Sealed = s.sealer.Seal(q.acctID[:q.nAcct])
 	}
 	s.mark(de, ae, ade)
+	if len(s.watchers) > 0 {
+		s.pushObserved(customer, de, ae, ade)
+	}
 	return f, nil
 }
 
@@ -564,6 +592,9 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 	// memory drops what expired all the same, and the next prune (of the
 	// next process) finds the record again.
 	s.add(p)
+	if len(s.watchers) > 0 {
+		s.push(ref.Customer, s.parcel(nil, rec, !keep))
+	}
 }
 
 // sweep trims every entry, forgets the empty ones and, with a store, the
@@ -571,6 +602,9 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 // so do those whose last write failed: the store holds an older copy, or
 // none, which a reload would read. wseq 0: loaded and never written since.
 func (s shard) sweep(now int64) {
+	if len(s.mirror) > 0 {
+		s.sweepMirror(now)
+	}
 	clean := s.marks.InStore()
 	idle := func(touched int64) bool { return s.store != nil && now-touched > s.idleAfter }
 	s.devices.Sweep(func(_ deviceKey, e *deviceEntry) bool {

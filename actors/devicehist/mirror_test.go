@@ -1,0 +1,454 @@
+package devicehist
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fraudd/fraudd/storage"
+)
+
+// feed wires an owner's sink to a channel the test drains into a holder
+// before each holder call, so delivery is immediate and ordered.
+type feed struct {
+	ch chan MirrorPush
+}
+
+func newFeed(owner *Client) *feed {
+	f := &feed{ch: make(chan MirrorPush, 1<<16)}
+	owner.SetMirrorSink(func(p MirrorPush) {
+		select {
+		case f.ch <- p:
+		default:
+			panic("mirror feed full")
+		}
+	})
+	return f
+}
+
+// drain hands every push so far to apply and returns them.
+func (f *feed) drain(apply func(MirrorPush)) []MirrorPush {
+	var out []MirrorPush
+	for {
+		select {
+		case p := <-f.ch:
+			out = append(out, p)
+			if apply != nil {
+				apply(p)
+			}
+		default:
+			return out
+		}
+	}
+}
+
+func keysOf(o Observation) MirrorKeys {
+	return MirrorKeys{DeviceID: o.DeviceID, AccountID: o.AccountID, IP: o.IP, SharedExit: o.SharedExit}
+}
+
+// TestMirrorModel: an observation answered over a holder's mirror gets
+// exactly the facts the owner answers for it (the owner records it right
+// after), through watches, re-seeding, the holder's idle sweeps and the
+// owner's sweeps and prunes.
+func TestMirrorModel(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		for _, withStore := range []bool{false, true} {
+			t.Run(fmt.Sprintf("store=%v/seed=%d", withStore, seed), func(t *testing.T) {
+				runMirrorModel(t, seed, withStore)
+			})
+		}
+	}
+}
+
+func runMirrorModel(t *testing.T, seed uint64, withStore bool) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	cfg := Config{Shards: 4}
+	if withStore {
+		db := openDB(t, vfs.NewMem())
+		t.Cleanup(func() { _ = db.Close() })
+		cfg.Store, cfg.IdleAfter = db, time.Hour
+	}
+	owner := newClient(t, cfg)
+	holder := newClient(t, Config{Shards: 2, IdleAfter: 6 * time.Hour})
+	fd := newFeed(owner)
+	const watcher = 7
+	customers := []string{"acc_a", "acc_b"}
+	ips := []netip.Addr{netip.MustParseAddr("73.0.0.1"), netip.MustParseAddr("73.0.0.2"), netip.MustParseAddr("2001:db8::1")}
+	now := t0.Unix()
+	var lastEv string
+	var compared, unknown, related, repeated int
+	for step := range 600 {
+		switch r := rng.IntN(100); {
+		case r < 70:
+			now += 1 + rng.Int64N(600)
+		case r < 92:
+			now += 3600 + rng.Int64N(5*3600)
+		case r < 99:
+			now += mDay + rng.Int64N(9*mDay)
+		default:
+			now += 40*mDay + rng.Int64N(60*mDay)
+		}
+		o := Observation{Customer: customers[rng.IntN(len(customers))], Test: rng.IntN(10) == 0, Now: time.Unix(now, 0).UTC()}
+		if rng.IntN(10) < 8 {
+			o.DeviceID = fmt.Sprintf("dev%d", rng.IntN(4))
+		}
+		if rng.IntN(10) < 7 || o.DeviceID == "" {
+			o.AccountID = fmt.Sprintf("user%d", rng.IntN(4))
+		}
+		switch r := rng.IntN(100); {
+		case r < 15 && lastEv != "":
+			o.EventID = lastEv
+		case r < 25:
+		default:
+			o.EventID = fmt.Sprintf("ev%d", step)
+			lastEv = o.EventID
+		}
+		if rng.IntN(100) >= 15 {
+			o.IP = ips[rng.IntN(len(ips))]
+		}
+		o.SharedExit = rng.IntN(100) < 15
+
+		fd.drain(holder.MirrorApply)
+		if rng.IntN(100) < 25 {
+			if _, err := owner.Observe(o); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			mf, merr := holder.MirrorObserve(o)
+			if errors.Is(merr, ErrNotMirrored) {
+				unknown++
+				if err := owner.Watch(o.Customer, watcher, keysOf(o)); err != nil {
+					t.Fatal(err)
+				}
+			} else if merr != nil {
+				t.Fatalf("step %d: %v", step, merr)
+			}
+			of, err := owner.Observe(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if merr == nil {
+				compared++
+				if mf != of {
+					t.Fatalf("seed %d step %d: %+v\nmirror %+v\n owner %+v", seed, step, o, mf, of)
+				}
+				related += b2i(of.RelatedAccounts90d > 0)
+				repeated += b2i(of.Repeated)
+			}
+		}
+		if rng.IntN(40) == 0 {
+			owner.Sweep(time.Unix(now, 0))
+		}
+		if rng.IntN(20) == 0 {
+			holder.Sweep(time.Unix(now, 0))
+		}
+		if withStore && rng.IntN(60) == 0 {
+			if err := owner.Prune(time.Unix(now, 0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if compared < 100 || unknown == 0 || related == 0 || repeated == 0 {
+		t.Fatalf("the run proves little: %d compared, %d unknown, %d related, %d repeated", compared, unknown, related, repeated)
+	}
+	t.Logf("%d compared, %d not mirrored, %d related, %d repeated", compared, unknown, related, repeated)
+}
+
+// seed watches the customer for the holder and applies the snapshot.
+func seedMirror(t *testing.T, owner, holder *Client, fd *feed, watcher uint64, o Observation) {
+	t.Helper()
+	if err := owner.Watch(o.Customer, watcher, keysOf(o)); err != nil {
+		t.Fatal(err)
+	}
+	// The snapshot is pushed before the shard answers what was sent after it.
+	observe(t, owner, Observation{Customer: o.Customer, AccountID: "probe", Test: true, Now: o.Now})
+	fd.drain(holder.MirrorApply)
+}
+
+// TestTakeResetsWatchers: a take tells the watchers Reset and stops their
+// feed; the holder's mirror of the customer is gone after it.
+func TestTakeResetsWatchers(t *testing.T) {
+	for _, withStore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("store=%v", withStore), func(t *testing.T) {
+			cfg := Config{Shards: 2}
+			if withStore {
+				db := openDB(t, vfs.NewMem())
+				t.Cleanup(func() { _ = db.Close() })
+				cfg.Store = db
+			}
+			owner := newClient(t, cfg)
+			holder := newClient(t, Config{Shards: 2})
+			fd := newFeed(owner)
+			o := Observation{Customer: "acc_1", EventID: "e1", DeviceID: "dev", AccountID: "u", IP: ip1, Now: t0}
+			observe(t, owner, o)
+			seedMirror(t, owner, holder, fd, 1, o)
+			o.EventID, o.Now = "e2", t0.Add(time.Minute)
+			if _, err := holder.MirrorObserve(o); err != nil {
+				t.Fatalf("mirror before take: %v", err)
+			}
+			if _, err := owner.Take(func(c string) bool { return c == "acc_1" }, t0.Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			ps := fd.drain(holder.MirrorApply)
+			if len(ps) != 1 || !ps[0].Reset || ps[0].Watcher != 1 || ps[0].Customer != "acc_1" {
+				t.Fatalf("pushes after take: %+v", ps)
+			}
+			if _, err := holder.MirrorObserve(o); !errors.Is(err, ErrNotMirrored) {
+				t.Fatalf("mirror after reset: %v", err)
+			}
+			observe(t, owner, o)
+			if ps := fd.drain(nil); len(ps) != 0 {
+				t.Fatalf("the feed went on after take: %+v", ps)
+			}
+		})
+	}
+}
+
+// TestPrunePushesTrimmedAndDeleted: an expiry pushes the trimmed records
+// present and the deleted ones absent (TestPruneRemovesExpired's setup).
+func TestPrunePushesTrimmedAndDeleted(t *testing.T) {
+	db := openDB(t, vfs.NewMem())
+	defer db.Close()
+	owner := newClient(t, Config{Shards: 2, Store: db})
+	holder := newClient(t, Config{Shards: 2})
+	fd := newFeed(owner)
+	observe(t, owner, Observation{Customer: "acc_1", EventID: "e1", DeviceID: "old", AccountID: "gone", IP: ip2, Now: t0})
+	observe(t, owner, Observation{Customer: "acc_1", EventID: "e2", DeviceID: "dev", AccountID: "stays", IP: ip1, Now: t0})
+	late := t0.Add(60 * 24 * time.Hour)
+	if err := owner.Prune(late); err != nil { // stores the records: prune reads the store's index
+		t.Fatal(err)
+	}
+	o := Observation{Customer: "acc_1", EventID: "e3", DeviceID: "dev", AccountID: "stays", IP: ip1, Now: late}
+	seedMirror(t, owner, holder, fd, 1, o)
+	observe(t, owner, o)
+	fd.drain(holder.MirrorApply)
+	at := t0.Add(91 * 24 * time.Hour)
+	if err := owner.Prune(at); err != nil {
+		t.Fatal(err)
+	}
+	present, absent := map[string]bool{}, map[string]bool{}
+	for _, p := range fd.drain(holder.MirrorApply) {
+		for _, r := range p.Records {
+			rec, err := storage.ParseHistParcel(r.Parcel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := fmt.Sprintf("%T", rec)
+			switch rec := rec.(type) {
+			case *storage.HistCustomerDevice:
+				name += " " + rec.Device
+				if !r.Absent && len(rec.Days) != 1 {
+					t.Fatalf("pushed device not trimmed: %+v", rec)
+				}
+			case *storage.HistAddress:
+				name += " " + rec.Addr.String()
+			case *storage.HistAccount:
+				if rec.Hash == hashOf(owner, "acc_1", "gone") {
+					name += " gone"
+				} else {
+					name += " stays"
+				}
+			}
+			if r.Absent {
+				absent[name] = true
+			} else {
+				present[name] = true
+			}
+		}
+	}
+	for _, n := range []string{"*storage.HistCustomerDevice old", "*storage.HistAccount gone", "*storage.HistAddress " + ip2.String()} {
+		if !absent[n] {
+			t.Errorf("%s not pushed absent (absent %v, present %v)", n, absent, present)
+		}
+	}
+	if !present["*storage.HistCustomerDevice dev"] {
+		t.Errorf("trimmed device not pushed (present %v)", present)
+	}
+	// The mirror answers as the owner does after the prune.
+	o = Observation{Customer: "acc_1", EventID: "e4", DeviceID: "old", AccountID: "stays", IP: ip1, Now: at}
+	mf, err := holder.MirrorObserve(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if of := observe(t, owner, o); mf != of {
+		t.Fatalf("after prune: mirror %+v, owner %+v", mf, of)
+	}
+}
+
+// TestUnwatchStopsFeed: a dropped watcher hears nothing more; the others
+// still do.
+func TestUnwatchStopsFeed(t *testing.T) {
+	owner := newClient(t, Config{Shards: 2})
+	fd := newFeed(owner)
+	a := Observation{Customer: "acc_a", DeviceID: "d", AccountID: "u", Now: t0}
+	b := Observation{Customer: "acc_b", DeviceID: "d", AccountID: "u", Now: t0}
+	for _, w := range []uint64{1, 2} {
+		for _, o := range []Observation{a, b} {
+			if err := owner.Watch(o.Customer, w, keysOf(o)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	who := func() map[string]int {
+		observe(t, owner, a)
+		observe(t, owner, b)
+		got := map[string]int{}
+		for _, p := range fd.drain(nil) {
+			if len(p.Records) > 0 && !p.Reset {
+				got[fmt.Sprintf("%s/%d", p.Customer, p.Watcher)]++
+			}
+		}
+		return got
+	}
+	fd.drain(nil) // the snapshots (empty records: absent)
+	if got := who(); len(got) != 4 {
+		t.Fatalf("before unwatch: %v", got)
+	}
+	owner.Unwatch("acc_a", 1)
+	if got := who(); len(got) != 3 || got["acc_a/1"] != 0 {
+		t.Fatalf("after Unwatch(acc_a, 1): %v", got)
+	}
+	owner.UnwatchAll(2)
+	if got := who(); len(got) != 1 || got["acc_b/1"] != 1 {
+		t.Fatalf("after UnwatchAll(2): %v", got)
+	}
+}
+
+// TestWatchSnapshot: Watch pushes the named records and the account's
+// related ones, present or absent, to the new watcher alone.
+func TestWatchSnapshot(t *testing.T) {
+	owner := newClient(t, Config{Shards: 2})
+	fd := newFeed(owner)
+	observe(t, owner, Observation{Customer: "acc_1", EventID: "e1", DeviceID: "other", AccountID: "u", IP: ip2, Now: t0})
+	if err := owner.Watch("acc_1", 3, MirrorKeys{DeviceID: "new", AccountID: "u", IP: ip1}); err != nil {
+		t.Fatal(err)
+	}
+	observe(t, owner, Observation{Customer: "acc_1", AccountID: "x", Test: true, Now: t0})
+	ps := fd.drain(nil)
+	if len(ps) != 1 || ps[0].Watcher != 3 {
+		t.Fatalf("pushes: %+v", ps)
+	}
+	got := map[string]bool{} // name → absent
+	for _, r := range ps[0].Records {
+		rec, err := storage.ParseHistParcel(r.Parcel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rec := rec.(type) {
+		case *storage.HistCustomerDevice:
+			got["dev "+rec.Device] = r.Absent
+		case *storage.HistAccount:
+			got["account"] = r.Absent
+		case *storage.HistAddress:
+			got["addr "+rec.Addr.String()] = r.Absent
+		}
+	}
+	want := map[string]bool{"dev new": true, "account": false, "dev other": false, "addr " + ip1.String(): true, "addr " + ip2.String(): false}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("snapshot %v, want %v", got, want)
+	}
+	// Bad input is refused.
+	if err := owner.Watch("", 1, MirrorKeys{DeviceID: "d"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("empty customer: %v", err)
+	}
+}
+
+// TestMirrorApplyDropsBadRecords: a parcel that does not parse, or is
+// another customer's, is not mirrored; a MirrorDrop forgets the customer.
+func TestMirrorApplyDropsBadRecords(t *testing.T) {
+	holder := newClient(t, Config{Shards: 1})
+	other, err := storage.AppendHistParcel(nil, &storage.HistCustomerDevice{Customer: "acc_2", Device: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.MirrorApply(MirrorPush{Customer: "acc_1", Records: []MirrorRecord{{Parcel: []byte{1, 2, 3}}, {Parcel: other}}})
+	o := Observation{Customer: "acc_1", DeviceID: "d", Now: t0}
+	if _, err := holder.MirrorObserve(o); !errors.Is(err, ErrNotMirrored) {
+		t.Fatalf("bad records mirrored: %v", err)
+	}
+	own, err := storage.AppendHistParcel(nil, &storage.HistCustomerDevice{Customer: "acc_1", Device: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.MirrorApply(MirrorPush{Customer: "acc_1", Records: []MirrorRecord{{Parcel: own, Absent: true}}})
+	if f, err := holder.MirrorObserve(o); err != nil || f.History.Visits != 1 {
+		t.Fatalf("absent device: %+v %v", f, err)
+	}
+	holder.MirrorDrop("acc_1")
+	if _, err := holder.MirrorObserve(o); !errors.Is(err, ErrNotMirrored) {
+		t.Fatalf("after drop: %v", err)
+	}
+	if f, err := holder.MirrorObserve(Observation{Customer: "acc_1", Now: t0}); err != nil || f != (Facts{}) {
+		t.Fatalf("nothing to observe: %+v %v", f, err)
+	}
+}
+
+// TestMirrorNeedsRelated: a device the account lists but the mirror lacks
+// makes the answer unknown, not a count without it.
+func TestMirrorNeedsRelated(t *testing.T) {
+	holder := newClient(t, Config{Shards: 1})
+	h := hashOf(holder, "acc_1", "u")
+	parcel := func(r storage.HistRecord) MirrorRecord {
+		b, err := storage.AppendHistParcel(nil, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return MirrorRecord{Parcel: b}
+	}
+	now := t0.Unix()
+	holder.MirrorApply(MirrorPush{Customer: "acc_1", Records: []MirrorRecord{
+		parcel(&storage.HistCustomerDevice{Customer: "acc_1", Device: "d"}),
+		parcel(&storage.HistAccount{Customer: "acc_1", Hash: h, FirstCheck: now, LastCheck: now, Devices: []storage.SeenDevice{{ID: "x", Last: now}}}),
+	}})
+	o := Observation{Customer: "acc_1", DeviceID: "d", AccountID: "u", Now: t0.Add(time.Minute)}
+	if _, err := holder.MirrorObserve(o); !errors.Is(err, ErrNotMirrored) {
+		t.Fatalf("related device missing: %v", err)
+	}
+	holder.MirrorApply(MirrorPush{Customer: "acc_1", Records: []MirrorRecord{
+		parcel(&storage.HistCustomerDevice{Customer: "acc_1", Device: "x", LastSeen: now,
+			Days:     []storage.DayVisits{{Day: storage.DayOf(t0), N: 1, First: now}},
+			Accounts: []storage.SeenAccount{{Hash: h, Last: now}, {Hash: storage.AccountHash{9}, Last: now}}}),
+	}})
+	f, err := holder.MirrorObserve(o)
+	if err != nil || f.RelatedAccounts90d != 1 || !f.NewDevice {
+		t.Fatalf("with the related device: %+v %v", f, err)
+	}
+}
+
+// TestMergePushesMerged: records merged into the owner are pushed, and the
+// mirror answers as the owner does after the merge.
+func TestMergePushesMerged(t *testing.T) {
+	owner := newClient(t, Config{Shards: 2})
+	other := newClient(t, Config{Shards: 2})
+	holder := newClient(t, Config{Shards: 2})
+	fd := newFeed(owner)
+	o := Observation{Customer: "acc_1", EventID: "e1", DeviceID: "d", AccountID: "u", IP: ip1, Now: t0}
+	observe(t, owner, o)
+	seedMirror(t, owner, holder, fd, 1, o)
+	observe(t, other, Observation{Customer: "acc_1", EventID: "e2", DeviceID: "d", AccountID: "v", IP: ip1, Now: t0.Add(time.Minute)})
+	recs := take(t, other, all, t0.Add(2*time.Minute))
+	if err := owner.Merge(recs, t0.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	ps := fd.drain(holder.MirrorApply)
+	n := 0
+	for _, p := range ps {
+		n += len(p.Records)
+	}
+	if n != len(recs) {
+		t.Fatalf("%d records merged, %d pushed: %+v", len(recs), n, ps)
+	}
+	o.EventID, o.Now = "e3", t0.Add(3*time.Minute)
+	mf, err := holder.MirrorObserve(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if of := observe(t, owner, o); mf != of || of.History.Visits != 3 || of.RelatedAccounts90d != 1 {
+		t.Fatalf("after merge: mirror %+v, owner %+v", mf, of)
+	}
+}
