@@ -255,8 +255,9 @@ func (c *Client) Observe(o Observation) (Facts, error) {
 // accountId hashed on the caller's goroutine. The zero value observes
 // nothing.
 type Prepared struct {
-	q    obsReq
-	hash uint64 // the customer's shard
+	q      obsReq
+	hash   uint64 // the customer's shard
+	mirror bool   // answer from the mirror (SetMirror)
 }
 
 // SetDevice sets the resolved event's visitor id, known only once the

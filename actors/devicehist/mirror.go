@@ -173,6 +173,10 @@ func (c *Client) MirrorObserve(o Observation) (Facts, error) {
 	return f, nil
 }
 
+// SetMirror makes ObserveThen answer from the mirror (MirrorObserve)
+// instead of recording the observation.
+func (p *Prepared) SetMirror(on bool) { p.mirror = on }
+
 // Holder side.
 
 // applyMirror runs mirrorApply.

@@ -388,6 +388,52 @@ func TestMirrorApplyDropsBadRecords(t *testing.T) {
 	}
 }
 
+// mirrorStep is a chained observation asking for the mirror.
+type mirrorStep struct {
+	p   Prepared
+	got chan error
+	f   Facts
+}
+
+func (m *mirrorStep) Fail(err error)              { m.got <- err }
+func (m *mirrorStep) ObserveReq() *Prepared       { return &m.p }
+func (m *mirrorStep) Observed(f Facts, err error) { m.f = f; m.got <- err }
+
+// TestObserveThenMirror: ObserveThen with SetMirror answers from the
+// mirror and records nothing.
+func TestObserveThenMirror(t *testing.T) {
+	owner := newClient(t, Config{Shards: 2})
+	holder := newClient(t, Config{Shards: 2})
+	fd := newFeed(owner)
+	o := Observation{Customer: "acc_1", EventID: "e1", DeviceID: "d", AccountID: "u", IP: ip1, Now: t0}
+	run := func() (Facts, error) {
+		st := &mirrorStep{got: make(chan error, 1)}
+		if err := holder.Prepare(o, &st.p); err != nil {
+			t.Fatal(err)
+		}
+		st.p.SetMirror(true)
+		holder.ObserveThen(st)
+		err := <-st.got
+		return st.f, err
+	}
+	if _, err := run(); !errors.Is(err, ErrNotMirrored) {
+		t.Fatalf("unmirrored: %v", err)
+	}
+	observe(t, owner, o)
+	seedMirror(t, owner, holder, fd, 1, o)
+	o.EventID, o.Now = "e2", t0.Add(time.Minute)
+	f, err := run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if of := observe(t, owner, o); f != of || f.History.Visits != 2 {
+		t.Fatalf("chained mirror %+v, owner %+v", f, of)
+	}
+	if n := holder.resident(); n != 0 {
+		t.Fatalf("the holder recorded %d entries", n)
+	}
+}
+
 // TestMirrorNeedsRelated: a device the account lists but the mirror lacks
 // makes the answer unknown, not a count without it.
 func TestMirrorNeedsRelated(t *testing.T) {

@@ -145,7 +145,11 @@ func (s shard) Receive(ctx actor.Context) {
 		f, err := s.observe(&m.Req)
 		m.Reply(f, err)
 	case ObserveStep:
-		m.Observed(s.observe(&m.ObserveReq().q))
+		if p := m.ObserveReq(); p.mirror {
+			m.Observed(s.mirrorObserve(&p.q))
+		} else {
+			m.Observed(s.observe(&p.q))
+		}
 	case *mirrorCall:
 		f, err := s.mirrorObserve((*obsReq)(&m.Req))
 		m.Reply(f, err)
