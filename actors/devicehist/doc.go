@@ -73,6 +73,18 @@
 // index entries included. A record is gone within a day of its content
 // turning 90 days old.
 //
+// # Mirror (cluster mode)
+//
+// A lease holder answers an evaluation's facts without a hop to the
+// account's owner (mirror.go): the owner's shard pushes a watcher a
+// snapshot of the records it asks for (Watch) and then every record the
+// customer's changes touch (observe, merge, expiry; a take pushes Reset),
+// in the shard's order; the holder's shard keeps them in memory only
+// (MirrorApply) and computes facts over copies as for a test observation
+// (MirrorObserve, or ObserveThen with Prepared.SetMirror), answering
+// ErrNotMirrored when a record it needs is missing. A node that neither
+// watches nor mirrors pays one map-length check per observation.
+//
 // # Admin
 //
 // Devices lists a customer's 50 most recently seen devices from the store's
