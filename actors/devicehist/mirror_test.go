@@ -498,3 +498,34 @@ func TestMergePushesMerged(t *testing.T) {
 		t.Fatalf("after merge: mirror %+v, owner %+v", mf, of)
 	}
 }
+
+// TestMirrorSweepsIdle: a mirror entry neither read nor written for
+// IdleAfter is forgotten (the holder seeds it again); one read stays.
+func TestMirrorSweepsIdle(t *testing.T) {
+	holder := newClient(t, Config{Shards: 1, IdleAfter: time.Hour})
+	for _, dev := range []string{"read", "idle"} {
+		b, err := storage.AppendHistParcel(nil, &storage.HistCustomerDevice{Customer: "acc_1", Device: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder.MirrorApply(MirrorPush{Customer: "acc_1", Records: []MirrorRecord{{Parcel: b, Absent: true}}})
+	}
+	holder.Sweep(t0) // stamps what was written before the shard knew a time
+	at := func(dev string, d time.Duration) error {
+		_, err := holder.MirrorObserve(Observation{Customer: "acc_1", DeviceID: dev, Now: t0.Add(d)})
+		return err
+	}
+	if err := at("read", 50*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	holder.Sweep(t0.Add(90 * time.Minute))
+	if err := at("idle", 91*time.Minute); !errors.Is(err, ErrNotMirrored) {
+		t.Fatalf("idle entry kept: %v", err)
+	}
+	if err := at("read", 91*time.Minute); err != nil {
+		t.Fatalf("entry read within IdleAfter dropped: %v", err)
+	}
+	if n := holder.resident(); n != 0 {
+		t.Fatalf("mirror entries counted as resident: %d", n)
+	}
+}
