@@ -200,22 +200,26 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	// write to the committer, so the evaluation that finds the shard idle
 	// runs it on its own goroutine instead of waking the shard's worker.
 	opts := []actors.ShardOption{actors.Named("devicehist"), actors.WithLogger(cfg.Logger), actors.InlineRuns()}
-	if cfg.Store != nil {
-		// After a panic the shard's memory may be half-changed: what it
-		// changed before is stored first (as its next flush would have),
-		// then it drops what the store holds and loads records from the
-		// store on first touch. Entries the store does not hold as they
-		// are (their write failed or is still on its way) stay: they are
-		// the only copy of what was observed, and the process goes on.
-		opts = append(opts, actors.OnRestart(func(i int) {
-			st := c.states[i]
-			shard{st}.flush(nil)
-			if err := c.commit.Barrier(cfg.Timeout); err != nil {
-				cfg.Logger.Warn("devicehist: shard restarts before its writes were stored", "shard", i, "err", err)
-			}
-			st.dropStored()
-		}))
-	}
+	// After a panic the shard's memory may be half-changed: what it
+	// changed before is stored first (as its next flush would have),
+	// then it drops what the store holds and loads records from the
+	// store on first touch. Entries the store does not hold as they
+	// are (their write failed or is still on its way) stay: they are
+	// the only copy of what was observed, and the process goes on.
+	// Its watchers are told to drop their copies (a change the panic cut
+	// short was never pushed) and ask again.
+	opts = append(opts, actors.OnRestart(func(i int) {
+		st := c.states[i]
+		shard{st}.resetWatchers(nil)
+		if cfg.Store == nil {
+			return
+		}
+		shard{st}.flush(nil)
+		if err := c.commit.Barrier(cfg.Timeout); err != nil {
+			cfg.Logger.Warn("devicehist: shard restarts before its writes were stored", "shard", i, "err", err)
+		}
+		st.dropStored()
+	}))
 	c.shards = actors.SpawnShards(root, n, func(i int) actor.Actor { return shard{c.states[i]} }, opts...)
 	c.shards.Tick(cfg.Clock, cfg.SweepEvery)
 	if cfg.Store != nil {

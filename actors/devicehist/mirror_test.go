@@ -529,3 +529,42 @@ func TestMirrorSweepsIdle(t *testing.T) {
 		t.Fatalf("mirror entries counted as resident: %d", n)
 	}
 }
+
+// TestRestartResetsWatchers: a panic restart of an owner's shard tells its
+// watchers to drop their copies (a change the panic cut short was never
+// pushed) and forgets them; the holder's next read of the customer misses.
+func TestRestartResetsWatchers(t *testing.T) {
+	db := openDBWith(t, vfs.NewMem(), time.Hour)
+	defer db.Close()
+	owner := newClient(t, Config{Shards: 1, Store: panickyStore{&failingStore{DB: db}}, Timeout: 300 * time.Millisecond})
+	holder := newClient(t, Config{Shards: 1})
+	fd := newFeed(owner)
+	o := Observation{Customer: "acc_1", EventID: "e1", DeviceID: "dev", AccountID: "u", IP: ip1, Now: t0}
+	observe(t, owner, o)
+	seedMirror(t, owner, holder, fd, 1, o)
+	o.EventID = "e2"
+	if _, err := holder.MirrorObserve(o); err != nil {
+		t.Fatalf("mirror before the restart: %v", err)
+	}
+	if _, err := owner.Observe(Observation{Customer: "acc_1", DeviceID: "boom", EventID: "e3", Now: t0}); err == nil {
+		t.Fatal("an observation whose load panicked answered")
+	}
+	var ps []MirrorPush
+	for i := 0; len(ps) == 0; i++ {
+		if i == 100 {
+			t.Fatal("no push after the shard's panic restart")
+		}
+		time.Sleep(10 * time.Millisecond)
+		ps = fd.drain(holder.MirrorApply)
+	}
+	if len(ps) != 1 || !ps[0].Reset || ps[0].Watcher != 1 || ps[0].Customer != "acc_1" {
+		t.Fatalf("pushes after the restart: %+v", ps)
+	}
+	if _, err := holder.MirrorObserve(o); !errors.Is(err, ErrNotMirrored) {
+		t.Fatalf("mirror after the reset: %v", err)
+	}
+	observe(t, owner, o)
+	if ps := fd.drain(nil); len(ps) != 0 {
+		t.Fatalf("the feed went on after the restart: %+v", ps)
+	}
+}
