@@ -37,6 +37,10 @@ type ClusterRow struct {
 	// history the owner completed (one round trip each, counted in
 	// OwnerCallsPerRequest), per answered request.
 	LeasedRestsPerRequest float64 `json:"leased_rests_per_request"`
+	// MirroredPerRequest are the leased evaluations with an event stored
+	// at the owner answered from the holder's mirror of the owner's
+	// history (no round trip), per answered request.
+	MirroredPerRequest float64 `json:"mirrored_per_request"`
 	// PipeCallsPerFrame is how many calls to other members shared a frame
 	// of their pipes (one long-lived stream per member), over every node;
 	// 0 when no call went on a pipe.
@@ -60,6 +64,7 @@ type NodeRow struct {
 	LeaseCalls    int64    `json:"lease_calls"`
 	Leased        int64    `json:"leased_charges"`
 	LeasedRests   int64    `json:"leased_rests"`
+	Mirrored      int64    `json:"mirrored"`
 	PipeCalls     int64    `json:"pipe_calls"`
 	PipeFrames    int64    `json:"pipe_frames"`
 	Killed        bool     `json:"killed,omitempty"`
@@ -166,7 +171,7 @@ func freeAddr() (string, error) {
 }
 
 // ownerCounts are a node's cluster counters from its /metrics.
-type ownerCounts struct{ calls, leaseCalls, leased, rests, pipeCalls, pipeFrames int64 }
+type ownerCounts struct{ calls, leaseCalls, leased, rests, mirrored, pipeCalls, pipeFrames int64 }
 
 // scrapeOwnerCounts reads the cluster counters from a node's /metrics.
 func (s *suite) scrapeOwnerCounts(url string) (ownerCounts, error) {
@@ -204,6 +209,8 @@ func (s *suite) scrapeOwnerCounts(url string) (ownerCounts, error) {
 			c.leased = int64(v)
 		case "fraudd_cluster_leased_rests_total":
 			c.rests = int64(v)
+		case "fraudd_cluster_mirrored_evaluations_total":
+			c.mirrored = int64(v)
 		case "fraudd_cluster_pipe_calls_total":
 			c.pipeCalls = int64(v)
 		case "fraudd_cluster_pipe_frames_total":
@@ -323,7 +330,7 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 	cr := &ClusterRow{}
 	var cpu time.Duration
 	var peak uint64
-	var calls, leaseCalls, leased, rests, pipeCalls, pipeFrames int64
+	var calls, leaseCalls, leased, rests, mirrored, pipeCalls, pipeFrames int64
 	for i, nd := range nodes {
 		answered, failed := served1[i][0]-served0[i][0], served1[i][1]-served0[i][1]
 		row := NodeRow{Node: nd.id, PID: nd.proc.PID, Requests: answered, Failed: failed, Killed: i == killIdx}
@@ -336,6 +343,8 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 		if i != killIdx && live(i) {
 			row.OwnerCalls, row.LeaseCalls, row.Leased = after[i].calls-before[i].calls, after[i].leaseCalls-before[i].leaseCalls, after[i].leased-before[i].leased
 			row.LeasedRests = after[i].rests - before[i].rests
+			row.Mirrored = after[i].mirrored - before[i].mirrored
+			mirrored += row.Mirrored
 			row.PipeCalls, row.PipeFrames = after[i].pipeCalls-before[i].pipeCalls, after[i].pipeFrames-before[i].pipeFrames
 			calls, leaseCalls, leased, rests = calls+row.OwnerCalls, leaseCalls+row.LeaseCalls, leased+row.Leased, rests+row.LeasedRests
 			pipeCalls, pipeFrames = pipeCalls+row.PipeCalls, pipeFrames+row.PipeFrames
@@ -352,6 +361,7 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 		cr.LeaseCallsPerRequest = round(float64(leaseCalls)/n, 4)
 		cr.LeasedShare = round(float64(leased)/n, 4)
 		cr.LeasedRestsPerRequest = round(float64(rests)/n, 4)
+		cr.MirroredPerRequest = round(float64(mirrored)/n, 4)
 	}
 	if pipeFrames > 0 {
 		cr.PipeCallsPerFrame = round(float64(pipeCalls)/float64(pipeFrames), 2)

@@ -415,17 +415,17 @@ func (rep *Report) WriteTable(w io.Writer) {
 // per request and its failover.
 func writeCluster(w io.Writer, r *Row) {
 	c := r.Cluster
-	fmt.Fprintf(w, "\n%s %s over %d nodes: %.4f owner round trips, %.4f lease calls per request; %.1f%% charged from lent slices, %.1f%% completed at the owner after a leased charge; %.2f calls per pipe frame\n",
-		r.Scenario, r.Mode, len(c.Nodes), c.OwnerCallsPerRequest, c.LeaseCallsPerRequest, 100*c.LeasedShare, 100*c.LeasedRestsPerRequest, c.PipeCallsPerFrame)
+	fmt.Fprintf(w, "\n%s %s over %d nodes: %.4f owner round trips, %.4f lease calls per request; %.1f%% charged from lent slices, %.1f%% completed at the owner after a leased charge, %.1f%% from a mirror of its history; %.2f calls per pipe frame\n",
+		r.Scenario, r.Mode, len(c.Nodes), c.OwnerCallsPerRequest, c.LeaseCallsPerRequest, 100*c.LeasedShare, 100*c.LeasedRestsPerRequest, 100*c.MirroredPerRequest, c.PipeCallsPerFrame)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  node\tpid\trequests\tfailed\tsrv µs/req\tpeak RSS MB\towner calls\tlease calls\tleased\tleased rests\tpipe calls\tpipe frames\t")
+	fmt.Fprintln(tw, "  node\tpid\trequests\tfailed\tsrv µs/req\tpeak RSS MB\towner calls\tlease calls\tleased\tleased rests\tmirrored\tpipe calls\tpipe frames\t")
 	for _, n := range c.Nodes {
 		name := n.Node
 		if n.Killed {
 			name += " (killed)"
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, n.PID, n.Requests, n.Failed,
-			fmtOpt(n.ServerCPU, "%.1f"), fmtOpt(n.ServerPeakRSS, "%.0f"), n.OwnerCalls, n.LeaseCalls, n.Leased, n.LeasedRests, n.PipeCalls, n.PipeFrames)
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, n.PID, n.Requests, n.Failed,
+			fmtOpt(n.ServerCPU, "%.1f"), fmtOpt(n.ServerPeakRSS, "%.0f"), n.OwnerCalls, n.LeaseCalls, n.Leased, n.LeasedRests, n.Mirrored, n.PipeCalls, n.PipeFrames)
 	}
 	tw.Flush()
 	if f := c.Failover; f != nil {

@@ -114,6 +114,9 @@ type Quota struct {
 	leasedRests atomic.Int64
 	// evs is the device-event client over this node's events (Events).
 	evs atomic.Pointer[Events]
+	// mirror is the holder's mirrors of other owners' accounts (SetMirror;
+	// nil: none, mirror.go).
+	mirror atomic.Pointer[mirrors]
 	// Charging calls carry ids callBase+1, +2, …; settles counts the
 	// ambiguous ones settled (settle.go).
 	callBase uint64

@@ -155,11 +155,16 @@ func evaluateMsg(c *quota.Charge, w checks.OwnerWork, token int64) *EvaluateRequ
 	if w.Resolve != nil {
 		m.EventId = w.Resolve.ID[:]
 	}
-	if o := w.Observe; o != nil {
-		m.Observation = &Observation{Test: o.Test, EventId: o.EventID, AccountId: o.AccountID, SharedExit: o.SharedExit, DeviceId: o.DeviceID}
-		if o.IP.IsValid() {
-			m.Observation.Ip = o.IP.AsSlice()
-		}
+	if w.Observe != nil {
+		m.Observation = observationMsg(w.Observe)
+	}
+	return m
+}
+
+func observationMsg(o *devicehist.Observation) *Observation {
+	m := &Observation{Test: o.Test, EventId: o.EventID, AccountId: o.AccountID, SharedExit: o.SharedExit, DeviceId: o.DeviceID}
+	if o.IP.IsValid() {
+		m.Ip = o.IP.AsSlice()
 	}
 	return m
 }
@@ -176,20 +181,29 @@ func ownerWorkOf(r *EvaluateRequest, account string) (checks.OwnerWork, error) {
 		copy(w.Resolve.ID[:], id)
 	}
 	if o := r.GetObservation(); o != nil {
-		if len(o.EventId) > maxObsEventID || len(o.AccountId) > maxObsAccountID || len(o.DeviceId) > storage.MaxHistDevice {
-			return w, fmt.Errorf("%w: an observation's event id of %d bytes, account id of %d, device id of %d", errBadRequest, len(o.EventId), len(o.AccountId), len(o.DeviceId))
-		}
-		obs := &devicehist.Observation{Customer: account, Test: o.Test, EventID: o.EventId, AccountID: o.AccountId, SharedExit: o.SharedExit, DeviceID: o.DeviceId}
-		if len(o.Ip) > 0 {
-			ip, ok := netip.AddrFromSlice(o.Ip)
-			if !ok {
-				return w, fmt.Errorf("%w: a %d-byte address", errBadRequest, len(o.Ip))
-			}
-			obs.IP = ip
+		obs, err := observationOf(o, account)
+		if err != nil {
+			return w, err
 		}
 		w.Observe = obs
 	}
 	return w, nil
+}
+
+// observationOf checks and converts an observation of account's history.
+func observationOf(o *Observation, account string) (*devicehist.Observation, error) {
+	if len(o.GetEventId()) > maxObsEventID || len(o.GetAccountId()) > maxObsAccountID || len(o.GetDeviceId()) > storage.MaxHistDevice {
+		return nil, fmt.Errorf("%w: an observation's event id of %d bytes, account id of %d, device id of %d", errBadRequest, len(o.GetEventId()), len(o.GetAccountId()), len(o.GetDeviceId()))
+	}
+	obs := &devicehist.Observation{Customer: account, Test: o.GetTest(), EventID: o.GetEventId(), AccountID: o.GetAccountId(), SharedExit: o.GetSharedExit(), DeviceID: o.GetDeviceId()}
+	if len(o.GetIp()) > 0 {
+		ip, ok := netip.AddrFromSlice(o.GetIp())
+		if !ok {
+			return nil, fmt.Errorf("%w: a %d-byte address", errBadRequest, len(o.GetIp()))
+		}
+		obs.IP = ip
+	}
+	return obs, nil
 }
 
 func evaluateReply(res *checks.OwnerResult, w checks.OwnerWork, token int64) *EvaluateReply {

@@ -104,6 +104,7 @@ func (q *Quota) runRest(rs *restStep) {
 	}
 	res.Charge, res.ChargeErr = rs.res, nil
 	q.leasedRests.Add(1)
+	q.seedMirror(rs.c.Account, w, &res)
 	rs.os.OwnerDone(res)
 }
 

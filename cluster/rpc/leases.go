@@ -392,6 +392,9 @@ type leasedStep struct {
 	// rest is inner's owner step when the rest of the evaluation goes to
 	// the owner after the charge (leasedrest.go); nil: it goes on here.
 	rest checks.OwnerStep
+	// here is inner's owner step when the rest goes on here and a mirror
+	// of the owner's history may answer it instead (mirror.go).
+	here checks.OwnerStep
 	e    *leaseEntry
 	seq  uint64
 	res  quota.ChargeResult
@@ -403,7 +406,7 @@ var leasedSteps = sync.Pool{New: func() any { return new(leasedStep) }}
 func (s *leasedStep) ChargeReq() *quota.Charge { return &s.c }
 
 func (s *leasedStep) Charged(_ quota.ChargeResult, err error) {
-	inner, res, rest, q := s.inner, s.res, s.rest, s.ls.q
+	inner, res, rest, here, q := s.inner, s.res, s.rest, s.here, s.ls.q
 	s.ls.settle(s.e, s.seq, err != nil)
 	*s = leasedStep{}
 	leasedSteps.Put(s)
@@ -411,7 +414,10 @@ func (s *leasedStep) Charged(_ quota.ChargeResult, err error) {
 	case err != nil:
 		inner.Charged(quota.ChargeResult{}, err)
 	case rest != nil:
-		q.sendRest(rest, res)
+		if !q.tryMirror(rest, res) {
+			q.sendRest(rest, res)
+		}
+	case here != nil && q.tryMirrorHere(here, res):
 	default:
 		inner.Charged(res, nil)
 	}
@@ -449,6 +455,9 @@ func (ls *leases) chargeThen(st quota.ChargeStep, token int64) bool {
 	}
 	s := leasedSteps.Get().(*leasedStep)
 	*s = leasedStep{ls: ls, inner: st, e: e, seq: seq, res: res, c: *c, rest: ls.q.restAtOwner(st)}
+	if s.rest == nil {
+		s.here = ls.q.mirrorHere(st)
+	}
 	s.c.Lent = true
 	ls.q.cfg.Local.ChargeThen(s)
 	return true

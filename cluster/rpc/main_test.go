@@ -97,6 +97,14 @@ func startNode(tb testing.TB, root, id string, wrap func(Ownership) Ownership) *
 // changed by conf (allowance leases).
 func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownership, conf func(*QuotaConfig)) *node {
 	tb.Helper()
+	return startNodeHist(tb, root, id, wrap, conf, false)
+}
+
+// startNodeHist is startNodeWith; with realHist the owner parts observe
+// the node's real device history (dh), which holders mirror (mirror.go),
+// instead of the fake.
+func startNodeHist(tb testing.TB, root, id string, wrap func(Ownership) Ownership, conf func(*QuotaConfig), realHist bool) *node {
+	tb.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: sharedEtcd(tb), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		tb.Fatal(err)
@@ -170,17 +178,22 @@ func startNodeWith(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	}
 	n.ev = n.q.Events(n.events)
 	n.hist = &fakeHistory{}
+	if n.dh, err = devicehist.New(sys.Root, devicehist.Config{Shards: 2, Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog}); err != nil {
+		tb.Fatal(err)
+	}
 	owner := &checks.OwnerParts{Quota: n.local, Events: n.ev, History: n.hist}
+	var mirror MirrorHistory
+	if realHist {
+		owner.History, mirror = n.dh, n.dh
+		n.q.SetMirror(n.dh)
+	}
 	n.q.SetOwner(owner)
 	n.limits = iplimit.New(sys.Root, iplimit.Config{Shards: 2, Shared: true})
 	n.addrs = NewAddrTotals(0)
 	n.rep = &AddrReporter{Limits: n.limits, Totals: n.addrs, Owners: n.owners.(Cluster), Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog, Idle: -1}
-	if n.dh, err = devicehist.New(sys.Root, devicehist.Config{Shards: 2, Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog}); err != nil {
-		tb.Fatal(err)
-	}
 	n.mover = NewHistoryMover(HistoryConfig{Local: n.dh, Owners: n.owners, Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog})
 	s, err := NewServer(ServerConfig{History: n.mover, Quota: n.local, Owners: n.owners, Shares: n.db, Adopted: shared.Returned, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Discounts: n.q, Events: n.events,
-		Addrs: n.addrs, AddrOwners: n.owners.(Cluster), Owner: owner, Devices: n.hist, Store: n.events})
+		Addrs: n.addrs, AddrOwners: n.owners.(Cluster), Owner: owner, Devices: n.hist, Store: n.events, Mirror: mirror})
 	if err != nil {
 		tb.Fatal(err)
 	}

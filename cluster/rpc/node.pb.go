@@ -4075,6 +4075,344 @@ func (x *PipeFrame) GetBye() bool {
 	return false
 }
 
+// MirrorWatch asks the owner for an account's records one evaluation needs
+// (the device, the end-user account and the address, with the account's
+// related devices and addresses), and to send every later change of the
+// account's records.
+type MirrorWatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Customer      string                 `protobuf:"bytes,1,opt,name=customer,proto3" json:"customer,omitempty"`
+	DeviceId      string                 `protobuf:"bytes,2,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	AccountId     string                 `protobuf:"bytes,3,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Ip            []byte                 `protobuf:"bytes,4,opt,name=ip,proto3" json:"ip,omitempty"`
+	SharedExit    bool                   `protobuf:"varint,5,opt,name=shared_exit,json=sharedExit,proto3" json:"shared_exit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MirrorWatch) Reset() {
+	*x = MirrorWatch{}
+	mi := &file_node_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MirrorWatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MirrorWatch) ProtoMessage() {}
+
+func (x *MirrorWatch) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MirrorWatch.ProtoReflect.Descriptor instead.
+func (*MirrorWatch) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *MirrorWatch) GetCustomer() string {
+	if x != nil {
+		return x.Customer
+	}
+	return ""
+}
+
+func (x *MirrorWatch) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+func (x *MirrorWatch) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *MirrorWatch) GetIp() []byte {
+	if x != nil {
+		return x.Ip
+	}
+	return nil
+}
+
+func (x *MirrorWatch) GetSharedExit() bool {
+	if x != nil {
+		return x.SharedExit
+	}
+	return false
+}
+
+// MirrorOp is one observation a holder made of an account it watches, for
+// the owner to record (at its own clock).
+type MirrorOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Customer      string                 `protobuf:"bytes,1,opt,name=customer,proto3" json:"customer,omitempty"`
+	Observation   *Observation           `protobuf:"bytes,2,opt,name=observation,proto3" json:"observation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MirrorOp) Reset() {
+	*x = MirrorOp{}
+	mi := &file_node_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MirrorOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MirrorOp) ProtoMessage() {}
+
+func (x *MirrorOp) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MirrorOp.ProtoReflect.Descriptor instead.
+func (*MirrorOp) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *MirrorOp) GetCustomer() string {
+	if x != nil {
+		return x.Customer
+	}
+	return ""
+}
+
+func (x *MirrorOp) GetObservation() *Observation {
+	if x != nil {
+		return x.Observation
+	}
+	return nil
+}
+
+// MirrorUp is what a holder sends on its Mirror stream.
+type MirrorUp struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Watches []*MirrorWatch         `protobuf:"bytes,3,rep,name=watches,proto3" json:"watches,omitempty"`
+	// unwatch: accounts the holder no longer mirrors.
+	Unwatch       []string    `protobuf:"bytes,4,rep,name=unwatch,proto3" json:"unwatch,omitempty"`
+	Ops           []*MirrorOp `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MirrorUp) Reset() {
+	*x = MirrorUp{}
+	mi := &file_node_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MirrorUp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MirrorUp) ProtoMessage() {}
+
+func (x *MirrorUp) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MirrorUp.ProtoReflect.Descriptor instead.
+func (*MirrorUp) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *MirrorUp) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *MirrorUp) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *MirrorUp) GetWatches() []*MirrorWatch {
+	if x != nil {
+		return x.Watches
+	}
+	return nil
+}
+
+func (x *MirrorUp) GetUnwatch() []string {
+	if x != nil {
+		return x.Unwatch
+	}
+	return nil
+}
+
+func (x *MirrorUp) GetOps() []*MirrorOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// MirrorPush is one change of an account's records at the owner: records
+// as it holds them (storage.AppendHistParcel), and records it does not
+// hold (absent: the parcel of the empty record of that identity). reset:
+// the owner no longer speaks for the account's records; the holder drops
+// its copy.
+type MirrorPush struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Customer      string                 `protobuf:"bytes,1,opt,name=customer,proto3" json:"customer,omitempty"`
+	Records       [][]byte               `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	Absent        []bool                 `protobuf:"varint,3,rep,packed,name=absent,proto3" json:"absent,omitempty"`
+	Reset_        bool                   `protobuf:"varint,4,opt,name=reset,proto3" json:"reset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MirrorPush) Reset() {
+	*x = MirrorPush{}
+	mi := &file_node_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MirrorPush) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MirrorPush) ProtoMessage() {}
+
+func (x *MirrorPush) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MirrorPush.ProtoReflect.Descriptor instead.
+func (*MirrorPush) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *MirrorPush) GetCustomer() string {
+	if x != nil {
+		return x.Customer
+	}
+	return ""
+}
+
+func (x *MirrorPush) GetRecords() [][]byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *MirrorPush) GetAbsent() []bool {
+	if x != nil {
+		return x.Absent
+	}
+	return nil
+}
+
+func (x *MirrorPush) GetReset_() bool {
+	if x != nil {
+		return x.Reset_
+	}
+	return false
+}
+
+// MirrorDown is what the owner sends on a Mirror stream.
+type MirrorDown struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Pushes        []*MirrorPush          `protobuf:"bytes,2,rep,name=pushes,proto3" json:"pushes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MirrorDown) Reset() {
+	*x = MirrorDown{}
+	mi := &file_node_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MirrorDown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MirrorDown) ProtoMessage() {}
+
+func (x *MirrorDown) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MirrorDown.ProtoReflect.Descriptor instead.
+func (*MirrorDown) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *MirrorDown) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *MirrorDown) GetPushes() []*MirrorPush {
+	if x != nil {
+		return x.Pushes
+	}
+	return nil
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -4443,7 +4781,34 @@ const file_node_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x121\n" +
 	"\x05calls\x18\x02 \x03(\v2\x1b.fraudd.cluster.v1.PipeCallR\x05calls\x127\n" +
 	"\aanswers\x18\x03 \x03(\v2\x1d.fraudd.cluster.v1.PipeAnswerR\aanswers\x12\x10\n" +
-	"\x03bye\x18\x04 \x01(\bR\x03bye2\xc0\v\n" +
+	"\x03bye\x18\x04 \x01(\bR\x03bye\"\x96\x01\n" +
+	"\vMirrorWatch\x12\x1a\n" +
+	"\bcustomer\x18\x01 \x01(\tR\bcustomer\x12\x1b\n" +
+	"\tdevice_id\x18\x02 \x01(\tR\bdeviceId\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x03 \x01(\tR\taccountId\x12\x0e\n" +
+	"\x02ip\x18\x04 \x01(\fR\x02ip\x12\x1f\n" +
+	"\vshared_exit\x18\x05 \x01(\bR\n" +
+	"sharedExit\"h\n" +
+	"\bMirrorOp\x12\x1a\n" +
+	"\bcustomer\x18\x01 \x01(\tR\bcustomer\x12@\n" +
+	"\vobservation\x18\x02 \x01(\v2\x1e.fraudd.cluster.v1.ObservationR\vobservation\"\xbb\x01\n" +
+	"\bMirrorUp\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x128\n" +
+	"\awatches\x18\x03 \x03(\v2\x1e.fraudd.cluster.v1.MirrorWatchR\awatches\x12\x18\n" +
+	"\aunwatch\x18\x04 \x03(\tR\aunwatch\x12-\n" +
+	"\x03ops\x18\x05 \x03(\v2\x1b.fraudd.cluster.v1.MirrorOpR\x03ops\"p\n" +
+	"\n" +
+	"MirrorPush\x12\x1a\n" +
+	"\bcustomer\x18\x01 \x01(\tR\bcustomer\x12\x18\n" +
+	"\arecords\x18\x02 \x03(\fR\arecords\x12\x16\n" +
+	"\x06absent\x18\x03 \x03(\bR\x06absent\x12\x14\n" +
+	"\x05reset\x18\x04 \x01(\bR\x05reset\"]\n" +
+	"\n" +
+	"MirrorDown\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x125\n" +
+	"\x06pushes\x18\x02 \x03(\v2\x1d.fraudd.cluster.v1.MirrorPushR\x06pushes2\x8a\f\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
@@ -4463,7 +4828,8 @@ const file_node_proto_rawDesc = "" +
 	"\x06Settle\x12 .fraudd.cluster.v1.SettleRequest\x1a\x1e.fraudd.cluster.v1.SettleReply\x12G\n" +
 	"\x05Unuse\x12\x1f.fraudd.cluster.v1.UnuseRequest\x1a\x1d.fraudd.cluster.v1.UnuseReply\x12P\n" +
 	"\bDiscount\x12\".fraudd.cluster.v1.DiscountRequest\x1a .fraudd.cluster.v1.DiscountReply\x12F\n" +
-	"\x04Pipe\x12\x1c.fraudd.cluster.v1.PipeFrame\x1a\x1c.fraudd.cluster.v1.PipeFrame(\x010\x01B&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\x04Pipe\x12\x1c.fraudd.cluster.v1.PipeFrame\x1a\x1c.fraudd.cluster.v1.PipeFrame(\x010\x01\x12H\n" +
+	"\x06Mirror\x12\x1b.fraudd.cluster.v1.MirrorUp\x1a\x1d.fraudd.cluster.v1.MirrorDown(\x010\x01B&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -4477,7 +4843,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),          // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),   // 1: fraudd.cluster.v1.ChargeRequest
@@ -4528,6 +4894,11 @@ var file_node_proto_goTypes = []any{
 	(*PipeCall)(nil),        // 46: fraudd.cluster.v1.PipeCall
 	(*PipeAnswer)(nil),      // 47: fraudd.cluster.v1.PipeAnswer
 	(*PipeFrame)(nil),       // 48: fraudd.cluster.v1.PipeFrame
+	(*MirrorWatch)(nil),     // 49: fraudd.cluster.v1.MirrorWatch
+	(*MirrorOp)(nil),        // 50: fraudd.cluster.v1.MirrorOp
+	(*MirrorUp)(nil),        // 51: fraudd.cluster.v1.MirrorUp
+	(*MirrorPush)(nil),      // 52: fraudd.cluster.v1.MirrorPush
+	(*MirrorDown)(nil),      // 53: fraudd.cluster.v1.MirrorDown
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -4557,49 +4928,55 @@ var file_node_proto_depIdxs = []int32{
 	22, // 24: fraudd.cluster.v1.PipeAnswer.collect:type_name -> fraudd.cluster.v1.CollectReply
 	46, // 25: fraudd.cluster.v1.PipeFrame.calls:type_name -> fraudd.cluster.v1.PipeCall
 	47, // 26: fraudd.cluster.v1.PipeFrame.answers:type_name -> fraudd.cluster.v1.PipeAnswer
-	1,  // 27: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3,  // 28: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5,  // 29: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	9,  // 30: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	12, // 31: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	14, // 32: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
-	16, // 33: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
-	18, // 34: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
-	21, // 35: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
-	23, // 36: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
-	27, // 37: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
-	32, // 38: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
-	35, // 39: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
-	38, // 40: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
-	32, // 41: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
-	40, // 42: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
-	42, // 43: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
-	44, // 44: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
-	48, // 45: fraudd.cluster.v1.Node.Pipe:input_type -> fraudd.cluster.v1.PipeFrame
-	2,  // 46: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 47: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 48: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 49: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 50: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 51: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 52: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 53: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 54: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 55: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 56: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	34, // 57: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
-	37, // 58: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
-	39, // 59: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
-	34, // 60: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
-	41, // 61: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
-	43, // 62: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
-	45, // 63: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
-	48, // 64: fraudd.cluster.v1.Node.Pipe:output_type -> fraudd.cluster.v1.PipeFrame
-	46, // [46:65] is the sub-list for method output_type
-	27, // [27:46] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	31, // 27: fraudd.cluster.v1.MirrorOp.observation:type_name -> fraudd.cluster.v1.Observation
+	49, // 28: fraudd.cluster.v1.MirrorUp.watches:type_name -> fraudd.cluster.v1.MirrorWatch
+	50, // 29: fraudd.cluster.v1.MirrorUp.ops:type_name -> fraudd.cluster.v1.MirrorOp
+	52, // 30: fraudd.cluster.v1.MirrorDown.pushes:type_name -> fraudd.cluster.v1.MirrorPush
+	1,  // 31: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 32: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 33: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 34: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	12, // 35: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	14, // 36: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	16, // 37: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
+	18, // 38: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
+	21, // 39: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
+	23, // 40: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
+	27, // 41: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
+	32, // 42: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
+	35, // 43: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
+	38, // 44: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
+	32, // 45: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
+	40, // 46: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
+	42, // 47: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
+	44, // 48: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
+	48, // 49: fraudd.cluster.v1.Node.Pipe:input_type -> fraudd.cluster.v1.PipeFrame
+	51, // 50: fraudd.cluster.v1.Node.Mirror:input_type -> fraudd.cluster.v1.MirrorUp
+	2,  // 51: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 52: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 53: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 54: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 55: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 56: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 57: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 58: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 59: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 60: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 61: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 62: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	37, // 63: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
+	39, // 64: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
+	34, // 65: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
+	41, // 66: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
+	43, // 67: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
+	45, // 68: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
+	48, // 69: fraudd.cluster.v1.Node.Pipe:output_type -> fraudd.cluster.v1.PipeFrame
+	53, // 70: fraudd.cluster.v1.Node.Mirror:output_type -> fraudd.cluster.v1.MirrorDown
+	51, // [51:71] is the sub-list for method output_type
+	31, // [31:51] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -4614,7 +4991,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	Node_Unuse_FullMethodName          = "/fraudd.cluster.v1.Node/Unuse"
 	Node_Discount_FullMethodName       = "/fraudd.cluster.v1.Node/Discount"
 	Node_Pipe_FullMethodName           = "/fraudd.cluster.v1.Node/Pipe"
+	Node_Mirror_FullMethodName         = "/fraudd.cluster.v1.Node/Mirror"
 )
 
 // NodeClient is the client API for Node service.
@@ -136,6 +137,14 @@ type NodeClient interface {
 	// as the unary method would answer it, in whatever order they finish.
 	// Old nodes answer Unimplemented, and the caller makes unary calls.
 	Pipe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipeFrame, PipeFrame], error)
+	// Mirror keeps a lease holder's copy of the device history of the
+	// accounts it holds slices of current (mirror.go): the holder names the
+	// records it needs (watches) and forwards its observations of those
+	// accounts; the owner answers with the records as it holds them, then
+	// every change of a watched account's records, in its order. Old nodes
+	// answer Unimplemented, and the holder's leased evaluations with device
+	// events go to the owner as before (EvaluateLeased).
+	Mirror(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[MirrorUp, MirrorDown], error)
 }
 
 type nodeClient struct {
@@ -339,6 +348,19 @@ func (c *nodeClient) Pipe(ctx context.Context, opts ...grpc.CallOption) (grpc.Bi
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_PipeClient = grpc.BidiStreamingClient[PipeFrame, PipeFrame]
 
+func (c *nodeClient) Mirror(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[MirrorUp, MirrorDown], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[1], Node_Mirror_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[MirrorUp, MirrorDown]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_MirrorClient = grpc.BidiStreamingClient[MirrorUp, MirrorDown]
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -435,6 +457,14 @@ type NodeServer interface {
 	// as the unary method would answer it, in whatever order they finish.
 	// Old nodes answer Unimplemented, and the caller makes unary calls.
 	Pipe(grpc.BidiStreamingServer[PipeFrame, PipeFrame]) error
+	// Mirror keeps a lease holder's copy of the device history of the
+	// accounts it holds slices of current (mirror.go): the holder names the
+	// records it needs (watches) and forwards its observations of those
+	// accounts; the owner answers with the records as it holds them, then
+	// every change of a watched account's records, in its order. Old nodes
+	// answer Unimplemented, and the holder's leased evaluations with device
+	// events go to the owner as before (EvaluateLeased).
+	Mirror(grpc.BidiStreamingServer[MirrorUp, MirrorDown]) error
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -501,6 +531,9 @@ func (UnimplementedNodeServer) Discount(context.Context, *DiscountRequest) (*Dis
 }
 func (UnimplementedNodeServer) Pipe(grpc.BidiStreamingServer[PipeFrame, PipeFrame]) error {
 	return status.Error(codes.Unimplemented, "method Pipe not implemented")
+}
+func (UnimplementedNodeServer) Mirror(grpc.BidiStreamingServer[MirrorUp, MirrorDown]) error {
+	return status.Error(codes.Unimplemented, "method Mirror not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -854,6 +887,13 @@ func _Node_Pipe_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_PipeServer = grpc.BidiStreamingServer[PipeFrame, PipeFrame]
 
+func _Node_Mirror_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeServer).Mirror(&grpc.GenericServerStream[MirrorUp, MirrorDown]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_MirrorServer = grpc.BidiStreamingServer[MirrorUp, MirrorDown]
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -938,6 +978,12 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Pipe",
 			Handler:       _Node_Pipe_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Mirror",
+			Handler:       _Node_Mirror_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

@@ -107,6 +107,11 @@ type ServerConfig struct {
 	// History moves device history between nodes: MergeHistory adds the
 	// records others send (nil: it answers Unavailable).
 	History *HistoryMover
+	// Mirror is this node's device history as lease holders mirror it
+	// (the same as the Quota's SetMirror; nil: Mirror answers
+	// Unavailable, and holders go to this node for each evaluation with
+	// an event stored here).
+	Mirror MirrorHistory
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
 	// A charge or usage read runs at the owner's now, not the caller's:
 	// an hourly window that starts at one node's time and is charged at
@@ -124,6 +129,9 @@ type Server struct {
 	cfg   ServerConfig
 	log   *slog.Logger
 	calls *callBook // the charging calls received (settle.go)
+	// mirrors are the holders' streams watching this node's history
+	// (mirrorserve.go).
+	mirrors mirrorConns
 
 	// stopping is closed by Drain: the Pipes say bye (pipe.go).
 	stopping chan struct{}
@@ -145,7 +153,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if _, ok := cfg.Quota.(Flusher); !ok && cfg.Shares != nil {
 		log.Warn("cluster rpc server: the quota client cannot flush; the shares this node answers may miss charges answered ahead of their commit")
 	}
-	return &Server{cfg: cfg, log: log, calls: newCallBook(), stopping: make(chan struct{})}, nil
+	s := &Server{cfg: cfg, log: log, calls: newCallBook(), stopping: make(chan struct{})}
+	if cfg.Mirror != nil {
+		cfg.Mirror.SetMirrorSink(s.mirrors.deliver)
+	}
+	return s, nil
 }
 
 var _ Flusher = (*quota.Client)(nil)

@@ -39,6 +39,7 @@ type clusterCounts interface {
 	RemoteCalls() int64
 	LeasedCharges() int64
 	LeasedRests() int64
+	MirrorHits() int64
 	PipeCalls() int64
 	PipeFrames() int64
 	LeaseCalls() int64
@@ -139,6 +140,8 @@ func addSources(m *metrics.Metrics, src metricSources) error {
 				Read: func(emit func(string, float64)) { emit("", float64(c.PipeCalls())) }},
 			metrics.Source{Name: "cluster_pipe_frames_total", Help: "Frames that carried this node's calls to other members on their pipes.", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.PipeFrames())) }},
+			metrics.Source{Name: "cluster_mirrored_evaluations_total", Help: "Leased evaluations whose device event was stored at the account's owner, answered from this node's mirror of the owner's device history, with no round trip.", Type: counter,
+				Read: func(emit func(string, float64)) { emit("", float64(c.MirrorHits())) }},
 			metrics.Source{Name: "cluster_leased_rests_total", Help: "Leased evaluations whose device event was stored at the account's owner: the owner resolved it and observed its device history, in one round trip.", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.LeasedRests())) }},
 		)

@@ -46,6 +46,7 @@ type LocalParts struct {
 		checks.History
 		rpc.LocalDevices
 		rpc.LocalHistory
+		rpc.MirrorHistory
 	}
 	Store  NodeStore
 	Shared *rpc.SharedStore
@@ -80,11 +81,14 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(by time.Time), err error) {
 	// stored, the history here.
 	owner := &checks.OwnerParts{Quota: local, Events: evs, History: lp.History}
 	q.SetOwner(owner)
+	// Leased evaluations read a mirror of their owners' device history
+	// (mirror.go), and holders mirror this node's.
+	q.SetMirror(lp.History)
 	addrs := rpc.NewAddrTotals(0)
 	history := rpc.NewHistoryMover(rpc.HistoryConfig{Local: lp.History, Owners: owners, Peers: q, Leased: q.Leased, Now: now, Log: n.log,
 		Assigned: func(shard int) string { return cluster.Owner(cluster.KindAccount, shard, n.member.ActiveIDs()) }})
 	srv, err := rpc.NewServer(rpc.ServerConfig{History: history, Quota: local, Owners: owners, Shares: db, Adopted: lp.Shared.Returned, Windows: n.windows, Traffic: lp.Traffic, Down: n.answerDown, Now: now, Leases: q, Discounts: q, Events: lp.Devices, EventUses: evs,
-		Addrs: addrs, AddrOwners: owners, Owner: owner, Devices: lp.History, Store: lp.Devices, Logger: n.log})
+		Addrs: addrs, AddrOwners: owners, Owner: owner, Devices: lp.History, Mirror: lp.History, Store: lp.Devices, Logger: n.log})
 	if err != nil {
 		q.Close()
 		return nil, err
@@ -216,6 +220,15 @@ func (n *Node) LeasedRests() int64 {
 		return 0
 	}
 	return n.rpc.LeasedRests()
+}
+
+// MirrorHits counts the leased evaluations answered from this node's
+// mirror of their owner's device history (0 before StartRPC).
+func (n *Node) MirrorHits() int64 {
+	if n.rpc == nil {
+		return 0
+	}
+	return n.rpc.MirrorHits()
 }
 
 // LeaseCalls: see LeasedCharges.

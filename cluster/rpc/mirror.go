@@ -1,0 +1,679 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/cluster"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// A lease holder's evaluations of an account with a device event stored at
+// the owner are answered here, with no round trip, once this node holds a
+// mirror of what they read there (docs/cluster.md, "Device history on a
+// lease holder"):
+//
+//   - the event: an evaluation that went to the owner (EvaluateLeased)
+//     brings the stored event back; it is kept here for mirrorEventFor. Its
+//     first use was that evaluation's, at the owner, so every later use
+//     here is a replay, as the owner would answer;
+//   - the device history: after that evaluation this node asks the owner,
+//     on one Mirror stream per owner, to watch the records it read (the
+//     device, the end-user account, the address, and the account's other
+//     devices and addresses). The owner sends them as it holds them, then
+//     every later change of the account's records, in its order. The
+//     facts are computed here over that copy, on scratch copies, storing
+//     nothing (devicehist's mirror), and the observation goes to the owner
+//     on the same stream, where it is recorded once, in the account's one
+//     history, and comes back as changed records.
+//
+// So the history stays one, at the owner, and each observation is counted
+// there once; what a holder's answer can miss is what the owner recorded
+// in the last stream round trip (a millisecond or so), not a report
+// interval. A record the mirror does not hold makes the evaluation go to
+// the owner as before, and the watch that follows fills it in.
+
+// mirrorEventFor is how long a stored event brought back by the owner is
+// used here. The event is immutable; what ages is the device's global
+// sightings the owner answered with it (times_seen, which feeds
+// high_activity's daily average of at least 500), so a minute's lag is
+// far below what that rule can tell.
+const mirrorEventFor = time.Minute
+
+// mirrorIdle is how long a mirror of an account unused by any evaluation
+// is kept: past it (the lease ended, or the traffic moved) the owner is
+// told to stop watching.
+const mirrorIdle = 30 * time.Second
+
+// Bounds: the events kept, and the observations waiting for a stream's
+// sender (past it the stream is given up: its mirrors are dropped and
+// what waited is recorded here, as before the mirror).
+const (
+	mirrorMaxEvents  = 1 << 16
+	mirrorMaxPending = 1 << 14
+	mirrorMaxOps     = 512 // observations in one frame
+)
+
+// MirrorHistory is this node's device history as a mirror uses it
+// (*devicehist.Client): the owner's watch and change feed, and the
+// holder's copy.
+type MirrorHistory interface {
+	// Holder.
+	Prepare(o devicehist.Observation, p *devicehist.Prepared) error
+	ObserveThen(st devicehist.ObserveStep)
+	Observe(o devicehist.Observation) (devicehist.Facts, error)
+	MirrorApply(p devicehist.MirrorPush)
+	MirrorDrop(customer string)
+	// Owner.
+	SetMirrorSink(sink func(devicehist.MirrorPush))
+	Watch(customer string, watcher uint64, keys devicehist.MirrorKeys) error
+	Unwatch(customer string, watcher uint64)
+	UnwatchAll(watcher uint64)
+}
+
+type mirrorEventKey struct {
+	account string
+	id      events.EventID
+}
+
+type mirrorEvent struct {
+	r     events.Resolved
+	until time.Time
+}
+
+// mirrorSub is one account this node mirrors: from which owner, under
+// which claim, on which stream.
+type mirrorSub struct {
+	node  string
+	token int64
+	st    *mirrorStream
+	used  atomic.Int64 // unix nanoseconds of the last evaluation it served
+}
+
+// mirrors is a holder's mirrors (nil hist: none).
+type mirrors struct {
+	q    *Quota
+	hist MirrorHistory
+
+	mu      sync.Mutex
+	subs    map[string]*mirrorSub
+	streams map[string]*mirrorStream
+	plain   map[string]time.Time // owners without Mirror: not asked until then
+	events  map[mirrorEventKey]mirrorEvent
+
+	hits, misses, ops atomic.Int64
+}
+
+// SetMirror gives the client and the server this node's device history to
+// mirror other owners' accounts with and to be watched as an owner; the
+// server must have it as ServerConfig.Mirror. Until it is called, leased
+// evaluations with an event stored elsewhere go to the owner.
+func (q *Quota) SetMirror(h MirrorHistory) {
+	m := &mirrors{q: q, hist: h, subs: map[string]*mirrorSub{}, streams: map[string]*mirrorStream{}, plain: map[string]time.Time{}, events: map[mirrorEventKey]mirrorEvent{}}
+	if !q.mirror.CompareAndSwap(nil, m) {
+		return
+	}
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if q.closed.Load() {
+		return
+	}
+	q.wg.Go(m.janitor)
+}
+
+// MirrorHits counts the leased evaluations with an event stored elsewhere
+// that were answered from a mirror, with no round trip; MirrorMisses those
+// that went to the owner although the account was mirrored (the event or
+// a record not held yet).
+func (q *Quota) MirrorHits() int64 {
+	if m := q.mirror.Load(); m != nil {
+		return m.hits.Load()
+	}
+	return 0
+}
+
+// MirrorMisses: see MirrorHits.
+func (q *Quota) MirrorMisses() int64 {
+	if m := q.mirror.Load(); m != nil {
+		return m.misses.Load()
+	}
+	return 0
+}
+
+// tryMirror answers os, whose charge res was served from a slice, from the
+// account's mirror: true when it did (or will: the answer comes from the
+// history's shard), false when it must go to the owner.
+func (q *Quota) tryMirror(os checks.OwnerStep, res quota.ChargeResult) bool {
+	m := q.mirror.Load()
+	if m == nil {
+		return false
+	}
+	return m.try(os, res, false)
+}
+
+// mirrorHere is the owner step of st when its rest would go on here after
+// a leased charge (no device event: the history alone) and a mirror could
+// answer it instead.
+func (q *Quota) mirrorHere(st quota.ChargeStep) checks.OwnerStep {
+	os, ok := st.(checks.OwnerStep)
+	if !ok || q.mirror.Load() == nil {
+		return nil
+	}
+	if w := os.OwnerWork(); w.Resolve != nil || w.Observe == nil {
+		return nil
+	}
+	return os
+}
+
+// tryMirrorHere answers os, a leased evaluation with no device event,
+// from the account's mirror when it holds the records (true). Otherwise
+// the chain goes on here, observing this node's history as without a
+// mirror, and the owner is asked to watch the records for the next one.
+func (q *Quota) tryMirrorHere(os checks.OwnerStep, res quota.ChargeResult) bool {
+	m := q.mirror.Load()
+	return m != nil && m.try(os, res, true)
+}
+
+// try reads os's facts from a mirror. here: os has no event, and a miss
+// goes on here (the caller's fallback when try answers false; the watch
+// it needs is asked for below); otherwise a miss goes to the owner, whose
+// answer seeds the mirror (seedMirror).
+func (m *mirrors) try(os checks.OwnerStep, res quota.ChargeResult, here bool) bool {
+	c := os.ChargeReq()
+	w := os.OwnerWork()
+	if here != (w.Resolve == nil) {
+		return false
+	}
+	if here && (w.Observe == nil || w.Observe.DeviceID == "" && w.Observe.AccountID == "") {
+		return false // nothing to observe: no hop either way
+	}
+	now := time.Now()
+	sub := m.active(c.Account)
+	if sub == nil && here && !w.Observe.Test {
+		// The first of the account here: the watch starts the mirror, and
+		// this evaluation misses it (answerOwn), as any other the copy
+		// cannot answer yet.
+		m.watch(c.Account, devicehist.MirrorKeys{AccountID: w.Observe.AccountID, IP: w.Observe.IP, SharedExit: w.Observe.SharedExit})
+		sub = m.active(c.Account)
+	}
+	if sub == nil {
+		return false
+	}
+	r := checks.OwnerResult{Charge: res}
+	if !here {
+		ev, ok := m.event(c.Account, &w.Resolve.ID, now)
+		if !ok {
+			m.misses.Add(1)
+			return false
+		}
+		r.Resolved = ev
+	}
+	sub.used.Store(now.UnixNano())
+	if w.Observe == nil {
+		m.hits.Add(1)
+		os.OwnerDone(r)
+		return true
+	}
+	st := mirrorSteps.Get().(*mirrorStep)
+	st.m, st.os, st.r, st.sub, st.obs, st.here = m, os, r, sub, *w.Observe, here
+	if !here && len(r.Resolved.Event.VisitorID) <= storage.MaxHistDevice {
+		st.obs.DeviceID = r.Resolved.Event.VisitorID
+	}
+	if err := m.hist.Prepare(st.obs, &st.prep); err != nil {
+		st.release()
+		return false
+	}
+	st.prep.SetMirror(true)
+	m.hist.ObserveThen(st)
+	return true
+}
+
+// active is the account's mirror when it is usable: its owner and claim
+// are still those in this node's view and its stream is up; a mirror that
+// is not is dropped.
+func (m *mirrors) active(account string) *mirrorSub {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sub := m.subs[account]
+	if sub == nil {
+		return nil
+	}
+	node, token, ok := m.q.cfg.Owners.Owner(cluster.ShardOf(cluster.KindAccount, account))
+	if !ok || node != sub.node || token != sub.token {
+		m.dropLocked(account, sub, true)
+		return nil
+	}
+	return sub
+}
+
+// event is the account's stored event id as the owner answered it, now a
+// replay.
+func (m *mirrors) event(account string, id *events.EventID, now time.Time) (events.Resolved, bool) {
+	m.mu.Lock()
+	e, ok := m.events[mirrorEventKey{account, *id}]
+	m.mu.Unlock()
+	if !ok || now.After(e.until) {
+		return events.Resolved{}, false
+	}
+	return e.r, true
+}
+
+// seed follows a leased evaluation the owner answered (EvaluateLeased):
+// the event it resolved is kept, and the owner is asked to watch the
+// records it read, so that the next evaluations of them stay here.
+func (q *Quota) seedMirror(account string, w checks.OwnerWork, res *checks.OwnerResult) {
+	m := q.mirror.Load()
+	if m == nil || w.Resolve == nil || res.EventErr != nil || !res.Resolved.Found {
+		return
+	}
+	r := res.Resolved
+	r.Replayed = true
+	m.mu.Lock()
+	if len(m.events) < mirrorMaxEvents {
+		m.events[mirrorEventKey{account, w.Resolve.ID}] = mirrorEvent{r: r, until: time.Now().Add(mirrorEventFor)}
+	}
+	m.mu.Unlock()
+	if w.Observe == nil || res.HistErr != nil || w.Observe.Test {
+		return
+	}
+	keys := devicehist.MirrorKeys{AccountID: w.Observe.AccountID, IP: w.Observe.IP, SharedExit: w.Observe.SharedExit}
+	if len(r.Event.VisitorID) <= storage.MaxHistDevice {
+		keys.DeviceID = r.Event.VisitorID
+	}
+	m.watch(account, keys)
+}
+
+// watch asks the account's owner to watch keys' records for this node,
+// opening the owner's stream when there is none.
+func (m *mirrors) watch(account string, keys devicehist.MirrorKeys) {
+	node, token, ok := m.q.cfg.Owners.Owner(cluster.ShardOf(cluster.KindAccount, account))
+	if !ok || node == m.q.cfg.Owners.Self() {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.q.closed.Load() || time.Now().Before(m.plain[node]) {
+		return
+	}
+	sub := m.subs[account]
+	if sub != nil && (sub.node != node || sub.token != token) {
+		m.dropLocked(account, sub, true)
+		sub = nil
+	}
+	if sub == nil {
+		st := m.streams[node]
+		if st == nil {
+			p, err := m.q.peer(node)
+			if err != nil {
+				return
+			}
+			if st = m.openLocked(node, p.cli); st == nil {
+				return
+			}
+		}
+		sub = &mirrorSub{node: node, token: token, st: st}
+		sub.used.Store(time.Now().UnixNano())
+		m.subs[account] = sub
+	}
+	w := &MirrorWatch{Customer: account, DeviceId: keys.DeviceID, AccountId: keys.AccountID, SharedExit: keys.SharedExit}
+	if keys.IP.IsValid() {
+		w.Ip = keys.IP.AsSlice()
+	}
+	sub.st.queue(func(u *MirrorUp) { u.Watches = append(u.Watches, w) })
+}
+
+// dropLocked forgets the account's mirror (m.mu held), and tells the
+// owner to stop watching it when unwatch.
+func (m *mirrors) dropLocked(account string, sub *mirrorSub, unwatch bool) {
+	delete(m.subs, account)
+	m.hist.MirrorDrop(account)
+	if unwatch {
+		sub.st.queue(func(u *MirrorUp) { u.Unwatch = append(u.Unwatch, account) })
+	}
+}
+
+// janitor drops the mirrors no evaluation used lately and the events past
+// their time, once a second, until the client closes.
+func (m *mirrors) janitor() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.q.done:
+			m.closeAll()
+			return
+		case now := <-t.C:
+			m.sweep(now)
+		}
+	}
+}
+
+func (m *mirrors) sweep(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for account, sub := range m.subs {
+		if now.Sub(time.Unix(0, sub.used.Load())) > mirrorIdle {
+			m.dropLocked(account, sub, true)
+		}
+	}
+	for k, e := range m.events {
+		if now.After(e.until) {
+			delete(m.events, k)
+		}
+	}
+}
+
+func (m *mirrors) closeAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, st := range m.streams {
+		st.cancel()
+	}
+}
+
+// mirrorStep is one leased evaluation's history read from a mirror: a
+// step of the history's chained call.
+type mirrorStep struct {
+	m    *mirrors
+	os   checks.OwnerStep
+	r    checks.OwnerResult
+	sub  *mirrorSub
+	obs  devicehist.Observation
+	prep devicehist.Prepared
+	here bool // no event: a miss goes on here, not to the owner
+	// own: the mirror lacked a record of a here step; this node's own
+	// records answered, storing nothing, and the owner records it.
+	own bool
+}
+
+var mirrorSteps = sync.Pool{New: func() any { return new(mirrorStep) }}
+
+func (s *mirrorStep) release() {
+	*s = mirrorStep{}
+	mirrorSteps.Put(s)
+}
+
+// ObserveReq implements devicehist.ObserveStep.
+func (s *mirrorStep) ObserveReq() *devicehist.Prepared { return &s.prep }
+
+// Observed implements devicehist.ObserveStep, on the history's shard: a
+// record the mirror lacks sends the evaluation to the owner, as without a
+// mirror; otherwise it is answered, and the observation goes to the owner
+// to be recorded there.
+func (s *mirrorStep) Observed(f devicehist.Facts, err error) {
+	m, os, r, sub, obs, here, own := s.m, s.os, s.r, s.sub, s.obs, s.here, s.own
+	if errors.Is(err, devicehist.ErrNotMirrored) && !own {
+		m.misses.Add(1)
+		if here && !obs.Test && m.answerOwn(s) {
+			return
+		}
+		s.release()
+		m.miss(os, r.Charge, here)
+		return
+	}
+	s.release()
+	if !own {
+		m.hits.Add(1)
+	}
+	r.Facts, r.HistErr = f, err
+	os.OwnerDone(r)
+	if err == nil && !obs.Test {
+		m.ops.Add(1)
+		op := &MirrorOp{Customer: obs.Customer, Observation: observationMsg(&obs)}
+		sub.st.queue(func(u *MirrorUp) { u.Ops = append(u.Ops, op) })
+	}
+}
+
+// Fail implements devicehist.ObserveStep (the history is stopping): the
+// owner answers, as without a mirror.
+func (s *mirrorStep) Fail(error) {
+	m, os, r, here := s.m, s.os, s.r, s.here
+	s.release()
+	m.miss(os, r.Charge, here)
+}
+
+// answerOwn has s, a leased evaluation with no event that the mirror
+// could not answer, read this node's own records of the account as a test
+// observation would (storing nothing), and asks the owner to watch the
+// records it lacked. The observation then goes to the owner like a
+// mirrored one, so the account's history stays one, at the owner; its
+// facts are what this node knows, as they would be without a mirror.
+func (m *mirrors) answerOwn(s *mirrorStep) bool {
+	m.watch(s.os.ChargeReq().Account, devicehist.MirrorKeys{AccountID: s.obs.AccountID, IP: s.obs.IP, SharedExit: s.obs.SharedExit})
+	o := s.obs
+	o.Test = true
+	if err := m.hist.Prepare(o, &s.prep); err != nil {
+		return false
+	}
+	s.prep.SetMirror(false)
+	s.own = true
+	m.hist.ObserveThen(s)
+	return true
+}
+
+// miss sends a leased evaluation the mirror could not answer on its way
+// without it: to the owner with its event (whose answer seeds the
+// mirror), or on here without one, after asking the owner to watch the
+// records it lacked.
+func (m *mirrors) miss(os checks.OwnerStep, res quota.ChargeResult, here bool) {
+	if !here {
+		m.q.sendRest(os, res)
+		return
+	}
+	if o := os.OwnerWork().Observe; o != nil && !o.Test {
+		m.watch(os.ChargeReq().Account, devicehist.MirrorKeys{AccountID: o.AccountID, IP: o.IP, SharedExit: o.SharedExit})
+	}
+	os.Charged(res, nil)
+}
+
+// mirrorStream is this node's Mirror stream to one owner: what waits to be
+// sent, and the goroutines that send it and apply what comes back.
+type mirrorStream struct {
+	m      *mirrors
+	node   string
+	ctx    context.Context
+	cancel context.CancelFunc
+	wake   chan struct{}
+
+	mu      sync.Mutex
+	up      *MirrorUp // waiting to be sent (nil: nothing)
+	pending int
+	ended   bool
+}
+
+// openLocked starts a stream to node (m.mu held); nil once the client
+// is closed.
+func (m *mirrors) openLocked(node string, cli NodeClient) *mirrorStream {
+	// Under the client's lock, as background does: Close must not be
+	// waiting for its goroutines already.
+	m.q.mu.RLock()
+	defer m.q.mu.RUnlock()
+	if m.q.closed.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st := &mirrorStream{m: m, node: node, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+	m.streams[node] = st
+	m.q.wg.Go(func() { st.run(cli) })
+	return st
+}
+
+// queue adds to what the stream sends next; past mirrorMaxPending
+// observations the stream is given up (its sender cannot keep up).
+func (st *mirrorStream) queue(add func(*MirrorUp)) {
+	st.mu.Lock()
+	if st.ended {
+		st.mu.Unlock()
+		return
+	}
+	if st.up == nil {
+		st.up = &MirrorUp{Version: version, Node: st.m.q.cfg.Owners.Self()}
+	}
+	add(st.up)
+	full := len(st.up.Ops) > mirrorMaxPending
+	st.mu.Unlock()
+	if full {
+		st.cancel()
+		return
+	}
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take is what waits to be sent, at most mirrorMaxOps observations of it.
+func (st *mirrorStream) take() *MirrorUp {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	u := st.up
+	if u == nil {
+		return nil
+	}
+	if len(u.Ops) > mirrorMaxOps {
+		rest := &MirrorUp{Version: version, Node: u.Node, Ops: append([]*MirrorOp(nil), u.Ops[mirrorMaxOps:]...)}
+		u.Ops = u.Ops[:mirrorMaxOps]
+		st.up = rest
+		select {
+		case st.wake <- struct{}{}:
+		default:
+		}
+		return u
+	}
+	st.up = nil
+	return u
+}
+
+// run opens the stream and sends what is queued until the stream ends;
+// then the mirrors on it are dropped, and the observations it had not sent
+// are recorded here, as they would have been without a mirror (they reach
+// the owner with this node's other records of the account: HistoryMover).
+func (st *mirrorStream) run(cli NodeClient) {
+	defer st.end()
+	s, err := cli.Mirror(st.ctx)
+	if err != nil {
+		st.failed(err)
+		return
+	}
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		defer st.cancel()
+		for {
+			d, err := s.Recv()
+			if err != nil {
+				st.failed(err)
+				return
+			}
+			for _, p := range d.GetPushes() {
+				st.m.apply(st, p)
+			}
+		}
+	}()
+	defer func() { <-recvDone }()
+	for {
+		select {
+		case <-st.ctx.Done():
+			return
+		case <-st.wake:
+		}
+		for u := st.take(); u != nil; u = st.take() {
+			if err := s.Send(u); err != nil {
+				st.cancel()
+				if err != io.EOF {
+					st.failed(err)
+				}
+				return
+			}
+		}
+	}
+}
+
+// failed notes why the stream ended: an owner of an older build (no
+// Mirror) is not asked again for a while.
+func (st *mirrorStream) failed(err error) {
+	if status.Code(err) != codes.Unimplemented {
+		if st.ctx.Err() == nil {
+			st.m.q.log.Debug("cluster rpc: mirror stream ended", "node", st.node, "err", err)
+		}
+		return
+	}
+	st.m.mu.Lock()
+	st.m.plain[st.node] = time.Now().Add(pipeRetryPlain)
+	st.m.mu.Unlock()
+}
+
+// end drops the stream's mirrors and records here what it never sent.
+func (st *mirrorStream) end() {
+	st.cancel()
+	m := st.m
+	m.mu.Lock()
+	if m.streams[st.node] == st {
+		delete(m.streams, st.node)
+	}
+	for account, sub := range m.subs {
+		if sub.st == st {
+			m.dropLocked(account, sub, false)
+		}
+	}
+	m.mu.Unlock()
+	st.mu.Lock()
+	st.ended = true
+	u := st.up
+	st.up = nil
+	st.mu.Unlock()
+	if u == nil {
+		return
+	}
+	now := m.q.cfg.Now()
+	var lost int
+	var lastErr error
+	for _, op := range u.Ops {
+		o, err := observationOf(op.GetObservation(), op.GetCustomer())
+		if err == nil {
+			o.Now = now
+			_, err = m.hist.Observe(*o)
+		}
+		if err != nil {
+			lost, lastErr = lost+1, err
+		}
+	}
+	if lost > 0 {
+		m.q.log.Warn("cluster rpc: mirrored observations not sent to their owner were not recorded here either", "node", st.node, "observations", lost, "err", lastErr)
+	}
+}
+
+// apply hands a push from st's owner to the account's mirror, when the
+// account is still mirrored on st (a push for a mirror dropped since is
+// stale).
+func (m *mirrors) apply(st *mirrorStream, p *MirrorPush) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sub := m.subs[p.GetCustomer()]
+	if sub == nil || sub.st != st {
+		return
+	}
+	if p.GetReset_() {
+		m.dropLocked(p.GetCustomer(), sub, false)
+		return
+	}
+	recs := make([]devicehist.MirrorRecord, len(p.GetRecords()))
+	absent := p.GetAbsent()
+	for i, b := range p.GetRecords() {
+		recs[i] = devicehist.MirrorRecord{Parcel: b, Absent: i < len(absent) && absent[i]}
+	}
+	// Under m.mu, so that a drop of the account (also under it) reaches
+	// the history's shard after this push, never before.
+	m.hist.MirrorApply(devicehist.MirrorPush{Customer: p.GetCustomer(), Records: recs})
+}

@@ -1,0 +1,285 @@
+package rpc
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/intel/device"
+)
+
+// mirroredNodes starts a member for each id whose owner parts observe a
+// real device history, mirrored by lease holders, and waits until they
+// settle.
+func mirroredNodes(tb testing.TB, conf func(*QuotaConfig), ids ...string) []*node {
+	tb.Helper()
+	root := testRoot(tb)
+	nodes := make([]*node, len(ids))
+	for i, id := range ids {
+		nodes[i] = startNodeHist(tb, root, id, nil, conf, true)
+	}
+	settle(tb, nodes, ids)
+	return nodes
+}
+
+type mirrorEval struct {
+	r              checks.OwnerResult
+	hops, leased   int64
+	hits, misses   int64
+	answeredLocaly bool
+}
+
+// evalOn evaluates one device event with an end-user account on nd.
+func evalOn(t *testing.T, nd *node, c quota.Charge, id events.EventID, user string) mirrorEval {
+	t.Helper()
+	st := &ownerStep{c: c, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{
+		Resolve: &events.Resolve{ID: id, Account: c.Account, Now: testNow},
+		Observe: &devicehist.Observation{Customer: c.Account, EventID: fmt.Sprintf("%x", id[:]), AccountID: user, Now: testNow},
+	}}
+	hops, leased, hits, misses := nd.q.RemoteCalls(), nd.q.LeasedCharges(), nd.q.MirrorHits(), nd.q.MirrorMisses()
+	nd.q.ChargeThen(st)
+	var r checks.OwnerResult
+	select {
+	case r = <-st.out:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer in 10 s")
+	}
+	return mirrorEval{r: r, hops: nd.q.RemoteCalls() - hops, leased: nd.q.LeasedCharges() - leased,
+		hits: nd.q.MirrorHits() - hits, misses: nd.q.MirrorMisses() - misses, answeredLocaly: st.charged}
+}
+
+// TestLeasedEvaluationFromMirror: lease holders of a hot account answer its
+// evaluations with an event stored at the owner from their mirror of the
+// owner's history, with no round trip, once one evaluation of each record
+// went to the owner; every observation is recorded once, at the owner, and
+// the answers on every node count the others' observations.
+func TestLeasedEvaluationFromMirror(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	nodes := mirroredNodes(t, leasing(20), ids...)
+	a := nodes[0]
+	acct := accountOwnedBy("a", ids)
+	c := quota.Charge{Account: acct, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(1e6), limit(1e7), testNow, testNow)}
+	for _, nd := range nodes[1:] {
+		for i := 0; nd.q.LeasedCharges() == 0; i++ {
+			if i == 1000 {
+				t.Fatalf("%s: no charge served from a slice after %d", nd.id, i)
+			}
+			if _, err := nd.q.Charge(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var evs []events.EventID
+	for i := range 2 {
+		id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: fmt.Sprintf("visitor-%d", i), Complete: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, id)
+	}
+	users := []string{"alice", "bob", "carol"}
+	// Warm-up: each holder evaluates every (event, user) until one of
+	// them is answered from its mirror.
+	for _, nd := range nodes[1:] {
+		for i := 0; i < 6 || nd.q.MirrorHits() == 0; i++ {
+			if i == 2000 {
+				t.Fatalf("%s: no evaluation answered from the mirror after %d (misses %d)", nd.id, i, nd.q.MirrorMisses())
+			}
+			e := evalOn(t, nd, c, evs[i%2], users[(i/2)%3])
+			if !e.r.Charge.Allowed || e.r.EventErr != nil || e.r.HistErr != nil {
+				t.Fatalf("%s warm-up %d: %+v", nd.id, i, e.r)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// Let the owner's records settle at the holders.
+	time.Sleep(100 * time.Millisecond)
+	mirrored := 0
+	for i := 0; i < 60; i++ {
+		nd := nodes[1+i%2]
+		e := evalOn(t, nd, c, evs[i%2], users[i%3])
+		r := e.r
+		if !r.Charge.Allowed || e.r.EventErr != nil || r.HistErr != nil || !r.Resolved.Found || !r.Resolved.Replayed {
+			t.Fatalf("%s evaluation %d: %+v", nd.id, i, r)
+		}
+		// Every node's answers count every node's observations: both
+		// devices carry the three users, each user both devices.
+		if !r.Facts.Device || r.Facts.LinkedAccounts != 3 || r.Facts.History.Visits != 1 || !r.Facts.Repeated || r.Facts.AccountDevices24h != 2 {
+			t.Fatalf("%s evaluation %d (hops %d, from the mirror %d): facts %+v", nd.id, i, e.hops, e.hits, r.Facts)
+		}
+		if e.leased == 1 && e.hits == 1 {
+			mirrored++
+			if e.hops != 0 {
+				t.Fatalf("%s evaluation %d: answered from the mirror with %d round trips", nd.id, i, e.hops)
+			}
+		}
+		if e.answeredLocaly {
+			t.Fatalf("%s evaluation %d: the chain went on here", nd.id, i)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if mirrored == 0 {
+		t.Fatal("no evaluation was answered from a mirror: the test proves nothing")
+	}
+	t.Logf("%d of 60 evaluations answered from a mirror with no round trip", mirrored)
+	// A new end-user account on one holder: its record is not in the
+	// holder's copy, so that evaluation goes to the owner; the other
+	// holder's answers, still from its copy, count it once the owner's
+	// change reached it.
+	b, c2 := nodes[1], nodes[2]
+	if e := evalOn(t, b, c, evs[0], "dave"); e.r.Facts.LinkedAccounts != 4 || e.hits != 0 {
+		t.Fatalf("a new user on b: %+v", e)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e := evalOn(t, c2, c, evs[0], "alice")
+		if got := e.r.Facts.LinkedAccounts; got == 4 {
+			break
+		} else if got != 3 || time.Now().After(deadline) {
+			t.Fatalf("c's answer after b saw a new user: %+v", e)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if e := evalOn(t, c2, c, evs[0], "alice"); e.r.Facts.LinkedAccounts != 4 || (e.leased == 1 && (e.hits != 1 || e.hops != 0)) {
+		t.Fatalf("c's next answer: %+v", e)
+	}
+	// Everything was recorded at the owner, once: two devices, each with
+	// one visit (the same event resubmitted counts once), with three users
+	// and dave on the first.
+	eventually(t, "the owner records every observation", func() bool {
+		list, err := a.dh.Devices(acct, 10, testNow)
+		if err != nil || len(list) != 2 {
+			return false
+		}
+		for _, d := range list {
+			want := 3
+			if d.VisitorID == "visitor-0" {
+				want = 4
+			}
+			if d.Visits != 1 || d.LinkedAccounts != want {
+				return false
+			}
+		}
+		return true
+	})
+	for _, nd := range nodes[1:] {
+		if list, err := nd.dh.Devices(acct, 10, testNow); err != nil || len(list) != 0 {
+			t.Fatalf("%s recorded the account's history itself: %+v %v", nd.id, list, err)
+		}
+	}
+}
+
+// TestMirrorDroppedWhenOwnerStops: a holder whose owner's stream ends
+// drops its mirrors and goes to the owner again; nothing is answered from
+// a copy nobody keeps current.
+func TestMirrorDroppedWhenOwnerStops(t *testing.T) {
+	ids := []string{"a", "b"}
+	nodes := mirroredNodes(t, leasing(20), ids...)
+	a, b := nodes[0], nodes[1]
+	acct := accountOwnedBy("a", ids)
+	c := quota.Charge{Account: acct, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(1e6), limit(1e7), testNow, testNow)}
+	for i := 0; b.q.LeasedCharges() == 0; i++ {
+		if i == 1000 {
+			t.Fatal("no charge served from a slice")
+		}
+		if _, err := b.q.Charge(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor", Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; b.q.MirrorHits() == 0; i++ {
+		if i == 2000 {
+			t.Fatal("no evaluation answered from the mirror")
+		}
+		evalOn(t, b, c, id, "alice")
+		time.Sleep(time.Millisecond)
+	}
+	a.server.Drain() // the owner's streams end
+	eventually(t, "the holder drops its mirror", func() bool {
+		m := b.q.mirror.Load()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.subs) == 0
+	})
+	if e := evalOn(t, b, c, id, "alice"); e.hits != 0 {
+		t.Fatalf("answered from a mirror after its stream ended: %+v", e)
+	}
+}
+
+// TestLeasedEvaluationWithoutEventFromMirror: a leased evaluation with no
+// device event (an accountId and an address) reads the holder's copy of
+// the owner's records too, and its observation is recorded at the owner:
+// the holders' answers count each other's accounts from one address, and
+// neither keeps records of the account itself.
+func TestLeasedEvaluationWithoutEventFromMirror(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	nodes := mirroredNodes(t, leasing(20), ids...)
+	a := nodes[0]
+	acct := accountOwnedBy("a", ids)
+	c := quota.Charge{Account: acct, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(1e6), limit(1e7), testNow, testNow)}
+	addr := netip.MustParseAddr("203.0.113.7")
+	eval := func(nd *node, user string) mirrorEval {
+		t.Helper()
+		st := &ownerStep{c: c, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{
+			Observe: &devicehist.Observation{Customer: acct, AccountID: user, IP: addr, Now: testNow},
+		}}
+		leased, hits := nd.q.LeasedCharges(), nd.q.MirrorHits()
+		nd.q.ChargeThen(st)
+		var r checks.OwnerResult
+		select {
+		case r = <-st.out:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer in 10 s")
+		}
+		return mirrorEval{r: r, leased: nd.q.LeasedCharges() - leased, hits: nd.q.MirrorHits() - hits, answeredLocaly: st.charged}
+	}
+	users := []string{"alice", "bob", "carol"}
+	for _, nd := range nodes[1:] {
+		for i := 0; i < 3 || nd.q.MirrorHits() == 0; i++ {
+			if i == 2000 {
+				t.Fatalf("%s: no evaluation answered from the mirror after %d", nd.id, i)
+			}
+			eval(nd, users[i%3])
+			time.Sleep(time.Millisecond)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	mirrored := 0
+	for i := 0; i < 30; i++ {
+		nd := nodes[1+i%2]
+		e := eval(nd, users[i%3])
+		if e.answeredLocaly {
+			continue // no slice in hand: charged at the owner, the chain goes on here
+		}
+		if !e.r.Charge.Allowed || e.r.HistErr != nil || !e.r.Facts.Account || !e.r.Facts.IPCounted || e.r.Facts.IPAccounts24h != 3 {
+			t.Fatalf("%s evaluation %d: %+v", nd.id, i, e)
+		}
+		if e.leased == 1 && e.hits == 1 {
+			mirrored++
+		}
+	}
+	if mirrored == 0 {
+		t.Fatal("no evaluation was answered from a mirror: the test proves nothing")
+	}
+	eventually(t, "the owner records the holders' observations", func() bool {
+		f, err := a.dh.Observe(devicehist.Observation{Customer: acct, AccountID: "probe", IP: addr, Test: true, Now: testNow})
+		return err == nil && f.IPAccounts24h == 4
+	})
+	for _, nd := range nodes[1:] {
+		recs, err := nd.dh.Take(func(cust string) bool { return cust == acct }, testNow)
+		if err != nil || len(recs) != 0 {
+			t.Fatalf("%s kept records of the account itself: %d %v", nd.id, len(recs), err)
+		}
+	}
+}

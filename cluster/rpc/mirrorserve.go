@@ -1,0 +1,235 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/cluster"
+	"github.com/fraudd/fraudd/storage"
+)
+
+// The owner's end of a Mirror stream (mirror.go has the holder's): the
+// history's shards hand each change of a watched account's records to the
+// stream of the watcher that asked, in their order, and the stream sends
+// them on. A holder that does not read fast enough fills its queue and its
+// stream is ended (it drops its mirrors and asks again), so a slow holder
+// never holds up a shard.
+
+// mirrorQueue bounds the pushes waiting for one holder's stream.
+const mirrorQueue = 1 << 14
+
+// mirrorMaxPushes bounds the pushes in one frame (and mirrorMaxFrameBytes
+// their records' bytes): a device record with every list full is about
+// 10 KiB, and a frame must stay under gRPC's 4 MiB limit.
+const (
+	mirrorMaxPushes     = 256
+	mirrorMaxFrameBytes = 1 << 20
+)
+
+// mirrorConns are the watchers of this node's history: one per Mirror
+// stream into it.
+type mirrorConns struct {
+	mu    sync.RWMutex
+	next  uint64
+	conns map[uint64]*mirrorConn
+}
+
+type mirrorConn struct {
+	out      chan devicehist.MirrorPush
+	full     chan struct{} // closed when out overflowed
+	fullOnce sync.Once
+}
+
+// deliver is the history's sink: the push goes to its watcher's stream,
+// or ends that stream when its queue is full. It never blocks.
+func (mc *mirrorConns) deliver(p devicehist.MirrorPush) {
+	mc.mu.RLock()
+	c := mc.conns[p.Watcher]
+	mc.mu.RUnlock()
+	if c == nil {
+		return
+	}
+	select {
+	case c.out <- p:
+	default:
+		c.fullOnce.Do(func() { close(c.full) })
+	}
+}
+
+func (mc *mirrorConns) add() (uint64, *mirrorConn) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.conns == nil {
+		mc.conns = map[uint64]*mirrorConn{}
+	}
+	mc.next++
+	c := &mirrorConn{out: make(chan devicehist.MirrorPush, mirrorQueue), full: make(chan struct{})}
+	mc.conns[mc.next] = c
+	return mc.next, c
+}
+
+func (mc *mirrorConns) remove(id uint64) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	delete(mc.conns, id)
+}
+
+// Mirror implements NodeServer.
+func (s *Server) Mirror(stream Node_MirrorServer) error {
+	h := s.cfg.Mirror
+	if h == nil {
+		return status.Error(codes.Unavailable, "cluster rpc: this node keeps no device history to mirror")
+	}
+	id, c := s.mirrors.add()
+	defer func() {
+		s.mirrors.remove(id)
+		h.UnwatchAll(id)
+	}()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() { sent <- mirrorSend(ctx, stream, c) }()
+	ups := make(chan *MirrorUp)
+	go func() {
+		defer close(ups)
+		for {
+			u, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case ups <- u:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var err error
+loop:
+	for {
+		select {
+		case u, ok := <-ups:
+			if !ok {
+				break loop // the holder closed its side, or the stream broke
+			}
+			s.mirrorUp(id, c, u)
+		case <-c.full:
+			err = status.Error(codes.ResourceExhausted, "cluster rpc: the mirror's changes came faster than the holder read them; ask again")
+			break loop
+		case <-s.stopping:
+			err = status.Error(codes.Unavailable, "cluster rpc: this node is stopping")
+			break loop
+		case err = <-sent:
+			return err
+		}
+	}
+	cancel()
+	<-sent
+	return err
+}
+
+// mirrorSend sends c's pushes, as many to a frame as are waiting, until
+// ctx ends or a send fails.
+func mirrorSend(ctx context.Context, stream Node_MirrorServer, c *mirrorConn) error {
+	for {
+		var p devicehist.MirrorPush
+		select {
+		case <-ctx.Done():
+			return nil
+		case p = <-c.out:
+		}
+		f := &MirrorDown{Version: version}
+		size := 0
+		for {
+			m := pushMsg(&p)
+			f.Pushes = append(f.Pushes, m)
+			for _, r := range m.Records {
+				size += len(r)
+			}
+			if len(f.Pushes) >= mirrorMaxPushes || size >= mirrorMaxFrameBytes {
+				break
+			}
+			more := false
+			select {
+			case p = <-c.out:
+				more = true
+			default:
+			}
+			if !more {
+				break
+			}
+		}
+		if err := stream.Send(f); err != nil {
+			return err
+		}
+	}
+}
+
+func pushMsg(p *devicehist.MirrorPush) *MirrorPush {
+	m := &MirrorPush{Customer: p.Customer, Reset_: p.Reset}
+	if len(p.Records) > 0 {
+		m.Records = make([][]byte, len(p.Records))
+		m.Absent = make([]bool, len(p.Records))
+		for i, r := range p.Records {
+			m.Records[i], m.Absent[i] = r.Parcel, r.Absent
+		}
+	}
+	return m
+}
+
+// mirrorUp does what a holder's frame asks: watches (of accounts this
+// node owns; any other is answered reset), unwatches, and its
+// observations, recorded here at this node's clock. An observation of an
+// account this node no longer owns is recorded all the same: it is then a
+// leftover, which HistoryMover moves to the owner, as the holder's own
+// records would be.
+func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
+	h := s.cfg.Mirror
+	for _, w := range u.GetWatches() {
+		keys, err := mirrorKeysOf(w)
+		if err == nil {
+			_, err = s.cfg.Owners.Held(cluster.ShardOf(cluster.KindAccount, w.GetCustomer()))
+		}
+		if err == nil {
+			err = h.Watch(w.GetCustomer(), id, keys)
+		}
+		if err != nil {
+			s.log.Debug("cluster rpc: a mirror watch refused", "account", w.GetCustomer(), "err", err)
+			s.mirrors.deliver(devicehist.MirrorPush{Watcher: id, Customer: w.GetCustomer(), Reset: true})
+		}
+	}
+	for _, account := range u.GetUnwatch() {
+		h.Unwatch(account, id)
+	}
+	for _, op := range u.GetOps() {
+		o, err := observationOf(op.GetObservation(), op.GetCustomer())
+		if err != nil || o.Test || o.Customer == "" || len(o.Customer) > storage.MaxHistCustomer {
+			continue
+		}
+		o.Now = s.cfg.Now()
+		if _, err := h.Observe(*o); err != nil {
+			s.log.Warn("cluster rpc: a holder's observation was not recorded", "account", o.Customer, "err", err)
+		}
+	}
+}
+
+func mirrorKeysOf(w *MirrorWatch) (devicehist.MirrorKeys, error) {
+	keys := devicehist.MirrorKeys{DeviceID: w.GetDeviceId(), AccountID: w.GetAccountId(), SharedExit: w.GetSharedExit()}
+	if len(w.GetIp()) > 0 {
+		ip, ok := netip.AddrFromSlice(w.GetIp())
+		if !ok {
+			return keys, fmt.Errorf("%w: a %d-byte address", errBadRequest, len(w.GetIp()))
+		}
+		keys.IP = ip
+	}
+	if len(keys.DeviceID) > storage.MaxHistDevice || len(keys.AccountID) > maxObsAccountID {
+		return keys, fmt.Errorf("%w: a watch's device id of %d bytes, account id of %d", errBadRequest, len(keys.DeviceID), len(keys.AccountID))
+	}
+	return keys, nil
+}
