@@ -112,6 +112,15 @@ type mirrors struct {
 	plain   map[string]time.Time // owners without Mirror: not asked until then
 	events  map[mirrorEventKey]mirrorEvent
 
+	// out is what goes to the history's shards for the mirrors (copies
+	// and drops), in the order it was decided under mu, sent by one
+	// goroutine (sender) that holds no lock: the history's shards may run
+	// on the sending goroutine (actors.InlineRuns), and their handlers
+	// take mu (a mirrored evaluation that misses asks for a watch).
+	outMu   sync.Mutex
+	out     []func()
+	outWake chan struct{}
+
 	hits, misses, ops atomic.Int64
 }
 
@@ -120,7 +129,8 @@ type mirrors struct {
 // server must have it as ServerConfig.Mirror. Until it is called, leased
 // evaluations with an event stored elsewhere go to the owner.
 func (q *Quota) SetMirror(h MirrorHistory) {
-	m := &mirrors{q: q, hist: h, subs: map[string]*mirrorSub{}, streams: map[string]*mirrorStream{}, plain: map[string]time.Time{}, events: map[mirrorEventKey]mirrorEvent{}}
+	m := &mirrors{q: q, hist: h, subs: map[string]*mirrorSub{}, streams: map[string]*mirrorStream{}, plain: map[string]time.Time{}, events: map[mirrorEventKey]mirrorEvent{},
+		outWake: make(chan struct{}, 1)}
 	if !q.mirror.CompareAndSwap(nil, m) {
 		return
 	}
@@ -130,6 +140,38 @@ func (q *Quota) SetMirror(h MirrorHistory) {
 		return
 	}
 	q.wg.Go(m.janitor)
+	q.wg.Go(m.sender)
+}
+
+// send queues fn (a call to the history's shards) for the sender; call it
+// with mu held, so that the shards hear of the mirrors in mu's order.
+func (m *mirrors) send(fn func()) {
+	m.outMu.Lock()
+	m.out = append(m.out, fn)
+	m.outMu.Unlock()
+	select {
+	case m.outWake <- struct{}{}:
+	default:
+	}
+}
+
+// sender runs what send queued, in order, until the client closes.
+func (m *mirrors) sender() {
+	for {
+		select {
+		case <-m.q.done:
+			return
+		case <-m.outWake:
+		}
+		m.outMu.Lock()
+		out := m.out
+		m.out = nil
+		m.outMu.Unlock()
+		for i, fn := range out {
+			fn()
+			out[i] = nil
+		}
+	}
 }
 
 // MirrorHits counts the leased evaluations with an event stored elsewhere
@@ -301,6 +343,19 @@ func (m *mirrors) watch(account string, keys devicehist.MirrorKeys) {
 	if !ok || node == m.q.cfg.Owners.Self() {
 		return
 	}
+	// The peer first, without mu: making it may route queued charges
+	// again, whose chains may come back here.
+	m.mu.Lock()
+	open := m.streams[node] != nil
+	m.mu.Unlock()
+	var cli NodeClient
+	if !open {
+		p, err := m.q.peer(node)
+		if err != nil {
+			return
+		}
+		cli = p.cli
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.q.closed.Load() || time.Now().Before(m.plain[node]) {
@@ -314,11 +369,10 @@ func (m *mirrors) watch(account string, keys devicehist.MirrorKeys) {
 	if sub == nil {
 		st := m.streams[node]
 		if st == nil {
-			p, err := m.q.peer(node)
-			if err != nil {
-				return
+			if cli == nil {
+				return // the stream ended meanwhile: the next miss asks again
 			}
-			if st = m.openLocked(node, p.cli); st == nil {
+			if st = m.openLocked(node, cli); st == nil {
 				return
 			}
 		}
@@ -337,7 +391,7 @@ func (m *mirrors) watch(account string, keys devicehist.MirrorKeys) {
 // owner to stop watching it when unwatch.
 func (m *mirrors) dropLocked(account string, sub *mirrorSub, unwatch bool) {
 	delete(m.subs, account)
-	m.hist.MirrorDrop(account)
+	m.send(func() { m.hist.MirrorDrop(account) })
 	if unwatch {
 		sub.st.queue(func(u *MirrorUp) { u.Unwatch = append(u.Unwatch, account) })
 	}
@@ -673,7 +727,8 @@ func (m *mirrors) apply(st *mirrorStream, p *MirrorPush) {
 	for i, b := range p.GetRecords() {
 		recs[i] = devicehist.MirrorRecord{Parcel: b, Absent: i < len(absent) && absent[i]}
 	}
-	// Under m.mu, so that a drop of the account (also under it) reaches
-	// the history's shard after this push, never before.
-	m.hist.MirrorApply(devicehist.MirrorPush{Customer: p.GetCustomer(), Records: recs})
+	// Queued under m.mu, so that a drop of the account (also queued under
+	// it) reaches the history's shard after this push, never before.
+	push := devicehist.MirrorPush{Customer: p.GetCustomer(), Records: recs}
+	m.send(func() { m.hist.MirrorApply(push) })
 }

@@ -2,9 +2,17 @@ package rpc
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fraudd/fraudd/internal/secrets"
+	"github.com/fraudd/fraudd/storage"
 
 	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/devicehist"
@@ -281,5 +289,49 @@ func TestLeasedEvaluationWithoutEventFromMirror(t *testing.T) {
 		if err != nil || len(recs) != 0 {
 			t.Fatalf("%s kept records of the account itself: %d %v", nd.id, len(recs), err)
 		}
+	}
+}
+
+// noMirrorNode is an owner of a build before Mirror.
+type noMirrorNode struct{ *Server }
+
+func (noMirrorNode) Mirror(Node_MirrorServer) error {
+	return status.Error(codes.Unimplemented, "unknown method Mirror for service fraudd.cluster.v1.Node")
+}
+
+// TestMirrorOldOwner: during a rolling deploy an owner that predates the
+// Mirror answers Unimplemented: the holder keeps no mirror of its
+// accounts (their leased evaluations go to it, as before) and does not
+// ask it again until pipeRetryPlain has passed.
+func TestMirrorOldOwner(t *testing.T) {
+	_, q, _ := behindOwner(t, func(s *Server) NodeServer { return noMirrorNode{s} })
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	dh, err := devicehist.New(sys.Root, devicehist.Config{Shards: 2, Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dh.Stop() })
+	q.SetMirror(dh)
+	m := q.mirror.Load()
+	w := checks.OwnerWork{Resolve: &events.Resolve{Account: capped.Account, Now: testNow},
+		Observe: &devicehist.Observation{Customer: capped.Account, AccountID: "alice", Now: testNow}}
+	res := checks.OwnerResult{Charge: quota.ChargeResult{Allowed: true}, Resolved: events.Resolved{Found: true, Event: storage.DeviceEvent{VisitorID: "visitor"}}}
+	q.seedMirror(capped.Account, w, &res)
+	eventually(t, "the holder notes the owner has no Mirror", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.plain["a"].After(time.Now()) && len(m.subs) == 0 && len(m.streams) == 0
+	})
+	q.seedMirror(capped.Account, w, &res)
+	m.mu.Lock()
+	subs, streams := len(m.subs), len(m.streams)
+	m.mu.Unlock()
+	if subs != 0 || streams != 0 {
+		t.Fatalf("asked the old owner again at once: %d mirrors, %d streams", subs, streams)
+	}
+	// Its leased evaluations go to the owner: the event is kept, but the
+	// account is not mirrored.
+	if sub := m.active(capped.Account); sub != nil {
+		t.Fatalf("a mirror of an old owner's account: %+v", sub)
 	}
 }
