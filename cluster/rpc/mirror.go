@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -384,7 +385,7 @@ func (m *mirrors) watch(account string, keys devicehist.MirrorKeys) {
 	if keys.IP.IsValid() {
 		w.Ip = keys.IP.AsSlice()
 	}
-	sub.st.queue(func(u *MirrorUp) { u.Watches = append(u.Watches, w) })
+	sub.st.watch(w)
 }
 
 // dropLocked forgets the account's mirror (m.mu held), and tells the
@@ -393,8 +394,27 @@ func (m *mirrors) dropLocked(account string, sub *mirrorSub, unwatch bool) {
 	delete(m.subs, account)
 	m.send(func() { m.hist.MirrorDrop(account) })
 	if unwatch {
-		sub.st.queue(func(u *MirrorUp) { u.Unwatch = append(u.Unwatch, account) })
+		sub.st.unwatch(account)
 	}
+}
+
+// watch and unwatch queue an account's watch or unwatch. A frame holds
+// either watches or an unwatch of an account, the one queued last: the
+// owner then need not know in which order they came (a watch after an
+// unwatch registers again and sends a fresh snapshot; an unwatch after a
+// watch ends it).
+func (st *mirrorStream) watch(w *MirrorWatch) {
+	st.queue(func(u *MirrorUp) {
+		u.Unwatch = slices.DeleteFunc(u.Unwatch, func(a string) bool { return a == w.Customer })
+		u.Watches = append(u.Watches, w)
+	})
+}
+
+func (st *mirrorStream) unwatch(account string) {
+	st.queue(func(u *MirrorUp) {
+		u.Watches = slices.DeleteFunc(u.Watches, func(w *MirrorWatch) bool { return w.Customer == account })
+		u.Unwatch = append(u.Unwatch, account)
+	})
 }
 
 // janitor drops the mirrors no evaluation used lately and the events past

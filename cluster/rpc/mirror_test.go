@@ -335,3 +335,20 @@ func TestMirrorOldOwner(t *testing.T) {
 		t.Fatalf("a mirror of an old owner's account: %+v", sub)
 	}
 }
+
+// TestMirrorFrameKeepsLastOfWatchAndUnwatch: an account's watch and
+// unwatch queued for one frame leave the one queued last, so the owner
+// ends watching it or not as the holder last decided, whatever order it
+// reads them in.
+func TestMirrorFrameKeepsLastOfWatchAndUnwatch(t *testing.T) {
+	m := &mirrors{q: &Quota{cfg: QuotaConfig{Owners: &fakeOwners{self: "b"}}}}
+	st := &mirrorStream{m: m, wake: make(chan struct{}, 1), cancel: func() {}}
+	st.unwatch("acc_1")
+	st.watch(&MirrorWatch{Customer: "acc_1"})
+	st.watch(&MirrorWatch{Customer: "acc_2"})
+	st.unwatch("acc_2")
+	u := st.take()
+	if len(u.Watches) != 1 || u.Watches[0].Customer != "acc_1" || len(u.Unwatch) != 1 || u.Unwatch[0] != "acc_2" {
+		t.Fatalf("frame: watches %v, unwatches %v", u.Watches, u.Unwatch)
+	}
+}

@@ -183,14 +183,17 @@ func pushMsg(p *devicehist.MirrorPush) *MirrorPush {
 	return m
 }
 
-// mirrorUp does what a holder's frame asks: watches (of accounts this
-// node owns; any other is answered reset), unwatches, and its
+// mirrorUp does what a holder's frame asks: unwatches, watches (of
+// accounts this node owns; any other is answered reset), and its
 // observations, recorded here at this node's clock. An observation of an
 // account this node no longer owns is recorded all the same: it is then a
 // leftover, which HistoryMover moves to the owner, as the holder's own
 // records would be.
 func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 	h := s.cfg.Mirror
+	for _, account := range u.GetUnwatch() {
+		h.Unwatch(account, id)
+	}
 	for _, w := range u.GetWatches() {
 		keys, err := mirrorKeysOf(w)
 		if err == nil {
@@ -203,9 +206,6 @@ func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 			s.log.Debug("cluster rpc: a mirror watch refused", "account", w.GetCustomer(), "err", err)
 			s.mirrors.deliver(devicehist.MirrorPush{Watcher: id, Customer: w.GetCustomer(), Reset: true})
 		}
-	}
-	for _, account := range u.GetUnwatch() {
-		h.Unwatch(account, id)
 	}
 	for _, op := range u.GetOps() {
 		o, err := observationOf(op.GetObservation(), op.GetCustomer())
