@@ -55,6 +55,10 @@ type MirrorPush struct {
 	// were taken out of this node, or the watcher was dropped): the holder
 	// must drop its whole mirror of the customer.
 	Reset bool
+	// Event is what PushEvent was given (opaque here: the cluster's
+	// encoding of a device event the owner stored), with Records holding
+	// the event's device record.
+	Event []byte
 }
 
 // MirrorKeys names the records one evaluation needs: the same rules as

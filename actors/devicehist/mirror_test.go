@@ -568,3 +568,41 @@ func TestRestartResetsWatchers(t *testing.T) {
 		t.Fatalf("the feed went on after the restart: %+v", ps)
 	}
 }
+
+// TestPushEventReachesWatchers: a pushed event goes to each watcher of its
+// customer with the customer's record of its device, present or absent,
+// after what the shard pushed before; a customer nobody watches gets
+// nothing.
+func TestPushEventReachesWatchers(t *testing.T) {
+	owner := newClient(t, Config{Shards: 1})
+	holder := newClient(t, Config{Shards: 1})
+	fd := newFeed(owner)
+	owner.PushEvent("acc_1", "dev", []byte("before any watch"))
+	o := Observation{Customer: "acc_1", EventID: "e1", DeviceID: "dev", AccountID: "u", IP: ip1, Now: t0}
+	observe(t, owner, o)
+	seedMirror(t, owner, holder, fd, 7, o)
+	owner.PushEvent("acc_1", "dev", []byte("known device"))
+	owner.PushEvent("acc_1", "new-dev", []byte("new device"))
+	owner.PushEvent("acc_2", "dev", []byte("nobody watches"))
+	observe(t, owner, Observation{Customer: "acc_1", AccountID: "probe", Test: true, Now: t0})
+	ps := fd.drain(holder.MirrorApply)
+	if len(ps) != 2 {
+		t.Fatalf("pushes: %+v", ps)
+	}
+	for i, want := range []struct {
+		event  string
+		absent bool
+	}{{"known device", false}, {"new device", true}} {
+		p := ps[i]
+		if p.Watcher != 7 || p.Customer != "acc_1" || string(p.Event) != want.event || len(p.Records) != 1 || p.Records[0].Absent != want.absent {
+			t.Fatalf("push %d: %+v", i, p)
+		}
+	}
+	// The holder now knows the new device is absent: an observation of it
+	// with the account it knows is answered from the mirror.
+	o.DeviceID, o.EventID = "new-dev", "e2"
+	f, err := holder.MirrorObserve(o)
+	if err != nil || !f.Device || f.History.Visits != 1 || !f.NewDevice {
+		t.Fatalf("the new device from the mirror: %+v %v", f, err)
+	}
+}

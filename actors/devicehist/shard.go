@@ -174,6 +174,8 @@ func (s shard) Receive(ctx actor.Context) {
 		s.sweep(m.Now.Unix())
 	case *watchReq:
 		s.watch(m)
+	case *pushEventReq:
+		s.pushEvent(m)
 	case *unwatchReq:
 		s.unwatch(m)
 	case *mirrorApply:

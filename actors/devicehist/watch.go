@@ -31,6 +31,11 @@ type (
 		watcher  uint64
 		all      bool
 	}
+	// pushEventReq hands a stored device event to the customer's watchers.
+	pushEventReq struct {
+		customer, device string
+		event            []byte
+	}
 )
 
 // watchSet is the watchers of one customer at its owner's shard.
@@ -68,6 +73,22 @@ func (c *Client) Watch(customer string, watcher uint64, keys MirrorKeys) error {
 	c.watched.Store(true)
 	c.shards.Send(actors.HashString(customer), m)
 	return nil
+}
+
+// Watched reports whether any customer was ever watched here: until then
+// PushEvent does nothing, and a caller may skip building its event.
+func (c *Client) Watched() bool { return c.watched.Load() }
+
+// PushEvent hands event (opaque here) to every watcher of the customer,
+// with the customer's record of the event's device (present or absent),
+// in the shard's order: the owner stored a device event for an account its
+// lease holders mirror, so that their evaluations of it need not ask. It
+// returns at once; a customer nobody watches gets nothing.
+func (c *Client) PushEvent(customer, deviceID string, event []byte) {
+	if !c.watched.Load() || c.stopped.Load() || customer == "" || len(customer) > storage.MaxHistCustomer || len(deviceID) > storage.MaxHistDevice {
+		return
+	}
+	c.shards.Send(actors.HashString(customer), &pushEventReq{customer: customer, device: deviceID, event: event})
 }
 
 // Unwatch drops watcher of the customer: it gets nothing more of it.
@@ -267,6 +288,28 @@ func (s shard) watch(m *watchReq) {
 	}
 	if sink := s.sink.Load(); sink != nil && len(recs) > 0 {
 		(*sink)(MirrorPush{Watcher: m.watcher, Customer: ws.customer, Records: recs})
+	}
+}
+
+// pushEvent runs pushEventReq.
+func (s shard) pushEvent(m *pushEventReq) {
+	ws := s.watchers[m.customer]
+	sink := s.sink.Load()
+	if ws == nil || sink == nil {
+		return
+	}
+	var recs []MirrorRecord
+	if m.device != "" {
+		e, err := s.device(m.customer, m.device, false)
+		if err != nil {
+			s.log.Warn("devicehist: a pushed event's device not read", "err", err)
+			return
+		}
+		_, held := s.devices.Get(deviceKey{m.customer, m.device})
+		recs = s.parcel(recs, &e.rec, !held)
+	}
+	for _, w := range ws.ids {
+		(*sink)(MirrorPush{Watcher: w, Customer: ws.customer, Records: recs, Event: m.event})
 	}
 }
 

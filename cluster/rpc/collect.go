@@ -83,6 +83,10 @@ func (q *Quota) CollectEvent(m quota.Collect, c events.Collected) (quota.Collect
 	}
 	if !out.stored {
 		out.id, err = evs.local.Store(&e)
+	} else if q.local(m.Account) {
+		if mr := q.mirror.Load(); mr != nil {
+			mirrorStored(mr.hist, evs.local.Resolve, m.Account, out.id, e.Created)
+		}
 	}
 	return out.res, out.id, err
 }
@@ -141,6 +145,9 @@ func (s *Server) Collect(ctx context.Context, r *CollectRequest) (*CollectReply,
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
 		rep.EventId = id[:]
+		if s.cfg.Events != nil {
+			mirrorStored(s.cfg.Mirror, s.cfg.Events.Resolve, r.Account, id, now)
+		}
 	}
 	return rep, nil
 }

@@ -71,6 +71,9 @@ func (q *Quota) evaluate(p *checks.OwnerParts, c *quota.Charge, w checks.OwnerWo
 	if here != nil && res.Charge.Allowed {
 		res.Resolved, res.EventErr = evs.local.Resolve(*here)
 	}
+	if w.Resolve != nil && res.EventErr == nil && res.Resolved.Found {
+		q.usedMirrorEvent(c.Account, &w.Resolve.ID)
+	}
 	return res, true
 }
 

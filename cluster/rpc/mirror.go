@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fraudd/fraudd/actors/checks"
 	"github.com/fraudd/fraudd/actors/devicehist"
@@ -78,6 +79,8 @@ type MirrorHistory interface {
 	MirrorDrop(customer string)
 	// Owner.
 	SetMirrorSink(sink func(devicehist.MirrorPush))
+	Watched() bool
+	PushEvent(customer, deviceID string, event []byte)
 	Watch(customer string, watcher uint64, keys devicehist.MirrorKeys) error
 	Unwatch(customer string, watcher uint64)
 	UnwatchAll(watcher uint64)
@@ -91,6 +94,10 @@ type mirrorEventKey struct {
 type mirrorEvent struct {
 	r     events.Resolved
 	until time.Time
+	// fresh: the owner pushed it as stored and nobody here used it yet;
+	// the first evaluation here is its first use, which the owner is told
+	// (MirrorOp.use_event).
+	fresh bool
 }
 
 // mirrorSub is one account this node mirrors: from which owner, under
@@ -254,13 +261,14 @@ func (m *mirrors) try(os checks.OwnerStep, res quota.ChargeResult, here bool) bo
 		return false
 	}
 	r := checks.OwnerResult{Charge: res}
+	var first bool
 	if !here {
-		ev, ok := m.event(c.Account, &w.Resolve.ID, now)
+		ev, fresh, ok := m.event(c.Account, &w.Resolve.ID, now, w.Observe != nil)
 		if !ok {
 			m.misses.Add(1)
 			return false
 		}
-		r.Resolved = ev
+		r.Resolved, first = ev, fresh
 	}
 	sub.used.Store(now.UnixNano())
 	if w.Observe == nil {
@@ -270,6 +278,9 @@ func (m *mirrors) try(os checks.OwnerStep, res quota.ChargeResult, here bool) bo
 	}
 	st := mirrorSteps.Get().(*mirrorStep)
 	st.m, st.os, st.r, st.sub, st.obs, st.here = m, os, r, sub, *w.Observe, here
+	if first {
+		st.use = w.Resolve.ID
+	}
 	if !here && len(r.Resolved.Event.VisitorID) <= storage.MaxHistDevice {
 		st.obs.DeviceID = r.Resolved.Event.VisitorID
 	}
@@ -300,16 +311,43 @@ func (m *mirrors) active(account string) *mirrorSub {
 	return sub
 }
 
-// event is the account's stored event id as the owner answered it, now a
-// replay.
-func (m *mirrors) event(account string, id *events.EventID, now time.Time) (events.Resolved, bool) {
+// event is the account's stored event as this node would have it
+// resolved now: a replay, unless it is fresh (pushed by the owner, unused
+// here). A fresh one is taken only when the evaluation observes the
+// history (observes): whether another node used it comes from there (the
+// device's recent events, Facts.Repeated). Its use is taken here, so a
+// second evaluation of it here is a replay, and the owner is told of it
+// (MirrorOp.use_event), or counts it itself when the evaluation goes there.
+func (m *mirrors) event(account string, id *events.EventID, now time.Time, observes bool) (r events.Resolved, fresh, ok bool) {
+	k := mirrorEventKey{account, *id}
 	m.mu.Lock()
-	e, ok := m.events[mirrorEventKey{account, *id}]
-	m.mu.Unlock()
-	if !ok || now.After(e.until) {
-		return events.Resolved{}, false
+	defer m.mu.Unlock()
+	e, ok := m.events[k]
+	if !ok || now.After(e.until) || e.fresh && !observes {
+		return events.Resolved{}, false, false
 	}
-	return e.r, true
+	if e.fresh {
+		m.events[k] = mirrorEvent{r: e.r, until: e.until}
+		return e.r, true, true
+	}
+	e.r.Replayed = true
+	return e.r, false, true
+}
+
+// usedMirrorEvent notes that an evaluation that went to the owner used
+// the account's event: a pushed copy kept here is no longer fresh.
+func (q *Quota) usedMirrorEvent(account string, id *events.EventID) {
+	m := q.mirror.Load()
+	if m == nil {
+		return
+	}
+	k := mirrorEventKey{account, *id}
+	m.mu.Lock()
+	if e, ok := m.events[k]; ok && e.fresh {
+		e.fresh = false
+		m.events[k] = e
+	}
+	m.mu.Unlock()
 }
 
 // seed follows a leased evaluation the owner answered (EvaluateLeased):
@@ -469,6 +507,8 @@ type mirrorStep struct {
 	// own: the mirror lacked a record of a here step; this node's own
 	// records answered, storing nothing, and the owner records it.
 	own bool
+	// use: the event whose first use this is (fresh); zero: none.
+	use events.EventID
 }
 
 var mirrorSteps = sync.Pool{New: func() any { return new(mirrorStep) }}
@@ -486,7 +526,7 @@ func (s *mirrorStep) ObserveReq() *devicehist.Prepared { return &s.prep }
 // mirror; otherwise it is answered, and the observation goes to the owner
 // to be recorded there.
 func (s *mirrorStep) Observed(f devicehist.Facts, err error) {
-	m, os, r, sub, obs, here, own := s.m, s.os, s.r, s.sub, s.obs, s.here, s.own
+	m, os, r, sub, obs, here, own, use := s.m, s.os, s.r, s.sub, s.obs, s.here, s.own, s.use
 	if errors.Is(err, devicehist.ErrNotMirrored) && !own {
 		m.misses.Add(1)
 		if here && !obs.Test && m.answerOwn(s) {
@@ -500,11 +540,26 @@ func (s *mirrorStep) Observed(f devicehist.Facts, err error) {
 	if !own {
 		m.hits.Add(1)
 	}
+	if use != (events.EventID{}) && err == nil && f.Repeated {
+		// The owner's history holds this event already: another node
+		// evaluated it (its observation reached the owner and came back
+		// here), so this is a replay, as the owner would answer.
+		r.Resolved.Replayed, use = true, events.EventID{}
+	}
 	r.Facts, r.HistErr = f, err
 	os.OwnerDone(r)
+	var op *MirrorOp
 	if err == nil && !obs.Test {
 		m.ops.Add(1)
-		op := &MirrorOp{Customer: obs.Customer, Observation: observationMsg(&obs)}
+		op = &MirrorOp{Customer: obs.Customer, Observation: observationMsg(&obs)}
+	}
+	if use != (events.EventID{}) {
+		if op == nil {
+			op = &MirrorOp{Customer: os.ChargeReq().Account}
+		}
+		op.UseEvent = use[:]
+	}
+	if op != nil {
 		sub.st.queue(func(u *MirrorUp) { u.Ops = append(u.Ops, op) })
 	}
 }
@@ -728,6 +783,49 @@ func (st *mirrorStream) end() {
 	}
 }
 
+// keepPushed keeps an event the owner stored and pushed, unused (m.mu
+// held). One that does not decode is dropped: its evaluation asks the
+// owner.
+func (m *mirrors) keepPushed(account string, b []byte) {
+	var me MirrorEvent
+	if err := proto.Unmarshal(b, &me); err != nil || len(me.GetId()) != storage.EventIDLen {
+		m.q.log.Warn("cluster rpc: a pushed device event does not decode", "account", account, "err", err)
+		return
+	}
+	r, err := resolvedOf(me.GetResolved())
+	if err != nil || !r.Found || r.Replayed || r.Event.Account != account {
+		m.q.log.Warn("cluster rpc: a pushed device event is not a fresh event of its account", "account", account, "err", err)
+		return
+	}
+	var k mirrorEventKey
+	k.account = account
+	copy(k.id[:], me.GetId())
+	if len(m.events) < mirrorMaxEvents {
+		if _, seen := m.events[k]; !seen {
+			m.events[k] = mirrorEvent{r: r, until: time.Now().Add(mirrorEventFor), fresh: true}
+		}
+	}
+}
+
+// mirrorStored hands an event the owner just stored (id, of account) to
+// the holders watching the account's history, as a resolve that counts no
+// use answers it now, with its device's record: their evaluations of it
+// then need not ask. Nothing is done while nobody ever watched here.
+func mirrorStored(h MirrorHistory, resolve func(events.Resolve) (events.Resolved, error), account string, id events.EventID, now time.Time) {
+	if h == nil || !h.Watched() {
+		return
+	}
+	r, err := resolve(events.Resolve{ID: id, Account: account, Now: now, Peek: true})
+	if err != nil || !r.Found || r.Replayed {
+		return
+	}
+	b, err := proto.Marshal(&MirrorEvent{Id: id[:], Resolved: resolveReply(&r)})
+	if err != nil {
+		return
+	}
+	h.PushEvent(account, r.Event.VisitorID, b)
+}
+
 // apply hands a push from st's owner to the account's mirror, when the
 // account is still mirrored on st (a push for a mirror dropped since is
 // stale).
@@ -741,6 +839,9 @@ func (m *mirrors) apply(st *mirrorStream, p *MirrorPush) {
 	if p.GetReset_() {
 		m.dropLocked(p.GetCustomer(), sub, false)
 		return
+	}
+	if b := p.GetEvent(); len(b) > 0 {
+		m.keepPushed(p.GetCustomer(), b)
 	}
 	recs := make([]devicehist.MirrorRecord, len(p.GetRecords()))
 	absent := p.GetAbsent()

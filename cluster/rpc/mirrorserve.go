@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
 	"github.com/fraudd/fraudd/cluster"
 	"github.com/fraudd/fraudd/storage"
 )
@@ -172,7 +173,7 @@ func mirrorSend(ctx context.Context, stream Node_MirrorServer, c *mirrorConn) er
 }
 
 func pushMsg(p *devicehist.MirrorPush) *MirrorPush {
-	m := &MirrorPush{Customer: p.Customer, Reset_: p.Reset}
+	m := &MirrorPush{Customer: p.Customer, Reset_: p.Reset, Event: p.Event}
 	if len(p.Records) > 0 {
 		m.Records = make([][]byte, len(p.Records))
 		m.Absent = make([]bool, len(p.Records))
@@ -208,16 +209,40 @@ func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 		}
 	}
 	for _, op := range u.GetOps() {
-		o, err := observationOf(op.GetObservation(), op.GetCustomer())
-		if err != nil || o.Test || o.Customer == "" || len(o.Customer) > storage.MaxHistCustomer {
+		account := op.GetCustomer()
+		if account == "" || len(account) > storage.MaxHistCustomer {
 			continue
 		}
-		o.Now = s.cfg.Now()
+		now := s.cfg.Now()
+		if id := op.GetUseEvent(); len(id) == storage.EventIDLen && s.cfg.Events != nil {
+			// The holder answered its first use: count it here, where the
+			// event is stored. Used already (here, or by another holder
+			// within the push's way there), that answer missed a replay.
+			r := events.Resolve{Account: account, Now: now}
+			copy(r.ID[:], id)
+			if res, err := s.cfg.Events.Resolve(r); err == nil && res.Replayed {
+				s.mirrorLateUses.Add(1)
+				s.log.Debug("cluster rpc: a holder answered an event's first use after another", "account", account)
+			}
+		}
+		if op.GetObservation() == nil {
+			continue
+		}
+		o, err := observationOf(op.GetObservation(), account)
+		if err != nil || o.Test {
+			continue
+		}
+		o.Now = now
 		if _, err := h.Observe(*o); err != nil {
 			s.log.Warn("cluster rpc: a holder's observation was not recorded", "account", o.Customer, "err", err)
 		}
 	}
 }
+
+// MirrorLateUses counts the first uses of pushed events that holders
+// answered although the event had been used already (docs/cluster.md: the
+// replay window of a pushed event).
+func (s *Server) MirrorLateUses() int64 { return s.mirrorLateUses.Load() }
 
 func mirrorKeysOf(w *MirrorWatch) (devicehist.MirrorKeys, error) {
 	keys := devicehist.MirrorKeys{DeviceID: w.GetDeviceId(), AccountID: w.GetAccountId(), SharedExit: w.GetSharedExit()}

@@ -4158,9 +4158,12 @@ func (x *MirrorWatch) GetSharedExit() bool {
 // MirrorOp is one observation a holder made of an account it watches, for
 // the owner to record (at its own clock).
 type MirrorOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Customer      string                 `protobuf:"bytes,1,opt,name=customer,proto3" json:"customer,omitempty"`
-	Observation   *Observation           `protobuf:"bytes,2,opt,name=observation,proto3" json:"observation,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Customer    string                 `protobuf:"bytes,1,opt,name=customer,proto3" json:"customer,omitempty"`
+	Observation *Observation           `protobuf:"bytes,2,opt,name=observation,proto3" json:"observation,omitempty"`
+	// use_event: the observation was this holder's first use of an event
+	// the owner pushed (MirrorEvent): the owner counts the use.
+	UseEvent      []byte `protobuf:"bytes,3,opt,name=use_event,json=useEvent,proto3" json:"use_event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4205,6 +4208,13 @@ func (x *MirrorOp) GetCustomer() string {
 func (x *MirrorOp) GetObservation() *Observation {
 	if x != nil {
 		return x.Observation
+	}
+	return nil
+}
+
+func (x *MirrorOp) GetUseEvent() []byte {
+	if x != nil {
+		return x.UseEvent
 	}
 	return nil
 }
@@ -4293,11 +4303,14 @@ func (x *MirrorUp) GetOps() []*MirrorOp {
 // the owner no longer speaks for the account's records; the holder drops
 // its copy.
 type MirrorPush struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Customer      string                 `protobuf:"bytes,1,opt,name=customer,proto3" json:"customer,omitempty"`
-	Records       [][]byte               `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
-	Absent        []bool                 `protobuf:"varint,3,rep,packed,name=absent,proto3" json:"absent,omitempty"`
-	Reset_        bool                   `protobuf:"varint,4,opt,name=reset,proto3" json:"reset,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Customer string                 `protobuf:"bytes,1,opt,name=customer,proto3" json:"customer,omitempty"`
+	Records  [][]byte               `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	Absent   []bool                 `protobuf:"varint,3,rep,packed,name=absent,proto3" json:"absent,omitempty"`
+	Reset_   bool                   `protobuf:"varint,4,opt,name=reset,proto3" json:"reset,omitempty"`
+	// event: a device event the owner stored for the account, not used yet
+	// (an encoded MirrorEvent); records then hold its device's record.
+	Event         []byte `protobuf:"bytes,5,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4360,6 +4373,67 @@ func (x *MirrorPush) GetReset_() bool {
 	return false
 }
 
+func (x *MirrorPush) GetEvent() []byte {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// MirrorEvent is a device event an owner pushes to the holders watching
+// its account: its id and the event as a resolve would answer it.
+type MirrorEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Resolved      *ResolveReply          `protobuf:"bytes,2,opt,name=resolved,proto3" json:"resolved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MirrorEvent) Reset() {
+	*x = MirrorEvent{}
+	mi := &file_node_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MirrorEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MirrorEvent) ProtoMessage() {}
+
+func (x *MirrorEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MirrorEvent.ProtoReflect.Descriptor instead.
+func (*MirrorEvent) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *MirrorEvent) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *MirrorEvent) GetResolved() *ResolveReply {
+	if x != nil {
+		return x.Resolved
+	}
+	return nil
+}
+
 // MirrorDown is what the owner sends on a Mirror stream.
 type MirrorDown struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4371,7 +4445,7 @@ type MirrorDown struct {
 
 func (x *MirrorDown) Reset() {
 	*x = MirrorDown{}
-	mi := &file_node_proto_msgTypes[53]
+	mi := &file_node_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4383,7 +4457,7 @@ func (x *MirrorDown) String() string {
 func (*MirrorDown) ProtoMessage() {}
 
 func (x *MirrorDown) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[53]
+	mi := &file_node_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4396,7 +4470,7 @@ func (x *MirrorDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MirrorDown.ProtoReflect.Descriptor instead.
 func (*MirrorDown) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{53}
+	return file_node_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MirrorDown) GetVersion() uint32 {
@@ -4789,22 +4863,27 @@ const file_node_proto_rawDesc = "" +
 	"account_id\x18\x03 \x01(\tR\taccountId\x12\x0e\n" +
 	"\x02ip\x18\x04 \x01(\fR\x02ip\x12\x1f\n" +
 	"\vshared_exit\x18\x05 \x01(\bR\n" +
-	"sharedExit\"h\n" +
+	"sharedExit\"\x85\x01\n" +
 	"\bMirrorOp\x12\x1a\n" +
 	"\bcustomer\x18\x01 \x01(\tR\bcustomer\x12@\n" +
-	"\vobservation\x18\x02 \x01(\v2\x1e.fraudd.cluster.v1.ObservationR\vobservation\"\xbb\x01\n" +
+	"\vobservation\x18\x02 \x01(\v2\x1e.fraudd.cluster.v1.ObservationR\vobservation\x12\x1b\n" +
+	"\tuse_event\x18\x03 \x01(\fR\buseEvent\"\xbb\x01\n" +
 	"\bMirrorUp\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x128\n" +
 	"\awatches\x18\x03 \x03(\v2\x1e.fraudd.cluster.v1.MirrorWatchR\awatches\x12\x18\n" +
 	"\aunwatch\x18\x04 \x03(\tR\aunwatch\x12-\n" +
-	"\x03ops\x18\x05 \x03(\v2\x1b.fraudd.cluster.v1.MirrorOpR\x03ops\"p\n" +
+	"\x03ops\x18\x05 \x03(\v2\x1b.fraudd.cluster.v1.MirrorOpR\x03ops\"\x86\x01\n" +
 	"\n" +
 	"MirrorPush\x12\x1a\n" +
 	"\bcustomer\x18\x01 \x01(\tR\bcustomer\x12\x18\n" +
 	"\arecords\x18\x02 \x03(\fR\arecords\x12\x16\n" +
 	"\x06absent\x18\x03 \x03(\bR\x06absent\x12\x14\n" +
-	"\x05reset\x18\x04 \x01(\bR\x05reset\"]\n" +
+	"\x05reset\x18\x04 \x01(\bR\x05reset\x12\x14\n" +
+	"\x05event\x18\x05 \x01(\fR\x05event\"Z\n" +
+	"\vMirrorEvent\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x12;\n" +
+	"\bresolved\x18\x02 \x01(\v2\x1f.fraudd.cluster.v1.ResolveReplyR\bresolved\"]\n" +
 	"\n" +
 	"MirrorDown\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x125\n" +
@@ -4843,7 +4922,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_node_proto_goTypes = []any{
 	(*Limits)(nil),          // 0: fraudd.cluster.v1.Limits
 	(*ChargeRequest)(nil),   // 1: fraudd.cluster.v1.ChargeRequest
@@ -4898,7 +4977,8 @@ var file_node_proto_goTypes = []any{
 	(*MirrorOp)(nil),        // 50: fraudd.cluster.v1.MirrorOp
 	(*MirrorUp)(nil),        // 51: fraudd.cluster.v1.MirrorUp
 	(*MirrorPush)(nil),      // 52: fraudd.cluster.v1.MirrorPush
-	(*MirrorDown)(nil),      // 53: fraudd.cluster.v1.MirrorDown
+	(*MirrorEvent)(nil),     // 53: fraudd.cluster.v1.MirrorEvent
+	(*MirrorDown)(nil),      // 54: fraudd.cluster.v1.MirrorDown
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -4931,52 +5011,53 @@ var file_node_proto_depIdxs = []int32{
 	31, // 27: fraudd.cluster.v1.MirrorOp.observation:type_name -> fraudd.cluster.v1.Observation
 	49, // 28: fraudd.cluster.v1.MirrorUp.watches:type_name -> fraudd.cluster.v1.MirrorWatch
 	50, // 29: fraudd.cluster.v1.MirrorUp.ops:type_name -> fraudd.cluster.v1.MirrorOp
-	52, // 30: fraudd.cluster.v1.MirrorDown.pushes:type_name -> fraudd.cluster.v1.MirrorPush
-	1,  // 31: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3,  // 32: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5,  // 33: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	9,  // 34: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	12, // 35: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	14, // 36: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
-	16, // 37: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
-	18, // 38: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
-	21, // 39: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
-	23, // 40: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
-	27, // 41: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
-	32, // 42: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
-	35, // 43: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
-	38, // 44: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
-	32, // 45: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
-	40, // 46: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
-	42, // 47: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
-	44, // 48: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
-	48, // 49: fraudd.cluster.v1.Node.Pipe:input_type -> fraudd.cluster.v1.PipeFrame
-	51, // 50: fraudd.cluster.v1.Node.Mirror:input_type -> fraudd.cluster.v1.MirrorUp
-	2,  // 51: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 52: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 53: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 54: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 55: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 56: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 57: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 58: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 59: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 60: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 61: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	34, // 62: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
-	37, // 63: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
-	39, // 64: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
-	34, // 65: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
-	41, // 66: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
-	43, // 67: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
-	45, // 68: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
-	48, // 69: fraudd.cluster.v1.Node.Pipe:output_type -> fraudd.cluster.v1.PipeFrame
-	53, // 70: fraudd.cluster.v1.Node.Mirror:output_type -> fraudd.cluster.v1.MirrorDown
-	51, // [51:71] is the sub-list for method output_type
-	31, // [31:51] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	24, // 30: fraudd.cluster.v1.MirrorEvent.resolved:type_name -> fraudd.cluster.v1.ResolveReply
+	52, // 31: fraudd.cluster.v1.MirrorDown.pushes:type_name -> fraudd.cluster.v1.MirrorPush
+	1,  // 32: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 33: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 34: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 35: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	12, // 36: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	14, // 37: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	16, // 38: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
+	18, // 39: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
+	21, // 40: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
+	23, // 41: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
+	27, // 42: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
+	32, // 43: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
+	35, // 44: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
+	38, // 45: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
+	32, // 46: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
+	40, // 47: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
+	42, // 48: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
+	44, // 49: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
+	48, // 50: fraudd.cluster.v1.Node.Pipe:input_type -> fraudd.cluster.v1.PipeFrame
+	51, // 51: fraudd.cluster.v1.Node.Mirror:input_type -> fraudd.cluster.v1.MirrorUp
+	2,  // 52: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 53: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 54: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 55: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 56: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 57: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 58: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 59: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 60: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 61: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 62: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 63: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	37, // 64: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
+	39, // 65: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
+	34, // 66: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
+	41, // 67: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
+	43, // 68: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
+	45, // 69: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
+	48, // 70: fraudd.cluster.v1.Node.Pipe:output_type -> fraudd.cluster.v1.PipeFrame
+	54, // 71: fraudd.cluster.v1.Node.Mirror:output_type -> fraudd.cluster.v1.MirrorDown
+	52, // [52:72] is the sub-list for method output_type
+	32, // [32:52] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -4991,7 +5072,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

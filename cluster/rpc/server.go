@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -130,8 +131,10 @@ type Server struct {
 	log   *slog.Logger
 	calls *callBook // the charging calls received (settle.go)
 	// mirrors are the holders' streams watching this node's history
-	// (mirrorserve.go).
-	mirrors mirrorConns
+	// (mirrorserve.go); mirrorLateUses counts their first uses of pushed
+	// events that came after another.
+	mirrors        mirrorConns
+	mirrorLateUses atomic.Int64
 
 	// stopping is closed by Drain: the Pipes say bye (pipe.go).
 	stopping chan struct{}
