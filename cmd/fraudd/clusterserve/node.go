@@ -101,6 +101,8 @@ type Node struct {
 	// Parts is the seam described on the type; StartRPC fills it.
 	Parts Parts
 	rpc   *rpc.Quota
+	// server is the node-to-node service (StartRPC; nil before).
+	server *rpc.Server
 	// quota is the node's own quota actors (StartRPC sets it): a shard's
 	// accounts are dropped from them when the shard leaves the node.
 	quota atomic.Pointer[quota.Client]

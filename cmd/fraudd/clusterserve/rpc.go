@@ -134,7 +134,7 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(by time.Time), err error) {
 		defer close(historyDone)
 		history.Run(healthCtx, rpc.DefaultHistoryEvery)
 	}()
-	n.rpc = q
+	n.rpc, n.server = q, srv
 	n.log.Info("node-to-node gRPC serving", "listen", l.Addr().String(), "advertise", n.cfg.Advertise, "timeout", lp.Timeout)
 	return func(by time.Time) {
 		stopHealth()
@@ -229,6 +229,16 @@ func (n *Node) MirrorHits() int64 {
 		return 0
 	}
 	return n.rpc.MirrorHits()
+}
+
+// MirrorLateUses counts the first uses of pushed device events that lease
+// holders answered after another node had used the event (0 before
+// StartRPC).
+func (n *Node) MirrorLateUses() int64 {
+	if n.server == nil {
+		return 0
+	}
+	return n.server.MirrorLateUses()
 }
 
 // LeaseCalls: see LeasedCharges.
