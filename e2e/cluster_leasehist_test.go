@@ -11,12 +11,15 @@ import (
 // and over on all three nodes at once, each evaluation with an event
 // collected on the node it runs on, past --cluster-lease-after: the two
 // nodes that do not own the account charge from slices of its allowance.
-// The events live at the owner (collections store them there), and a
-// leased evaluation sends its event and its history observation to the
-// owner in the one round trip it makes anyway (EvaluateLeased). So when
-// the load ends, the device's visits in the owner's history, read through
-// any node, are exactly the evaluations answered — kept on each lease
-// holder, the leased ones would be missing until the leases ended.
+// The events live at the owner (collections store them there). A
+// holder's first leased evaluation with one goes to the owner
+// (EvaluateLeased) and starts the holder's mirror of the owner's history;
+// after it the owner pushes each event it stores to the holders, whose
+// evaluations are answered from their mirrors and whose observations are
+// recorded at the owner. So when the load ends, the device's visits in the
+// owner's history, read through any node, are exactly the evaluations
+// answered — kept on each lease holder, or lost or doubled on their way,
+// the leased ones would not add up.
 func TestClusterLeasedDeviceHistory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster lease test skipped in -short mode")
@@ -43,13 +46,17 @@ func TestClusterLeasedDeviceHistory(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	var rests, leased, pipeCalls, pipeFrames float64
+	var rests, mirrored, leased, pipeCalls, pipeFrames float64
 	for _, s := range c.Nodes {
 		m := scrapeMetrics(t, s.URL+"/metrics", AdminToken)
 		rests += m.value("fraudd_cluster_leased_rests_total")
+		mirrored += m.value("fraudd_cluster_mirrored_evaluations_total")
 		leased += m.value("fraudd_cluster_leased_charges_total")
 		pipeCalls += m.value("fraudd_cluster_pipe_calls_total")
 		pipeFrames += m.value("fraudd_cluster_pipe_frames_total")
+	}
+	if mirrored == 0 {
+		t.Fatalf("no leased evaluation was answered from a mirror (%v leased charges, %v at the owner)", leased, rests)
 	}
 	if rests == 0 {
 		t.Fatalf("no evaluation went to the owner as a leased rest (%v leased charges): the test proves nothing", leased)
@@ -60,7 +67,7 @@ func TestClusterLeasedDeviceHistory(t *testing.T) {
 		t.Fatalf("pipes carried %v calls in %v frames for %v leased rests", pipeCalls, pipeFrames, rests)
 	}
 	n := answered.Load()
-	t.Logf("%d evaluations answered, %v charged from slices, %v of them completed at the owner", n, leased, rests)
+	t.Logf("%d evaluations answered, %v charged from slices, %v of them completed at the owner, %v from mirrors", n, leased, rests, mirrored)
 	for i, s := range c.Nodes {
 		r := s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID+"/devices", nil)
 		var devs []map[string]any

@@ -152,6 +152,9 @@ type Client struct {
 	// not).
 	sink    atomic.Pointer[func(MirrorPush)]
 	watched atomic.Bool
+	// watchedSet holds the customers some watcher watches (written by
+	// their shards, read by IsWatched).
+	watchedSet sync.Map
 
 	flushMu sync.Mutex // one flush at a time; Stop waits for it
 	unhook  func()
@@ -194,6 +197,7 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	c.states = make([]*shardState, n)
 	for i := range c.states {
 		c.states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger, &c.sink)
+		c.states[i].watchedSet = &c.watchedSet
 	}
 	// Inline (actors.InlineRuns): an observation updates three records in
 	// memory (a store read for one not in memory) and a flush hands one

@@ -606,3 +606,37 @@ func TestPushEventReachesWatchers(t *testing.T) {
 		t.Fatalf("the new device from the mirror: %+v %v", f, err)
 	}
 }
+
+// TestIsWatched follows the customer's watchers: a watch makes it watched,
+// the last unwatch or a take ends it.
+func TestIsWatched(t *testing.T) {
+	owner := newClient(t, Config{Shards: 2})
+	holder := newClient(t, Config{Shards: 2})
+	fd := newFeed(owner)
+	o := Observation{Customer: "acc_1", EventID: "e1", DeviceID: "dev", AccountID: "u", IP: ip1, Now: t0}
+	if owner.IsWatched("acc_1") {
+		t.Fatal("watched before any watch")
+	}
+	seedMirror(t, owner, holder, fd, 1, o)
+	seedMirror(t, owner, holder, fd, 2, o)
+	if !owner.IsWatched("acc_1") || owner.IsWatched("acc_2") {
+		t.Fatal("after two watches of acc_1")
+	}
+	owner.Unwatch("acc_1", 1)
+	observe(t, owner, Observation{Customer: "acc_1", AccountID: "probe", Test: true, Now: t0})
+	if !owner.IsWatched("acc_1") {
+		t.Fatal("unwatched while watcher 2 still watches")
+	}
+	owner.UnwatchAll(2)
+	observe(t, owner, Observation{Customer: "acc_1", AccountID: "probe", Test: true, Now: t0})
+	if owner.IsWatched("acc_1") {
+		t.Fatal("watched after every watcher left")
+	}
+	seedMirror(t, owner, holder, fd, 3, o)
+	if _, err := owner.Take(func(c string) bool { return c == "acc_1" }, t0); err != nil {
+		t.Fatal(err)
+	}
+	if owner.IsWatched("acc_1") {
+		t.Fatal("watched after a take")
+	}
+}

@@ -120,6 +120,7 @@ type shardState struct {
 	watchers   map[string]*watchSet
 	mirror     map[string]*mirrorSet
 	sink       *atomic.Pointer[func(MirrorPush)]
+	watchedSet *sync.Map // the client's: customers with watchers
 	clock      int64
 	relDevice  storage.HistCustomerDevice
 	relAddress storage.HistAddress

@@ -76,8 +76,18 @@ func (c *Client) Watch(customer string, watcher uint64, keys MirrorKeys) error {
 }
 
 // Watched reports whether any customer was ever watched here: until then
-// PushEvent does nothing, and a caller may skip building its event.
+// PushEvent does nothing.
 func (c *Client) Watched() bool { return c.watched.Load() }
+
+// IsWatched reports whether some watcher watches the customer now (as its
+// shard last said): a caller builds an event to push only then.
+func (c *Client) IsWatched(customer string) bool {
+	if !c.watched.Load() {
+		return false
+	}
+	_, ok := c.watchedSet.Load(customer)
+	return ok
+}
 
 // PushEvent hands event (opaque here) to every watcher of the customer,
 // with the customer's record of the event's device (present or absent),
@@ -204,6 +214,7 @@ func (s shard) resetWatchers(match func(string) bool) {
 			}
 		}
 		delete(s.watchers, cust)
+		s.watchedSet.Delete(cust)
 	}
 }
 
@@ -218,6 +229,7 @@ func (s shard) watch(m *watchReq) {
 		}
 		ws = &watchSet{customer: strings.Clone(customer)}
 		s.watchers[ws.customer] = ws
+		s.watchedSet.Store(ws.customer, struct{}{})
 	}
 	if !slices.Contains(ws.ids, m.watcher) {
 		if len(ws.ids) >= maxWatchers {
@@ -321,6 +333,7 @@ func (s shard) unwatch(m *unwatchReq) {
 		}
 		if len(ws.ids) == 0 {
 			delete(s.watchers, cust)
+			s.watchedSet.Delete(cust)
 		}
 	}
 	if !m.all {

@@ -79,7 +79,7 @@ type MirrorHistory interface {
 	MirrorDrop(customer string)
 	// Owner.
 	SetMirrorSink(sink func(devicehist.MirrorPush))
-	Watched() bool
+	IsWatched(customer string) bool
 	PushEvent(customer, deviceID string, event []byte)
 	Watch(customer string, watcher uint64, keys devicehist.MirrorKeys) error
 	Unwatch(customer string, watcher uint64)
@@ -360,6 +360,7 @@ func (q *Quota) seedMirror(account string, w checks.OwnerWork, res *checks.Owner
 	}
 	r := res.Resolved
 	r.Replayed = true
+	r.Event.Signals = nil // as mirrorStored: the verdict is what is read
 	m.mu.Lock()
 	if len(m.events) < mirrorMaxEvents {
 		m.events[mirrorEventKey{account, w.Resolve.ID}] = mirrorEvent{r: r, until: time.Now().Add(mirrorEventFor)}
@@ -810,15 +811,18 @@ func (m *mirrors) keepPushed(account string, b []byte) {
 // mirrorStored hands an event the owner just stored (id, of account) to
 // the holders watching the account's history, as a resolve that counts no
 // use answers it now, with its device's record: their evaluations of it
-// then need not ask. Nothing is done while nobody ever watched here.
+// then need not ask. Nothing is done for an account nobody watches.
 func mirrorStored(h MirrorHistory, resolve func(events.Resolve) (events.Resolved, error), account string, id events.EventID, now time.Time) {
-	if h == nil || !h.Watched() {
+	if h == nil || !h.IsWatched(account) {
 		return
 	}
 	r, err := resolve(events.Resolve{ID: id, Account: account, Now: now, Peek: true})
 	if err != nil || !r.Found || r.Replayed {
 		return
 	}
+	// The collector's report stays here: an evaluation reads the verdict
+	// stored with it, never the report (a holder keeps many events).
+	r.Event.Signals = nil
 	b, err := proto.Marshal(&MirrorEvent{Id: id[:], Resolved: resolveReply(&r)})
 	if err != nil {
 		return
