@@ -5,7 +5,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/quota"
+	"github.com/fraudd/fraudd/storage"
 )
 
 // FuzzChargeRequest: whatever bytes a peer sends, decoding and checking a
@@ -170,6 +172,82 @@ func FuzzDiscountRequest(f *testing.F) {
 			c.Used > 1 || c.Lookups > 1 || tot.Evaluations > 1 || tot.LimitHits > 1 || c.Used < 0 || c.Lookups < 0 || tot.Evaluations < 0 || tot.LimitHits < 0 ||
 			d.Hourly != r.Hourly || uint32(d.Bucket) != r.Bucket || d.Bucket > quota.Test || (d.Hourly && d.At.UnixNano() != r.ChargedUnixNano) {
 			t.Fatalf("%v passed as %+v", &r, d)
+		}
+	})
+}
+
+// stubMirrorHistory is a MirrorHistory that keeps the pushes it is given.
+type stubMirrorHistory struct{ applied []devicehist.MirrorPush }
+
+func (*stubMirrorHistory) Prepare(devicehist.Observation, *devicehist.Prepared) error { return nil }
+func (*stubMirrorHistory) ObserveThen(devicehist.ObserveStep)                         {}
+func (*stubMirrorHistory) Observe(devicehist.Observation) (devicehist.Facts, error) {
+	return devicehist.Facts{}, nil
+}
+func (h *stubMirrorHistory) MirrorApply(p devicehist.MirrorPush)             { h.applied = append(h.applied, p) }
+func (*stubMirrorHistory) MirrorDrop(string)                                 {}
+func (*stubMirrorHistory) SetMirrorSink(func(devicehist.MirrorPush))         {}
+func (*stubMirrorHistory) IsWatched(string) bool                             { return true }
+func (*stubMirrorHistory) PushEvent(string, string, []byte)                  {}
+func (*stubMirrorHistory) Watch(string, uint64, devicehist.MirrorKeys) error { return nil }
+func (*stubMirrorHistory) Unwatch(string, uint64)                            {}
+func (*stubMirrorHistory) UnwatchAll(uint64)                                 {}
+
+// FuzzMirrorFrames: whatever an owner's Mirror frame holds, a holder
+// applying it never panics, keeps only fresh events of the account the
+// push names, and hands the history only pushes of accounts it mirrors;
+// whatever a holder's frame holds, the owner's checks of its watches and
+// observations never panic.
+func FuzzMirrorFrames(f *testing.F) {
+	ev := &storage.DeviceEvent{Account: "acct_1", Created: testNow, Signals: []byte("{}"), VisitorID: "visitor-1"}
+	me, err := proto.Marshal(&MirrorEvent{Id: make([]byte, storage.EventIDLen), Resolved: &ResolveReply{Version: version, Found: true, Event: storage.MarshalEvent(nil, ev)}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	down, err := proto.Marshal(&MirrorDown{Version: version, Pushes: []*MirrorPush{{Customer: "acct_1", Records: [][]byte{{1, 2}}, Absent: []bool{true}, Event: me}, {Customer: "acct_2", Reset_: true}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(down)
+	up, err := proto.Marshal(&MirrorUp{Version: version, Node: "b", Watches: []*MirrorWatch{{Customer: "acct_1", DeviceId: "d", AccountId: "u", Ip: []byte{1, 2, 3, 4}}},
+		Ops: []*MirrorOp{{Customer: "acct_1", Observation: &Observation{EventId: "e", DeviceId: "d"}, UseEvent: make([]byte, storage.EventIDLen)}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(up)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h := &stubMirrorHistory{}
+		q := &Quota{cfg: QuotaConfig{Owners: &fakeOwners{self: "b"}}, log: quietLog}
+		m := &mirrors{q: q, hist: h, subs: map[string]*mirrorSub{}, events: map[mirrorEventKey]mirrorEvent{}, outWake: make(chan struct{}, 1)}
+		st := &mirrorStream{m: m}
+		m.subs["acct_1"] = &mirrorSub{st: st}
+		var d MirrorDown
+		if proto.Unmarshal(b, &d) == nil {
+			for _, p := range d.GetPushes() {
+				m.apply(st, p)
+			}
+			for _, fn := range m.out {
+				fn()
+			}
+			for k, e := range m.events {
+				if k.account != "acct_1" || e.r.Event.Account != "acct_1" || !e.fresh || e.r.Replayed {
+					t.Fatalf("kept %+v for %q", e, k.account)
+				}
+			}
+			for _, p := range h.applied {
+				if p.Customer != "acct_1" {
+					t.Fatalf("applied a push of %q", p.Customer)
+				}
+			}
+		}
+		var u MirrorUp
+		if proto.Unmarshal(b, &u) == nil {
+			for _, w := range u.GetWatches() {
+				mirrorKeysOf(w)
+			}
+			for _, op := range u.GetOps() {
+				observationOf(op.GetObservation(), op.GetCustomer())
+			}
 		}
 	})
 }
