@@ -464,3 +464,39 @@ func TestLeasedFreshEventFromMirror(t *testing.T) {
 		t.Fatalf("%d first uses answered after another", n)
 	}
 }
+
+// TestMirrorQueueFullEndsTheStream: a holder that does not read its
+// stream fills its queue at the owner; the next push ends that stream
+// (the holder drops its mirrors and asks again) instead of waiting, so a
+// slow holder never holds up the owner's history shards; other streams
+// go on.
+func TestMirrorQueueFullEndsTheStream(t *testing.T) {
+	var mc mirrorConns
+	slow, c := mc.add()
+	other, o := mc.add()
+	for range mirrorQueue {
+		mc.deliver(devicehist.MirrorPush{Watcher: slow, Customer: "acct_1"})
+	}
+	select {
+	case <-c.full:
+		t.Fatal("ended with its queue just full")
+	default:
+	}
+	mc.deliver(devicehist.MirrorPush{Watcher: slow, Customer: "acct_1"})
+	mc.deliver(devicehist.MirrorPush{Watcher: other, Customer: "acct_1"})
+	select {
+	case <-c.full:
+	default:
+		t.Fatal("a push past the full queue did not end the stream")
+	}
+	select {
+	case <-o.full:
+		t.Fatal("the other stream ended too")
+	default:
+	}
+	if len(o.out) != 1 {
+		t.Fatalf("the other stream holds %d pushes, want 1", len(o.out))
+	}
+	mc.remove(slow)
+	mc.deliver(devicehist.MirrorPush{Watcher: slow, Customer: "acct_1"}) // a removed watcher: dropped, no panic
+}
