@@ -176,12 +176,17 @@ func FuzzDiscountRequest(f *testing.F) {
 	})
 }
 
-// stubMirrorHistory is a MirrorHistory that keeps the pushes it is given.
-type stubMirrorHistory struct{ applied []devicehist.MirrorPush }
+// stubMirrorHistory is a MirrorHistory that keeps the pushes and the
+// observations it is given.
+type stubMirrorHistory struct {
+	applied  []devicehist.MirrorPush
+	observed []devicehist.Observation
+}
 
 func (*stubMirrorHistory) Prepare(devicehist.Observation, *devicehist.Prepared) error { return nil }
 func (*stubMirrorHistory) ObserveThen(devicehist.ObserveStep)                         {}
-func (*stubMirrorHistory) Observe(devicehist.Observation) (devicehist.Facts, error) {
+func (h *stubMirrorHistory) Observe(o devicehist.Observation) (devicehist.Facts, error) {
+	h.observed = append(h.observed, o)
 	return devicehist.Facts{}, nil
 }
 func (h *stubMirrorHistory) MirrorApply(p devicehist.MirrorPush)             { h.applied = append(h.applied, p) }

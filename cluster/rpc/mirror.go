@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,21 @@ type mirrorEventKey struct {
 	id      events.EventID
 }
 
+// mirrorCarry is what a stream that ended had not seen acknowledged:
+// observations numbered first, first+1, ….
+type mirrorCarry struct {
+	ops   []*MirrorOp
+	first uint64
+	until time.Time
+}
+
+// mirrorCarryFor is how long the observations an ended stream had not seen
+// acknowledged wait for the next stream to their owner; past it (the
+// owner is gone) they are recorded here and reach the owner's successor
+// with this node's other records (HistoryMover). The owner of a later
+// stream skips those it recorded already.
+const mirrorCarryFor = 5 * time.Second
+
 type mirrorEvent struct {
 	r     events.Resolved
 	until time.Time
@@ -119,6 +135,13 @@ type mirrors struct {
 	streams map[string]*mirrorStream
 	plain   map[string]time.Time // owners without Mirror: not asked until then
 	events  map[mirrorEventKey]mirrorEvent
+	// run names this process's run to the owners; nextOp is the number the
+	// next observation sent to each owner gets, and carry what an ended
+	// stream to it had not seen acknowledged (sent again on the next one,
+	// or recorded here past carryFor).
+	run    uint64
+	nextOp map[string]uint64
+	carry  map[string]*mirrorCarry
 
 	// out is what goes to the history's shards for the mirrors (copies
 	// and drops), in the order it was decided under mu, sent by one
@@ -138,7 +161,7 @@ type mirrors struct {
 // evaluations with an event stored elsewhere go to the owner.
 func (q *Quota) SetMirror(h MirrorHistory) {
 	m := &mirrors{q: q, hist: h, subs: map[string]*mirrorSub{}, streams: map[string]*mirrorStream{}, plain: map[string]time.Time{}, events: map[mirrorEventKey]mirrorEvent{},
-		outWake: make(chan struct{}, 1)}
+		outWake: make(chan struct{}, 1), run: max(rand.Uint64(), 1), nextOp: map[string]uint64{}, carry: map[string]*mirrorCarry{}}
 	if !q.mirror.CompareAndSwap(nil, m) {
 		return
 	}
@@ -473,8 +496,20 @@ func (m *mirrors) janitor() {
 }
 
 func (m *mirrors) sweep(now time.Time) {
+	var lapsed []*mirrorCarry
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer func() {
+		m.mu.Unlock()
+		for _, c := range lapsed {
+			m.recordHere(c.ops)
+		}
+	}()
+	for node, c := range m.carry {
+		if now.After(c.until) {
+			lapsed = append(lapsed, c)
+			delete(m.carry, node)
+		}
+	}
 	for account, sub := range m.subs {
 		if now.Sub(time.Unix(0, sub.used.Load())) > mirrorIdle {
 			m.dropLocked(account, sub, true)
@@ -561,7 +596,7 @@ func (s *mirrorStep) Observed(f devicehist.Facts, err error) {
 		op.UseEvent = use[:]
 	}
 	if op != nil {
-		sub.st.queue(func(u *MirrorUp) { u.Ops = append(u.Ops, op) })
+		sub.st.op(op)
 	}
 }
 
@@ -616,10 +651,13 @@ type mirrorStream struct {
 	cancel context.CancelFunc
 	wake   chan struct{}
 
-	mu      sync.Mutex
-	up      *MirrorUp // waiting to be sent (nil: nothing)
-	pending int
-	ended   bool
+	mu    sync.Mutex
+	up    *MirrorUp // waiting to be sent (nil: nothing)
+	ended bool
+	// Observations are numbered per owner: up.Ops from upFirst, sent (not
+	// acknowledged yet) from sentFirst; next is the next number.
+	upFirst, sentFirst, next uint64
+	sent                     []*MirrorOp
 }
 
 // openLocked starts a stream to node (m.mu held); nil once the client
@@ -632,20 +670,36 @@ func (m *mirrors) openLocked(node string, cli NodeClient) *mirrorStream {
 	if m.q.closed.Load() {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	st := &mirrorStream{m: m, node: node, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
-	m.streams[node] = st
+	st := m.openLockedFor(node)
 	m.q.wg.Go(func() { st.run(cli) })
 	return st
 }
 
-// queue adds to what the stream sends next; past mirrorMaxPending
-// observations the stream is given up (its sender cannot keep up).
-func (st *mirrorStream) queue(add func(*MirrorUp)) {
+// openLockedFor makes node's stream (m.mu held), with what the last one
+// to it left unacknowledged queued first; the caller runs it.
+func (m *mirrors) openLockedFor(node string) *mirrorStream {
+	ctx, cancel := context.WithCancel(context.Background())
+	st := &mirrorStream{m: m, node: node, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), next: max(m.nextOp[node], 1)}
+	if c := m.carry[node]; c != nil {
+		// The last stream's unacknowledged observations go first, under
+		// their numbers: the owner skips those it recorded.
+		delete(m.carry, node)
+		st.up = &MirrorUp{Version: version, Node: m.q.cfg.Owners.Self(), Ops: c.ops}
+		st.upFirst = c.first
+		st.wake <- struct{}{}
+	}
+	m.streams[node] = st
+	return st
+}
+
+// queue adds to what the stream sends next (false: the stream ended, and
+// add was not run); past mirrorMaxPending observations the stream is
+// given up (its sender cannot keep up).
+func (st *mirrorStream) queue(add func(*MirrorUp)) bool {
 	st.mu.Lock()
 	if st.ended {
 		st.mu.Unlock()
-		return
+		return false
 	}
 	if st.up == nil {
 		st.up = &MirrorUp{Version: version, Node: st.m.q.cfg.Owners.Self()}
@@ -655,15 +709,50 @@ func (st *mirrorStream) queue(add func(*MirrorUp)) {
 	st.mu.Unlock()
 	if full {
 		st.cancel()
-		return
+		return true
 	}
 	select {
 	case st.wake <- struct{}{}:
 	default:
 	}
+	return true
 }
 
-// take is what waits to be sent, at most mirrorMaxOps observations of it.
+// op queues an observation under the next number. On a stream that
+// ended (an evaluation read its mirror just before), it goes to the
+// owner's next stream, or waits for one with what the ended stream left.
+func (st *mirrorStream) op(op *MirrorOp) {
+	queued := st.queue(func(u *MirrorUp) {
+		if len(u.Ops) == 0 {
+			st.upFirst = st.next
+		}
+		u.Ops = append(u.Ops, op)
+		st.next++
+	})
+	if queued {
+		return
+	}
+	m := st.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur := m.streams[st.node]; cur != nil && cur != st {
+		cur.op(op)
+		return
+	}
+	// end has run (it sets ended under m.mu): the carry it left, if any,
+	// ends just before nextOp.
+	n := max(m.nextOp[st.node], 1)
+	m.nextOp[st.node] = n + 1
+	c := m.carry[st.node]
+	if c == nil {
+		c = &mirrorCarry{first: n}
+		m.carry[st.node] = c
+	}
+	c.ops, c.until = append(c.ops, op), time.Now().Add(mirrorCarryFor)
+}
+
+// take is what waits to be sent, at most mirrorMaxOps observations of it;
+// the observations it hands out wait for their acknowledgement in sent.
 func (st *mirrorStream) take() *MirrorUp {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -671,10 +760,18 @@ func (st *mirrorStream) take() *MirrorUp {
 	if u == nil {
 		return nil
 	}
+	u.Run = st.m.run
+	if len(u.Ops) > 0 {
+		u.FirstOp = st.upFirst
+		if len(st.sent) == 0 {
+			st.sentFirst = st.upFirst
+		}
+	}
 	if len(u.Ops) > mirrorMaxOps {
 		rest := &MirrorUp{Version: version, Node: u.Node, Ops: append([]*MirrorOp(nil), u.Ops[mirrorMaxOps:]...)}
 		u.Ops = u.Ops[:mirrorMaxOps]
-		st.up = rest
+		st.up, st.upFirst = rest, st.upFirst+mirrorMaxOps
+		st.sent = append(st.sent, u.Ops...)
 		select {
 		case st.wake <- struct{}{}:
 		default:
@@ -682,13 +779,27 @@ func (st *mirrorStream) take() *MirrorUp {
 		return u
 	}
 	st.up = nil
+	st.sent = append(st.sent, u.Ops...)
 	return u
 }
 
+// acked drops the sent observations the owner says it recorded (numbers
+// up to applied).
+func (st *mirrorStream) acked(applied uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if applied < st.sentFirst || len(st.sent) == 0 {
+		return
+	}
+	n := min(applied-st.sentFirst+1, uint64(len(st.sent)))
+	clear(st.sent[:n])
+	st.sent = st.sent[n:]
+	st.sentFirst += n
+}
+
 // run opens the stream and sends what is queued until the stream ends;
-// then the mirrors on it are dropped, and the observations it had not sent
-// are recorded here, as they would have been without a mirror (they reach
-// the owner with this node's other records of the account: HistoryMover).
+// then the mirrors on it are dropped, and the observations the owner has
+// not acknowledged wait for the next stream to it (mirrorCarryFor).
 func (st *mirrorStream) run(cli NodeClient) {
 	defer st.end()
 	s, err := cli.Mirror(st.ctx)
@@ -709,6 +820,7 @@ func (st *mirrorStream) run(cli NodeClient) {
 			for _, p := range d.GetPushes() {
 				st.m.apply(st, p)
 			}
+			st.acked(d.GetApplied())
 		}
 	}()
 	defer func() { <-recvDone }()
@@ -744,11 +856,25 @@ func (st *mirrorStream) failed(err error) {
 	st.m.mu.Unlock()
 }
 
-// end drops the stream's mirrors and records here what it never sent.
+// end drops the stream's mirrors and keeps the observations the owner
+// has not acknowledged (sent or not) for the next stream to it.
 func (st *mirrorStream) end() {
 	st.cancel()
 	m := st.m
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	st.mu.Lock()
+	st.ended = true
+	ops, first := st.sent, st.sentFirst
+	if len(ops) == 0 {
+		first = st.upFirst
+	}
+	if st.up != nil {
+		ops = append(ops, st.up.Ops...)
+	}
+	st.up, st.sent = nil, nil
+	next := st.next
+	st.mu.Unlock()
 	if m.streams[st.node] == st {
 		delete(m.streams, st.node)
 	}
@@ -757,19 +883,23 @@ func (st *mirrorStream) end() {
 			m.dropLocked(account, sub, false)
 		}
 	}
-	m.mu.Unlock()
-	st.mu.Lock()
-	st.ended = true
-	u := st.up
-	st.up = nil
-	st.mu.Unlock()
-	if u == nil {
-		return
+	m.nextOp[st.node] = max(m.nextOp[st.node], next)
+	if len(ops) > 0 {
+		m.carry[st.node] = &mirrorCarry{ops: ops, first: first, until: time.Now().Add(mirrorCarryFor)}
 	}
+}
+
+// recordHere records observations no owner acknowledged in this node's
+// own history (leftovers that reach the account's owner: HistoryMover).
+// Call it without m.mu: the history's shards may run on this goroutine.
+func (m *mirrors) recordHere(ops []*MirrorOp) {
 	now := m.q.cfg.Now()
 	var lost int
 	var lastErr error
-	for _, op := range u.Ops {
+	for _, op := range ops {
+		if op.GetObservation() == nil {
+			continue
+		}
 		o, err := observationOf(op.GetObservation(), op.GetCustomer())
 		if err == nil {
 			o.Now = now
@@ -780,7 +910,7 @@ func (st *mirrorStream) end() {
 		}
 	}
 	if lost > 0 {
-		m.q.log.Warn("cluster rpc: mirrored observations not sent to their owner were not recorded here either", "node", st.node, "observations", lost, "err", lastErr)
+		m.q.log.Warn("cluster rpc: mirrored observations no owner acknowledged were not recorded here either", "observations", lost, "err", lastErr)
 	}
 }
 

@@ -500,3 +500,103 @@ func TestMirrorQueueFullEndsTheStream(t *testing.T) {
 	mc.remove(slow)
 	mc.deliver(devicehist.MirrorPush{Watcher: slow, Customer: "acct_1"}) // a removed watcher: dropped, no panic
 }
+
+// TestMirrorOpsNumberedAndCarried: a holder numbers its observations per
+// owner, keeps those sent until the owner acknowledges them, and hands
+// what an ended stream had not seen acknowledged (sent or not) to the next
+// stream to that owner, under the same numbers; one that comes after the
+// end waits with them.
+func TestMirrorOpsNumberedAndCarried(t *testing.T) {
+	q := &Quota{cfg: QuotaConfig{Owners: &fakeOwners{self: "b"}}, log: quietLog, done: make(chan struct{})}
+	m := &mirrors{q: q, hist: &stubMirrorHistory{}, subs: map[string]*mirrorSub{}, streams: map[string]*mirrorStream{}, events: map[mirrorEventKey]mirrorEvent{},
+		outWake: make(chan struct{}, 1), run: 42, nextOp: map[string]uint64{}, carry: map[string]*mirrorCarry{}}
+	st := &mirrorStream{m: m, node: "a", wake: make(chan struct{}, 1), cancel: func() {}, next: 1}
+	m.streams["a"] = st
+	op := func(s *mirrorStream, user string) {
+		s.op(&MirrorOp{Customer: "acct_1", Observation: &Observation{AccountId: user}})
+	}
+	for _, u := range []string{"u1", "u2", "u3", "u4", "u5"} {
+		op(st, u)
+	}
+	u := st.take()
+	if u.GetRun() != 42 || u.GetFirstOp() != 1 || len(u.GetOps()) != 5 {
+		t.Fatalf("first frame: run %d, first op %d, %d ops", u.GetRun(), u.GetFirstOp(), len(u.GetOps()))
+	}
+	st.acked(3)
+	op(st, "u6") // queued, not sent
+	st.end()
+	op(st, "u7") // after the end: waits with the rest
+	c := m.carry["a"]
+	if c == nil || c.first != 4 || len(c.ops) != 4 || c.ops[0].GetObservation().GetAccountId() != "u4" || c.ops[3].GetObservation().GetAccountId() != "u7" {
+		t.Fatalf("carried: %+v", c)
+	}
+	m.mu.Lock()
+	next := m.openLockedFor("a")
+	m.mu.Unlock()
+	u = next.take()
+	if u.GetFirstOp() != 4 || len(u.GetOps()) != 4 || u.GetOps()[0].GetObservation().GetAccountId() != "u4" {
+		t.Fatalf("the next stream's first frame: first op %d, %d ops", u.GetFirstOp(), len(u.GetOps()))
+	}
+	op(next, "u8")
+	if u = next.take(); u.GetFirstOp() != 8 || len(u.GetOps()) != 1 {
+		t.Fatalf("a new observation on the next stream: first op %d, %d ops", u.GetFirstOp(), len(u.GetOps()))
+	}
+}
+
+// TestMirrorOwnerRecordsEachOpOnce: observations sent again (their
+// acknowledgement was lost with a stream) are recorded once; the frames
+// acknowledge the highest recorded.
+func TestMirrorOwnerRecordsEachOpOnce(t *testing.T) {
+	h := &stubMirrorHistory{}
+	s := &Server{cfg: ServerConfig{Mirror: h, Owners: &fakeOwners{self: "a"}, Now: func() time.Time { return testNow }}, log: quietLog}
+	id, c := s.mirrors.add()
+	frame := func(first uint64, users ...string) *MirrorUp {
+		u := &MirrorUp{Version: version, Node: "b", Run: 42, FirstOp: first}
+		for _, x := range users {
+			u.Ops = append(u.Ops, &MirrorOp{Customer: "acct_1", Observation: &Observation{AccountId: x}})
+		}
+		return u
+	}
+	s.mirrorUp(id, c, frame(1, "u1", "u2", "u3"))
+	if c.applied.Load() != 3 {
+		t.Fatalf("acknowledged %d after 3", c.applied.Load())
+	}
+	// A later stream of the same run sends 2..5 again.
+	id2, c2 := s.mirrors.add()
+	s.mirrorUp(id2, c2, frame(2, "u2", "u3", "u4", "u5"))
+	var got []string
+	for _, o := range h.observed {
+		got = append(got, o.AccountID)
+	}
+	if fmt.Sprint(got) != "[u1 u2 u3 u4 u5]" || c2.applied.Load() != 5 {
+		t.Fatalf("recorded %v, acknowledged %d", got, c2.applied.Load())
+	}
+	// Another run of the holder (it restarted) starts again at 1.
+	u := frame(1, "u9")
+	u.Run = 43
+	s.mirrorUp(id2, c2, u)
+	if len(h.observed) != 6 {
+		t.Fatalf("a new run's first observation was not recorded: %d", len(h.observed))
+	}
+}
+
+// TestMirrorCarryLapses: observations no stream to their owner took
+// within mirrorCarryFor are recorded in the holder's own history (they
+// reach the owner as leftovers) rather than lost.
+func TestMirrorCarryLapses(t *testing.T) {
+	h := &stubMirrorHistory{}
+	q := &Quota{cfg: QuotaConfig{Owners: &fakeOwners{self: "b"}, Now: func() time.Time { return testNow }}, log: quietLog}
+	m := &mirrors{q: q, hist: h, subs: map[string]*mirrorSub{}, streams: map[string]*mirrorStream{}, events: map[mirrorEventKey]mirrorEvent{},
+		outWake: make(chan struct{}, 1), nextOp: map[string]uint64{}, carry: map[string]*mirrorCarry{}}
+	now := time.Now()
+	m.carry["a"] = &mirrorCarry{first: 4, until: now.Add(time.Second), ops: []*MirrorOp{
+		{Customer: "acct_1", Observation: &Observation{AccountId: "u4"}}, {Customer: "acct_1", UseEvent: make([]byte, storage.EventIDLen)}}}
+	m.sweep(now)
+	if len(h.observed) != 0 || m.carry["a"] == nil {
+		t.Fatal("recorded before the carry lapsed")
+	}
+	m.sweep(now.Add(2 * time.Second))
+	if len(h.observed) != 1 || h.observed[0].AccountID != "u4" || h.observed[0].Customer != "acct_1" || m.carry["a"] != nil {
+		t.Fatalf("after the carry lapsed: %+v, carry %v", h.observed, m.carry["a"])
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,12 +41,55 @@ type mirrorConns struct {
 	mu    sync.RWMutex
 	next  uint64
 	conns map[uint64]*mirrorConn
+	runs  map[mirrorRunKey]*mirrorRun
 }
 
 type mirrorConn struct {
 	out      chan devicehist.MirrorPush
 	full     chan struct{} // closed when out overflowed
 	fullOnce sync.Once
+	// applied is the holder run's highest observation recorded, sent with
+	// every frame (the acknowledgement).
+	applied atomic.Uint64
+}
+
+// mirrorRun is what an owner remembers of one run of a holder: the
+// highest observation number it recorded, so that observations sent again
+// on a later stream (their acknowledgement was lost with the last one)
+// count once. Kept for batchMemory after its last use.
+type mirrorRun struct {
+	mu      sync.Mutex
+	applied uint64
+	used    time.Time
+}
+
+type mirrorRunKey struct {
+	node string
+	run  uint64
+}
+
+// run is the state of a holder's run, made on first use; runs unused for
+// batchMemory are forgotten.
+func (mc *mirrorConns) run(k mirrorRunKey, now time.Time) *mirrorRun {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.runs == nil {
+		mc.runs = map[mirrorRunKey]*mirrorRun{}
+	}
+	r := mc.runs[k]
+	if r == nil {
+		for k2, r2 := range mc.runs {
+			r2.mu.Lock()
+			old := now.Sub(r2.used) > batchMemory
+			r2.mu.Unlock()
+			if old {
+				delete(mc.runs, k2)
+			}
+		}
+		r = &mirrorRun{}
+		mc.runs[k] = r
+	}
+	return r
 }
 
 // deliver is the history's sink: the push goes to its watcher's stream,
@@ -148,10 +193,12 @@ func mirrorSend(ctx context.Context, stream Node_MirrorServer, c *mirrorConn) er
 		f := &MirrorDown{Version: version}
 		size := 0
 		for {
-			m := pushMsg(&p)
-			f.Pushes = append(f.Pushes, m)
-			for _, r := range m.Records {
-				size += len(r)
+			if p.Customer != "" {
+				m := pushMsg(&p)
+				f.Pushes = append(f.Pushes, m)
+				for _, r := range m.Records {
+					size += len(r)
+				}
 			}
 			if len(f.Pushes) >= mirrorMaxPushes || size >= mirrorMaxFrameBytes {
 				break
@@ -166,6 +213,7 @@ func mirrorSend(ctx context.Context, stream Node_MirrorServer, c *mirrorConn) er
 				break
 			}
 		}
+		f.Applied = c.applied.Load()
 		if err := stream.Send(f); err != nil {
 			return err
 		}
@@ -208,7 +256,35 @@ func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 			s.mirrors.deliver(devicehist.MirrorPush{Watcher: id, Customer: w.GetCustomer(), Reset: true})
 		}
 	}
-	for _, op := range u.GetOps() {
+	ops := u.GetOps()
+	if len(ops) == 0 {
+		return
+	}
+	var run *mirrorRun
+	if u.GetRun() != 0 && u.GetFirstOp() != 0 {
+		run = s.mirrors.run(mirrorRunKey{u.GetNode(), u.GetRun()}, time.Now())
+		run.mu.Lock()
+		defer func() {
+			run.used = time.Now()
+			c.applied.Store(run.applied)
+			run.mu.Unlock()
+			// The acknowledgement goes with the next frame: a marker
+			// wakes the sender when no push would (a full queue has
+			// frames to carry it already).
+			select {
+			case c.out <- devicehist.MirrorPush{}:
+			default:
+			}
+		}()
+	}
+	for i, op := range ops {
+		if run != nil {
+			n := u.GetFirstOp() + uint64(i)
+			if n <= run.applied {
+				continue // recorded already: sent again after a stream broke
+			}
+			run.applied = n
+		}
 		account := op.GetCustomer()
 		if account == "" || len(account) > storage.MaxHistCustomer {
 			continue

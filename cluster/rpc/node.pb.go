@@ -4226,8 +4226,14 @@ type MirrorUp struct {
 	Node    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
 	Watches []*MirrorWatch         `protobuf:"bytes,3,rep,name=watches,proto3" json:"watches,omitempty"`
 	// unwatch: accounts the holder no longer mirrors.
-	Unwatch       []string    `protobuf:"bytes,4,rep,name=unwatch,proto3" json:"unwatch,omitempty"`
-	Ops           []*MirrorOp `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	Unwatch []string    `protobuf:"bytes,4,rep,name=unwatch,proto3" json:"unwatch,omitempty"`
+	Ops     []*MirrorOp `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	// run names this run of the holder's process; ops are numbered from 1
+	// per run and owner, first_op being the number of ops[0]. A holder
+	// sends again, on its next stream to the owner, the ops no MirrorDown
+	// acknowledged; the owner records each number once.
+	Run           uint64 `protobuf:"varint,6,opt,name=run,proto3" json:"run,omitempty"`
+	FirstOp       uint64 `protobuf:"varint,7,opt,name=first_op,json=firstOp,proto3" json:"first_op,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4295,6 +4301,20 @@ func (x *MirrorUp) GetOps() []*MirrorOp {
 		return x.Ops
 	}
 	return nil
+}
+
+func (x *MirrorUp) GetRun() uint64 {
+	if x != nil {
+		return x.Run
+	}
+	return 0
+}
+
+func (x *MirrorUp) GetFirstOp() uint64 {
+	if x != nil {
+		return x.FirstOp
+	}
+	return 0
 }
 
 // MirrorPush is one change of an account's records at the owner: records
@@ -4436,9 +4456,12 @@ func (x *MirrorEvent) GetResolved() *ResolveReply {
 
 // MirrorDown is what the owner sends on a Mirror stream.
 type MirrorDown struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Pushes        []*MirrorPush          `protobuf:"bytes,2,rep,name=pushes,proto3" json:"pushes,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Pushes  []*MirrorPush          `protobuf:"bytes,2,rep,name=pushes,proto3" json:"pushes,omitempty"`
+	// applied: the highest op number of this holder's run the owner has
+	// recorded (0: none yet).
+	Applied       uint64 `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4485,6 +4508,13 @@ func (x *MirrorDown) GetPushes() []*MirrorPush {
 		return x.Pushes
 	}
 	return nil
+}
+
+func (x *MirrorDown) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
 }
 
 var File_node_proto protoreflect.FileDescriptor
@@ -4867,13 +4897,15 @@ const file_node_proto_rawDesc = "" +
 	"\bMirrorOp\x12\x1a\n" +
 	"\bcustomer\x18\x01 \x01(\tR\bcustomer\x12@\n" +
 	"\vobservation\x18\x02 \x01(\v2\x1e.fraudd.cluster.v1.ObservationR\vobservation\x12\x1b\n" +
-	"\tuse_event\x18\x03 \x01(\fR\buseEvent\"\xbb\x01\n" +
+	"\tuse_event\x18\x03 \x01(\fR\buseEvent\"\xe8\x01\n" +
 	"\bMirrorUp\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x128\n" +
 	"\awatches\x18\x03 \x03(\v2\x1e.fraudd.cluster.v1.MirrorWatchR\awatches\x12\x18\n" +
 	"\aunwatch\x18\x04 \x03(\tR\aunwatch\x12-\n" +
-	"\x03ops\x18\x05 \x03(\v2\x1b.fraudd.cluster.v1.MirrorOpR\x03ops\"\x86\x01\n" +
+	"\x03ops\x18\x05 \x03(\v2\x1b.fraudd.cluster.v1.MirrorOpR\x03ops\x12\x10\n" +
+	"\x03run\x18\x06 \x01(\x04R\x03run\x12\x19\n" +
+	"\bfirst_op\x18\a \x01(\x04R\afirstOp\"\x86\x01\n" +
 	"\n" +
 	"MirrorPush\x12\x1a\n" +
 	"\bcustomer\x18\x01 \x01(\tR\bcustomer\x12\x18\n" +
@@ -4883,11 +4915,12 @@ const file_node_proto_rawDesc = "" +
 	"\x05event\x18\x05 \x01(\fR\x05event\"Z\n" +
 	"\vMirrorEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12;\n" +
-	"\bresolved\x18\x02 \x01(\v2\x1f.fraudd.cluster.v1.ResolveReplyR\bresolved\"]\n" +
+	"\bresolved\x18\x02 \x01(\v2\x1f.fraudd.cluster.v1.ResolveReplyR\bresolved\"w\n" +
 	"\n" +
 	"MirrorDown\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x125\n" +
-	"\x06pushes\x18\x02 \x03(\v2\x1d.fraudd.cluster.v1.MirrorPushR\x06pushes2\x8a\f\n" +
+	"\x06pushes\x18\x02 \x03(\v2\x1d.fraudd.cluster.v1.MirrorPushR\x06pushes\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\x04R\aapplied2\x8a\f\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
