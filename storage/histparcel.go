@@ -140,3 +140,58 @@ func (d *DB) HistOf(match func(customer string) bool, fn func(HistRef) bool) err
 	}
 	return it.Err("iterate device history")
 }
+
+// HistIdentitiesOf calls fn with the kind and identity of every stored
+// device-history record of customer (all three kinds, kind by kind, in key
+// order), until fn returns false. id is the identity after the customer,
+// as the record key holds it: the device id, the account hash (16 bytes)
+// or the address (16 bytes, IPv4 mapped); it is valid only during the
+// call. A key whose identity does not parse is skipped.
+//
+// It seeks to the customer's keys of each kind (one prefix scan per kind),
+// so it reads only that customer's keys, never another's and never a
+// value: the cost follows the customer's record count, not the store's.
+// fn runs while the iteration is open; writes made meanwhile may or may
+// not be seen.
+func (d *DB) HistIdentitiesOf(customer string, fn func(kind HistKind, id []byte) bool) error {
+	if err := validCustomer(customer); err != nil {
+		return err
+	}
+	if err := d.settleHist(); err != nil {
+		return err
+	}
+	for _, kind := range []HistKind{HistKindCustomerDevice, HistKindAccount, HistKindAddress} {
+		lo := appendCustomer([]byte{prefixHist, byte(kind)}, customer)
+		more, err := d.histIdentities(kind, lo, fn)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// histIdentities is HistIdentitiesOf for one kind's prefix lo; more is
+// false once fn stopped.
+func (d *DB) histIdentities(kind HistKind, lo []byte, fn func(HistKind, []byte) bool) (more bool, err error) {
+	it, err := d.newIter(lo, prefixEnd(lo))
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	more = true
+	for ok := it.First(); ok && more; ok = it.Next() {
+		id := it.Key()[len(lo):]
+		switch kind {
+		case HistKindCustomerDevice:
+			if validDevice(string(id)) != nil { // no allocation: the conversion does not escape
+				continue
+			}
+		default:
+			if len(id) != 16 {
+				continue
+			}
+		}
+		more = fn(kind, id)
+	}
+	return more, it.Err("iterate device history of a customer")
+}

@@ -342,3 +342,55 @@ func TestHistOfSkipsOtherCustomers(t *testing.T) {
 		t.Fatalf("%d records of acc_2, want 7", n)
 	}
 }
+
+// TestHistIdentitiesOf: a customer's records of all three kinds, and
+// never another customer's, also one whose id starts with it (acc_1 and
+// acc_10); a key that does not parse is skipped; fn can stop the walk.
+func TestHistIdentitiesOf(t *testing.T) {
+	db := openHist(t, vfs.NewMem())
+	defer db.Close()
+	all := histOfFixture(t, db)
+	b := db.newBatch()
+	_ = b.Set(appendCustomer([]byte{prefixHist, byte(HistKindAccount)}, "acc_1"), []byte{0xff}, nil)                  // no hash
+	_ = b.Set(append(appendCustomer([]byte{prefixHist, byte(HistKindAddress)}, "acc_1"), 1, 2, 3), []byte{0xff}, nil) // short address
+	if err := db.commit(b); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"acc_1", "acc_10", strings.Repeat("\xff", MaxHistCustomer), "acc_3"} {
+		var want []string
+		for _, r := range all {
+			if HistCustomerOf(r) == c {
+				want = append(want, string(appendRecordKey(nil, r)))
+			}
+		}
+		got := []string{}
+		kinds := map[HistKind]int{}
+		err := db.HistIdentitiesOf(c, func(kind HistKind, id []byte) bool {
+			kinds[kind]++
+			got = append(got, string(append(appendCustomer([]byte{prefixHist, byte(kind)}, c), id...)))
+			return true
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == nil {
+			want = []string{}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%q: got %q\nwant %q", c, got, want)
+		}
+		if len(want) > 0 && (kinds[HistKindCustomerDevice] != 3 || kinds[HistKindAccount] != 2 || kinds[HistKindAddress] != 1) {
+			t.Fatalf("%q: kinds %v", c, kinds)
+		}
+	}
+	n := 0
+	if err := db.HistIdentitiesOf("acc_1", func(HistKind, []byte) bool { n++; return n < 4 }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 {
+		t.Fatalf("walked %d after fn stopped at 4", n)
+	}
+	if err := db.HistIdentitiesOf("", func(HistKind, []byte) bool { return true }); err == nil {
+		t.Fatal("empty customer accepted")
+	}
+}
