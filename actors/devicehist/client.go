@@ -53,6 +53,9 @@ type Store interface {
 	// HistOf names the stored records of the customers match selects
 	// (Take: cluster mode moves them to their owner).
 	HistOf(match func(customer string) bool, fn func(storage.HistRef) bool) error
+	// HistIdentitiesOf names one customer's stored records (a watcher's
+	// existence filter, filter.go).
+	HistIdentitiesOf(customer string, fn func(kind storage.HistKind, id []byte) bool) error
 	// Sync makes every commit so far durable now (Take: the deletes of
 	// the records it hands out).
 	Sync() error
@@ -155,6 +158,8 @@ type Client struct {
 	// watchedSet holds the customers some watcher watches (written by
 	// their shards, read by IsWatched).
 	watchedSet sync.Map
+	// builder builds the filters of first watches (filter.go).
+	builder *filterBuilder
 
 	flushMu sync.Mutex // one flush at a time; Stop waits for it
 	unhook  func()
@@ -190,6 +195,7 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 		log:     cfg.Logger,
 	}
 	c.macs.New = func() any { return hmac.New(sha256.New, hashKey) }
+	c.builder = newFilterBuilder(c)
 	if cfg.Store != nil {
 		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
 	}
@@ -198,6 +204,7 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 	for i := range c.states {
 		c.states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger, &c.sink)
 		c.states[i].watchedSet = &c.watchedSet
+		c.states[i].builder = c.builder
 	}
 	// Inline (actors.InlineRuns): an observation updates three records in
 	// memory (a store read for one not in memory) and a flush hands one
@@ -526,6 +533,7 @@ func (c *Client) StopBy(by time.Time) error {
 	}
 	c.flushMu.Lock() // a flush under way finishes while the shards still run
 	c.flushMu.Unlock()
+	c.builder.close() // before the caller may close the store they scan
 	if c.unhook != nil {
 		c.unhook()
 	}

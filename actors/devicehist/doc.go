@@ -85,6 +85,22 @@
 // ErrNotMirrored when a record it needs is missing. A node that neither
 // watches nor mirrors pays one map-length check per observation.
 //
+// A record the holder never saw need not miss when the owner holds none
+// either (filter.go): on a watcher's first watch of a customer the owner
+// builds, off its shard (at most two builds at once), a Bloom filter of
+// ~1% false positives over the identities of every record of the customer
+// it holds — after a barrier, its store's keys of that customer
+// (storage.HistIdentitiesOf), plus what only its memory holds and what it
+// pushed meanwhile — and its shard sends it in its order
+// (MirrorPush.Filter, at most 3 MiB; none for a customer of more than 4M
+// records, or when the scan fails). The holder keeps it with the
+// customer's mirror (MirrorDrop, Reset and the sweep drop it), adds every
+// present record a later push brings, so it stays a superset of what the
+// owner holds, and answers a record it lacks that the filter surely lacks
+// as new (empty), as the owner would; a maybe-present one is still
+// ErrNotMirrored. It refuses a filter declaring more than 32 Mbit or 32
+// hash functions before allocating it.
+//
 // # Admin
 //
 // Devices lists a customer's 50 most recently seen devices from the store's

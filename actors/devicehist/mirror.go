@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/bits-and-blooms/bloom/v3"
+
 	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/storage"
 )
@@ -59,6 +61,11 @@ type MirrorPush struct {
 	// encoding of a device event the owner stored), with Records holding
 	// the event's device record.
 	Event []byte
+	// Filter is the owner's existence filter of the customer's records
+	// (filter.go): sent once per watcher registration, with no Records. A
+	// record the holder's mirror lacks and the filter surely lacks is one
+	// the owner does not hold.
+	Filter []byte
 }
 
 // MirrorKeys names the records one evaluation needs: the same rules as
@@ -93,6 +100,11 @@ type mirrorSet struct {
 	devices  map[string]*mirrored[storage.HistCustomerDevice]
 	accounts map[storage.AccountHash]*mirrored[storage.HistAccount]
 	addrs    map[netip.Addr]*mirrored[storage.HistAddress]
+	// filter: the owner's existence filter (filter.go), with every
+	// present record pushed since added; nil until one came.
+	// filterTouched: when it last answered (sweep), as touched.
+	filter        *bloom.BloomFilter
+	filterTouched int64
 }
 
 func (m *mirrorSet) empty() bool {
@@ -188,21 +200,14 @@ func (s shard) applyMirror(p *MirrorPush) {
 	if p.Reset {
 		delete(s.mirror, p.Customer)
 	}
+	if len(p.Filter) > 0 {
+		s.applyFilter(p)
+		return
+	}
 	if len(p.Records) == 0 {
 		return
 	}
-	set := s.mirror[p.Customer]
-	if set == nil {
-		set = &mirrorSet{
-			devices:  make(map[string]*mirrored[storage.HistCustomerDevice]),
-			accounts: make(map[storage.AccountHash]*mirrored[storage.HistAccount]),
-			addrs:    make(map[netip.Addr]*mirrored[storage.HistAddress]),
-		}
-		if s.mirror == nil {
-			s.mirror = make(map[string]*mirrorSet)
-		}
-		s.mirror[strings.Clone(p.Customer)] = set
-	}
+	set := s.mirrorSetOf(p.Customer)
 	for i := range p.Records {
 		mr := &p.Records[i]
 		r, err := storage.ParseHistParcel(mr.Parcel)
@@ -216,6 +221,10 @@ func (s shard) applyMirror(p *MirrorPush) {
 		}
 		if mr.Absent {
 			r = blankOf(r)
+		} else if set.filter != nil {
+			// The filter stays a superset of what the owner holds, so
+			// that a record swept here never reads as absent.
+			set.filter.Add(filterKeyOf(s.fkey[:0], r))
 		}
 		switch r := r.(type) {
 		case *storage.HistCustomerDevice:
@@ -226,17 +235,37 @@ func (s shard) applyMirror(p *MirrorPush) {
 			set.addrs[r.Addr] = &mirrored[storage.HistAddress]{rec: *r, touched: s.clock}
 		}
 	}
-	if set.empty() {
+	if set.empty() && set.filter == nil {
 		delete(s.mirror, p.Customer)
 	}
 }
 
-// mirrorObserve answers q's facts over the mirror, on copies.
+// mirrorSetOf is the customer's mirror, made when there is none.
+func (s shard) mirrorSetOf(customer string) *mirrorSet {
+	set := s.mirror[customer]
+	if set == nil {
+		set = &mirrorSet{
+			devices:  make(map[string]*mirrored[storage.HistCustomerDevice]),
+			accounts: make(map[storage.AccountHash]*mirrored[storage.HistAccount]),
+			addrs:    make(map[netip.Addr]*mirrored[storage.HistAddress]),
+		}
+		if s.mirror == nil {
+			s.mirror = make(map[string]*mirrorSet)
+		}
+		s.mirror[strings.Clone(customer)] = set
+	}
+	return set
+}
+
+// mirrorObserve answers q's facts over the mirror, on copies. A record the
+// mirror lacks is answered as new (empty) when the customer's filter says
+// the owner surely holds none, and is ErrNotMirrored otherwise.
 func (s shard) mirrorObserve(q *obsReq) (Facts, error) {
 	if q.nDev == 0 && q.nAcct == 0 {
 		return Facts{}, nil
 	}
-	set := s.mirror[bytesView(q.cust[:q.nCust])]
+	customer := bytesView(q.cust[:q.nCust])
+	set := s.mirror[customer]
 	if set == nil {
 		return Facts{}, ErrNotMirrored
 	}
@@ -247,38 +276,52 @@ func (s shard) mirrorObserve(q *obsReq) (Facts, error) {
 		ad *storage.HistAddress
 	)
 	if q.nDev > 0 {
-		m := set.devices[bytesView(q.dev[:q.nDev])]
-		if m == nil {
+		dev := bytesView(q.dev[:q.nDev])
+		switch m := set.devices[dev]; {
+		case m != nil:
+			m.touched = q.now
+			cd = copyDevice(&s.scratchDevice, &m.rec)
+		case set.surelyAbsent(filterDeviceKey(s.fkey[:0], dev), q.now):
+			// The scratch copies hold views of q's bytes only while
+			// they are in use: the next use overwrites them.
+			cd = copyDevice(&s.scratchDevice, &storage.HistCustomerDevice{Customer: customer, Device: dev})
+		default:
 			return Facts{}, ErrNotMirrored
 		}
-		m.touched = q.now
-		cd = copyDevice(&s.scratchDevice, &m.rec)
 	}
 	if q.nAcct > 0 {
-		m := set.accounts[q.acct]
-		if m == nil {
+		switch m := set.accounts[q.acct]; {
+		case m != nil:
+			m.touched = q.now
+			ac = copyAccount(&s.scratchAccount, &m.rec)
+		case set.surelyAbsent(filterAccountKey(s.fkey[:0], q.acct), q.now):
+			ac = copyAccount(&s.scratchAccount, &storage.HistAccount{Customer: customer, Hash: q.acct})
+		default:
 			return Facts{}, ErrNotMirrored
 		}
-		m.touched = q.now
-		ac = copyAccount(&s.scratchAccount, &m.rec)
 		if q.ip.IsValid() {
-			m := set.addrs[q.ip]
-			if m == nil {
+			switch m := set.addrs[q.ip]; {
+			case m != nil:
+				m.touched = q.now
+				ad = copyAddress(&s.scratchAddress, &m.rec)
+			case set.surelyAbsent(filterAddrKey(s.fkey[:0], q.ip), q.now):
+				ad = copyAddress(&s.scratchAddress, &storage.HistAddress{Customer: customer, Addr: q.ip})
+			default:
 				return Facts{}, ErrNotMirrored
 			}
-			m.touched = q.now
-			ad = copyAddress(&s.scratchAddress, &m.rec)
 		}
 		// related reads every device and address the account lists
 		// (step trims the account first; trimming twice changes nothing).
+		// One the owner surely lacks counts nothing there, as here
+		// (mirrorView answers nil).
 		trimAccount(ac, q.now)
 		for _, d := range ac.Devices {
-			if (cd == nil || d.ID != cd.Device) && set.devices[d.ID] == nil {
+			if (cd == nil || d.ID != cd.Device) && set.devices[d.ID] == nil && !set.surelyAbsent(filterDeviceKey(s.fkey[:0], d.ID), q.now) {
 				return Facts{}, ErrNotMirrored
 			}
 		}
 		for _, a := range ac.Addrs {
-			if (ad == nil || a.Addr != ad.Addr) && set.addrs[a.Addr] == nil {
+			if (ad == nil || a.Addr != ad.Addr) && set.addrs[a.Addr] == nil && !set.surelyAbsent(filterAddrKey(s.fkey[:0], a.Addr), q.now) {
 				return Facts{}, ErrNotMirrored
 			}
 		}
@@ -298,7 +341,12 @@ func (s shard) sweepMirror(now int64) {
 		sweepMirrored(set.devices, now, s.idleAfter)
 		sweepMirrored(set.accounts, now, s.idleAfter)
 		sweepMirrored(set.addrs, now, s.idleAfter)
-		if set.empty() {
+		// The filter goes with the last entry, unless it answered
+		// within idleAfter (a customer seen only as new has no entry).
+		if set.filter != nil && set.filterTouched == 0 {
+			set.filterTouched = now
+		}
+		if set.empty() && (set.filter == nil || now-set.filterTouched > s.idleAfter) {
 			delete(s.mirror, cust)
 		}
 	}

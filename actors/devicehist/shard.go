@@ -125,6 +125,10 @@ type shardState struct {
 	relDevice  storage.HistCustomerDevice
 	relAddress storage.HistAddress
 	mview      mirrorView
+	// builder runs the owner's filter builds (filter.go); fkey is scratch
+	// for a filter key.
+	builder *filterBuilder
+	fkey    [1 + storage.MaxHistDevice]byte
 }
 
 func newShardState(store Store, commit *actors.GroupCommitter[pending], sealer *secrets.Sealer, idleAfter int64, log *slog.Logger, sink *atomic.Pointer[func(MirrorPush)]) *shardState {
@@ -179,6 +183,8 @@ func (s shard) Receive(ctx actor.Context) {
 		s.pushEvent(m)
 	case *unwatchReq:
 		s.unwatch(m)
+	case filterReady:
+		s.filterReady(m.b)
 	case *mirrorApply:
 		s.applyMirror(&m.p)
 	case mirrorDrop:

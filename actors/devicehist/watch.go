@@ -42,6 +42,12 @@ type (
 type watchSet struct {
 	customer string
 	ids      []uint64
+	// builds: the filters of first watches under way (filter.go);
+	// pushed: the filter keys of the present records pushed since the
+	// first of them began (pushedLost: too many), added when each is sent.
+	builds     []*filterBuild
+	pushed     []string
+	pushedLost bool
 }
 
 // SetMirrorSink sets where the owner's shards send their pushes (nil:
@@ -143,6 +149,9 @@ func (s shard) parcel(recs []MirrorRecord, r storage.HistRecord, absent bool) []
 		s.log.Warn("devicehist: record not mirrored", "err", err)
 		return recs
 	}
+	if !absent {
+		s.trackPushed(r)
+	}
 	return append(recs, MirrorRecord{Parcel: b, Absent: absent})
 }
 
@@ -231,12 +240,16 @@ func (s shard) watch(m *watchReq) {
 		s.watchers[ws.customer] = ws
 		s.watchedSet.Store(ws.customer, struct{}{})
 	}
-	if !slices.Contains(ws.ids, m.watcher) {
+	first := !slices.Contains(ws.ids, m.watcher)
+	if first {
 		if len(ws.ids) >= maxWatchers {
 			s.log.Warn("devicehist: watch refused: the customer has too many watchers", "customer", ws.customer, "watchers", len(ws.ids))
 			return
 		}
 		ws.ids = append(ws.ids, m.watcher)
+		// The filter of a first watch only: a re-watch of the same
+		// registration already has one, kept up to date by the feed.
+		defer s.startFilter(ws, m.watcher)
 	}
 	var (
 		recs  []MirrorRecord
@@ -330,6 +343,11 @@ func (s shard) unwatch(m *unwatchReq) {
 	drop := func(cust string, ws *watchSet) {
 		if i := slices.Index(ws.ids, m.watcher); i >= 0 {
 			ws.ids = slices.Delete(ws.ids, i, i+1)
+		}
+		// Its filter under way is dropped when it comes back.
+		ws.builds = slices.DeleteFunc(ws.builds, func(b *filterBuild) bool { return b.watcher == m.watcher })
+		if len(ws.builds) == 0 {
+			ws.pushed, ws.pushedLost = nil, false
 		}
 		if len(ws.ids) == 0 {
 			delete(s.watchers, cust)
