@@ -265,3 +265,58 @@ func BenchmarkMirrorFilterBuild(b *testing.B) {
 	}
 	b.ReportMetric(float64(size), "filter-bytes")
 }
+
+// blindStore's scans see no record, as a scan that ran before the records
+// were stored.
+type blindStore struct{ *storage.DB }
+
+func (blindStore) HistIdentitiesOf(string, func(storage.HistKind, []byte) bool) error { return nil }
+
+// TestMirrorFilterKeepsPushedDuringBuild: records created while a filter
+// is built, pushed, then stored and evicted from the owner's memory
+// before it is sent, and which its scan did not see, are in the filter
+// all the same (the shard notes what it pushes meanwhile).
+func TestMirrorFilterKeepsPushedDuringBuild(t *testing.T) {
+	db := openDBWith(t, vfs.NewMem(), time.Hour)
+	defer db.Close()
+	owner := newClient(t, Config{Shards: 1, Store: blindStore{db}, IdleAfter: time.Minute})
+	holder := newClient(t, Config{Shards: 1})
+	fd := newFeed(owner)
+	for range filterBuilds { // the builds wait
+		owner.builder.sem <- struct{}{}
+	}
+	if err := owner.Watch("acc_1", 1, MirrorKeys{DeviceID: "watched"}); err != nil {
+		t.Fatal(err)
+	}
+	late := Observation{Customer: "acc_1", EventID: "e1", DeviceID: "late", AccountID: "u_late", IP: ip1, Now: t0}
+	observe(t, owner, late)
+	owner.flush()
+	owner.Sweep(t0.Add(time.Hour))
+	if n := owner.resident(); n != 0 {
+		t.Fatalf("%d entries still in the owner's memory", n)
+	}
+	for range filterBuilds {
+		<-owner.builder.sem
+	}
+	waitFilters(t, owner, "acc_1")
+	// The holder keeps the filter alone, as if it had swept the records.
+	n := 0
+	fd.drain(func(p MirrorPush) {
+		if len(p.Filter) > 0 {
+			n++
+			holder.MirrorApply(p)
+		}
+	})
+	if n != 1 {
+		t.Fatalf("%d filters", n)
+	}
+	for _, o := range []Observation{{DeviceID: "late"}, {AccountID: "u_late"}, {AccountID: "v", IP: ip1}} {
+		o.Customer, o.Now = "acc_1", t0.Add(time.Hour)
+		if _, err := holder.MirrorObserve(o); !errors.Is(err, ErrNotMirrored) {
+			t.Errorf("%+v, pushed during the build: %v, want ErrNotMirrored", o, err)
+		}
+	}
+	if _, err := holder.MirrorObserve(Observation{Customer: "acc_1", DeviceID: "brand-new", Now: t0.Add(time.Hour)}); err != nil {
+		t.Fatalf("no usable filter: %v", err)
+	}
+}
