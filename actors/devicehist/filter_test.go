@@ -5,8 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -319,4 +322,49 @@ func TestMirrorFilterKeepsPushedDuringBuild(t *testing.T) {
 	if _, err := holder.MirrorObserve(Observation{Customer: "acc_1", DeviceID: "brand-new", Now: t0.Add(time.Hour)}); err != nil {
 		t.Fatalf("no usable filter: %v", err)
 	}
+}
+
+// failingScanStore's scans fail.
+type failingScanStore struct{ *storage.DB }
+
+func (failingScanStore) HistIdentitiesOf(string, func(storage.HistKind, []byte) bool) error {
+	return errors.New("injected scan failure")
+}
+
+// TestMirrorFilterScanFails: when the owner cannot scan the customer's
+// records it sends no filter (said once in its log), and the holder
+// misses records it lacks as without filters.
+func TestMirrorFilterScanFails(t *testing.T) {
+	db := openDBWith(t, vfs.NewMem(), time.Hour)
+	defer db.Close()
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	owner := newClient(t, Config{Shards: 1, Store: failingScanStore{db}, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))})
+	holder := newClient(t, Config{Shards: 1})
+	fd := newFeed(owner)
+	o := Observation{Customer: "acc_1", DeviceID: "watched", Now: t0}
+	seedMirror(t, owner, holder, fd, 1, o)
+	waitFilters(t, owner, "acc_1")
+	if n := filterPushes(fd.drain(holder.MirrorApply)); n != 0 {
+		t.Fatalf("%d filters after a failed scan", n)
+	}
+	if _, err := holder.MirrorObserve(Observation{Customer: "acc_1", DeviceID: "brand-new", Now: t0}); !errors.Is(err, ErrNotMirrored) {
+		t.Fatalf("without a filter: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logged.String(), "no existence filter"); n != 1 {
+		t.Fatalf("logged %d times: %s", n, logged.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
