@@ -143,8 +143,10 @@ func (v *mirrorView) address(a netip.Addr) *storage.HistAddress {
 
 // MirrorApply applies one push to the mirror of its customer: a Reset drops
 // the customer's whole mirror first, then each record replaces the
-// mirror's copy. A record that does not parse, or is not the push's
-// customer's, is dropped (logged). It returns at once.
+// mirror's copy (and a present one is added to the customer's filter), or
+// the push's Filter becomes the customer's filter. A record that does not
+// parse, or is not the push's customer's, and a filter that does not
+// decode within its bounds, are dropped (logged). It returns at once.
 func (c *Client) MirrorApply(p MirrorPush) {
 	if c.stopped.Load() {
 		return
