@@ -984,6 +984,6 @@ func (m *mirrors) apply(st *mirrorStream, p *MirrorPush) {
 	}
 	// Queued under m.mu, so that a drop of the account (also queued under
 	// it) reaches the history's shard after this push, never before.
-	push := devicehist.MirrorPush{Customer: p.GetCustomer(), Records: recs}
+	push := devicehist.MirrorPush{Customer: p.GetCustomer(), Records: recs, Filter: p.GetFilter()}
 	m.send(func() { m.hist.MirrorApply(push) })
 }

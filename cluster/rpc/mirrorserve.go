@@ -28,8 +28,9 @@ import (
 const mirrorQueue = 1 << 14
 
 // mirrorMaxPushes bounds the pushes in one frame (and mirrorMaxFrameBytes
-// their records' bytes): a device record with every list full is about
-// 10 KiB, and a frame must stay under gRPC's 4 MiB limit.
+// their bytes, past one push alone): a device record with every list full
+// is about 10 KiB, an existence filter at most 3 MiB, and a frame must stay
+// under gRPC's 4 MiB limit.
 const (
 	mirrorMaxPushes     = 256
 	mirrorMaxFrameBytes = 1 << 20
@@ -183,34 +184,35 @@ loop:
 // mirrorSend sends c's pushes, as many to a frame as are waiting, until
 // ctx ends or a send fails.
 func mirrorSend(ctx context.Context, stream Node_MirrorServer, c *mirrorConn) error {
+	var next *devicehist.MirrorPush // taken for a frame it did not fit in
 	for {
-		var p devicehist.MirrorPush
-		select {
-		case <-ctx.Done():
-			return nil
-		case p = <-c.out:
+		if next == nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case p := <-c.out:
+				next = &p
+			}
 		}
 		f := &MirrorDown{Version: version}
 		size := 0
-		for {
-			if p.Customer != "" {
-				m := pushMsg(&p)
-				f.Pushes = append(f.Pushes, m)
-				for _, r := range m.Records {
-					size += len(r)
+		for next != nil {
+			if next.Customer != "" {
+				n := pushSize(next)
+				if len(f.Pushes) > 0 && size+n > mirrorMaxFrameBytes {
+					break // it goes first in the next frame
 				}
+				f.Pushes = append(f.Pushes, pushMsg(next))
+				size += n
 			}
+			next = nil
 			if len(f.Pushes) >= mirrorMaxPushes || size >= mirrorMaxFrameBytes {
 				break
 			}
-			more := false
 			select {
-			case p = <-c.out:
-				more = true
+			case p := <-c.out:
+				next = &p
 			default:
-			}
-			if !more {
-				break
 			}
 		}
 		f.Applied = c.applied.Load()
@@ -220,8 +222,17 @@ func mirrorSend(ctx context.Context, stream Node_MirrorServer, c *mirrorConn) er
 	}
 }
 
+// pushSize is about what p adds to a frame: its records, event and filter.
+func pushSize(p *devicehist.MirrorPush) int {
+	n := len(p.Customer) + len(p.Event) + len(p.Filter)
+	for _, r := range p.Records {
+		n += len(r.Parcel) + 4
+	}
+	return n
+}
+
 func pushMsg(p *devicehist.MirrorPush) *MirrorPush {
-	m := &MirrorPush{Customer: p.Customer, Reset_: p.Reset, Event: p.Event}
+	m := &MirrorPush{Customer: p.Customer, Reset_: p.Reset, Event: p.Event, Filter: p.Filter}
 	if len(p.Records) > 0 {
 		m.Records = make([][]byte, len(p.Records))
 		m.Absent = make([]bool, len(p.Records))

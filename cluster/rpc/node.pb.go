@@ -4330,7 +4330,11 @@ type MirrorPush struct {
 	Reset_   bool                   `protobuf:"varint,4,opt,name=reset,proto3" json:"reset,omitempty"`
 	// event: a device event the owner stored for the account, not used yet
 	// (an encoded MirrorEvent); records then hold its device's record.
-	Event         []byte `protobuf:"bytes,5,opt,name=event,proto3" json:"event,omitempty"`
+	Event []byte `protobuf:"bytes,5,opt,name=event,proto3" json:"event,omitempty"`
+	// filter: which of the account's records the owner holds (a Bloom
+	// filter, devicehist.MirrorPush.Filter): a record it surely lacks is a
+	// new one, known to the holder without asking.
+	Filter        []byte `protobuf:"bytes,6,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4396,6 +4400,13 @@ func (x *MirrorPush) GetReset_() bool {
 func (x *MirrorPush) GetEvent() []byte {
 	if x != nil {
 		return x.Event
+	}
+	return nil
+}
+
+func (x *MirrorPush) GetFilter() []byte {
+	if x != nil {
+		return x.Filter
 	}
 	return nil
 }
@@ -4905,14 +4916,15 @@ const file_node_proto_rawDesc = "" +
 	"\aunwatch\x18\x04 \x03(\tR\aunwatch\x12-\n" +
 	"\x03ops\x18\x05 \x03(\v2\x1b.fraudd.cluster.v1.MirrorOpR\x03ops\x12\x10\n" +
 	"\x03run\x18\x06 \x01(\x04R\x03run\x12\x19\n" +
-	"\bfirst_op\x18\a \x01(\x04R\afirstOp\"\x86\x01\n" +
+	"\bfirst_op\x18\a \x01(\x04R\afirstOp\"\x9e\x01\n" +
 	"\n" +
 	"MirrorPush\x12\x1a\n" +
 	"\bcustomer\x18\x01 \x01(\tR\bcustomer\x12\x18\n" +
 	"\arecords\x18\x02 \x03(\fR\arecords\x12\x16\n" +
 	"\x06absent\x18\x03 \x03(\bR\x06absent\x12\x14\n" +
 	"\x05reset\x18\x04 \x01(\bR\x05reset\x12\x14\n" +
-	"\x05event\x18\x05 \x01(\fR\x05event\"Z\n" +
+	"\x05event\x18\x05 \x01(\fR\x05event\x12\x16\n" +
+	"\x06filter\x18\x06 \x01(\fR\x06filter\"Z\n" +
 	"\vMirrorEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12;\n" +
 	"\bresolved\x18\x02 \x01(\v2\x1f.fraudd.cluster.v1.ResolveReplyR\bresolved\"w\n" +
