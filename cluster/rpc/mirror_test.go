@@ -35,11 +35,34 @@ func mirroredNodes(tb testing.TB, conf func(*QuotaConfig), ids ...string) []*nod
 	return nodes
 }
 
+// hotCharge is an evaluation's charge for a hot account with room to
+// spare.
+func hotCharge(acct string) quota.Charge {
+	return quota.Charge{Account: acct, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
+		Limits: quota.LimitsFor(quota.PlanCustom, limit(1e6), limit(1e7), testNow, testNow)}
+}
+
+// holdSlices charges c on each node until it has charged one from a slice
+// of the account's allowance.
+func holdSlices(t *testing.T, c quota.Charge, nodes ...*node) {
+	t.Helper()
+	for _, nd := range nodes {
+		for i := 0; nd.q.LeasedCharges() == 0; i++ {
+			if i == 1000 {
+				t.Fatalf("%s: no charge served from a slice after %d", nd.id, i)
+			}
+			if _, err := nd.q.Charge(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 type mirrorEval struct {
-	r              checks.OwnerResult
-	hops, leased   int64
-	hits, misses   int64
-	answeredLocaly bool
+	r               checks.OwnerResult
+	hops, leased    int64
+	hits, misses    int64
+	answeredLocally bool
 }
 
 // evalOn evaluates one device event with an end-user account on nd.
@@ -58,7 +81,7 @@ func evalOn(t *testing.T, nd *node, c quota.Charge, id events.EventID, user stri
 		t.Fatal("no answer in 10 s")
 	}
 	return mirrorEval{r: r, hops: nd.q.RemoteCalls() - hops, leased: nd.q.LeasedCharges() - leased,
-		hits: nd.q.MirrorHits() - hits, misses: nd.q.MirrorMisses() - misses, answeredLocaly: st.charged}
+		hits: nd.q.MirrorHits() - hits, misses: nd.q.MirrorMisses() - misses, answeredLocally: st.charged}
 }
 
 // TestLeasedEvaluationFromMirror: lease holders of a hot account answer its
@@ -71,18 +94,8 @@ func TestLeasedEvaluationFromMirror(t *testing.T) {
 	nodes := mirroredNodes(t, leasing(20), ids...)
 	a := nodes[0]
 	acct := accountOwnedBy("a", ids)
-	c := quota.Charge{Account: acct, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
-		Limits: quota.LimitsFor(quota.PlanCustom, limit(1e6), limit(1e7), testNow, testNow)}
-	for _, nd := range nodes[1:] {
-		for i := 0; nd.q.LeasedCharges() == 0; i++ {
-			if i == 1000 {
-				t.Fatalf("%s: no charge served from a slice after %d", nd.id, i)
-			}
-			if _, err := nd.q.Charge(c); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	c := hotCharge(acct)
+	holdSlices(t, c, nodes[1:]...)
 	var evs []events.EventID
 	for i := range 2 {
 		id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: fmt.Sprintf("visitor-%d", i), Complete: true}})
@@ -127,7 +140,7 @@ func TestLeasedEvaluationFromMirror(t *testing.T) {
 				t.Fatalf("%s evaluation %d: answered from the mirror with %d round trips", nd.id, i, e.hops)
 			}
 		}
-		if e.answeredLocaly {
+		if e.answeredLocally {
 			t.Fatalf("%s evaluation %d: the chain went on here", nd.id, i)
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -191,16 +204,8 @@ func TestMirrorDroppedWhenOwnerStops(t *testing.T) {
 	nodes := mirroredNodes(t, leasing(20), ids...)
 	a, b := nodes[0], nodes[1]
 	acct := accountOwnedBy("a", ids)
-	c := quota.Charge{Account: acct, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
-		Limits: quota.LimitsFor(quota.PlanCustom, limit(1e6), limit(1e7), testNow, testNow)}
-	for i := 0; b.q.LeasedCharges() == 0; i++ {
-		if i == 1000 {
-			t.Fatal("no charge served from a slice")
-		}
-		if _, err := b.q.Charge(c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := hotCharge(acct)
+	holdSlices(t, c, b)
 	id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor", Complete: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -234,8 +239,7 @@ func TestLeasedEvaluationWithoutEventFromMirror(t *testing.T) {
 	nodes := mirroredNodes(t, leasing(20), ids...)
 	a := nodes[0]
 	acct := accountOwnedBy("a", ids)
-	c := quota.Charge{Account: acct, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
-		Limits: quota.LimitsFor(quota.PlanCustom, limit(1e6), limit(1e7), testNow, testNow)}
+	c := hotCharge(acct)
 	addr := netip.MustParseAddr("203.0.113.7")
 	eval := func(nd *node, user string) mirrorEval {
 		t.Helper()
@@ -250,7 +254,7 @@ func TestLeasedEvaluationWithoutEventFromMirror(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no answer in 10 s")
 		}
-		return mirrorEval{r: r, leased: nd.q.LeasedCharges() - leased, hits: nd.q.MirrorHits() - hits, answeredLocaly: st.charged}
+		return mirrorEval{r: r, leased: nd.q.LeasedCharges() - leased, hits: nd.q.MirrorHits() - hits, answeredLocally: st.charged}
 	}
 	users := []string{"alice", "bob", "carol"}
 	for _, nd := range nodes[1:] {
@@ -267,7 +271,7 @@ func TestLeasedEvaluationWithoutEventFromMirror(t *testing.T) {
 	for i := 0; i < 30; i++ {
 		nd := nodes[1+i%2]
 		e := eval(nd, users[i%3])
-		if e.answeredLocaly {
+		if e.answeredLocally {
 			continue // no slice in hand: charged at the owner, the chain goes on here
 		}
 		if !e.r.Charge.Allowed || e.r.HistErr != nil || !e.r.Facts.Account || !e.r.Facts.IPCounted || e.r.Facts.IPAccounts24h != 3 {
@@ -364,18 +368,8 @@ func TestLeasedFreshEventFromMirror(t *testing.T) {
 	nodes := mirroredNodes(t, leasing(20), ids...)
 	a, b, c2 := nodes[0], nodes[1], nodes[2]
 	acct := accountOwnedBy("a", ids)
-	c := quota.Charge{Account: acct, Kind: quota.Evaluate, Hourly: true, Monthly: true, Total: true, Now: testNow,
-		Limits: quota.LimitsFor(quota.PlanCustom, limit(1e6), limit(1e7), testNow, testNow)}
-	for _, nd := range nodes[1:] {
-		for i := 0; nd.q.LeasedCharges() == 0; i++ {
-			if i == 1000 {
-				t.Fatalf("%s: no charge served from a slice after %d", nd.id, i)
-			}
-			if _, err := nd.q.Charge(c); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	c := hotCharge(acct)
+	holdSlices(t, c, nodes[1:]...)
 	ev0, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor-0", Complete: true}})
 	if err != nil {
 		t.Fatal(err)
