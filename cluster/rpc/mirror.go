@@ -522,12 +522,51 @@ func (m *mirrors) sweep(now time.Time) {
 	}
 }
 
+// closeAll ends the streams as the client closes (after the node's HTTP
+// server drained: no evaluation adds to them any more). Each first gets up
+// to mirrorCloseWait for the owner to acknowledge what it carries; what is
+// still unacknowledged once the streams ended is recorded here (leftovers
+// that reach the owner: HistoryMover), not dropped with them.
 func (m *mirrors) closeAll() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	sts := make([]*mirrorStream, 0, len(m.streams))
 	for _, st := range m.streams {
+		sts = append(sts, st)
+	}
+	m.mu.Unlock()
+	by := time.Now().Add(mirrorCloseWait)
+	for _, st := range sts {
+		for !st.settled() && time.Now().Before(by) && st.ctx.Err() == nil {
+			time.Sleep(2 * time.Millisecond)
+		}
 		st.cancel()
 	}
+	for _, st := range sts {
+		select {
+		case <-st.done:
+		case <-time.After(time.Until(by) + time.Second):
+		}
+	}
+	m.mu.Lock()
+	var left []*MirrorOp
+	for node, c := range m.carry {
+		left = append(left, c.ops...)
+		delete(m.carry, node)
+	}
+	m.mu.Unlock()
+	m.recordHere(left)
+}
+
+// mirrorCloseWait bounds how long a closing client waits for its owners
+// to acknowledge the observations its streams carry.
+const mirrorCloseWait = time.Second
+
+// settled reports whether everything queued on the stream was sent and
+// acknowledged.
+func (st *mirrorStream) settled() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return (st.up == nil || len(st.up.Ops) == 0) && len(st.sent) == 0
 }
 
 // mirrorStep is one leased evaluation's history read from a mirror: a
@@ -650,6 +689,7 @@ type mirrorStream struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wake   chan struct{}
+	done   chan struct{} // closed once run returned (and end ran)
 
 	mu    sync.Mutex
 	up    *MirrorUp // waiting to be sent (nil: nothing)
@@ -679,7 +719,7 @@ func (m *mirrors) openLocked(node string, cli NodeClient) *mirrorStream {
 // to it left unacknowledged queued first; the caller runs it.
 func (m *mirrors) openLockedFor(node string) *mirrorStream {
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &mirrorStream{m: m, node: node, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), next: max(m.nextOp[node], 1)}
+	st := &mirrorStream{m: m, node: node, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{}), next: max(m.nextOp[node], 1)}
 	if c := m.carry[node]; c != nil {
 		// The last stream's unacknowledged observations go first, under
 		// their numbers: the owner skips those it recorded.
@@ -801,6 +841,7 @@ func (st *mirrorStream) acked(applied uint64) {
 // then the mirrors on it are dropped, and the observations the owner has
 // not acknowledged wait for the next stream to it (mirrorCarryFor).
 func (st *mirrorStream) run(cli NodeClient) {
+	defer close(st.done)
 	defer st.end()
 	s, err := cli.Mirror(st.ctx)
 	if err != nil {

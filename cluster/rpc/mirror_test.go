@@ -594,3 +594,53 @@ func TestMirrorCarryLapses(t *testing.T) {
 		t.Fatalf("after the carry lapsed: %+v, carry %v", h.observed, m.carry["a"])
 	}
 }
+
+// TestMirrorCloseFlushes: a holder that closes (a graceful stop, after
+// its HTTP server drained) first lets the owner acknowledge the
+// observations its stream still carries, so the last evaluations answered
+// from its mirror are recorded at the owner, not lost with the stream.
+func TestMirrorCloseFlushes(t *testing.T) {
+	ids := []string{"a", "b"}
+	nodes := mirroredNodes(t, leasing(20), ids...)
+	a, b := nodes[0], nodes[1]
+	acct := accountOwnedBy("a", ids)
+	c := hotCharge(acct)
+	holdSlices(t, c, b)
+	id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor", Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; b.q.MirrorHits() == 0; i++ {
+		if i == 2000 {
+			t.Fatal("no evaluation answered from the mirror")
+		}
+		evalOn(t, b, c, id, "alice")
+		time.Sleep(time.Millisecond)
+	}
+	// A burst from the mirror, then the close at once.
+	users := 0
+	for i := 0; i < 200; i++ {
+		if e := evalOn(t, b, c, id, fmt.Sprintf("user-%d", i)); e.hits == 1 {
+			users++
+		}
+	}
+	if users == 0 {
+		t.Fatal("no evaluation of the burst was answered from the mirror: the test proves nothing")
+	}
+	b.q.Close()
+	// Every user of the burst, and alice: each evaluation recorded at the
+	// owner, whether it went there or was answered from the mirror.
+	var last []devicehist.DeviceView
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		list, err := a.dh.Devices(acct, 10, testNow)
+		if err == nil && len(list) == 1 && list[0].LinkedAccounts == 201 {
+			break
+		}
+		last = list
+		if time.Now().After(deadline) {
+			t.Fatalf("the owner's device after 200 evaluations (%d from the mirror) and the close: %+v", users, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
