@@ -24,6 +24,9 @@ import (
 // the customer's shard sent what it had (the feed then holds the filters).
 func waitFilters(t testing.TB, owner *Client, customer string) {
 	t.Helper()
+	// The shard has run what was sent before (a watch starts its build
+	// there) once it answers this.
+	observe(t, owner, Observation{Customer: customer, AccountID: "probe", Test: true, Now: t0})
 	for i := 0; owner.builder.running.Load() > 0; i++ {
 		if i == 5000 {
 			t.Fatal("filter builds still running after 5 s")

@@ -203,8 +203,10 @@ func seedMirror(t *testing.T, owner, holder *Client, fd *feed, watcher uint64, o
 	if err := owner.Watch(o.Customer, watcher, keysOf(o)); err != nil {
 		t.Fatal(err)
 	}
-	// The snapshot is pushed before the shard answers what was sent after it.
-	observe(t, owner, Observation{Customer: o.Customer, AccountID: "probe", Test: true, Now: o.Now})
+	// The snapshot is pushed before the shard answers what was sent after
+	// it, and a first watch's filter (built off the shard with a store)
+	// once the build is handed back.
+	waitFilters(t, owner, o.Customer)
 	fd.drain(holder.MirrorApply)
 }
 
