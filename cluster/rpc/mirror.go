@@ -272,7 +272,14 @@ func (m *mirrors) try(os checks.OwnerStep, res quota.ChargeResult, here bool) bo
 		return false // nothing to observe: no hop either way
 	}
 	now := time.Now()
-	sub := m.active(c.Account)
+	r := checks.OwnerResult{Charge: res}
+	var first, found bool
+	m.mu.Lock() // once for the mirror and the event: this is every leased evaluation's path
+	sub := m.activeLocked(c.Account)
+	if sub != nil && !here {
+		r.Resolved, first, found = m.eventLocked(c.Account, &w.Resolve.ID, now, w.Observe != nil)
+	}
+	m.mu.Unlock()
 	if sub == nil && here && !w.Observe.Test {
 		// The first of the account here: the watch starts the mirror, and
 		// this evaluation misses it (answerOwn), as any other the copy
@@ -283,15 +290,9 @@ func (m *mirrors) try(os checks.OwnerStep, res quota.ChargeResult, here bool) bo
 	if sub == nil {
 		return false
 	}
-	r := checks.OwnerResult{Charge: res}
-	var first bool
-	if !here {
-		ev, fresh, ok := m.event(c.Account, &w.Resolve.ID, now, w.Observe != nil)
-		if !ok {
-			m.misses.Add(1)
-			return false
-		}
-		r.Resolved, first = ev, fresh
+	if !here && !found {
+		m.misses.Add(1)
+		return false
 	}
 	sub.used.Store(now.UnixNano())
 	if w.Observe == nil {
@@ -322,6 +323,11 @@ func (m *mirrors) try(os checks.OwnerStep, res quota.ChargeResult, here bool) bo
 func (m *mirrors) active(account string) *mirrorSub {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.activeLocked(account)
+}
+
+// activeLocked is active with m.mu held.
+func (m *mirrors) activeLocked(account string) *mirrorSub {
 	sub := m.subs[account]
 	if sub == nil {
 		return nil
@@ -334,17 +340,16 @@ func (m *mirrors) active(account string) *mirrorSub {
 	return sub
 }
 
-// event is the account's stored event as this node would have it
+// eventLocked is the account's stored event as this node would have it
 // resolved now: a replay, unless it is fresh (pushed by the owner, unused
 // here). A fresh one is taken only when the evaluation observes the
 // history (observes): whether another node used it comes from there (the
 // device's recent events, Facts.Repeated). Its use is taken here, so a
 // second evaluation of it here is a replay, and the owner is told of it
 // (MirrorOp.use_event), or counts it itself when the evaluation goes there.
-func (m *mirrors) event(account string, id *events.EventID, now time.Time, observes bool) (r events.Resolved, fresh, ok bool) {
+// Call it with m.mu held.
+func (m *mirrors) eventLocked(account string, id *events.EventID, now time.Time, observes bool) (r events.Resolved, fresh, ok bool) {
 	k := mirrorEventKey{account, *id}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	e, ok := m.events[k]
 	if !ok || now.After(e.until) || e.fresh && !observes {
 		return events.Resolved{}, false, false

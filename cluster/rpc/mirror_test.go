@@ -58,6 +58,19 @@ func holdSlices(t *testing.T, c quota.Charge, nodes ...*node) {
 	}
 }
 
+// warmMirror runs eval(0), eval(1), … on nd, at least least times and
+// until one evaluation was answered from nd's mirror.
+func warmMirror(t *testing.T, nd *node, least int, eval func(i int)) {
+	t.Helper()
+	for i := 0; i < least || nd.q.MirrorHits() == 0; i++ {
+		if i == 2000 {
+			t.Fatalf("%s: no evaluation answered from the mirror after %d (misses %d)", nd.id, i, nd.q.MirrorMisses())
+		}
+		eval(i)
+		time.Sleep(time.Millisecond)
+	}
+}
+
 type mirrorEval struct {
 	r               checks.OwnerResult
 	hops, leased    int64
@@ -108,16 +121,12 @@ func TestLeasedEvaluationFromMirror(t *testing.T) {
 	// Warm-up: each holder evaluates every (event, user) until one of
 	// them is answered from its mirror.
 	for _, nd := range nodes[1:] {
-		for i := 0; i < 6 || nd.q.MirrorHits() == 0; i++ {
-			if i == 2000 {
-				t.Fatalf("%s: no evaluation answered from the mirror after %d (misses %d)", nd.id, i, nd.q.MirrorMisses())
-			}
+		warmMirror(t, nd, 6, func(i int) {
 			e := evalOn(t, nd, c, evs[i%2], users[(i/2)%3])
 			if !e.r.Charge.Allowed || e.r.EventErr != nil || e.r.HistErr != nil {
 				t.Fatalf("%s warm-up %d: %+v", nd.id, i, e.r)
 			}
-			time.Sleep(time.Millisecond)
-		}
+		})
 	}
 	// Let the owner's records settle at the holders.
 	time.Sleep(100 * time.Millisecond)
@@ -210,13 +219,7 @@ func TestMirrorDroppedWhenOwnerStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; b.q.MirrorHits() == 0; i++ {
-		if i == 2000 {
-			t.Fatal("no evaluation answered from the mirror")
-		}
-		evalOn(t, b, c, id, "alice")
-		time.Sleep(time.Millisecond)
-	}
+	warmMirror(t, b, 0, func(int) { evalOn(t, b, c, id, "alice") })
 	a.server.Drain() // the owner's streams end
 	eventually(t, "the holder drops its mirror", func() bool {
 		m := b.q.mirror.Load()
@@ -258,13 +261,7 @@ func TestLeasedEvaluationWithoutEventFromMirror(t *testing.T) {
 	}
 	users := []string{"alice", "bob", "carol"}
 	for _, nd := range nodes[1:] {
-		for i := 0; i < 3 || nd.q.MirrorHits() == 0; i++ {
-			if i == 2000 {
-				t.Fatalf("%s: no evaluation answered from the mirror after %d", nd.id, i)
-			}
-			eval(nd, users[i%3])
-			time.Sleep(time.Millisecond)
-		}
+		warmMirror(t, nd, 3, func(i int) { eval(nd, users[i%3]) })
 	}
 	time.Sleep(100 * time.Millisecond)
 	mirrored := 0
@@ -375,13 +372,7 @@ func TestLeasedFreshEventFromMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, nd := range nodes[1:] {
-		for i := 0; nd.q.MirrorHits() == 0; i++ {
-			if i == 2000 {
-				t.Fatalf("%s: no evaluation answered from the mirror", nd.id)
-			}
-			evalOn(t, nd, c, ev0, "alice")
-			time.Sleep(time.Millisecond)
-		}
+		warmMirror(t, nd, 0, func(int) { evalOn(t, nd, c, ev0, "alice") })
 	}
 	// Collected on b and on a: both stored at a, both pushed.
 	m := quota.Collect{Account: acct, Budget: quota.CollectBudget{Events: 100, Bytes: 1 << 20}, Bytes: 10, Now: testNow}
@@ -422,9 +413,15 @@ func TestLeasedFreshEventFromMirror(t *testing.T) {
 		if e.leased != 1 || e.hops != 0 || e.hits != 1 || !e.r.Resolved.Found || e.r.Resolved.Replayed || e.r.Facts.History.Visits != 1 || e.r.Facts.Repeated {
 			t.Fatalf("the fresh event's first evaluation on b: %+v", e)
 		}
-		// Again on b, with a slice in hand: a replay, from the mirror. (An
-		// evaluation charged at the owner instead may reach it before b's
-		// use did, on another stream: the window docs/cluster.md names.)
+		// The owner counted the use (before anything else uses the event
+		// there: an evaluation charged at the owner that reached it before
+		// b's use, on another stream, would make that use a late one, the
+		// window docs/cluster.md names).
+		eventually(t, "the owner counts the holder's use", func() bool {
+			r, err := a.events.Peek(events.Resolve{ID: id, Account: acct, Now: testNow})
+			return err == nil && r.Found && r.Replayed
+		})
+		// Again on b, with a slice in hand: a replay, from the mirror.
 		for i := 0; ; i++ {
 			e := evalOn(t, b, c, id, "alice")
 			if e.leased != 1 {
@@ -438,11 +435,6 @@ func TestLeasedFreshEventFromMirror(t *testing.T) {
 			}
 			break
 		}
-		// The owner counted the use.
-		eventually(t, "the owner counts the holder's use", func() bool {
-			r, err := a.events.Peek(events.Resolve{ID: id, Account: acct, Now: testNow})
-			return err == nil && r.Found && r.Replayed
-		})
 		// On c, once b's observation came back through the owner: a
 		// replay, from c's mirror.
 		eventually(t, "c's mirror holds b's observation of the event", func() bool {
@@ -610,13 +602,7 @@ func TestMirrorCloseFlushes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; b.q.MirrorHits() == 0; i++ {
-		if i == 2000 {
-			t.Fatal("no evaluation answered from the mirror")
-		}
-		evalOn(t, b, c, id, "alice")
-		time.Sleep(time.Millisecond)
-	}
+	warmMirror(t, b, 0, func(int) { evalOn(t, b, c, id, "alice") })
 	// A burst from the mirror, then the close at once.
 	users := 0
 	for i := 0; i < 200; i++ {

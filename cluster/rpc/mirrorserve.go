@@ -142,21 +142,7 @@ func (s *Server) Mirror(stream Node_MirrorServer) error {
 	defer cancel()
 	sent := make(chan error, 1)
 	go func() { sent <- mirrorSend(ctx, stream, c) }()
-	ups := make(chan *MirrorUp)
-	go func() {
-		defer close(ups)
-		for {
-			u, err := stream.Recv()
-			if err != nil {
-				return
-			}
-			select {
-			case ups <- u:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	ups := received(ctx, stream.Recv)
 	var err error
 loop:
 	for {

@@ -524,6 +524,28 @@ const DefaultStopWait = pipeByeWait + 5*time.Second
 // side after bye (a caller that never does must not hold a node's stop).
 const pipeByeWait = 5 * time.Second
 
+// received reads a stream's messages on a goroutine of its own, so that a
+// server loop can wait on them beside other things: the channel closes once
+// the caller closed its side or the stream broke, or ctx ended.
+func received[T any](ctx context.Context, recv func() (T, error)) <-chan T {
+	ch := make(chan T)
+	go func() {
+		defer close(ch)
+		for {
+			m, err := recv()
+			if err != nil {
+				return
+			}
+			select {
+			case ch <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch
+}
+
 // pipeMethods are the unary methods a Pipe's calls run: the Server's, or
 // those of a NodeServer that wraps it (tests: an older build, a stalled
 // answer), so that a call behaves the same whichever way it came.
@@ -548,21 +570,7 @@ func (s *Server) servePipe(stream Node_PipeServer, m pipeMethods) error {
 		cancel() // a broken stream: the calls still running stop waiting
 		sent <- err
 	}()
-	frames := make(chan *PipeFrame)
-	go func() {
-		defer close(frames)
-		for {
-			f, err := stream.Recv()
-			if err != nil {
-				return // the caller closed its side, or the stream broke
-			}
-			select {
-			case frames <- f:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	frames := received(ctx, stream.Recv)
 	var wg sync.WaitGroup
 	stopping := s.stopping
 	var byeWait <-chan time.Time
