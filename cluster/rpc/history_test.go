@@ -229,6 +229,28 @@ func TestHistoryBatchSlowMergeOnce(t *testing.T) {
 
 // failingLoads is a store whose reads of one device's record fail while
 // fail is set (a read error on part of a batch).
+// failingHistory is a device history on a store whose loads of device
+// "bad" fail while fail is set.
+func failingHistory(t *testing.T, fail *atomic.Bool) *devicehist.Client {
+	t.Helper()
+	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	dh, err := devicehist.New(sys.Root, devicehist.Config{Shards: 4, Store: failingLoads{db, "bad", fail},
+		Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog})
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dh.Stop()
+		db.Close()
+	})
+	return dh
+}
+
 type failingLoads struct {
 	*storage.DB
 	device string
@@ -275,19 +297,8 @@ func deviceParcel(t *testing.T, customer, device string, visits uint32) []byte {
 // and failed on the rest (a read error) merges only the rest when the
 // batch comes again: nothing counts twice.
 func TestHistoryBatchPartlyMergedOnce(t *testing.T) {
-	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var fail atomic.Bool
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	dh, err := devicehist.New(sys.Root, devicehist.Config{Shards: 4, Store: failingLoads{db, "bad", &fail},
-		Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dh.Stop()
+	fail := new(atomic.Bool)
+	dh := failingHistory(t, fail)
 	m := NewHistoryMover(HistoryConfig{Local: dh, Now: func() time.Time { return testNow }, Log: quietLog})
 
 	var recs [][]byte
@@ -369,19 +380,8 @@ func TestHistoryLostRepliesCountOnce(t *testing.T) {
 // and its next delivery adds them: every visit counts once.
 func TestHistoryPartMergedKeepsRest(t *testing.T) {
 	ctx := context.Background()
-	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var fail atomic.Bool
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	receiver, err := devicehist.New(sys.Root, devicehist.Config{Shards: 4, Store: failingLoads{db, "bad", &fail},
-		Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer receiver.Stop()
+	fail := new(atomic.Bool)
+	receiver := failingHistory(t, fail)
 	sender := memHistory(t)
 	a := NewHistoryMover(HistoryConfig{Local: sender, Owners: &fakeOwners{self: "a"}, Now: func() time.Time { return testNow }, Log: quietLog})
 	b := NewHistoryMover(HistoryConfig{Local: receiver, Owners: &fakeOwners{self: "b"}, Now: func() time.Time { return testNow }, Log: quietLog})
@@ -522,19 +522,8 @@ func TestHistoryHeldBatchKeptWhileUnreachable(t *testing.T) {
 // as invalid, not read past the receiver's record of the batch (a panic
 // in a gRPC handler ends the process).
 func TestHistoryBatchIDReusedIsRefused(t *testing.T) {
-	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem(), Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var fail atomic.Bool
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	dh, err := devicehist.New(sys.Root, devicehist.Config{Shards: 4, Store: failingLoads{db, "bad", &fail},
-		Secret: secrets.FromBytes([]byte("rpc test")), Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dh.Stop()
+	fail := new(atomic.Bool)
+	dh := failingHistory(t, fail)
 	m := NewHistoryMover(HistoryConfig{Local: dh, Now: func() time.Time { return testNow }, Log: quietLog})
 	var recs [][]byte
 	for i := range 8 {
