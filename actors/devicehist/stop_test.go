@@ -1,9 +1,7 @@
 package devicehist
 
 import (
-	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -12,43 +10,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/internal/logrec"
 	"github.com/fraudd/fraudd/storage"
 )
-
-// logRecorder is a slog.Handler that keeps every record's message and
-// attributes as one line.
-type logRecorder struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
-	var b strings.Builder
-	b.WriteString(rec.Message)
-	rec.Attrs(func(a slog.Attr) bool {
-		b.WriteString(" " + a.String())
-		return true
-	})
-	r.mu.Lock()
-	r.lines = append(r.lines, b.String())
-	r.mu.Unlock()
-	return nil
-}
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
-
-func (r *logRecorder) find(sub string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, l := range r.lines {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
 
 // stuckHistStore holds LoadHist of device "stuck" at a gate: a store stall
 // that keeps a shard's handler busy past the shards' stop timeout.
@@ -95,9 +59,9 @@ func TestStopAfterAStuckShard(t *testing.T) {
 	st := &stuckHistStore{DB: db, gate: make(chan struct{}), entered: make(chan struct{})}
 	release := sync.OnceFunc(func() { close(st.gate) })
 	defer release()
-	rec := &logRecorder{}
+	rec := &logrec.Recorder{}
 	sys := quietSystem()
-	c, err := New(sys.Root, Config{Shards: 1, Store: st, Timeout: 200 * time.Millisecond, Logger: slog.New(rec), Secret: testSecret})
+	c, err := New(sys.Root, Config{Shards: 1, Store: st, Timeout: 200 * time.Millisecond, Logger: rec.Logger(), Secret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,10 +104,10 @@ func TestStopAfterAStuckShard(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("the barrier after the committer closed was never answered")
 	}
-	if p := rec.find("panic"); len(p) > 0 {
+	if p := rec.Find("panic"); len(p) > 0 {
 		t.Errorf("panics after Stop: %q", p)
 	}
-	if l := rec.find("outlived Stop"); len(l) != 1 {
+	if l := rec.Find("outlived Stop"); len(l) != 1 {
 		t.Errorf("logged about the shard that outlived Stop: %q; want one line", l)
 	}
 	var left []storage.HistRef
@@ -188,10 +152,10 @@ func TestStopLeavesAStuckShardsState(t *testing.T) {
 	st := &unsyncedGateStore{DB: db, gate: make(chan struct{}), entered: make(chan struct{})}
 	release := sync.OnceFunc(func() { close(st.gate) })
 	defer release()
-	rec := &logRecorder{}
+	rec := &logrec.Recorder{}
 	sys := quietSystem()
 	defer sys.Shutdown()
-	c, err := New(sys.Root, Config{Shards: 1, Store: st, Timeout: 200 * time.Millisecond, Logger: slog.New(rec), Secret: testSecret})
+	c, err := New(sys.Root, Config{Shards: 1, Store: st, Timeout: 200 * time.Millisecond, Logger: rec.Logger(), Secret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +182,7 @@ func TestStopLeavesAStuckShardsState(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the stuck shard never finished its observation")
 	}
-	if l := rec.find("not stored"); len(l) != 1 || !strings.Contains(l[0], "shard=0") {
+	if l := rec.Find("not stored"); len(l) != 1 || !strings.Contains(l[0], "shard=0") {
 		t.Errorf("Stop's word on the shard that did not stop: %q; want one line naming shard 0", l)
 	}
 	var refs []storage.HistRef

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -13,43 +12,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/internal/logrec"
 	"github.com/fraudd/fraudd/storage"
 )
-
-// logRecorder is a slog.Handler that keeps every record's message and
-// attributes as one line.
-type logRecorder struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
-	var b strings.Builder
-	b.WriteString(rec.Message)
-	rec.Attrs(func(a slog.Attr) bool {
-		b.WriteString(" " + a.String())
-		return true
-	})
-	r.mu.Lock()
-	r.lines = append(r.lines, b.String())
-	r.mu.Unlock()
-	return nil
-}
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
-
-func (r *logRecorder) find(sub string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, l := range r.lines {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
 
 // stuckSightingsStore holds LoadSightings of visitor "stuck" at a gate: a
 // store stall that keeps a shard's handler busy past the shards' stop
@@ -86,10 +51,10 @@ func TestStopAfterAStuckShard(t *testing.T) {
 	st := &stuckSightingsStore{DB: db, gate: make(chan struct{}), entered: make(chan struct{})}
 	release := sync.OnceFunc(func() { close(st.gate) })
 	defer release()
-	rec := &logRecorder{}
+	rec := &logrec.Recorder{}
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	defer sys.Shutdown()
-	c := New(sys.Root, Config{Shards: 1, Store: st, Timeout: 200 * time.Millisecond, Logger: slog.New(rec)})
+	c := New(sys.Root, Config{Shards: 1, Store: st, Timeout: 200 * time.Millisecond, Logger: rec.Logger()})
 
 	// The record may run inline on the sender's goroutine: send it from
 	// one of its own.
@@ -115,17 +80,17 @@ func TestStopAfterAStuckShard(t *testing.T) {
 	release()
 	// The shard finishes the record, then handles the flush request.
 	deadline = time.Now().Add(5 * time.Second)
-	for len(rec.find("panic"))+len(rec.find("outlived Stop")) == 0 {
+	for len(rec.Find("panic"))+len(rec.Find("outlived Stop")) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the stuck shard never handled its flush request")
 		}
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // a second line, if any, comes now
-	if p := rec.find("panic"); len(p) > 0 {
+	if p := rec.Find("panic"); len(p) > 0 {
 		t.Errorf("panics after Stop: %q", p)
 	}
-	if l := rec.find("outlived Stop"); len(l) != 1 {
+	if l := rec.Find("outlived Stop"); len(l) != 1 {
 		t.Errorf("logged about the shard that outlived Stop: %q; want one line", l)
 	}
 }
@@ -169,10 +134,10 @@ func TestStopLeavesAStuckShardsState(t *testing.T) {
 	st := &unsyncedGateStore{DB: db, gate: make(chan struct{}), entered: make(chan struct{})}
 	release := sync.OnceFunc(func() { close(st.gate) })
 	defer release()
-	rec := &logRecorder{}
+	rec := &logrec.Recorder{}
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	defer sys.Shutdown()
-	c := New(sys.Root, Config{Shards: 1, Store: st, Timeout: 200 * time.Millisecond, Logger: slog.New(rec)})
+	c := New(sys.Root, Config{Shards: 1, Store: st, Timeout: 200 * time.Millisecond, Logger: rec.Logger()})
 
 	// The record marks its event dirty, then waits for the visitor's
 	// sightings at the gate. Sent from a goroutine of its own: it may run
@@ -196,7 +161,7 @@ func TestStopLeavesAStuckShardsState(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the stuck shard never finished its record")
 	}
-	if l := rec.find("not stored"); len(l) != 1 || !strings.Contains(l[0], "shard=0") {
+	if l := rec.Find("not stored"); len(l) != 1 || !strings.Contains(l[0], "shard=0") {
 		t.Errorf("Stop's word on the shard that did not stop: %q; want one line naming shard 0", l)
 	}
 	if _, err := db.GetEvent(stuck.ID); !errors.Is(err, storage.ErrNotFound) {

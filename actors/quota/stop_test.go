@@ -1,45 +1,15 @@
 package quota
 
 import (
-	"context"
 	"errors"
-	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fraudd/fraudd/actors"
+	"github.com/fraudd/fraudd/internal/logrec"
 	"github.com/fraudd/fraudd/storage"
 )
-
-// logRecorder is a slog.Handler that keeps every record's message.
-type logRecorder struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	r.msgs = append(r.msgs, rec.Message)
-	r.mu.Unlock()
-	return nil
-}
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
-
-func (r *logRecorder) find(sub string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, m := range r.msgs {
-		if strings.Contains(m, sub) {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // stuckLoadStore holds LoadUsage of the account "stuck" at a gate: a store
 // stall that keeps a shard's handler busy past the shards' stop timeout.
@@ -70,9 +40,9 @@ func TestStopAfterAStuckShard(t *testing.T) {
 	s := &stuckLoadStore{aheadStore: newAheadStore(t), gate: make(chan struct{}), entered: make(chan struct{})}
 	release := sync.OnceFunc(func() { close(s.gate) })
 	defer release()
-	rec := &logRecorder{}
+	rec := &logrec.Recorder{}
 	sys := quietSystem()
-	c := New(sys.Root, Config{Shards: 1, Store: s, Timeout: 3 * time.Second, Logger: slog.New(rec)})
+	c := New(sys.Root, Config{Shards: 1, Store: s, Timeout: 3 * time.Second, Logger: rec.Logger()})
 	l := custom(10, 100)
 
 	type result struct {
@@ -115,10 +85,10 @@ func TestStopAfterAStuckShard(t *testing.T) {
 			t.Errorf("%s charge never answered: %v", name, r.err)
 		}
 	}
-	if p := rec.find("panic"); len(p) > 0 {
+	if p := rec.Find("panic"); len(p) > 0 {
 		t.Errorf("panics after Stop: %q", p)
 	}
-	if l := rec.find("outlived Stop"); len(l) != 1 {
+	if l := rec.Find("outlived Stop"); len(l) != 1 {
 		t.Errorf("logged about the shard that outlived Stop: %q; want one line", l)
 	}
 	for _, a := range []string{"stuck", "a"} {
