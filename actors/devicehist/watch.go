@@ -81,10 +81,6 @@ func (c *Client) Watch(customer string, watcher uint64, keys MirrorKeys) error {
 	return nil
 }
 
-// Watched reports whether any customer was ever watched here: until then
-// PushEvent does nothing.
-func (c *Client) Watched() bool { return c.watched.Load() }
-
 // IsWatched reports whether some watcher watches the customer now (as its
 // shard last said): a caller builds an event to push only then.
 func (c *Client) IsWatched(customer string) bool {

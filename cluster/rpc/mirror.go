@@ -152,7 +152,7 @@ type mirrors struct {
 	out     []func()
 	outWake chan struct{}
 
-	hits, misses, ops atomic.Int64
+	hits, misses atomic.Int64
 }
 
 // SetMirror gives the client and the server this node's device history to
@@ -630,7 +630,6 @@ func (s *mirrorStep) Observed(f devicehist.Facts, err error) {
 	os.OwnerDone(r)
 	var op *MirrorOp
 	if err == nil && !obs.Test {
-		m.ops.Add(1)
 		op = &MirrorOp{Customer: obs.Customer, Observation: observationMsg(&obs)}
 	}
 	if use != (events.EventID{}) {
