@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -391,7 +392,7 @@ func (q *Quota) seedMirror(account string, w checks.OwnerWork, res *checks.Owner
 	r.Event.Signals = nil // as mirrorStored: the verdict is what is read
 	m.mu.Lock()
 	if len(m.events) < mirrorMaxEvents {
-		m.events[mirrorEventKey{account, w.Resolve.ID}] = mirrorEvent{r: r, until: time.Now().Add(mirrorEventFor)}
+		m.events[mirrorEventKey{strings.Clone(account), w.Resolve.ID}] = mirrorEvent{r: r, until: time.Now().Add(mirrorEventFor)}
 	}
 	m.mu.Unlock()
 	if w.Observe == nil || res.HistErr != nil || w.Observe.Test {
@@ -446,9 +447,11 @@ func (m *mirrors) watch(account string, keys devicehist.MirrorKeys) {
 		}
 		sub = &mirrorSub{node: node, token: token, st: st}
 		sub.used.Store(time.Now().UnixNano())
-		m.subs[account] = sub
+		m.subs[strings.Clone(account)] = sub // kept: the caller's may view a request
 	}
-	w := &MirrorWatch{Customer: account, DeviceId: keys.DeviceID, AccountId: keys.AccountID, SharedExit: keys.SharedExit}
+	// Sent later, on the stream: the keys' strings may view a request's
+	// buffer.
+	w := &MirrorWatch{Customer: strings.Clone(account), DeviceId: strings.Clone(keys.DeviceID), AccountId: strings.Clone(keys.AccountID), SharedExit: keys.SharedExit}
 	if keys.IP.IsValid() {
 		w.Ip = keys.IP.AsSlice()
 	}
@@ -627,20 +630,31 @@ func (s *mirrorStep) Observed(f devicehist.Facts, err error) {
 		r.Resolved.Replayed, use = true, events.EventID{}
 	}
 	r.Facts, r.HistErr = f, err
-	os.OwnerDone(r)
+	// The observation goes out on the stream later, after the answer: its
+	// strings may view the request's buffer, which the answer frees, so
+	// they are copied first.
 	var op *MirrorOp
 	if err == nil && !obs.Test {
-		op = &MirrorOp{Customer: obs.Customer, Observation: observationMsg(&obs)}
+		op = &MirrorOp{Customer: obs.Customer, Observation: observationMsg(ownedObservation(&obs))}
 	}
 	if use != (events.EventID{}) {
 		if op == nil {
-			op = &MirrorOp{Customer: os.ChargeReq().Account}
+			op = &MirrorOp{Customer: obs.Customer}
 		}
 		op.UseEvent = use[:]
 	}
+	os.OwnerDone(r)
 	if op != nil {
 		sub.st.op(op)
 	}
+}
+
+// ownedObservation is o with its strings copied (o's may view a request's
+// buffer).
+func ownedObservation(o *devicehist.Observation) *devicehist.Observation {
+	c := *o
+	c.Customer, c.EventID, c.AccountID, c.DeviceID = strings.Clone(o.Customer), strings.Clone(o.EventID), strings.Clone(o.AccountID), strings.Clone(o.DeviceID)
+	return &c
 }
 
 // Fail implements devicehist.ObserveStep (the history is stopping): the

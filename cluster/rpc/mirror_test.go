@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/grpc/codes"
@@ -628,5 +629,63 @@ func TestMirrorCloseFlushes(t *testing.T) {
 			t.Fatalf("the owner's device after 200 evaluations (%d from the mirror) and the close: %+v", users, last)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestMirrorOpOutlivesRequestBuffer: the observation a holder answers
+// from its mirror goes to the owner after the answer, when the request's
+// buffer (which an observation's strings may view) is reused: what the
+// owner records is the request's account, not what the buffer holds by
+// then.
+func TestMirrorOpOutlivesRequestBuffer(t *testing.T) {
+	ids := []string{"a", "b"}
+	nodes := mirroredNodes(t, leasing(20), ids...)
+	a, b := nodes[0], nodes[1]
+	acct := accountOwnedBy("a", ids)
+	c := hotCharge(acct)
+	holdSlices(t, c, b)
+	id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor", Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warmMirror(t, b, 0, func(int) { evalOn(t, b, c, id, "alice") })
+	m := b.q.mirror.Load()
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatal("no evaluation answered from the mirror")
+		}
+		m.mu.Lock()
+		sub := m.subs[acct]
+		m.mu.Unlock()
+		if sub == nil {
+			evalOn(t, b, c, id, "alice")
+			continue
+		}
+		buf := []byte(fmt.Sprintf("user-%04d", i))
+		user := unsafe.String(unsafe.SliceData(buf), len(buf))
+		// The stream holds what the answer queues until the buffer was
+		// reused (an evaluation that needs the stream before its answer,
+		// a miss, is let go and tried again).
+		sub.st.mu.Lock()
+		done := make(chan mirrorEval, 1)
+		go func() { done <- evalOn(t, b, c, id, user) }()
+		var e mirrorEval
+		select {
+		case e = <-done:
+		case <-time.After(time.Second):
+			sub.st.mu.Unlock()
+			<-done
+			continue
+		}
+		copy(buf, "XXXXXXXXX") // the request's buffer, reused
+		sub.st.mu.Unlock()
+		if e.hits == 1 {
+			eventually(t, "the owner records the mirrored observation's account", func() bool {
+				// The account seen on "visitor": on another device it is a new device for it.
+				f, err := a.dh.Observe(devicehist.Observation{Customer: acct, DeviceID: "other", AccountID: fmt.Sprintf("user-%04d", i), Test: true, Now: testNow})
+				return err == nil && f.NewDevice
+			})
+			return
+		}
 	}
 }
