@@ -154,8 +154,8 @@ func (ls *leases) take(c *quota.Charge, token int64) (*leaseEntry, uint64, quota
 		e.inflight.Add(1)
 		r := s.res
 		r.Remaining = max(r.Remaining-s.used, 0)
-		if s.used*2 >= s.units || !now.Before(s.renewAt) {
-			ls.wake()
+		if !e.asking && (s.used*2 >= s.units || !now.Before(s.renewAt)) && !now.Before(e.quiet) {
+			ls.wake() // for the next slice (pass)
 		}
 		return e, s.seq, r, true
 	}
@@ -263,10 +263,13 @@ func (ls *leases) run() {
 	}
 }
 
-// pass decides the calls to make now: a slice half used, half through its
-// time, or lent under a claim the view no longer names, is reported (with
-// a request for the next while the key is busy); a busy key without a
-// slice asks for one; keys idle for a while are forgotten.
+// pass decides the calls to make now: a slice lent under a claim the view
+// no longer names, spent, or past its time, is reported (with a request
+// for the next while the key is busy); a busy key whose slice is half used
+// or half through its time asks for the next while it goes on using this
+// one, which is reported once the next arrives (call), so a steady load
+// never finds itself without a slice while the call is under way; a busy
+// key without a slice asks for one; keys idle for a while are forgotten.
 func (ls *leases) pass(now time.Time) []leaseJob {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -277,8 +280,13 @@ func (ls *leases) pass(now time.Time) []leaseJob {
 		}
 		_, token, _ := ls.q.cfg.Owners.Owner(cluster.ShardOf(cluster.KindAccount, k.account))
 		s := &e.cur
-		if s.seq != 0 && (s.token != token || s.used*2 >= s.units || !now.Before(s.renewAt)) {
+		renew := false
+		switch {
+		case s.seq == 0:
+		case s.token != token || s.used >= s.units || !now.Before(s.until):
 			e.closeLocked()
+		case s.used*2 >= s.units || !now.Before(s.renewAt):
+			renew = true
 		}
 		if now.Sub(e.demandFrom) >= 2*time.Second {
 			e.demand, e.rate = 0, 0
@@ -286,16 +294,21 @@ func (ls *leases) pass(now time.Time) []leaseJob {
 		// Leased charges count as demand too: a key stays busy while it
 		// is charged at the rate that earned it a slice.
 		busy := e.demand >= ls.after || e.rate >= ls.after
+		if renew && !busy {
+			// Nobody needs the next: this one ends now.
+			e.closeLocked()
+			renew = false
+		}
 		switch {
 		case len(e.done) > 0:
 			j := leaseJob{e: e, key: k, limits: e.limits, rep: e.done[0], freezes: e.freezes}
 			e.done = e.done[1:]
-			if busy && e.cur.seq == 0 {
+			if busy && (e.cur.seq == 0 || renew && !now.Before(e.quiet)) {
 				j.want = ls.want(e)
 			}
 			e.asking = true
 			jobs = append(jobs, j)
-		case e.cur.seq == 0 && busy && !now.Before(e.quiet):
+		case (e.cur.seq == 0 || renew) && busy && !now.Before(e.quiet):
 			e.asking = true
 			jobs = append(jobs, leaseJob{e: e, key: k, limits: e.limits, want: ls.want(e), freezes: e.freezes})
 		case e.cur.seq == 0 && now.Sub(e.lastUse) > 10*ls.dur && e.inflight.Load() == 0:
@@ -372,6 +385,9 @@ func (ls *leases) call(j leaseJob) {
 		// used from it would count nowhere. It goes back unused.
 		j.e.done = append(j.e.done, report{token: got.token, seq: got.g.Seq})
 	case got.g.Units > 0:
+		// The slice still in use while the call was under way (a renewal)
+		// ends here: reported on the next pass, the new one taking over.
+		j.e.closeLocked()
 		j.e.cur = slice{
 			token: got.token, seq: got.g.Seq, units: got.g.Units,
 			until: sent.Add(ls.dur), renewAt: sent.Add(ls.dur / 2),

@@ -322,3 +322,98 @@ func TestLeasedChargeAfterTheCallerGaveUp(t *testing.T) {
 		t.Fatalf("the slice counts %d used, %d before the charge its caller gave up on", u, before)
 	}
 }
+
+// heldRenewal holds the second Lease call (the first slice's renewal)
+// until its gate opens.
+type heldRenewal struct {
+	*Server
+	calls atomic.Int32
+	in    chan struct{}
+	gate  chan struct{}
+}
+
+func (n *heldRenewal) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, error) {
+	if n.calls.Add(1) == 2 {
+		n.in <- struct{}{}
+		<-n.gate
+	}
+	return n.Server.Lease(ctx, r)
+}
+
+// TestLeaseRenewedWithoutAGap: a holder asks for its next slice while it
+// goes on charging the one it holds, so a steady load is never charged
+// through the owner while the renewal is under way; the slice it replaced
+// is reported once the next arrives, and the counts stay exact.
+func TestLeaseRenewedWithoutAGap(t *testing.T) {
+	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	owner := &heldRenewal{Server: s, in: make(chan struct{}, 1), gate: make(chan struct{})}
+	addr := listenNode(t, owner)
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	t.Cleanup(func() { local.Stop() })
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
+		Timeout: 2 * time.Second, Logger: quietLog, LeaseAfter: 3, LeaseFor: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Close)
+	c := capped
+	c.Limits = quota.LimitsFor(quota.PlanCustom, limit(100_000), nil, testNow, testNow)
+	charges := 0
+	charge := func() {
+		t.Helper()
+		if res, err := q.Charge(c); err != nil || !res.Allowed {
+			t.Fatalf("charge: %+v %v", res, err)
+		}
+		charges++
+	}
+	slice := func() slice {
+		q.leases.mu.Lock()
+		defer q.leases.mu.Unlock()
+		if e := q.leases.m[keyOf(&c)]; e != nil {
+			return e.cur
+		}
+		return slice{}
+	}
+	for q.LeasedCharges() == 0 {
+		if charges == 1000 {
+			t.Fatal("no charge served from a slice")
+		}
+		charge()
+	}
+	first := slice()
+	// Charged to half, the holder asks for the next slice: the owner
+	// holds that call.
+	for s := slice(); s.seq == first.seq && s.used*2 < s.units; s = slice() {
+		charge()
+	}
+	select {
+	case <-owner.in:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the renewal call did not reach the owner")
+	}
+	cur := slice()
+	if cur.seq != first.seq {
+		t.Fatalf("the holder let its slice go (seq %d, was %d) while the renewal was under way", cur.seq, first.seq)
+	}
+	hops, leased := q.RemoteCalls(), q.LeasedCharges()
+	left := cur.units - cur.used
+	for range left {
+		charge()
+	}
+	if q.RemoteCalls() != hops || q.LeasedCharges() != leased+left {
+		t.Fatalf("while the renewal was under way: %d charges through the owner, %d from the slice; want 0 and %d",
+			q.RemoteCalls()-hops, q.LeasedCharges()-leased, left)
+	}
+	close(owner.gate)
+	eventually(t, "the next slice replaces the first", func() bool {
+		s := slice()
+		return s.seq != 0 && s.seq != first.seq
+	})
+	charge()
+	eventually(t, "the holder reports its slices", func() bool { return !q.leases.held() })
+	v, err := q.Usage(quota.Usage{Account: c.Account, Limits: c.Limits, Now: testNow})
+	if err != nil || v.UsedThisHour != int64(charges) {
+		t.Fatalf("usage: hour %d (%v); want %d", v.UsedThisHour, err, charges)
+	}
+}
