@@ -1,14 +1,19 @@
 package rpc
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -686,6 +691,101 @@ func TestMirrorOpOutlivesRequestBuffer(t *testing.T) {
 				return err == nil && f.NewDevice
 			})
 			return
+		}
+	}
+}
+
+// countingHistory counts the observations recorded, safely across
+// goroutines.
+type countingHistory struct {
+	stubMirrorHistory
+	n atomic.Int64
+}
+
+func (h *countingHistory) Observe(devicehist.Observation) (devicehist.Facts, error) {
+	h.n.Add(1)
+	return devicehist.Facts{}, nil
+}
+
+// fakeMirrorStream is a holder's end of a Mirror stream: the test feeds
+// its frames; the owner's frames are kept, the first held until gate
+// opens.
+type fakeMirrorStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	ups  chan *MirrorUp
+	gate chan struct{}
+	mu   sync.Mutex
+	sent []*MirrorDown
+}
+
+func (f *fakeMirrorStream) Context() context.Context { return f.ctx }
+
+func (f *fakeMirrorStream) Recv() (*MirrorUp, error) {
+	select {
+	case u := <-f.ups:
+		return u, nil
+	case <-f.ctx.Done():
+		return nil, io.EOF
+	}
+}
+
+func (f *fakeMirrorStream) Send(d *MirrorDown) error {
+	f.mu.Lock()
+	first := len(f.sent) == 0
+	f.sent = append(f.sent, d)
+	f.mu.Unlock()
+	if first {
+		<-f.gate
+	}
+	return nil
+}
+
+// TestMirrorDrainAcknowledges: an owner that stops gracefully sends, as
+// its streams end, the acknowledgement of every observation it recorded,
+// which its stop then stores: a holder carries to the next stream (the
+// owner after a restart, or the next owner, which the history moved to)
+// only what was not recorded, so nothing is recorded twice. Before, the
+// last acknowledgement could be dropped with the stream, half the time
+// when the sender was busy as it ended.
+func TestMirrorDrainAcknowledges(t *testing.T) {
+	frame := func(first uint64, n int) *MirrorUp {
+		u := &MirrorUp{Version: version, Node: "b", Run: 42, FirstOp: first}
+		for i := range n {
+			u.Ops = append(u.Ops, &MirrorOp{Customer: "acct_1", Observation: &Observation{AccountId: fmt.Sprintf("u%d", int(first)+i)}})
+		}
+		return u
+	}
+	for round := range 20 {
+		h := &countingHistory{}
+		s := &Server{cfg: ServerConfig{Mirror: h, Owners: &fakeOwners{self: "a"}, Now: func() time.Time { return testNow }}, log: quietLog, stopping: make(chan struct{})}
+		ctx, cancel := context.WithCancel(context.Background())
+		f := &fakeMirrorStream{ctx: ctx, ups: make(chan *MirrorUp), gate: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() { done <- s.Mirror(f) }()
+		// The first frame's acknowledgement leaves, and is held on the
+		// way; the second frame is recorded meanwhile.
+		f.ups <- frame(1, 3)
+		eventually(t, "the first acknowledgement leaves", func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return len(f.sent) == 1
+		})
+		f.ups <- frame(4, 3)
+		eventually(t, "six observations recorded", func() bool { return h.n.Load() == 6 })
+		s.Drain()
+		close(f.gate)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the stream did not end on the drain")
+		}
+		cancel()
+		f.mu.Lock()
+		last := f.sent[len(f.sent)-1].GetApplied()
+		f.mu.Unlock()
+		if last != 6 {
+			t.Fatalf("round %d: the holder's last acknowledgement is %d of 6 recorded: it would send the rest again", round, last)
 		}
 	}
 }

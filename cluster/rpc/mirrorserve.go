@@ -141,7 +141,8 @@ func (s *Server) Mirror(stream Node_MirrorServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	sent := make(chan error, 1)
-	go func() { sent <- mirrorSend(ctx, stream, c) }()
+	last := make(chan struct{})
+	go func() { sent <- mirrorSend(ctx, stream, c, last) }()
 	ups := received(ctx, stream.Recv)
 	var err error
 loop:
@@ -154,7 +155,9 @@ loop:
 			s.mirrorUp(id, c, u)
 		case <-c.full:
 			err = status.Error(codes.ResourceExhausted, "cluster rpc: the mirror's changes came faster than the holder read them; ask again")
-			break loop
+			cancel()
+			<-sent
+			return err
 		case <-s.stopping:
 			err = status.Error(codes.Unavailable, "cluster rpc: this node is stopping")
 			break loop
@@ -162,20 +165,38 @@ loop:
 			return err
 		}
 	}
-	cancel()
-	<-sent
+	// No observation is recorded from here on: the sender's last frame
+	// acknowledges all those that were. Without it a holder would send
+	// them again on its next stream, and the owner that gets them (this
+	// node after a restart, or the next owner, which this node's history
+	// moves to) would record them twice. A stopping node's stop stores
+	// what it recorded; a holder that stopped reading is cut off by the
+	// server's stop (StopServer), which ends the send.
+	close(last)
+	if serr := <-sent; err == nil {
+		err = serr
+	}
 	return err
 }
 
 // mirrorSend sends c's pushes, as many to a frame as are waiting, until
-// ctx ends or a send fails.
-func mirrorSend(ctx context.Context, stream Node_MirrorServer, c *mirrorConn) error {
+// ctx ends or a send fails; once last is closed it sends one frame more,
+// with no pushes (the holder drops its mirrors as the stream ends) and the
+// acknowledgement of everything recorded, and ends.
+func mirrorSend(ctx context.Context, stream Node_MirrorServer, c *mirrorConn, last <-chan struct{}) error {
 	var next *devicehist.MirrorPush // taken for a frame it did not fit in
 	for {
+		select {
+		case <-last:
+			return stream.Send(&MirrorDown{Version: version, Applied: c.applied.Load()})
+		default:
+		}
 		if next == nil {
 			select {
 			case <-ctx.Done():
 				return nil
+			case <-last:
+				continue
 			case p := <-c.out:
 				next = &p
 			}
