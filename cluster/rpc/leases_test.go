@@ -31,6 +31,27 @@ func leasing(after int64) func(*QuotaConfig) {
 	return func(c *QuotaConfig) { c.LeaseAfter, c.LeaseFor = after, 300*time.Millisecond }
 }
 
+// localQuota starts a node's quota actors.
+func localQuota(t *testing.T) *quota.Client {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	t.Cleanup(func() { local.Stop() })
+	return local
+}
+
+// leaseHolder is node b, charging accounts of owner a (listening at addr)
+// with local as its quota actors: it asks for slices past 3 charges a
+// second, each for leaseFor.
+func leaseHolder(t *testing.T, addr string, local LocalQuota, leaseFor time.Duration) *Quota {
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
+		Timeout: 2 * time.Second, Logger: quietLog, LeaseAfter: 3, LeaseFor: leaseFor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Close)
+	return q
+}
+
 // TestLeasedHotAccountCap: a hot account charged from the two nodes that
 // do not own it gets slices of its allowance, charged there with no round
 // trip; charged 3N times at once across the three nodes, it admits no
@@ -199,16 +220,7 @@ func (n *gatedLease) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, e
 func TestLeaseGrantedAcrossAFreeze(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
 	owner := &gatedLease{Server: s, in: make(chan struct{}, 1), gate: make(chan struct{})}
-	addr := listenNode(t, owner)
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
-	t.Cleanup(func() { local.Stop() })
-	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
-		Timeout: 2 * time.Second, Logger: quietLog, LeaseAfter: 3, LeaseFor: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(q.Close)
+	q := leaseHolder(t, listenNode(t, owner), localQuota(t), 2*time.Second)
 	c := capped
 	c.Limits = quota.LimitsFor(quota.PlanCustom, limit(1000), nil, testNow, testNow)
 	for range 3 {
@@ -272,16 +284,8 @@ func (s *givingUp) Begin() bool { return s.begun.CompareAndSwap(false, true) }
 // owner is not; its unit goes back to the slice.
 func TestLeasedChargeAfterTheCallerGaveUp(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	addr := listen(t, s)
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	local := &queuedLocal{Client: quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog}), steps: make(chan quota.ChargeStep, 1)}
-	t.Cleanup(func() { local.Stop() })
-	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
-		Timeout: 2 * time.Second, Logger: quietLog, LeaseAfter: 3, LeaseFor: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(q.Close)
+	local := &queuedLocal{Client: localQuota(t), steps: make(chan quota.ChargeStep, 1)}
+	q := leaseHolder(t, listen(t, s), local, 5*time.Second)
 	c := capped
 	c.Limits = quota.LimitsFor(quota.PlanCustom, limit(100_000), nil, testNow, testNow)
 	for i := 0; q.LeasedCharges() == 0; i++ {
@@ -347,16 +351,7 @@ func (n *heldRenewal) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, 
 func TestLeaseRenewedWithoutAGap(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
 	owner := &heldRenewal{Server: s, in: make(chan struct{}, 1), gate: make(chan struct{})}
-	addr := listenNode(t, owner)
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
-	t.Cleanup(func() { local.Stop() })
-	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
-		Timeout: 2 * time.Second, Logger: quietLog, LeaseAfter: 3, LeaseFor: 4 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(q.Close)
+	q := leaseHolder(t, listenNode(t, owner), localQuota(t), 4*time.Second)
 	c := capped
 	c.Limits = quota.LimitsFor(quota.PlanCustom, limit(100_000), nil, testNow, testNow)
 	charges := 0
