@@ -194,20 +194,29 @@ func TestLeasedChargesNeedNoHop(t *testing.T) {
 	}
 }
 
-// gatedLease holds the first Lease call until its gate opens; later calls
-// only report (they ask for nothing), so no slice is lent but the first.
-type gatedLease struct {
+// heldLease holds the hold-th Lease call until its gate opens; with
+// lendOnce, calls after the first only report (they ask for nothing), so
+// no slice is lent but the first.
+type heldLease struct {
 	*Server
-	calls atomic.Int32
-	in    chan struct{}
-	gate  chan struct{}
+	hold     int32
+	lendOnce bool
+	calls    atomic.Int32
+	in       chan struct{}
+	gate     chan struct{}
 }
 
-func (n *gatedLease) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, error) {
-	if n.calls.Add(1) == 1 {
+func newHeldLease(s *Server, hold int32, lendOnce bool) *heldLease {
+	return &heldLease{Server: s, hold: hold, lendOnce: lendOnce, in: make(chan struct{}, 1), gate: make(chan struct{})}
+}
+
+func (n *heldLease) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, error) {
+	c := n.calls.Add(1)
+	if c == n.hold {
 		n.in <- struct{}{}
 		<-n.gate
-	} else {
+	}
+	if n.lendOnce && c > 1 {
 		r.Want = 0
 	}
 	return n.Server.Lease(ctx, r)
@@ -219,7 +228,7 @@ func (n *gatedLease) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, e
 // never reserved them, so a charge from it would be counted nowhere.
 func TestLeaseGrantedAcrossAFreeze(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	owner := &gatedLease{Server: s, in: make(chan struct{}, 1), gate: make(chan struct{})}
+	owner := newHeldLease(s, 1, true)
 	q := leaseHolder(t, listenNode(t, owner), localQuota(t), 2*time.Second)
 	c := capped
 	c.Limits = quota.LimitsFor(quota.PlanCustom, limit(1000), nil, testNow, testNow)
@@ -327,30 +336,13 @@ func TestLeasedChargeAfterTheCallerGaveUp(t *testing.T) {
 	}
 }
 
-// heldRenewal holds the second Lease call (the first slice's renewal)
-// until its gate opens.
-type heldRenewal struct {
-	*Server
-	calls atomic.Int32
-	in    chan struct{}
-	gate  chan struct{}
-}
-
-func (n *heldRenewal) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, error) {
-	if n.calls.Add(1) == 2 {
-		n.in <- struct{}{}
-		<-n.gate
-	}
-	return n.Server.Lease(ctx, r)
-}
-
 // TestLeaseRenewedWithoutAGap: a holder asks for its next slice while it
 // goes on charging the one it holds, so a steady load is never charged
 // through the owner while the renewal is under way; the slice it replaced
 // is reported once the next arrives, and the counts stay exact.
 func TestLeaseRenewedWithoutAGap(t *testing.T) {
 	s, _ := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	owner := &heldRenewal{Server: s, in: make(chan struct{}, 1), gate: make(chan struct{})}
+	owner := newHeldLease(s, 2, false)
 	q := leaseHolder(t, listenNode(t, owner), localQuota(t), 4*time.Second)
 	c := capped
 	c.Limits = quota.LimitsFor(quota.PlanCustom, limit(100_000), nil, testNow, testNow)
