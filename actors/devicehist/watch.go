@@ -31,10 +31,12 @@ type (
 		watcher  uint64
 		all      bool
 	}
-	// pushEventReq hands a stored device event to the customer's watchers.
+	// pushEventReq hands a stored device event to the customer's watchers
+	// (watcher not zero: to that one only).
 	pushEventReq struct {
 		customer, device string
 		event            []byte
+		watcher          uint64
 	}
 )
 
@@ -97,10 +99,16 @@ func (c *Client) IsWatched(customer string) bool {
 // lease holders mirror, so that their evaluations of it need not ask. It
 // returns at once; a customer nobody watches gets nothing.
 func (c *Client) PushEvent(customer, deviceID string, event []byte) {
+	c.PushEventTo(customer, deviceID, 0, event)
+}
+
+// PushEventTo is PushEvent for one watcher of the customer (zero: all of
+// them): an event the owner stored before that watcher began to watch.
+func (c *Client) PushEventTo(customer, deviceID string, watcher uint64, event []byte) {
 	if !c.watched.Load() || c.stopped.Load() || customer == "" || len(customer) > storage.MaxHistCustomer || len(deviceID) > storage.MaxHistDevice {
 		return
 	}
-	c.shards.Send(actors.HashString(customer), &pushEventReq{customer: customer, device: deviceID, event: event})
+	c.shards.Send(actors.HashString(customer), &pushEventReq{customer: customer, device: deviceID, event: event, watcher: watcher})
 }
 
 // Unwatch drops watcher of the customer: it gets nothing more of it.
@@ -330,7 +338,9 @@ func (s shard) pushEvent(m *pushEventReq) {
 		recs = s.parcel(recs, &e.rec, !held)
 	}
 	for _, w := range ws.ids {
-		(*sink)(MirrorPush{Watcher: w, Customer: ws.customer, Records: recs, Event: m.event})
+		if m.watcher == 0 || w == m.watcher {
+			(*sink)(MirrorPush{Watcher: w, Customer: ws.customer, Records: recs, Event: m.event})
+		}
 	}
 }
 

@@ -80,6 +80,9 @@ type Config struct {
 	// Collect mints carries it, so another node asked to resolve the event
 	// knows which member stored it.
 	Node uint16
+	// KeepRecent is how many of the newest events stored here Recent can
+	// name (cluster mode: a lease holder's first watch); 0: none are kept.
+	KeepRecent int
 }
 
 // EventIDPrefix starts every event id string.
@@ -260,6 +263,8 @@ type Client struct {
 	unhook  func()
 
 	daily actors.Daily
+
+	recent *recentRing // nil: Config.KeepRecent zero
 }
 
 // New spawns the shards (and the committer when there is a store).
@@ -277,6 +282,9 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		cfg.SweepEvery = time.Minute
 	}
 	c := &Client{resolves: actors.NewCalls[Resolve, Resolved](cfg.Timeout), store: cfg.Store, log: cfg.Logger, timeout: cfg.Timeout, node: cfg.Node}
+	if cfg.KeepRecent > 0 {
+		c.recent = newRecentRing(cfg.KeepRecent)
+	}
 	if cfg.Store != nil {
 		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
 	}
@@ -381,6 +389,9 @@ func (c *Client) Store(e *storage.DeviceEvent) (EventID, error) {
 	}
 	e.ID = c.newID(e.VisitorID, e.Created)
 	c.Record(e)
+	if c.recent != nil {
+		c.recent.add(e.Account, e.ID, e.Created)
+	}
 	return e.ID, nil
 }
 

@@ -137,7 +137,7 @@ func startNodeHist(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	shared := NewSharedStore(n.db, id, n.windows)
 	n.shared = shared
 	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
-	n.events = events.New(sys.Root, events.Config{Shards: 2, Node: NodeRoute(id), Logger: quietLog})
+	n.events = events.New(sys.Root, events.Config{Shards: 2, Node: NodeRoute(id), Logger: quietLog, KeepRecent: 1 << 10})
 	// As a fraudd node does (clusterserve): a shard leaving drops its
 	// accounts once stored and keeps their hourly windows for the next
 	// owner; a shard arriving forgets what a non-owner held.
@@ -193,7 +193,7 @@ func startNodeHist(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	n.rep = &AddrReporter{Limits: n.limits, Totals: n.addrs, Owners: n.owners.(Cluster), Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog, Idle: -1}
 	n.mover = NewHistoryMover(HistoryConfig{Local: n.dh, Owners: n.owners, Peers: n.q, Now: func() time.Time { return testNow }, Log: quietLog})
 	s, err := NewServer(ServerConfig{History: n.mover, Quota: n.local, Owners: n.owners, Shares: n.db, Adopted: shared.Returned, Windows: n.windows, Traffic: n.feed, Now: func() time.Time { return testNow }, Leases: n.q, Discounts: n.q, Events: n.events,
-		Addrs: n.addrs, AddrOwners: n.owners.(Cluster), Owner: owner, Devices: n.hist, Store: n.events, Mirror: mirror})
+		Addrs: n.addrs, AddrOwners: n.owners.(Cluster), Owner: owner, Devices: n.hist, Store: n.events, Mirror: mirror, Recent: n.events})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -83,6 +83,7 @@ type MirrorHistory interface {
 	SetMirrorSink(sink func(devicehist.MirrorPush))
 	IsWatched(customer string) bool
 	PushEvent(customer, deviceID string, event []byte)
+	PushEventTo(customer, deviceID string, watcher uint64, event []byte)
 	Watch(customer string, watcher uint64, keys devicehist.MirrorKeys) error
 	Unwatch(customer string, watcher uint64)
 	UnwatchAll(watcher uint64)
@@ -973,9 +974,10 @@ func (m *mirrors) recordHere(ops []*MirrorOp) {
 	}
 }
 
-// keepPushed keeps an event the owner stored and pushed, unused (m.mu
-// held). One that does not decode is dropped: its evaluation asks the
-// owner.
+// keepPushed keeps an event the owner pushed (m.mu held): one it stored
+// just now, unused, or one it stored before this node watched the account,
+// unused (fresh) or used already (a replay). One that does not decode is
+// dropped: its evaluation asks the owner.
 func (m *mirrors) keepPushed(account string, b []byte) {
 	var me MirrorEvent
 	if err := proto.Unmarshal(b, &me); err != nil || len(me.GetId()) != storage.EventIDLen {
@@ -983,8 +985,8 @@ func (m *mirrors) keepPushed(account string, b []byte) {
 		return
 	}
 	r, err := resolvedOf(me.GetResolved())
-	if err != nil || !r.Found || r.Replayed || r.Event.Account != account {
-		m.q.log.Warn("cluster rpc: a pushed device event is not a fresh event of its account", "account", account, "err", err)
+	if err != nil || !r.Found || r.Event.Account != account {
+		m.q.log.Warn("cluster rpc: a pushed device event is not an event of its account", "account", account, "err", err)
 		return
 	}
 	var k mirrorEventKey
@@ -992,7 +994,7 @@ func (m *mirrors) keepPushed(account string, b []byte) {
 	copy(k.id[:], me.GetId())
 	if len(m.events) < mirrorMaxEvents {
 		if _, seen := m.events[k]; !seen {
-			m.events[k] = mirrorEvent{r: r, until: time.Now().Add(mirrorEventFor), fresh: true}
+			m.events[k] = mirrorEvent{r: r, until: time.Now().Add(mirrorEventFor), fresh: !r.Replayed}
 		}
 	}
 }

@@ -789,3 +789,51 @@ func TestMirrorDrainAcknowledges(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasedEventStoredBeforeTheWatch: a holder that begins to mirror an
+// account is sent the events its owner stored before: its first
+// evaluation of one nobody used is answered from its mirror as a first
+// use (and counted at the owner), and of one the owner evaluated already,
+// as a replay, with no round trip either way.
+func TestLeasedEventStoredBeforeTheWatch(t *testing.T) {
+	ids := []string{"a", "b"}
+	nodes := mirroredNodes(t, leasing(20), ids...)
+	a, b := nodes[0], nodes[1]
+	acct := accountOwnedBy("a", ids)
+	c := hotCharge(acct)
+	collect := func(visitor string) events.EventID {
+		t.Helper()
+		id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: visitor, Complete: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	warm, fresh, used := collect("visitor-warm"), collect("visitor-fresh"), collect("visitor-used")
+	// The owner evaluates one of them itself.
+	if r, err := a.events.Resolve(events.Resolve{ID: used, Account: acct, Now: testNow}); err != nil || !r.Found || r.Replayed {
+		t.Fatalf("the owner's own first use of an event: %+v %v", r, err)
+	}
+	holdSlices(t, c, b)
+	// b's first leased evaluation with an event goes to the owner, and
+	// begins b's mirror of the account.
+	warmMirror(t, b, 0, func(int) { evalOn(t, b, c, warm, "alice") })
+	eventually(t, "b holds the events stored before it watched", func() bool {
+		m := b.q.mirror.Load()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		_, f := m.events[mirrorEventKey{acct, fresh}]
+		_, u := m.events[mirrorEventKey{acct, used}]
+		return f && u
+	})
+	if e := evalOn(t, b, c, fresh, "bob"); e.leased != 1 || e.hits != 1 || e.hops != 0 || !e.r.Resolved.Found || e.r.Resolved.Replayed {
+		t.Fatalf("b's first evaluation of an unused event stored before its watch: %+v", e)
+	}
+	if e := evalOn(t, b, c, used, "dave"); e.leased != 1 || e.hits != 1 || e.hops != 0 || !e.r.Resolved.Found || !e.r.Resolved.Replayed {
+		t.Fatalf("b's first evaluation of an event the owner used before b watched: %+v", e)
+	}
+	eventually(t, "the owner counts b's use of the unused event", func() bool {
+		r, err := a.events.Peek(events.Resolve{ID: fresh, Account: acct, Now: testNow})
+		return err == nil && r.Found && r.Replayed
+	})
+}

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/events"
@@ -52,7 +53,18 @@ type mirrorConn struct {
 	// applied is the holder run's highest observation recorded, sent with
 	// every frame (the acknowledgement).
 	applied atomic.Uint64
+	// backfilled: the accounts whose recent events the stream was sent
+	// (the Mirror loop's goroutine only).
+	backfilled map[string]struct{}
 }
+
+// What a holder that begins to mirror an account is sent of the events
+// stored before: those of the last mirrorBackfillFor, the newest
+// mirrorBackfillMax of them.
+const (
+	mirrorBackfillFor = 10 * time.Minute
+	mirrorBackfillMax = 4096
+)
 
 // mirrorRun is what an owner remembers of one run of a holder: the
 // highest observation number it recorded, so that observations sent again
@@ -272,6 +284,17 @@ func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 		if err != nil {
 			s.log.Debug("cluster rpc: a mirror watch refused", "account", w.GetCustomer(), "err", err)
 			s.mirrors.deliver(devicehist.MirrorPush{Watcher: id, Customer: w.GetCustomer(), Reset: true})
+			continue
+		}
+		if _, done := c.backfilled[w.GetCustomer()]; !done && s.cfg.Recent != nil && s.cfg.Events != nil {
+			if c.backfilled == nil {
+				c.backfilled = map[string]struct{}{}
+			}
+			c.backfilled[w.GetCustomer()] = struct{}{}
+			// Off the stream's loop: a resolve each, which the loop's
+			// observations must not wait for. The watch went to the
+			// history's shard first, so these pushes follow its snapshot.
+			go s.backfillEvents(id, w.GetCustomer())
 		}
 	}
 	ops := u.GetOps()
@@ -330,6 +353,28 @@ func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 		if _, err := h.Observe(*o); err != nil {
 			s.log.Warn("cluster rpc: a holder's observation was not recorded", "account", o.Customer, "err", err)
 		}
+	}
+}
+
+// backfillEvents sends watcher the account's events this node stored
+// before it watched (ServerConfig.Recent), as the owner's pushes of events
+// it stores: unused ones fresh, used ones as replays, each with its
+// device's record, in the history shard's order. So a holder's first
+// evaluation of an event collected before it began to mirror the account
+// needs no round trip either. A resolve that counts no use reads each.
+func (s *Server) backfillEvents(watcher uint64, account string) {
+	now := s.cfg.Now()
+	for _, id := range s.cfg.Recent.Recent(account, now.Add(-mirrorBackfillFor), mirrorBackfillMax) {
+		r, err := s.cfg.Events.Resolve(events.Resolve{ID: id, Account: account, Now: now, Peek: true})
+		if err != nil || !r.Found {
+			continue
+		}
+		r.Event.Signals = nil // as mirrorStored: the verdict is what is read
+		b, err := proto.Marshal(&MirrorEvent{Id: id[:], Resolved: resolveReply(&r)})
+		if err != nil {
+			continue
+		}
+		s.cfg.Mirror.PushEventTo(account, r.Event.VisitorID, watcher, b)
 	}
 }
 

@@ -113,6 +113,12 @@ type ServerConfig struct {
 	// Unavailable, and holders go to this node for each evaluation with
 	// an event stored here).
 	Mirror MirrorHistory
+	// Recent names the events this node stored lately (the device events'
+	// Recent, with their KeepRecent set): a holder that begins to mirror
+	// an account is sent those of the account (nil: none are).
+	Recent interface {
+		Recent(account string, since time.Time, max int) []events.EventID
+	}
 	// Now is the owner's clock (the node's clock.Clock); time.Now when nil.
 	// A charge or usage read runs at the owner's now, not the caller's:
 	// an hourly window that starts at one node's time and is charged at

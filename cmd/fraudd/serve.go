@@ -312,8 +312,9 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	defer stopActors(log, "traffic counter", counts, &stop.end)
 	// Device events (browser collector); stopped before Pebble closes so
 	// its last group commit lands. In cluster mode the ids it mints name
-	// this node, so that another node can resolve them here.
-	devices := events.New(system.Root, events.Config{Store: db, Clock: clk, Logger: log, Node: eventRoute(node)})
+	// this node, so that another node can resolve them here, and it keeps
+	// the ids of the newest it stored for lease holders' first watches.
+	devices := events.New(system.Root, events.Config{Store: db, Clock: clk, Logger: log, Node: eventRoute(node), KeepRecent: keepRecentEvents(node)})
 	defer stopActors(log, "device actors", devices, &stop.end)
 	// Per-customer device history and account links; stopped before Pebble
 	// closes so its last group commit lands.
@@ -590,6 +591,16 @@ func chargeQuota(node *clusterserve.Node) checks.Quota {
 
 // eventRoute is this node's route in the device-event ids it mints (0 in
 // single-node mode: none).
+// keepRecentEvents is how many of the newest device events a cluster node
+// keeps the ids of (events.Config.KeepRecent): 65,536, about 2.6 MB; none
+// on a single node.
+func keepRecentEvents(node *clusterserve.Node) int {
+	if node == nil {
+		return 0
+	}
+	return 1 << 16
+}
+
 func eventRoute(node *clusterserve.Node) uint16 {
 	if node == nil {
 		return 0

@@ -88,7 +88,7 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(by time.Time), err error) {
 	history := rpc.NewHistoryMover(rpc.HistoryConfig{Local: lp.History, Owners: owners, Peers: q, Leased: q.Leased, Now: now, Log: n.log,
 		Assigned: func(shard int) string { return cluster.Owner(cluster.KindAccount, shard, n.member.ActiveIDs()) }})
 	srv, err := rpc.NewServer(rpc.ServerConfig{History: history, Quota: local, Owners: owners, Shares: db, Adopted: lp.Shared.Returned, Windows: n.windows, Traffic: lp.Traffic, Down: n.answerDown, Now: now, Leases: q, Discounts: q, Events: lp.Devices, EventUses: evs,
-		Addrs: addrs, AddrOwners: owners, Owner: owner, Devices: lp.History, Mirror: lp.History, Store: lp.Devices, Logger: n.log})
+		Addrs: addrs, AddrOwners: owners, Owner: owner, Devices: lp.History, Mirror: lp.History, Store: lp.Devices, Recent: lp.Devices, Logger: n.log})
 	if err != nil {
 		q.Close()
 		return nil, err
