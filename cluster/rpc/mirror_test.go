@@ -837,3 +837,55 @@ func TestLeasedEventStoredBeforeTheWatch(t *testing.T) {
 		return err == nil && r.Found && r.Replayed
 	})
 }
+
+// pushingHistory's first Observe waits for proceed, then pushes a change
+// to watcher, as the history's shard does while it records an observation
+// of a watched account.
+type pushingHistory struct {
+	stubMirrorHistory
+	s         *Server
+	watcher   uint64
+	calls     atomic.Int32
+	inObserve chan struct{}
+	proceed   chan struct{}
+}
+
+func (h *pushingHistory) Observe(devicehist.Observation) (devicehist.Facts, error) {
+	if h.calls.Add(1) == 1 {
+		close(h.inObserve)
+		<-h.proceed
+		h.s.mirrors.deliver(devicehist.MirrorPush{Watcher: h.watcher, Customer: "acct_1"})
+	}
+	return devicehist.Facts{}, nil
+}
+
+// TestMirrorNewRunWhileRecording: a holder's first observations (a new
+// run to remember) arriving while another holder's are being recorded,
+// and the history pushing a change as it records them, do not deadlock.
+// Before, making the new run held the runs' lock while it waited for the
+// other run's, which its recording held while the history's push waited
+// for the runs' lock.
+func TestMirrorNewRunWhileRecording(t *testing.T) {
+	h := &pushingHistory{inObserve: make(chan struct{}), proceed: make(chan struct{})}
+	s := &Server{cfg: ServerConfig{Mirror: h, Owners: &fakeOwners{self: "a"}, Now: func() time.Time { return testNow }}, log: quietLog}
+	h.s = s
+	id1, c1 := s.mirrors.add()
+	id2, c2 := s.mirrors.add()
+	h.watcher = id1
+	frame := func(node string, run uint64) *MirrorUp {
+		return &MirrorUp{Version: version, Node: node, Run: run, FirstOp: 1, Ops: []*MirrorOp{{Customer: "acct_1", Observation: &Observation{AccountId: "u1"}}}}
+	}
+	done := make(chan struct{}, 2)
+	go func() { s.mirrorUp(id1, c1, frame("b", 42)); done <- struct{}{} }()
+	<-h.inObserve
+	go func() { s.mirrorUp(id2, c2, frame("c", 7)); done <- struct{}{} }()
+	time.Sleep(50 * time.Millisecond) // the second holder's frame reaches the runs
+	close(h.proceed)
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("deadlock: the holders' frames were not recorded in 5 s")
+		}
+	}
+}

@@ -71,9 +71,13 @@ const (
 // on a later stream (their acknowledgement was lost with the last one)
 // count once. Kept for batchMemory after its last use.
 type mirrorRun struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // held while the run's observations are recorded
 	applied uint64
-	used    time.Time
+	// used is when it was last used (Unix nanoseconds): read without mu by
+	// the sweep in run, which holds the runs' lock. Taking mu there would
+	// wait for a recording, whose history pushes wait for the runs' lock
+	// (deliver): a deadlock.
+	used atomic.Int64
 }
 
 type mirrorRunKey struct {
@@ -92,14 +96,12 @@ func (mc *mirrorConns) run(k mirrorRunKey, now time.Time) *mirrorRun {
 	r := mc.runs[k]
 	if r == nil {
 		for k2, r2 := range mc.runs {
-			r2.mu.Lock()
-			old := now.Sub(r2.used) > batchMemory
-			r2.mu.Unlock()
-			if old {
+			if now.Sub(time.Unix(0, r2.used.Load())) > batchMemory {
 				delete(mc.runs, k2)
 			}
 		}
 		r = &mirrorRun{}
+		r.used.Store(now.UnixNano()) // in use from now: not swept by the next new run
 		mc.runs[k] = r
 	}
 	return r
@@ -306,7 +308,7 @@ func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 		run = s.mirrors.run(mirrorRunKey{u.GetNode(), u.GetRun()}, time.Now())
 		run.mu.Lock()
 		defer func() {
-			run.used = time.Now()
+			run.used.Store(time.Now().UnixNano())
 			c.applied.Store(run.applied)
 			run.mu.Unlock()
 			// The acknowledgement goes with the next frame: a marker
