@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,6 +43,11 @@ type Balancer struct {
 	// member's, and the view shows them as its own, so no plan would claim
 	// or release them: they are taken up again instead.
 	lapsed map[Kind]map[int]Claim
+	// admits counts, per kind and shard, the owner-side actions admitted
+	// under a claim (Admit) and not yet done: release waits for them
+	// between dropping the claim and Releasing, so that Releasing flushes
+	// everything that was admitted, not only what reached its actors.
+	admits map[Kind][]atomic.Int32
 }
 
 // NewBalancer checks cfg; Run drives it.
@@ -57,12 +63,55 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
 	}
-	b := &Balancer{cfg: cfg, claims: map[Kind]map[int]Claim{}, lapsed: map[Kind]map[int]Claim{}}
+	b := &Balancer{cfg: cfg, claims: map[Kind]map[int]Claim{}, lapsed: map[Kind]map[int]Claim{}, admits: map[Kind][]atomic.Int32{}}
 	for _, k := range cfg.Kinds {
 		b.claims[k] = map[int]Claim{}
 		b.lapsed[k] = map[int]Claim{}
+		b.admits[k] = make([]atomic.Int32, Shards(k))
 	}
 	return b, nil
+}
+
+// Admit is Claim for an owner-side action that changes the shard's state
+// (a charge): with the claim, done must be called once the action has
+// reached the actors that Releasing flushes (queued there, or answered).
+// Until then a release of the shard waits (within its context) before
+// Releasing: an action admitted just before the claim was dropped would
+// otherwise reach its actors after they were flushed and forgotten.
+func (b *Balancer) Admit(k Kind, shard int) (c Claim, done func(), ok bool) {
+	as := b.admits[k]
+	if shard < 0 || shard >= len(as) {
+		return Claim{}, nil, false
+	}
+	a := &as[shard]
+	a.Add(1) // before the claim is read: release reads the count after dropping it
+	if c, ok = b.Claim(k, shard); !ok {
+		a.Add(-1)
+		return Claim{}, nil, false
+	}
+	return c, func() { a.Add(-1) }, true
+}
+
+// admitPoll is how often a release looks whether the actions admitted
+// under the claim it dropped are done.
+const admitPoll = time.Millisecond
+
+// drainAdmits waits until no action admitted under shard c is under way,
+// or ctx ends.
+func (b *Balancer) drainAdmits(ctx context.Context, c Claim) {
+	as := b.admits[c.Kind]
+	if c.Shard < 0 || c.Shard >= len(as) || as[c.Shard].Load() == 0 {
+		return
+	}
+	t := time.NewTicker(admitPoll)
+	defer t.Stop()
+	for as[c.Shard].Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Run passes on every change of the member set or of this member's lease,
@@ -198,6 +247,9 @@ func (b *Balancer) release(ctx context.Context, c Claim) error {
 	b.mu.Lock()
 	delete(b.claims[c.Kind], c.Shard)
 	b.mu.Unlock()
+	// What was admitted under the claim reaches its actors first, so
+	// that Releasing flushes it (Admit).
+	b.drainAdmits(ctx, c)
 	keep := func() {
 		b.mu.Lock()
 		if _, again := b.claims[c.Kind][c.Shard]; !again {

@@ -357,3 +357,67 @@ func TestBalancerReleaseFencedByALapseIsRetried(t *testing.T) {
 		t.Fatalf("lapsed %v, epoch %d, losses %d: the test needs a lapse the lease survives", lapsed.Load(), m.Epoch(), m.Losses())
 	}
 }
+
+// TestBalancerReleaseWaitsForAdmitted: an owner-side action admitted
+// under a claim (Admit) before a release dropped it holds Releasing back
+// until it is done, so that Releasing flushes it; Admit refuses once the
+// claim is dropped.
+func TestBalancerReleaseWaitsForAdmitted(t *testing.T) {
+	root := testRoot(t)
+	cli := newClient(t)
+	m := join(t, cli, root, "a", time.Second)
+	defer m.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	view, err := NewOwnerView(cli, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := view.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	two := []string{"a", "b"}
+	moving := -1
+	for s, o := range Assign(KindAddr, two) {
+		if o == "b" {
+			moving = s
+			break
+		}
+	}
+	var releasedAt atomic.Int64 // Unix nanoseconds of the moving shard's Releasing
+	b, err := NewBalancer(BalancerConfig{Member: m, View: view, Kinds: []Kind{KindAddr}, Every: 50 * time.Millisecond,
+		Releasing: func(_ context.Context, c Claim) error {
+			if c.Shard == moving {
+				releasedAt.Store(time.Now().UnixNano())
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "a owns every shard", func() bool { return b.Owned(KindAddr) == AddrShards })
+	_, admitted, ok := b.Admit(KindAddr, moving)
+	if !ok {
+		t.Fatal("no admission under a claim held")
+	}
+	other := startNode(t, root, "b")
+	defer func() { other.halt(); other.m.Close() }()
+	eventually(t, "a drops the moving shard's claim", func() bool {
+		_, held := b.Claim(KindAddr, moving)
+		return !held
+	})
+	if _, _, ok := b.Admit(KindAddr, moving); ok {
+		t.Fatal("admitted under a claim dropped")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if releasedAt.Load() != 0 {
+		t.Fatal("Releasing ran while an action admitted under the claim was under way")
+	}
+	end := time.Now()
+	admitted()
+	eventually(t, "the shard is released once the action is done", func() bool { return releasedAt.Load() >= end.UnixNano() })
+	eventually(t, "two nodes settle", func() bool { return settled(other, two) && b.Owned(KindAddr)+other.b.Owned(KindAddr) == AddrShards })
+}

@@ -322,6 +322,17 @@ func (q *Quota) Close() {
 	}
 }
 
+// admitLocal is local for a charge: admitted under the claim
+// (Ownership.Admit) until done is called.
+func (q *Quota) admitLocal(account string) (done func(), ok bool) {
+	shard := cluster.ShardOf(cluster.KindAccount, account)
+	if node, _, ok := q.cfg.Owners.Owner(shard); !ok || node != q.cfg.Owners.Self() {
+		return nil, false
+	}
+	_, done, err := q.cfg.Owners.Admit(shard)
+	return done, err == nil
+}
+
 // local reports whether this node owns the account's shard with a valid
 // claim now: the case of no hop at all.
 func (q *Quota) local(account string) bool {
@@ -336,7 +347,8 @@ func (q *Quota) local(account string) bool {
 
 // Charge implements checks.Quota.
 func (q *Quota) Charge(c quota.Charge) (quota.ChargeResult, error) {
-	if q.local(c.Account) {
+	if done, ok := q.admitLocal(c.Account); ok {
+		defer done()
 		return q.cfg.Local.Charge(c)
 	}
 	if q.leases != nil {
@@ -360,8 +372,9 @@ func (q *Quota) ChargeThen(st quota.ChargeStep) {
 	shard := cluster.ShardOf(cluster.KindAccount, st.ChargeReq().Account)
 	node, token, ok := q.cfg.Owners.Owner(shard)
 	if ok && node == q.cfg.Owners.Self() {
-		if _, err := q.cfg.Owners.Held(shard); err == nil {
-			q.cfg.Local.ChargeThen(st)
+		if _, done, err := q.cfg.Owners.Admit(shard); err == nil {
+			q.cfg.Local.ChargeThen(st) // queued (or run, inline) before done
+			done()
 			return
 		}
 	}
@@ -518,10 +531,14 @@ func routeCalls[T any](q *Quota, calls *atomic.Int64, account string, charging b
 			// claim within the deadline.
 			last = errors.New("no owner in the view")
 		case node == q.cfg.Owners.Self():
-			_, err := q.cfg.Owners.Held(shard)
+			_, done, err := q.cfg.Owners.Admit(shard)
 			// The view shows this node's claim before the Balancer records
 			// it: wait for it rather than for a view that will not move.
-			if err == nil || (errors.Is(err, ErrNoClaim) && q.awaitClaim(ctx, shard, token)) {
+			if err != nil && errors.Is(err, ErrNoClaim) && q.awaitClaim(ctx, shard, token) {
+				_, done, err = q.cfg.Owners.Admit(shard)
+			}
+			if err == nil {
+				defer done() // a release of the shard waits for it (Ownership.Admit)
 				return local()
 			}
 			last = err

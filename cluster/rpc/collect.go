@@ -126,10 +126,11 @@ func (s *Server) Collect(ctx context.Context, r *CollectRequest) (*CollectReply,
 			return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no device events")
 		}
 	}
-	token, err := s.own(ctx, r.Account, r.Token)
+	token, done, err := s.own(ctx, r.Account, r.Token)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	now := s.cfg.Now()
 	res, err := s.cfg.Quota.Collect(quota.Collect{Account: r.Account, Budget: quota.CollectBudget{Events: r.BudgetEvents, Bytes: r.BudgetBytes}, Bytes: r.Bytes, Now: now})
 	if err != nil {

@@ -69,10 +69,11 @@ func (s *Server) Devices(ctx context.Context, r *DevicesRequest) (*DevicesReply,
 	if s.cfg.Devices == nil {
 		return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no device history")
 	}
-	token, err := s.own(ctx, r.Account, r.Token)
+	token, done, err := s.own(ctx, r.Account, r.Token)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	list, err := s.cfg.Devices.Devices(r.Account, int(r.Limit), s.cfg.Now())
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())

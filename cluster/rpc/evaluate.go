@@ -102,11 +102,12 @@ func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateRep
 	if !s.calls.begin(id, r.GetCharge().GetAccount()) {
 		return nil, errSettled(id)
 	}
-	c, w, token, err := s.ownerWork(ctx, r)
+	c, w, token, done, err := s.ownerWork(ctx, r)
 	if err != nil {
 		s.calls.done(id, notCharged, nil, nil, nil)
 		return nil, err
 	}
+	defer done()
 	if !s.calls.arm(id) {
 		return nil, errSettled(id)
 	}
@@ -122,23 +123,23 @@ func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateRep
 }
 
 // ownerWork checks an Evaluate or EvaluateLeased request and fences it:
-// the charge and work it asks for, at the owner's now, and the claim's
-// token.
-func (s *Server) ownerWork(ctx context.Context, r *EvaluateRequest) (quota.Charge, checks.OwnerWork, int64, error) {
+// the charge and work it asks for, at the owner's now, the claim's token,
+// and the admission's done (Server.own), to call once the work is over.
+func (s *Server) ownerWork(ctx context.Context, r *EvaluateRequest) (quota.Charge, checks.OwnerWork, int64, func(), error) {
 	if s.cfg.Owner == nil {
-		return quota.Charge{}, checks.OwnerWork{}, 0, status.Error(codes.Aborted, "cluster rpc: this node evaluates no owner work; nothing done")
+		return quota.Charge{}, checks.OwnerWork{}, 0, nil, status.Error(codes.Aborted, "cluster rpc: this node evaluates no owner work; nothing done")
 	}
 	c, err := chargeOf(r.GetCharge())
 	if err != nil {
-		return c, checks.OwnerWork{}, 0, status.Error(codes.InvalidArgument, err.Error())
+		return c, checks.OwnerWork{}, 0, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	w, err := ownerWorkOf(r, c.Account)
 	if err != nil {
-		return c, w, 0, status.Error(codes.InvalidArgument, err.Error())
+		return c, w, 0, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	token, err := s.own(ctx, c.Account, r.GetCharge().GetToken())
+	token, done, err := s.own(ctx, c.Account, r.GetCharge().GetToken())
 	if err != nil {
-		return c, w, 0, err
+		return c, w, 0, nil, err
 	}
 	// The owner's clock decides, as for a charge: the windows, the event's
 	// age and the history's days are the owner's.
@@ -150,7 +151,7 @@ func (s *Server) ownerWork(ctx context.Context, r *EvaluateRequest) (quota.Charg
 	if w.Observe != nil {
 		w.Observe.Now = c.Now
 	}
-	return c, w, token, nil
+	return c, w, token, done, nil
 }
 
 func evaluateMsg(c *quota.Charge, w checks.OwnerWork, token int64) *EvaluateRequest {

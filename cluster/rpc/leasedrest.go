@@ -120,10 +120,11 @@ func ownerDidNothing(err error) bool {
 
 // EvaluateLeased implements NodeServer.
 func (s *Server) EvaluateLeased(ctx context.Context, r *EvaluateRequest) (*EvaluateReply, error) {
-	_, w, token, err := s.ownerWork(ctx, r)
+	_, w, token, done, err := s.ownerWork(ctx, r)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	res := s.cfg.Owner.Rest(w)
 	res.Charge = quota.ChargeResult{Allowed: true}
 	return evaluateReply(&res, w, token), nil

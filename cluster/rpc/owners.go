@@ -17,6 +17,11 @@ type Ownership interface {
 	// fencing token, or an error wrapping cluster.ErrFenced when the node
 	// holds no claim or the lease it was made under may be gone.
 	Held(shard int) (token int64, err error)
+	// Admit is Held for a charge this node makes as the owner: done must
+	// be called once the charge reached the local quota actors (queued,
+	// or answered), and a release of the shard waits for it before it
+	// flushes them (cluster.Balancer.Admit). done is nil with an error.
+	Admit(shard int) (token int64, done func(), err error)
 	// Owner is the shard's owner and token in this node's view.
 	Owner(shard int) (node string, token int64, ok bool)
 	// Members lists the live members' ids.
@@ -53,6 +58,19 @@ func (c Cluster) Self() string { return c.Member.ID() }
 // Held implements Ownership: the Balancer's claim, checked by Member.Valid
 // (the local half of the fence).
 func (c Cluster) Held(shard int) (int64, error) { return c.held(cluster.KindAccount, shard) }
+
+// Admit implements Ownership.
+func (c Cluster) Admit(shard int) (int64, func(), error) {
+	cl, done, ok := c.Balancer.Admit(cluster.KindAccount, shard)
+	if !ok {
+		return 0, nil, fmt.Errorf("cluster %s/%04d: %w", cluster.KindAccount, shard, ErrNoClaim)
+	}
+	if err := c.Member.Valid(cl); err != nil {
+		done()
+		return 0, nil, err
+	}
+	return cl.Token, done, nil
+}
 
 // held is this node's valid claim of the shard of kind k: its token.
 func (c Cluster) held(k cluster.Kind, shard int) (int64, error) {

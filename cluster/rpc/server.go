@@ -178,15 +178,21 @@ func (s *Server) Register(g *grpc.Server) { RegisterNodeServer(g, s) }
 // own is the fence before an owner-only action: this node's valid claim of
 // the shard, and no newer claim known to the caller. A refusal is
 // FailedPrecondition with NotOwner (owner and token in this node's view).
-func (s *Server) own(ctx context.Context, account string, callerToken int64) (int64, error) {
+// The action is admitted under the claim (Ownership.Admit): done, which
+// the caller calls once the action is over, lets a release of the shard
+// go on to flush it.
+func (s *Server) own(ctx context.Context, account string, callerToken int64) (token int64, done func(), err error) {
 	shard := cluster.ShardOf(cluster.KindAccount, account)
-	token, err := s.cfg.Owners.Held(shard)
+	token, done, err = s.cfg.Owners.Admit(shard)
 	if err != nil {
-		token, err = s.awaitClaim(ctx, shard, callerToken, err)
+		if _, err = s.awaitClaim(ctx, shard, callerToken, err); err == nil {
+			token, done, err = s.cfg.Owners.Admit(shard)
+		}
 	}
 	if err == nil && callerToken > token {
 		// The caller has seen a later claim than ours: ours is stale even
 		// if our lease still looks held.
+		done()
 		err = fmt.Errorf("cluster %s/%04d: caller saw token %d, ours is %d: %w", cluster.KindAccount, shard, callerToken, token, cluster.ErrFenced)
 	}
 	if err == nil {
@@ -194,17 +200,18 @@ func (s *Server) own(ctx context.Context, account string, callerToken int64) (in
 			// The caller gives up before an answer could reach it (a wait
 			// for the claim took its deadline): charged now, the call would
 			// count although the caller answers 503. Nothing is done.
-			return 0, status.Error(codes.Aborted, fmt.Sprintf("cluster %s/%04d: %v of the caller's deadline left, too little to answer in time; nothing done", cluster.KindAccount, shard, time.Until(dl).Round(time.Millisecond)))
+			done()
+			return 0, nil, status.Error(codes.Aborted, fmt.Sprintf("cluster %s/%04d: %v of the caller's deadline left, too little to answer in time; nothing done", cluster.KindAccount, shard, time.Until(dl).Round(time.Millisecond)))
 		}
-		return token, nil
+		return token, done, nil
 	}
 	owner, cur, _ := s.cfg.Owners.Owner(shard)
 	rec := errors.Is(err, ErrNoClaim) && owner == s.cfg.Owners.Self() && cur >= callerToken
 	st, derr := status.New(codes.FailedPrecondition, err.Error()).WithDetails(&NotOwner{Version: version, Shard: int32(shard), Owner: owner, Token: cur, Recording: rec})
 	if derr != nil {
-		return 0, status.Error(codes.FailedPrecondition, err.Error())
+		return 0, nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	return 0, st.Err()
+	return 0, nil, st.Err()
 }
 
 // maxClaimWait bounds a wait for a claim being recorded, whatever the
@@ -272,11 +279,12 @@ func (s *Server) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply, er
 	if !s.calls.begin(id, c.Account) {
 		return nil, errSettled(id)
 	}
-	token, err := s.own(ctx, c.Account, r.Token)
+	token, done, err := s.own(ctx, c.Account, r.Token)
 	if err != nil {
 		s.calls.done(id, notCharged, nil, nil, nil)
 		return nil, err
 	}
+	defer done()
 	if !s.calls.arm(id) {
 		return nil, errSettled(id)
 	}
@@ -294,10 +302,11 @@ func (s *Server) Usage(ctx context.Context, r *UsageRequest) (*UsageReply, error
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	token, err := s.own(ctx, u.Account, r.Token)
+	token, done, err := s.own(ctx, u.Account, r.Token)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	u.Now = s.cfg.Now()
 	v, err := s.cfg.Quota.Usage(u)
 	if err != nil {
@@ -316,10 +325,11 @@ func (s *Server) Lease(ctx context.Context, r *LeaseRequest) (*LeaseReply, error
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	token, err := s.own(ctx, l.Account, r.Token)
+	token, done, err := s.own(ctx, l.Account, r.Token)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	l.Now, l.Members = s.cfg.Now(), len(s.cfg.Owners.Members())
 	l.Keep = leaseKeep * l.For
 	l.Report.SameClaim = r.ReportToken == token

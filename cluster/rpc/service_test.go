@@ -497,3 +497,16 @@ func TestServerWaitsForItsClaim(t *testing.T) {
 		t.Fatalf("charge at a node that is not the owner: %v, want FailedPrecondition at once", err)
 	}
 }
+
+// admitByHeld is a fake's Admit: its Held, with nothing to count.
+func admitByHeld(held func(int) (int64, error), shard int) (int64, func(), error) {
+	token, err := held(shard)
+	if err != nil {
+		return 0, nil, err
+	}
+	return token, func() {}, nil
+}
+
+func (f *fakeOwners) Admit(shard int) (int64, func(), error)  { return admitByHeld(f.Held, shard) }
+func (m movingOwners) Admit(shard int) (int64, func(), error) { return admitByHeld(m.Held, shard) }
+func (a *acquiring) Admit(shard int) (int64, func(), error)   { return admitByHeld(a.Held, shard) }
