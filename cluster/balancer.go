@@ -93,11 +93,16 @@ func (b *Balancer) Admit(k Kind, shard int) (c Claim, done func(), ok bool) {
 }
 
 // admitPoll is how often a release looks whether the actions admitted
-// under the claim it dropped are done.
-const admitPoll = time.Millisecond
+// under the claim it dropped are done; admitWait bounds the wait (an
+// action stuck past it is flushed without, as before Admit, rather than
+// hold the shard, and a graceful leave, for good).
+const (
+	admitPoll = time.Millisecond
+	admitWait = 5 * time.Second
+)
 
 // drainAdmits waits until no action admitted under shard c is under way,
-// or ctx ends.
+// or admitWait passes, or ctx ends.
 func (b *Balancer) drainAdmits(ctx context.Context, c Claim) {
 	as := b.admits[c.Kind]
 	if c.Shard < 0 || c.Shard >= len(as) || as[c.Shard].Load() == 0 {
@@ -105,9 +110,13 @@ func (b *Balancer) drainAdmits(ctx context.Context, c Claim) {
 	}
 	t := time.NewTicker(admitPoll)
 	defer t.Stop()
+	limit := time.NewTimer(admitWait)
+	defer limit.Stop()
 	for as[c.Shard].Load() > 0 {
 		select {
 		case <-ctx.Done():
+			return
+		case <-limit.C:
 			return
 		case <-t.C:
 		}
