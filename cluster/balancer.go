@@ -48,6 +48,9 @@ type Balancer struct {
 	// between dropping the claim and Releasing, so that Releasing flushes
 	// everything that was admitted, not only what reached its actors.
 	admits map[Kind][]atomic.Int32
+	// admitWait bounds a release's wait for them (admitWait; tests
+	// shorten it).
+	admitWait time.Duration
 }
 
 // NewBalancer checks cfg; Run drives it.
@@ -63,7 +66,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
 	}
-	b := &Balancer{cfg: cfg, claims: map[Kind]map[int]Claim{}, lapsed: map[Kind]map[int]Claim{}, admits: map[Kind][]atomic.Int32{}}
+	b := &Balancer{cfg: cfg, claims: map[Kind]map[int]Claim{}, lapsed: map[Kind]map[int]Claim{}, admits: map[Kind][]atomic.Int32{}, admitWait: admitWait}
 	for _, k := range cfg.Kinds {
 		b.claims[k] = map[int]Claim{}
 		b.lapsed[k] = map[int]Claim{}
@@ -110,7 +113,7 @@ func (b *Balancer) drainAdmits(ctx context.Context, c Claim) {
 	}
 	t := time.NewTicker(admitPoll)
 	defer t.Stop()
-	limit := time.NewTimer(admitWait)
+	limit := time.NewTimer(b.admitWait)
 	defer limit.Stop()
 	for as[c.Shard].Load() > 0 {
 		select {

@@ -358,17 +358,24 @@ func TestBalancerReleaseFencedByALapseIsRetried(t *testing.T) {
 	}
 }
 
-// TestBalancerReleaseWaitsForAdmitted: an owner-side action admitted
-// under a claim (Admit) before a release dropped it holds Releasing back
-// until it is done, so that Releasing flushes it; Admit refuses once the
-// claim is dropped.
-func TestBalancerReleaseWaitsForAdmitted(t *testing.T) {
+// admitRelease is node a owning every address shard, with moving the
+// shard that moves once node b joins (start), and releasedAt the time
+// a's Releasing ran for it (0: not yet). wait bounds a release's wait for
+// admitted actions.
+type admitRelease struct {
+	b          *Balancer
+	moving     int
+	releasedAt atomic.Int64
+	start      func() *node
+}
+
+func newAdmitRelease(t *testing.T, wait time.Duration) *admitRelease {
+	t.Helper()
 	root := testRoot(t)
 	cli := newClient(t)
 	m := join(t, cli, root, "a", time.Second)
-	defer m.Close()
+	t.Cleanup(func() { m.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	view, err := NewOwnerView(cli, root)
 	if err != nil {
 		t.Fatal(err)
@@ -376,48 +383,79 @@ func TestBalancerReleaseWaitsForAdmitted(t *testing.T) {
 	if err := view.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	two := []string{"a", "b"}
-	moving := -1
-	for s, o := range Assign(KindAddr, two) {
+	r := &admitRelease{moving: -1}
+	for s, o := range Assign(KindAddr, []string{"a", "b"}) {
 		if o == "b" {
-			moving = s
+			r.moving = s
 			break
 		}
 	}
-	var releasedAt atomic.Int64 // Unix nanoseconds of the moving shard's Releasing
-	b, err := NewBalancer(BalancerConfig{Member: m, View: view, Kinds: []Kind{KindAddr}, Every: 50 * time.Millisecond,
+	r.b, err = NewBalancer(BalancerConfig{Member: m, View: view, Kinds: []Kind{KindAddr}, Every: 50 * time.Millisecond,
 		Releasing: func(_ context.Context, c Claim) error {
-			if c.Shard == moving {
-				releasedAt.Store(time.Now().UnixNano())
+			if c.Shard == r.moving {
+				r.releasedAt.Store(time.Now().UnixNano())
 			}
 			return nil
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.b.admitWait = wait
 	done := make(chan struct{})
-	go func() { defer close(done); b.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	eventually(t, "a owns every shard", func() bool { return b.Owned(KindAddr) == AddrShards })
-	_, admitted, ok := b.Admit(KindAddr, moving)
+	go func() { defer close(done); r.b.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "a owns every shard", func() bool { return r.b.Owned(KindAddr) == AddrShards })
+	r.start = func() *node {
+		other := startNode(t, root, "b")
+		t.Cleanup(func() { other.halt(); other.m.Close() })
+		eventually(t, "a drops the moving shard's claim", func() bool {
+			_, held := r.b.Claim(KindAddr, r.moving)
+			return !held
+		})
+		return other
+	}
+	return r
+}
+
+// TestBalancerReleaseWaitsForAdmitted: an owner-side action admitted
+// under a claim (Admit) before a release dropped it holds Releasing back
+// until it is done, so that Releasing flushes it; Admit refuses once the
+// claim is dropped.
+func TestBalancerReleaseWaitsForAdmitted(t *testing.T) {
+	r := newAdmitRelease(t, time.Minute)
+	_, admitted, ok := r.b.Admit(KindAddr, r.moving)
 	if !ok {
 		t.Fatal("no admission under a claim held")
 	}
-	other := startNode(t, root, "b")
-	defer func() { other.halt(); other.m.Close() }()
-	eventually(t, "a drops the moving shard's claim", func() bool {
-		_, held := b.Claim(KindAddr, moving)
-		return !held
-	})
-	if _, _, ok := b.Admit(KindAddr, moving); ok {
+	other := r.start()
+	if _, _, ok := r.b.Admit(KindAddr, r.moving); ok {
 		t.Fatal("admitted under a claim dropped")
 	}
 	time.Sleep(200 * time.Millisecond)
-	if releasedAt.Load() != 0 {
+	if r.releasedAt.Load() != 0 {
 		t.Fatal("Releasing ran while an action admitted under the claim was under way")
 	}
 	end := time.Now()
 	admitted()
-	eventually(t, "the shard is released once the action is done", func() bool { return releasedAt.Load() >= end.UnixNano() })
-	eventually(t, "two nodes settle", func() bool { return settled(other, two) && b.Owned(KindAddr)+other.b.Owned(KindAddr) == AddrShards })
+	eventually(t, "the shard is released once the action is done", func() bool { return r.releasedAt.Load() >= end.UnixNano() })
+	eventually(t, "two nodes settle", func() bool {
+		return settled(other, []string{"a", "b"}) && r.b.Owned(KindAddr)+other.b.Owned(KindAddr) == AddrShards
+	})
+}
+
+// TestBalancerReleaseWaitBounded: an admitted action that never ends
+// holds a release back for admitWait at most, not for good.
+func TestBalancerReleaseWaitBounded(t *testing.T) {
+	r := newAdmitRelease(t, 300*time.Millisecond)
+	_, admitted, ok := r.b.Admit(KindAddr, r.moving)
+	if !ok {
+		t.Fatal("no admission under a claim held")
+	}
+	defer admitted()
+	dropped := time.Now()
+	r.start()
+	eventually(t, "the shard is released past the bound", func() bool { return r.releasedAt.Load() != 0 })
+	if waited := time.Duration(r.releasedAt.Load() - dropped.UnixNano()); waited < 250*time.Millisecond {
+		t.Fatalf("Releasing ran %v after the join, within the bound, with an action under way", waited)
+	}
 }

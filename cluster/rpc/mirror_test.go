@@ -103,6 +103,27 @@ func evalOn(t *testing.T, nd *node, c quota.Charge, id events.EventID, user stri
 		hits: nd.q.MirrorHits() - hits, misses: nd.q.MirrorMisses() - misses, answeredLocally: st.charged}
 }
 
+// mirroredPair is two mirrored nodes, a hot account owned by a and its
+// evaluations' charge: b is the lease holder.
+func mirroredPair(t *testing.T) (a, b *node, acct string, c quota.Charge) {
+	t.Helper()
+	ids := []string{"a", "b"}
+	nodes := mirroredNodes(t, leasing(20), ids...)
+	acct = accountOwnedBy("a", ids)
+	return nodes[0], nodes[1], acct, hotCharge(acct)
+}
+
+// collectAt stores a device event of visitor for acct through nd's
+// routing events (at the account's owner).
+func collectAt(t *testing.T, nd *node, acct, visitor string) events.EventID {
+	t.Helper()
+	id, err := nd.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: visitor, Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 // TestLeasedEvaluationFromMirror: lease holders of a hot account answer its
 // evaluations with an event stored at the owner from their mirror of the
 // owner's history, with no round trip, once one evaluation of each record
@@ -117,11 +138,7 @@ func TestLeasedEvaluationFromMirror(t *testing.T) {
 	holdSlices(t, c, nodes[1:]...)
 	var evs []events.EventID
 	for i := range 2 {
-		id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: fmt.Sprintf("visitor-%d", i), Complete: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs = append(evs, id)
+		evs = append(evs, collectAt(t, a, acct, fmt.Sprintf("visitor-%d", i)))
 	}
 	users := []string{"alice", "bob", "carol"}
 	// Warm-up: each holder evaluates every (event, user) until one of
@@ -215,16 +232,9 @@ func TestLeasedEvaluationFromMirror(t *testing.T) {
 // drops its mirrors and goes to the owner again; nothing is answered from
 // a copy nobody keeps current.
 func TestMirrorDroppedWhenOwnerStops(t *testing.T) {
-	ids := []string{"a", "b"}
-	nodes := mirroredNodes(t, leasing(20), ids...)
-	a, b := nodes[0], nodes[1]
-	acct := accountOwnedBy("a", ids)
-	c := hotCharge(acct)
+	a, b, acct, c := mirroredPair(t)
 	holdSlices(t, c, b)
-	id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor", Complete: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := collectAt(t, a, acct, "visitor")
 	warmMirror(t, b, 0, func(int) { evalOn(t, b, c, id, "alice") })
 	a.server.Drain() // the owner's streams end
 	eventually(t, "the holder drops its mirror", func() bool {
@@ -598,16 +608,9 @@ func TestMirrorCarryLapses(t *testing.T) {
 // observations its stream still carries, so the last evaluations answered
 // from its mirror are recorded at the owner, not lost with the stream.
 func TestMirrorCloseFlushes(t *testing.T) {
-	ids := []string{"a", "b"}
-	nodes := mirroredNodes(t, leasing(20), ids...)
-	a, b := nodes[0], nodes[1]
-	acct := accountOwnedBy("a", ids)
-	c := hotCharge(acct)
+	a, b, acct, c := mirroredPair(t)
 	holdSlices(t, c, b)
-	id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor", Complete: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := collectAt(t, a, acct, "visitor")
 	warmMirror(t, b, 0, func(int) { evalOn(t, b, c, id, "alice") })
 	// A burst from the mirror, then the close at once.
 	users := 0
@@ -643,16 +646,9 @@ func TestMirrorCloseFlushes(t *testing.T) {
 // owner records is the request's account, not what the buffer holds by
 // then.
 func TestMirrorOpOutlivesRequestBuffer(t *testing.T) {
-	ids := []string{"a", "b"}
-	nodes := mirroredNodes(t, leasing(20), ids...)
-	a, b := nodes[0], nodes[1]
-	acct := accountOwnedBy("a", ids)
-	c := hotCharge(acct)
+	a, b, acct, c := mirroredPair(t)
 	holdSlices(t, c, b)
-	id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: "visitor", Complete: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := collectAt(t, a, acct, "visitor")
 	warmMirror(t, b, 0, func(int) { evalOn(t, b, c, id, "alice") })
 	m := b.q.mirror.Load()
 	for i := 0; ; i++ {
@@ -796,20 +792,8 @@ func TestMirrorDrainAcknowledges(t *testing.T) {
 // use (and counted at the owner), and of one the owner evaluated already,
 // as a replay, with no round trip either way.
 func TestLeasedEventStoredBeforeTheWatch(t *testing.T) {
-	ids := []string{"a", "b"}
-	nodes := mirroredNodes(t, leasing(20), ids...)
-	a, b := nodes[0], nodes[1]
-	acct := accountOwnedBy("a", ids)
-	c := hotCharge(acct)
-	collect := func(visitor string) events.EventID {
-		t.Helper()
-		id, err := a.ev.Collect(events.Collected{Account: acct, Now: testNow, Signals: []byte("{}"), Verdict: &device.Verdict{VisitorID: visitor, Complete: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	warm, fresh, used := collect("visitor-warm"), collect("visitor-fresh"), collect("visitor-used")
+	a, b, acct, c := mirroredPair(t)
+	warm, fresh, used := collectAt(t, a, acct, "visitor-warm"), collectAt(t, a, acct, "visitor-fresh"), collectAt(t, a, acct, "visitor-used")
 	// The owner evaluates one of them itself.
 	if r, err := a.events.Resolve(events.Resolve{ID: used, Account: acct, Now: testNow}); err != nil || !r.Found || r.Replayed {
 		t.Fatalf("the owner's own first use of an event: %+v %v", r, err)
