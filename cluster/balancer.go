@@ -78,9 +78,10 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 // Admit is Claim for an owner-side action that changes the shard's state
 // (a charge): with the claim, done must be called once the action has
 // reached the actors that Releasing flushes (queued there, or answered).
-// Until then a release of the shard waits (within its context) before
-// Releasing: an action admitted just before the claim was dropped would
-// otherwise reach its actors after they were flushed and forgotten.
+// Until then a release of the shard waits (within its context, at most
+// admitWait) before Releasing: an action admitted just before the claim
+// was dropped would otherwise reach its actors after they were flushed and
+// forgotten.
 func (b *Balancer) Admit(k Kind, shard int) (c Claim, done func(), ok bool) {
 	as := b.admits[k]
 	if shard < 0 || shard >= len(as) {

@@ -334,15 +334,14 @@ func (q *Quota) admitLocal(account string) (done func(), ok bool) {
 }
 
 // local reports whether this node owns the account's shard with a valid
-// claim now: the case of no hop at all.
+// claim now: the case of no hop at all (for what no release need wait for:
+// reads, budgets).
 func (q *Quota) local(account string) bool {
-	shard := cluster.ShardOf(cluster.KindAccount, account)
-	node, _, ok := q.cfg.Owners.Owner(shard)
-	if !ok || node != q.cfg.Owners.Self() {
-		return false
+	done, ok := q.admitLocal(account)
+	if ok {
+		done()
 	}
-	_, err := q.cfg.Owners.Held(shard)
-	return err == nil
+	return ok
 }
 
 // Charge implements checks.Quota.
