@@ -307,7 +307,7 @@ func (s shard) startFilter(ws *watchSet, watcher uint64) {
 	}
 	if s.store == nil {
 		n := 0
-		s.rangeCustomer(ws.customer, func(storage.HistRecord) { n++ })
+		s.rangeCustomer(ws.customer, func(storage.HistRecord, int64) { n++ })
 		s.sendFilter(ws, watcher, bloom.New(filterSize(filterRoom(n))), nil)
 		return
 	}
@@ -352,7 +352,7 @@ func (s shard) sendFilter(ws *watchSet, watcher uint64, f *bloom.BloomFilter, pu
 	if sink == nil {
 		return
 	}
-	s.rangeCustomer(ws.customer, func(r storage.HistRecord) {
+	s.rangeCustomer(ws.customer, func(r storage.HistRecord, _ int64) {
 		f.Add(filterKeyOf(s.fkey[:0], r))
 	})
 	for _, k := range pushed {
@@ -367,24 +367,24 @@ func (s shard) sendFilter(ws *watchSet, watcher uint64, f *bloom.BloomFilter, pu
 }
 
 // rangeCustomer calls fn with each of the customer's records in the
-// shard's memory. It walks every entry of the shard: first watches are
-// rare.
-func (s shard) rangeCustomer(customer string, fn func(storage.HistRecord)) {
+// shard's memory and when it was last used. It walks every entry of the
+// shard: first watches are rare.
+func (s shard) rangeCustomer(customer string, fn func(r storage.HistRecord, touched int64)) {
 	s.devices.Range(func(k deviceKey, e *deviceEntry) bool {
 		if k.customer == customer {
-			fn(&e.rec)
+			fn(&e.rec, e.touched)
 		}
 		return true
 	})
 	s.accounts.Range(func(k accountKey, e *accountEntry) bool {
 		if k.customer == customer {
-			fn(&e.rec)
+			fn(&e.rec, e.touched)
 		}
 		return true
 	})
 	s.addresses.Range(func(k addressKey, e *addressEntry) bool {
 		if k.customer == customer {
-			fn(&e.rec)
+			fn(&e.rec, e.touched)
 		}
 		return true
 	})
@@ -415,22 +415,95 @@ func (s shard) applyFilter(p *MirrorPush) {
 		return
 	}
 	set := s.mirrorSetOf(p.Customer)
+	e := newExistence(f)
 	for _, m := range set.devices {
-		f.Add(filterKeyOf(s.fkey[:0], &m.rec))
+		e.add(filterKeyOf(s.fkey[:0], &m.rec))
 	}
 	for _, m := range set.accounts {
-		f.Add(filterKeyOf(s.fkey[:0], &m.rec))
+		e.add(filterKeyOf(s.fkey[:0], &m.rec))
 	}
 	for _, m := range set.addrs {
-		f.Add(filterKeyOf(s.fkey[:0], &m.rec))
+		e.add(filterKeyOf(s.fkey[:0], &m.rec))
 	}
-	set.filter, set.filterTouched = f, s.clock
+	set.filter, set.filterTouched = e, s.clock
+}
+
+// existence is a holder's existence filter of one customer: the owner's
+// filter, then, once the records pushed since have filled it to filterFP,
+// layers of the holder's own for the records pushed after it (a scalable
+// Bloom filter: each layer sized for twice the keys of the one before, the
+// first at a quarter of filterFP and each next at half the rate of the one
+// before, so the union stays under 1.5 filterFP). The owner sizes
+// its filter for the customer as it is at the first watch; a young
+// customer's then fills as it grows, and at four times its keys it says
+// "may exist" of two records in three that nobody holds, each of which
+// sends its evaluation to the owner.
+type existence struct {
+	layers []*bloom.BloomFilter
+	// room: the keys the newest layer takes before the next is made;
+	// keys: what the newest was sized for; fp: the next one's rate;
+	// bits: all layers'.
+	room, keys int
+	fp         float64
+	bits       uint
+}
+
+// maxExistenceBits bounds one customer's layers on a holder (the size of
+// the largest filter it accepts): past it the newest layer takes every
+// key, its rate rising, as a single filter's would.
+const maxExistenceBits = maxFilterBits
+
+// minLayerKeys is the smallest layer a holder adds.
+const minLayerKeys = 1024
+
+// filterKeys is how many keys a filter of m bits holds at filterFP.
+func filterKeys(m uint) int {
+	return int(float64(m) * math.Ln2 * math.Ln2 / -math.Log(filterFP))
+}
+
+func newExistence(f *bloom.BloomFilter) *existence {
+	keys := filterKeys(f.Cap())
+	return &existence{
+		layers: []*bloom.BloomFilter{f},
+		room:   keys - int(f.ApproximatedSize()),
+		keys:   keys,
+		fp:     filterFP / 4,
+		bits:   f.Cap(),
+	}
+}
+
+// test reports whether some layer may hold key.
+func (e *existence) test(key []byte) bool {
+	for _, l := range e.layers {
+		if l.Test(key) {
+			return true
+		}
+	}
+	return false
+}
+
+// add adds key (a key some layer may hold already is not added again, so
+// room counts distinct keys), first adding a layer when the newest is full.
+func (e *existence) add(key []byte) {
+	if e.test(key) {
+		return
+	}
+	if e.room <= 0 {
+		keys := max(2*e.keys, minLayerKeys)
+		m, k := bloom.EstimateParameters(uint(keys), e.fp)
+		if e.bits+m <= maxExistenceBits {
+			e.layers = append(e.layers, bloom.New(m, k))
+			e.room, e.keys, e.fp, e.bits = keys, keys, e.fp/2, e.bits+m
+		}
+	}
+	e.layers[len(e.layers)-1].Add(key)
+	e.room--
 }
 
 // surelyAbsent reports whether the set's filter says the owner holds no
 // record under key (no filter: it cannot say).
 func (set *mirrorSet) surelyAbsent(key []byte, now int64) bool {
-	if set.filter == nil || set.filter.Test(key) {
+	if set.filter == nil || set.filter.test(key) {
 		return false
 	}
 	set.filterTouched = now

@@ -51,11 +51,11 @@ func filterPushes(ps []MirrorPush) int {
 }
 
 // TestMirrorFilterFromStore: the filter of a store-backed owner names the
-// records only its store holds (stored, then evicted from its memory) and
-// those only its memory holds (their write failed): the holder reads them
-// as maybe present and asks (ErrNotMirrored), while records the owner
-// holds nowhere are answered from the mirror as new, as the owner answers
-// them, with no watch of theirs.
+// records only its store holds (stored, then evicted from its memory): the
+// holder reads them as maybe present and asks (ErrNotMirrored); those only
+// its memory holds (their write failed) came with the first watch; records
+// the owner holds nowhere are answered from the mirror as new, as the
+// owner answers them, with no watch of theirs.
 func TestMirrorFilterFromStore(t *testing.T) {
 	db := openDBWith(t, vfs.NewMem(), time.Hour)
 	defer db.Close()
@@ -94,14 +94,21 @@ func TestMirrorFilterFromStore(t *testing.T) {
 	if of := observe(t, owner, fresh); mf != of {
 		t.Fatalf("new records: mirror %+v, owner %+v", mf, of)
 	}
-	// Held at the owner, never pushed here: maybe present, so asked.
+	// Held in the owner's store alone, never pushed here: maybe present,
+	// so asked.
 	for _, q := range []Observation{
 		{DeviceID: "stored"}, {AccountID: "u_stored"}, {AccountID: "u_x", IP: ip2},
-		{DeviceID: "unstored"}, {AccountID: "u_unstored"},
 	} {
 		q.Customer, q.Now = "acc_1", now
 		if _, err := holder.MirrorObserve(q); !errors.Is(err, ErrNotMirrored) {
 			t.Errorf("%+v, held by the owner: %v, want ErrNotMirrored", q, err)
+		}
+	}
+	// Held in the owner's memory: pushed with the first watch, answered.
+	for _, q := range []Observation{{DeviceID: "unstored"}, {AccountID: "u_unstored"}} {
+		q.Customer, q.Now = "acc_1", now
+		if _, err := holder.MirrorObserve(q); err != nil {
+			t.Errorf("%+v, in the owner's memory: %v", q, err)
 		}
 	}
 	// A re-watch of the same registration builds no other filter.
@@ -370,4 +377,52 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestMirrorFilterGrows: a filter sized when a young customer was first
+// watched grows on the holder as the owner's pushes add records to it, so
+// records nobody holds still read as surely absent at about filterFP (and
+// never more than twice it), and every pushed record reads as maybe
+// present once the holder swept its copy.
+func TestMirrorFilterGrows(t *testing.T) {
+	owner := newClient(t, Config{Shards: 1})
+	holder := newClient(t, Config{Shards: 1, IdleAfter: time.Hour})
+	fd := newFeed(owner)
+	seedMirror(t, owner, holder, fd, 1, Observation{Customer: "acc_1", AccountID: "u_first", Now: t0})
+	const grown = 40_000 // the filter was sized for about 1,000
+	for i := range grown {
+		observe(t, owner, Observation{Customer: "acc_1", AccountID: fmt.Sprintf("u_%d", i), Now: t0})
+		if i%1000 == 999 {
+			fd.drain(holder.MirrorApply)
+		}
+	}
+	fd.drain(holder.MirrorApply)
+	missed := func(prefix string, n int, at time.Time) int {
+		t.Helper()
+		misses := 0
+		for i := range n {
+			_, err := holder.MirrorObserve(Observation{Customer: "acc_1", AccountID: fmt.Sprintf("%s%d", prefix, i), Now: at})
+			switch {
+			case errors.Is(err, ErrNotMirrored):
+				misses++
+			case err != nil:
+				t.Fatal(err)
+			}
+		}
+		return misses
+	}
+	const unseen = 20_000
+	if n := missed("nobody_", unseen, t0); float64(n) > 2*filterFP*unseen {
+		t.Fatalf("%d of %d records nobody holds read as maybe present, want at most %.0f", n, unseen, 2*filterFP*unseen)
+	}
+	// Stamped at the first sweep, the copies go at the second; the
+	// filter, which answered since, stays.
+	holder.Sweep(t0)
+	if n := missed("nobody_", 100, t0.Add(90*time.Minute)); n > 10 {
+		t.Fatalf("%d of 100 read as maybe present", n)
+	}
+	holder.Sweep(t0.Add(2 * time.Hour))
+	if n := missed("u_", grown, t0.Add(2*time.Hour)); n != grown {
+		t.Fatalf("%d of %d records the owner holds, swept here, read as maybe present, want all", n, grown)
+	}
 }

@@ -6,8 +6,6 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/bits-and-blooms/bloom/v3"
-
 	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/storage"
 )
@@ -103,7 +101,7 @@ type mirrorSet struct {
 	// filter: the owner's existence filter (filter.go), with every
 	// present record pushed since added; nil until one came.
 	// filterTouched: when it last answered (sweep), as touched.
-	filter        *bloom.BloomFilter
+	filter        *existence
 	filterTouched int64
 }
 
@@ -226,7 +224,7 @@ func (s shard) applyMirror(p *MirrorPush) {
 		} else if set.filter != nil {
 			// The filter stays a superset of what the owner holds, so
 			// that a record swept here never reads as absent.
-			set.filter.Add(filterKeyOf(s.fkey[:0], r))
+			set.filter.add(filterKeyOf(s.fkey[:0], r))
 		}
 		switch r := r.(type) {
 		case *storage.HistCustomerDevice:

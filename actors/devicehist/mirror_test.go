@@ -370,32 +370,92 @@ func TestWatchSnapshot(t *testing.T) {
 	}
 	observe(t, owner, Observation{Customer: "acc_1", AccountID: "x", Test: true, Now: t0})
 	ps := fd.drain(nil)
-	// The snapshot, then (a first watch, no store: at once) the filter.
-	if len(ps) != 2 || ps[0].Watcher != 3 || ps[1].Watcher != 3 || len(ps[0].Filter) != 0 || len(ps[1].Filter) == 0 || len(ps[1].Records) != 0 {
+	// The snapshot, the records in the owner's memory (a first watch),
+	// then (no store: at once) the filter.
+	if len(ps) != 3 || ps[0].Watcher != 3 || ps[1].Watcher != 3 || ps[2].Watcher != 3 || len(ps[0].Filter) != 0 || len(ps[1].Filter) != 0 || len(ps[2].Filter) == 0 || len(ps[2].Records) != 0 {
 		t.Fatalf("pushes: %+v", ps)
 	}
-	got := map[string]bool{} // name → absent
-	for _, r := range ps[0].Records {
-		rec, err := storage.ParseHistParcel(r.Parcel)
-		if err != nil {
-			t.Fatal(err)
+	names := func(p MirrorPush) string {
+		got := map[string]bool{} // name → absent
+		for _, r := range p.Records {
+			rec, err := storage.ParseHistParcel(r.Parcel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch rec := rec.(type) {
+			case *storage.HistCustomerDevice:
+				got["dev "+rec.Device] = r.Absent
+			case *storage.HistAccount:
+				got["account"] = r.Absent
+			case *storage.HistAddress:
+				got["addr "+rec.Addr.String()] = r.Absent
+			}
 		}
-		switch rec := rec.(type) {
-		case *storage.HistCustomerDevice:
-			got["dev "+rec.Device] = r.Absent
-		case *storage.HistAccount:
-			got["account"] = r.Absent
-		case *storage.HistAddress:
-			got["addr "+rec.Addr.String()] = r.Absent
-		}
+		return fmt.Sprint(got)
 	}
 	want := map[string]bool{"dev new": true, "account": false, "dev other": false, "addr " + ip1.String(): true, "addr " + ip2.String(): false}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := names(ps[0]); got != fmt.Sprint(want) {
 		t.Fatalf("snapshot %v, want %v", got, want)
+	}
+	hot := map[string]bool{"account": false, "dev other": false, "addr " + ip2.String(): false}
+	if got := names(ps[1]); got != fmt.Sprint(hot) {
+		t.Fatalf("records in memory %v, want %v", got, hot)
+	}
+	// A re-watch of the same registration: its snapshot alone.
+	if err := owner.Watch("acc_1", 3, MirrorKeys{DeviceID: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	observe(t, owner, Observation{Customer: "acc_1", AccountID: "x", Test: true, Now: t0})
+	if ps := fd.drain(nil); len(ps) != 1 || names(ps[0]) != fmt.Sprint(map[string]bool{"dev other": false}) {
+		t.Fatalf("a re-watch pushed %+v", ps)
 	}
 	// Bad input is refused.
 	if err := owner.Watch("", 1, MirrorKeys{DeviceID: "d"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("empty customer: %v", err)
+	}
+}
+
+// TestWatchPushesHotRecords: a first watch is sent the customer's records
+// in the owner's memory, newest first, at most maxHotRecords, at most
+// hotChunk to a push, and no other customer's.
+func TestWatchPushesHotRecords(t *testing.T) {
+	owner := newClient(t, Config{Shards: 1, IdleAfter: 24 * time.Hour})
+	fd := newFeed(owner)
+	const n = maxHotRecords + 300
+	for i := range n {
+		observe(t, owner, Observation{Customer: "acc_1", AccountID: fmt.Sprintf("u_%d", i), Now: t0.Add(time.Duration(i) * time.Second)})
+		if i%1000 == 0 {
+			observe(t, owner, Observation{Customer: "acc_2", AccountID: fmt.Sprintf("u_%d", i), Now: t0})
+		}
+	}
+	if err := owner.Watch("acc_1", 1, MirrorKeys{}); err != nil {
+		t.Fatal(err)
+	}
+	observe(t, owner, Observation{Customer: "acc_1", AccountID: "x", Test: true, Now: t0})
+	got := map[storage.AccountHash]bool{}
+	for _, p := range fd.drain(nil) {
+		if p.Customer != "acc_1" || p.Watcher != 1 || len(p.Records) > hotChunk {
+			t.Fatalf("a push to %d of %s with %d records", p.Watcher, p.Customer, len(p.Records))
+		}
+		for _, r := range p.Records {
+			rec, err := storage.ParseHistParcel(r.Parcel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, ok := rec.(*storage.HistAccount)
+			if !ok || r.Absent || a.Customer != "acc_1" {
+				t.Fatalf("pushed %+v (absent %v)", rec, r.Absent)
+			}
+			got[a.Hash] = true
+		}
+	}
+	if len(got) != maxHotRecords {
+		t.Fatalf("%d records pushed, want %d", len(got), maxHotRecords)
+	}
+	for i := n - maxHotRecords; i < n; i++ {
+		if h := accountHash(t, owner, "acc_1", fmt.Sprintf("u_%d", i)); !got[h] {
+			t.Fatalf("u_%d, among the newest, not pushed", i)
+		}
 	}
 }
 
@@ -681,4 +741,15 @@ func TestIsWatched(t *testing.T) {
 	if owner.IsWatched("acc_1") {
 		t.Fatal("watched after a take")
 	}
+}
+
+// accountHash is the hash the owner files the customer's end-user account
+// under.
+func accountHash(t *testing.T, c *Client, customer, accountID string) storage.AccountHash {
+	t.Helper()
+	var q obsReq
+	if err := c.prepare(Observation{Customer: customer, AccountID: accountID}, &q); err != nil {
+		t.Fatal(err)
+	}
+	return q.acct
 }

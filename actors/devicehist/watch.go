@@ -1,6 +1,7 @@
 package devicehist
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"strings"
@@ -16,6 +17,20 @@ import (
 // maxWatchers bounds one customer's watchers (one per lease holder: a
 // handful).
 const maxWatchers = 64
+
+// A watcher's first watch of a customer is also sent the customer's
+// records the shard holds in memory (those used within its IdleAfter),
+// newest first, at most maxHotRecords of them, hotChunk records or
+// hotChunkBytes to a push (a frame far under gRPC's 4 MiB: one record is
+// a few KiB at most). So a new holder's first evaluations of the
+// customer's active end users, devices and addresses find them in its
+// mirror: without them each such record, held at the owner and so in the
+// holder's filter, sent one evaluation to the owner per holder.
+const (
+	maxHotRecords = 8192
+	hotChunk      = 256
+	hotChunkBytes = 512 << 10
+)
 
 // Messages of the watch.
 type (
@@ -317,6 +332,43 @@ func (s shard) watch(m *watchReq) {
 	}
 	if sink := s.sink.Load(); sink != nil && len(recs) > 0 {
 		(*sink)(MirrorPush{Watcher: m.watcher, Customer: ws.customer, Records: recs})
+	}
+	if first {
+		s.pushHot(ws, m.watcher)
+	}
+}
+
+// pushHot sends watcher the customer's records in memory (maxHotRecords).
+func (s shard) pushHot(ws *watchSet, watcher uint64) {
+	sink := s.sink.Load()
+	if sink == nil {
+		return
+	}
+	type hot struct {
+		r       storage.HistRecord
+		touched int64
+	}
+	var hs []hot
+	s.rangeCustomer(ws.customer, func(r storage.HistRecord, touched int64) {
+		hs = append(hs, hot{r, touched})
+	})
+	if len(hs) > maxHotRecords {
+		slices.SortFunc(hs, func(a, b hot) int { return cmp.Compare(b.touched, a.touched) })
+		hs = hs[:maxHotRecords]
+	}
+	var (
+		recs []MirrorRecord
+		size int
+	)
+	for i, h := range hs {
+		n := len(recs)
+		if recs = s.parcel(recs, h.r, false); len(recs) > n {
+			size += len(recs[n].Parcel)
+		}
+		if len(recs) > 0 && (len(recs) == hotChunk || size >= hotChunkBytes || i == len(hs)-1) {
+			(*sink)(MirrorPush{Watcher: watcher, Customer: ws.customer, Records: recs})
+			recs, size = nil, 0
+		}
 	}
 }
 

@@ -336,6 +336,11 @@ func (ls *leases) call(j leaseJob) {
 		Limits: j.limits, For: ls.dur, Keep: leaseKeep * ls.dur, Want: j.want,
 		Report: quota.LeaseReport{Seq: j.rep.seq, Used: j.rep.used},
 	}
+	if j.want > 0 && j.key.kind == quota.Evaluate {
+		// Asking for a slice of evaluations: the account's mirror begins
+		// with the call, so its records come about when the slice does.
+		q.watchLeased(l.Account)
+	}
 	type lent struct {
 		g     quota.LeaseGrant
 		token int64

@@ -406,6 +406,19 @@ func (q *Quota) seedMirror(account string, w checks.OwnerWork, res *checks.Owner
 	m.watch(account, keys)
 }
 
+// watchLeased begins the account's mirror, unless it is under way, when
+// this node asks for a slice of the account's evaluations: the owner sends
+// the records it holds in memory, its existence filter and its recent
+// events on the watch, so the leased evaluations that follow find them
+// here instead of each first one going to the owner.
+func (q *Quota) watchLeased(account string) {
+	m := q.mirror.Load()
+	if m == nil || m.active(account) != nil {
+		return
+	}
+	m.watch(account, devicehist.MirrorKeys{})
+}
+
 // watch asks the account's owner to watch keys' records for this node,
 // opening the owner's stream when there is none.
 func (m *mirrors) watch(account string, keys devicehist.MirrorKeys) {

@@ -819,6 +819,41 @@ func TestLeasedEventStoredBeforeTheWatch(t *testing.T) {
 	})
 }
 
+// TestLeasedMirrorBeginsWithTheSlice: a holder begins its mirror of an
+// account when it asks for a slice of the account's evaluations, and the
+// owner sends the records it holds in memory, with its recent events, on
+// that watch: the holder's first leased evaluation of an end user and a
+// device the owner saw before makes no round trip. Before, that first
+// evaluation went to the owner and began the mirror, and each such record
+// sent one more there once per holder.
+func TestLeasedMirrorBeginsWithTheSlice(t *testing.T) {
+	a, b, acct, c := mirroredPair(t)
+	id := collectAt(t, a, acct, "visitor-known")
+	// The owner evaluates it itself: the event's first use, and alice and
+	// the device recorded in its history.
+	if r, err := a.events.Resolve(events.Resolve{ID: id, Account: acct, Now: testNow}); err != nil || !r.Found || r.Replayed {
+		t.Fatalf("the owner's own first use of the event: %+v %v", r, err)
+	}
+	if _, err := a.dh.Observe(devicehist.Observation{Customer: acct, EventID: fmt.Sprintf("%x", id[:]), DeviceID: "visitor-known", AccountID: "alice", Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	holdSlices(t, c, b)
+	eventually(t, "b's mirror holds alice and her device", func() bool {
+		_, err := b.dh.MirrorObserve(devicehist.Observation{Customer: acct, DeviceID: "visitor-known", AccountID: "alice", Now: testNow})
+		return err == nil
+	})
+	eventually(t, "b holds the event", func() bool {
+		m := b.q.mirror.Load()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		_, ok := m.events[mirrorEventKey{acct, id}]
+		return ok
+	})
+	if e := evalOn(t, b, c, id, "alice"); e.leased != 1 || e.hits != 1 || e.hops != 0 || !e.r.Resolved.Found || !e.r.Resolved.Replayed || e.r.Facts.LinkedAccounts != 1 {
+		t.Fatalf("b's first leased evaluation of records the owner held: %+v", e)
+	}
+}
+
 // pushingHistory's first Observe waits for proceed, then pushes a change
 // to watcher, as the history's shard does while it records an observation
 // of a watched account.
