@@ -421,7 +421,7 @@ func TestWatchSnapshot(t *testing.T) {
 func TestWatchPushesHotRecords(t *testing.T) {
 	owner := newClient(t, Config{Shards: 1, IdleAfter: 24 * time.Hour})
 	fd := newFeed(owner)
-	const n = maxHotRecords + 300
+	const n = 2*maxHotRecords + 300 // past the walk's cut-back too
 	for i := range n {
 		observe(t, owner, Observation{Customer: "acc_1", AccountID: fmt.Sprintf("u_%d", i), Now: t0.Add(time.Duration(i) * time.Second)})
 		if i%1000 == 0 {

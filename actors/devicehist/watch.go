@@ -348,13 +348,21 @@ func (s shard) pushHot(ws *watchSet, watcher uint64) {
 		r       storage.HistRecord
 		touched int64
 	}
+	// The newest maxHotRecords, in at most twice that memory whatever the
+	// customer's size: cut back to the newest each time it fills.
 	var hs []hot
+	newest := func() {
+		slices.SortFunc(hs, func(a, b hot) int { return cmp.Compare(b.touched, a.touched) })
+		hs = hs[:min(len(hs), maxHotRecords)]
+	}
 	s.rangeCustomer(ws.customer, func(r storage.HistRecord, touched int64) {
+		if len(hs) == 2*maxHotRecords {
+			newest()
+		}
 		hs = append(hs, hot{r, touched})
 	})
 	if len(hs) > maxHotRecords {
-		slices.SortFunc(hs, func(a, b hot) int { return cmp.Compare(b.touched, a.touched) })
-		hs = hs[:maxHotRecords]
+		newest()
 	}
 	var (
 		recs []MirrorRecord
