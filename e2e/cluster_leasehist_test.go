@@ -11,15 +11,16 @@ import (
 // and over on all three nodes at once, each evaluation with an event
 // collected on the node it runs on, past --cluster-lease-after: the two
 // nodes that do not own the account charge from slices of its allowance.
-// The events live at the owner (collections store them there). A
-// holder's first leased evaluation with one goes to the owner
-// (EvaluateLeased) and starts the holder's mirror of the owner's history;
-// after it the owner pushes each event it stores to the holders, whose
+// The events live at the owner (collections store them there). A holder
+// begins its mirror of the owner's history when it asks for its first
+// slice; the owner pushes each event it stores to the holders, whose
 // evaluations are answered from their mirrors and whose observations are
-// recorded at the owner. So when the load ends, the device's visits in the
-// owner's history, read through any node, are exactly the evaluations
-// answered — kept on each lease holder, or lost or doubled on their way,
-// the leased ones would not add up.
+// recorded at the owner. A leased evaluation whose event or records the
+// mirror lacks yet goes to the owner (EvaluateLeased), which observes it
+// there. So when the load ends, the device's visits in the owner's
+// history, read through any node, are exactly the evaluations answered —
+// kept on each lease holder, or lost or doubled on their way, the leased
+// ones would not add up.
 func TestClusterLeasedDeviceHistory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster lease test skipped in -short mode")
@@ -56,13 +57,11 @@ func TestClusterLeasedDeviceHistory(t *testing.T) {
 		pipeFrames += m.value("fraudd_cluster_pipe_frames_total")
 	}
 	if mirrored == 0 {
-		t.Fatalf("no leased evaluation was answered from a mirror (%v leased charges, %v at the owner)", leased, rests)
+		t.Fatalf("no leased evaluation was answered from a mirror (%v leased charges, %v at the owner): the test proves nothing", leased, rests)
 	}
-	if rests == 0 {
-		t.Fatalf("no evaluation went to the owner as a leased rest (%v leased charges): the test proves nothing", leased)
-	}
-	// The rests (and the charges before the first slice) rode the
-	// members' pipes.
+	// The rests, if any (since the 28th of November a holder's mirror
+	// begins with its first lease call, so there are usually none), and
+	// the charges before the first slice rode the members' pipes.
 	if pipeCalls < rests || pipeFrames < 1 || pipeFrames > pipeCalls {
 		t.Fatalf("pipes carried %v calls in %v frames for %v leased rests", pipeCalls, pipeFrames, rests)
 	}
