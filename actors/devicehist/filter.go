@@ -461,11 +461,23 @@ func filterKeys(m uint) int {
 	return int(float64(m) * math.Ln2 * math.Ln2 / -math.Log(filterFP))
 }
 
+// filled estimates the keys in f from its bits set, as the library's
+// ApproximatedSize does, but reads a filter with every bit set (which no
+// owner sizes, but one could send) as full rather than as an overflowed
+// count.
+func filled(f *bloom.BloomFilter) int {
+	m, x := float64(f.Cap()), float64(f.BitSet().Count())
+	if x >= m {
+		return math.MaxInt
+	}
+	return int(-m / float64(f.K()) * math.Log1p(-x/m))
+}
+
 func newExistence(f *bloom.BloomFilter) *existence {
 	keys := filterKeys(f.Cap())
 	return &existence{
 		layers: []*bloom.BloomFilter{f},
-		room:   keys - int(f.ApproximatedSize()),
+		room:   keys - filled(f),
 		keys:   keys,
 		fp:     filterFP / 4,
 		bits:   f.Cap(),

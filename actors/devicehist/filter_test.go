@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -239,6 +240,19 @@ func FuzzMirrorFilter(f *testing.F) {
 		if !fl.Test(key) {
 			t.Fatal("an added key is surely absent")
 		}
+		// As a holder keeps it: keys pushed later are never surely
+		// absent, and the layers stay within their bound.
+		e := newExistence(fl)
+		for i := range 64 {
+			k := filterAccountKey(nil, storage.AccountHash{byte(i), 2})
+			e.add(k)
+			if !e.test(k) {
+				t.Fatal("a key added to the holder's filter is surely absent")
+			}
+		}
+		if e.bits > maxExistenceBits {
+			t.Fatalf("%d bits of layers", e.bits)
+		}
 	})
 }
 
@@ -424,5 +438,27 @@ func TestMirrorFilterGrows(t *testing.T) {
 	holder.Sweep(t0.Add(2 * time.Hour))
 	if n := missed("u_", grown, t0.Add(2*time.Hour)); n != grown {
 		t.Fatalf("%d of %d records the owner holds, swept here, read as maybe present, want all", n, grown)
+	}
+}
+
+// TestFilled: the keys a filter holds, estimated from its bits; a filter
+// with every bit set reads as full.
+func TestFilled(t *testing.T) {
+	f := bloom.New(filterSize(10_000))
+	for i := range 5_000 {
+		f.AddString(fmt.Sprint(i))
+	}
+	if n := filled(f); n < 4_800 || n > 5_200 {
+		t.Fatalf("5,000 keys read as %d", n)
+	}
+	full := bloom.New(64, 3)
+	for i := range 64 {
+		full.BitSet().Set(uint(i))
+	}
+	if n := filled(full); n != math.MaxInt {
+		t.Fatalf("a full filter read as %d keys", n)
+	}
+	if e := newExistence(full); e.room > 0 {
+		t.Fatalf("a full filter leaves room for %d", e.room)
 	}
 }
