@@ -98,6 +98,10 @@ type leaseEntry struct {
 	demand, rate int64
 	demandFrom   time.Time
 	lastUse      time.Time
+	// history: some evaluation charged under the key read the customer's
+	// device history (an event or an observation): a slice asked for it
+	// begins the account's mirror (call).
+	history bool
 }
 
 // leases is a node's table of slices it holds, and the goroutine that asks
@@ -129,7 +133,7 @@ func (ls *leases) wake() {
 // in this node's view), answering the entry and the result to give; false
 // when there is no usable slice, in which case the charge goes to the
 // owner and counts toward asking for one.
-func (ls *leases) take(c *quota.Charge, token int64) (*leaseEntry, uint64, quota.ChargeResult, bool) {
+func (ls *leases) take(c *quota.Charge, token int64, history bool) (*leaseEntry, uint64, quota.ChargeResult, bool) {
 	k := keyOf(c)
 	now := time.Now()
 	ls.mu.Lock()
@@ -140,6 +144,7 @@ func (ls *leases) take(c *quota.Charge, token int64) (*leaseEntry, uint64, quota
 		ls.m[k] = e
 	}
 	e.limits, e.lastUse = c.Limits, now
+	e.history = e.history || history
 	if d := now.Sub(e.demandFrom); d >= time.Second {
 		e.rate = e.demand
 		if d >= 2*time.Second {
@@ -243,6 +248,7 @@ type leaseJob struct {
 	want   int64
 	// freezes is the entry's as the call was decided.
 	freezes uint64
+	history bool
 }
 
 // run asks and reports until the client closes: on every kick (a slice
@@ -301,7 +307,7 @@ func (ls *leases) pass(now time.Time) []leaseJob {
 		}
 		switch {
 		case len(e.done) > 0:
-			j := leaseJob{e: e, key: k, limits: e.limits, rep: e.done[0], freezes: e.freezes}
+			j := leaseJob{e: e, key: k, limits: e.limits, rep: e.done[0], freezes: e.freezes, history: e.history}
 			e.done = e.done[1:]
 			if busy && (e.cur.seq == 0 || renew && !now.Before(e.quiet)) {
 				j.want = ls.want(e)
@@ -310,7 +316,7 @@ func (ls *leases) pass(now time.Time) []leaseJob {
 			jobs = append(jobs, j)
 		case (e.cur.seq == 0 || renew) && busy && !now.Before(e.quiet):
 			e.asking = true
-			jobs = append(jobs, leaseJob{e: e, key: k, limits: e.limits, want: ls.want(e), freezes: e.freezes})
+			jobs = append(jobs, leaseJob{e: e, key: k, limits: e.limits, want: ls.want(e), freezes: e.freezes, history: e.history})
 		case e.cur.seq == 0 && now.Sub(e.lastUse) > 10*ls.dur && e.inflight.Load() == 0:
 			delete(ls.m, k)
 		}
@@ -336,9 +342,13 @@ func (ls *leases) call(j leaseJob) {
 		Limits: j.limits, For: ls.dur, Keep: leaseKeep * ls.dur, Want: j.want,
 		Report: quota.LeaseReport{Seq: j.rep.seq, Used: j.rep.used},
 	}
-	if j.want > 0 && j.key.kind == quota.Evaluate {
-		// Asking for a slice of evaluations: the account's mirror begins
-		// with the call, so its records come about when the slice does.
+	if j.want > 0 && j.history {
+		// Asking for a slice for evaluations that read the device
+		// history: the account's mirror begins with the call, so its
+		// records come about when the slice does. (Only for those: a
+		// watch costs the owner a walk of the account's history shard,
+		// and a mirror no evaluation uses is dropped after mirrorIdle,
+		// so every renewal would pay it again.)
 		q.watchLeased(l.Account)
 	}
 	type lent struct {
@@ -470,7 +480,7 @@ func (s *leasedStep) Fail(err error) {
 // chargeThen serves st from a slice when one is usable: true when it did.
 func (ls *leases) chargeThen(st quota.ChargeStep, token int64) bool {
 	c := st.ChargeReq()
-	e, seq, res, ok := ls.take(c, token)
+	e, seq, res, ok := ls.take(c, token, readsHistory(st))
 	if !ok {
 		return false
 	}
@@ -484,9 +494,21 @@ func (ls *leases) chargeThen(st quota.ChargeStep, token int64) bool {
 	return true
 }
 
+// readsHistory reports whether st is an evaluation that reads the
+// customer's device history: a device event, or an observation of a
+// device or an end-user account.
+func readsHistory(st quota.ChargeStep) bool {
+	os, ok := st.(checks.OwnerStep)
+	if !ok {
+		return false
+	}
+	w := os.OwnerWork()
+	return w.Resolve != nil || w.Observe != nil && !w.Observe.Test && (w.Observe.DeviceID != "" || w.Observe.AccountID != "")
+}
+
 // charge is chargeThen for a waiting caller.
 func (ls *leases) charge(c *quota.Charge, token int64) (quota.ChargeResult, bool, error) {
-	e, seq, res, ok := ls.take(c, token)
+	e, seq, res, ok := ls.take(c, token, false)
 	if !ok {
 		return quota.ChargeResult{}, false, nil
 	}

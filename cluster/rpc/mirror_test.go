@@ -820,7 +820,8 @@ func TestLeasedEventStoredBeforeTheWatch(t *testing.T) {
 }
 
 // TestLeasedMirrorBeginsWithTheSlice: a holder begins its mirror of an
-// account when it asks for a slice of the account's evaluations, and the
+// account when it asks for a slice of the account's evaluations that read
+// its device history, and the
 // owner sends the records it holds in memory, with its recent events, on
 // that watch: the holder's first leased evaluation of an end user and a
 // device the owner saw before makes no round trip. Before, that first
@@ -837,6 +838,11 @@ func TestLeasedMirrorBeginsWithTheSlice(t *testing.T) {
 	if _, err := a.dh.Observe(devicehist.Observation{Customer: acct, EventID: fmt.Sprintf("%x", id[:]), DeviceID: "visitor-known", AccountID: "alice", Now: testNow}); err != nil {
 		t.Fatal(err)
 	}
+	// b evaluates the account before it holds a slice (at the owner), so
+	// its slice is asked for evaluations that read the history.
+	if e := evalOn(t, b, c, collectAt(t, a, acct, "visitor-other"), "bob"); e.leased != 0 || e.hops != 1 {
+		t.Fatalf("b's evaluation before a slice: %+v", e)
+	}
 	holdSlices(t, c, b)
 	eventually(t, "b's mirror holds alice and her device", func() bool {
 		_, err := b.dh.MirrorObserve(devicehist.Observation{Customer: acct, DeviceID: "visitor-known", AccountID: "alice", Now: testNow})
@@ -851,6 +857,24 @@ func TestLeasedMirrorBeginsWithTheSlice(t *testing.T) {
 	})
 	if e := evalOn(t, b, c, id, "alice"); e.leased != 1 || e.hits != 1 || e.hops != 0 || !e.r.Resolved.Found || !e.r.Resolved.Replayed || e.r.Facts.LinkedAccounts != 1 {
 		t.Fatalf("b's first leased evaluation of records the owner held: %+v", e)
+	}
+}
+
+// TestLeaseWithoutHistoryWatchesNothing: a slice asked for charges that
+// read no device history (lookups, evaluations without device evidence)
+// begins no mirror: a watch costs the owner a walk of the account's
+// history shard, and an unused mirror is dropped and would be begun again
+// at every renewal.
+func TestLeaseWithoutHistoryWatchesNothing(t *testing.T) {
+	a, b, acct, c := mirroredPair(t)
+	holdSlices(t, c, b)
+	// The watch would have been asked before the call that lent the
+	// slice returned.
+	if sub := b.q.mirror.Load().active(acct); sub != nil {
+		t.Fatalf("b mirrors the account after charges alone: %+v", sub)
+	}
+	if a.dh.IsWatched(acct) {
+		t.Fatal("the owner watches the account for b")
 	}
 }
 
