@@ -98,9 +98,9 @@ type leaseEntry struct {
 	demand, rate int64
 	demandFrom   time.Time
 	lastUse      time.Time
-	// history: some evaluation charged under the key read the customer's
-	// device history (an event or an observation): a slice asked for it
-	// begins the account's mirror (call).
+	// history: an evaluation charged under the key since the last call
+	// read the customer's device history (an event or an observation): a
+	// slice asked for it begins the account's mirror (call).
 	history bool
 }
 
@@ -307,16 +307,17 @@ func (ls *leases) pass(now time.Time) []leaseJob {
 		}
 		switch {
 		case len(e.done) > 0:
-			j := leaseJob{e: e, key: k, limits: e.limits, rep: e.done[0], freezes: e.freezes, history: e.history}
+			j := leaseJob{e: e, key: k, limits: e.limits, rep: e.done[0], freezes: e.freezes}
 			e.done = e.done[1:]
 			if busy && (e.cur.seq == 0 || renew && !now.Before(e.quiet)) {
-				j.want = ls.want(e)
+				j.want, j.history, e.history = ls.want(e), e.history, false
 			}
 			e.asking = true
 			jobs = append(jobs, j)
 		case (e.cur.seq == 0 || renew) && busy && !now.Before(e.quiet):
 			e.asking = true
 			jobs = append(jobs, leaseJob{e: e, key: k, limits: e.limits, want: ls.want(e), freezes: e.freezes, history: e.history})
+			e.history = false
 		case e.cur.seq == 0 && now.Sub(e.lastUse) > 10*ls.dur && e.inflight.Load() == 0:
 			delete(ls.m, k)
 		}
