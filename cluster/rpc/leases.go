@@ -99,8 +99,8 @@ type leaseEntry struct {
 	demandFrom   time.Time
 	lastUse      time.Time
 	// history: an evaluation charged under the key since the last call
-	// read the customer's device history (an event or an observation): a
-	// slice asked for it begins the account's mirror (call).
+	// that asked for a slice read the customer's device history (an event
+	// or an observation): the next such call begins the account's mirror.
 	history bool
 }
 
