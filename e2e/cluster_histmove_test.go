@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // SIGKILL: the survivor serves the account with the history it has — none,
 // so the next visit counts one (the history of a dead owner is away until
 // it returns). Once the killed node is back and has its shard again, the
-// survivor's records travel to it and add to its own: the next visit
+// survivor's records travel to it (with the survivor's release of the
+// shard, or the mover's next round) and add to its own: the next visit
 // counts seven, as on one node.
 func TestClusterHistoryMoves(t *testing.T) {
 	if testing.Short() {
@@ -32,6 +34,7 @@ func TestClusterHistoryMoves(t *testing.T) {
 		d, _ := m["device"].(map[string]any)
 		ch, _ := d["customer_history"].(map[string]any)
 		if st != 200 || ch == nil || ch["visits"] != float64(want) {
+			logHistory(t, c)
 			t.Fatalf("%s: %d, customer_history %v (want %d visits); %v", what, st, d["customer_history"], want, m)
 		}
 	}
@@ -63,10 +66,32 @@ func TestClusterHistoryMoves(t *testing.T) {
 	if o := v.owners()[shard]; o != owner {
 		t.Fatalf("the shard is owned by %q after %s returned", o, owner)
 	}
+	// The survivor's record reaches the owner with the shard's handoff
+	// or, when that delivery failed (the survivor's connection to the
+	// returned node still reconnecting), with the mover's next round:
+	// within 10 s, as docs/cluster.md says. Counted once either way.
+	Within(t, 10*time.Second, "the owner holds the device's 5 + 1 visits", func() bool {
+		r := c.Nodes[si].Admin(t, "GET", "/admin/v1/accounts/"+a.ID+"/devices", nil)
+		var devs []map[string]any
+		return jsonUnmarshal(r.Body, &devs) == nil && r.Status == 200 && len(devs) == 1 && devs[0]["visits"] == float64(6)
+	})
 	visit(c.Nodes[si], 7, "the visit after the owner returned (5 + 1 + this one)")
 	r := c.Nodes[si].Admin(t, "GET", "/admin/v1/accounts/"+a.ID+"/devices", nil)
 	var devs []map[string]any
 	if err := jsonUnmarshal(r.Body, &devs); err != nil || r.Status != 200 || len(devs) != 1 || devs[0]["visits"] != float64(7) {
 		t.Fatalf("devices view after the moves: %d %s", r.Status, r.Body)
+	}
+}
+
+// logHistory logs the nodes' lines about device history, warnings and
+// errors: what a failed count needs to be read.
+func logHistory(t *testing.T, c *Cluster) {
+	t.Helper()
+	for i, n := range c.Nodes {
+		for _, l := range strings.Split(n.Logs(), "\n") {
+			if strings.Contains(l, "histor") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+				t.Logf("node%d: %s", i+1, l)
+			}
+		}
 	}
 }
