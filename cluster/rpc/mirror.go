@@ -1020,18 +1020,26 @@ func mirrorStored(h MirrorHistory, resolve func(events.Resolve) (events.Resolved
 	if h == nil || !h.IsWatched(account) {
 		return
 	}
+	if r, b, ok := mirrorEventOf(resolve, account, id, now); ok && !r.Replayed {
+		h.PushEvent(account, r.Event.VisitorID, b)
+	}
+}
+
+// mirrorEventOf is a stored event as an owner pushes it to holders: read
+// by a resolve that counts no use, encoded without the collector's report
+// (an evaluation reads the verdict stored with it, never the report, and a
+// holder keeps many events). ok is false for an event not found or not
+// readable now.
+func mirrorEventOf(resolve func(events.Resolve) (events.Resolved, error), account string, id events.EventID, now time.Time) (r events.Resolved, b []byte, ok bool) {
 	r, err := resolve(events.Resolve{ID: id, Account: account, Now: now, Peek: true})
-	if err != nil || !r.Found || r.Replayed {
-		return
+	if err != nil || !r.Found {
+		return r, nil, false
 	}
-	// The collector's report stays here: an evaluation reads the verdict
-	// stored with it, never the report (a holder keeps many events).
 	r.Event.Signals = nil
-	b, err := proto.Marshal(&MirrorEvent{Id: id[:], Resolved: resolveReply(&r)})
-	if err != nil {
-		return
+	if b, err = proto.Marshal(&MirrorEvent{Id: id[:], Resolved: resolveReply(&r)}); err != nil {
+		return r, nil, false
 	}
-	h.PushEvent(account, r.Event.VisitorID, b)
+	return r, b, true
 }
 
 // apply hands a push from st's owner to the account's mirror, when the

@@ -929,3 +929,51 @@ func TestMirrorNewRunWhileRecording(t *testing.T) {
 		}
 	}
 }
+
+// countingRecent counts the Recent calls per account and names no event.
+type countingRecent struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *countingRecent) Recent(account string, _ time.Time, _ int) []events.EventID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[account]++
+	return nil
+}
+
+func (c *countingRecent) count(account string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[account]
+}
+
+// noEvents resolves nothing.
+type noEvents struct{}
+
+func (noEvents) Resolve(events.Resolve) (events.Resolved, error) { return events.Resolved{}, nil }
+func (noEvents) Unuse(events.EventID, string, time.Time)         {}
+
+// TestMirrorBackfillAfterRewatch: a stream's first watch of an account is
+// sent the account's recent events, a second watch of it is not, and a
+// watch after the holder unwatched it is sent them again: its mirror
+// begins anew, and its copies of the events expire. Before, the stream
+// remembered every account it had ever backfilled.
+func TestMirrorBackfillAfterRewatch(t *testing.T) {
+	rec := &countingRecent{n: map[string]int{}}
+	s := &Server{cfg: ServerConfig{Mirror: &stubMirrorHistory{}, Owners: &fakeOwners{self: "a", owner: "a", token: 1}, Recent: rec, Events: noEvents{},
+		Now: func() time.Time { return testNow }}, log: quietLog}
+	id, c := s.mirrors.add()
+	watch := &MirrorUp{Version: version, Watches: []*MirrorWatch{{Customer: "acct_1"}}}
+	s.mirrorUp(id, c, watch)
+	eventually(t, "the first watch's backfill", func() bool { return rec.count("acct_1") == 1 })
+	s.mirrorUp(id, c, watch)
+	s.mirrorUp(id, c, &MirrorUp{Version: version, Unwatch: []string{"acct_1"}})
+	s.mirrorUp(id, c, watch)
+	eventually(t, "the backfill of the watch after the unwatch", func() bool { return rec.count("acct_1") >= 2 })
+	time.Sleep(50 * time.Millisecond) // a backfill of the second watch would have run by now
+	if n := rec.count("acct_1"); n != 2 {
+		t.Fatalf("%d backfills for a watch, a second watch, an unwatch and a watch; want 2", n)
+	}
+}

@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/events"
@@ -53,8 +52,8 @@ type mirrorConn struct {
 	// applied is the holder run's highest observation recorded, sent with
 	// every frame (the acknowledgement).
 	applied atomic.Uint64
-	// backfilled: the accounts whose recent events the stream was sent
-	// (the Mirror loop's goroutine only).
+	// backfilled: the accounts watched on the stream whose recent events
+	// it was sent (the Mirror loop's goroutine only).
 	backfilled map[string]struct{}
 }
 
@@ -274,6 +273,9 @@ func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 	h := s.cfg.Mirror
 	for _, account := range u.GetUnwatch() {
 		h.Unwatch(account, id)
+		// A later watch begins a new mirror on the holder, which is sent
+		// the recent events again (its copies of the old ones expire).
+		delete(c.backfilled, account)
 	}
 	for _, w := range u.GetWatches() {
 		keys, err := mirrorKeysOf(w)
@@ -367,16 +369,9 @@ func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 func (s *Server) backfillEvents(watcher uint64, account string) {
 	now := s.cfg.Now()
 	for _, id := range s.cfg.Recent.Recent(account, now.Add(-mirrorBackfillFor), mirrorBackfillMax) {
-		r, err := s.cfg.Events.Resolve(events.Resolve{ID: id, Account: account, Now: now, Peek: true})
-		if err != nil || !r.Found {
-			continue
+		if r, b, ok := mirrorEventOf(s.cfg.Events.Resolve, account, id, now); ok {
+			s.cfg.Mirror.PushEventTo(account, r.Event.VisitorID, watcher, b)
 		}
-		r.Event.Signals = nil // as mirrorStored: the verdict is what is read
-		b, err := proto.Marshal(&MirrorEvent{Id: id[:], Resolved: resolveReply(&r)})
-		if err != nil {
-			continue
-		}
-		s.cfg.Mirror.PushEventTo(account, r.Event.VisitorID, watcher, b)
 	}
 }
 

@@ -589,8 +589,6 @@ func chargeQuota(node *clusterserve.Node) checks.Quota {
 	return node.Parts.Quota
 }
 
-// eventRoute is this node's route in the device-event ids it mints (0 in
-// single-node mode: none).
 // keepRecentEvents is how many of the newest device events a cluster node
 // keeps the ids of (events.Config.KeepRecent): 65,536, about 2.6 MB; none
 // on a single node.
@@ -601,6 +599,8 @@ func keepRecentEvents(node *clusterserve.Node) int {
 	return 1 << 16
 }
 
+// eventRoute is this node's route in the device-event ids it mints (0 in
+// single-node mode: none).
 func eventRoute(node *clusterserve.Node) uint16 {
 	if node == nil {
 		return 0
