@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"fmt"
 	"log/slog"
 	"math"
@@ -460,5 +461,55 @@ func TestFilled(t *testing.T) {
 	}
 	if e := newExistence(full); e.room > 0 {
 		t.Fatalf("a full filter leaves room for %d", e.room)
+	}
+}
+
+// failingLoadStore's reads of one device's record fail.
+type failingLoadStore struct {
+	*storage.DB
+	device string
+}
+
+func (f failingLoadStore) LoadHist(r storage.HistRecord) (storage.HistStored, bool, error) {
+	if d, ok := r.(*storage.HistCustomerDevice); ok && d.Device == f.device {
+		return storage.HistStored{}, false, errors.New("injected read failure")
+	}
+	return f.DB.LoadHist(r)
+}
+
+// TestWatchSnapshotFailsStillSendsHot: a first watch whose snapshot could
+// not be read still begins a registration and is sent the records in the
+// owner's memory: a later re-watch is no first watch, so this was the
+// registration's only chance to get them.
+func TestWatchSnapshotFailsStillSendsHot(t *testing.T) {
+	db := openDBWith(t, vfs.NewMem(), time.Hour)
+	defer db.Close()
+	owner := newClient(t, Config{Shards: 1, Store: failingLoadStore{DB: db, device: "unreadable"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	fd := newFeed(owner)
+	observe(t, owner, Observation{Customer: "acc_1", DeviceID: "held", Now: t0})
+	if err := owner.Watch("acc_1", 5, MirrorKeys{DeviceID: "unreadable"}); err != nil {
+		t.Fatal(err)
+	}
+	observe(t, owner, Observation{Customer: "acc_1", AccountID: "x", Test: true, Now: t0})
+	var begins, hot int
+	for _, p := range fd.drain(nil) {
+		if p.Watcher != 5 {
+			continue
+		}
+		if p.Begins {
+			begins++
+		}
+		for _, r := range p.Records {
+			rec, err := storage.ParseHistParcel(r.Parcel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, ok := rec.(*storage.HistCustomerDevice); ok && d.Device == "held" && !r.Absent {
+				hot++
+			}
+		}
+	}
+	if begins != 1 || hot != 1 {
+		t.Fatalf("after a failed snapshot: %d markers, the held device pushed %d times", begins, hot)
 	}
 }

@@ -64,6 +64,13 @@ type MirrorPush struct {
 	// record the holder's mirror lacks and the filter surely lacks is one
 	// the owner does not hold.
 	Filter []byte
+	// Begins marks a registration's start: the watcher was not registered
+	// for the customer before this watch (its first, or its first since
+	// an unwatch or a reset). A bare marker, ahead of the registration's
+	// snapshot, for the owner's transport, which sends a new registration
+	// what it keeps of the customer besides its records (the recent
+	// events); a holder given one changes nothing.
+	Begins bool
 }
 
 // MirrorKeys names the records one evaluation needs: the same rules as

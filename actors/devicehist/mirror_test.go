@@ -370,9 +370,13 @@ func TestWatchSnapshot(t *testing.T) {
 	}
 	observe(t, owner, Observation{Customer: "acc_1", AccountID: "x", Test: true, Now: t0})
 	ps := fd.drain(nil)
-	// The snapshot, the records in the owner's memory (a first watch),
-	// then (no store: at once) the filter.
-	if len(ps) != 3 || ps[0].Watcher != 3 || ps[1].Watcher != 3 || ps[2].Watcher != 3 || len(ps[0].Filter) != 0 || len(ps[1].Filter) != 0 || len(ps[2].Filter) == 0 || len(ps[2].Records) != 0 {
+	// The marker of a new registration, the snapshot, the records in the
+	// owner's memory (a first watch), then (no store: at once) the filter.
+	if len(ps) != 4 || !ps[0].Begins || len(ps[0].Records) != 0 || ps[0].Watcher != 3 || ps[0].Customer != "acc_1" {
+		t.Fatalf("pushes: %+v", ps)
+	}
+	ps = ps[1:]
+	if ps[0].Watcher != 3 || ps[1].Watcher != 3 || ps[2].Watcher != 3 || len(ps[0].Filter) != 0 || len(ps[1].Filter) != 0 || len(ps[2].Filter) == 0 || len(ps[2].Records) != 0 || ps[0].Begins || ps[1].Begins || ps[2].Begins {
 		t.Fatalf("pushes: %+v", ps)
 	}
 	names := func(p MirrorPush) string {
@@ -406,8 +410,17 @@ func TestWatchSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	observe(t, owner, Observation{Customer: "acc_1", AccountID: "x", Test: true, Now: t0})
-	if ps := fd.drain(nil); len(ps) != 1 || names(ps[0]) != fmt.Sprint(map[string]bool{"dev other": false}) {
+	if ps := fd.drain(nil); len(ps) != 1 || ps[0].Begins || names(ps[0]) != fmt.Sprint(map[string]bool{"dev other": false}) {
 		t.Fatalf("a re-watch pushed %+v", ps)
+	}
+	// After an unwatch the same watcher begins a new registration.
+	owner.Unwatch("acc_1", 3)
+	if err := owner.Watch("acc_1", 3, MirrorKeys{DeviceID: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	observe(t, owner, Observation{Customer: "acc_1", AccountID: "x", Test: true, Now: t0})
+	if ps := fd.drain(nil); len(ps) == 0 || !ps[0].Begins || ps[0].Watcher != 3 {
+		t.Fatalf("a watch after an unwatch pushed %+v", ps)
 	}
 	// Bad input is refused.
 	if err := owner.Watch("", 1, MirrorKeys{DeviceID: "d"}); !errors.Is(err, ErrInvalid) {

@@ -266,6 +266,9 @@ func (s shard) watch(m *watchReq) {
 			return
 		}
 		ws.ids = append(ws.ids, m.watcher)
+		if sink := s.sink.Load(); sink != nil {
+			(*sink)(MirrorPush{Watcher: m.watcher, Customer: ws.customer, Begins: true})
+		}
 		// The filter of a first watch only: a re-watch of the same
 		// registration already has one, kept up to date by the feed.
 		defer s.startFilter(ws, m.watcher)
@@ -327,10 +330,10 @@ func (s shard) watch(m *watchReq) {
 	}
 	if err != nil {
 		// No snapshot: the holder finds records missing and asks again.
+		// The records in memory still go to a new registration (its only
+		// chance: a re-watch is not a first).
 		s.log.Warn("devicehist: watch snapshot not read", "err", err)
-		return
-	}
-	if sink := s.sink.Load(); sink != nil && len(recs) > 0 {
+	} else if sink := s.sink.Load(); sink != nil && len(recs) > 0 {
 		(*sink)(MirrorPush{Watcher: m.watcher, Customer: ws.customer, Records: recs})
 	}
 	if first {

@@ -482,14 +482,17 @@ func (m *mirrors) dropLocked(account string, sub *mirrorSub, unwatch bool) {
 	}
 }
 
-// watch and unwatch queue an account's watch or unwatch. A frame holds
-// either watches or an unwatch of an account, the one queued last: the
-// owner then need not know in which order they came (a watch after an
-// unwatch registers again and sends a fresh snapshot; an unwatch after a
-// watch ends it).
+// watch and unwatch queue an account's watch or unwatch. The owner ends a
+// frame's unwatches before it registers its watches, so a frame says what
+// the holder did last: an unwatch after a watch drops the watch (the
+// owner ends the registration, or never begins it); a watch after an
+// unwatch keeps both, so that the owner ends the old registration and
+// begins a new one, with the snapshot, records, filter and events a new
+// registration is sent. Without the unwatch the owner would see a watch of
+// a registration it still has and send a snapshot alone, to a holder that
+// dropped its mirror, filter and all, with the unwatch.
 func (st *mirrorStream) watch(w *MirrorWatch) {
 	st.queue(func(u *MirrorUp) {
-		u.Unwatch = slices.DeleteFunc(u.Unwatch, func(a string) bool { return a == w.Customer })
 		u.Watches = append(u.Watches, w)
 	})
 }
@@ -497,7 +500,9 @@ func (st *mirrorStream) watch(w *MirrorWatch) {
 func (st *mirrorStream) unwatch(account string) {
 	st.queue(func(u *MirrorUp) {
 		u.Watches = slices.DeleteFunc(u.Watches, func(w *MirrorWatch) bool { return w.Customer == account })
-		u.Unwatch = append(u.Unwatch, account)
+		if !slices.Contains(u.Unwatch, account) {
+			u.Unwatch = append(u.Unwatch, account)
+		}
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -361,8 +362,12 @@ func TestMirrorFrameKeepsLastOfWatchAndUnwatch(t *testing.T) {
 	st.watch(&MirrorWatch{Customer: "acc_1"})
 	st.watch(&MirrorWatch{Customer: "acc_2"})
 	st.unwatch("acc_2")
+	st.unwatch("acc_2")
 	u := st.take()
-	if len(u.Watches) != 1 || u.Watches[0].Customer != "acc_1" || len(u.Unwatch) != 1 || u.Unwatch[0] != "acc_2" {
+	// acc_1: unwatched, then watched: both, so that the owner (which
+	// ends unwatches first) begins a new registration. acc_2: watched,
+	// then unwatched: the unwatch alone, once.
+	if len(u.Watches) != 1 || u.Watches[0].Customer != "acc_1" || !slices.Equal(u.Unwatch, []string{"acc_1", "acc_2"}) {
 		t.Fatalf("frame: watches %v, unwatches %v", u.Watches, u.Unwatch)
 	}
 }
@@ -955,25 +960,43 @@ type noEvents struct{}
 func (noEvents) Resolve(events.Resolve) (events.Resolved, error) { return events.Resolved{}, nil }
 func (noEvents) Unuse(events.EventID, string, time.Time)         {}
 
-// TestMirrorBackfillAfterRewatch: a stream's first watch of an account is
-// sent the account's recent events, a second watch of it is not, and a
-// watch after the holder unwatched it is sent them again: its mirror
-// begins anew, and its copies of the events expire. Before, the stream
-// remembered every account it had ever backfilled.
+// TestMirrorBackfillAfterRewatch: a registration's start is sent the
+// account's recent events; a second watch of the same registration is not;
+// a watch after the holder unwatched the account, and one after the owner
+// reset its watchers (the account's history was taken out of this node),
+// begin new registrations and are sent them again: the holder's mirror
+// begins anew, its copies of the events expire. Before, the stream
+// remembered every account it had backfilled and cleared the mark on an
+// unwatch alone, so a watch after a reset got no events.
 func TestMirrorBackfillAfterRewatch(t *testing.T) {
 	rec := &countingRecent{n: map[string]int{}}
-	s := &Server{cfg: ServerConfig{Mirror: &stubMirrorHistory{}, Owners: &fakeOwners{self: "a", owner: "a", token: 1}, Recent: rec, Events: noEvents{},
+	dh := memHistory(t)
+	s := &Server{cfg: ServerConfig{Mirror: dh, Owners: &fakeOwners{self: "a", owner: "a", token: 1}, Recent: rec, Events: noEvents{},
 		Now: func() time.Time { return testNow }}, log: quietLog}
+	dh.SetMirrorSink(s.historyPush)
 	id, c := s.mirrors.add()
-	watch := &MirrorUp{Version: version, Watches: []*MirrorWatch{{Customer: "acct_1"}}}
+	watch := &MirrorUp{Version: version, Watches: []*MirrorWatch{{Customer: "acct_1", DeviceId: "d1"}}}
+	backfills := func(want int, what string) {
+		t.Helper()
+		eventually(t, what, func() bool { return rec.count("acct_1") >= want })
+		time.Sleep(50 * time.Millisecond) // a further backfill would have run by now
+		if n := rec.count("acct_1"); n != want {
+			t.Fatalf("%s: %d backfills, want %d", what, n, want)
+		}
+	}
 	s.mirrorUp(id, c, watch)
-	eventually(t, "the first watch's backfill", func() bool { return rec.count("acct_1") == 1 })
+	backfills(1, "the first watch")
 	s.mirrorUp(id, c, watch)
+	backfills(1, "a second watch of the same registration")
 	s.mirrorUp(id, c, &MirrorUp{Version: version, Unwatch: []string{"acct_1"}})
 	s.mirrorUp(id, c, watch)
-	eventually(t, "the backfill of the watch after the unwatch", func() bool { return rec.count("acct_1") >= 2 })
-	time.Sleep(50 * time.Millisecond) // a backfill of the second watch would have run by now
-	if n := rec.count("acct_1"); n != 2 {
-		t.Fatalf("%d backfills for a watch, a second watch, an unwatch and a watch; want 2", n)
+	backfills(2, "a watch after an unwatch")
+	if _, err := dh.Take(func(a string) bool { return a == "acct_1" }, testNow); err != nil {
+		t.Fatal(err)
 	}
+	s.mirrorUp(id, c, watch)
+	backfills(3, "a watch after the owner reset its watchers")
+	// An unwatch and a watch in one frame: a new registration too.
+	s.mirrorUp(id, c, &MirrorUp{Version: version, Unwatch: []string{"acct_1"}, Watches: watch.Watches})
+	backfills(4, "an unwatch and a watch in one frame")
 }

@@ -52,9 +52,6 @@ type mirrorConn struct {
 	// applied is the holder run's highest observation recorded, sent with
 	// every frame (the acknowledgement).
 	applied atomic.Uint64
-	// backfilled: the accounts watched on the stream whose recent events
-	// it was sent (the Mirror loop's goroutine only).
-	backfilled map[string]struct{}
 }
 
 // What a holder that begins to mirror an account is sent of the events
@@ -106,8 +103,26 @@ func (mc *mirrorConns) run(k mirrorRunKey, now time.Time) *mirrorRun {
 	return r
 }
 
-// deliver is the history's sink: the push goes to its watcher's stream,
-// or ends that stream when its queue is full. It never blocks.
+// historyPush is the history's sink. A registration's start (Begins: the
+// watcher's first watch of the account, or its first since an unwatch or
+// a reset, as the history's shard alone knows) has the account's recent
+// events sent after it; every other push goes to its watcher's stream.
+// It never blocks.
+func (s *Server) historyPush(p devicehist.MirrorPush) {
+	if p.Begins {
+		if s.cfg.Recent != nil && s.cfg.Events != nil {
+			// Off the shard: a resolve each. The shard registered the
+			// watcher before it said so, so these pushes follow the
+			// registration's snapshot.
+			go s.backfillEvents(p.Watcher, p.Customer)
+		}
+		return
+	}
+	s.mirrors.deliver(p)
+}
+
+// deliver sends a push to its watcher's stream, or ends that stream when
+// its queue is full. It never blocks.
 func (mc *mirrorConns) deliver(p devicehist.MirrorPush) {
 	mc.mu.RLock()
 	c := mc.conns[p.Watcher]
@@ -273,9 +288,6 @@ func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 	h := s.cfg.Mirror
 	for _, account := range u.GetUnwatch() {
 		h.Unwatch(account, id)
-		// A later watch begins a new mirror on the holder, which is sent
-		// the recent events again (its copies of the old ones expire).
-		delete(c.backfilled, account)
 	}
 	for _, w := range u.GetWatches() {
 		keys, err := mirrorKeysOf(w)
@@ -288,17 +300,6 @@ func (s *Server) mirrorUp(id uint64, c *mirrorConn, u *MirrorUp) {
 		if err != nil {
 			s.log.Debug("cluster rpc: a mirror watch refused", "account", w.GetCustomer(), "err", err)
 			s.mirrors.deliver(devicehist.MirrorPush{Watcher: id, Customer: w.GetCustomer(), Reset: true})
-			continue
-		}
-		if _, done := c.backfilled[w.GetCustomer()]; !done && s.cfg.Recent != nil && s.cfg.Events != nil {
-			if c.backfilled == nil {
-				c.backfilled = map[string]struct{}{}
-			}
-			c.backfilled[w.GetCustomer()] = struct{}{}
-			// Off the stream's loop: a resolve each, which the loop's
-			// observations must not wait for. The watch went to the
-			// history's shard first, so these pushes follow its snapshot.
-			go s.backfillEvents(id, w.GetCustomer())
 		}
 	}
 	ops := u.GetOps()

@@ -164,7 +164,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, calls: newCallBook(), stopping: make(chan struct{})}
 	if cfg.Mirror != nil {
-		cfg.Mirror.SetMirrorSink(s.mirrors.deliver)
+		cfg.Mirror.SetMirrorSink(s.historyPush)
 	}
 	return s, nil
 }
