@@ -64,6 +64,11 @@ type MirrorPush struct {
 	// record the holder's mirror lacks and the filter surely lacks is one
 	// the owner does not hold.
 	Filter []byte
+	// Optional: the watcher may go without it (the records in memory a
+	// first watch is sent): a transport that is behind may drop it, and
+	// the holder then asks for what it finds missing, as it would for a
+	// record the owner did not hold in memory.
+	Optional bool
 	// Begins marks a registration's start: the watcher was not registered
 	// for the customer before this watch (its first, or its first since
 	// an unwatch or a reset). A bare marker, ahead of the registration's

@@ -377,7 +377,7 @@ func (s shard) pushHot(ws *watchSet, watcher uint64) {
 			size += len(recs[n].Parcel)
 		}
 		if len(recs) > 0 && (len(recs) == hotChunk || size >= hotChunkBytes || i == len(hs)-1) {
-			(*sink)(MirrorPush{Watcher: watcher, Customer: ws.customer, Records: recs})
+			(*sink)(MirrorPush{Watcher: watcher, Customer: ws.customer, Records: recs, Optional: true})
 			recs, size = nil, 0
 		}
 	}

@@ -1000,3 +1000,39 @@ func TestMirrorBackfillAfterRewatch(t *testing.T) {
 	s.mirrorUp(id, c, &MirrorUp{Version: version, Unwatch: []string{"acct_1"}, Watches: watch.Watches})
 	backfills(4, "an unwatch and a watch in one frame")
 }
+
+// TestMirrorOptionalPushesBounded: the records in memory a first watch is
+// sent (optional pushes) are dropped, and counted, once a holder's stream
+// has mirrorOptionalBytes queued; every other push is queued whatever its
+// size, and the bytes a sender takes off the queue make room again.
+func TestMirrorOptionalPushesBounded(t *testing.T) {
+	var mc mirrorConns
+	id, c := mc.add()
+	big := devicehist.MirrorPush{Watcher: id, Customer: "acct_1", Optional: true,
+		Records: []devicehist.MirrorRecord{{Parcel: make([]byte, 1<<20)}}}
+	for i := 0; i < 2*mirrorOptionalBytes>>20; i++ {
+		mc.deliver(big)
+	}
+	n := len(c.out)
+	if n == 0 || n > mirrorOptionalBytes>>20 || mc.dropped.Load() == 0 || c.queued.Load() > mirrorOptionalBytes {
+		t.Fatalf("%d queued (%d bytes), %d dropped", n, c.queued.Load(), mc.dropped.Load())
+	}
+	dropped := mc.dropped.Load()
+	change := big
+	change.Optional = false
+	mc.deliver(change)
+	if len(c.out) != n+1 || mc.dropped.Load() != dropped {
+		t.Fatalf("a change was not queued: %d queued, %d dropped", len(c.out), mc.dropped.Load())
+	}
+	for len(c.out) > 0 {
+		p := <-c.out
+		c.take(&p)
+	}
+	if q := c.queued.Load(); q != 0 {
+		t.Fatalf("%d bytes counted queued after the queue emptied", q)
+	}
+	mc.deliver(big)
+	if len(c.out) != 1 {
+		t.Fatal("an optional push was dropped with room in the queue")
+	}
+}

@@ -27,6 +27,15 @@ import (
 // mirrorQueue bounds the pushes waiting for one holder's stream.
 const mirrorQueue = 1 << 14
 
+// mirrorOptionalBytes bounds the bytes queued for one holder's stream
+// past which an optional push (the records in memory sent with a first
+// watch: up to 8,192 records each, 512 KiB to a push) is dropped rather
+// than queued: many first watches at once (a holder's lease calls after a
+// restart) would otherwise queue gigabytes, or end the stream, and with it
+// every mirror of the holder, which would then watch again. Other pushes
+// are queued whatever their bytes: each change must reach the holder.
+const mirrorOptionalBytes = 64 << 20
+
 // mirrorMaxPushes bounds the pushes in one frame (and mirrorMaxFrameBytes
 // their bytes, past one push alone): a device record with every list full
 // is about 10 KiB, an existence filter at most 3 MiB, and a frame must stay
@@ -39,10 +48,12 @@ const (
 // mirrorConns are the watchers of this node's history: one per Mirror
 // stream into it.
 type mirrorConns struct {
-	mu    sync.RWMutex
-	next  uint64
-	conns map[uint64]*mirrorConn
-	runs  map[mirrorRunKey]*mirrorRun
+	// dropped counts the optional pushes dropped (deliver).
+	dropped atomic.Int64
+	mu      sync.RWMutex
+	next    uint64
+	conns   map[uint64]*mirrorConn
+	runs    map[mirrorRunKey]*mirrorRun
 }
 
 type mirrorConn struct {
@@ -52,6 +63,8 @@ type mirrorConn struct {
 	// applied is the holder run's highest observation recorded, sent with
 	// every frame (the acknowledgement).
 	applied atomic.Uint64
+	// queued is about the bytes of the pushes in out (pushSize).
+	queued atomic.Int64
 }
 
 // What a holder that begins to mirror an account is sent of the events
@@ -122,7 +135,9 @@ func (s *Server) historyPush(p devicehist.MirrorPush) {
 }
 
 // deliver sends a push to its watcher's stream, or ends that stream when
-// its queue is full. It never blocks.
+// its queue is full. An optional push that would take the stream's queued
+// bytes past mirrorOptionalBytes is dropped instead (and counted). It
+// never blocks.
 func (mc *mirrorConns) deliver(p devicehist.MirrorPush) {
 	mc.mu.RLock()
 	c := mc.conns[p.Watcher]
@@ -130,11 +145,24 @@ func (mc *mirrorConns) deliver(p devicehist.MirrorPush) {
 	if c == nil {
 		return
 	}
+	size := int64(pushSize(&p))
+	if p.Optional && c.queued.Load()+size > mirrorOptionalBytes {
+		mc.dropped.Add(1)
+		return
+	}
+	c.queued.Add(size)
 	select {
 	case c.out <- p:
 	default:
+		c.queued.Add(-size)
 		c.fullOnce.Do(func() { close(c.full) })
 	}
+}
+
+// take is a push taken off c's queue.
+func (c *mirrorConn) take(p *devicehist.MirrorPush) *devicehist.MirrorPush {
+	c.queued.Add(-int64(pushSize(p)))
+	return p
 }
 
 func (mc *mirrorConns) add() (uint64, *mirrorConn) {
@@ -226,7 +254,7 @@ func mirrorSend(ctx context.Context, stream Node_MirrorServer, c *mirrorConn, la
 			case <-last:
 				continue
 			case p := <-c.out:
-				next = &p
+				next = c.take(&p)
 			}
 		}
 		f := &MirrorDown{Version: version}
@@ -246,7 +274,7 @@ func mirrorSend(ctx context.Context, stream Node_MirrorServer, c *mirrorConn, la
 			}
 			select {
 			case p := <-c.out:
-				next = &p
+				next = c.take(&p)
 			default:
 			}
 		}
@@ -380,6 +408,11 @@ func (s *Server) backfillEvents(watcher uint64, account string) {
 // answered although the event had been used already (docs/cluster.md: the
 // replay window of a pushed event).
 func (s *Server) MirrorLateUses() int64 { return s.mirrorLateUses.Load() }
+
+// MirrorDroppedPushes counts the optional pushes (records in memory sent
+// with a first watch) dropped because a holder's stream was too far
+// behind (mirrorOptionalBytes).
+func (s *Server) MirrorDroppedPushes() int64 { return s.mirrors.dropped.Load() }
 
 func mirrorKeysOf(w *MirrorWatch) (devicehist.MirrorKeys, error) {
 	keys := devicehist.MirrorKeys{DeviceID: w.GetDeviceId(), AccountID: w.GetAccountId(), SharedExit: w.GetSharedExit()}

@@ -41,6 +41,7 @@ type clusterCounts interface {
 	LeasedRests() int64
 	MirrorHits() int64
 	MirrorLateUses() int64
+	MirrorDroppedPushes() int64
 	PipeCalls() int64
 	PipeFrames() int64
 	LeaseCalls() int64
@@ -145,6 +146,8 @@ func addSources(m *metrics.Metrics, src metricSources) error {
 				Read: func(emit func(string, float64)) { emit("", float64(c.MirrorHits())) }},
 			metrics.Source{Name: "cluster_mirror_late_uses_total", Help: "Device events this node stored whose first use a lease holder answered from its mirror after another node had used the event (within a stream round trip): an evaluation answered device_replayed false that a single node would have answered true.", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.MirrorLateUses())) }},
+			metrics.Source{Name: "cluster_mirror_dropped_pushes_total", Help: "Pushes of the device-history records a lease holder's first watch of an account is sent that this node dropped because the holder's stream had more than 64 MiB queued: the holder asks for the records it then finds missing, one round trip each.", Type: counter,
+				Read: func(emit func(string, float64)) { emit("", float64(c.MirrorDroppedPushes())) }},
 			metrics.Source{Name: "cluster_leased_rests_total", Help: "Leased evaluations whose device event was stored at the account's owner: the owner resolved it and observed its device history, in one round trip.", Type: counter,
 				Read: func(emit func(string, float64)) { emit("", float64(c.LeasedRests())) }},
 		)

@@ -241,6 +241,16 @@ func (n *Node) MirrorLateUses() int64 {
 	return n.server.MirrorLateUses()
 }
 
+// MirrorDroppedPushes counts the pushes of records in memory, sent with a
+// holder's first watch, that this node dropped because the holder's
+// stream was too far behind (0 before StartRPC).
+func (n *Node) MirrorDroppedPushes() int64 {
+	if n.server == nil {
+		return 0
+	}
+	return n.server.MirrorDroppedPushes()
+}
+
 // LeaseCalls: see LeasedCharges.
 func (n *Node) LeaseCalls() int64 {
 	if n.rpc == nil {
