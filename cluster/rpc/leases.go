@@ -68,6 +68,8 @@ type slice struct {
 	token       int64 // the claim it was lent under
 	seq         uint64
 	units, used int64
+	// inflight counts the charges taken from it and not yet settled.
+	inflight int64
 	until       time.Time // on this node's clock: the request's send time + For
 	renewAt     time.Time
 	res         quota.ChargeResult // headers as of the grant; Remaining before any use
@@ -78,7 +80,23 @@ type report struct {
 	token int64
 	seq   uint64
 	used  int64
+	// inflight counts the slice's charges not yet settled, closed when
+	// the slice was: the report waits for them, so that one that fails
+	// still gives its unit back before the owner counts it — a slice's
+	// time at most: closed by the end of its time, reported within two,
+	// inside the owner's leaseKeep (three), past which it lets the slice
+	// go and a report counts nothing in its memory.
+	inflight int64
+	closed   time.Time
 }
+
+// sliceRef names the slice a charge was taken from: the claim it was lent
+// under and the owner's number for it (two owners may number alike).
+type sliceRef struct {
+	token int64
+	seq   uint64
+}
+
 
 type leaseEntry struct {
 	key    leaseKey
@@ -133,7 +151,7 @@ func (ls *leases) wake() {
 // in this node's view), answering the entry and the result to give; false
 // when there is no usable slice, in which case the charge goes to the
 // owner and counts toward asking for one.
-func (ls *leases) take(c *quota.Charge, token int64, history bool) (*leaseEntry, uint64, quota.ChargeResult, bool) {
+func (ls *leases) take(c *quota.Charge, token int64, history bool) (*leaseEntry, sliceRef, quota.ChargeResult, bool) {
 	k := keyOf(c)
 	now := time.Now()
 	ls.mu.Lock()
@@ -156,45 +174,59 @@ func (ls *leases) take(c *quota.Charge, token int64, history bool) (*leaseEntry,
 	s := &e.cur
 	if s.seq != 0 && s.token == token && now.Before(s.until) && s.used < s.units {
 		s.used++
+		s.inflight++
 		e.inflight.Add(1)
 		r := s.res
 		r.Remaining = max(r.Remaining-s.used, 0)
 		if !e.asking && (s.used*2 >= s.units || !now.Before(s.renewAt)) && !now.Before(e.quiet) {
 			ls.wake() // for the next slice (pass)
 		}
-		return e, s.seq, r, true
+		return e, sliceRef{s.token, s.seq}, r, true
 	}
 	if !e.asking && (e.demand >= ls.after || s.seq != 0) {
 		ls.wake()
 	}
-	return nil, 0, quota.ChargeResult{}, false
+	return nil, sliceRef{}, quota.ChargeResult{}, false
 }
 
-// settle ends one leased charge: stored, or failed (its unit is not
-// reported as used).
-func (ls *leases) settle(e *leaseEntry, seq uint64, failed bool) {
-	if failed {
-		ls.mu.Lock()
-		if e.cur.seq == seq && e.cur.used > 0 {
-			e.cur.used--
-		} else {
-			for i := range e.done {
-				if e.done[i].seq == seq && e.done[i].used > 0 {
-					e.done[i].used--
+// settle ends one leased charge, taken from the slice ref: stored, or
+// failed (its unit is not reported as used). A failure after the slice's
+// report went out (a slice's time after it closed) is counted by the owner all the same:
+// strict by one unit, and rare.
+func (ls *leases) settle(e *leaseEntry, ref sliceRef, failed bool) {
+	wake := false
+	ls.mu.Lock()
+	if s := &e.cur; s.seq == ref.seq && s.token == ref.token {
+		s.inflight--
+		if failed && s.used > 0 {
+			s.used--
+		}
+	} else {
+		for i := range e.done {
+			if r := &e.done[i]; r.seq == ref.seq && r.token == ref.token {
+				r.inflight--
+				if failed && r.used > 0 {
+					r.used--
 				}
+				wake = i == 0 && r.inflight == 0
+				break
 			}
 		}
-		ls.mu.Unlock()
-	} else {
+	}
+	ls.mu.Unlock()
+	if !failed {
 		ls.charged.Add(1)
 	}
 	e.inflight.Add(-1)
+	if wake {
+		ls.wake() // its report may go now
+	}
 }
 
 // closeLocked stops using e's slice: it is reported on the next pass.
 func (e *leaseEntry) closeLocked() {
 	if e.cur.seq != 0 {
-		e.done = append(e.done, report{token: e.cur.token, seq: e.cur.seq, used: e.cur.used})
+		e.done = append(e.done, report{token: e.cur.token, seq: e.cur.seq, used: e.cur.used, inflight: e.cur.inflight, closed: time.Now()})
 		e.cur = slice{}
 	}
 }
@@ -306,7 +338,9 @@ func (ls *leases) pass(now time.Time) []leaseJob {
 			renew = false
 		}
 		switch {
-		case len(e.done) > 0:
+		case len(e.done) > 0 && (e.done[0].inflight <= 0 || now.Sub(e.done[0].closed) >= ls.dur):
+			// A closed slice's report, once the charges taken from it
+			// settled (or it waited a slice's time for them).
 			j := leaseJob{e: e, key: k, limits: e.limits, rep: e.done[0], freezes: e.freezes}
 			e.done = e.done[1:]
 			if busy && (e.cur.seq == 0 || renew && !now.Before(e.quiet)) {
@@ -428,7 +462,7 @@ type leasedStep struct {
 	// of the owner's history may answer it instead (mirror.go).
 	here checks.OwnerStep
 	e    *leaseEntry
-	seq  uint64
+	ref  sliceRef
 	res  quota.ChargeResult
 	c    quota.Charge
 }
@@ -439,7 +473,7 @@ func (s *leasedStep) ChargeReq() *quota.Charge { return &s.c }
 
 func (s *leasedStep) Charged(_ quota.ChargeResult, err error) {
 	inner, res, rest, here, q := s.inner, s.res, s.rest, s.here, s.ls.q
-	s.ls.settle(s.e, s.seq, err != nil)
+	s.ls.settle(s.e, s.ref, err != nil)
 	*s = leasedStep{}
 	leasedSteps.Put(s)
 	switch {
@@ -464,7 +498,7 @@ func (s *leasedStep) Begin() bool {
 	if quota.Begin(s.inner) {
 		return true
 	}
-	s.ls.settle(s.e, s.seq, true)
+	s.ls.settle(s.e, s.ref, true)
 	*s = leasedStep{}
 	leasedSteps.Put(s)
 	return false
@@ -472,7 +506,7 @@ func (s *leasedStep) Begin() bool {
 
 func (s *leasedStep) Fail(err error) {
 	inner := s.inner
-	s.ls.settle(s.e, s.seq, true)
+	s.ls.settle(s.e, s.ref, true)
 	*s = leasedStep{}
 	leasedSteps.Put(s)
 	inner.Fail(err)
@@ -481,12 +515,12 @@ func (s *leasedStep) Fail(err error) {
 // chargeThen serves st from a slice when one is usable: true when it did.
 func (ls *leases) chargeThen(st quota.ChargeStep, token int64) bool {
 	c := st.ChargeReq()
-	e, seq, res, ok := ls.take(c, token, readsHistory(st))
+	e, ref, res, ok := ls.take(c, token, readsHistory(st))
 	if !ok {
 		return false
 	}
 	s := leasedSteps.Get().(*leasedStep)
-	*s = leasedStep{ls: ls, inner: st, e: e, seq: seq, res: res, c: *c, rest: ls.q.restAtOwner(st)}
+	*s = leasedStep{ls: ls, inner: st, e: e, ref: ref, res: res, c: *c, rest: ls.q.restAtOwner(st)}
 	if s.rest == nil {
 		s.here = ls.q.mirrorHere(st)
 	}
@@ -509,14 +543,14 @@ func readsHistory(st quota.ChargeStep) bool {
 
 // charge is chargeThen for a waiting caller.
 func (ls *leases) charge(c *quota.Charge, token int64) (quota.ChargeResult, bool, error) {
-	e, seq, res, ok := ls.take(c, token, false)
+	e, ref, res, ok := ls.take(c, token, false)
 	if !ok {
 		return quota.ChargeResult{}, false, nil
 	}
 	lc := *c
 	lc.Lent = true
 	_, err := ls.q.cfg.Local.Charge(lc)
-	ls.settle(e, seq, err != nil)
+	ls.settle(e, ref, err != nil)
 	if err != nil {
 		return quota.ChargeResult{}, true, fmt.Errorf("leased charge for %q: %w", c.Account, err)
 	}

@@ -404,3 +404,54 @@ func TestLeaseRenewedWithoutAGap(t *testing.T) {
 		t.Fatalf("usage: hour %d (%v); want %d", v.UsedThisHour, err, charges)
 	}
 }
+
+// TestLeasedChargeGivenUpAfterSliceClosed: a leased chained charge waits
+// in the quota shard's queue past its slice's time, and its caller then
+// gives up (Begin answers false): the unit goes back to the slice, whose
+// report waited for the charge to settle, so the owner counts only the
+// charges made. Before, the pass reported the closed slice with the queued
+// unit in it, and the owner counted a charge nobody made.
+func TestLeasedChargeGivenUpAfterSliceClosed(t *testing.T) {
+	s, ownerLocal := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	local := &queuedLocal{Client: localQuota(t), steps: make(chan quota.ChargeStep, 1)}
+	q := leaseHolder(t, listen(t, s), local, 300*time.Millisecond)
+	c := capped
+	c.Limits = quota.LimitsFor(quota.PlanCustom, limit(100_000), nil, testNow, testNow)
+	made := int64(0)
+	for i := 0; q.LeasedCharges() == 0; i++ {
+		if i == 1000 {
+			t.Fatal("no charge served from a slice")
+		}
+		if res, err := q.Charge(c); err != nil || !res.Allowed {
+			t.Fatal(res, err)
+		}
+		made++
+	}
+	local.hold.Store(true)
+	st := &givingUp{step: step{c: c, done: make(chan struct{})}}
+	q.ChargeThen(st)
+	queued := <-local.steps
+	// The slice closes (its time, 300 ms, passes) with the charge still
+	// queued: its report waits for it.
+	eventually(t, "the slice closed, its report waiting", func() bool {
+		q.leases.mu.Lock()
+		defer q.leases.mu.Unlock()
+		for _, e := range q.leases.m {
+			if len(e.done) > 0 && e.done[0].inflight > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(50 * time.Millisecond) // a pass or two
+	if !st.begun.CompareAndSwap(false, true) {
+		t.Fatal("began")
+	}
+	local.hold.Store(false)
+	local.Client.ChargeThen(queued)
+	eventually(t, "the holder settles its slices", func() bool { return !q.leases.held() })
+	got := hourCount(t, ownerLocal, c)
+	if got != made {
+		t.Fatalf("owner counts %d, %d charges were made (the given-up one counted)", got, made)
+	}
+}
