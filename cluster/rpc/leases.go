@@ -70,9 +70,9 @@ type slice struct {
 	units, used int64
 	// inflight counts the charges taken from it and not yet settled.
 	inflight int64
-	until       time.Time // on this node's clock: the request's send time + For
-	renewAt     time.Time
-	res         quota.ChargeResult // headers as of the grant; Remaining before any use
+	until    time.Time // on this node's clock: the request's send time + For
+	renewAt  time.Time
+	res      quota.ChargeResult // headers as of the grant; Remaining before any use
 }
 
 // report is a slice no longer used, to be settled at the owner.
@@ -96,7 +96,6 @@ type sliceRef struct {
 	token int64
 	seq   uint64
 }
-
 
 type leaseEntry struct {
 	key    leaseKey
