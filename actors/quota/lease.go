@@ -76,7 +76,8 @@ type grant struct {
 	hourly, monthly bool
 	total           bool
 	units           int64
-	wstart          time.Time // the hourly window it was lent in (zero: none running)
+	wstart          time.Time     // the hourly window it was lent in (zero: none running)
+	month           storage.Month // the month it was lent in
 	until           time.Time
 }
 
@@ -89,28 +90,35 @@ var leaseSeq atomic.Uint64
 // let go (their holder did not report: it is gone, and what it used is in
 // its persisted share, counted when the account loads again).
 func (a *account) lent(b Bucket, k Kind, now time.Time) (hourly, monthly int64) {
-	if len(a.grants) == 0 {
-		return 0, 0
-	}
-	keep := a.grants[:0]
+	a.dropLapsed(now)
 	w := &a.hour[b&1]
 	for _, g := range a.grants {
-		if !now.Before(g.until) {
-			continue
-		}
-		keep = append(keep, g)
 		// A slice lent in a window that has ended was kept no longer
 		// than the window (lend).
 		if g.hourly && g.bucket == b && (w.n == 0 || g.wstart.IsZero() || g.wstart.Equal(w.start)) {
 			hourly += g.units
 		}
-		if g.monthly && g.kind == k {
+		// One lent in the month before is that month's (settle).
+		if g.monthly && g.kind == k && g.month == a.month {
 			monthly += g.units
+		}
+	}
+	return hourly, monthly
+}
+
+// dropLapsed lets go of the slices kept past their time.
+func (a *account) dropLapsed(now time.Time) {
+	if len(a.grants) == 0 {
+		return
+	}
+	keep := a.grants[:0]
+	for _, g := range a.grants {
+		if now.Before(g.until) {
+			keep = append(keep, g)
 		}
 	}
 	clear(a.grants[len(keep):])
 	a.grants = keep
-	return hourly, monthly
 }
 
 // settle applies a holder's report: what it used of a slice joins the
@@ -151,7 +159,12 @@ func (a *account) settle(l *Lease, d *storage.UsageDelta, warn func(Warning)) {
 			w.n += used
 		}
 	}
-	if g.monthly {
+	if g.monthly && g.month == a.month {
+		// A slice lent in the month before (lend stops lending For before
+		// a month's end, but its report comes up to a pass and a round
+		// trip after its time) was used in that month: its units are in
+		// the holder's share of that month, and the counts are this
+		// month's. Its totals count all the same.
 		p := &a.counts.Used
 		if g.kind == Lookup {
 			p = &a.counts.Lookups
@@ -240,7 +253,7 @@ func (a *account) lend(l *Lease, warn func(Warning)) (LeaseGrant, storage.UsageD
 	a.grants = append(a.grants, grant{
 		holder: l.Holder, seq: g.Seq, bucket: l.Bucket, kind: l.Kind,
 		hourly: l.Hourly, monthly: l.Monthly, total: l.Total,
-		units: units, wstart: w.start, until: l.Now.Add(keep),
+		units: units, wstart: w.start, month: a.month, until: l.Now.Add(keep),
 	})
 	if w.n == 0 {
 		a.grants[len(a.grants)-1].wstart = time.Time{}

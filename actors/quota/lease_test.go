@@ -204,3 +204,59 @@ func TestLateReportOpensNoWindow(t *testing.T) {
 		t.Fatalf("the window after a late report admitted %d; want the cap of 100", n)
 	}
 }
+
+// TestLeaseReportAfterTheMonthEnds: a slice lent 1.5 s before the month's
+// end (For is 1 s: allowed), used in full in that month and reported
+// 200 ms after its end, is that month's: the new month's count and what
+// it admits are untouched (the holder stored the units in its share of
+// the old month). Before, the report's units joined the new month's count.
+func TestLeaseReportAfterTheMonthEnds(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 2})
+	defer c.Stop()
+	end := storage.MonthOf(t0).End()
+	l := custom(-1, 1000)
+	lease := Lease{Account: "a", Holder: "b", Limits: l, Monthly: true, Total: true,
+		Members: 1, For: time.Second, Keep: 3 * time.Second, Want: 100, Now: end.Add(-1500 * time.Millisecond)}
+	g, err := c.Lease(lease)
+	if err != nil || g.Units == 0 {
+		t.Fatalf("lease %+v %v", g, err)
+	}
+	rep := lease
+	rep.Now, rep.Want, rep.Report = end.Add(200*time.Millisecond), 0, LeaseReport{Seq: g.Seq, Used: g.Units, SameClaim: true}
+	if _, err := c.Lease(rep); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Usage(Usage{Account: "a", Limits: l, Now: rep.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := Charge{Account: "a", Limits: l, Monthly: true, Total: true, Now: rep.Now}
+	n := admit(t, c, ch, 2000)
+	if v.MonthUsed != 0 || n != 1000 {
+		t.Fatalf("old month's slice counted in the new month: MonthUsed %d, admitted %d; want 0, 1000", v.MonthUsed, n)
+	}
+}
+
+// TestUnreportedSliceLetsTheAccountGo: a slice whose report never comes
+// (its holder stopped, or its call failed) no longer keeps its account in
+// memory once kept past its time: the sweep lets it go. Before, only a
+// lend or a charge pruned slices, and an idle account kept one for good.
+func TestUnreportedSliceLetsTheAccountGo(t *testing.T) {
+	db := openMem(t, vfs.NewMem())
+	defer db.Close()
+	c := New(quietSystem().Root, Config{Shards: 2, Store: db})
+	defer c.Stop()
+	l := custom(-1, 1000)
+	if g, err := c.Lease(Lease{Account: "a", Holder: "b", Limits: l, Monthly: true, Now: t0, Members: 1, For: time.Second, Keep: 3 * time.Second, Want: 10}); err != nil || g.Units == 0 {
+		t.Fatal(g, err)
+	}
+	if _, err := c.Lease(Lease{Account: "z", Holder: "b", Limits: l, Monthly: true, Now: t0, Members: 1, For: time.Second, Keep: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	stored(t, c)
+	c.Sweep(t0.Add(24 * time.Hour))
+	time.Sleep(100 * time.Millisecond)
+	if n := c.resident(); n != 0 {
+		t.Fatalf("%d accounts resident a day after their slices' Keep ran out", n)
+	}
+}

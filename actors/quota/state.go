@@ -464,6 +464,10 @@ func (a *account) rollback(d *storage.UsageDelta, b Bucket, hourly bool, wstart 
 // idleAfter, no hourly window running, no hourly warning within 24 hours to
 // remember, and nothing in flight to the store.
 func (a *account) idle(now time.Time, idleAfter time.Duration) bool {
+	// A slice whose holder never reported (it stopped, or its call
+	// failed) is let go once kept past its time, here too: only a lend or
+	// a charge would, and the account has neither.
+	a.dropLapsed(now)
 	if a.inflight.Load() != 0 || now.Sub(a.lastSeen) < idleAfter || a.collecting(now) || len(a.grants) > 0 {
 		return false
 	}
