@@ -126,15 +126,16 @@ func (a *account) dropLapsed(now time.Time) {
 // the slice's reservation ends.
 func (a *account) settle(l *Lease, d *storage.UsageDelta, warn func(Warning)) {
 	r := &l.Report
-	if r.Seq == 0 || r.Used <= 0 {
-		a.release(l.Holder, r.Seq)
+	if r.Seq == 0 {
 		return
 	}
 	used := min(r.Used, 1<<40)
 	if !r.SameClaim {
 		// Lent under another claim: monthly and totals are in the shares
-		// this owner loaded; only the hourly use is news.
-		if l.Hourly {
+		// this owner loaded; only the hourly use is news. Nothing of it
+		// is reserved here: a slice of this owner's with the same number
+		// (each owner numbers its own) is another, and stays lent.
+		if l.Hourly && used > 0 {
 			if w := a.win(l.Bucket, l.Now); w.n > 0 {
 				w.n += used
 			}
@@ -142,8 +143,8 @@ func (a *account) settle(l *Lease, d *storage.UsageDelta, warn func(Warning)) {
 		return
 	}
 	g, ok := a.release(l.Holder, r.Seq)
-	if !ok {
-		return // settled already, or kept past its time and let go
+	if !ok || used <= 0 {
+		return // settled already, kept past its time and let go, or unused
 	}
 	used = min(used, g.units)
 	if g.hourly {

@@ -260,3 +260,29 @@ func TestUnreportedSliceLetsTheAccountGo(t *testing.T) {
 		t.Fatalf("%d accounts resident a day after their slices' Keep ran out", n)
 	}
 }
+
+// TestLeaseEarlierClaimReportKeepsThisOwnersSlice: a report of a slice an
+// earlier owner lent (SameClaim false) that happens to carry the number
+// of a slice this owner lent the same holder releases nothing, used or
+// not: each owner numbers its own slices. Before, an unused one released
+// this owner's slice, whose units the holder went on charging beside the
+// owner's own admissions.
+func TestLeaseEarlierClaimReportKeepsThisOwnersSlice(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 2})
+	defer c.Stop()
+	l := custom(100, 1000)
+	lease := Lease{Account: "a", Holder: "b", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0, Members: 3, For: time.Second, Keep: 3 * time.Second, Want: 1000}
+	g, err := c.Lease(lease)
+	if err != nil || g.Units != 16 {
+		t.Fatalf("slice: %+v %v", g, err)
+	}
+	old := lease
+	old.Want, old.Report = 0, LeaseReport{Seq: g.Seq, Used: 0, SameClaim: false}
+	if _, err := c.Lease(old); err != nil {
+		t.Fatal(err)
+	}
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: t0.Add(time.Millisecond)}
+	if n := admit(t, c, ch, 200); n != 84 {
+		t.Fatalf("the owner admitted %d beside its slice of 16; want 84", n)
+	}
+}
