@@ -52,6 +52,11 @@ type LeaseReport struct {
 	// (the holder stops using a slice before it answers that read), so
 	// only its hourly use is counted.
 	SameClaim bool
+	// Until is when the holder's use of the slice ended, on its clock
+	// (zero: not said). A slice lent under an earlier claim whose use
+	// ended before the hourly window running here began was used in an
+	// earlier window: it counts in none here.
+	Until time.Time
 }
 
 // LeaseGrant is the owner's answer: a slice of Units charges (zero: none,
@@ -136,7 +141,7 @@ func (a *account) settle(l *Lease, d *storage.UsageDelta, warn func(Warning)) {
 		// is reserved here: a slice of this owner's with the same number
 		// (each owner numbers its own) is another, and stays lent.
 		if l.Hourly && used > 0 {
-			if w := a.win(l.Bucket, l.Now); w.n > 0 {
+			if w := a.win(l.Bucket, l.Now); w.n > 0 && (r.Until.IsZero() || r.Until.After(w.start)) {
 				w.n += used
 			}
 		}

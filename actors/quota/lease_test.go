@@ -286,3 +286,48 @@ func TestLeaseEarlierClaimReportKeepsThisOwnersSlice(t *testing.T) {
 		t.Fatalf("the owner admitted %d beside its slice of 16; want 84", n)
 	}
 }
+
+// TestLeaseFromAnEarlierClaimInAnEarlierWindow: a slice an earlier owner
+// lent, whose use ended before the hourly window running here began (its
+// report waited out a failover), counts in no window here; one whose use
+// ended inside it counts there, as does one from a holder that does not
+// say when its use ended. Before, every such report counted in whichever
+// window ran when it came: up to a slice stricter than the cap.
+func TestLeaseFromAnEarlierClaimInAnEarlierWindow(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 2})
+	defer c.Stop()
+	l := custom(100, 100_000)
+	start := t0.Add(Window + time.Second) // this window's first charge
+	ch := Charge{Account: "a", Limits: l, Hourly: true, Monthly: true, Total: true, Now: start}
+	if n := admit(t, c, ch, 1); n != 1 {
+		t.Fatal(n)
+	}
+	now := start.Add(time.Second)
+	report := func(seq uint64, used int64, until time.Time) {
+		t.Helper()
+		if _, err := c.Lease(Lease{Account: "a", Holder: "b", Limits: l, Hourly: true, Monthly: true, Total: true, Now: now, Members: 3, For: time.Second,
+			Report: LeaseReport{Seq: seq, Used: used, Until: until}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hour := func() int64 {
+		t.Helper()
+		v, err := c.Usage(Usage{Account: "a", Limits: l, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.UsedThisHour
+	}
+	report(12345, 16, start.Add(-time.Minute))
+	if h := hour(); h != 1 {
+		t.Fatalf("an earlier window's slice counted here: %d used this hour, want 1", h)
+	}
+	report(12346, 4, start.Add(500*time.Millisecond))
+	if h := hour(); h != 5 {
+		t.Fatalf("%d used this hour, want 5 (1 + a slice of this window's 4)", h)
+	}
+	report(12347, 2, time.Time{})
+	if h := hour(); h != 7 {
+		t.Fatalf("%d used this hour, want 7 (and 2 from a holder that does not say when)", h)
+	}
+}

@@ -152,22 +152,43 @@ func leaseMsg(l *quota.Lease, token, reportToken int64) *LeaseRequest {
 	return &LeaseRequest{
 		Version: version, Account: l.Account, Holder: l.Holder, Bucket: uint32(l.Bucket), Kind: uint32(l.Kind), Limits: limitsMsg(&l.Limits),
 		Hourly: l.Hourly, Monthly: l.Monthly, Total: l.Total, Want: l.Want, ForNanos: int64(l.For), Token: token,
-		ReportSeq: l.Report.Seq, ReportUsed: l.Report.Used, ReportToken: reportToken,
+		ReportSeq: l.Report.Seq, ReportUsed: l.Report.Used, ReportToken: reportToken, ReportUntilUnixMs: unixMilliOrZero(l.Report.Until),
 	}
 }
+
+// unixMilliOrZero is t in Unix milliseconds, 0 for the zero time.
+func unixMilliOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// maxReportUntil bounds a report's end of use (Unix milliseconds: the
+// year 9999), so that it converts back and forth exactly.
+const maxReportUntil = 253402300799999
 
 // leaseOf checks and converts a request, as chargeOf does; Now, Members,
 // Keep and Report.SameClaim are the owner's to set.
 func leaseOf(r *LeaseRequest) (quota.Lease, error) {
 	if r.GetVersion() == 0 || r.GetAccount() == "" || len(r.GetAccount()) > maxObsAccountID || r.GetHolder() == "" || r.GetBucket() > uint32(quota.Test) || r.GetKind() > uint32(quota.Lookup) ||
-		r.GetLimits() == nil || r.GetWant() < 0 || r.GetWant() > maxSlice || r.GetForNanos() <= 0 || r.GetForNanos() > int64(maxLeaseFor) || r.GetReportUsed() < 0 {
+		r.GetLimits() == nil || r.GetWant() < 0 || r.GetWant() > maxSlice || r.GetForNanos() <= 0 || r.GetForNanos() > int64(maxLeaseFor) || r.GetReportUsed() < 0 ||
+		r.GetReportUntilUnixMs() < 0 || r.GetReportUntilUnixMs() > maxReportUntil {
 		return quota.Lease{}, fmt.Errorf("%w: lease for %q", errBadRequest, r.GetAccount())
 	}
 	return quota.Lease{
 		Account: r.Account, Holder: r.Holder, Bucket: quota.Bucket(r.Bucket), Kind: quota.Kind(r.Kind), Limits: limitsOf(r.Limits),
 		Hourly: r.Hourly, Monthly: r.Monthly, Total: r.Total, Want: r.Want, For: time.Duration(r.ForNanos),
-		Report: quota.LeaseReport{Seq: r.ReportSeq, Used: r.ReportUsed},
+		Report: quota.LeaseReport{Seq: r.ReportSeq, Used: r.ReportUsed, Until: timeOfUnixMilli(r.ReportUntilUnixMs)},
 	}, nil
+}
+
+// timeOfUnixMilli is unixMilliOrZero's inverse.
+func timeOfUnixMilli(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }
 
 func leaseReply(g *quota.LeaseGrant, token int64) *LeaseReply {

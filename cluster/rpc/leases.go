@@ -88,6 +88,10 @@ type report struct {
 	// go and a report counts nothing in its memory.
 	inflight int64
 	closed   time.Time
+	// until is when its use ended (its time, or its close before that):
+	// a new owner counts the use of an earlier claim's slice only in the
+	// hourly window it falls in.
+	until time.Time
 }
 
 // sliceRef names the slice a charge was taken from: the claim it was lent
@@ -225,7 +229,12 @@ func (ls *leases) settle(e *leaseEntry, ref sliceRef, failed bool) {
 // closeLocked stops using e's slice: it is reported on the next pass.
 func (e *leaseEntry) closeLocked() {
 	if e.cur.seq != 0 {
-		e.done = append(e.done, report{token: e.cur.token, seq: e.cur.seq, used: e.cur.used, inflight: e.cur.inflight, closed: time.Now()})
+		now := time.Now()
+		until := e.cur.until
+		if now.Before(until) {
+			until = now
+		}
+		e.done = append(e.done, report{token: e.cur.token, seq: e.cur.seq, used: e.cur.used, inflight: e.cur.inflight, closed: now, until: until})
 		e.cur = slice{}
 	}
 }
@@ -374,7 +383,7 @@ func (ls *leases) call(j leaseJob) {
 		Account: j.key.account, Holder: q.cfg.Owners.Self(), Bucket: j.key.bucket, Kind: j.key.kind,
 		Hourly: j.key.flags&1 != 0, Monthly: j.key.flags&2 != 0, Total: j.key.flags&4 != 0,
 		Limits: j.limits, For: ls.dur, Keep: leaseKeep * ls.dur, Want: j.want,
-		Report: quota.LeaseReport{Seq: j.rep.seq, Used: j.rep.used},
+		Report: quota.LeaseReport{Seq: j.rep.seq, Used: j.rep.used, Until: j.rep.until},
 	}
 	if j.want > 0 && j.history {
 		// Asking for a slice for evaluations that read the device

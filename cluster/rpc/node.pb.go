@@ -1441,11 +1441,14 @@ type LeaseRequest struct {
 	Token int64 `protobuf:"varint,12,opt,name=token,proto3" json:"token,omitempty"`
 	// The previous slice: its seq (0: none), the units used of it, and the
 	// token of the claim it was lent under.
-	ReportSeq     uint64 `protobuf:"varint,13,opt,name=report_seq,json=reportSeq,proto3" json:"report_seq,omitempty"`
-	ReportUsed    int64  `protobuf:"varint,14,opt,name=report_used,json=reportUsed,proto3" json:"report_used,omitempty"`
-	ReportToken   int64  `protobuf:"varint,15,opt,name=report_token,json=reportToken,proto3" json:"report_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReportSeq   uint64 `protobuf:"varint,13,opt,name=report_seq,json=reportSeq,proto3" json:"report_seq,omitempty"`
+	ReportUsed  int64  `protobuf:"varint,14,opt,name=report_used,json=reportUsed,proto3" json:"report_used,omitempty"`
+	ReportToken int64  `protobuf:"varint,15,opt,name=report_token,json=reportToken,proto3" json:"report_token,omitempty"`
+	// report_until_unix_ms: when the holder's use of the previous slice
+	// ended, on its clock (0: not said, an older holder).
+	ReportUntilUnixMs int64 `protobuf:"varint,16,opt,name=report_until_unix_ms,json=reportUntilUnixMs,proto3" json:"report_until_unix_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *LeaseRequest) Reset() {
@@ -1579,6 +1582,13 @@ func (x *LeaseRequest) GetReportUsed() int64 {
 func (x *LeaseRequest) GetReportToken() int64 {
 	if x != nil {
 		return x.ReportToken
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetReportUntilUnixMs() int64 {
+	if x != nil {
+		return x.ReportUntilUnixMs
 	}
 	return 0
 }
@@ -4670,7 +4680,7 @@ const file_node_proto_rawDesc = "" +
 	"\vHealthReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
-	"\x04down\x18\x03 \x03(\tR\x04down\"\xab\x03\n" +
+	"\x04down\x18\x03 \x03(\tR\x04down\"\xdc\x03\n" +
 	"\fLeaseRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x16\n" +
@@ -4689,7 +4699,8 @@ const file_node_proto_rawDesc = "" +
 	"report_seq\x18\r \x01(\x04R\treportSeq\x12\x1f\n" +
 	"\vreport_used\x18\x0e \x01(\x03R\n" +
 	"reportUsed\x12!\n" +
-	"\freport_token\x18\x0f \x01(\x03R\vreportToken\"\xcf\x01\n" +
+	"\freport_token\x18\x0f \x01(\x03R\vreportToken\x12/\n" +
+	"\x14report_until_unix_ms\x18\x10 \x01(\x03R\x11reportUntilUnixMs\"\xcf\x01\n" +
 	"\n" +
 	"LeaseReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x10\n" +
