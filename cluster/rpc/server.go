@@ -253,15 +253,21 @@ func (s *Server) awaitClaim(ctx context.Context, shard int, callerToken int64, r
 	limit := time.NewTimer(maxClaimWait)
 	defer limit.Stop()
 	for {
+		last := false
 		select {
 		case <-ctx.Done():
 			return 0, refusal
 		case <-limit.C:
-			return 0, refusal
+			// One look more: a stalled process finds the limit and the
+			// claim's recording both past when it runs again.
+			last = true
 		case <-t.C:
 		}
 		if held, err := s.cfg.Owners.Held(shard); err == nil {
 			return held, nil
+		}
+		if last {
+			return 0, refusal
 		}
 		if n, cur, ok := s.cfg.Owners.Owner(shard); !ok || n != node || cur != token {
 			return 0, refusal
