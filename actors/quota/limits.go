@@ -1,6 +1,9 @@
 package quota
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // NoLimit marks a limit that does not apply (JSON null in SPEC 2.4).
 const NoLimit int64 = -1
@@ -67,6 +70,11 @@ var plans = map[string]planRow{
 func lookupsFor(monthly int64) int64 {
 	if monthly == NoLimit {
 		return NoLimit
+	}
+	if monthly > math.MaxInt64/LookupFactor {
+		// An operator's "as good as unlimited" custom figure: the product
+		// would wrap to a negative allowance that refuses every lookup.
+		return math.MaxInt64
 	}
 	return monthly * LookupFactor
 }

@@ -20,9 +20,25 @@ import (
 type Refund struct {
 	Charge Charge
 	Result ChargeResult
+	// HourEnds is the Unix second the hourly window the charge counted in
+	// ends, when the caller kept it (the answer's reset under an hourly
+	// cap; Result's own is read when it has one); zero: the window running
+	// at the charge's stamp is taken.
+	HourEnds int64
 }
 
 type refundCall = actors.Call[Refund, ChargeResult]
+
+// hourEnds is HourEnds, or the answer's reset when an hourly cap set it.
+func (r *Refund) hourEnds() int64 {
+	if r.HourEnds != 0 {
+		return r.HourEnds
+	}
+	if r.Result.Capped && r.Charge.Limits.Hourly != NoLimit {
+		return r.Result.Reset
+	}
+	return 0
+}
 
 // countedDelta is what an allowed charge stores: the month's count and the
 // day's when it counts toward the month, the total when it counts there.
@@ -91,10 +107,18 @@ func (s shard) refund(ctx actor.Context, r *Refund, call charged) {
 		// what the store will. An account not in memory loads the stored
 		// counts, the refund included, on its next touch.
 		a.rollback(&took, c.Bucket, false, time.Time{})
-		// The hourly request, while the window the charge counted in runs
-		// (a charge stamped up to Stagger before a window's start counts
-		// in it).
-		if w := &a.hour[c.Bucket&1]; r.Result.Allowed && c.Hourly && w.n > 0 && !w.over(c.Now) && !w.start.After(c.Now.Add(Stagger)) {
+		// The hourly request, while the window the charge counted in runs:
+		// the one its answer's reset names when an hourly cap set it (a
+		// window that began within Stagger after the charge's stamp is
+		// another when the charge counted in the one before); else the one
+		// running at its stamp (a charge stamped up to Stagger before a
+		// window's start counts in it).
+		w := &a.hour[c.Bucket&1]
+		counted := !w.start.After(c.Now.Add(Stagger))
+		if ends := r.hourEnds(); ends != 0 {
+			counted = ends == unixCeil(w.end())
+		}
+		if r.Result.Allowed && c.Hourly && w.n > 0 && !w.over(c.Now) && counted {
 			w.n--
 			p.unhour, p.wstart = true, w.start
 		}

@@ -3,6 +3,7 @@ package quota
 import (
 	"errors"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -433,4 +434,66 @@ func TestRefundOfALostIncrementAfterAReload(t *testing.T) {
 	}
 	stored(t, c)
 	check("after refunding the lost charge", 1, 1)
+}
+
+// TestHugeLimitsDoNotWrap: a custom monthly limit past MaxInt64/10 (an
+// operator's "as good as unlimited") gives the largest lookup allowance,
+// not one wrapped negative that refuses every lookup, and limits near
+// MaxInt64 send no 80% warning on the first call (80% of them wrapped to
+// nothing, clamped to 1).
+func TestHugeLimitsDoNotWrap(t *testing.T) {
+	big := int64(1_000_000_000_000_000_000) // 1e18: an operator's "effectively unlimited"
+	l := LimitsFor(PlanCustom, nil, &big, t0, t0)
+	if l.MonthlyLookups != math.MaxInt64 {
+		t.Errorf("lookup allowance of a 1e18 monthly limit: %d", l.MonthlyLookups)
+	}
+	a := newAcct(t0)
+	var w warnLog
+	r, _ := a.charge(&Charge{Account: "a", Kind: Lookup, Limits: l, Monthly: true, Now: t0}, w.add)
+	if !r.Allowed {
+		t.Errorf("first lookup refused: %+v", r)
+	}
+	max := int64(math.MaxInt64)
+	l2 := LimitsFor(PlanCustom, &max, &max, t0, t0)
+	a2 := newAcct(t0)
+	var w2 warnLog
+	r2, _ := a2.charge(&Charge{Account: "a", Kind: Evaluate, Limits: l2, Hourly: true, Monthly: true, Now: t0}, w2.add)
+	if !r2.Allowed || len(w2) != 0 {
+		t.Errorf("first call under limits of %d: %+v, warned %v", max, r2, w2.kinds())
+	}
+}
+
+// TestRefundKeepsToItsWindow: a refund of a charge made in the last
+// seconds of a window, arriving after the next window began (within
+// Stagger of the charge's stamp), gives nothing back to the new window,
+// which never held the charge. Before, the new window gave back a request
+// and admitted one over its cap.
+func TestRefundKeepsToItsWindow(t *testing.T) {
+	c := New(quietSystem().Root, Config{Shards: 1})
+	defer c.Stop()
+	l := custom(2, -1)
+	ch := func(now time.Time) (Charge, ChargeResult) {
+		m := Charge{Account: "a", Limits: l, Hourly: true, Now: now}
+		r, err := c.Charge(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, r
+	}
+	ch(t0)
+	late, lr := ch(t0.Add(time.Hour - 2*time.Second)) // last in W1
+	w2 := t0.Add(time.Hour + time.Second)
+	ch(w2) // opens W2
+	if err := c.Refund(Refund{Charge: late, Result: lr}); err != nil {
+		t.Fatal(err)
+	}
+	n := 1
+	for i := 0; i < 3; i++ {
+		if _, r := ch(w2.Add(time.Minute)); r.Allowed {
+			n++
+		}
+	}
+	if n > 2 {
+		t.Errorf("window starting %v admitted %d with an hourly limit of 2", w2, n)
+	}
 }

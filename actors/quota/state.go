@@ -284,7 +284,9 @@ func (a *account) win(b Bucket, now time.Time) *window {
 func warnBit(k WarnKind) uint8 { return 1 << (k - WarnMonthly80) }
 
 // threshold80 is the count at which "about 80%" is reached: ⌈0.8·limit⌉, at least 1.
-func threshold80(limit int64) int64 { return max((limit*8+9)/10, 1) }
+// threshold80 is 80% of limit, rounded up, at least 1: limit − ⌊limit/5⌋,
+// which cannot overflow (limit×8 would, past about 1.15e18).
+func threshold80(limit int64) int64 { return max(limit-limit/5, 1) }
 
 // secondsUntil is t−now in whole seconds, rounded up, at least 1.
 func secondsUntil(t, now time.Time) int64 {

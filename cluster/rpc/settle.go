@@ -102,17 +102,26 @@ type chargeMemo struct {
 	total   bool
 	allowed bool
 	refusal quota.Refusal
+	// hourEnds is when the hourly window the charge counted in ends, Unix
+	// seconds (zero: no hourly cap set the answer's reset): a refund gives
+	// back to that window only.
+	hourEnds int64
 }
 
 func memoOf(c *quota.Charge, r *quota.ChargeResult) chargeMemo {
-	return chargeMemo{now: c.Now.UnixNano(), bucket: c.Bucket, kind: c.Kind, hourly: c.Hourly, monthly: c.Monthly, total: c.Total, allowed: r.Allowed, refusal: r.Refusal}
+	m := chargeMemo{now: c.Now.UnixNano(), bucket: c.Bucket, kind: c.Kind, hourly: c.Hourly, monthly: c.Monthly, total: c.Total, allowed: r.Allowed, refusal: r.Refusal}
+	if r.Capped && c.Limits.Hourly != quota.NoLimit {
+		m.hourEnds = r.Reset
+	}
+	return m
 }
 
 // refund is the quota's Refund of the memo's charge of account.
 func (m *chargeMemo) refund(account string) quota.Refund {
 	return quota.Refund{
-		Charge: quota.Charge{Account: account, Bucket: m.bucket, Kind: m.kind, Hourly: m.hourly, Monthly: m.monthly, Total: m.total, Now: time.Unix(0, m.now).UTC()},
-		Result: quota.ChargeResult{Allowed: m.allowed, Refusal: m.refusal},
+		Charge:   quota.Charge{Account: account, Bucket: m.bucket, Kind: m.kind, Hourly: m.hourly, Monthly: m.monthly, Total: m.total, Now: time.Unix(0, m.now).UTC()},
+		Result:   quota.ChargeResult{Allowed: m.allowed, Refusal: m.refusal},
+		HourEnds: m.hourEnds,
 	}
 }
 

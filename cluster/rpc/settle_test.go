@@ -563,3 +563,23 @@ func eventStorer(t *testing.T, sys *actor.ActorSystem, self string) (*Server, *e
 	}
 	return s, evs, id
 }
+
+// TestChargeMemoKeepsTheHour: a settled call's refund names the hourly
+// window its charge counted in when an hourly cap set the answer's reset
+// (quota.Refund.HourEnds), so that a refund that comes after the next
+// window began gives nothing back to it; without an hourly cap it names
+// none.
+func TestChargeMemoKeepsTheHour(t *testing.T) {
+	c := capped
+	c.Now = testNow
+	r := quota.ChargeResult{Allowed: true, Capped: true, Limit: 5, Reset: testNow.Add(time.Hour).Unix()}
+	m := memoOf(&c, &r)
+	if got := m.refund("acct").HourEnds; got != r.Reset {
+		t.Fatalf("hourly cap: refund names hour end %d, want %d", got, r.Reset)
+	}
+	c.Limits.Hourly = quota.NoLimit
+	m = memoOf(&c, &r)
+	if got := m.refund("acct").HourEnds; got != 0 {
+		t.Fatalf("no hourly cap: refund names hour end %d, want 0", got)
+	}
+}
