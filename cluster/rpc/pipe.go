@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -584,7 +585,7 @@ read:
 			}
 			for _, c := range f.GetCalls() {
 				wg.Go(func() {
-					a := pipeCall(ctx, m, c)
+					a := s.pipeCallRecovered(ctx, m, c)
 					select {
 					case answers <- a:
 					case <-ctx.Done():
@@ -674,6 +675,22 @@ func pipeAnswers(stream Node_PipeServer, answers <-chan *PipeAnswer, bye <-chan 
 }
 
 // pipeCall runs one call of a Pipe with m's methods.
+// pipeCallRecovered is pipeCall on a goroutine of the pipe's own: a panic
+// in the call's handler is answered as ServerOptions' interceptor answers
+// a unary method's (codes.Internal, logged with its stack), and the member
+// goes on. The stream's interceptor covers only the stream's goroutine.
+func (s *Server) pipeCallRecovered(ctx context.Context, m pipeMethods, c *PipeCall) (a *PipeAnswer) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("cluster: node-to-node handler panicked; the call failed, the node goes on",
+				"method", "pipe", "panic", p, "stack", string(debug.Stack()))
+			b, _ := proto.Marshal(status.New(codes.Internal, "the member failed to handle the call").Proto())
+			a = &PipeAnswer{Id: c.GetId(), Status: b}
+		}
+	}()
+	return pipeCall(ctx, m, c)
+}
+
 func pipeCall(ctx context.Context, m pipeMethods, c *PipeCall) *PipeAnswer {
 	a := &PipeAnswer{Id: c.GetId()}
 	if t := c.GetTimeoutMicros(); t > 0 {

@@ -477,7 +477,14 @@ func (q *Quota) settleLoop(node, account string, id uint64, sent time.Time) {
 	call := fmt.Sprintf("%x", id)
 	end := sent.Add(settleMax)
 	pause := settlePause
-	for !q.closed.Load() {
+	closing := func() {
+		q.log.Warn("cluster: a call may have counted although its caller gave up on it: this node stopped before its node answered", "node", node, "account", account, "call", call)
+	}
+	for {
+		if q.closed.Load() {
+			closing()
+			return
+		}
 		// The member's connection as of now: it may have come back on
 		// another address.
 		p, err := q.peer(node)
@@ -503,6 +510,7 @@ func (q *Quota) settleLoop(node, account string, id uint64, sent time.Time) {
 		}
 		select {
 		case <-q.done:
+			closing()
 			return
 		case <-time.After(pause):
 		}

@@ -1,10 +1,12 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -581,5 +583,86 @@ func TestChargeMemoKeepsTheHour(t *testing.T) {
 	m = memoOf(&c, &r)
 	if got := m.refund("acct").HourEnds; got != 0 {
 		t.Fatalf("no hourly cap: refund names hour end %d, want 0", got)
+	}
+}
+
+// TestSettleCutShortByCloseLogs: a settle still under way when this
+// node's quota client closes (its owner slow to answer, cut off) ends with
+// the log line every settle that cannot vouch for its call ends with.
+// Before, it ended silently, and a call answered 503 counted at its owner
+// with no trace.
+func TestSettleCutShortByCloseLogs(t *testing.T) {
+	s, owner := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	n := &deafSettle{Server: s, gate: make(chan struct{})}
+	addr := listenNode(t, n)
+	defer close(n.gate)
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	var logs syncBuf
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
+		Timeout: 200 * time.Millisecond, Workers: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = q.Charge(capped)
+	if !errors.Is(err, ErrNoOwner) {
+		t.Fatalf("caller: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	q.Close()
+	if q.Settles() != 1 || hourCount(t, owner, capped) != 1 || !strings.Contains(logs.String(), "may have counted") {
+		t.Fatalf("settles %d, owner counts %d, the caller logged %q", q.Settles(), hourCount(t, owner, capped), logs.String())
+	}
+}
+
+// deafSettle answers no Settle, and holds each Charge's answer until
+// gate closes.
+type deafSettle struct {
+	*Server
+	gate chan struct{}
+}
+
+func (n *deafSettle) Settle(context.Context, *SettleRequest) (*SettleReply, error) {
+	return nil, status.Error(codes.Unavailable, "partitioned")
+}
+func (n *deafSettle) Charge(ctx context.Context, r *ChargeRequest) (*ChargeReply, error) {
+	rep, err := n.Server.Charge(ctx, r)
+	<-n.gate // the answer is held past the caller's deadline
+	return rep, err
+}
+func (n *deafSettle) Pipe(stream Node_PipeServer) error { return n.servePipe(stream, n) }
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestReviewSettleAbandonedOnClose(t *testing.T) {
+	s, owner := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
+	n := &deafSettle{Server: s, gate: make(chan struct{})}
+	addr := listenNode(t, n)
+	defer close(n.gate)
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	var logs syncBuf
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
+		Timeout: 200 * time.Millisecond, Workers: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = q.Charge(capped)
+	if !errors.Is(err, ErrNoOwner) {
+		t.Fatalf("caller: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	q.Close()
+	t.Logf("settles started %d; owner counts %d; client log after Close: %q", q.Settles(), hourCount(t, owner, capped), logs.String())
+	if hourCount(t, owner, capped) == 1 && !strings.Contains(logs.String(), "may have counted") {
+		t.Fatalf("a call answered 503 still counts at the owner and the caller logged nothing")
 	}
 }
