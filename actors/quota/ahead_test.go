@@ -497,3 +497,56 @@ func TestRollbackAfterAMonthReload(t *testing.T) {
 		t.Fatalf("June after the failed charge: %d; want the stored 5", n)
 	}
 }
+
+// TestMonthlyWarningOnceAfterALostBatch: a charge answered ahead that
+// crosses 80% warns and marks the month in memory; its batch fails, so
+// the store lacks the mark until the account's next delta carries it, and
+// an eviction and reload do not send the warning again. Before, only
+// memory held the mark, and every reload warned anew.
+func TestMonthlyWarningOnceAfterALostBatch(t *testing.T) {
+	s := newAheadStore(t)
+	rec := &recorder{}
+	c := New(quietSystem().Root, Config{Shards: 1, Store: s, Notifier: rec, IdleAfter: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	defer c.Stop()
+	l := custom(-1, 10)
+	ch := func(now time.Time) ChargeResult {
+		r, err := c.Charge(Charge{Account: "a", Limits: l, Monthly: true, Total: true, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for range 7 {
+		ch(t0)
+	}
+	stored(t, c)
+	s.fail.Store(true)
+	ch(t0) // 8th: crosses 80%, answered ahead, batch fails
+	stored(t, c)
+	s.fail.Store(false)
+	ch(t0) // 9th: waits for its commit, succeeds
+	stored(t, c)
+	if cnt, _, err := s.DB.LoadUsage("a", storage.MonthOf(t0)); err != nil || cnt.Warned&warnBit(WarnMonthly80) == 0 {
+		t.Fatalf("stored after the next delta: %+v %v; want the 80%% mark", cnt, err)
+	}
+	later := t0.Add(3 * time.Hour)
+	c.Sweep(later)
+	if n := c.resident(); n != 0 {
+		t.Fatalf("resident %d", n)
+	}
+	ch(later) // 10th
+	stored(t, c)
+	var kinds []WarnKind
+	for _, w := range rec.get() {
+		kinds = append(kinds, w.Kind)
+	}
+	n80 := 0
+	for _, k := range kinds {
+		if k == WarnMonthly80 {
+			n80++
+		}
+	}
+	if n80 != 1 {
+		t.Errorf("monthly_80 sent %d times in one month", n80)
+	}
+}

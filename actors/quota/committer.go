@@ -109,6 +109,11 @@ func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, 
 		for i := range ps {
 			p := ps[i]
 			if p.ahead {
+				if p.delta.Counts.Warned != 0 {
+					// Before the inflight count drops: the account stays
+					// until its shard has the bits.
+					root.Send(p.shard, &unstoredWarned{p: p})
+				}
 				p.ent.inflight.Add(-1)
 				continue
 			}

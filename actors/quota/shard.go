@@ -160,6 +160,11 @@ type lenProbe chan int
 // rollback tells a shard that a delta failed to reach the store.
 type rollback struct{ p pending }
 
+// unstoredWarned tells a shard that a delta answered ahead, which carried
+// Warned bits, failed to reach the store (its counts are in the lost
+// ledger; the bits are the account's to store again).
+type unstoredWarned struct{ p pending }
+
 // shardState is one shard's memory. With a store it is replaced by an empty
 // one when the shard restarts after a panic (see New); without one it
 // outlives the actor value, as the only copy of the counts.
@@ -236,6 +241,8 @@ func (s shard) Receive(ctx actor.Context) {
 	case *rollback:
 		undo(&m.p)
 		m.p.ent.inflight.Add(-1)
+	case *unstoredWarned:
+		keepUnstored(&m.p)
 	case *dropMsg:
 		var handed []Handed
 		if s.store != nil { // memory only: the table is the only copy
@@ -364,6 +371,11 @@ func (s shard) persist(ctx actor.Context, p pending) error {
 	}
 	p.shard = ctx.Self()
 	p.reloads = p.ent.reloads
+	if u := p.ent.unstored; u != 0 && p.delta.Month == p.ent.month {
+		// Warnings whose bits an earlier delta failed to store.
+		p.delta.Counts.Warned |= u
+		p.ent.unstored = 0
+	}
 	p.ent.inflight.Add(1)
 	var added bool
 	if p.call == nil {
@@ -413,6 +425,16 @@ func undo(p *pending) {
 	p.ent.rollback(&d, p.bucket, p.hourly, p.wstart)
 	if w := &p.ent.hour[p.bucket&1]; p.unhour && w.start.Equal(p.wstart) {
 		w.n++
+	}
+	keepUnstored(p)
+}
+
+// keepUnstored keeps the Warned bits of p's delta, which did not reach the
+// store, for the account's next delta of the same month: the warnings went
+// out, and the bits in memory stop the next crossing from carrying them.
+func keepUnstored(p *pending) {
+	if w := p.delta.Counts.Warned; w != 0 && p.reloads == p.ent.reloads && p.delta.Month == p.ent.month {
+		p.ent.unstored |= w
 	}
 }
 

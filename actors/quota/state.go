@@ -224,6 +224,11 @@ type account struct {
 	// delta counted before the last of them is not in the counts any more,
 	// so its rollback leaves them alone (undo).
 	reloads uint32
+	// unstored are the month's Warned bits whose warning went out but
+	// whose delta did not reach the store (a failed batch): the next
+	// delta of the month carries them (persist), so that a reload does
+	// not send the warning again.
+	unstored uint8
 }
 
 // loadInfo is what a cluster node's account remembers of its loads.
@@ -470,6 +475,9 @@ func (a *account) idle(now time.Time, idleAfter time.Duration) bool {
 	// failed) is let go once kept past its time, here too: only a lend or
 	// a charge would, and the account has neither.
 	a.dropLapsed(now)
+	if a.unstored != 0 && storage.MonthOf(now) == a.month {
+		return false // a reload would warn again: kept until a delta stores them
+	}
 	if a.inflight.Load() != 0 || now.Sub(a.lastSeen) < idleAfter || a.collecting(now) || len(a.grants) > 0 {
 		return false
 	}
