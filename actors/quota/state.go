@@ -267,8 +267,12 @@ func (a *account) touch(now time.Time) {
 // time than one queued behind it (and, in a cluster, than one stamped on
 // another node). Only a clock moved back further than this starts a new
 // window; without it the earlier-stamped charge would empty the window and
-// concurrent calls at a window's start would admit more than the cap.
-const Stagger = 5 * time.Second
+// concurrent calls at a window's start would admit more than the cap. It
+// is well past the longest a charge can take from its stamp to its shard:
+// the chain's wait alone is 5 s (checks), begun after the request was
+// stamped, read and authenticated, and a charge late by more than Stagger
+// emptied a running window (5 s here before the 28th of November).
+const Stagger = time.Minute
 
 // over reports whether w no longer applies at now: it ran out, or the clock
 // went back more than Stagger before its start.

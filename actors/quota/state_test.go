@@ -104,6 +104,31 @@ func TestHourlyWindowStagger(t *testing.T) {
 	}
 }
 
+// TestLateChargeKeepsTheWindow: a charge that reaches its shard seconds
+// after it was stamped (a stalled shard; the chain waits up to 5 s after
+// the request was stamped, read and authenticated), after a window began
+// at a later stamp, counts in that window: it does not empty it, which
+// admitted a whole hour's cap again.
+func TestLateChargeKeepsTheWindow(t *testing.T) {
+	a := newAcct(t0)
+	l := custom(3, -1)
+	ch := func(now time.Time) ChargeResult {
+		r, _ := a.charge(&Charge{Account: "a", Bucket: Live, Limits: l, Hourly: true, Now: now}, nil)
+		return r
+	}
+	for i := range 3 {
+		if r := ch(t0.Add(time.Duration(i) * time.Millisecond)); !r.Allowed {
+			t.Fatalf("charge %d: %+v", i, r)
+		}
+	}
+	if r := ch(t0.Add(-7 * time.Second)); r.Allowed {
+		t.Fatalf("a charge stamped 7 s before the full window's start: %+v, want refused in it", r)
+	}
+	if r := ch(t0.Add(time.Second)); r.Allowed {
+		t.Fatalf("after the late charge: %+v, want the window still full", r)
+	}
+}
+
 func TestMonthlyAllowance(t *testing.T) {
 	now := time.Date(2026, 12, 31, 23, 59, 0, 0, time.UTC)
 	a := newAcct(now)
