@@ -20,8 +20,13 @@ import (
 // observation arriving meanwhile starts from nothing instead of reloading
 // the stored copy that is about to go.
 
-// takeWait bounds how long Take and Merge wait for the shards.
-const takeWait = 30 * time.Second
+// takeWait bounds how long Take and Merge wait for the shards (a var for
+// the tests of what happens past it).
+var takeWait = 30 * time.Second
+
+// lateWait bounds how long the replies of shards that missed takeWait are
+// still waited for (in the background) before they are given up on.
+const lateWait = 10 * time.Minute
 
 type (
 	// takeReq asks a shard for the records refs names (read from the
@@ -106,7 +111,7 @@ func (c *Client) Take(match func(customer string) bool, now time.Time) ([]storag
 	// they would be lost: wait well past the call timeout before giving up.
 	t := time.NewTimer(max(c.timeout, takeWait))
 	defer t.Stop()
-	for range sent {
+	for got := 0; got < sent; got++ {
 		select {
 		case r := <-replies:
 			out = append(out, r.recs...)
@@ -114,7 +119,17 @@ func (c *Client) Take(match func(customer string) bool, now time.Time) ([]storag
 				errs = r.err
 			}
 		case <-t.C:
-			return out, fmt.Errorf("devicehist: take: %w", actors.ErrTimeout)
+			// Nothing is handed out: the late shards take theirs when
+			// they get to it, and what they and the others took goes
+			// back into this node's history (their deletes may not be
+			// durable either), for the next move to take again.
+			go c.giveBackLate(replies, sent-got, now)
+			if len(out) > 0 {
+				if err := c.Merge(out, now); err != nil {
+					c.log.Error("devicehist: records taken for a move that timed out could not be given back; they are lost", "records", len(out), "err", err)
+				}
+			}
+			return nil, fmt.Errorf("devicehist: take: %w", actors.ErrTimeout)
 		}
 	}
 	if len(out) > 0 && c.store != nil {
@@ -136,6 +151,30 @@ func (c *Client) Take(match func(customer string) bool, now time.Time) ([]storag
 		return out, fmt.Errorf("devicehist: take: %w", errs)
 	}
 	return out, nil
+}
+
+// giveBackLate waits (lateWait at most) for the n shards of a Take that
+// did not answer in time, and merges back what they took.
+func (c *Client) giveBackLate(replies <-chan takeReply, n int, now time.Time) {
+	t := time.NewTimer(lateWait)
+	defer t.Stop()
+	var late []storage.HistRecord
+collect:
+	for range n {
+		select {
+		case r := <-replies:
+			late = append(late, r.recs...)
+		case <-t.C:
+			c.log.Error("devicehist: shards of a timed-out move never answered; what they took is lost", "shards", n)
+			break collect
+		}
+	}
+	if len(late) == 0 {
+		return
+	}
+	if err := c.Merge(late, now); err != nil {
+		c.log.Error("devicehist: records a late shard took for a timed-out move could not be given back; they are lost", "records", len(late), "err", err)
+	}
 }
 
 // durable returns once every write the shards handed to the committer so
@@ -196,7 +235,7 @@ func (c *Client) MergeParts(recs []storage.HistRecord, now time.Time) (merged []
 	defer t.Stop()
 	var first error
 wait:
-	for range sent {
+	for got := 0; got < sent; got++ {
 		select {
 		case r := <-replies:
 			if r.err != nil {
@@ -205,6 +244,9 @@ wait:
 			}
 		case <-t.C:
 			first = firstErr(first, actors.ErrTimeout)
+			// Counted as merged (see above); should the merge fail when
+			// the shard gets to it, its records are lost: said in the log.
+			go c.watchLateMerges(replies, sent-got, parts)
 			break wait
 		}
 	}
@@ -216,6 +258,25 @@ wait:
 		return merged, fmt.Errorf("devicehist: merge: %w", first)
 	}
 	return merged, nil
+}
+
+// watchLateMerges waits (lateWait at most) for the n merges of MergeParts
+// that did not answer in time, which it counted as merged, and logs those
+// that failed: their records are in no node's history.
+func (c *Client) watchLateMerges(replies <-chan mergeReply, n int, parts [][]storage.HistRecord) {
+	t := time.NewTimer(lateWait)
+	defer t.Stop()
+	for range n {
+		select {
+		case r := <-replies:
+			if r.err != nil {
+				c.log.Error("devicehist: a merge counted as done (its shard answered late) failed; its records are lost", "records", len(parts[r.part]), "err", r.err)
+			}
+		case <-t.C:
+			c.log.Error("devicehist: shards of a merge counted as done never answered", "shards", n)
+			return
+		}
+	}
 }
 
 // take runs takeReq on the shard's goroutine.
