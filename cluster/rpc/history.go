@@ -494,7 +494,7 @@ func (m *HistoryMover) send(ctx context.Context, to string, req *HistoryParcels)
 // batch id: a batch merged in part (a read failed on one of the history's
 // shards) merges only the rest when it comes again, and one merged whole
 // answers false.
-func (m *HistoryMover) receive(r *HistoryParcels) (merged bool, rest []uint32, err error) {
+func (m *HistoryMover) receive(ctx context.Context, r *HistoryParcels) (merged bool, rest []uint32, err error) {
 	recs := make([]storage.HistRecord, len(r.Records))
 	for i, b := range r.Records {
 		if len(b) > maxHistoryParcel {
@@ -512,6 +512,12 @@ func (m *HistoryMover) receive(r *HistoryParcels) (merged bool, rest []uint32, e
 	now, wall := m.cfg.Now(), time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock() // merges of batches run one at a time: a retry waits for the first
+	if err := ctx.Err(); err != nil {
+		// The sender gave up on this attempt while it waited for the lock:
+		// it has sent the batch again, or taken back what a later attempt
+		// answered as rest, which merging now would count twice.
+		return false, nil, fmt.Errorf("history batch %d of %q: the sender gave up on this attempt: %w", r.Batch, r.Node, err)
+	}
 	for k, b := range m.merged {
 		if wall.Sub(b.at) > batchMemory {
 			delete(m.merged, k)
@@ -574,19 +580,19 @@ func (m *HistoryMover) receive(r *HistoryParcels) (merged bool, rest []uint32, e
 }
 
 // MergeHistory implements NodeServer.
-func (s *Server) MergeHistory(_ context.Context, r *HistoryParcels) (*HistoryReply, error) {
+func (s *Server) MergeHistory(ctx context.Context, r *HistoryParcels) (*HistoryReply, error) {
 	if s.cfg.History == nil {
 		return nil, status.Error(codes.Unavailable, "cluster rpc: this node keeps no device history")
 	}
-	return s.cfg.History.mergeHistory(r)
+	return s.cfg.History.mergeHistory(ctx, r)
 }
 
 // mergeHistory answers MergeHistory.
-func (m *HistoryMover) mergeHistory(r *HistoryParcels) (*HistoryReply, error) {
+func (m *HistoryMover) mergeHistory(ctx context.Context, r *HistoryParcels) (*HistoryReply, error) {
 	if r.GetVersion() == 0 || r.GetNode() == "" || r.GetBatch() == 0 || len(r.GetRecords()) == 0 || len(r.Records) > maxHistoryBatch {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%v: history batch %d of %q with %d records", errBadRequest, r.GetBatch(), r.GetNode(), len(r.GetRecords())))
 	}
-	merged, rest, err := m.receive(r)
+	merged, rest, err := m.receive(ctx, r)
 	switch {
 	case errors.Is(err, errBadRequest):
 		return nil, status.Error(codes.InvalidArgument, err.Error())

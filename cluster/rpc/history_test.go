@@ -202,7 +202,7 @@ func TestHistoryBatchSlowMergeOnce(t *testing.T) {
 	}()
 	time.Sleep(20 * time.Millisecond)
 	for range 2 {
-		_, _, _ = m.receive(req) // the sender resends after any error
+		_, _, _ = m.receive(context.Background(), req) // the sender resends after any error
 	}
 	<-busy
 	var recs []storage.HistRecord
@@ -308,11 +308,11 @@ func TestHistoryBatchPartlyMergedOnce(t *testing.T) {
 	recs = append(recs, deviceParcel(t, "acc_0", "bad", 2))
 	req := &HistoryParcels{Version: version, Node: "c", Batch: 5, Records: recs}
 	fail.Store(true)
-	if _, _, err := m.receive(req); err == nil {
+	if _, _, err := m.receive(context.Background(), req); err == nil {
 		t.Fatal("a batch with a record that cannot be read merged")
 	}
 	fail.Store(false)
-	if merged, _, err := m.receive(req); err != nil || !merged {
+	if merged, _, err := m.receive(context.Background(), req); err != nil || !merged {
 		t.Fatalf("the batch sent again: merged %v, %v", merged, err)
 	}
 	got := visitsOf(t, dh)
@@ -344,7 +344,7 @@ func TestHistoryLostRepliesCountOnce(t *testing.T) {
 	b := NewHistoryMover(HistoryConfig{Local: receiver, Owners: &fakeOwners{self: "b"}, Now: func() time.Time { return testNow }, Log: quietLog})
 	var lose atomic.Bool
 	a.call = func(_ context.Context, to string, req *HistoryParcels) (*HistoryReply, error) {
-		rep, err := b.mergeHistory(req)
+		rep, err := b.mergeHistory(context.Background(), req)
 		if lose.Load() {
 			return nil, status.Error(codes.DeadlineExceeded, "the reply was lost")
 		}
@@ -386,7 +386,7 @@ func TestHistoryPartMergedKeepsRest(t *testing.T) {
 	a := NewHistoryMover(HistoryConfig{Local: sender, Owners: &fakeOwners{self: "a"}, Now: func() time.Time { return testNow }, Log: quietLog})
 	b := NewHistoryMover(HistoryConfig{Local: receiver, Owners: &fakeOwners{self: "b"}, Now: func() time.Time { return testNow }, Log: quietLog})
 	a.call = func(_ context.Context, _ string, req *HistoryParcels) (*HistoryReply, error) {
-		return b.mergeHistory(req)
+		return b.mergeHistory(context.Background(), req)
 	}
 	for i := range 8 {
 		if _, err := sender.Observe(devicehist.Observation{Customer: fmt.Sprint("acc_", i), DeviceID: "good", EventID: fmt.Sprint("ev", i), Now: testNow}); err != nil {
@@ -464,7 +464,7 @@ func TestHistoryHeldBatchGivenBack(t *testing.T) {
 	receiver := memHistory(t)
 	b := NewHistoryMover(HistoryConfig{Local: receiver, Owners: &fakeOwners{self: "b"}, Now: func() time.Time { return testNow }, Log: quietLog})
 	a.call = func(_ context.Context, _ string, req *HistoryParcels) (*HistoryReply, error) {
-		return b.mergeHistory(req)
+		return b.mergeHistory(context.Background(), req)
 	}
 	a.Run(stopped, time.Hour)
 	if got, left := visitsOf(t, receiver), visitsOf(t, sender); len(a.held) != 0 || got["d1"] != 1 || len(left) != 0 {
@@ -486,12 +486,12 @@ func TestHistoryHeldBatchKeptWhileUnreachable(t *testing.T) {
 	a.call = func(_ context.Context, _ string, req *HistoryParcels) (*HistoryReply, error) {
 		switch state.Load() {
 		case 0:
-			b.mergeHistory(req)
+			b.mergeHistory(context.Background(), req)
 			return nil, status.Error(codes.DeadlineExceeded, "the reply was lost")
 		case 1:
 			return nil, fmt.Errorf("%w: member %q: %w", errNotSent, "b", errNoAddr)
 		}
-		return b.mergeHistory(req)
+		return b.mergeHistory(context.Background(), req)
 	}
 	if _, err := sender.Observe(devicehist.Observation{Customer: "acc_x", DeviceID: "d1", EventID: "ev-unreach", Now: testNow}); err != nil {
 		t.Fatal(err)
@@ -531,7 +531,7 @@ func TestHistoryBatchIDReusedIsRefused(t *testing.T) {
 	}
 	recs = append(recs, deviceParcel(t, "acc_0", "bad", 1))
 	fail.Store(true)
-	if _, err := m.mergeHistory(&HistoryParcels{Version: version, Node: "c", Batch: 9, KeepsRest: true, Records: recs}); err != nil {
+	if _, err := m.mergeHistory(context.Background(), &HistoryParcels{Version: version, Node: "c", Batch: 9, KeepsRest: true, Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	fail.Store(false)
@@ -540,9 +540,33 @@ func TestHistoryBatchIDReusedIsRefused(t *testing.T) {
 		for len(other) < n {
 			other = append(other, deviceParcel(t, fmt.Sprint("acc_extra", len(other)), "good", 1))
 		}
-		_, err := m.mergeHistory(&HistoryParcels{Version: version, Node: "c", Batch: 9, KeepsRest: true, Records: other})
+		_, err := m.mergeHistory(context.Background(), &HistoryParcels{Version: version, Node: "c", Batch: 9, KeepsRest: true, Records: other})
 		if status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("batch 9 again with %d records instead of %d: %v, want InvalidArgument", n, len(recs), err)
 		}
+	}
+}
+
+// TestHistoryAttemptGivenUpMergesNothing: an attempt to deliver a batch
+// whose sender gave up on it before it got the receiver's lock merges
+// nothing: the sender has sent the batch again, or taken back what a
+// later attempt answered as rest, and merging now would count it twice.
+func TestHistoryAttemptGivenUpMergesNothing(t *testing.T) {
+	receiver := memHistory(t)
+	m := NewHistoryMover(HistoryConfig{Local: receiver, Owners: &fakeOwners{self: "b"}, Now: func() time.Time { return testNow }, Log: quietLog})
+	req := &HistoryParcels{Version: version, Node: "a", Batch: 3, KeepsRest: true, Records: [][]byte{deviceParcel(t, "acc_x", "d1", 4)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := m.mergeHistory(ctx, req); status.Code(err) != codes.Unavailable {
+		t.Fatalf("an attempt given up on: %v, want Unavailable", err)
+	}
+	if got := visitsOf(t, receiver); got["d1"] != 0 {
+		t.Fatalf("an attempt given up on merged %d visits", got["d1"])
+	}
+	if rep, err := m.mergeHistory(context.Background(), req); err != nil || !rep.GetMerged() {
+		t.Fatalf("the next attempt: %v %v", rep, err)
+	}
+	if got := visitsOf(t, receiver); got["d1"] != 4 {
+		t.Fatalf("after the next attempt: %d visits, want 4", got["d1"])
 	}
 }
