@@ -186,7 +186,10 @@ func (s shard) resolve(r *Resolve) (Resolved, error) {
 
 // unuse takes back one use; when it was the first (stamped at m.at), the
 // event reads as never used again, and that is written as the first use
-// was.
+// was. Only the first use's own refund takes the count to zero: a stored
+// count can be below the uses made (replays are counted in memory only),
+// so after a reload the last use counted may be one that still stands,
+// and another's refund must not make the event read as unused.
 func (s shard) unuse(m *unuse) {
 	ent, err := s.entry(m.id)
 	if err != nil {
@@ -194,6 +197,9 @@ func (s shard) unuse(m *unuse) {
 		return
 	}
 	if ent == nil || ent.e.Account != m.account || ent.e.Uses == 0 {
+		return
+	}
+	if ent.e.Uses == 1 && !ent.e.FirstUse.Equal(m.at) {
 		return
 	}
 	ent.e.Uses--
