@@ -65,4 +65,3 @@ func TestUnuseAfterReloadKeepsAStandingUse(t *testing.T) {
 		t.Errorf("A's use stands, yet C reads %+v", r)
 	}
 }
-
