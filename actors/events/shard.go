@@ -70,6 +70,9 @@ type shardState struct {
 	marks actors.WriteMarks
 	// stoppedLogged: the shard said once that it outlived Stop (refused).
 	stoppedLogged bool
+	// retried is the last failed write whose entries were marked to be
+	// written again (retryFailed).
+	retried uint64
 }
 
 type shard struct{ *shardState }
@@ -260,6 +263,7 @@ func (s shard) notePending() {
 // shard's goroutine, or on Stop's once the shard has stopped.
 func (s shard) flush(ack flushReq) {
 	s.pending.Store(false)
+	s.retryFailed()
 	if s.commit == nil || len(s.dirtyEvents) == 0 && len(s.dirtySights) == 0 {
 		if ack != nil {
 			ack <- struct{}{}
@@ -283,6 +287,34 @@ func (s shard) flush(ack flushReq) {
 	if !s.commit.Add(w) {
 		s.refused(w)
 	}
+}
+
+// retryFailed marks to be written again the entries last carried by the
+// writes up to the last that failed, since it last ran: the store may hold
+// an older copy of them (or none), and nothing else would write them again
+// until they change, so a graceful stop after the store recovered lost
+// them, and they stayed in memory for good (WriteMarks: not in the store).
+// Some of those writes may have been stored: writing an entry again is
+// harmless. Failures are rare; it walks the shard's entries once for each.
+func (s shard) retryFailed() {
+	f := s.marks.Failed()
+	if s.commit == nil || f <= s.retried {
+		return
+	}
+	from := s.retried
+	s.retried = f
+	s.events.Range(func(_ EventID, e *eventEntry) bool {
+		if !e.dirty && e.wseq > from && e.wseq <= f {
+			s.markEvent(e)
+		}
+		return true
+	})
+	s.sightings.Range(func(_ string, h *sightingsEntry) bool {
+		if !h.dirty && h.wseq > from && h.wseq <= f {
+			s.markSightings(h)
+		}
+		return true
+	})
 }
 
 // refused settles a write the committer refused because Stop closed it
