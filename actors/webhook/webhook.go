@@ -110,6 +110,9 @@ type Service struct {
 	flights sync.Map // event id → *flight
 	// outcomes counts finished attempts: delivered, retrying, failed.
 	outcomes [3]atomic.Uint64
+	// dropped counts the events dropped because their account had
+	// maxQueued waiting or retrying.
+	dropped atomic.Uint64
 	// attempts are the attempt goroutines running; Stop waits for them.
 	attempts sync.WaitGroup
 }
@@ -119,6 +122,10 @@ type Service struct {
 func (s *Service) Outcomes() (delivered, retrying, failed uint64) {
 	return s.outcomes[0].Load(), s.outcomes[1].Load(), s.outcomes[2].Load()
 }
+
+// Dropped counts the events never queued because their account had
+// maxQueued events waiting or retrying.
+func (s *Service) Dropped() uint64 { return s.dropped.Load() }
 
 // flight is one running attempt.
 type flight struct {
@@ -384,9 +391,12 @@ func (sh *shard) get(id string, now time.Time) *acct {
 func (sh *shard) enqueue(m *queued, now time.Time) {
 	a := sh.get(m.ev.Account, now)
 	if a.pending() >= maxQueued {
-		if a.dropped++; a.dropped == 1 {
-			sh.svc.cfg.Logger.Warn("webhook queue full; dropping events", "account", m.ev.Account, "queued", a.pending())
-		}
+		// Each one named (its evaluation is in the recent list), so that
+		// an operator can tell the customer which alerts never went out.
+		a.dropped++
+		sh.svc.dropped.Add(1)
+		sh.svc.cfg.Logger.Warn("webhook queue full; event dropped", "account", m.ev.Account, "event_id", m.id,
+			"queued", a.pending(), "dropped_since_load", a.dropped)
 		return
 	}
 	e := &event{kind: m.kind, id: m.id, ev: m.ev, body: Payload(m.kind, m.id, m.ev)}

@@ -455,3 +455,30 @@ func TestLogKeepsTheMostRecent(t *testing.T) {
 		return len(ds) == 0
 	})
 }
+
+// TestQueueFullDropsCounted: events past maxQueued waiting or retrying
+// for one account are dropped, not queued or stored, and each is counted
+// (Dropped, the webhook_dropped_total metric) and logged with its id.
+func TestQueueFullDropsCounted(t *testing.T) {
+	f := newFixture(t, Config{AllowPrivate: true, Timeout: 5 * time.Second})
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(block) })
+	f.dir.set("acc_full", srv.URL, "whsec")
+	for range maxQueued + 10 {
+		f.svc.Notify(threat("acc_full"))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.svc.Dropped() < 10 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d, n := f.svc.Dropped(), len(f.pending(t)); d != 10 || n != maxQueued {
+		t.Fatalf("dropped %d, pending stored %d; want 10 and %d", d, n, maxQueued)
+	}
+}
