@@ -63,8 +63,11 @@ type chain struct {
 	// make the charge (Begin), or the caller giving up on a charge not
 	// begun, which the client then drops.
 	begun atomic.Bool
-	done  chan struct{}
-	timer *time.Timer
+	// givenUp: the caller answered without waiting for the rest (its wait
+	// timed out); the event's shard then counts no use (events.GivenUp).
+	givenUp atomic.Bool
+	done    chan struct{}
+	timer   *time.Timer
 }
 
 const (
@@ -122,6 +125,7 @@ func (s *Service) run(c *Call, ch *chain) (ref *Refusal, timedOut bool) {
 		ch.toCharge()
 	}
 	if !ch.wait() && !ch.chargeBegun() {
+		ch.givenUp.Store(true)
 		switch st := ch.stage.Load(); {
 		case st == stageTake:
 			ref = ServerError(fmt.Errorf("per-address limits: %w", actors.ErrTimeout))
@@ -243,6 +247,11 @@ func (ch *chain) Charged(res quota.ChargeResult, err error) {
 	}
 	ch.toResolve()
 }
+
+// GivenUp implements events.GivenUp.
+func (ch *chain) GivenUp() bool { return ch.givenUp.Load() }
+
+var _ events.GivenUp = (*chain)(nil)
 
 // ResolveReq implements events.ResolveStep.
 func (ch *chain) ResolveReq() *events.Resolve { return &ch.resolve }

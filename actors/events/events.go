@@ -191,6 +191,13 @@ type ResolveStep interface {
 	Resolved(Resolved, error)
 }
 
+// GivenUp is a ResolveStep that can say its caller answered without it (it
+// waited past its time): the shard then resolves it as a Peek, counting no
+// use, so that a retry of the evaluation is not told the event was used.
+type GivenUp interface {
+	GivenUp() bool
+}
+
 // Verdict is the device verdict stored with the event, as intel/device
 // computed it when the event arrived (its findings aside).
 func (r *Resolved) Verdict() device.Verdict {

@@ -83,7 +83,13 @@ func (s shard) Receive(ctx actor.Context) {
 		res, err := s.resolve(&m.Req)
 		m.Reply(res, err)
 	case ResolveStep:
-		m.Resolved(s.resolve(m.ResolveReq()))
+		r := m.ResolveReq()
+		if g, ok := m.(GivenUp); ok && !r.Peek && g.GivenUp() {
+			peek := *r
+			peek.Peek = true
+			r = &peek
+		}
+		m.Resolved(s.resolve(r))
 	case *record:
 		s.record(m.e)
 	case *unuse:

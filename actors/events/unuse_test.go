@@ -159,3 +159,42 @@ func TestFailedWriteDoesNotPinOlderEntries(t *testing.T) {
 		t.Errorf("%d events stay resident; only the one whose write failed needs to", ev)
 	}
 }
+
+// givenUpStep is a chained resolve whose caller answered without it.
+type givenUpStep struct {
+	req  Resolve
+	gave bool
+	out  chan Resolved
+}
+
+func (g *givenUpStep) ResolveReq() *Resolve           { return &g.req }
+func (g *givenUpStep) Resolved(r Resolved, err error) { g.out <- r }
+func (g *givenUpStep) Fail(error)                     { close(g.out) }
+func (g *givenUpStep) GivenUp() bool                  { return g.gave }
+
+// TestGivenUpResolveCountsNoUse: a chained resolve whose evaluation was
+// answered without it (its wait timed out: device_status "unavailable")
+// counts no use, so the customer's retry is a first use, not a replay.
+// Before, the late resolve used the event up.
+func TestGivenUpResolveCountsNoUse(t *testing.T) {
+	sys := quietEventsSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 1, Logger: slog.New(slog.DiscardHandler)})
+	defer c.Stop()
+	e := event("acc_a", "visitor-g", t0)
+	c.Record(e)
+	late := &givenUpStep{req: Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(time.Second)}, gave: true, out: make(chan Resolved, 1)}
+	c.ResolveThen(late)
+	if r := <-late.out; !r.Found || r.Replayed {
+		t.Fatalf("the given-up resolve: %+v", r)
+	}
+	r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(2 * time.Second)})
+	if err != nil || !r.Found || r.Replayed {
+		t.Fatalf("the retry after a given-up resolve: %+v %v; want a first use", r, err)
+	}
+	again := &givenUpStep{req: Resolve{ID: e.ID, Account: "acc_a", Now: t0.Add(3 * time.Second)}, out: make(chan Resolved, 1)}
+	c.ResolveThen(again)
+	if r := <-again.out; !r.Replayed {
+		t.Fatalf("a resolve its caller waited for, after a use: %+v, want a replay", r)
+	}
+}
