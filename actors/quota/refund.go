@@ -29,15 +29,22 @@ type Refund struct {
 
 type refundCall = actors.Call[Refund, ChargeResult]
 
-// hourEnds is HourEnds, or the answer's reset when an hourly cap set it.
+// HourEndsOf is when the hourly window that charge c counted in ends, Unix
+// seconds, as its answer r says it: its reset when an hourly cap set it;
+// zero otherwise (Refund.HourEnds).
+func HourEndsOf(c *Charge, r *ChargeResult) int64 {
+	if r.Capped && c.Limits.Hourly != NoLimit {
+		return r.Reset
+	}
+	return 0
+}
+
+// hourEnds is HourEnds, or HourEndsOf the refund's charge and answer.
 func (r *Refund) hourEnds() int64 {
 	if r.HourEnds != 0 {
 		return r.HourEnds
 	}
-	if r.Result.Capped && r.Charge.Limits.Hourly != NoLimit {
-		return r.Result.Reset
-	}
-	return 0
+	return HourEndsOf(&r.Charge, &r.Result)
 }
 
 // countedDelta is what an allowed charge stores: the month's count and the

@@ -391,11 +391,17 @@ func (sh *shard) get(id string, now time.Time) *acct {
 func (sh *shard) enqueue(m *queued, now time.Time) {
 	a := sh.get(m.ev.Account, now)
 	if a.pending() >= maxQueued {
-		// Each one named (its evaluation is in the recent list), so that
-		// an operator can tell the customer which alerts never went out.
+		// Counted each; the first since the account loaded is a warning
+		// and every one names its event at debug level, so that an
+		// operator can tell the customer which alerts never went out
+		// without a flood of warnings while a receiver stays down.
 		a.dropped++
 		sh.svc.dropped.Add(1)
-		sh.svc.cfg.Logger.Warn("webhook queue full; event dropped", "account", m.ev.Account, "event_id", m.id,
+		level := slog.LevelDebug
+		if a.dropped == 1 {
+			level = slog.LevelWarn
+		}
+		sh.svc.cfg.Logger.Log(context.Background(), level, "webhook queue full; event dropped", "account", m.ev.Account, "event_id", m.id,
 			"queued", a.pending(), "dropped_since_load", a.dropped)
 		return
 	}

@@ -109,11 +109,8 @@ type chargeMemo struct {
 }
 
 func memoOf(c *quota.Charge, r *quota.ChargeResult) chargeMemo {
-	m := chargeMemo{now: c.Now.UnixNano(), bucket: c.Bucket, kind: c.Kind, hourly: c.Hourly, monthly: c.Monthly, total: c.Total, allowed: r.Allowed, refusal: r.Refusal}
-	if r.Capped && c.Limits.Hourly != quota.NoLimit {
-		m.hourEnds = r.Reset
-	}
-	return m
+	return chargeMemo{now: c.Now.UnixNano(), bucket: c.Bucket, kind: c.Kind, hourly: c.Hourly, monthly: c.Monthly, total: c.Total, allowed: r.Allowed, refusal: r.Refusal,
+		hourEnds: quota.HourEndsOf(c, r)}
 }
 
 // refund is the quota's Refund of the memo's charge of account.

@@ -640,29 +640,3 @@ type syncBuf struct {
 
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-func TestReviewSettleAbandonedOnClose(t *testing.T) {
-	s, owner := newTestServer(t, &fakeOwners{self: "a", owner: "a", token: 7})
-	n := &deafSettle{Server: s, gate: make(chan struct{})}
-	addr := listenNode(t, n)
-	defer close(n.gate)
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
-	defer local.Stop()
-	var logs syncBuf
-	q, err := NewQuota(QuotaConfig{Local: local, Owners: &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": addr}},
-		Timeout: 200 * time.Millisecond, Workers: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = q.Charge(capped)
-	if !errors.Is(err, ErrNoOwner) {
-		t.Fatalf("caller: %v", err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	q.Close()
-	t.Logf("settles started %d; owner counts %d; client log after Close: %q", q.Settles(), hourCount(t, owner, capped), logs.String())
-	if hourCount(t, owner, capped) == 1 && !strings.Contains(logs.String(), "may have counted") {
-		t.Fatalf("a call answered 503 still counts at the owner and the caller logged nothing")
-	}
-}

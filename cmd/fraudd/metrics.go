@@ -121,7 +121,7 @@ func addSources(m *metrics.Metrics, src metricSources) error {
 				emit("retrying", float64(r))
 				emit("failed", float64(f))
 			}},
-		metrics.Source{Name: "webhook_dropped_total", Help: "Webhook events never queued because their account already had 1,000 waiting or retrying (a receiver that has been failing or slow for long); each is logged with its event_id.", Type: counter,
+		metrics.Source{Name: "webhook_dropped_total", Help: "Webhook events never queued because their account already had 1,000 waiting or retrying (a receiver that has been failing or slow for long); each is logged with its event_id (the first per account as a warning, the rest at debug level).", Type: counter,
 			Read: func(emit func(string, float64)) { emit("", float64(src.hooks.Dropped())) }},
 	)
 	if err != nil {
