@@ -112,7 +112,10 @@ func basicCredentials(h []byte) (id, secret string, present, ok bool) {
 	if !ok {
 		return "", "", true, false
 	}
-	if u, err := url.QueryUnescape(id); err == nil {
+	// The id is an email, which has no spaces, while clients that do not
+	// form-encode (curl -u, requests' HTTPBasicAuth) send plus addressing
+	// as is: a '+' stays a '+'; %XX escapes, %20 included, still decode.
+	if u, err := url.PathUnescape(id); err == nil {
 		id = u
 	}
 	if u, err := url.QueryUnescape(secret); err == nil {

@@ -64,7 +64,7 @@ func FuzzTokenRequest(f *testing.F) {
 		if id == "" && secret == "" {
 			return // Basic with nothing in it is still a credential pair; not this property's case
 		}
-		basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(url.QueryEscape(id)+":"+url.QueryEscape(secret)))
+		basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(basicID(id)+":"+url.QueryEscape(secret)))
 		grantOnly := []byte(url.Values{"grant_type": {grant}}.Encode())
 		if got := tokenRequestOf(grantOnly, basic); got != want {
 			t.Fatalf("form %q with %q read as %+v, want %+v", grantOnly, basic, got, want)

@@ -214,10 +214,12 @@ func invalidKeyHint(key string) string {
 		return fmt.Sprintf(HintUnsetKey, key)
 	case strings.HasPrefix(key, accounts.PrefixPublishable):
 		return HintPublishable
+	case len(key) > 7 && strings.EqualFold(key[:7], "bearer "):
+		// Before the whitespace case: "Bearer Bearer sk_…" reaches here
+		// as "Bearer sk_…", which has a space too.
+		return HintBearerTwice
 	case strings.ContainsAny(key, " \t\r\n"):
 		return HintWhitespace
-	case strings.HasPrefix(key, "Bearer ") || strings.HasPrefix(key, "bearer "):
-		return HintBearerTwice
 	case !strings.HasPrefix(key, accounts.PrefixLive) && !strings.HasPrefix(key, accounts.PrefixTest):
 		return HintKeyPrefix
 	default:

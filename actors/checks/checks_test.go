@@ -256,3 +256,21 @@ func TestAdmitOperator(t *testing.T) {
 		t.Fatalf("locked out: %+v", ref)
 	}
 }
+
+// TestInvalidKeyHints: each hint names the likely cause. "Authorization:
+// Bearer Bearer sk_…" reaches the hint as "Bearer sk_…", which also has a
+// space: the doubled scheme is the cause to name.
+func TestInvalidKeyHints(t *testing.T) {
+	for key, want := range map[string]string{
+		"Bearer sk_live_abc": HintBearerTwice,
+		"bearer sk_live_abc": HintBearerTwice,
+		"BEARER sk_live_abc": HintBearerTwice,
+		"sk_live_a bc":       HintWhitespace,
+		"pk_abc":             HintKeyPrefix,
+		"sk_live_unknown":    HintUnknownKey,
+	} {
+		if got := invalidKeyHint(key); got != want {
+			t.Errorf("%q: hint %q, want %q", key, got, want)
+		}
+	}
+}

@@ -60,7 +60,9 @@ type wireClaims struct {
 // IssuedAt + Lifetime.
 func (i *Issuer) Mint(c Claims) (string, error) {
 	if c.ExpiresAt.IsZero() {
-		c.ExpiresAt = c.IssuedAt.Add(Lifetime)
+		// exp is whole seconds: round up, so that a token minted at .9 s
+		// still lives its full Lifetime.
+		c.ExpiresAt = c.IssuedAt.Add(Lifetime + time.Second - 1).Truncate(time.Second)
 	}
 	kt := "live"
 	if c.Test {

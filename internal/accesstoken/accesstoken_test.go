@@ -130,3 +130,20 @@ func TestOneTokenOneSpelling(t *testing.T) {
 		t.Fatalf("%d other spellings tried, want 3", others)
 	}
 }
+
+// TestLifetimeIsWhole: exp is whole seconds; a token minted at .9 s still
+// verifies 3599.5 s later (SPEC §5.4: lifetime 3600 s), and not past 3601 s.
+func TestLifetimeIsWhole(t *testing.T) {
+	iss := NewIssuer(secrets.FromBytes([]byte("unit")))
+	minted := time.Date(2026, 11, 1, 12, 0, 0, 900_000_000, time.UTC)
+	tok, err := iss.Mint(Claims{Account: "acc_x", IssuedAt: minted, ID: "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := iss.Verify(tok, minted.Add(Lifetime-500*time.Millisecond)); err != nil {
+		t.Fatalf("refused within its lifetime: %v", err)
+	}
+	if _, err := iss.Verify(tok, minted.Add(Lifetime+time.Second)); err == nil {
+		t.Fatal("accepted past its lifetime")
+	}
+}
