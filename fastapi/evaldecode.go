@@ -130,7 +130,7 @@ func decodeEvaluate(contentType, body []byte, out *checks.EvalRequest, j *evalJS
 		return errors.New(checks.MsgBodyNotJSON)
 	}
 	tok := j.Token
-	if isAbsent(tok) {
+	if isUnset(tok) {
 		tok = j.Netcheck
 	}
 	if !isAbsent(tok) {
@@ -142,7 +142,7 @@ func decodeEvaluate(contentType, body []byte, out *checks.EvalRequest, j *evalJS
 	}
 	var err error
 	fp := j.FingerprintEventID
-	if isAbsent(fp) {
+	if isUnset(fp) {
 		fp = j.ServiceFP
 	}
 	if out.FingerprintEventID, err = stringField(fp, "fingerprintEventId"); err != nil {
@@ -156,7 +156,7 @@ func decodeEvaluate(contentType, body []byte, out *checks.EvalRequest, j *evalJS
 	}
 	out.EmailSent = !isAbsent(j.Email)
 	tz := j.TZ
-	if isAbsent(tz) {
+	if isUnset(tz) {
 		tz = j.ServiceTZ
 	}
 	if out.TZ, err = stringField(tz, "tz"); err != nil {
@@ -204,6 +204,13 @@ func decodeEvaluateForm(body []byte, out *checks.EvalRequest) error {
 
 func isAbsent(raw sonic.NoCopyRawMessage) bool {
 	return len(raw) == 0 || string(raw) == "null"
+}
+
+// isUnset: a field whose alias is read instead — absent, null or "", as the
+// form body reads an empty field (SPEC 2.1 takes a missing, null or empty
+// token alike).
+func isUnset(raw sonic.NoCopyRawMessage) bool {
+	return isAbsent(raw) || string(raw) == `""`
 }
 
 // jsonString unquotes a raw JSON string into a fresh Go string.

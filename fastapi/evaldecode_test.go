@@ -30,6 +30,10 @@ func TestDecodeEvaluate(t *testing.T) {
 			want: checks.EvalRequest{Token: "test_proxy", TokenSent: true, FingerprintEventID: "e2", TZ: "UTC", TZSent: true}},
 		{name: "token wins over netcheck", ctype: "application/json", body: `{"token":"test_vpn","netcheck":"test_tor"}`, want: checks.EvalRequest{Token: "test_vpn", TokenSent: true}},
 		{name: "null token falls to netcheck", ctype: "application/json", body: `{"token":null,"netcheck":"test_tor"}`, want: checks.EvalRequest{Token: "test_tor", TokenSent: true}},
+		{name: "empty token falls to netcheck", ctype: "application/json", body: `{"token":"","netcheck":"test_tor"}`, want: checks.EvalRequest{Token: "test_tor", TokenSent: true}},
+		{name: "empty form token falls to netcheck", ctype: "application/x-www-form-urlencoded", body: `token=&netcheck=test_tor`, want: checks.EvalRequest{Token: "test_tor", TokenSent: true}},
+		{name: "empty fingerprintEventId falls to service_fp", ctype: "application/json", body: `{"fingerprintEventId":"","service_fp":"e2","tz":"","service_tz":"UTC"}`, want: checks.EvalRequest{FingerprintEventID: "e2", TZ: "UTC", TZSent: true}},
+		{name: "fingerprintEventId over 200 kept to 200", ctype: "application/json", body: `{"fingerprintEventId":"` + long(150, "é") + long(60, "e") + `"}`, want: checks.EvalRequest{FingerprintEventID: long(150, "é") + long(50, "e")}},
 		{name: "multipart ignored", ctype: "multipart/form-data; boundary=x", body: "--x\r\n", want: checks.EvalRequest{}},
 		{name: "empty body", ctype: "application/json", body: "", want: checks.EvalRequest{}},
 		{name: "null token", ctype: "application/json", body: `{"token":null}`, want: checks.EvalRequest{}},
@@ -102,7 +106,7 @@ func FuzzDecodeEvaluate(f *testing.F) {
 		if err := decodeEvaluate([]byte(ctype), []byte(body), &r, new(evalJSON)); err != nil {
 			return
 		}
-		if utf8.RuneCountInString(r.AccountID) > checks.MaxAccountID || utf8.RuneCountInString(r.Email) > checks.MaxEmail || utf8.RuneCountInString(r.TZ) > checks.MaxTZ {
+		if utf8.RuneCountInString(r.AccountID) > checks.MaxAccountID || utf8.RuneCountInString(r.Email) > checks.MaxEmail || utf8.RuneCountInString(r.TZ) > checks.MaxTZ || utf8.RuneCountInString(r.FingerprintEventID) > checks.MaxEventID {
 			t.Fatalf("bounds not enforced: %+v", r)
 		}
 		if r.TokenSent != (r.Token != "") {

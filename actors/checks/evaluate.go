@@ -16,7 +16,7 @@ const (
 	MaxAccountID = 256
 	MaxEmail     = 254
 	MaxTZ        = 64
-	MaxEventID   = 200
+	MaxEventID   = 200 // longer ids are cut to this (Normalize)
 )
 
 // EvalRequest is an evaluate body as the transport decoded it, aliases
@@ -49,8 +49,13 @@ func (r *EvalRequest) Normalize() error {
 		return fmt.Errorf(MsgFieldTooLong, "email", MaxEmail)
 	case utf8.RuneCountInString(r.TZ) > MaxTZ:
 		return fmt.Errorf(MsgFieldTooLong, "tz", MaxTZ)
-	case utf8.RuneCountInString(r.FingerprintEventID) > MaxEventID:
-		return fmt.Errorf(MsgFieldTooLong, "fingerprintEventId", MaxEventID)
+	}
+	if utf8.RuneCountInString(r.FingerprintEventID) > MaxEventID {
+		// Not an error on evaluate: SPEC §8 bounds the challenge's id only.
+		// No event id is this long, so it resolves to nothing (device_status
+		// unavailable); kept to its first MaxEventID characters, it stays
+		// bounded where it travels (the history's dedupe, cluster messages).
+		r.FingerprintEventID = firstRunes(r.FingerprintEventID, MaxEventID)
 	}
 	// A form body carries any bytes (%FF); a string field is text, and its
 	// bound is in characters. (Cluster mode sends these fields in protobuf
@@ -209,3 +214,14 @@ func (ev *Evaluation) extras(req *EvalRequest, snap *netlists.Snapshot) {
 }
 
 func msSince(t time.Time) int64 { return time.Since(t).Milliseconds() }
+
+// firstRunes is s cut to its first n characters.
+func firstRunes(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
+}

@@ -236,13 +236,14 @@ func Evaluate(in *Input, out *Result) {
 	fire(disposable, SignalDisposableEmail)
 	fire(tzMismatch, SignalTimezoneMismatch)
 	out.Fired = fs
+	out.vmReview = vm && in.since(VirtualMachineReviewSince)
 
 	// Engine decision.
 	engine := Allow
 	switch {
 	case realProxy || tor || automation || emulator || antidetect:
 		engine = Block
-	case vpn || (vm && in.since(VirtualMachineReviewSince)) || relay:
+	case vpn || out.vmReview || relay:
 		engine = Review
 	case disposable || tzMismatch || deviceMany ||
 		c.GPUInconsistent || c.AntidetectRandomization || c.AntidetectProfileBurst:

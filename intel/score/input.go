@@ -194,6 +194,9 @@ type Result struct {
 	Anonymous    bool // network.anonymous
 	Residential  bool // network.residential: neither datacenter nor proxy fired
 	PrivacyRelay bool // network.privacy_relay
+	// vmReview: a virtual machine fired at a request time when it returns
+	// review (VirtualMachineReviewSince); only then is it a threat.
+	vmReview bool
 
 	TimeZone TimeZoneResult
 

@@ -71,7 +71,7 @@ func ThreatType(res *Result) (string, bool) {
 		return ThreatVPN, true
 	case res.PrivacyRelay:
 		return ThreatPrivacyRelay, true
-	case f.Has(SignalVirtualMachine):
+	case res.vmReview: // SPEC §6 "virtual machine (review)": not before it reviewed
 		return ThreatVirtualMachine, true
 	}
 	return "", false

@@ -1,6 +1,9 @@
 package score
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestThreatType(t *testing.T) {
 	cases := []struct {
@@ -58,5 +61,25 @@ func TestThreatType(t *testing.T) {
 	}
 	if s, ok := ThreatType(nil); s != "" || ok {
 		t.Errorf("nil result")
+	}
+}
+
+// TestVirtualMachineThreatDated: a virtual machine is a threat (SPEC §6
+// "virtual machine (review)") only at a request time when it reviews; before
+// VirtualMachineReviewSince it is an allow and fires nothing.
+func TestVirtualMachineThreatDated(t *testing.T) {
+	for _, c := range []struct {
+		at   time.Time
+		want string
+	}{
+		{VirtualMachineReviewSince.Add(-time.Second), ""},
+		{VirtualMachineReviewSince, ThreatVirtualMachine},
+	} {
+		in := mk("vm")
+		in.At = c.at
+		r := eval(in)
+		if got, _ := ThreatType(&r); got != c.want {
+			t.Errorf("at %s: ThreatType = %q, want %q (%s)", c.at, got, c.want, describe(r))
+		}
 	}
 }
