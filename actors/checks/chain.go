@@ -79,8 +79,8 @@ const (
 )
 
 // chainTimeout bounds run's wait: the limiter, the quota's commit and the
-// facts together.
-const chainTimeout = 5 * time.Second
+// facts together. A var for tests.
+var chainTimeout = 5 * time.Second
 
 var chains = sync.Pool{New: func() any { return &chain{done: make(chan struct{}, 1)} }}
 

@@ -52,6 +52,12 @@ func (s *Service) planFacts(c *Call, ch *chain, ev *Evaluation, req *EvalRequest
 func (s *Service) resolveFacts(c *Call, ch *chain, ev *Evaluation, req *EvalRequest, timedOut bool) {
 	if timedOut {
 		s.log.Warn("device event and history not read in time")
+		// An event resolved before the history stalled was used: show it,
+		// or the retry reads device_replayed of a device no answer showed.
+		// The event's step wrote ch.resolved before it set the stage.
+		if ch.resolveP && ch.stage.Load() >= stageObserve {
+			s.applyDevice(c, ev, &ch.resolved, ch.eventErr)
+		}
 		return
 	}
 	if ch.resolveP {

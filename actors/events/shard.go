@@ -22,6 +22,10 @@ type eventEntry struct {
 	touched time.Time
 	dirty   bool
 	wseq    uint64
+	// firstGone: the first use was given back while later uses stood, so
+	// the last of those may take the count to zero (memory only: a reloaded
+	// entry cannot tell, and keeps its standing use).
+	firstGone bool
 }
 
 type sightingsEntry struct {
@@ -193,12 +197,12 @@ func (s shard) resolve(r *Resolve) (Resolved, error) {
 	return res, nil
 }
 
-// unuse takes back one use; when it was the first (stamped at m.at), the
-// event reads as never used again, and that is written as the first use
-// was. Only the first use's own refund takes the count to zero: a stored
-// count can be below the uses made (replays are counted in memory only),
-// so after a reload the last use counted may be one that still stands,
-// and another's refund must not make the event read as unused.
+// unuse takes back one use; when none stands, the event reads as never
+// used again, and that is written as the first use was. Only the first
+// use's own refund, or the last refund after it, takes the count to zero:
+// a stored count can be below the uses made (replays are counted in memory
+// only), so after a reload the last use counted may be one that still
+// stands, and another's refund must not make the event read as unused.
 func (s shard) unuse(m *unuse) {
 	ent, err := s.entry(m.id)
 	if err != nil {
@@ -208,12 +212,16 @@ func (s shard) unuse(m *unuse) {
 	if ent == nil || ent.e.Account != m.account || ent.e.Uses == 0 {
 		return
 	}
-	if ent.e.Uses == 1 && !ent.e.FirstUse.Equal(m.at) {
+	first := ent.e.FirstUse.Equal(m.at)
+	if ent.e.Uses == 1 && !first && !ent.firstGone {
 		return
 	}
+	if first && ent.e.Uses > 1 {
+		ent.firstGone = true
+	}
 	ent.e.Uses--
-	if ent.e.Uses == 0 && ent.e.FirstUse.Equal(m.at) {
-		ent.e.FirstUse = time.Time{}
+	if ent.e.Uses == 0 {
+		ent.e.FirstUse, ent.firstGone = time.Time{}, false
 		s.markEvent(ent)
 	}
 }

@@ -198,3 +198,27 @@ func TestGivenUpResolveCountsNoUse(t *testing.T) {
 		t.Fatalf("a resolve its caller waited for, after a use: %+v, want a replay", r)
 	}
 }
+
+// TestUnuseFirstThenReplay: the first use and a replay are both given back,
+// the first's refund first (a cluster settles them in any order): no use
+// stands, and the next resolve is a first use again.
+func TestUnuseFirstThenReplay(t *testing.T) {
+	sys := quietEventsSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 1, Logger: slog.New(slog.DiscardHandler)})
+	defer c.Stop()
+	e := event("acc_a", "visitor-x", t0)
+	c.Record(e)
+	t1, t2, t3 := t0.Add(time.Second), t0.Add(2*time.Second), t0.Add(3*time.Second)
+	c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t1})
+	c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t2})
+	c.Unuse(e.ID, "acc_a", t1)
+	c.Unuse(e.ID, "acc_a", t2)
+	r, err := c.Resolve(Resolve{ID: e.ID, Account: "acc_a", Now: t3})
+	if err != nil || !r.Found {
+		t.Fatal(err)
+	}
+	if r.Replayed {
+		t.Fatalf("both uses given back, yet the next resolve reads Replayed (Uses %d, FirstUse %v)", r.Event.Uses, r.Event.FirstUse)
+	}
+}
