@@ -167,3 +167,86 @@ func TestLostStoreRefusesToStart(t *testing.T) {
 		t.Fatalf("an empty store directory was not refused:\n%s", out)
 	}
 }
+
+// TestLostStoreWithSecretFromEnvRefusesToStart: with the master secret
+// given by FRAUDD_SECRET there is no master-secret file to mark an earlier
+// start; the store's stamp file marks it, and a lost store is refused.
+func TestLostStoreWithSecretFromEnvRefusesToStart(t *testing.T) {
+	dir := t.TempDir()
+	env := []string{"FRAUDD_SECRET=e2e-lost-store-secret"}
+	s := StartServer(t, &Server{Bin: bin, DataDir: dir, Bare: true, Env: env})
+	if err := s.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "master-secret")); err == nil {
+		t.Fatal("a master-secret file was written though the secret came from the environment")
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "pebble")); err != nil {
+		t.Fatal(err)
+	}
+	out := startFails(t, dir, env)
+	if !strings.Contains(out, "is missing or empty but "+filepath.Join(dir, "store-stamp")+" says it was written") {
+		t.Fatalf("refusal does not say the store is lost:\n%s", out)
+	}
+}
+
+// TestBackupWithoutWALRefusesToStart: a backup restored without its WAL
+// (a copy tool that skipped *.log) lost every record acknowledged since the
+// store's last flush; its start is refused, where Pebble alone would open
+// it without them.
+func TestBackupWithoutWALRefusesToStart(t *testing.T) {
+	data := t.TempDir()
+	s := StartServer(t, &Server{Bin: bin, DataDir: data, Bare: true})
+	tok := readToken(t, data)
+	if r := s.Do(t, Req{Method: "POST", Path: "/admin/v1/accounts", Bearer: tok, Body: map[string]any{"email": "wal@example.com"}}); r.Status != 201 {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
+	}
+	bk := filepath.Join(t.TempDir(), "bk")
+	if r := s.Do(t, Req{Method: "POST", Path: "/admin/v1/backup", Bearer: tok, Body: map[string]any{"dir": bk}}); r.Status != 200 || !strings.Contains(string(r.Body), "store-stamp") {
+		t.Fatalf("backup: %d %s", r.Status, r.Body)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	logs, _ := filepath.Glob(filepath.Join(bk, "pebble", "*.log"))
+	if len(logs) == 0 {
+		t.Fatal("the backup has no WAL to lose")
+	}
+	for _, l := range logs {
+		if err := os.Remove(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := startFails(t, bk, nil)
+	if !strings.Contains(out, "store is older than its stamp file") {
+		t.Fatalf("refusal does not say the store lost writes:\n%s", out)
+	}
+}
+
+// TestOfflineBackupKeepsALostStoreLost: `fraudd backup` with no server
+// running, on a data dir whose store was emptied, refuses and writes
+// nothing there, so the next start still refuses.
+func TestOfflineBackupKeepsALostStoreLost(t *testing.T) {
+	dir := t.TempDir()
+	s := StartServer(t, &Server{Bin: bin, DataDir: dir, Bare: true})
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "pebble")
+	if err := os.RemoveAll(store); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(store, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "backup", "--data-dir", dir, "--url", "http://127.0.0.1:1", filepath.Join(t.TempDir(), "bk")).CombinedOutput()
+	if err == nil {
+		t.Fatalf("backup of a lost store succeeded:\n%s", out)
+	}
+	if names, _ := os.ReadDir(store); len(names) != 0 {
+		t.Fatalf("the backup wrote %d files into the lost store", len(names))
+	}
+	if out := startFails(t, dir, nil); !strings.Contains(out, "is missing or empty") {
+		t.Fatalf("the start after the backup was not refused:\n%s", out)
+	}
+}

@@ -38,6 +38,10 @@ var ErrKeyCheckMismatch = errors.New("master secret does not match the one the s
 // directory lock (a server running on the same data dir).
 var ErrLocked = errors.New("store is in use by another process")
 
+// ErrNoStore is returned by Open with MustExist for a directory that holds
+// no store.
+var ErrNoStore = errors.New("no store")
+
 // Durability says when a counted call's increment (storage.DB.ApplyUsage)
 // is durable, that is, survives kill -9 and power loss.
 type Durability uint8
@@ -121,6 +125,16 @@ type Options struct {
 	// take to close before the store gives up on it and opens a new one over
 	// the same files (see Probe); 0 means 2 s.
 	CloseWait time.Duration
+	// StampFile, when set, is the store's stamp file (stamp.go): outside
+	// the store's directory, in the same filesystem. Open then refuses a
+	// store that is missing while the file is there (ErrStoreLost) or that
+	// is behind it (ErrStoreBehind), and bumps the stamp at open and every
+	// StampEvery (DefaultStampEvery when 0).
+	StampFile  string
+	StampEvery time.Duration
+	// MustExist refuses a directory that holds no store (ErrNoStore)
+	// instead of creating one: for tools that read an existing store.
+	MustExist bool
 }
 
 // DB is the service's store. It is safe for concurrent use; Pebble serialises
@@ -161,6 +175,7 @@ type DB struct {
 
 	durability Durability
 	interval   time.Duration
+	stamp      stamper // path empty: no stamp file
 
 	// dirtySince is when the oldest commit not covered by a sync begun
 	// since was made (d.clock), 0 when there is none. Set by commits without
@@ -212,6 +227,20 @@ func Open(dir string, o Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.MustExist && !initialised {
+		return nil, fmt.Errorf("%w in %s", ErrNoStore, dir)
+	}
+	var fileStamp uint64
+	if o.StampFile != "" {
+		n, ok, err := ReadStampFile(o.FS, o.StampFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w (remove it to accept the store as it is)", err)
+		}
+		if ok && !initialised {
+			return nil, fmt.Errorf("%w: the store %s is missing or empty but %s says it was written (stamp %d): restore the data directory from a backup, or move it aside to start an empty store", ErrStoreLost, dir, o.StampFile, n)
+		}
+		fileStamp = n
+	}
 	if err := o.FS.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create store dir %s: %w", dir, err)
 	}
@@ -251,6 +280,19 @@ func Open(dir string, o Options) (*DB, error) {
 		return nil, fmt.Errorf("replay the device history journal in %s: %w", dir, err)
 	}
 	go d.syncLoop()
+	if o.StampFile != "" {
+		d.stamp.path = o.StampFile
+		if err := d.checkStamp(fileStamp); err != nil {
+			_ = d.Close()
+			return nil, err
+		}
+		every := o.StampEvery
+		if every <= 0 {
+			every = DefaultStampEvery
+		}
+		d.stamp.stop, d.stamp.done = make(chan struct{}), make(chan struct{})
+		go d.stampLoop(every)
+	}
 	return d, nil
 }
 
@@ -599,6 +641,7 @@ func (d *DB) wait(h *handle, c *commitCall) error {
 func (d *DB) Close() error {
 	// Fold the journal so the next start has nothing to replay (it would
 	// replay what is left, so a failure here loses nothing).
+	d.stopStamp()
 	_ = d.settleHist()
 	close(d.stopSync)
 	<-d.syncDone

@@ -76,7 +76,11 @@ func backupOffline(dataDir, dir string) (*backup.Report, error) {
 		return nil, errServerRunning
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := storage.Open(store, storage.Options{Logger: quiet})
+	// The store must be there already (a lost one is not made anew here,
+	// which would hide the loss from the next start), and is checked and
+	// stamped as a start checks it.
+	db, err := storage.Open(store, storage.Options{Logger: quiet, MustExist: true,
+		StampFile: filepath.Join(dataDir, storage.StampFileName)})
 	if errors.Is(err, storage.ErrLocked) {
 		return nil, errServerRunning
 	}

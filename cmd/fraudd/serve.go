@@ -200,7 +200,8 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	db, err := storage.Open(filepath.Join(cfg.dataDir, "pebble"), storage.Options{Logger: log,
-		Durability: cfg.durability, SyncInterval: cfg.syncInterval})
+		Durability: cfg.durability, SyncInterval: cfg.syncInterval,
+		StampFile: filepath.Join(cfg.dataDir, storage.StampFileName)})
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,8 @@
 // Package backup writes a restorable copy of a data directory, also while
 // the server runs: a checkpoint of the store (a consistent Pebble copy of
 // everything acknowledged before it started) and the secret files beside it.
-// The backup directory is a data directory: copy it into place and start
+// The backup directory is a data directory, with the store's stamp file
+// (storage.StampFileName) when it has one: copy it into place and start
 // fraudd on it to restore.
 package backup
 
@@ -13,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/fraudd/fraudd/storage"
 )
@@ -101,6 +104,13 @@ func Write(src Source, dir string) (rep *Report, err error) {
 		}
 	}()
 	rep = &Report{Dir: dir}
+	// The stamp file is read before the checkpoint: the store's own stamp
+	// moves first, so the checkpoint holds this stamp or a later one, and
+	// the restored store is never behind the stamp it comes with.
+	stamp, _, err := storage.ReadStampFile(vfs.Default, filepath.Join(src.DataDir, storage.StampFileName))
+	if err != nil {
+		return nil, err
+	}
 	if err := src.Store.Checkpoint(filepath.Join(dir, StoreDir)); err != nil {
 		if errors.Is(err, storage.ErrUnavailable) {
 			return nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
@@ -119,6 +129,15 @@ func Write(src Source, dir string) (rep *Report, err error) {
 		if ok {
 			rep.Files = append(rep.Files, name)
 		}
+	}
+	if stamp != 0 {
+		if err := storage.WriteStampFile(vfs.Default, filepath.Join(dir, storage.StampFileName), stamp); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(filepath.Join(dir, storage.StampFileName), 0o600); err != nil {
+			return nil, fmt.Errorf("tighten the stamp file: %w", err)
+		}
+		rep.Files = append(rep.Files, storage.StampFileName)
 	}
 	if src.SecretOutside {
 		rep.Notes = append(rep.Notes, "the master secret was given by --secret/FRAUDD_SECRET, not a file: keep it with this backup; a restore needs the same value")

@@ -7,6 +7,10 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fraudd/fraudd/storage"
 )
 
 // fakeStore writes one file where the checkpoint goes, or fails.
@@ -163,5 +167,45 @@ func TestConcurrentBackupsIntoOneDir(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("the successful backup lost %s: %v", name, err)
 		}
+	}
+}
+
+// stampingStore moves the data dir's stamp on as its checkpoint runs, as the
+// store's own stamp loop may.
+type stampingStore struct {
+	fakeStore
+	file string
+}
+
+func (s stampingStore) Checkpoint(dir string) error {
+	if err := storage.WriteStampFile(vfs.Default, s.file, 9); err != nil {
+		return err
+	}
+	return s.fakeStore.Checkpoint(dir)
+}
+
+// TestWriteCopiesTheStampReadBeforeTheCheckpoint: the backup carries the
+// store's stamp file as it was before the checkpoint began, so the store in
+// the backup is never behind the stamp beside it.
+func TestWriteCopiesTheStampReadBeforeTheCheckpoint(t *testing.T) {
+	data := dataDir(t)
+	file := filepath.Join(data, storage.StampFileName)
+	if err := storage.WriteStampFile(vfs.Default, file, 8); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "b")
+	rep, err := Write(Source{DataDir: data, Store: stampingStore{file: file}}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(rep.Files, storage.StampFileName) {
+		t.Fatalf("report %+v", rep)
+	}
+	n, ok, err := storage.ReadStampFile(vfs.Default, filepath.Join(dir, storage.StampFileName))
+	if err != nil || !ok || n != 8 {
+		t.Fatalf("backup's stamp %d %v %v, want 8", n, ok, err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, storage.StampFileName)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("stamp file mode %v %v", st.Mode(), err)
 	}
 }

@@ -1,0 +1,225 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// The store stamp lets a start tell a store it can vouch for from one that
+// lost files. Pebble opens without complaint over a directory that lost its
+// WAL (every record since the last flush gone), whose MANIFEST was cut short
+// (later tables dropped), or that was emptied (a fresh store): none of these
+// leaves a trace inside the store itself. So a counter lives in two places:
+// in the store (synced) and in a file beside it, outside the store's
+// directory (Options.StampFile). Each bump writes the store first and the
+// file second, so a crash between them leaves the store ahead, never behind.
+// A store behind its file lost writes it once acknowledged; a store missing
+// while its file is there was lost whole. Both stop the start.
+//
+// The stamp is bumped at each open and every StampEvery while the store is
+// open, so the newest stamp rides in the newest WAL: a WAL lost whole is
+// noticed unless it began less than StampEvery before the stop. A MANIFEST
+// cut short is noticed when the tables it dropped held the newest stamp.
+
+// ErrStoreLost is returned by Open when the stamp file says the store was
+// written before but the store's directory is missing or empty.
+var ErrStoreLost = errors.New("store is missing but its stamp file is there")
+
+// ErrStoreBehind is returned by Open when the store's stamp is older than its
+// file's: the store lost writes it had acknowledged, or an older copy of it
+// was put back without its own stamp file.
+var ErrStoreBehind = errors.New("store is older than its stamp file")
+
+// StampFileName is the stamp file's name in a data directory, beside the
+// store's directory; backups copy it with the store.
+const StampFileName = "store-stamp"
+
+// DefaultStampEvery is how often an open store bumps its stamp.
+const DefaultStampEvery = 10 * time.Second
+
+var stampKey = []byte{prefixMeta, 's', 't', 'a', 'm', 'p'}
+
+// stampFileHead starts every stamp file, so a stray file is not read as one.
+const stampFileHead = "fraudd store stamp "
+
+// ReadStampFile reads the stamp file at path; ok is false when there is none.
+func ReadStampFile(fs vfs.FS, path string) (n uint64, ok bool, err error) {
+	f, err := fs.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("open stamp file %s: %w", path, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 128))
+	if err != nil {
+		return 0, false, fmt.Errorf("read stamp file %s: %w", path, err)
+	}
+	n, err = parseStamp(b)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: stamp file %s: %w", ErrCorrupt, path, err)
+	}
+	return n, true, nil
+}
+
+// parseStamp reads a stamp file's contents: the head, a decimal counter and
+// a newline.
+func parseStamp(b []byte) (uint64, error) {
+	s, ok := strings.CutPrefix(string(b), stampFileHead)
+	if !ok {
+		return 0, errors.New("not a stamp file")
+	}
+	s, ok = strings.CutSuffix(s, "\n")
+	if !ok {
+		return 0, errors.New("cut short")
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("bad counter %q", s)
+	}
+	return n, nil
+}
+
+// WriteStampFile replaces the stamp file at path with n: a temporary file,
+// synced, renamed over it, and the directory synced, so a crash leaves the
+// old stamp or the new one.
+func WriteStampFile(fs vfs.FS, path string, n uint64) error {
+	tmp := path + ".tmp"
+	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", tmp, err)
+	}
+	_, werr := f.Write([]byte(stampFileHead + strconv.FormatUint(n, 10) + "\n"))
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = fs.Remove(tmp)
+		return fmt.Errorf("write %s: %w", tmp, werr)
+	}
+	if err := fs.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	dir, err := fs.OpenDir(fs.PathDir(path))
+	if err != nil {
+		return fmt.Errorf("open %s to sync it: %w", fs.PathDir(path), err)
+	}
+	serr := dir.Sync()
+	if cerr := dir.Close(); serr == nil {
+		serr = cerr
+	}
+	if serr != nil {
+		return fmt.Errorf("sync %s: %w", fs.PathDir(path), serr)
+	}
+	return nil
+}
+
+// stamper bumps the stamp of an open store; one bump at a time.
+type stamper struct {
+	path string
+	mu   sync.Mutex
+	stop chan struct{}
+	done chan struct{}
+}
+
+// storeStamp reads the stamp in the store, 0 when it has none.
+func (d *DB) storeStamp() (uint64, error) {
+	v, err := d.get(stampKey)
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the store's stamp: %w", err)
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: the store's stamp is %d bytes", ErrCorrupt, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// checkStamp compares the store's stamp with its file's at open, then bumps
+// it. file is the file's counter, 0 when there is none.
+func (d *DB) checkStamp(file uint64) error {
+	have, err := d.storeStamp()
+	if err != nil {
+		return err
+	}
+	if have < file {
+		return fmt.Errorf("%w: the store in %s is at stamp %d but %s says %d, so it lost writes it had acknowledged (a WAL file or the MANIFEST's tail gone) or an older copy was put back: restore the data directory from a backup (a backup carries its own stamp file), or remove %s to accept the store as it is",
+			ErrStoreBehind, d.dir, have, d.stamp.path, file, d.stamp.path)
+	}
+	return d.bumpStamp()
+}
+
+// bumpStamp moves the stamp on by one: synced into the store, then into the
+// file.
+func (d *DB) bumpStamp() error {
+	d.stamp.mu.Lock()
+	defer d.stamp.mu.Unlock()
+	have, err := d.storeStamp()
+	if err != nil {
+		return err
+	}
+	file, _, err := ReadStampFile(d.fs, d.stamp.path)
+	if err != nil {
+		return err
+	}
+	n := max(have, file) + 1
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], n)
+	b := d.newBatch()
+	if err := b.Set(stampKey, v[:], nil); err != nil {
+		_ = b.Close()
+		return fmt.Errorf("stage the store's stamp: %w", err)
+	}
+	if err := d.commit(b); err != nil {
+		return fmt.Errorf("store the stamp: %w", err)
+	}
+	return WriteStampFile(d.fs, d.stamp.path, n)
+}
+
+// stampLoop bumps the stamp every period until Close. A failed bump (the
+// store unavailable) is logged once per failing spell; the next one retries.
+func (d *DB) stampLoop(period time.Duration) {
+	defer close(d.stamp.done)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-d.stamp.stop:
+			return
+		case <-t.C:
+		}
+		err := d.bumpStamp()
+		switch {
+		case err != nil && !failing:
+			d.log.Warn("storage: store stamp not bumped", "err", err)
+		case err == nil && failing:
+			d.log.Info("storage: store stamp bumped again")
+		}
+		failing = err != nil
+	}
+}
+
+// stopStamp ends stampLoop, when one runs.
+func (d *DB) stopStamp() {
+	if d.stamp.stop == nil {
+		return
+	}
+	close(d.stamp.stop)
+	<-d.stamp.done
+}
