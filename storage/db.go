@@ -232,14 +232,17 @@ func Open(dir string, o Options) (*DB, error) {
 	}
 	var fileStamp uint64
 	if o.StampFile != "" {
-		n, ok, err := ReadStampFile(o.FS, o.StampFile)
+		st, ok, err := readStamp(o.FS, o.StampFile)
 		if err != nil {
 			return nil, fmt.Errorf("%w (remove it to accept the store as it is)", err)
 		}
 		if ok && !initialised {
-			return nil, fmt.Errorf("%w: the store %s is missing or empty but %s says it was written (stamp %d): restore the data directory from a backup, or move it aside to start an empty store", ErrStoreLost, dir, o.StampFile, n)
+			return nil, fmt.Errorf("%w: the store %s is missing or empty but %s says it was written (stamp %d): restore the data directory from a backup, or move it aside to start an empty store", ErrStoreLost, dir, o.StampFile, st.n)
 		}
-		fileStamp = n
+		if err := checkClosed(o.FS, dir, o.StampFile, st); err != nil {
+			return nil, err
+		}
+		fileStamp = st.n
 	}
 	if err := o.FS.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create store dir %s: %w", dir, err)
@@ -643,6 +646,14 @@ func (d *DB) Close() error {
 	// replay what is left, so a failure here loses nothing).
 	d.stopStamp()
 	_ = d.settleHist()
+	if d.stamp.path != "" && !d.h.Load().broken.Load() {
+		// The last write before the closing flush: the newest table then
+		// holds the newest stamp, so a copy whose MANIFEST lost that
+		// flush's edit is behind its stamp file.
+		if err := d.bumpStamp(); err != nil {
+			d.log.Warn("storage: store stamp not bumped at close", "err", err)
+		}
+	}
 	close(d.stopSync)
 	<-d.syncDone
 	d.reopenMu.Lock()
@@ -654,6 +665,10 @@ func (d *DB) Close() error {
 		err = errors.New("storage was broken by a fatal write error; its last unsynced writes were not flushed")
 	} else if cerr := d.closeHealthy(h); cerr != nil {
 		err = fmt.Errorf("close pebble: %w", cerr)
+	} else if d.stamp.path != "" {
+		if serr := d.stampClosed(); serr != nil {
+			d.log.Warn("storage: the closed store's files not listed in its stamp file", "err", serr)
+		}
 	}
 	d.cache.Unref()
 	if lerr := d.lock.Close(); lerr != nil && err == nil {

@@ -25,10 +25,14 @@ import (
 // A store behind its file lost writes it once acknowledged; a store missing
 // while its file is there was lost whole. Both stop the start.
 //
-// The stamp is bumped at each open and every StampEvery while the store is
-// open, so the newest stamp rides in the newest WAL: a WAL lost whole is
-// noticed unless it began less than StampEvery before the stop. A MANIFEST
-// cut short is noticed when the tables it dropped held the newest stamp.
+// The stamp is bumped at each open, every StampEvery while the store is
+// open, and last at Close before the closing flush, so the newest stamp
+// rides in the newest WAL or table: a WAL lost whole is noticed unless it
+// began less than StampEvery before a crash. A clean Close also lists the
+// store's files with their sizes in the stamp file, and the next open
+// checks them before Pebble reads any: a closed store copied incompletely
+// (a MANIFEST or a table cut short, a file left out) is refused whatever
+// Pebble would make of it.
 
 // ErrStoreLost is returned by Open when the stamp file says the store was
 // written before but the store's directory is missing or empty.
@@ -51,55 +55,109 @@ var stampKey = []byte{prefixMeta, 's', 't', 'a', 'm', 'p'}
 // stampFileHead starts every stamp file, so a stray file is not read as one.
 const stampFileHead = "fraudd store stamp "
 
-// ReadStampFile reads the stamp file at path; ok is false when there is none.
-func ReadStampFile(fs vfs.FS, path string) (n uint64, ok bool, err error) {
-	f, err := fs.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("open stamp file %s: %w", path, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 128))
-	if err != nil {
-		return 0, false, fmt.Errorf("read stamp file %s: %w", path, err)
-	}
-	n, err = parseStamp(b)
-	if err != nil {
-		return 0, false, fmt.Errorf("%w: stamp file %s: %w", ErrCorrupt, path, err)
-	}
-	return n, true, nil
+// stamp is a stamp file's contents: the counter and, after a clean Close,
+// the store's files as it left them.
+type stamp struct {
+	n     uint64
+	files []stampedFile
 }
 
-// parseStamp reads a stamp file's contents: the head, a decimal counter and
-// a newline.
-func parseStamp(b []byte) (uint64, error) {
+type stampedFile struct {
+	name string
+	size int64
+}
+
+// maxStampFile bounds what is read of a stamp file (a listing of some
+// hundred thousand files).
+const maxStampFile = 16 << 20
+
+// ReadStampFile reads the stamp file at path; ok is false when there is none.
+func ReadStampFile(fs vfs.FS, path string) (n uint64, ok bool, err error) {
+	st, ok, err := readStamp(fs, path)
+	return st.n, ok, err
+}
+
+func readStamp(fs vfs.FS, path string) (stamp, bool, error) {
+	f, err := fs.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return stamp{}, false, nil
+	}
+	if err != nil {
+		return stamp{}, false, fmt.Errorf("open stamp file %s: %w", path, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxStampFile+1))
+	if err != nil {
+		return stamp{}, false, fmt.Errorf("read stamp file %s: %w", path, err)
+	}
+	if len(b) > maxStampFile {
+		return stamp{}, false, fmt.Errorf("%w: stamp file %s is over %d bytes", ErrCorrupt, path, maxStampFile)
+	}
+	st, err := parseStamp(b)
+	if err != nil {
+		return stamp{}, false, fmt.Errorf("%w: stamp file %s: %w", ErrCorrupt, path, err)
+	}
+	return st, true, nil
+}
+
+// parseStamp reads a stamp file's contents: the head and a decimal counter,
+// then a line "file NAME SIZE" for each file of a closed store; every line
+// ends in a newline.
+func parseStamp(b []byte) (stamp, error) {
 	s, ok := strings.CutPrefix(string(b), stampFileHead)
 	if !ok {
-		return 0, errors.New("not a stamp file")
+		return stamp{}, errors.New("not a stamp file")
 	}
-	s, ok = strings.CutSuffix(s, "\n")
-	if !ok {
-		return 0, errors.New("cut short")
+	if !strings.HasSuffix(s, "\n") {
+		return stamp{}, errors.New("cut short")
 	}
-	n, err := strconv.ParseUint(s, 10, 64)
+	lines := strings.Split(s[:len(s)-1], "\n")
+	n, err := strconv.ParseUint(lines[0], 10, 64)
 	if err != nil || n == 0 {
-		return 0, fmt.Errorf("bad counter %q", s)
+		return stamp{}, fmt.Errorf("bad counter %q", lines[0])
 	}
-	return n, nil
+	st := stamp{n: n}
+	for _, l := range lines[1:] {
+		f := strings.Split(l, " ")
+		if len(f) != 3 || f[0] != "file" || !stampableName(f[1]) {
+			return stamp{}, fmt.Errorf("bad line %q", l)
+		}
+		size, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil || size < 0 {
+			return stamp{}, fmt.Errorf("bad size in %q", l)
+		}
+		st.files = append(st.files, stampedFile{name: f[1], size: size})
+	}
+	return st, nil
+}
+
+// stampableName: a file name a listing may hold (Pebble's names are plain).
+func stampableName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, " /\\\n\x00")
+}
+
+func (st stamp) encode() []byte {
+	b := []byte(stampFileHead + strconv.FormatUint(st.n, 10) + "\n")
+	for _, f := range st.files {
+		b = append(b, "file "+f.name+" "+strconv.FormatInt(f.size, 10)+"\n"...)
+	}
+	return b
 }
 
 // WriteStampFile replaces the stamp file at path with n: a temporary file,
 // synced, renamed over it, and the directory synced, so a crash leaves the
 // old stamp or the new one.
 func WriteStampFile(fs vfs.FS, path string, n uint64) error {
+	return writeStamp(fs, path, stamp{n: n})
+}
+
+func writeStamp(fs vfs.FS, path string, st stamp) error {
 	tmp := path + ".tmp"
 	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", tmp, err)
 	}
-	_, werr := f.Write([]byte(stampFileHead + strconv.FormatUint(n, 10) + "\n"))
+	_, werr := f.Write(st.encode())
 	if werr == nil {
 		werr = f.Sync()
 	}
@@ -131,8 +189,63 @@ func WriteStampFile(fs vfs.FS, path string, n uint64) error {
 type stamper struct {
 	path string
 	mu   sync.Mutex
+	n    uint64 // the last stamp stored (under mu)
 	stop chan struct{}
 	done chan struct{}
+}
+
+// checkClosed compares the store's files with the listing a clean Close
+// left, before Pebble opens them: each must be there with its size.
+func checkClosed(fs vfs.FS, dir, path string, st stamp) error {
+	for _, f := range st.files {
+		if strings.HasPrefix(f.name, "marker.manifest.") {
+			continue // 0 bytes; a lost one gets ErrManifestMissing's own advice
+		}
+		info, err := fs.Stat(fs.PathJoin(dir, f.name))
+		var now string
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			now = "gone"
+		case err != nil:
+			return fmt.Errorf("check the store's %s: %w", f.name, err)
+		case info.Size() != f.size:
+			now = fmt.Sprintf("%d bytes", info.Size())
+		default:
+			continue
+		}
+		return fmt.Errorf("%w: the store in %s is not as it was closed: %s is %s, it was %d bytes, so files were lost or cut short since (an incomplete copy): restore the data directory from a backup, or remove %s to accept the store as it is",
+			ErrStoreBehind, dir, f.name, now, f.size, path)
+	}
+	return nil
+}
+
+// stampClosed writes the stamp file of a store Pebble has closed: its last
+// stamp and its files as they are now.
+func (d *DB) stampClosed() error {
+	d.stamp.mu.Lock()
+	defer d.stamp.mu.Unlock()
+	if d.stamp.n == 0 {
+		return nil // never stamped: the file stays as it was
+	}
+	names, err := d.fs.List(d.dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", d.dir, err)
+	}
+	st := stamp{n: d.stamp.n}
+	for _, name := range names {
+		if name == "LOCK" || !stampableName(name) {
+			continue
+		}
+		info, err := d.fs.Stat(d.fs.PathJoin(d.dir, name))
+		if err != nil {
+			return fmt.Errorf("stat %s: %w", name, err)
+		}
+		if info.IsDir() {
+			continue
+		}
+		st.files = append(st.files, stampedFile{name: name, size: info.Size()})
+	}
+	return writeStamp(d.fs, d.stamp.path, st)
 }
 
 // storeStamp reads the stamp in the store, 0 when it has none.
@@ -188,6 +301,7 @@ func (d *DB) bumpStamp() error {
 	if err := d.commit(b); err != nil {
 		return fmt.Errorf("store the stamp: %w", err)
 	}
+	d.stamp.n = n
 	return WriteStampFile(d.fs, d.stamp.path, n)
 }
 
