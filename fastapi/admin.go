@@ -42,6 +42,15 @@ func decodeStrict(body []byte, v any) error {
 	return nil
 }
 
+// orNotArray names what was wrong with a body that decoded without error
+// but to nothing (null).
+func orNotArray(err error) error {
+	if err != nil {
+		return err
+	}
+	return errors.New("null is not an array")
+}
+
 // maxWebhookURL bounds a webhook receiver's URL.
 const maxWebhookURL = 2048
 
@@ -133,8 +142,11 @@ func (s *Server) adminCreateAccount(ctx *fasthttp.RequestCtx, r *request) {
 	na := accounts.NewAccount{Email: in.Email, Plan: in.Plan}
 	if in.CreatedAt != "" {
 		t, err := time.Parse(time.RFC3339, in.CreatedAt)
-		if err != nil {
-			s.badRequest(ctx, "created_at must be an RFC 3339 date-time.")
+		// The store keeps Unix nanoseconds: a date outside the clock's
+		// range would read back as another (and flip grandfathering).
+		if err != nil || t.Before(clock.Earliest) || !t.Before(clock.Latest) {
+			s.badRequest(ctx, "created_at must be an RFC 3339 date-time from %s to before %s.",
+				clock.Earliest.Format(time.RFC3339), clock.Latest.Format(time.RFC3339))
 			return
 		}
 		na.CreatedAt = t
@@ -399,8 +411,9 @@ func pinsWire(pins []accounts.Pin) []wire.Pin {
 
 func (s *Server) adminPutRules(ctx *fasthttp.RequestCtx, r *request) {
 	var in []wire.Rule
-	if err := decodeStrict(ctx.PostBody(), &in); err != nil {
-		s.badRequest(ctx, "Body must be a JSON array of {\"signal\", \"action\"}: %v.", err)
+	if err := decodeStrict(ctx.PostBody(), &in); err != nil || in == nil {
+		// null decodes to a nil slice: not the empty set it would store.
+		s.badRequest(ctx, "Body must be a JSON array of {\"signal\", \"action\"} (send [] to clear): %v.", orNotArray(err))
 		return
 	}
 	parsed := make([]score.Rule, 0, len(in))
@@ -440,8 +453,8 @@ func (s *Server) adminGetPins(ctx *fasthttp.RequestCtx, r *request) {
 
 func (s *Server) adminPutPins(ctx *fasthttp.RequestCtx, r *request) {
 	var in []wire.Pin
-	if err := decodeStrict(ctx.PostBody(), &in); err != nil {
-		s.badRequest(ctx, "Body must be a JSON array of exception pins: %v.", err)
+	if err := decodeStrict(ctx.PostBody(), &in); err != nil || in == nil {
+		s.badRequest(ctx, "Body must be a JSON array of exception pins (send [] to clear): %v.", orNotArray(err))
 		return
 	}
 	parsed := make([]score.Pin, 0, len(in))
@@ -479,8 +492,15 @@ func (s *Server) adminPutWebhook(ctx *fasthttp.RequestCtx, r *request) {
 	var in struct {
 		URL *string `json:"url"`
 	}
+	var raw map[string]json.RawMessage
 	if err := decodeStrict(ctx.PostBody(), &in); err != nil {
 		s.badRequest(ctx, "Invalid JSON body: %v.", err)
+		return
+	}
+	// Only an explicit "url": null clears the receiver; {} or a bare null
+	// is a mistake, not a removal.
+	if err := json.Unmarshal(ctx.PostBody(), &raw); err != nil || raw["url"] == nil {
+		s.badRequest(ctx, `Body must be {"url": "https://…"}, or {"url": null} to remove the receiver.`)
 		return
 	}
 	u := ""

@@ -1,0 +1,62 @@
+package fastapi
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestAdminCreatedAtOutOfRange: the store keeps created_at as Unix
+// nanoseconds; a date it cannot hold is a 400, not a 201 whose date (and
+// grandfathering) changes on the next restart.
+func TestAdminCreatedAtOutOfRange(t *testing.T) {
+	e := newTestEnv(t)
+	for _, at := range []string{"1600-01-01T00:00:00Z", "2300-01-01T00:00:00Z", "0001-01-01T00:00:00Z"} {
+		ctx := e.do("POST", "/admin/v1/accounts", "Bearer adm", []byte(`{"email":"`+strings.ReplaceAll(at, ":", "")+`@example.com","created_at":"`+at+`"}`))
+		if ctx.Response.StatusCode() != 400 || !strings.Contains(string(ctx.Response.Body()), "created_at must be") {
+			t.Errorf("created_at %s: %d %s", at, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	ctx := e.do("POST", "/admin/v1/accounts", "Bearer adm", []byte(`{"email":"ok@example.com","created_at":"2026-09-01T00:00:00Z"}`))
+	if ctx.Response.StatusCode() != 201 {
+		t.Fatalf("a date in range: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+}
+
+// TestAdminNullBodyIsNotAnEmptySet: PUT rules and exceptions take an array;
+// null is a 400 that keeps the set, not a 200 that deletes it. [] clears.
+func TestAdminNullBodyIsNotAnEmptySet(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.acct.View.ID
+	e.do("PUT", "/admin/v1/accounts/"+id+"/rules", "Bearer adm", []byte(`[{"signal":"vpn","action":"block"}]`))
+	e.do("PUT", "/admin/v1/accounts/"+id+"/exceptions", "Bearer adm", []byte(`[{"ip":"203.0.113.7","action":"block","label":"x"}]`))
+	for _, p := range []string{"rules", "exceptions"} {
+		ctx := e.do("PUT", "/admin/v1/accounts/"+id+"/"+p, "Bearer adm", []byte(`null`))
+		got := e.do("GET", "/admin/v1/accounts/"+id+"/"+p, "Bearer adm", nil)
+		if ctx.Response.StatusCode() != 400 || string(got.Response.Body()) == "[]" {
+			t.Errorf("PUT %s null: %d %s; GET now %s", p, ctx.Response.StatusCode(), ctx.Response.Body(), got.Response.Body())
+		}
+		if ctx := e.do("PUT", "/admin/v1/accounts/"+id+"/"+p, "Bearer adm", []byte(`[]`)); ctx.Response.StatusCode() != 200 || string(ctx.Response.Body()) != "[]" {
+			t.Errorf("PUT %s []: %d %s", p, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+}
+
+// TestAdminWebhookBodyWithoutURL: only an explicit "url": null removes the
+// receiver; {} or a bare null is a 400 that keeps it.
+func TestAdminWebhookBodyWithoutURL(t *testing.T) {
+	e := newTestEnv(t)
+	uri := "/admin/v1/accounts/" + e.acct.View.ID + "/webhook"
+	const hook = "https://hooks.example.com/in"
+	for _, body := range []string{`{}`, `null`} {
+		if ctx := e.do("PUT", uri, "Bearer adm", []byte(`{"url":"`+hook+`"}`)); ctx.Response.StatusCode() != 200 {
+			t.Fatalf("set: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		ctx := e.do("PUT", uri, "Bearer adm", []byte(body))
+		if ctx.Response.StatusCode() != 400 || e.accts.Get(e.acct.View.ID).WebhookURL != hook {
+			t.Errorf("PUT webhook %s: %d %s (receiver now %q)", body, ctx.Response.StatusCode(), ctx.Response.Body(), e.accts.Get(e.acct.View.ID).WebhookURL)
+		}
+	}
+	if ctx := e.do("PUT", uri, "Bearer adm", []byte(`{"url":null}`)); ctx.Response.StatusCode() != 200 || e.accts.Get(e.acct.View.ID).WebhookURL != "" {
+		t.Fatalf(`PUT webhook {"url":null}: %d %s`, ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+}
