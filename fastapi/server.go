@@ -261,6 +261,9 @@ type route struct {
 	// nsegs is len(segs): matchIn skips a route whose segment count differs
 	// from the path's before comparing any segment.
 	nsegs int
+	// rest: the last segment is "{name...}", the rest of the path, slashes
+	// and all, possibly empty.
+	rest bool
 	// obs counts the route's requests for /metrics (nil: no metrics).
 	obs *metrics.Route
 }
@@ -314,7 +317,8 @@ func New(cfg Config, deps Deps) *Server {
 	for _, rt := range s.routes {
 		rt.segs = strings.Split(strings.Trim(rt.pattern, "/"), "/")
 		rt.nsegs = len(rt.segs)
-		rt.obs = cfg.Metrics.Route(rt.pattern)
+		rt.rest = isRestSeg(rt.segs[rt.nsegs-1])
+		rt.obs = cfg.Metrics.Route(rt.label())
 	}
 	s.index()
 	s.unmatched = cfg.Metrics.Route("unmatched")
@@ -385,7 +389,7 @@ func (s *Server) routeTable() []*route {
 
 		{method: "POST", pattern: "/v1/evaluate", access: checks.AccessEvaluate, handler: s.handleEvaluate},
 		{method: "GET", pattern: "/v1/evaluate/sample", access: checks.AccessSample, handler: s.handleSample},
-		{method: "GET", pattern: "/v1/lookup/{ip}", access: checks.AccessLookup, handler: s.handleLookup},
+		{method: "GET", pattern: "/v1/lookup/{ip...}", access: checks.AccessLookup, handler: s.handleLookup},
 		{method: "POST", pattern: "/v1/device-evidence/challenge", access: checks.AccessChallenge, handler: s.handleChallenge},
 		{method: "GET", pattern: "/v1/usage", access: checks.AccessUsage, handler: s.handleUsage},
 		{method: "POST", pattern: "/mcp", handler: s.handleMCP},
@@ -580,7 +584,7 @@ func newRouteSet(list []*route) routeSet {
 		n := strings.Count(p, "/") + 1
 		var fit []*route
 		for _, other := range list {
-			if other.nsegs == n && matchSegs(other.segs, p, &scratch) {
+			if other.fits(n) && matchSegs(other.segs, p, &scratch) {
 				fit = append(fit, other)
 			}
 		}
@@ -601,7 +605,7 @@ func matchIn(set *routeSet, method, path []byte, r *request) (*route, string) {
 		routes = set.list
 	}
 	for _, rt := range routes {
-		if rt.nsegs != n || !matchSegs(rt.segs, p, r) {
+		if !rt.fits(n) || !matchSegs(rt.segs, p, r) {
 			continue
 		}
 		if rt.method == string(method) || (rt.method == "GET" && string(method) == "HEAD") {
@@ -613,16 +617,45 @@ func matchIn(set *routeSet, method, path []byte, r *request) (*route, string) {
 	return nil, strings.Join(allow, ", ")
 }
 
+// fits reports whether a path of n segments may match rt: as many as its
+// pattern's, or with a rest segment at least the ones before it (the rest
+// may be empty: "/v1/lookup/" trims to two segments).
+func (rt *route) fits(n int) bool {
+	if rt.rest {
+		return n >= rt.nsegs-1
+	}
+	return n == rt.nsegs
+}
+
+// label is the route's path as /metrics and the OpenAPI document name it:
+// a rest segment reads as a plain parameter ("/v1/lookup/{ip}").
+func (rt *route) label() string { return strings.Replace(rt.pattern, "...}", "}", 1) }
+
+func isRestSeg(seg string) bool {
+	return len(seg) > 5 && seg[0] == '{' && strings.HasSuffix(seg, "...}")
+}
+
 // matchSegs matches a split pattern against a trimmed path, filling params.
+// A rest segment ("{name...}") takes what is left of the path: a lookup of
+// "10.0.0.0/8", or of nothing, reaches its handler and its 400 rather than
+// the router's 404.
 func matchSegs(segs []string, p string, r *request) bool {
 	r.nparams = 0
 	for i, seg := range segs {
+		if isRestSeg(seg) {
+			if r.nparams == len(r.params) {
+				return false
+			}
+			r.params[r.nparams] = p
+			r.nparams++
+			return true
+		}
 		var part string
 		if j := strings.IndexByte(p, '/'); j >= 0 {
 			part, p = p[:j], p[j+1:]
 		} else {
 			part, p = p, ""
-			if i != len(segs)-1 {
+			if i != len(segs)-1 && !(i == len(segs)-2 && isRestSeg(segs[i+1])) {
 				return false
 			}
 		}
