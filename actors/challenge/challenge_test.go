@@ -217,3 +217,16 @@ func TestSweepDropsIdleCustomers(t *testing.T) {
 		t.Fatalf("%d customers resident", total)
 	}
 }
+
+// TestBurstCountsAResightedProfile: a profile seen again counts from its
+// latest sighting: A at 0 and again at 9 min, then B and C at 11 min, are
+// three distinct profiles from one device within BurstWindow.
+func TestBurstCountsAResightedProfile(t *testing.T) {
+	c := newClient(t)
+	browserSubmit(c, t, "a1", "dev", "", 1, "windows", t0)
+	browserSubmit(c, t, "a2", "dev", "", 1, "windows", t0.Add(9*time.Minute))
+	browserSubmit(c, t, "b1", "dev", "", 2, "linux", t0.Add(11*time.Minute))
+	if r := browserSubmit(c, t, "c1", "dev", "", 3, "macos", t0.Add(11*time.Minute)); !r.ProfileBurst {
+		t.Fatalf("3 distinct profiles within 10 minutes (A re-seen at 9m), no burst: %+v", r)
+	}
+}
