@@ -147,7 +147,7 @@ func TestMCPJSONRPCErrors(t *testing.T) {
 		{"unknown method", `{"jsonrpc":"2.0","id":5,"method":"foo/bar"}`, mcpHeaders(nil), 200, -32601, "5"},
 		{"not offered", `{"jsonrpc":"2.0","id":"x","method":"subscriptions/listen","params":{}}`, mcpHeaders(nil), 200, -32601, `"x"`},
 		{"request without id (SDK)", `{"jsonrpc":"2.0","method":"tools/list"}`, mcpHeaders(nil), 400, -32600, "null"},
-		{"unsupported version (SDK)", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, mcpHeaders(map[string]string{"Mcp-Protocol-Version": "1999-01-01"}), 400, -32600, "null"},
+		{"unsupported version (SDK)", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, mcpHeaders(map[string]string{"Mcp-Protocol-Version": "1999-01-01"}), 400, -32600, "1"},
 		{"content type", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Accept": "application/json, text/event-stream", "Content-Type": "text/plain"}, 415, -32000, "null"},
 		{"no content type", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Accept": "application/json, text/event-stream"}, 415, -32000, "null"},
 		{"accept", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Accept": "application/json", "Content-Type": "application/json"}, 406, -32000, "null"},

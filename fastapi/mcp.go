@@ -30,6 +30,9 @@ const mcpCallKey = "fraudd.mcp.call"
 // request's time and, for a tools/call lookup_ip, the pipeline's answer.
 type mcpCall struct {
 	now time.Time
+	// id is the request's id as sent (valid, or nil when it has none): an
+	// error the SDK raises for the request carries it back (rpcErrorWriter).
+	id []byte
 	// checked: handleMCP read the request as one tools/call lookup_ip for
 	// addr and got the pipeline's answer (charged): lookup, or toolErr when
 	// the argument is not one public address. The SDK's tool handler answers
@@ -228,7 +231,7 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 		s.rpcError(ctx, fasthttp.StatusBadRequest, nil, rpcInvalidRequest, checks.MsgRPCID)
 		return
 	}
-	call := &mcpCall{now: r.Now}
+	call := &mcpCall{now: r.Now, id: bytes.Clone(id)}
 	if isAbsent(peek.Method) && (len(peek.Result) > 0) == (len(peek.Error) > 0) {
 		// Without a method it is a response, which carries exactly one of
 		// result and error (JSON-RPC 2.0 §5); anything else is no message

@@ -508,3 +508,20 @@ func TestMCPAnonymousCallsTakeTheFreeToolLimit(t *testing.T) {
 		t.Fatalf("tools/list with a key: %d %s", resp.StatusCode(), resp.Body())
 	}
 }
+
+// TestMCPSDKErrorKeepsID: an error the SDK raises for a request whose id was
+// read (initialize or tools/call without params) carries that id back
+// (JSON-RPC 2.0 §5: null only when the id could not be detected).
+func TestMCPSDKErrorKeepsID(t *testing.T) {
+	e := newTestEnv(t)
+	send := serveMCP(t, e.srv.Handle)
+	for body, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":41,"method":"initialize"}`:     "41",
+		`{"jsonrpc":"2.0","id":"x-42","method":"tools/call"}`: `"x-42"`,
+	} {
+		resp := send(body)
+		if code, id := rpcErrorOf(t, resp); resp.StatusCode() != 400 || code != rpcInvalidRequest || id != want {
+			t.Errorf("%s: %d code %d id %s, want 400 -32600 id %s: %s", body, resp.StatusCode(), code, id, want, resp.Body())
+		}
+	}
+}

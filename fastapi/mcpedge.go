@@ -105,6 +105,7 @@ type rpcErrorWriter struct {
 	http.ResponseWriter
 	status int
 	text   []byte
+	id     []byte // the request's id when handleMCP read one
 }
 
 // rpcErrorWriterMax bounds the SDK text kept for the error message.
@@ -144,7 +145,11 @@ func (w *rpcErrorWriter) finish() {
 	if w.status >= 500 || msg == "" {
 		msg = checks.MsgServerError
 	}
-	body, err := sonic.ConfigStd.Marshal(&wire.RPCError{JSONRPC: "2.0", ID: []byte("null"), Error: wire.RPCErrorBody{Code: code, Message: msg}})
+	id := w.id
+	if len(id) == 0 {
+		id = []byte("null") // JSON-RPC 2.0 §5: null only when the id could not be read
+	}
+	body, err := sonic.ConfigStd.Marshal(&wire.RPCError{JSONRPC: "2.0", ID: id, Error: wire.RPCErrorBody{Code: code, Message: msg}})
 	if err != nil {
 		body = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Server error."}}`)
 	}
@@ -159,6 +164,9 @@ func (w *rpcErrorWriter) finish() {
 func withRPCErrors(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ew := &rpcErrorWriter{ResponseWriter: w}
+		if call, ok := r.Context().Value(mcpCallKey).(*mcpCall); ok {
+			ew.id = call.id
+		}
 		h.ServeHTTP(ew, r)
 		ew.finish()
 	})
