@@ -156,6 +156,10 @@ func TestConsoleOperatorFlow(t *testing.T) {
 	if !strings.HasPrefix(acctID, "acc_") {
 		t.Fatalf("account id: %q", acctID)
 	}
+	// The plan's limits in force, not "none" for want of custom figures.
+	if h, m := c.text("the hourly limit", "#limit-hourly"), c.text("the monthly limit", "#limit-monthly"); h != "5,000" || m != "50,000" {
+		t.Fatalf("starter limits shown: hourly %q, monthly %q", h, m)
+	}
 	before := mustEvaluate(t, s, oldKey, "test_vpn").JSON(t)
 	if before["decision"] != "review" || before["decision_source"] != nil {
 		t.Fatalf("engine answer for test_vpn: %v %v", before["decision"], before["decision_source"])

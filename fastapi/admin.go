@@ -17,6 +17,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/internal/clock"
@@ -77,7 +78,7 @@ func (s *Server) adminFailure(ctx *fasthttp.RequestCtx, where string, err error)
 func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 // accountView renders an account without secrets.
-func accountView(v *accounts.View) *wire.Account {
+func accountView(v *accounts.View, now time.Time) *wire.Account {
 	out := &wire.Account{
 		ID: v.ID, Email: v.Email, Plan: v.Plan, CreatedAt: fmtTime(v.CreatedAt),
 		HourlyLimit: v.HourlyLimit, MonthlyLimit: v.MonthlyLimit, Suspended: v.Suspended,
@@ -85,6 +86,12 @@ func accountView(v *accounts.View) *wire.Account {
 		PublishableKey: v.PublishableKey,
 		LiveKey:        wire.KeyInfo{Prefix: v.Live.Prefix, Last4: v.Live.Last4, CreatedAt: fmtTime(v.Live.CreatedAt)},
 		TestKey:        wire.KeyInfo{Prefix: v.Test.Prefix, Last4: v.Test.Last4, CreatedAt: fmtTime(v.Test.CreatedAt)},
+	}
+	l := quota.LimitsFor(v.Plan, v.HourlyLimit, v.MonthlyLimit, v.CreatedAt, now)
+	out.Limits = wire.AccountLimits{Hourly: limitOrNull(l.Hourly), Monthly: limitOrNull(l.Monthly), MonthlyLookups: limitOrNull(l.MonthlyLookups)}
+	if !l.Grandfathered.IsZero() {
+		g := fmtTime(l.Grandfathered)
+		out.Limits.GrandfatheredUntil = &g
 	}
 	if v.WebhookURL != "" {
 		u := v.WebhookURL
@@ -95,6 +102,14 @@ func accountView(v *accounts.View) *wire.Account {
 		out.PreviousLiveKey = &wire.KeyInfo{Prefix: p.Prefix, Last4: p.Last4, CreatedAt: fmtTime(p.CreatedAt), ValidUntil: &until}
 	}
 	return out
+}
+
+// limitOrNull is a limit on the wire: null for none (quota.NoLimit).
+func limitOrNull(n int64) *int64 {
+	if n == quota.NoLimit {
+		return nil
+	}
+	return &n
 }
 
 func nonNil(s []string) []string {
@@ -215,7 +230,7 @@ func (s *Server) adminGetAccount(ctx *fasthttp.RequestCtx, r *request) {
 	if v, ref := s.account(r); ref != nil {
 		s.refuse(ctx, ref)
 	} else {
-		s.writeJSON(ctx, fasthttp.StatusOK, accountView(v))
+		s.writeJSON(ctx, fasthttp.StatusOK, accountView(v, r.Now))
 	}
 }
 
@@ -310,7 +325,7 @@ func (s *Server) adminPatchAccount(ctx *fasthttp.RequestCtx, r *request) {
 			return
 		}
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, accountView(v))
+	s.writeJSON(ctx, fasthttp.StatusOK, accountView(v, r.Now))
 }
 
 // canonicalPrefixes turns IPs and CIDRs into masked prefixes ("203.0.113.7/32").

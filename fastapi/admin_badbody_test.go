@@ -60,3 +60,24 @@ func TestAdminWebhookBodyWithoutURL(t *testing.T) {
 		t.Fatalf(`PUT webhook {"url":null}: %d %s`, ctx.Response.StatusCode(), ctx.Response.Body())
 	}
 }
+
+// TestAdminAccountShowsLimitsInForce: GET account's limits are the ones in
+// force — the plan's (SPEC §8), the custom ones, or none — while
+// hourly_limit and monthly_limit stay the custom figures a PATCH sets.
+func TestAdminAccountShowsLimitsInForce(t *testing.T) {
+	e := newTestEnv(t) // the account is on starter
+	uri := "/admin/v1/accounts/" + e.acct.View.ID
+	get := func() (map[string]any, map[string]any) {
+		m := decodeJSON[map[string]any](t, e.do("GET", uri, "Bearer adm", nil))
+		l, _ := m["limits"].(map[string]any)
+		return m, l
+	}
+	m, l := get()
+	if m["hourly_limit"] != nil || l["hourly"] != float64(5000) || l["monthly"] != float64(50000) || l["monthly_lookups"] != float64(500000) {
+		t.Fatalf("starter: hourly_limit %v, limits %v", m["hourly_limit"], l)
+	}
+	e.do("PATCH", uri, "Bearer adm", []byte(`{"plan":"custom","hourly_limit":7,"monthly_limit":null}`))
+	if m, l = get(); m["hourly_limit"] != float64(7) || l["hourly"] != float64(7) || l["monthly"] != nil {
+		t.Fatalf("custom: hourly_limit %v, limits %v", m["hourly_limit"], l)
+	}
+}

@@ -68,7 +68,7 @@ func (s *Server) adminListAccounts(ctx *fasthttp.RequestCtx, r *request) {
 	})
 	out := make([]*wire.Account, 0, min(len(found), limit))
 	for _, v := range found[:min(len(found), limit)] {
-		out = append(out, accountView(v))
+		out = append(out, accountView(v, r.Now))
 	}
 	ctx.Response.Header.Set("X-Total-Count", strconv.Itoa(len(found)))
 	s.writeJSON(ctx, fasthttp.StatusOK, out)

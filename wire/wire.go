@@ -104,6 +104,19 @@ type Account struct {
 	LiveKey            KeyInfo  `json:"live_key"`
 	PreviousLiveKey    *KeyInfo `json:"previous_live_key"`
 	TestKey            KeyInfo  `json:"test_key"`
+	// Limits are the allowances in force now: hourly_limit and
+	// monthly_limit above are only the custom figures PATCH sets.
+	Limits AccountLimits `json:"limits"`
+}
+
+// AccountLimits are an account's allowances at the time of the answer: its
+// plan's, its custom figures, or the grandfathered ones (SPEC §8). Null:
+// none applies.
+type AccountLimits struct {
+	Hourly             *int64  `json:"hourly"`
+	Monthly            *int64  `json:"monthly"`
+	MonthlyLookups     *int64  `json:"monthly_lookups"`
+	GrandfatheredUntil *string `json:"grandfathered_until"`
 }
 
 // CreatedAccount is the answer of account creation: the only time the secrets

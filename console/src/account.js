@@ -84,11 +84,19 @@ function planCard(st, put) {
     },
   },
   h('dl.kv', null,
-    h('dt', null, 'Hourly limit'), h('dd', null, a.hourly_limit === null ? 'none' : fmtNum(a.hourly_limit)),
-    h('dt', null, 'Monthly limit'), h('dd', null, a.monthly_limit === null ? 'none' : fmtNum(a.monthly_limit))),
+    // The limits in force (the plan's, the custom ones or the grandfathered),
+    // not only the custom figures a PATCH sets.
+    h('dt', null, 'Hourly limit'), h('dd#limit-hourly', null, limitText(a.limits.hourly)),
+    h('dt', null, 'Monthly limit'), h('dd#limit-monthly', null, limitText(a.limits.monthly)),
+    a.limits.grandfathered_until ? h('dt', null, 'Grandfathered until') : null,
+    a.limits.grandfathered_until ? h('dd', null, fmtTime(a.limits.grandfathered_until)) : null),
   h('div.row', null, h('label', null, 'Plan', plan), custom, h('button#save-plan', { type: 'submit' }, 'Save plan')),
   err);
   return card('Plan and limits', { id: 'plan' }, form);
+}
+
+function limitText(n) {
+  return n === null ? 'none' : fmtNum(n);
 }
 
 function keyLine(k) {
