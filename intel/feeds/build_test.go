@@ -104,6 +104,9 @@ func TestEmbeddedDataIsCurrent(t *testing.T) {
 	}
 }
 
+// wideFix is the block curated/geo_fixes.csv corrects.
+var wideFix = netip.MustParsePrefix("2001:200::/32")
+
 func TestBuildCountsMatchSources(t *testing.T) {
 	_, m := build(t)
 	// Entry counts from SOURCES.md (after deduplication where lists overlap).
@@ -113,7 +116,7 @@ func TestBuildCountsMatchSources(t *testing.T) {
 		FeedBlocklist:    14217,
 		FeedASNInfo:      91065,
 		FeedASN:          411961 + 103197,
-		FeedGeo:          334373 + 216295,
+		FeedGeo:          334373 + 216295 + 1, // + curated/geo_fixes.csv
 		FeedTZ:           542,
 		FeedMobileAS:     44,
 		FeedProviderAS:   57,
@@ -202,7 +205,11 @@ func TestBuiltTablesAnswerLikeTheSources(t *testing.T) {
 	for _, name := range []string{"geo/geo-whois-asn-country-ipv4.csv.gz", "geo/geo-whois-asn-country-ipv6.csv.gz"} {
 		eachAlone(name, 50, func(rec []string) {
 			for _, a := range []string{rec[0], rec[1]} {
-				if got := s.Country(netip.MustParseAddr(a)); got != rec[2] {
+				want := rec[2]
+				if fixed := wideFix.Contains(netip.MustParseAddr(a)); fixed {
+					want = "JP" // the source's known bug, corrected (curated/geo_fixes.csv)
+				}
+				if got := s.Country(netip.MustParseAddr(a)); got != want {
 					t.Errorf("%s: country %q, source says %q", a, got, rec[2])
 				}
 				checked++

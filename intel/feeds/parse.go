@@ -27,6 +27,7 @@ type Format string
 // HTML error page, say) still does.
 const (
 	FormatAddrLines   Format = "addr-lines"   // one address, CIDR or a-b range per line
+	FormatAddrs       Format = "addrs"        // one public address per line (Tor exits)
 	FormatProxyLines  Format = "proxy-lines"  // scheme://ip:port or ip:port per line
 	FormatIpsum       Format = "ipsum"        // "ip<TAB>count"; kept when count >= 3
 	FormatOnionoo     Format = "onionoo"      // Onionoo details JSON (or_addresses, exit_addresses)
@@ -78,6 +79,18 @@ func parse(format Format, data []byte) (*parsed, error) {
 				p.spans = append(p.spans, sp)
 			}
 			return ok
+		})
+	case FormatAddrs:
+		// A list of single hosts: a range or a private address in it is a
+		// wrong or garbled file's, never a block of exits.
+		err = eachLine(data, p, func(line string) bool {
+			a, err := netip.ParseAddr(line)
+			if err != nil || a.Zone() != "" || !ipaddr.IsPublic(a.Unmap()) {
+				return false
+			}
+			a = a.Unmap()
+			p.spans = append(p.spans, spanOfPrefix(netip.PrefixFrom(a, a.BitLen())))
+			return true
 		})
 	case FormatProxyLines:
 		err = eachLine(data, p, func(line string) bool {
@@ -365,8 +378,30 @@ func eachCSV(data []byte, p *parsed, minFields int, fn func([]string) bool) erro
 
 // parseAddrOrRange reads "1.2.3.4", "1.2.3.0/24", "2001:db8::/32" or
 // "1.2.3.4-1.2.3.9". Prefixes are masked (a list's "1.2.3.4/24" means the
-// block); IPv4-mapped forms are read as IPv4.
+// block); IPv4-mapped forms are read as IPv4. A block wider than an IPv4
+// /8 or an IPv6 /16 is refused: no list names one (the widest seen is a
+// /9), and a garbled "0.0.0.0/1" would mark half the Internet.
 func parseAddrOrRange(s string) (span, bool) {
+	sp, ok := parseAddrOrRangeAny(s)
+	if !ok || tooWide(sp) {
+		return span{}, false
+	}
+	return sp, true
+}
+
+// tooWide: sp covers more than an IPv4 /8 or an IPv6 /16.
+func tooWide(sp span) bool {
+	if sp.v4 {
+		return sp.hi.Lo-sp.lo.Lo >= 1<<24
+	}
+	d := sp.hi.Hi - sp.lo.Hi
+	if sp.hi.Lo < sp.lo.Lo {
+		d-- // borrow
+	}
+	return d >= 1<<48
+}
+
+func parseAddrOrRangeAny(s string) (span, bool) {
 	if i := strings.IndexByte(s, '/'); i >= 0 {
 		pf, err := netip.ParsePrefix(s)
 		if err != nil {

@@ -2,6 +2,7 @@ package feeds
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -245,7 +246,7 @@ func TestParseIP2ASN(t *testing.T) {
 // FuzzParse feeds every input format arbitrary bytes: a parser may reject
 // them but must not panic, and what it reads must be well formed.
 func FuzzParse(f *testing.F) {
-	formats := []Format{FormatAddrLines, FormatProxyLines, FormatIpsum, FormatOnionoo, FormatGeofeed, FormatCloudCSV,
+	formats := []Format{FormatAddrLines, FormatAddrs, FormatProxyLines, FormatIpsum, FormatOnionoo, FormatGeofeed, FormatCloudCSV,
 		FormatASNRanges, FormatGeoRanges, FormatASNOrgCC, FormatASNList, FormatBadASNCSV, FormatProviderASN,
 		FormatMobileASN, FormatDomains, FormatZoneTab, FormatTzCountry, FormatIP2ASN, FormatIP2ASNInfo}
 	f.Add(uint8(16), []byte("1.0.0.0\t1.0.0.255\t13335\tUS\tCLOUDFLARENET\n"))
@@ -268,4 +269,22 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAddrFormatsRefuseWideAndGarbled: a Tor exit list holds single public
+// addresses, so a range, a CIDR or a private address in it is not read;
+// a range list refuses blocks wider than an IPv4 /8 or an IPv6 /16.
+func TestAddrFormatsRefuseWideAndGarbled(t *testing.T) {
+	p := mustParse(t, FormatAddrs, "12.0.0.1\n0.0.0.0/1\n128.0.0.0-191.255.255.255\n10.0.0.1\n2001:db8::1\n2a00:1450::1\n::ffff:13.0.0.1\n")
+	var got []string
+	for _, sp := range p.spans {
+		got = append(got, fmt.Sprint(sp.v4, sp.lo, sp.hi))
+	}
+	if len(p.spans) != 3 || p.skipped != 4 {
+		t.Fatalf("addrs: %d spans %v, %d skipped; want 12.0.0.1, 2a00:1450::1, 13.0.0.1 and 4 skipped", len(p.spans), got, p.skipped)
+	}
+	p = mustParse(t, FormatAddrLines, "1.0.0.0/9\n0.0.0.0/1\n2.0.0.0/8\n3.0.0.0-4.0.0.0\n2001:db8::/16\n2001::/15\n")
+	if len(p.spans) != 3 || p.skipped != 3 {
+		t.Fatalf("addr-lines: %d spans, %d skipped; want /9, /8 and the IPv6 /16, 3 skipped", len(p.spans), p.skipped)
+	}
 }

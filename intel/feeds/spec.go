@@ -66,6 +66,7 @@ const (
 	dateTMobile        = "2026-08-22" // termermc/tmobile-ip-ranges@ddd8bcf
 	dateVPNOperators   = "2026-11-23" // curated/vpn_operator_asns.csv
 	dateCuratedHosting = "2026-11-23" // curated/hosting_asns.csv
+	dateGeoFixes       = "2026-11-28" // curated/geo_fixes.csv
 )
 
 // VPN provider labels, as they appear in network.service.
@@ -80,8 +81,8 @@ const (
 // rows, identical ranges with different labels).
 var specs = []spec{
 	{name: FeedTor, kind: feedfile.KindRanges, parts: []part{
-		{path: "tor/exits_onionoo_*.txt", format: FormatAddrLines},
-		{path: "tor/torbulkexitlist_*.txt", format: FormatAddrLines},
+		{path: "tor/exits_onionoo_*.txt", format: FormatAddrs},
+		{path: "tor/torbulkexitlist_*.txt", format: FormatAddrs},
 	}},
 	{name: FeedCloud, kind: feedfile.KindRanges, labelled: true, parts: []part{
 		{path: "cloud/cloud_ranges_merged.csv", format: FormatCloudCSV, date: dateCloud},
@@ -138,6 +139,7 @@ var specs = []spec{
 	{name: FeedGeo, kind: feedfile.KindRanges, labelled: true, parts: []part{
 		{path: "geo/geo-whois-asn-country-ipv4.csv.gz", format: FormatGeoRanges, date: dateIPDB},
 		{path: "geo/geo-whois-asn-country-ipv6.csv.gz", format: FormatGeoRanges, date: dateIPDB},
+		{path: "geo_fixes.csv", format: FormatGeoRanges, curated: true, date: dateGeoFixes},
 	}},
 	// tz_country.csv first: it has the backward names (Asia/Calcutta) and a
 	// single country for zones that zone1970.tab shares among several.

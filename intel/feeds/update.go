@@ -44,7 +44,7 @@ const (
 func DefaultSources() []Source {
 	return []Source{
 		{Feed: FeedTor, URL: "https://onionoo.torproject.org/details?search=flag:exit%20running:true&fields=or_addresses,exit_addresses", Format: FormatOnionoo},
-		{Feed: FeedTor, URL: "https://check.torproject.org/torbulkexitlist", Format: FormatAddrLines},
+		{Feed: FeedTor, URL: "https://check.torproject.org/torbulkexitlist", Format: FormatAddrs},
 		{Feed: FeedDatacenter, URL: x4bRaw + "output/datacenter/ipv4.txt", Format: FormatAddrLines},
 		{Feed: FeedDatacenter, URL: x4bRaw + "output/datacenter/ipv6.txt", Format: FormatAddrLines},
 		{Feed: FeedDatacenterAS, URL: "https://raw.githubusercontent.com/brianhama/bad-asn-list/master/bad-asn-list.csv", Format: FormatBadASNCSV},
@@ -146,9 +146,10 @@ func Update(ctx context.Context, client *http.Client, sources []Source, dataDir 
 		client = http.DefaultClient
 	}
 	prevEntries := map[string]int{}
+	prevInputs := map[string][]feedfile.Input{}
 	if prev != nil {
 		for _, f := range prev.Feeds() {
-			prevEntries[f.Name] = f.Entries
+			prevEntries[f.Name], prevInputs[f.Name] = f.Entries, f.Inputs
 		}
 	} else {
 		// What LoadDir would use; if the data dir is unreadable, at least
@@ -158,7 +159,7 @@ func Update(ctx context.Context, client *http.Client, sources []Source, dataDir 
 			infos, _ = netlists.DirFeeds("")
 		}
 		for _, f := range infos {
-			prevEntries[f.Name] = f.Entries
+			prevEntries[f.Name], prevInputs[f.Name] = f.Entries, f.Inputs
 		}
 	}
 
@@ -172,7 +173,7 @@ func Update(ctx context.Context, client *http.Client, sources []Source, dataDir 
 	}
 	fc := &fetcher{client: client, got: map[string]fetched{}}
 	for _, name := range order {
-		res := updateFeed(ctx, fc, name, byFeed[name], dir, prevEntries[name])
+		res := updateFeed(ctx, fc, name, byFeed[name], dir, prevEntries[name], prevInputs[name])
 		rep.Feeds = append(rep.Feeds, res)
 		if ctx.Err() != nil {
 			break
@@ -260,7 +261,7 @@ func (f *fetcher) fetch(ctx context.Context, url string) ([]byte, string, error)
 	return data, date, err
 }
 
-func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, dir string, prev int) FeedResult {
+func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, dir string, prev int, prevIns []feedfile.Input) FeedResult {
 	res := FeedResult{Feed: name, Status: StatusFailed, Prev: prev}
 	sp, ok := specByName(name)
 	if !ok {
@@ -303,6 +304,10 @@ func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, di
 		res.Err = fmt.Errorf("shrank from %d to %d entries (more than half); keeping the old feed", prev, f.Entries)
 		return res
 	}
+	if err := inputShrank(prevIns, f.Inputs); err != nil {
+		res.Status, res.Err = StatusRejected, err
+		return res
+	}
 	b, err := feedfile.Marshal(nil, f)
 	if err != nil {
 		res.Status, res.Err = StatusRejected, err
@@ -315,6 +320,24 @@ func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, di
 	}
 	res.Status, res.Path = StatusUpdated, path
 	return res
+}
+
+// inputShrank applies maxShrink to each source of a feed, not only to its
+// total: a source that is a small part of its feed (the IPv6 list beside
+// the IPv4 one) could collapse to a line and leave the total within bounds,
+// its table replaced by nearly nothing. The sources are compared in order,
+// and only when there are as many as before: a feed whose sources changed
+// has nothing to compare them with.
+func inputShrank(prev, cur []feedfile.Input) error {
+	if len(prev) != len(cur) {
+		return nil
+	}
+	for i, in := range cur {
+		if p := prev[i].Entries; p > 0 && in.Entries*maxShrink < p {
+			return fmt.Errorf("source %d (%s) shrank from %d to %d entries (more than half); keeping the old feed", i+1, in.Name, p, in.Entries)
+		}
+	}
+	return nil
 }
 
 // fetch downloads one source and returns its (gunzipped) body and the date

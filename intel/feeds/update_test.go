@@ -56,6 +56,15 @@ func manyAddrs(n int, pre, suf string) string {
 	return b.String()
 }
 
+// torAddrs lists the first n relay addresses onionooDoc writes.
+func torAddrs(n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "12.%d.%d.1\n", i/256, i%256)
+	}
+	return b.String()
+}
+
 func onionooDoc(n int) string {
 	var relays []string
 	for i := 0; i < n; i++ {
@@ -72,16 +81,18 @@ func TestUpdateWritesValidatedFeeds(t *testing.T) {
 	}
 	prevTor := emb.Coverage().TorExits
 	up := newUpstream(t, map[string]string{
-		"/onionoo":    onionooDoc(prevTor),
-		"/bulk":       "12.0.0.1\n14.0.0.1\n",
+		"/onionoo": onionooDoc(prevTor),
+		// Each source keeps at least half its entries (inputShrank): the
+		// bulk list's are relays Onionoo lists too, but 14.0.0.1.
+		"/bulk":       "14.0.0.1\n" + torAddrs(1200),
 		"/monosans":   manyAddrs(1000, "http://", ":8080"),
-		"/iplocate":   manyAddrs(10, "socks5://", ":1080"),
+		"/iplocate":   manyAddrs(500, "socks5://", ":1080"),
 		"/ipsum":      "# Last update: Wed, 02 Sep 2026 03:00:00 +0200\n77.1.1.1\t5\n77.1.1.2\t2\n",
 		"/disposable": "mailinator.com\nnew-throwaway.example\n",
 	})
 	sources := []Source{
 		{Feed: FeedTor, URL: up.URL + "/onionoo", Format: FormatOnionoo},
-		{Feed: FeedTor, URL: up.URL + "/bulk", Format: FormatAddrLines},
+		{Feed: FeedTor, URL: up.URL + "/bulk", Format: FormatAddrs},
 		{Feed: FeedProxy, URL: up.URL + "/monosans", Format: FormatProxyLines},
 		{Feed: FeedProxy, URL: up.URL + "/iplocate", Format: FormatProxyLines},
 		// Shrinks from ~14,000 to 1: rejected.
@@ -163,7 +174,7 @@ func TestUpdateRejectsEmptyAndGarbage(t *testing.T) {
 	})
 	dir := t.TempDir()
 	rep, err := Update(context.Background(), up.Client(), []Source{
-		{Feed: FeedTor, URL: up.URL + "/empty", Format: FormatAddrLines},
+		{Feed: FeedTor, URL: up.URL + "/empty", Format: FormatAddrs},
 		{Feed: FeedProxy, URL: up.URL + "/html", Format: FormatProxyLines},
 		{Feed: "no-such-feed", URL: up.URL + "/empty", Format: FormatAddrLines},
 	}, dir, nil)
@@ -186,7 +197,7 @@ func TestUpdateStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	rep, err := Update(ctx, up.Client(), []Source{
-		{Feed: FeedTor, URL: up.URL + "/a", Format: FormatAddrLines},
+		{Feed: FeedTor, URL: up.URL + "/a", Format: FormatAddrs},
 		{Feed: FeedProxy, URL: up.URL + "/a", Format: FormatProxyLines},
 	}, t.TempDir(), nil)
 	if err != nil {
@@ -412,5 +423,43 @@ func TestUpdateRejectsAnEmptySource(t *testing.T) {
 	before, after := emb.Classify(a).Sources&netlists.SourceDatacenterRanges, s.Classify(a).Sources&netlists.SourceDatacenterRanges
 	if before == 0 || after == 0 {
 		t.Errorf("%s: in the datacenter ranges %v before, %v after the update", a, before != 0, after != 0)
+	}
+}
+
+// TestUpdateRejectsACollapsedSource: one source of a feed that comes back
+// cut to a few lines is refused even when the feed's total stays within
+// maxShrink (the other source is whole): its table would be replaced by
+// nearly nothing. The old feed stays.
+func TestUpdateRejectsACollapsedSource(t *testing.T) {
+	emb, err := netlists.LoadEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev netlists.FeedInfo
+	for _, f := range emb.Feeds() {
+		if f.Name == FeedProxy {
+			prev = f
+		}
+	}
+	if len(prev.Inputs) != 2 || prev.Inputs[1].Entries <= 10*maxShrink {
+		t.Fatalf("the embedded proxy feed is not the two-source case this test needs: %+v", prev)
+	}
+	up := newUpstream(t, map[string]string{
+		"/monosans": manyAddrs(prev.Entries, "http://", ":8080"), // whole: the total alone passes
+		"/iplocate": manyAddrs(10, "socks5://", ":1080"),         // cut short
+	})
+	dir := t.TempDir()
+	rep, err := Update(context.Background(), up.Client(), []Source{
+		{Feed: FeedProxy, URL: up.URL + "/monosans", Format: FormatProxyLines},
+		{Feed: FeedProxy, URL: up.URL + "/iplocate", Format: FormatProxyLines},
+	}, dir, emb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := rep.Feeds[0]; f.Status != StatusRejected || f.Err == nil || !strings.Contains(f.Err.Error(), "source 2") {
+		t.Fatalf("proxy: %s %v, want rejected naming source 2", f.Status, f.Err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, netlists.FeedsSubdir, FeedProxy+feedfile.Ext)); err == nil {
+		t.Fatal("the rejected feed was written")
 	}
 }

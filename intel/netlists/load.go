@@ -62,7 +62,7 @@ func DirFeeds(dataDir string) ([]FeedInfo, error) {
 		emb, eerr := ReadEmbedded(name)
 		if eerr == nil {
 			if h, err := feedfile.ReadHeader(emb); err == nil {
-				info.Date, info.Entries = h.Date, h.Entries
+				info.Date, info.Entries, info.Inputs = h.Date, h.Entries, h.Inputs
 			} else {
 				eerr = err
 			}
@@ -86,7 +86,7 @@ func DirFeeds(dataDir string) ([]FeedInfo, error) {
 					return nil, fmt.Errorf("netlists: %s holds feed %q", p, h.Name)
 				}
 				if info.Source == SourceMissing || h.Date == "" || info.Date == "" || h.Date >= info.Date {
-					info = FeedInfo{Name: name, Date: h.Date, Entries: h.Entries, Source: SourceDataDir, Path: p}
+					info = FeedInfo{Name: name, Date: h.Date, Entries: h.Entries, Inputs: h.Inputs, Source: SourceDataDir, Path: p}
 				}
 			}
 		}
@@ -167,7 +167,7 @@ func FromFiles(files []*feedfile.File) (*Snapshot, error) {
 		if want := expectedKind[name]; f.Kind != want {
 			return nil, fmt.Errorf("netlists: feed %s is of kind %s, want %s", name, f.Kind, want)
 		}
-		res[i] = loaded{file: f, info: FeedInfo{Name: name, Date: f.Date, Entries: f.Entries, Source: SourceBuilt}}
+		res[i] = loaded{file: f, info: FeedInfo{Name: name, Date: f.Date, Entries: f.Entries, Inputs: f.Inputs, Source: SourceBuilt}}
 	}
 	return assemble(res)
 }
@@ -197,7 +197,7 @@ func loadOne(name, path string) (loaded, error) {
 	if want := expectedKind[name]; f.Kind != want {
 		return loaded{}, fmt.Errorf("netlists: feed %s is of kind %s, want %s", name, f.Kind, want)
 	}
-	info.Date, info.Entries = f.Date, f.Entries
+	info.Date, info.Entries, info.Inputs = f.Date, f.Entries, f.Inputs
 	return loaded{file: f, info: info}, nil
 }
 

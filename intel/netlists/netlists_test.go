@@ -123,6 +123,22 @@ func TestRegistrationCountryIsTheAS(t *testing.T) {
 	}
 }
 
+// TestGeoFixWIDE: the IPv6 country table's known bug (SOURCES.md) puts the
+// WIDE Project's 2001:200::/32 in AU; the curated fix reads it as JP, and
+// no further than the block.
+func TestGeoFixWIDE(t *testing.T) {
+	s := embeddedSnapshot(t)
+	for addr, want := range map[string]string{
+		"2001:200::1":                         "JP",
+		"2001:200:ffff:ffff:ffff:ffff:ffff:1": "JP",
+		"2001:201::1":                         "AU", // the table's own row beyond the block
+	} {
+		if c := s.Classify(netip.MustParseAddr(addr)); c.Country != want {
+			t.Errorf("%s: Country %q, want %s", addr, c.Country, want)
+		}
+	}
+}
+
 func TestBare(t *testing.T) {
 	s := embeddedSnapshot(t)
 	tests := []struct {

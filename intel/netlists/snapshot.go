@@ -83,6 +83,9 @@ type FeedInfo struct {
 	Entries int    // distinct entries as the sources count them; 0 = not loaded
 	Source  string // SourceEmbedded or SourceDataDir
 	Path    string // file read, for SourceDataDir
+	// Inputs are the feed's sources with their entry counts, as its file's
+	// header lists them (a refresh checks each against its new copy).
+	Inputs []feedfile.Input
 }
 
 // Where a feed was loaded from.
