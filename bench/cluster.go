@@ -274,15 +274,17 @@ func (s *suite) measureCluster(ctx context.Context, label string, w *Workload, r
 	var lostBefore int64
 	killed := make(chan struct{})
 	rc.OnMeasureStart = func() {
-		servedAt(served0)
-		scrape(before)
-		start = time.Now()
+		// The nodes' CPU from the window's first instant, as the driver
+		// counts requests from it: the scrapes below take milliseconds.
 		for i := range watches {
 			if live(i) {
 				watches[i].Start()
 			}
 		}
 		self.Start()
+		servedAt(served0)
+		scrape(before)
+		start = time.Now()
 		if s.cfg.KillNodeAfter > 0 && len(nodes) > 1 {
 			go func() {
 				defer close(killed)

@@ -126,10 +126,12 @@ type Result struct {
 	// request-count bound or a drained open loop, until the last measured
 	// request was answered.
 	Window time.Duration
-	// Requests is the number of measured requests answered (any status).
+	// Requests is the number of measured requests answered (any status);
+	// transport failures are not among them.
 	Requests int64
 	// Errors counts measured failures: HTTP status >= 400, transport
-	// errors, and (open loop) requests that fell due but were never sent.
+	// errors ("conn", "timeout": no answer, so not in Requests or Latency),
+	// and (open loop) requests that fell due but were never sent.
 	Errors int64
 	// ErrorsBy breaks Errors down: "429", "500", …, "timeout", "conn",
 	// "missed".
@@ -219,6 +221,19 @@ func newWorker(nparts int, interval time.Duration, buckets int) *worker {
 	return w
 }
 
+// pct is the q-th percentile of h by nearest rank: the value of the
+// ceil(q/100·n)-th smallest sample. The histogram's own ValueAtQuantile
+// rounds the rank to nearest, which with few samples gives one rank low
+// (p99.9 of 999 samples the second largest, not the largest).
+func pct(h *hdrhistogram.Histogram, q float64) int64 {
+	n := h.TotalCount()
+	if n == 0 {
+		return 0
+	}
+	k := max(math.Ceil(q/100*float64(n)-1e-9), 1)
+	return h.ValueAtQuantile(100 * (k - 0.5 + 1e-6) / float64(n))
+}
+
 func recordUS(h *hdrhistogram.Histogram, d time.Duration) {
 	us := (d + time.Microsecond - 1) / time.Microsecond
 	_ = h.RecordValue(min(max(int64(us), 1), maxLatencyUS))
@@ -229,19 +244,28 @@ func recordUS(h *hdrhistogram.Histogram, d time.Duration) {
 func (w *worker) record(part int, lat time.Duration, sinceStart time.Duration, errKey string, done time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.n++
-	recordUS(w.hist, lat)
+	// A transport failure got no answer: an error, but neither a request
+	// answered (req/s, and the server CPU per request, would count what the
+	// server never saw) nor a latency (a refused dial's 40 µs would pull the
+	// percentiles down).
+	answered := !transportFailure(errKey)
 	pa := &w.parts[part]
-	pa.n++
-	if pa.hist != nil {
-		recordUS(pa.hist, lat)
+	if answered {
+		w.n++
+		recordUS(w.hist, lat)
+		pa.n++
+		if pa.hist != nil {
+			recordUS(pa.hist, lat)
+		}
 	}
 	b := int(max(sinceStart, 0) / w.tl.Interval)
 	for b >= len(w.tl.Completed) {
 		w.tl.Completed = append(w.tl.Completed, 0)
 		w.tl.Errors = append(w.tl.Errors, 0)
 	}
-	w.tl.Completed[b]++
+	if answered {
+		w.tl.Completed[b]++
+	}
 	if errKey != "" {
 		w.nerr++
 		w.errs[errKey]++
@@ -264,6 +288,10 @@ func (w *worker) note429(errKey string, resp *fasthttp.Response) {
 }
 
 // outcome classifies one exchange: "" for success, else the error key.
+// transportFailure reports whether an outcome key is an exchange that got
+// no answer (outcome's "conn" and "timeout").
+func transportFailure(key string) bool { return key == "conn" || key == "timeout" }
+
 func outcome(err error, resp *fasthttp.Response) string {
 	if err != nil {
 		if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) {
@@ -378,7 +406,7 @@ func reportProgress(cfg *RunConfig, workers []*worker) (stop func()) {
 				if p.Measuring {
 					p.RPS = float64(p.Requests) / now.Sub(warmEnd).Seconds()
 				}
-				p.P99 = time.Duration(h.ValueAtQuantile(99)) * time.Microsecond
+				p.P99 = time.Duration(pct(h, 99)) * time.Microsecond
 				cfg.Progress(p)
 			}
 		}

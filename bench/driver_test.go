@@ -198,8 +198,9 @@ func TestTransportErrorsAreCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Requests != 6 || res.Errors != 6 || res.ErrorsBy["conn"]+res.ErrorsBy["timeout"] != 6 {
-		t.Fatalf("requests %d errors %d by %v, want 6 transport errors", res.Requests, res.Errors, res.ErrorsBy)
+	// Six exchanges, none answered: six errors, no request, no latency.
+	if res.Requests != 0 || res.Errors != 6 || res.ErrorsBy["conn"]+res.ErrorsBy["timeout"] != 6 || res.Latency.TotalCount() != 0 || res.RPS() != 0 {
+		t.Fatalf("requests %d errors %d by %v, %d latencies, want 6 transport errors and nothing answered", res.Requests, res.Errors, res.ErrorsBy, res.Latency.TotalCount())
 	}
 }
 

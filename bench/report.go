@@ -191,7 +191,7 @@ func curve(h *hdrhistogram.Histogram) []Quantile {
 		case 100:
 			v = h.Max()
 		default:
-			v = h.ValueAtQuantile(p)
+			v = pct(h, p)
 		}
 		out = append(out, Quantile{Percentile: p, Ms: ms(v)})
 	}
@@ -241,10 +241,10 @@ func BuildRow(scenario string, m Measured, floor *Measured) Row {
 		Errors:         r.Errors,
 		ErrorsByStatus: map[string]int64{},
 		RPS:            round(r.RPS(), 1),
-		P50:            ms(h.ValueAtQuantile(50)),
-		P90:            ms(h.ValueAtQuantile(90)),
-		P99:            ms(h.ValueAtQuantile(99)),
-		P999:           ms(h.ValueAtQuantile(99.9)),
+		P50:            ms(pct(h, 50)),
+		P90:            ms(pct(h, 90)),
+		P99:            ms(pct(h, 99)),
+		P999:           ms(pct(h, 99.9)),
 		Max:            ms(h.Max()),
 		Mean:           round(h.Mean()/1000, 3),
 		Curve:          curve(h),
@@ -268,7 +268,7 @@ func BuildRow(scenario string, m Measured, floor *Measured) Row {
 		for _, p := range r.Parts {
 			row.Parts = append(row.Parts, PartRow{
 				Name: p.Name, Requests: p.Requests, Errors: p.Errors,
-				P50: ms(p.Latency.ValueAtQuantile(50)), P99: ms(p.Latency.ValueAtQuantile(99)),
+				P50: ms(pct(p.Latency, 50)), P99: ms(pct(p.Latency, 99)),
 			})
 		}
 	}
@@ -278,10 +278,10 @@ func BuildRow(scenario string, m Measured, floor *Measured) Row {
 		row.FloorRequests = ptr(f.Requests)
 		row.FloorErrors = ptr(f.Errors)
 		row.FloorRPS = ptr(round(f.RPS(), 1))
-		row.FloorP50 = ptr(ms(fh.ValueAtQuantile(50)))
-		row.FloorP90 = ptr(ms(fh.ValueAtQuantile(90)))
-		row.FloorP99 = ptr(ms(fh.ValueAtQuantile(99)))
-		row.FloorP999 = ptr(ms(fh.ValueAtQuantile(99.9)))
+		row.FloorP50 = ptr(ms(pct(fh, 50)))
+		row.FloorP90 = ptr(ms(pct(fh, 90)))
+		row.FloorP99 = ptr(ms(pct(fh, 99)))
+		row.FloorP999 = ptr(ms(pct(fh, 99.9)))
 		row.FloorMax = ptr(ms(fh.Max()))
 		row.FloorCurve = curve(fh)
 		ft := series(f.Timeline, f.Window)

@@ -97,6 +97,12 @@ func TestThresholds(t *testing.T) {
 	if f := (Thresholds{MaxErrorRate: 0}).Check(&Report{Results: rep.Results}); len(f) != 1 {
 		t.Errorf("--max-error-rate 0: %v", f)
 	}
+	// Exchanges that got no answer are errors beside the answered requests:
+	// 100 answered and 100 refused dials is a 50% error rate.
+	down := &Report{Results: []Row{{Scenario: "down", Mode: Closed, Requests: 100, Errors: 100, ErrorsByStatus: map[string]int64{"conn": 100}, RPS: 1000, P99: 0.1}}}
+	if f := (Thresholds{MaxErrorRate: 0.4}).Check(down); len(f) != 1 || f[0].Name != "max-error-rate" || !strings.Contains(f[0].String(), "50%") {
+		t.Errorf("transport errors: %v", f)
+	}
 	for in, want := range map[string]float64{"0.01": 0.01, "1%": 0.01, "0": 0, "100%": 1} {
 		if got, err := ParseErrorRate(in); err != nil || got != want {
 			t.Errorf("ParseErrorRate(%q) = %v, %v", in, got, err)

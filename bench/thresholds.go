@@ -74,7 +74,7 @@ func (t Thresholds) Check(rep *Report) []ThresholdCheck {
 		}
 		if t.MaxErrorRate >= 0 {
 			rate := 1.0
-			if total := r.Requests + errMissed(r); total > 0 {
+			if total := r.Requests + errUnanswered(r); total > 0 {
 				rate = round(float64(r.Errors)/float64(total), 6)
 			}
 			add(r, "max-error-rate", t.MaxErrorRate, rate, "ratio", rate <= t.MaxErrorRate)
@@ -86,9 +86,12 @@ func (t Thresholds) Check(rep *Report) []ThresholdCheck {
 	return failed
 }
 
-// errMissed is the open loop's requests that were due but never sent: they
-// are errors without being among the answered requests.
-func errMissed(r Row) int64 { return r.ErrorsByStatus["missed"] }
+// errUnanswered is the errors that are not among the answered requests:
+// the open loop's requests that were due but never sent, and exchanges that
+// failed without an answer.
+func errUnanswered(r Row) int64 {
+	return r.ErrorsByStatus["missed"] + r.ErrorsByStatus["conn"] + r.ErrorsByStatus["timeout"]
+}
 
 // ParseErrorRate reads "0.01" or "1%" as a fraction in [0, 1].
 func ParseErrorRate(s string) (float64, error) {
