@@ -81,3 +81,31 @@ func TestAdminAccountShowsLimitsInForce(t *testing.T) {
 		t.Fatalf("custom: hourly_limit %v, limits %v", m["hourly_limit"], l)
 	}
 }
+
+// TestBadKeysDoNotLockOutTheOperator: the operator API has a lockout of its
+// own (ADMIN.md: a wrong admin token is 401; CLARIFICATIONS: the keys'
+// lockout is /v1/* and /oauth/token). Twenty bad API keys from an address
+// leave its operator token working, and twenty wrong operator tokens leave
+// its API keys working.
+func TestBadKeysDoNotLockOutTheOperator(t *testing.T) {
+	e := newTestEnv(t)
+	for i := 0; i < 20; i++ {
+		e.do("GET", "/v1/usage", "Bearer sk_live_bad", nil)
+	}
+	if ctx := e.do("GET", "/v1/usage", "Bearer "+e.acct.LiveKey, nil); ctx.Response.StatusCode() != 429 {
+		t.Fatalf("the keys' lockout did not lock: %d", ctx.Response.StatusCode())
+	}
+	if ctx := e.do("GET", "/admin/v1/accounts/"+e.acct.View.ID, "Bearer adm", nil); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("the operator after 20 bad API keys: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	f := newTestEnv(t)
+	for i := 0; i < 20; i++ {
+		f.do("GET", "/admin/v1/accounts", "Bearer wrong", nil)
+	}
+	if ctx := f.do("GET", "/admin/v1/accounts", "Bearer adm", nil); ctx.Response.StatusCode() != 429 {
+		t.Fatalf("the operator's lockout did not lock: %d", ctx.Response.StatusCode())
+	}
+	if ctx := f.do("GET", "/v1/usage", "Bearer "+f.acct.LiveKey, nil); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("an API key after 20 wrong operator tokens: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+}

@@ -176,7 +176,7 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 	// One answer for a wrong email and a wrong key, so neither can be probed;
 	// a previous live key in grace cannot mint (SPEC §3).
 	if !ok || !strings.EqualFold(a.View.Email, tr.clientID) || a.Kind == accounts.KeyLivePrev {
-		s.deps.Limits.Fail(r.Addr, r.Now)
+		s.deps.Limits.Fail(iplimit.AuthFail, r.Addr, r.Now)
 		s.oauthError(ctx, fasthttp.StatusUnauthorized, "invalid_client", checks.DescClientAuth)
 		return
 	}

@@ -160,7 +160,7 @@ func (s *Service) Admit(c *Call, cred Credential, a Access) *Refusal {
 	case c.Sandbox && !a.Sandbox:
 		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgInvalidKey, Hint: HintSandboxOnly}
 	case !valid:
-		s.limits.Fail(c.Addr, c.Now)
+		s.limits.Fail(iplimit.AuthFail, c.Addr, c.Now)
 		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgInvalidKey, Hint: invalidKeyHint(key)}
 	case c.Sandbox:
 		return nil
@@ -188,17 +188,17 @@ func (s *Service) Settle(c *Call) {
 
 // AdmitOperator lets a caller into the operator API; the transport checked
 // the operator token (valid) in constant time. Wrong tokens are throttled
-// like bad API keys: each presented one counts toward the caller's
-// invalid-credential lockout, and a locked-out caller gets 429 with
+// like bad API keys, on a lockout of their own (iplimit.AdminFail): each
+// presented one counts toward it, and a locked-out caller gets 429 with
 // Retry-After: 900 whatever it sends, so the token cannot be guessed at line
-// rate.
+// rate. Bad API keys from the same address do not count toward it.
 func (s *Service) AdmitOperator(c *Call, presented, valid bool) *Refusal {
-	if ref := s.takeLimits(c, iplimit.Of(iplimit.AuthFail)); ref != nil {
+	if ref := s.takeLimits(c, iplimit.Of(iplimit.AdminFail)); ref != nil {
 		return ref
 	}
 	if !valid {
 		if presented {
-			s.limits.Fail(c.Addr, c.Now)
+			s.limits.Fail(iplimit.AdminFail, c.Addr, c.Now)
 		}
 		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgAdminAuth}
 	}
@@ -243,7 +243,7 @@ func (s *Service) takeLimits(c *Call, kinds iplimit.Kinds) *Refusal {
 func limitRefusal(v iplimit.Verdict) *Refusal {
 	ref := &Refusal{Status: http.StatusTooManyRequests, Msg: MsgTooMany, RetryAfter: v.RetryAfter}
 	switch v.Kind {
-	case iplimit.AuthFail:
+	case iplimit.AuthFail, iplimit.AdminFail:
 		ref.Msg, ref.RetryAfter = MsgLockedOut, RetryAfterLockout
 	case iplimit.Usage:
 		ref.RetryAfter = RetryAfterUsage

@@ -39,7 +39,7 @@ type (
 	// Limiter owns the per-address limiters and the lockout (*iplimit.Client).
 	Limiter interface {
 		Take(kinds iplimit.Kinds, addr netip.Addr, now time.Time) (iplimit.Verdict, error)
-		Fail(addr netip.Addr, now time.Time)
+		Fail(k iplimit.Kind, addr netip.Addr, now time.Time)
 	}
 	// Quota owns the accounts' allowances (*quota.Client).
 	Quota interface {

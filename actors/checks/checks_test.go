@@ -236,22 +236,27 @@ func TestPartsOff(t *testing.T) {
 	}
 }
 
-// TestAdmitOperator: a wrong operator token counts toward the lockout like a
-// bad key (a missing one does not), and a locked-out caller is refused
-// before its token counts, the right one included.
+// TestAdmitOperator: a wrong operator token counts toward the operator's own
+// lockout (a missing one does not), and a locked-out caller is refused
+// before its token counts, the right one included. The API keys' lockout
+// does not refuse the operator.
 func TestAdmitOperator(t *testing.T) {
 	ts := newTestService(t, Config{})
 	c := &Call{Addr: netip.MustParseAddr("198.51.100.7"), Now: fixedNow}
 	if ref := ts.AdmitOperator(c, true, true); ref != nil {
 		t.Fatalf("right token: %+v", ref)
 	}
-	if ref := ts.AdmitOperator(c, true, false); ref == nil || ref.Status != 401 || ref.Msg != MsgAdminAuth || ts.limits.fails != 1 {
-		t.Fatalf("wrong token: %+v, %d fails", ref, ts.limits.fails)
+	if ref := ts.AdmitOperator(c, true, false); ref == nil || ref.Status != 401 || ref.Msg != MsgAdminAuth || ts.limits.fails != 1 || ts.limits.failKinds[0] != iplimit.AdminFail {
+		t.Fatalf("wrong token: %+v, %d fails %v", ref, ts.limits.fails, ts.limits.failKinds)
 	}
 	if ref := ts.AdmitOperator(c, false, false); ref == nil || ref.Status != 401 || ts.limits.fails != 1 {
 		t.Fatalf("no token: %+v, %d fails", ref, ts.limits.fails)
 	}
 	ts.limits.refusing, ts.limits.refuse = true, iplimit.AuthFail
+	if ref := ts.AdmitOperator(c, true, true); ref != nil {
+		t.Fatalf("the API keys' lockout refused the operator: %+v", ref)
+	}
+	ts.limits.refusing, ts.limits.refuse = true, iplimit.AdminFail
 	if ref := ts.AdmitOperator(c, true, true); ref == nil || ref.Status != 429 || ref.RetryAfter != RetryAfterLockout {
 		t.Fatalf("locked out: %+v", ref)
 	}

@@ -56,11 +56,12 @@ func (f *fakeAccounts) ByPublishableKey(pk string) *accounts.View {
 // fakeLimiter allows everything unless refusing, then it refuses every
 // take that includes the limiter refuse.
 type fakeLimiter struct {
-	mu       sync.Mutex
-	refusing bool
-	refuse   iplimit.Kind
-	taken    []iplimit.Kinds
-	fails    int
+	mu        sync.Mutex
+	refusing  bool
+	refuse    iplimit.Kind
+	taken     []iplimit.Kinds
+	fails     int
+	failKinds []iplimit.Kind
 }
 
 func (f *fakeLimiter) Take(kinds iplimit.Kinds, _ netip.Addr, _ time.Time) (iplimit.Verdict, error) {
@@ -73,8 +74,9 @@ func (f *fakeLimiter) Take(kinds iplimit.Kinds, _ netip.Addr, _ time.Time) (ipli
 	return iplimit.Verdict{Allowed: true}, nil
 }
 
-func (f *fakeLimiter) Fail(netip.Addr, time.Time) {
+func (f *fakeLimiter) Fail(k iplimit.Kind, _ netip.Addr, _ time.Time) {
 	f.mu.Lock()
+	f.failKinds = append(f.failKinds, k)
 	f.fails++
 	f.mu.Unlock()
 }

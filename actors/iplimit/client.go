@@ -37,6 +37,7 @@ type TakeStep interface {
 
 // failMsg records one invalid credential (fire-and-forget).
 type failMsg struct {
+	kind Kind
 	addr netip.Addr
 	now  time.Time
 }
@@ -61,7 +62,7 @@ func (s shard) Receive(ctx actor.Context) {
 	case *takeCall:
 		m.Reply(s.l.take(m.Req.Kinds, m.Req.Addr, m.Req.Now), nil)
 	case *failMsg:
-		s.l.fail(m.addr, m.now)
+		s.l.fail(m.kind, m.addr, m.now)
 	case TakeStep:
 		r := m.TakeReq()
 		m.Taken(s.l.take(r.Kinds, r.Addr, r.Now))
@@ -157,11 +158,16 @@ func (c *Client) Check(addr netip.Addr, now time.Time) (Verdict, error) {
 	return c.Take(Of(AuthFail), addr, now)
 }
 
-// Fail records one invalid credential from addr, fire-and-forget. A Take sent
+// Fail records an invalid credential from addr against lockout k (AuthFail
+// for API keys and tokens, AdminFail for operator tokens): the caller is
+// locked out once the lockout's window fills. Fire-and-forget; a Take sent
 // afterwards by the same goroutine sees it.
-func (c *Client) Fail(addr netip.Addr, now time.Time) {
+func (c *Client) Fail(k Kind, addr netip.Addr, now time.Time) {
+	if k >= NumKinds || Rules[k].LockFor == 0 {
+		return
+	}
 	if !c.stopped.Load() {
-		c.shards.Send(shardHash(addr), &failMsg{addr: addr, now: now})
+		c.shards.Send(shardHash(addr), &failMsg{kind: k, addr: addr, now: now})
 	}
 }
 

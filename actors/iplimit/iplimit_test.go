@@ -45,6 +45,9 @@ func TestRulesFitProbeBuffer(t *testing.T) {
 // exactly the figure passes, the next is refused until the window ends.
 func TestEveryWindow(t *testing.T) {
 	for kind := Protect; kind < NumKinds; kind++ {
+		if Rules[kind].LockFor > 0 {
+			continue // a lockout: Fail fills it (TestLockoutsApart)
+		}
 		for _, addr := range []netip.Addr{v4, v6a} {
 			t.Run(fmt.Sprintf("%s/%s", kind, addr), func(t *testing.T) {
 				l := newLimiter(0, false)
@@ -73,6 +76,27 @@ func TestEveryWindow(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestLockoutsApart: the operator's lockout (AdminFail) and the API keys'
+// (AuthFail) count and lock apart: twenty bad API keys from an address do
+// not refuse its operator token, nor twenty wrong operator tokens its keys.
+func TestLockoutsApart(t *testing.T) {
+	for _, c := range []struct{ fail, other Kind }{{AuthFail, AdminFail}, {AdminFail, AuthFail}} {
+		l := newLimiter(0, false)
+		for i := 0; i < 20; i++ {
+			l.fail(c.fail, v4, t0)
+		}
+		if v := l.take(Of(c.fail), v4, t0); v.Allowed || v.Kind != c.fail {
+			t.Errorf("%s after 20 fails: %+v", c.fail, v)
+		}
+		if v := l.take(Of(c.other), v4, t0); !v.Allowed {
+			t.Errorf("%s refused after 20 fails of %s: %+v", c.other, c.fail, v)
+		}
+		if v := l.take(Of(c.fail), v4, t0.Add(15*time.Minute)); !v.Allowed {
+			t.Errorf("%s still locked after 15 minutes: %+v", c.fail, v)
 		}
 	}
 }
@@ -168,7 +192,7 @@ func TestLockout(t *testing.T) {
 	l := newLimiter(0, false)
 	now := t0
 	for i := 0; i < 19; i++ {
-		if l.fail(v4, now) {
+		if l.fail(AuthFail, v4, now) {
 			t.Fatalf("locked after %d failures", i+1)
 		}
 		now = now.Add(time.Second)
@@ -176,7 +200,7 @@ func TestLockout(t *testing.T) {
 	if v := l.take(Of(AuthFail, Protect), v4, now); !v.Allowed {
 		t.Fatalf("locked early: %+v", v)
 	}
-	if !l.fail(v4, now) {
+	if !l.fail(AuthFail, v4, now) {
 		t.Fatal("20th failure did not lock")
 	}
 	v := l.take(Of(AuthFail, Protect), v4, now)
@@ -198,9 +222,9 @@ func TestLockout(t *testing.T) {
 	// Failures spread over more than one 15-minute window never lock.
 	l2 := newLimiter(0, false)
 	for i := 0; i < 19; i++ {
-		l2.fail(v6a, t0)
+		l2.fail(AuthFail, v6a, t0)
 	}
-	if l2.fail(v6a, t0.Add(15*time.Minute)) {
+	if l2.fail(AuthFail, v6a, t0.Add(15*time.Minute)) {
 		t.Fatal("locked across windows")
 	}
 	if !l2.take(Of(AuthFail), v6n(99), t0).Allowed {
@@ -269,9 +293,9 @@ func TestBoundedUnderAddressSweep(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		l.take(Of(Protect), heavy, t0)
 	}
-	l.fail(v4, t0)
+	l.fail(AuthFail, v4, t0)
 	for i := 0; i < 19; i++ {
-		l.fail(v4, t0)
+		l.fail(AuthFail, v4, t0)
 	}
 	for i := 0; i < 200_000; i++ {
 		a := v6n(0).As16()
@@ -326,7 +350,7 @@ func TestClient(t *testing.T) {
 		t.Fatalf("admitted %d, want 30", ok.Load())
 	}
 	for i := 0; i < 20; i++ {
-		c.Fail(v4, t0)
+		c.Fail(AuthFail, v4, t0)
 	}
 	if v, err := c.Check(v4, t0); err != nil || v.Allowed || v.RetryAfter != 900 {
 		t.Fatalf("check: %+v %v", v, err)
@@ -403,14 +427,14 @@ func TestTakeAllocs(t *testing.T) {
 func TestLockoutPer64(t *testing.T) {
 	l := newLimiter(0, false)
 	for i := 0; i < 19; i++ {
-		if l.fail(v6n(i), t0) {
+		if l.fail(AuthFail, v6n(i), t0) {
 			t.Fatalf("locked after %d failures", i+1)
 		}
 	}
 	if !l.take(Of(AuthFail), v6n(500), t0).Allowed {
 		t.Fatal("locked before the 20th failure")
 	}
-	if !l.fail(v6n(19), t0) {
+	if !l.fail(AuthFail, v6n(19), t0) {
 		t.Fatal("20th failure from one /64 did not lock it")
 	}
 	if v := l.take(Of(AuthFail, Protect), v6n(1000), t0); v.Allowed || v.Kind != AuthFail || v.RetryAfter != 900 {
@@ -428,7 +452,7 @@ func TestLockoutPer64(t *testing.T) {
 	c := New(quietSystem().Root, Config{Shards: 4})
 	defer c.Stop()
 	for i := 0; i < 20; i++ {
-		c.Fail(v6n(i), t0)
+		c.Fail(AuthFail, v6n(i), t0)
 	}
 	if v, err := c.Check(v6n(777), t0); err != nil || v.Allowed || v.RetryAfter != 900 {
 		t.Fatalf("client: %+v %v", v, err)
@@ -441,27 +465,27 @@ func TestLockoutPer64(t *testing.T) {
 func TestSweepKeepsPartialLockoutCounts(t *testing.T) {
 	l := newLimiter(0, false)
 	for i := 0; i < 19; i++ {
-		l.fail(v4, t0.Add(time.Millisecond))
+		l.fail(AuthFail, v4, t0.Add(time.Millisecond))
 	}
 	l.sweep(t0) // stamped before the failures, handled after them
-	if !l.fail(v4, t0.Add(2*time.Millisecond)) {
+	if !l.fail(AuthFail, v4, t0.Add(2*time.Millisecond)) {
 		t.Fatal("the sweep forgot 19 failures: the 20th did not lock")
 	}
 
 	// Failures handled out of their stamping order count in one window.
 	l = newLimiter(0, false)
-	l.fail(v4, t0.Add(time.Millisecond))
+	l.fail(AuthFail, v4, t0.Add(time.Millisecond))
 	for i := 0; i < 18; i++ {
-		l.fail(v4, t0)
+		l.fail(AuthFail, v4, t0)
 	}
-	if !l.fail(v4, t0.Add(time.Millisecond)) {
+	if !l.fail(AuthFail, v4, t0.Add(time.Millisecond)) {
 		t.Fatal("failures stamped before the window's first one were lost")
 	}
 
 	// A table filled by twice-seen addresses relieves them, not the count.
 	l = newLimiter(10_000, false)
 	for i := 0; i < 10; i++ {
-		l.fail(v4, t0)
+		l.fail(AuthFail, v4, t0)
 	}
 	for i := 0; i < 50_000; i++ {
 		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
@@ -472,17 +496,17 @@ func TestSweepKeepsPartialLockoutCounts(t *testing.T) {
 		t.Fatal("nothing relieved")
 	}
 	for i := 0; i < 9; i++ {
-		if l.fail(v4, t0.Add(time.Minute)) {
+		if l.fail(AuthFail, v4, t0.Add(time.Minute)) {
 			t.Fatalf("locked after %d failures", 11+i)
 		}
 	}
-	if !l.fail(v4, t0.Add(time.Minute)) {
+	if !l.fail(AuthFail, v4, t0.Add(time.Minute)) {
 		t.Fatal("relieving the full table dropped a partial lockout count")
 	}
 
 	// A count whose window has ended does go at the next sweep.
 	l = newLimiter(0, false)
-	l.fail(v4, t0)
+	l.fail(AuthFail, v4, t0)
 	if n := l.sweep(t0.Add(15 * time.Minute)); n != 1 || l.t.Len() != 0 {
 		t.Fatalf("ended window kept: swept %d, %d left", n, l.t.Len())
 	}
@@ -500,7 +524,7 @@ func TestLockoutsKeepCountersRoom(t *testing.T) {
 	for i := range guessers {
 		now := t0.Add(time.Duration(i) * time.Millisecond)
 		for range 20 {
-			l.fail(addr(i), now)
+			l.fail(AuthFail, addr(i), now)
 		}
 	}
 	now := t0.Add(guessers * time.Millisecond)

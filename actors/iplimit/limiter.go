@@ -123,7 +123,7 @@ func (l *limiter) relieve(ns int64) {
 		if l.held() <= target {
 			break
 		}
-		l.t.Sweep(func(k slotKey, s slot) bool { return k.kind != AuthFail && s.n+s.others <= most })
+		l.t.Sweep(func(k slotKey, s slot) bool { return Rules[k.kind].LockFor == 0 && s.n+s.others <= most })
 	}
 	if l.held() > target {
 		l.t.Sweep(func(slotKey, slot) bool { return true })
@@ -259,12 +259,13 @@ func (l *limiter) take(kinds Kinds, a netip.Addr, now time.Time) Verdict {
 	return Verdict{Allowed: true}
 }
 
-// fail records an invalid credential from a and reports whether a is now
-// locked out. Reaching the AuthFail window's figure locks for LockFor.
-func (l *limiter) fail(a netip.Addr, now time.Time) bool {
+// fail records an invalid credential from a against lockout kind and
+// reports whether a is now locked out. Reaching the window's figure locks
+// for LockFor.
+func (l *limiter) fail(kind Kind, a netip.Addr, now time.Time) bool {
 	ns := now.UnixNano()
 	ka, k64, v6 := addrKeys(a)
-	r := &Rules[AuthFail]
+	r := &Rules[kind]
 	w := r.Windows[0]
 	locked := false
 	for _, k := range [2]slotKey{ka, k64} {
@@ -275,7 +276,7 @@ func (l *limiter) fail(a netip.Addr, now time.Time) bool {
 			}
 			lim = w.Per64
 		}
-		k.kind = AuthFail
+		k.kind = kind
 		lk := k
 		lk.win = lockSlot
 		if s, ok := l.locks.Get(lk); ok && ns < s.start {

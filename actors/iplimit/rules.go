@@ -17,6 +17,7 @@ const (
 	OAuth                         // POST /oauth/token exchanges
 	Feed                          // GET /api/threat-feed (no SPEC figure: a generous guard)
 	Collect                       // POST /v1/collect/* from visitors' browsers (no SPEC figure: a guard against token farming)
+	AdminFail                     // wrong operator tokens: a lockout of its own, like AuthFail
 	NumKinds
 )
 
@@ -52,6 +53,12 @@ var Rules = [NumKinds]Rule{
 	OAuth:             {Name: "oauth", Windows: []Window{{Len: time.Minute, PerAddr: 60}}},
 	Feed:              {Name: "threat_feed", Windows: []Window{{Len: time.Minute, PerAddr: 120}}},
 	Collect:           {Name: "collect", Windows: []Window{{Len: time.Minute, PerAddr: 300, Per64: 1200}}},
+	// The operator API's own lockout, with AuthFail's figures: customers'
+	// bad keys from an address (a shared NAT) do not lock the operator out
+	// (ADMIN.md: a wrong admin token is 401), nor do wrong admin tokens lock
+	// the address out of /v1/* (CLARIFICATIONS: that lockout is /v1/* and
+	// /oauth/token). Not shared among cluster members: each counts its own.
+	AdminFail: {Name: "admin_fail", Windows: []Window{{Len: 15 * time.Minute, PerAddr: 20, Per64: 20}}, LockFor: 15 * time.Minute},
 }
 
 // String is the limiter's name.

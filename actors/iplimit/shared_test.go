@@ -83,7 +83,7 @@ func TestSharedOthersStartAWindow(t *testing.T) {
 func TestSharedLockout(t *testing.T) {
 	l := newLimiter(0, true)
 	for range 5 {
-		l.fail(v4, t0)
+		l.fail(AuthFail, v4, t0)
 	}
 	got := l.export(nil)
 	if len(got) != 1 || got[0].Key.Kind != AuthFail || got[0].N != 5 {
@@ -91,7 +91,7 @@ func TestSharedLockout(t *testing.T) {
 	}
 	// The others' 14 and this node's 6th reach 20: locked here.
 	l.absorb([]Sum{{Key: got[0].Key, Start: got[0].Start, Others: 14}}, nil, t0.UnixNano())
-	if !l.fail(v4, t0) {
+	if !l.fail(AuthFail, v4, t0) {
 		t.Fatal("the 20th invalid credential over both nodes did not lock")
 	}
 
@@ -117,7 +117,7 @@ func TestSharedLockout(t *testing.T) {
 func TestSingleNodeExportsNothing(t *testing.T) {
 	l := newLimiter(0, false)
 	l.take(Of(Sample, Protect), v4, t0)
-	l.fail(v4, t0)
+	l.fail(AuthFail, v4, t0)
 	if got := l.export(nil); len(got) != 0 {
 		t.Fatalf("exported %+v", got)
 	}

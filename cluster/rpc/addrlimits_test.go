@@ -233,7 +233,7 @@ func TestAddressLimitAcrossNodes(t *testing.T) {
 	// Invalid credentials: 7 on each node lock the address everywhere.
 	for _, n := range nodes {
 		for range 7 {
-			n.limits.Fail(addr, testNow)
+			n.limits.Fail(iplimit.AuthFail, addr, testNow)
 		}
 	}
 	roundAll(nodes)
