@@ -153,7 +153,7 @@ func TestLostStoreRefusesToStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := startFails(t, dir, nil)
-	if !strings.Contains(out, "the store "+store+" is missing or empty") || !strings.Contains(out, "restore pebble/ from a backup") {
+	if !strings.Contains(out, "the store "+store+" is missing or empty") || !strings.Contains(out, "restore the data dir from a backup") {
 		t.Fatalf("refusal does not say the store is lost:\n%s", out)
 	}
 	if _, err := os.Stat(store); err == nil {

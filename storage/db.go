@@ -242,6 +242,14 @@ func Open(dir string, o Options) (*DB, error) {
 		if err := checkClosed(o.FS, dir, o.StampFile, st); err != nil {
 			return nil, err
 		}
+		if len(st.files) > 0 {
+			// The listing is used up before Pebble changes any file (its
+			// open removes and writes some): a crash from here on must not
+			// find a listing of files that are gone for good reasons.
+			if err := WriteStampFile(o.FS, o.StampFile, st.n); err != nil {
+				return nil, err
+			}
+		}
 		fileStamp = st.n
 	}
 	if err := o.FS.MkdirAll(dir, 0o700); err != nil {
@@ -286,6 +294,9 @@ func Open(dir string, o Options) (*DB, error) {
 	if o.StampFile != "" {
 		d.stamp.path = o.StampFile
 		if err := d.checkStamp(fileStamp); err != nil {
+			// Closed without stamping: a close that moved the stamp on
+			// would accept at the next start the store refused now.
+			d.stamp.path = ""
 			_ = d.Close()
 			return nil, err
 		}

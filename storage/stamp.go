@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/atomicfs"
 )
 
 // The store stamp lets a start tell a store it can vouch for from one that
@@ -30,9 +32,12 @@ import (
 // rides in the newest WAL or table: a WAL lost whole is noticed unless it
 // began less than StampEvery before a crash. A clean Close also lists the
 // store's files with their sizes in the stamp file, and the next open
-// checks them before Pebble reads any: a closed store copied incompletely
-// (a MANIFEST or a table cut short, a file left out) is refused whatever
-// Pebble would make of it.
+// checks them before Pebble reads any (and then drops the listing, before
+// Pebble changes a file): a cleanly closed store copied incompletely (a
+// MANIFEST or a table cut short, a file left out) is refused whatever
+// Pebble would make of it. After a crash there is no listing, only the
+// counter: a MANIFEST cut short then goes unnoticed when the newest stamp
+// is in the WAL, which the cut leaves whole.
 
 // ErrStoreLost is returned by Open when the stamp file says the store was
 // written before but the store's directory is missing or empty.
@@ -195,8 +200,18 @@ type stamper struct {
 }
 
 // checkClosed compares the store's files with the listing a clean Close
-// left, before Pebble opens them: each must be there with its size.
+// left, before Pebble opens them: each must be there with its size. A store
+// whose current MANIFEST is not among them was opened since by something
+// that did not stamp it (an earlier release, a tool): the listing no longer
+// describes it, and the counter alone is checked.
 func checkClosed(fs vfs.FS, dir, path string, st stamp) error {
+	if len(st.files) == 0 {
+		return nil
+	}
+	if cur, err := atomicfs.ReadMarker(fs, dir, "manifest"); err == nil && cur != "" &&
+		!slices.ContainsFunc(st.files, func(f stampedFile) bool { return f.name == cur }) {
+		return nil
+	}
 	for _, f := range st.files {
 		if strings.HasPrefix(f.name, "marker.manifest.") {
 			continue // 0 bytes; a lost one gets ErrManifestMissing's own advice

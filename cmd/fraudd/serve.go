@@ -698,7 +698,7 @@ func storeLost(cfg *serveConfig) error {
 	if len(entries) > 0 {
 		return nil
 	}
-	return fmt.Errorf("the store %s is missing or empty but %s is there, so this data dir was started before: restore pebble/ from a backup, or move the data dir aside to start an empty store", store, secretPath)
+	return fmt.Errorf("the store %s is missing or empty but %s is there, so this data dir was started before: restore the data dir from a backup (pebble/ with its store-stamp), or move the data dir aside to start an empty store", store, secretPath)
 }
 
 // storeWasWritten reports whether the store holds state sealed or keyed under
