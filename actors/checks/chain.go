@@ -66,8 +66,12 @@ type chain struct {
 	// givenUp: the caller answered without waiting for the rest (its wait
 	// timed out); the event's shard then counts no use (events.GivenUp).
 	givenUp atomic.Bool
-	done    chan struct{}
-	timer   *time.Timer
+	// abandoned: the caller's wait ran out (run answered timedOut). The
+	// caller's own field: the chain may still answer, and its answer's
+	// token in done must never reach the pool's next user.
+	abandoned bool
+	done      chan struct{}
+	timer     *time.Timer
 }
 
 const (
@@ -104,8 +108,8 @@ func (s *Service) newChain(c *Call, o outcome) *chain {
 
 // release returns a chain that answered to the pool.
 func (ch *chain) release() {
-	if ch.stage.Load() != stageDone {
-		return // abandoned: an actor may still hold it
+	if ch.abandoned || ch.stage.Load() != stageDone {
+		return // an actor may still hold it, or its late answer sit in done
 	}
 	t, done := ch.timer, ch.done
 	*ch = chain{timer: t, done: done}
@@ -126,6 +130,7 @@ func (s *Service) run(c *Call, ch *chain) (ref *Refusal, timedOut bool) {
 	}
 	if !ch.wait() && !ch.chargeBegun() {
 		ch.givenUp.Store(true)
+		ch.abandoned = true
 		switch st := ch.stage.Load(); {
 		case st == stageTake:
 			ref = ServerError(fmt.Errorf("per-address limits: %w", actors.ErrTimeout))
