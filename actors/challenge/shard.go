@@ -308,7 +308,9 @@ func (s shard) browser(c *customer, m *Submit, dev digest, out *Submitted) {
 	if i := slices.IndexFunc(ps, func(x profile) bool { return x.h == p }); i >= 0 {
 		// Seen again: it counts toward a burst from its latest sighting,
 		// not its first (prune drops it BurstWindow after seen).
-		ps[i].seen = m.Now
+		if m.Now.After(ps[i].seen) { // never back (cluster members' clocks)
+			ps[i].seen = m.Now
+		}
 	} else {
 		ps = append(ps, profile{h: p, seen: m.Now})
 		if len(ps) > 4*BurstProfiles {

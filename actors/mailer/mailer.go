@@ -1,6 +1,8 @@
 // Package mailer owns the outbox: every email the service sends (usage
 // warnings, webhook failure notices) is recorded in storage by one actor and,
-// when an SMTP URL is configured, sent over SMTP. Callers never wait for it.
+// when an SMTP URL is configured, then sent over SMTP by one sender
+// goroutine, which records the outcome. Callers never wait for either, and
+// a slow SMTP server never keeps a message out of the outbox.
 package mailer
 
 import (
@@ -12,6 +14,7 @@ import (
 	"net/smtp"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -53,7 +56,19 @@ type Mailer struct {
 	cfg   Config
 	smtp  *smtpTarget
 	actor *actors.Shards // one shard; it keeps nothing between messages
+
+	// sendq holds recorded messages for the sender, in order; quit ends it.
+	sendq chan *storage.Mail
+	quit  chan struct{}
+	// mu is held by the sender while it records an outcome; stopped, set
+	// under it at Stop, keeps it off a store that is closing.
+	mu      sync.Mutex
+	stopped bool
 }
+
+// sendQueue bounds the messages waiting for SMTP; past it a message is
+// recorded as failed rather than held.
+const sendQueue = 1024
 
 type smtpTarget struct {
 	addr     string
@@ -121,6 +136,8 @@ func New(root *actor.RootContext, cfg Config) (*Mailer, error) {
 			return nil, err
 		}
 		m.smtp = t
+		m.sendq, m.quit = make(chan *storage.Mail, sendQueue), make(chan struct{})
+		go m.sender()
 	}
 	m.actor = actors.SpawnShards(root, 1, func(int) actor.Actor { return actor.ReceiveFunc(m.receive) },
 		actors.Named("mailer"), actors.WithLogger(cfg.Logger))
@@ -138,11 +155,60 @@ func (m *Mailer) Warn(w quota.Warning) {
 // Recent lists the outbox, newest first.
 func (m *Mailer) Recent(limit int) ([]*storage.Mail, error) { return m.cfg.DB.RecentMail(limit) }
 
-// Stop ends the actor after the messages already queued.
-func (m *Mailer) Stop() { _ = m.actor.Stop() }
+// Stop ends the actor after the messages already queued, and the sender:
+// a message it has not sent stays in the outbox as recorded.
+func (m *Mailer) Stop() {
+	_ = m.actor.Stop()
+	m.stopSender()
+}
 
 // StopBy is Stop waiting for the actor only until by (actors.StopWait).
-func (m *Mailer) StopBy(by time.Time) error { return m.actor.StopBy(by) }
+func (m *Mailer) StopBy(by time.Time) error {
+	err := m.actor.StopBy(by)
+	m.stopSender()
+	return err
+}
+
+func (m *Mailer) stopSender() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return
+	}
+	m.stopped = true
+	if m.quit != nil {
+		close(m.quit)
+	}
+}
+
+// sender sends the recorded messages over SMTP in order and records each
+// outcome under the message's own key.
+func (m *Mailer) sender() {
+	for {
+		var rec *storage.Mail
+		select {
+		case rec = <-m.sendq:
+		case <-m.quit:
+			return
+		}
+		err := m.deliver(rec)
+		m.mu.Lock()
+		if m.stopped {
+			m.mu.Unlock()
+			return
+		}
+		if err != nil {
+			rec.Status, rec.Error = "failed", err.Error()
+			m.cfg.Logger.Warn("mail not sent", "kind", rec.Kind, "account", rec.Account, "err", err)
+		} else {
+			rec.Status = "sent"
+		}
+		if err := m.cfg.DB.PutMail(rec); err != nil {
+			m.cfg.Logger.Error("record mail", "err", err)
+		}
+		m.mu.Unlock()
+	}
+}
 
 func (m *Mailer) receive(c actor.Context) {
 	msg, ok := c.Message().(*Message)
@@ -155,16 +221,23 @@ func (m *Mailer) receive(c actor.Context) {
 	if v := m.cfg.Accounts.Get(msg.Account); v != nil {
 		rec.To = v.Email
 	}
-	if m.smtp != nil && rec.To != "" {
-		if err := m.deliver(rec); err != nil {
-			rec.Status, rec.Error = "failed", err.Error()
-			m.cfg.Logger.Warn("mail not sent", "kind", rec.Kind, "account", rec.Account, "err", err)
-		} else {
-			rec.Status = "sent"
-		}
-	}
+	// Recorded before SMTP is tried; the sender records the outcome under
+	// the same key. A server that holds each connection for its whole
+	// timeout, or a stop meanwhile, never keeps a message out of the outbox
+	// (ADMIN.md: the outbox always records).
 	if err := m.cfg.DB.PutMail(rec); err != nil {
 		m.cfg.Logger.Error("record mail", "err", err)
+	}
+	if m.smtp != nil && rec.To != "" {
+		select {
+		case m.sendq <- rec: // the sender's from here on
+		default:
+			rec.Status, rec.Error = "failed", fmt.Sprintf("not sent: %d messages already wait for the SMTP server", sendQueue)
+			m.cfg.Logger.Warn("mail not sent", "kind", rec.Kind, "account", rec.Account, "err", rec.Error)
+			if err := m.cfg.DB.PutMail(rec); err != nil {
+				m.cfg.Logger.Error("record mail", "err", err)
+			}
+		}
 	}
 	if err := m.cfg.DB.PruneMail(now.Add(-retention)); err != nil {
 		m.cfg.Logger.Warn("mail outbox: records past retention not pruned", "err", err)
