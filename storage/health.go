@@ -48,9 +48,11 @@ func UnmarshalHealth(b []byte) (HealthDay, error) {
 }
 
 // PutHealth writes one day (a whole value) and drops days before cut.
-func (d *DB) PutHealth(day *HealthDay, cut time.Time) error {
+func (d *DB) PutHealth(cut time.Time, days ...*HealthDay) error {
 	b := d.newBatch()
-	_ = b.Set(healthKey(day.Day), MarshalHealth(nil, day), nil)
+	for _, day := range days {
+		_ = b.Set(healthKey(day.Day), MarshalHealth(nil, day), nil)
+	}
 	_ = b.DeleteRange([]byte{prefixHealth}, healthKey(cut), nil)
 	return d.commit(b)
 }

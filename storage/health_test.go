@@ -16,11 +16,11 @@ func TestHealthDays(t *testing.T) {
 	defer db.Close()
 	d0 := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
 	for i := 0; i < 3; i++ {
-		if err := db.PutHealth(&HealthDay{Day: d0.AddDate(0, 0, i), Samples: 10, APIOK: 10, StorageOK: uint64(9 + i%2)}, d0.AddDate(0, 0, -90)); err != nil {
+		if err := db.PutHealth(d0.AddDate(0, 0, -90), &HealthDay{Day: d0.AddDate(0, 0, i), Samples: 10, APIOK: 10, StorageOK: uint64(9 + i%2)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := db.PutHealth(&HealthDay{Day: d0.AddDate(0, 0, 3), Samples: 1}, d0.AddDate(0, 0, 1)); err != nil {
+	if err := db.PutHealth(d0.AddDate(0, 0, 1), &HealthDay{Day: d0.AddDate(0, 0, 3), Samples: 1}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := db.Health(d0)

@@ -71,6 +71,10 @@ type state struct {
 	days   map[int64]*storage.HealthDay // Unix day → counts
 	last   time.Time
 	lastOK [4]bool
+	// dirty are the days counted since they were last stored: a day whose
+	// last probes found the store down is stored with the next day's first
+	// good probe, so an outage across midnight is not lost on restart.
+	dirty map[int64]bool
 }
 
 type owner struct{ st *state }
@@ -190,15 +194,28 @@ func (st *state) probe(now time.Time) {
 	d.StorageOK += b2u(storageOK)
 	d.AuthOK += b2u(authOK)
 	d.FeedsOK += b2u(feedsOK)
+	if st.dirty == nil {
+		st.dirty = map[int64]bool{}
+	}
+	st.dirty[k] = true
 	cut := dayOf(now).AddDate(0, 0, -Days)
 	for dk := range st.days {
 		if dk < cut.Unix()/86400 {
 			delete(st.days, dk)
+			delete(st.dirty, dk)
 		}
 	}
 	if st.cfg.DB != nil && storageOK {
-		if err := st.cfg.DB.PutHealth(d, cut); err != nil {
+		days := make([]*storage.HealthDay, 0, len(st.dirty))
+		for dk := range st.dirty {
+			if x := st.days[dk]; x != nil {
+				days = append(days, x)
+			}
+		}
+		if err := st.cfg.DB.PutHealth(cut, days...); err != nil {
 			st.cfg.Logger.Warn("status history not stored (nor days past retention pruned)", "err", err)
+		} else {
+			clear(st.dirty)
 		}
 	}
 }
