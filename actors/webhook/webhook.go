@@ -382,10 +382,38 @@ func (sh *shard) get(id string, now time.Time) *acct {
 	if !ok {
 		// A new (or re-loaded) account trims its log on its first write.
 		a = &acct{sinceTrim: ListLen - 1}
+		a.streak, a.mailed = sh.storedStreak(id)
 		sh.accts.Put(id, a)
 	}
 	a.lastUsed = now
 	return a
+}
+
+// storedStreak reads an account's failure streak back from its delivery
+// log, for an account loaded again (a restart, a shard brought back, an
+// eviction): the events in a row, newest first, whose last attempt failed,
+// up to the newest delivered one. A streak already at FailureStreak was
+// mailed when it got there. Without it a restart in a streak sent the
+// notice late, or twice.
+func (sh *shard) storedStreak(id string) (streak int, mailed bool) {
+	db := sh.svc.cfg.DB
+	if db == nil {
+		return 0, false
+	}
+	recs, err := db.Deliveries(id, time.Time{}, ListLen)
+	if err != nil {
+		sh.svc.cfg.Logger.Warn("webhook: failure streak not read back", "account", id, "err", err)
+		return 0, false
+	}
+	for _, r := range recs {
+		switch {
+		case r.Error == "" && r.StatusCode >= 200 && r.StatusCode < 300:
+			return streak, streak >= FailureStreak
+		case r.Attempt >= MaxAttempts:
+			streak++
+		}
+	}
+	return streak, streak >= FailureStreak
 }
 
 func (sh *shard) enqueue(m *queued, now time.Time) {
