@@ -109,3 +109,20 @@ func TestBadKeysDoNotLockOutTheOperator(t *testing.T) {
 		t.Fatalf("an API key after 20 wrong operator tokens: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
 	}
 }
+
+// TestAdminAnswersNotStored: operator answers carry secrets (a new
+// account's keys, a rotated key) and are never kept by a cache nor sniffed,
+// refusals included.
+func TestAdminAnswersNotStored(t *testing.T) {
+	e := newTestEnv(t)
+	for _, c := range []struct{ method, uri, auth, body string }{
+		{"POST", "/admin/v1/accounts", "Bearer adm", `{"email":"nostore@example.com"}`},
+		{"POST", "/admin/v1/accounts/" + e.acct.View.ID + "/keys/live/rotate", "Bearer adm", ""},
+		{"GET", "/admin/v1/accounts", "Bearer wrong", ""},
+	} {
+		ctx := e.do(c.method, c.uri, c.auth, []byte(c.body))
+		if cc, ns := string(ctx.Response.Header.Peek("Cache-Control")), string(ctx.Response.Header.Peek("X-Content-Type-Options")); cc != "no-store" || ns != "nosniff" {
+			t.Errorf("%s %s (%d): Cache-Control %q, X-Content-Type-Options %q", c.method, c.uri, ctx.Response.StatusCode(), cc, ns)
+		}
+	}
+}

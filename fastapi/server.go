@@ -517,6 +517,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes *routeSet) (rt *route) 
 	}
 	r.Addr = s.clientAddr(ctx)
 	if rt.admin {
+		// Operator answers carry secrets (new keys, webhook secrets) and
+		// account data: never kept by a cache, never sniffed as another type.
+		ctx.Response.Header.Set("Cache-Control", "no-store")
+		ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
 		_, presented, _ := bearer(ctx.Request.Header.Peek("Authorization"))
 		if ref := s.checks.AdmitOperator(&r.Call, presented, s.adminAuthorized(ctx)); ref != nil {
 			s.refuse(ctx, ref)

@@ -421,17 +421,29 @@
     });
   }
 
+  // posts: the form is sent with POST, the plain form post the inputs are
+  // for. A GET form would put the token, which carries the visitor's
+  // addresses, into its URL: the history, the logs, the Referer sent on.
+  function posts(f) {
+    return String(f.method || (f.getAttribute && f.getAttribute('method')) || 'get').toLowerCase() === 'post';
+  }
+
   function fillAll() {
     safe(function () {
       var fs = d.forms || d.getElementsByTagName('form');
       for (var i = 0; i < fs.length; i++) {
-        fillForm(fs[i]);
+        if (posts(fs[i])) {
+          fillForm(fs[i]);
+        }
       }
     });
   }
 
   function collect(opts) {
-    var base = scriptConfig();
+    // The collector's own script tag, read while it ran (cfg0): a later
+    // call runs while some other script may be current, whose origin is not
+    // the service's.
+    var base = cfg0 || scriptConfig();
     opts = opts || {};
     var cfg = {key: opts.key || base.key, endpoint: String(opts.endpoint || base.endpoint).replace(/\/+$/, ''), stun: opts.stun || base.stun};
     var tz = safe(function () { return Intl.DateTimeFormat().resolvedOptions().timeZone || null; }, null);

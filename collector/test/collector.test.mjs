@@ -20,7 +20,7 @@ class El {
 }
 
 class Form extends El {
-  constructor() { super('form'); }
+  constructor(method = 'post') { super('form'); this.method = method; }
   get elements() { return this.children.filter((c) => c.tagName === 'INPUT'); }
 }
 
@@ -80,7 +80,29 @@ function inputs(form) {
   return Object.fromEntries(form.elements.map((e) => [e.name, e.value]));
 }
 
-test('collects, then puts the three hidden inputs into every form', async () => {
+test('a form sent with GET gets no inputs: the token would land in its URL', async () => {
+  const { w, forms } = env({ forms: 1 });
+  const get = new Form('get');
+  const bare = new Form('');
+  w.document.forms.push(get, bare);
+  await w.FraudCollector.ready;
+  assert.deepEqual(inputs(forms[0]).netcheck, 'nt1.TOKEN');
+  assert.deepEqual(inputs(get), {});
+  assert.deepEqual(inputs(bare), {}, 'a form without a method is sent with GET');
+});
+
+test('a later collect({key}) posts to the collector\'s own origin, whatever script is current', async () => {
+  const { w, calls } = env();
+  await w.FraudCollector.ready;
+  const other = new El('script');
+  other.src = 'https://cdn.thirdparty.example/bundle.js';
+  w.document.currentScript = other;
+  calls.length = 0;
+  await w.FraudCollector.collect({ key: 'pk_live_test' });
+  assert.ok(calls.length > 0 && calls.every((c) => c.url.startsWith('http://127.0.0.1:8080/')), JSON.stringify(calls.map((c) => c.url)));
+});
+
+test('collects, then puts the three hidden inputs into every form that posts', async () => {
   const { w, calls, forms } = env();
   forms[1].appendChild(Object.assign(new El('input'), { name: 'netcheck', value: 'stale' }));
   const r = await w.FraudCollector.ready;

@@ -764,7 +764,7 @@ s('title', null, d.day + ': ' + (pct === null ? 'no probes' : pct.toFixed(2) + '
 const main = () => document.getElementById('main');
 function showSignIn(msg) {
 document.getElementById('nav').hidden = true;
-const input = h('input#signin-token', { type: 'password', autocomplete: 'current-password', required: true, 'aria-describedby': 'signin-help' });
+const input = h('input#signin-token', { type: 'password', autocomplete: 'off', required: true, 'aria-describedby': 'signin-help' });
 const err = errLine('signin-error');
 if (msg) err.textContent = msg;
 const form = h('form.card.signin', {
