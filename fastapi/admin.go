@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
 	"strconv"
@@ -37,7 +38,9 @@ func decodeStrict(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
+	// More() is false before a stray ] or }: only the end of the input is
+	// the end of the value.
+	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("trailing data after the JSON value")
 	}
 	return nil

@@ -74,9 +74,12 @@ func (s *Server) maybeGzip(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// acceptsGzip reads an Accept-Encoding value: gzip (or *) listed without
-// q=0. fasthttp's own check misses "gzip;q=0.9" and does not honour q=0.
+// acceptsGzip reads an Accept-Encoding value: gzip listed without q=0, or
+// else * without q=0 (RFC 9110 §12.5.3: a coding named outranks the
+// wildcard, so "*;q=0, gzip" accepts gzip). fasthttp's own check misses
+// "gzip;q=0.9" and does not honour q=0.
 func acceptsGzip(ae []byte) bool {
+	star := -1 // the wildcard's verdict: -1 unseen, 0 refused, 1 accepted
 	for len(ae) > 0 {
 		var item []byte
 		if i := bytes.IndexByte(ae, ','); i >= 0 {
@@ -89,16 +92,25 @@ func acceptsGzip(ae []byte) bool {
 		if !bytes.EqualFold(coding, []byte("gzip")) && !bytes.Equal(coding, []byte("*")) {
 			continue
 		}
+		ok := true
 		q := bytes.TrimSpace(params)
 		if len(q) >= 2 && (q[0] == 'q' || q[0] == 'Q') && q[1] == '=' {
 			v := bytes.TrimRight(bytes.TrimSpace(q[2:]), "0")
 			if bytes.Equal(v, []byte("0.")) || bytes.Equal(v, []byte("0")) || len(v) == 0 {
-				return false // q=0, q=0.0, q=0.000: not acceptable
+				ok = false // q=0, q=0.0, q=0.000: not acceptable
 			}
 		}
-		return true
+		if coding[0] != '*' {
+			return ok // gzip named: its own verdict
+		}
+		if star < 0 {
+			star = 0
+			if ok {
+				star = 1
+			}
+		}
 	}
-	return false
+	return star == 1
 }
 
 // logAccess writes one structured line per request: never a header, a body

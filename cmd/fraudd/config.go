@@ -192,7 +192,12 @@ func (p *prefixList) Set(v string) error {
 			if aerr != nil {
 				return fmt.Errorf("%q is not an IP or CIDR", part)
 			}
-			pr = netip.PrefixFrom(a, a.BitLen())
+			pr = netip.PrefixFrom(a.WithZone(""), a.BitLen())
+		}
+		// An IPv4-mapped entry is its IPv4 form: peers are compared
+		// unmapped, so ::ffff:10.0.0.1 kept as IPv6 would hold no proxy.
+		if a := pr.Addr(); a.Is4In6() && pr.Bits() >= 96 {
+			pr = netip.PrefixFrom(a.Unmap(), pr.Bits()-96)
 		}
 		out = append(out, pr.Masked())
 	}

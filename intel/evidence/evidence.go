@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 )
 
@@ -47,7 +48,7 @@ func strict(raw []byte, v any) error {
 	if err := d.Decode(v); err != nil {
 		return errors.New("malformed object")
 	}
-	if d.More() {
+	if _, err := d.Token(); err != io.EOF {
 		return errors.New("trailing data")
 	}
 	return nil
