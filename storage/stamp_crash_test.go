@@ -148,40 +148,6 @@ func TestStampBehindRefusedEveryStart(t *testing.T) {
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// TestStampWALLostRefusedEveryStart: a backup that lost its WAL (the stamp file a
-// backup carries has no listing) is refused at every start, not only the
-// first: the refused start must not move the store's stamp up to its file's.
-func TestStampWALLostRefusedEveryStart(t *testing.T) {
-	d := stampedDir{t.TempDir()}
-	db := d.mustOpen(t)
-	for i := range 20 {
-		if err := db.PutRules(fmt.Sprintf("acc_%02d", i), []Rule{{Signal: "vpn", Action: "block"}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bk := stampedDir{t.TempDir()}
-	backupStamp(t, d, bk)
-	if err := db.Checkpoint(bk.store()); err != nil {
-		t.Fatal(err)
-	}
-	_ = db.Close()
-	logs, _ := filepath.Glob(filepath.Join(bk.store(), "*.log"))
-	for _, l := range logs {
-		_ = os.Remove(l)
-	}
-	if _, err := bk.open(t); !errors.Is(err, ErrStoreBehind) {
-		t.Fatalf("first start: %v, want ErrStoreBehind", err)
-	}
-	db, err := bk.open(t)
-	if err == nil {
-		t.Errorf("second start opened the store, holding %d of 20 records", countRules(t, db, 20))
-		_ = db.Close()
-	}
-	if !errors.Is(err, ErrStoreBehind) {
-		t.Fatalf("second start: %v, want ErrStoreBehind again", err)
-	}
-}
-
 // TestStampRollbackThenForward: a clean stop, one run of the previous
 // release (which opens the store without a stamp file, as Open without
 // StampFile does), then this release again: the store is healthy and

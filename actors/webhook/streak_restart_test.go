@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// failEvents sends n events that fail every attempt and waits for their
-// last attempts.
+// failEvents sends n events that fail every attempt and walks the clock
+// through their retries, each step once the attempts are logged.
 func failEvents(t *testing.T, f *fixture, round *int, n int) {
 	t.Helper()
 	*round++

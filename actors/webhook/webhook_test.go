@@ -357,48 +357,19 @@ func TestFailureStreakEmailsOwnerOnce(t *testing.T) {
 	f := newFixture(t, Config{AllowPrivate: true})
 	rcv := newReceiver(t, 500)
 	f.dir.set("acc_f", rcv.URL, "whsec_x")
-	// failEvents sends n events and walks the clock through their retries,
-	// each step once the attempts are logged (their end is stamped).
 	round := 0
-	failEvents := func(n int) {
-		t.Helper()
-		round++
-		at := t0.Add(time.Duration(round) * time.Millisecond)
-		logged := func(attempt int) func() bool {
-			return func() bool {
-				ds, _ := f.db.Deliveries("acc_f", time.Time{}, 1000)
-				c := 0
-				for _, d := range ds {
-					if d.EventAt.Equal(at) && d.Attempt == attempt {
-						c++
-					}
-				}
-				return c == n
-			}
-		}
-		for i := 0; i < n; i++ {
-			ev := threat("acc_f")
-			ev.At = at
-			f.svc.Notify(ev)
-		}
-		eventually(t, "first attempts", logged(1))
-		f.clk.Advance(Backoff[0])
-		eventually(t, "second attempts", logged(2))
-		f.clk.Advance(Backoff[1])
-		eventually(t, "third attempts", logged(3))
-	}
-	failEvents(4)
+	failEvents(t, f, &round, 4)
 	settle()
 	if f.mail.count() != 0 {
 		t.Fatal("emailed after 4 failed events")
 	}
-	failEvents(1)
+	failEvents(t, f, &round, 1)
 	eventually(t, "failure notice", func() bool { return f.mail.count() == 1 })
 	m := f.mail.msgs[0]
 	if m.Account != "acc_f" || m.Kind != "webhook_failures" || !strings.Contains(m.Body, rcv.URL) || !strings.Contains(m.Body, "HTTP 500") {
 		t.Fatalf("notice: %+v", m)
 	}
-	failEvents(3)
+	failEvents(t, f, &round, 3)
 	settle()
 	if f.mail.count() != 1 {
 		t.Fatal("emailed again during the same streak")
@@ -410,12 +381,12 @@ func TestFailureStreakEmailsOwnerOnce(t *testing.T) {
 	f.svc.Notify(threat("acc_f"))
 	eventually(t, "success logged", func() bool { return f.deliveries(t, "acc_f")[0].StatusCode == 200 })
 	rcv.status.Store(500)
-	failEvents(4)
+	failEvents(t, f, &round, 4)
 	settle()
 	if f.mail.count() != 1 {
 		t.Fatal("streak not reset by a success")
 	}
-	failEvents(1)
+	failEvents(t, f, &round, 1)
 	eventually(t, "second notice", func() bool { return f.mail.count() == 2 })
 }
 
