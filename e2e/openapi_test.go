@@ -59,11 +59,11 @@ func TestOpenAPIAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Transport headers (server name, CORS, encoding) are not part of the
-	// API; X-RateLimit-*, Retry-After and WWW-Authenticate are, and must be
-	// declared where they are sent.
+	// Transport headers (server name, CORS, encoding, nosniff) are not part
+	// of the API; X-RateLimit-*, Retry-After and WWW-Authenticate are, and
+	// must be declared where they are sent.
 	v, errs := validator.NewValidator(doc, config.WithStrictMode(), config.WithFormatAssertions(),
-		config.WithStrictIgnoredHeadersExtra("Server", "Content-Encoding", "Allow", "Access-Control-Allow-Origin",
+		config.WithStrictIgnoredHeadersExtra("Server", "Content-Encoding", "Allow", "X-Content-Type-Options", "Access-Control-Allow-Origin",
 			"Access-Control-Allow-Methods", "Access-Control-Allow-Headers", "Access-Control-Max-Age", "Access-Control-Expose-Headers"))
 	if len(errs) > 0 {
 		t.Fatalf("validator: %v", errs)
