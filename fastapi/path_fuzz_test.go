@@ -143,8 +143,8 @@ func FuzzClientAddr(f *testing.F) {
 		}
 		for i := len(hops) - 1; i >= 0; i-- {
 			h := strings.TrimSpace(hops[i])
-			if h == "" && len(hops) == 1 {
-				break
+			if h == "" {
+				continue // an empty list element is skipped
 			}
 			a, err := parseHop([]byte(h))
 			if err != nil {

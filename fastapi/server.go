@@ -766,7 +766,11 @@ func walkXFF(lines [][]byte, visit func(a netip.Addr, err error, at xffPos) bool
 			} else {
 				hop, xff = xff, nil
 			}
-			a, err := parseHop(bytes.TrimSpace(hop))
+			hop = bytes.TrimSpace(hop)
+			if len(hop) == 0 {
+				continue // an empty list element (RFC 9110 §5.6.1): none to read
+			}
+			a, err := parseHop(hop)
 			if !visit(a.Unmap(), err, xffPos{rest: xff, before: lines[:li]}) {
 				return
 			}

@@ -16,7 +16,13 @@ import (
 // connection, against the addresses it resolves to. It returns the URL in
 // canonical form.
 func CheckURL(raw string, allowPrivate bool) (string, error) {
-	u, err := url.Parse(strings.TrimSpace(raw))
+	raw = strings.TrimSpace(raw)
+	// A space or control byte inside a URL is sent encoded (%20): raw, the
+	// URL it names is not the one its canonical form reads back as.
+	if strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return "", errURLShape(allowPrivate)
+	}
+	u, err := url.Parse(raw)
 	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" {
 		return "", errURLShape(allowPrivate)
 	}

@@ -42,7 +42,7 @@ func FuzzChargeRequest(f *testing.F) {
 			return
 		}
 		back := chargeMsg(&c, r.Token)
-		back.Version = r.Version
+		back.Version, back.CallId = r.Version, r.CallId // the transport's, not the charge's
 		r.ProtoReflect().SetUnknown(nil)
 		r.Limits.ProtoReflect().SetUnknown(nil)
 		if !proto.Equal(back, &r) {
