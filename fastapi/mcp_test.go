@@ -195,18 +195,7 @@ func FuzzMCPRequest(f *testing.F) {
 		if !bytes.Contains(out, []byte(`\"verdict\"`)) && !bytes.Contains(out, []byte(`"verdict"`)) {
 			return
 		}
-		var in struct {
-			Params struct {
-				Arguments map[string]json.RawMessage `json:"arguments"`
-			} `json:"params"`
-		}
-		_ = json.Unmarshal(body, &in)
-		var ip string
-		_ = json.Unmarshal(in.Params.Arguments["ip"], &ip)
-		want := checks.PastedTarget(ip)
-		if !want.OK() || !strings.Contains(string(out), `"ip":"`+want.Addr.String()+`"`) {
-			t.Fatalf("%q: answered a lookup for another address than %q: %s", body, ip, out)
-		}
+		lookedUpAsked(t, body, out)
 	})
 }
 
@@ -523,5 +512,23 @@ func TestMCPSDKErrorKeepsID(t *testing.T) {
 		if code, id := rpcErrorOf(t, resp); resp.StatusCode() != 400 || code != rpcInvalidRequest || id != want {
 			t.Errorf("%s: %d code %d id %s, want 400 -32600 id %s: %s", body, resp.StatusCode(), code, id, want, resp.Body())
 		}
+	}
+}
+
+// lookedUpAsked fails t unless the lookup answer out is for the address the
+// tools/call body asked about.
+func lookedUpAsked(t *testing.T, body, out []byte) {
+	t.Helper()
+	var in struct {
+		Params struct {
+			Arguments map[string]json.RawMessage `json:"arguments"`
+		} `json:"params"`
+	}
+	_ = json.Unmarshal(body, &in)
+	var ip string
+	_ = json.Unmarshal(in.Params.Arguments["ip"], &ip)
+	want := checks.PastedTarget(ip)
+	if !want.OK() || !strings.Contains(string(out), `"ip":"`+want.Addr.String()+`"`) {
+		t.Fatalf("%q: answered a lookup for another address than %q: %s", body, ip, out)
 	}
 }

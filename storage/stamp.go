@@ -194,7 +194,7 @@ func writeStamp(fs vfs.FS, path string, st stamp) error {
 type stamper struct {
 	path string
 	mu   sync.Mutex
-	n    uint64 // the last stamp stored (under mu)
+	n    uint64 // the last stamp stored, or read at open (under mu)
 	stop chan struct{}
 	done chan struct{}
 }
@@ -289,23 +289,18 @@ func (d *DB) checkStamp(file uint64) error {
 		return fmt.Errorf("%w: the store in %s is at stamp %d but %s says %d, so it lost writes it had acknowledged (a WAL file or the MANIFEST's tail gone) or an older copy was put back: restore the data directory from a backup (a backup carries its own stamp file), or remove %s to accept the store as it is",
 			ErrStoreBehind, d.dir, have, d.stamp.path, file, d.stamp.path)
 	}
+	d.stamp.mu.Lock()
+	d.stamp.n = max(have, file)
+	d.stamp.mu.Unlock()
 	return d.bumpStamp()
 }
 
-// bumpStamp moves the stamp on by one: synced into the store, then into the
-// file.
+// bumpStamp moves the stamp on by one from the last one stored (checkStamp
+// set the first): synced into the store, then into the file.
 func (d *DB) bumpStamp() error {
 	d.stamp.mu.Lock()
 	defer d.stamp.mu.Unlock()
-	have, err := d.storeStamp()
-	if err != nil {
-		return err
-	}
-	file, _, err := ReadStampFile(d.fs, d.stamp.path)
-	if err != nil {
-		return err
-	}
-	n := max(have, file) + 1
+	n := d.stamp.n + 1
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], n)
 	b := d.newBatch()

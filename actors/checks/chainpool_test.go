@@ -7,11 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/fraudd/fraudd/actors/devicehist"
-	"github.com/fraudd/fraudd/actors/events"
-	"github.com/fraudd/fraudd/intel/device"
 )
 
 // lateHistory holds the first observe; the test's log handler lets it
@@ -61,11 +57,7 @@ func (h onTimeoutLog) Handle(_ context.Context, r slog.Record) error {
 // its answer still in done: the next evaluation would take that stale
 // answer for its own, and read its results while its actors wrote them.
 func TestLateChainNotPooled(t *testing.T) {
-	defer func(d time.Duration) { chainTimeout = d }(chainTimeout)
-	chainTimeout = 200 * time.Millisecond
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
-	evs := events.New(sys.Root, events.Config{Shards: 2})
-	t.Cleanup(func() { _ = evs.Stop() })
+	evs := shortChainWithEvents(t)
 	hist := &lateHistory{release: make(chan struct{}), done: make(chan struct{})}
 	var once atomic.Bool
 	log := slog.New(onTimeoutLog{Handler: slog.DiscardHandler, fn: func() {
@@ -75,11 +67,7 @@ func TestLateChainNotPooled(t *testing.T) {
 		}
 	}})
 	ts := newTestService(t, Config{Events: evs, History: hist, Logger: log})
-	id, err := evs.Collect(events.Collected{Account: ts.accounts.view.ID, Now: fixedNow, Verdict: &device.Verdict{VisitorID: "v-1", Complete: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, ref := ts.Evaluate(ts.call(1), &EvalRequest{FingerprintEventID: events.FormatEventID(id), AccountID: "user-1"})
+	ev, ref := ts.Evaluate(ts.call(1), &EvalRequest{FingerprintEventID: collectEvent(t, evs, ts, "v-1"), AccountID: "user-1"})
 	if ref != nil {
 		t.Fatalf("first: refused %+v", ref)
 	}
@@ -95,9 +83,9 @@ func TestLateChainNotPooled(t *testing.T) {
 	// Evaluate must wait for it (up to chainTimeout), not return at once on
 	// the stale answer.
 	hist.gate = make(chan struct{})
-	id2, _ := evs.Collect(events.Collected{Account: ts.accounts.view.ID, Now: fixedNow, Verdict: &device.Verdict{VisitorID: "v-next", Complete: true}})
+	next := collectEvent(t, evs, ts, "v-next")
 	start := time.Now()
-	ev, ref = ts.Evaluate(ts.call(1), &EvalRequest{FingerprintEventID: events.FormatEventID(id2), AccountID: "user-2"})
+	ev, ref = ts.Evaluate(ts.call(1), &EvalRequest{FingerprintEventID: next, AccountID: "user-2"})
 	took := time.Since(start)
 	close(hist.gate)
 	if ref == nil {

@@ -29,19 +29,11 @@ func (h *heldHistory) ObserveThen(st devicehist.ObserveStep) {
 // that device (device_status ok), so that the retry's device_replayed is
 // about a device an answer showed.
 func TestHistoryTimeoutShowsResolvedDevice(t *testing.T) {
-	defer func(d time.Duration) { chainTimeout = d }(chainTimeout)
-	chainTimeout = 200 * time.Millisecond
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
-	evs := events.New(sys.Root, events.Config{Shards: 2})
-	t.Cleanup(func() { _ = evs.Stop() })
+	evs := shortChainWithEvents(t)
 	hist := &heldHistory{release: make(chan struct{})}
 	defer close(hist.release)
 	ts := newTestService(t, Config{Events: evs, History: hist, Logger: slog.New(slog.DiscardHandler)})
-	id, err := evs.Collect(events.Collected{Account: ts.accounts.view.ID, Now: fixedNow, Verdict: &device.Verdict{VisitorID: "v-slow", Complete: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &EvalRequest{FingerprintEventID: events.FormatEventID(id), AccountID: "user-1"}
+	req := &EvalRequest{FingerprintEventID: collectEvent(t, evs, ts, "v-slow"), AccountID: "user-1"}
 	ev, ref := ts.Evaluate(ts.call(1), req)
 	if ref != nil {
 		t.Fatalf("refused %+v", ref)
@@ -51,4 +43,28 @@ func TestHistoryTimeoutShowsResolvedDevice(t *testing.T) {
 	if b.DeviceStatus != "ok" || b.Device == nil || b.Device.VisitorID != "v-slow" {
 		t.Fatalf("device_status %q, device %+v: the resolved (and used) event is not shown", b.DeviceStatus, b.Device)
 	}
+}
+
+// shortChainWithEvents shortens the chain's wait for the test and starts an
+// events actor for it.
+func shortChainWithEvents(t *testing.T) *events.Client {
+	t.Helper()
+	d := chainTimeout
+	chainTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { chainTimeout = d })
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	evs := events.New(sys.Root, events.Config{Shards: 2})
+	t.Cleanup(func() { _ = evs.Stop() })
+	return evs
+}
+
+// collectEvent records a device event of visitor for the test account and
+// returns its fingerprintEventId.
+func collectEvent(t *testing.T, evs *events.Client, ts *testService, visitor string) string {
+	t.Helper()
+	id, err := evs.Collect(events.Collected{Account: ts.accounts.view.ID, Now: fixedNow, Verdict: &device.Verdict{VisitorID: visitor, Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events.FormatEventID(id)
 }
