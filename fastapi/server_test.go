@@ -248,24 +248,34 @@ func TestRouteIndexMatchesTheScan(t *testing.T) {
 		p = regexp.MustCompile(`\{[^}]*\}`).ReplaceAllString(p, "x")
 		paths = append(paths, p, p+"/", "/"+strings.Trim(p, "/")+"/extra")
 	}
-	paths = append(paths, "/", "", "/nope", "/v1", "/v1/evaluate/", "//v1/evaluate")
+	paths = append(paths, "/", "", "/nope", "/v1", "/v1/evaluate/", "//v1/evaluate",
+		"/v1/lookup/8.8.8.8", "/v1/lookup/10.0.0.0/8", "/v1/lookup/", "/v1//lookup/1.1.1.1", "/v1/nope/x",
+		"/admin/v1/accounts/acct_1/keys/live/rotate/x")
 	if len(set.exact) < 10 {
 		t.Fatalf("only %d exact paths indexed", len(set.exact))
+	}
+	if rs := set.heads["v1/lookup"]; len(rs) == 0 || len(rs) > 3 {
+		t.Fatalf("v1/lookup heads %d routes, want the lookup's", len(rs))
 	}
 	sameMatch(t, set, scan, paths)
 
 	// A table where a parameterised route also fits a static one's path,
 	// before and after it in the order.
 	var list []*route
-	for _, rt := range []struct{ m, p string }{{"GET", "/a/{id}"}, {"POST", "/a/b"}, {"DELETE", "/a/{id}"}, {"GET", "/a/b"}, {"PUT", "/{x}/b"}} {
+	for _, rt := range []struct{ m, p string }{{"GET", "/a/{id}"}, {"POST", "/a/b"}, {"DELETE", "/a/{id}"}, {"GET", "/a/b"}, {"PUT", "/{x}/b"},
+		{"GET", "/a/b/{id}"}, {"POST", "/a/{r...}"}, {"GET", "/{x}/b/c"}, {"PUT", "/a/b/c"}, {"GET", "/c"}} {
 		segs := strings.Split(strings.Trim(rt.p, "/"), "/")
-		list = append(list, &route{method: rt.m, pattern: rt.p, segs: segs, nsegs: len(segs)})
+		list = append(list, &route{method: rt.m, pattern: rt.p, segs: segs, nsegs: len(segs), rest: isRestSeg(segs[len(segs)-1])})
 	}
 	synth := newRouteSet(list)
-	if got := len(synth.exact["a/b"]); got != 5 {
-		t.Fatalf("a/b indexes %d routes, want all 5", got)
+	if got := len(synth.exact["a/b"]); got != 6 {
+		t.Fatalf("a/b indexes %d routes, want 6", got)
 	}
-	sameMatch(t, &synth, &routeSet{list: list}, []string{"/a/b", "/a/c", "/c/b", "/a/b/"})
+	if got := len(synth.heads["a/b"]); got != 4 {
+		t.Fatalf("a/b/… heads %d routes, want 4", got)
+	}
+	sameMatch(t, &synth, &routeSet{list: list}, []string{"/a/b", "/a/c", "/c/b", "/a/b/", "/a/b/c", "/a/b/d", "/a/b/c/d",
+		"/a/c/d", "/c/b/c", "/a", "/c", "/c/d/e"})
 }
 
 func sameMatch(t *testing.T, set, scan *routeSet, paths []string) {
@@ -282,22 +292,25 @@ func sameMatch(t *testing.T, set, scan *routeSet, paths []string) {
 	}
 }
 
-// BenchmarkMatchEvaluate is the router's share of a POST /v1/evaluate:
-// through the index, and through the scan over every route it replaced.
-func BenchmarkMatchEvaluate(b *testing.B) {
+// BenchmarkMatch is the router's share of a POST /v1/evaluate and of a
+// GET /v1/lookup/{ip}: through the indexes, and through the scan over every
+// route they replaced.
+func BenchmarkMatch(b *testing.B) {
 	e := newTestEnv(&testing.T{})
-	for _, c := range []struct {
-		name string
-		set  *routeSet
-	}{{"index", &e.srv.all}, {"scan", &routeSet{list: e.srv.all.list}}} {
-		b.Run(c.name, func(b *testing.B) {
-			var r request
-			method, path := []byte("POST"), []byte("/v1/evaluate")
-			for b.Loop() {
-				if rt, _ := matchIn(c.set, method, path, &r); rt == nil {
-					b.Fatal("no route")
+	for _, req := range []struct{ name, method, path string }{{"evaluate", "POST", "/v1/evaluate"}, {"lookup", "GET", "/v1/lookup/8.8.8.8"}} {
+		for _, c := range []struct {
+			name string
+			set  *routeSet
+		}{{"index", &e.srv.all}, {"scan", &routeSet{list: e.srv.all.list}}} {
+			b.Run(req.name+"/"+c.name, func(b *testing.B) {
+				var r request
+				method, path := []byte(req.method), []byte(req.path)
+				for b.Loop() {
+					if rt, _ := matchIn(c.set, method, path, &r); rt == nil {
+						b.Fatal("no route")
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
