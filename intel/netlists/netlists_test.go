@@ -179,10 +179,14 @@ func TestDisposableEmail(t *testing.T) {
 	yes := []string{
 		"mailinator.com", "user@mailinator.com", "USER@MAILINATOR.COM", "sub.mailinator.com",
 		"a.b.sub.mailinator.com", "x@Sub.Mailinator.Com", " mailinator.com. ", "someone@mailinator.co.uk",
+		// Internationalised forms of listed names: the list holds the
+		// A-label of דוארזבל.com; IDNA maps the ideographic full stop and
+		// full-width letters.
+		"xn--4dbceig1b7e.com", "user@דוארזבל.com", "user@mailinator。com", "user@ｍａｉｌｉｎａｔｏｒ.com",
 	}
 	no := []string{
 		"gmail.com", "user@gmail.com", "com", "", "@", "user@", "mailinator", "example.org", "xmailinator.com.example.org",
-		"mailinator.com.evil.example", "user@mailinator.com@gmail.com",
+		"mailinator.com.evil.example", "user@mailinator.com@gmail.com", "user@ｇｍａｉｌ.com", "user@\xff.com",
 	}
 	for _, e := range yes {
 		if !s.DisposableEmail(e) {

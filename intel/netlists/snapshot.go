@@ -15,6 +15,8 @@ import (
 	"net/netip"
 	"slices"
 
+	"golang.org/x/net/idna"
+
 	"github.com/fraudd/fraudd/intel/netlists/feedfile"
 )
 
@@ -445,7 +447,9 @@ const maxDomain = 253
 
 // DisposableEmail reports whether an e-mail address (or a bare domain) is at
 // a disposable-mail domain or a subdomain of one. Case and a trailing dot do
-// not matter. It does not allocate.
+// not matter, nor does the form of an internationalised name: the lists
+// hold A-labels (xn--…), so a domain written in Unicode is looked up by its
+// A-label. It does not allocate for an ASCII domain.
 func (s *Snapshot) DisposableEmail(emailOrDomain string) bool {
 	if s == nil || len(s.disposable) == 0 {
 		return false
@@ -458,6 +462,14 @@ func (s *Snapshot) DisposableEmail(emailOrDomain string) bool {
 		}
 	}
 	d = trimSpaceASCII(d)
+	if !isASCII(d) {
+		// IDNA's lookup mapping also folds case, full-width letters and
+		// the ideographic full stop (。) that stands for a dot. A name it
+		// refuses is looked up as written: it matches nothing listed.
+		if a, err := idna.Lookup.ToASCII(d); err == nil {
+			d = a
+		}
+	}
 	if len(d) > 0 && d[len(d)-1] == '.' {
 		d = d[:len(d)-1]
 	}
@@ -494,6 +506,15 @@ func (s *Snapshot) DisposableEmail(emailOrDomain string) bool {
 			return false
 		}
 	}
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 func containsDot(b []byte) bool {
