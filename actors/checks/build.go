@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/wire"
 )
@@ -55,6 +56,7 @@ type evalOpts struct {
 // device block: the checked signals, times_seen and first_seen.
 type deviceSeen struct {
 	checked   []string
+	mask      device.Checked // the verdicts the report's checks covered
 	timesSeen int64
 	firstSeen time.Time
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/devicehist"
+	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/wire"
@@ -211,5 +214,46 @@ func TestSDKBlockedAddressNotCounted(t *testing.T) {
 		if res.Reasons.Has(score.ReasonIPManyAccounts) {
 			t.Errorf("%s: ip_many_accounts on an unmeasured address: %+v", ip, f)
 		}
+	}
+}
+
+// TestCheckedSignalsListHistory: device.checked_signals lists the device
+// booleans actually checked (SPEC 2.2); high_activity is checked whenever
+// the history was read, multi_account when an accountId came with the
+// device, and a sample lists them as a live answer does.
+func TestCheckedSignalsListHistory(t *testing.T) {
+	evs := shortChainWithEvents(t)
+	ts := newTestService(t, Config{Events: evs, History: newDeviceHist(t)})
+	all := device.AllChecked &^ device.CheckIncognito
+	for _, c := range []struct {
+		account string
+		want    []string
+	}{
+		{"", []string{"automation", "antidetect", "emulator", "virtual_machine", "privacy_mode", "ip_blocklisted", "high_activity"}},
+		{"user-1", []string{"automation", "antidetect", "emulator", "virtual_machine", "privacy_mode", "ip_blocklisted", "high_activity", "multi_account"}},
+	} {
+		id, err := evs.Collect(events.Collected{Account: ts.accounts.view.ID, Now: fixedNow,
+			Verdict: &device.Verdict{VisitorID: "v-checked", Complete: true, Checked: all}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, ref := ts.Evaluate(ts.call(accounts.KeyLive), &EvalRequest{FingerprintEventID: events.FormatEventID(id), AccountID: c.account})
+		if ref != nil {
+			t.Fatalf("refused %+v", ref)
+		}
+		d := ev.Body().Device
+		if d == nil || ev.opts.hist == nil {
+			t.Fatalf("device %+v, history read %v", d, ev.opts.hist != nil)
+		}
+		if !slices.Equal(d.CheckedSignals, c.want) {
+			t.Errorf("accountId %q: checked_signals %v, want %v", c.account, d.CheckedSignals, c.want)
+		}
+		ev.Release()
+	}
+	sample, _ := ts.Sample("clean")
+	defer sample.Release()
+	want := []string{"automation", "antidetect", "emulator", "virtual_machine", "incognito", "privacy_mode", "ip_blocklisted", "high_activity"}
+	if got := sample.Body().Device.CheckedSignals; !slices.Equal(got, want) {
+		t.Errorf("sample checked_signals %v, want %v", got, want)
 	}
 }

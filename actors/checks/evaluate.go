@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/intel/netlists"
 	"github.com/fraudd/fraudd/intel/nettoken"
 	"github.com/fraudd/fraudd/intel/score"
@@ -196,7 +197,7 @@ func (s *Service) Sample(scenario string) (*Evaluation, *Refusal) {
 
 // sampleSeen is the fixed device sightings every sample shows.
 var sampleSeen = deviceSeen{
-	checked:   []string{"antidetect", "automation", "emulator", "virtual_machine", "incognito", "privacy_mode", "ip_blocklisted", "high_activity"},
+	checked:   checkedWithHistory(device.AllChecked, false),
 	timesSeen: 1,
 	firstSeen: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC),
 }

@@ -1,12 +1,14 @@
 package checks
 
 import (
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/fraudd/fraudd/actors/challenge"
 	"github.com/fraudd/fraudd/actors/devicehist"
 	"github.com/fraudd/fraudd/actors/events"
+	"github.com/fraudd/fraudd/intel/device"
 	"github.com/fraudd/fraudd/intel/evidence"
 	"github.com/fraudd/fraudd/intel/score"
 	"github.com/fraudd/fraudd/wire"
@@ -101,7 +103,7 @@ func (s *Service) applyDevice(c *Call, ev *Evaluation, res *events.Resolved, err
 	if first.IsZero() {
 		first = created
 	}
-	ev.seen = deviceSeen{checked: v.Checked.Names(), timesSeen: max(res.Sightings.TimesSeen, 1), firstSeen: first}
+	ev.seen = deviceSeen{checked: v.Checked.Names(), mask: v.Checked, timesSeen: max(res.Sightings.TimesSeen, 1), firstSeen: first}
 	o.seen = &ev.seen
 	o.deviceAgeS = max(int64(c.Now.Sub(created)/time.Second), 0)
 	o.deviceReplayed = res.Replayed
@@ -234,6 +236,32 @@ func (s *Service) applyFacts(c *Call, ev *Evaluation, f *devicehist.Facts) {
 		timesSeen, firstSeen = sn.timesSeen, sn.firstSeen
 	}
 	applyHistory(&ev.in, &ev.histFacts, c.accountObject(), timesSeen, firstSeen, c.Now)
+	if sn := ev.opts.seen; sn == &ev.seen {
+		// The history decided high_activity, and multi_account when an
+		// accountId came with the device: checked, so a false is clean.
+		sn.checked = checkedWithHistory(sn.mask, f.Device && f.Account)
+	}
+}
+
+// checkedLists[multi][mask] is device.checked_signals for a device whose
+// report's checks were mask and whose history was read: high_activity
+// added, and multi_account with an accountId. Built once: the evaluate
+// path hands out a shared slice.
+var checkedLists = func() (out [2][device.AllChecked + 1][]string) {
+	for m := range device.AllChecked + 1 {
+		base := device.Checked(m).Names()
+		out[0][m] = append(slices.Clip(base), "high_activity")
+		out[1][m] = append(slices.Clone(out[0][m]), "multi_account")
+	}
+	return out
+}()
+
+func checkedWithHistory(mask device.Checked, multi bool) []string {
+	i := 0
+	if multi {
+		i = 1
+	}
+	return checkedLists[i][mask&device.AllChecked]
 }
 
 // accountObjectSince is when the `account` object and the reasons of its

@@ -25,6 +25,9 @@ const (
 	CheckPrivacyMode
 	CheckIPBlocklisted
 	numChecks = 7
+
+	// AllChecked is every verdict Assess can check.
+	AllChecked Checked = 1<<numChecks - 1
 )
 
 var checkNames = [numChecks]string{"automation", "antidetect", "emulator", "virtual_machine", "incognito", "privacy_mode", "ip_blocklisted"}
@@ -46,7 +49,7 @@ var checkedLists = func() (out [1 << numChecks][]string) {
 
 // Names lists the checked verdicts in a fixed order. The slice is shared:
 // callers must not modify it.
-func (c Checked) Names() []string { return checkedLists[c&(1<<numChecks-1)] }
+func (c Checked) Names() []string { return checkedLists[c&AllChecked] }
 
 // Finding names one observation behind a verdict. Findings are stored with
 // the event (debugging, tests); they are not on the wire.
