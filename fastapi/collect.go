@@ -207,6 +207,13 @@ func (s *Server) handleCollectDevice(ctx *fasthttp.RequestCtx, r *request) {
 		s.refuse(ctx, checks.Invalid(checks.MsgDeviceReport))
 		return
 	}
+	if body.Signals.UA == "" {
+		// The collector always reports navigator.userAgent; a report
+		// without one is assessed against the UA its request came with
+		// (the browser's, or the script's that forged the report), so
+		// that leaving it out does not leave the UA's checks undone.
+		body.Signals.UA = string(ctx.UserAgent())
+	}
 	id, ref := s.checks.CollectDevice(&r.Call, page(ctx, body.Key), &checks.DeviceReport{Signals: &body.Signals})
 	if ref != nil {
 		s.collectRefusal(ctx, ref)

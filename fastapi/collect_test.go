@@ -418,3 +418,42 @@ func TestCollectPerAddressLimitCORS(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceReportWithoutUA: a device report that leaves navigator.userAgent
+// out is assessed against its request's User-Agent, so a headless browser
+// (or a script) does not pass as unchecked by leaving it out.
+func TestDeviceReportWithoutUA(t *testing.T) {
+	e := newCollectEnv(t)
+	pk := e.acct.PublishableKey
+	b, err := os.ReadFile("../intel/device/testdata/chrome_headless_linux.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx struct {
+		Signals map[string]any `json:"signals"`
+	}
+	if err := json.Unmarshal(b, &fx); err != nil {
+		t.Fatal(err)
+	}
+	ua, _ := fx.Signals["ua"].(string)
+	if !strings.Contains(ua, "HeadlessChrome") {
+		t.Fatalf("fixture ua %q", ua)
+	}
+	delete(fx.Signals, "ua")
+	fx.Signals["key"] = pk
+	body, _ := json.Marshal(fx.Signals)
+	ctx := e.call("POST", "/v1/collect/device", "73.0.0.1:1", map[string]string{"Content-Type": "text/plain", "Origin": "https://shop.example", "User-Agent": ua}, string(body))
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("collect device: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	var out struct {
+		EventID string `json:"event_id"`
+	}
+	json.Unmarshal(ctx.Response.Body(), &out)
+	tok := e.token(t, pk, "73.0.0.1:1", nil, `{"v":1,"key":"PK"}`)
+	st, m, raw := e.evaluate(t, e.acct.LiveKey, map[string]any{"token": tok, "fingerprintEventId": out.EventID})
+	dev, _ := m["device"].(map[string]any)
+	if st != 200 || dev == nil || dev["automation"] != true {
+		t.Fatalf("headless report without its ua: %d %s", st, raw)
+	}
+}

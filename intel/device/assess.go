@@ -230,8 +230,10 @@ func Assess(s *Signals, o Options) Verdict {
 		privacyBrowser = v.PrivacyMode || u.browser == brFirefox || u.browser == brSafari
 	}
 
-	// Automation.
-	if s.UA != "" {
+	// Automation. The weak signs read the UA's browser and platform, but a
+	// driver's own marks need no UA: a report that leaves its UA out (a
+	// script posting a canned report) is still assessed on them.
+	if s.UA != "" || (s.Webdriver != nil && *s.Webdriver) || len(s.Auto) > 0 {
 		v.Checked |= CheckAutomation
 		strong, weak := 0, 0
 		if s.Webdriver != nil && *s.Webdriver {

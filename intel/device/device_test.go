@@ -253,3 +253,19 @@ func FuzzAssess(f *testing.F) {
 		}
 	})
 }
+
+// TestAutomationWithoutUA: a driver's own marks (navigator.webdriver, driver
+// globals) make an automation verdict in a report that leaves its UA out;
+// an empty report checks nothing.
+func TestAutomationWithoutUA(t *testing.T) {
+	yes := true
+	for _, s := range []Signals{{Webdriver: &yes}, {Auto: []string{"cdc_adoQpoasnfa76pfcZLmcfl_Array"}}} {
+		v := Assess(&s, Options{Key: testKey})
+		if !v.Automation || v.Checked&CheckAutomation == 0 {
+			t.Errorf("%+v: automation %v, checked %v", s, v.Automation, v.Checked.Names())
+		}
+	}
+	if v := Assess(&Signals{}, Options{Key: testKey}); v.Automation || v.Checked&CheckAutomation != 0 {
+		t.Errorf("empty report: automation %v, checked %v", v.Automation, v.Checked.Names())
+	}
+}
