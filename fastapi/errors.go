@@ -59,6 +59,11 @@ func setRateLimit(h *fasthttp.ResponseHeader, rl checks.RateLimit) {
 // rate-limit headers.
 func (s *Server) reply(ctx *fasthttp.RequestCtx, r *request, v any, ref *checks.Refusal) {
 	if ref != nil {
+		if !ref.RateLimit.Capped {
+			// A refusal after the charge (a 400 evaluate or lookup uses the
+			// hourly allowance, SPEC 8) shows what is left of it.
+			setRateLimit(&ctx.Response.Header, r.RateLimit)
+		}
 		s.refuse(ctx, ref)
 		return
 	}

@@ -11,7 +11,7 @@ func (s *Server) handleEvaluate(ctx *fasthttp.RequestCtx, r *request) {
 	req.Err = decodeEvaluate(ct, evalBody(ct, ctx.PostBody(), r.Now), req, &r.evalJSON)
 	ev, ref := s.checks.Evaluate(&r.Call, req)
 	if ref != nil {
-		s.refuse(ctx, ref)
+		s.reply(ctx, r, nil, ref)
 		return
 	}
 	body := ev.Body()

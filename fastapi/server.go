@@ -343,6 +343,10 @@ func (s *Server) newHTTPServer(h fasthttp.RequestHandler) *fasthttp.Server {
 		ReadBufferSize:                readBufferSize,
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultContentType:          true,
+		// No route reads multipart (SPEC 4.1: "Multipart is not read"):
+		// parsing it while reading the request turned a body labelled
+		// multipart into a 400 before authentication.
+		DisablePreParseMultipartForm: true,
 		// fasthttp's parse errors quote the request's header block, keys
 		// included; the secure form leaves it out (and fasthttpLogger
 		// redacts what is still quoted).
@@ -515,6 +519,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes *routeSet) (rt *route) 
 		s.writeError(ctx, fasthttp.StatusNotFound, checks.MsgNotFound, "", "")
 		return
 	}
+	if len(ctx.Request.Header.ContentEncoding()) != 0 && !s.decodeBody(ctx) {
+		return
+	}
 	r.Addr = s.clientAddr(ctx)
 	if rt.admin {
 		// Operator answers carry secrets (new keys, webhook secrets) and
@@ -678,6 +685,9 @@ func matchIn(set *routeSet, method, path []byte, r *request) (*route, string) {
 			return rt, ""
 		}
 		allow = append(allow, rt.method)
+		if rt.method == "GET" {
+			allow = append(allow, "HEAD") // every GET route answers HEAD
+		}
 	}
 	r.nparams = 0
 	return nil, strings.Join(allow, ", ")

@@ -146,7 +146,7 @@ func TestRouteMatching(t *testing.T) {
 	if rt == nil || rt.pattern != "/admin/v1/accounts/{id}/rules" || r.param(0) != "acc_1" {
 		t.Fatalf("match: %+v %q", rt, r.param(0))
 	}
-	if rt, allow := e.srv.match([]byte("DELETE"), []byte("/admin/v1/accounts/acc_1/rules"), r); rt != nil || allow != "GET, PUT" {
+	if rt, allow := e.srv.match([]byte("DELETE"), []byte("/admin/v1/accounts/acc_1/rules"), r); rt != nil || allow != "GET, HEAD, PUT" {
 		t.Fatalf("405 allow: %q", allow)
 	}
 	if rt, allow := e.srv.match([]byte("GET"), []byte("/admin/v1/accounts//rules"), r); rt != nil || allow != "" {

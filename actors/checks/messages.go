@@ -29,6 +29,10 @@ const (
 	MsgHeadersTooLarge  = "Request headers too large."
 	HintHeadersTooLarge = "The request line and headers together are limited to %d bytes." // the limit
 	HintLengthAndChunks = "Send Content-Length or Transfer-Encoding, not both."
+	MsgContentEncoding  = "Unsupported Content-Encoding."
+	HintContentEncoding = "Send the body as it is, or coded with one of gzip, deflate, br or zstd."
+	HintBodyNotDecoded  = "The body is not valid %s data." // the Content-Encoding
+	HintDecodedTooLarge = "The body, once decoded, is limited to %d bytes." // the limit
 
 	// The admin API (ADMIN.md); its validation messages name the field.
 	MsgAccountNotFound  = "Account not found."
