@@ -38,12 +38,63 @@ func decodeStrict(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
+	if k, dup := duplicateKey(body); dup {
+		return fmt.Errorf("the key %q appears twice in one object (keys are matched whatever their case)", k)
+	}
 	// More() is false before a stray ] or }: only the end of the input is
 	// the end of the value.
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("trailing data after the JSON value")
 	}
 	return nil
+}
+
+// duplicateKey finds a key given twice in one object of a valid JSON
+// document, compared as encoding/json matches keys to fields (whatever
+// their case): the decoder keeps the last, so {"url":"https://…","URL":null}
+// read as a removal and a rule on vpn could be stored as one on tor.
+func duplicateKey(body []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type frame struct {
+		object bool
+		keys   map[string]struct{}
+		key    bool // the next string token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false // the end, or what Decode already refused
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if k, isStr := tok.(string); isStr && top != nil && top.object && top.key {
+			fold := strings.ToLower(k)
+			if _, seen := top.keys[fold]; seen {
+				return k, true
+			}
+			top.keys[fold] = struct{}{}
+			top.key = false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, keys: map[string]struct{}{}, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended (a scalar, or a closed object or array): in an
+		// object the next token is a key.
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].key = true
+		}
+	}
 }
 
 // orNotArray names what was wrong with a body that decoded without error

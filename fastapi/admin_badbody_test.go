@@ -126,3 +126,52 @@ func TestAdminAnswersNotStored(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminBodyKeyGivenTwice: an operator body that gives one key twice in
+// an object (or in two cases: encoding/json matches keys whatever their
+// case and keeps the last) is refused, not stored as something the body did
+// not show: a removed receiver, a rule on another signal, a pin on another
+// address.
+func TestAdminBodyKeyGivenTwice(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.acct.View.ID
+	uri := "/admin/v1/accounts/" + id + "/webhook"
+	const hook = "https://hooks.example.com/in"
+	if ctx := e.do("PUT", uri, "Bearer adm", []byte(`{"url":"`+hook+`"}`)); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("set: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	ctx := e.do("PUT", uri, "Bearer adm", []byte(`{"url":"`+hook+`","URL":null}`))
+	if got := e.accts.Get(id).WebhookURL; ctx.Response.StatusCode() != 400 || got != hook {
+		t.Fatalf(`PUT {"url":%q,"URL":null}: %d %s; receiver now %q`, hook, ctx.Response.StatusCode(), ctx.Response.Body(), got)
+	}
+	for _, c := range []struct{ path, body string }{
+		{"rules", `[{"signal":"vpn","action":"block","Signal":"tor"}]`},
+		{"rules", `[{"signal":"vpn","action":"block","action":"allow"}]`},
+		{"exceptions", `[{"ip":"203.0.113.7","action":"block","IP":"198.51.100.1"}]`},
+	} {
+		ctx := e.do("PUT", "/admin/v1/accounts/"+id+"/"+c.path, "Bearer adm", []byte(c.body))
+		if ctx.Response.StatusCode() != 400 || !strings.Contains(string(ctx.Response.Body()), "appears twice") {
+			t.Errorf("PUT %s %s: %d %s", c.path, c.body, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	// The same key in two objects, and nested objects, are fine.
+	ctx = e.do("PUT", "/admin/v1/accounts/"+id+"/rules", "Bearer adm", []byte(`[{"signal":"vpn","action":"block"},{"signal":"tor","action":"block"}]`))
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("two rules: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+}
+
+func TestDuplicateKey(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"a":1,"b":{"a":2},"c":[{"a":1},{"a":2}]}`: "",
+		`{"a":1,"A":2}`:                    "A",
+		`[{"x":{"y":1,"y":2}}]`:            "y",
+		`{"a":[1,{"b":1}],"b":2,"a":3}`:    "a",
+		`{"a":{},"b":[],"c":null,"d":"a"}`: "",
+	} {
+		k, dup := duplicateKey([]byte(body))
+		if k != want || dup != (want != "") {
+			t.Errorf("%s: %q %v, want %q", body, k, dup, want)
+		}
+	}
+}

@@ -101,7 +101,9 @@ func webhookEvent(account string, now time.Time, in *score.Input, res *score.Res
 	ev := &webhook.Event{Account: account, At: now, ThreatType: tt, IP: "unknown"}
 	det := &ev.Details
 	if !n.Degraded {
-		ev.IP = n.IP.String()
+		if n.IP.IsValid() { // no address measured: "unknown", as the answer shows
+			ev.IP = n.IP.String()
+		}
 		det.Country = strings.Clone(n.Country)
 		det.VPN, det.Tor, det.DCH = n.VPN, n.Tor, n.Datacenter
 		det.Proxied = n.Proxy || n.PrivacyRelay || n.OpenProxy

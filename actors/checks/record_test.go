@@ -215,3 +215,21 @@ func BenchmarkRecentRecord(b *testing.B) {
 		}
 	}
 }
+
+// TestWebhookIPOfAnUnmeasuredAddress: a live evaluation whose network token
+// named no address shows ip "unknown"; its webhook says the same, not Go's
+// "invalid IP".
+func TestWebhookIPOfAnUnmeasuredAddress(t *testing.T) {
+	ev := getEvaluation()
+	defer ev.Release()
+	ev.in = score.Input{Network: score.Network{SDKBlocked: true}, Device: score.Device{Present: true, Automation: true}}
+	score.Evaluate(&ev.in, &ev.res)
+	ev.build()
+	e, ok := webhookEvent("acc_1", time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC), &ev.in, &ev.res)
+	if !ok {
+		t.Fatal("a bot fires no webhook")
+	}
+	if e.IP != "unknown" || e.IP != ev.Body().IP {
+		t.Fatalf("webhook ip %q, evaluate answer ip %q", e.IP, ev.Body().IP)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -158,9 +159,17 @@ func ValidateRules(rules []Rule) error {
 // IPv4-mapped IPv6 address or range is stored as IPv4, since visitors are
 // matched on their unmapped address.
 func ParsePin(ip, visitorID, action, label string) (Pin, error) {
+	if ip != "" && strings.TrimSpace(ip) == "" {
+		return Pin{}, invalid("ip is blank")
+	}
 	ip = strings.TrimSpace(ip)
 	if (ip == "") == (visitorID == "") {
 		return Pin{}, invalid("set exactly one of ip and visitor_id")
+	}
+	// A visitor pin matches device.visitor_id exactly: one with a space or
+	// a control character in it could never match.
+	if strings.IndexFunc(visitorID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return Pin{}, invalid("visitor_id %s holds a space or control character; device.visitor_id never does", quote(visitorID))
 	}
 	a, err := ParseAction(action)
 	if err != nil {

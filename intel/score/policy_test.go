@@ -277,6 +277,12 @@ func TestParsePin(t *testing.T) {
 		{"example.com", "", "allow", ""},
 		{"1.2.3.4", "", "allow", strings.Repeat("é", MaxLabelLen+1)},
 		{"", strings.Repeat("v", MaxVisitorIDLen+1), "allow", ""},
+		// A pin that could never match: blank, or with a space or a
+		// control character in it.
+		{"", "   ", "block", ""},
+		{"", " 0123456789abcdef0123 ", "block", ""},
+		{"", "a\tb", "block", ""},
+		{"  ", "v", "block", ""},
 	}
 	for _, b := range bad {
 		if _, err := ParsePin(b.ip, b.vid, b.action, b.label); !errors.Is(err, ErrInvalidPolicy) {
