@@ -257,3 +257,38 @@ func TestCheckedSignalsListHistory(t *testing.T) {
 		t.Errorf("sample checked_signals %v, want %v", got, want)
 	}
 }
+
+// TestResubmittedEventCountsOnceInHistory: an event resubmitted after more
+// newer events than the device's history keeps ids of is a replay to the
+// events actor, and adds no visit to customer_history (SPEC 2.2: "repeated
+// submissions count once").
+func TestResubmittedEventCountsOnceInHistory(t *testing.T) {
+	evs := shortChainWithEvents(t)
+	ts := newTestService(t, Config{Events: evs, History: newDeviceHist(t)})
+	var first string
+	visits := func(id string) (int, bool) {
+		ev, ref := ts.Evaluate(ts.call(accounts.KeyLive), &EvalRequest{FingerprintEventID: id})
+		if ref != nil {
+			t.Fatalf("refused %+v", ref)
+		}
+		defer ev.Release()
+		d := ev.Body().Device
+		if d == nil || d.CustomerHistory == nil {
+			t.Fatalf("no customer_history: %+v", d)
+		}
+		b := ev.Body()
+		return d.CustomerHistory.Visits, b.Evidence != nil && b.Evidence.DeviceReplayed != nil && *b.Evidence.DeviceReplayed
+	}
+	for i := range 40 {
+		id := collectEvent(t, evs, ts, "v-resubmit")
+		if i == 0 {
+			first = id
+		}
+		if n, _ := visits(id); n != i+1 {
+			t.Fatalf("event %d: visits %d", i+1, n)
+		}
+	}
+	if n, replayed := visits(first); n != 40 || !replayed {
+		t.Fatalf("the first event resubmitted after 39 others: visits %d (want 40), device_replayed %v", n, replayed)
+	}
+}

@@ -265,8 +265,9 @@ func (ch *chain) ResolveReq() *events.Resolve { return &ch.resolve }
 func (ch *chain) Resolved(r events.Resolved, err error) {
 	ch.resolved, ch.eventErr = r, err
 	if err == nil && r.Found {
-		ch.obs.DeviceID = r.Event.VisitorID
+		ch.obs.DeviceID, ch.obs.Replayed = r.Event.VisitorID, r.Replayed
 		ch.observe.SetDevice(r.Event.VisitorID)
+		ch.observe.SetReplayed(r.Replayed)
 	}
 	ch.toObserve()
 }

@@ -31,7 +31,7 @@ const (
 	HintLengthAndChunks = "Send Content-Length or Transfer-Encoding, not both."
 	MsgContentEncoding  = "Unsupported Content-Encoding."
 	HintContentEncoding = "Send the body as it is, or coded with one of gzip, deflate, br or zstd."
-	HintBodyNotDecoded  = "The body is not valid %s data." // the Content-Encoding
+	HintBodyNotDecoded  = "The body is not valid %s data."                  // the Content-Encoding
 	HintDecodedTooLarge = "The body, once decoded, is limited to %d bytes." // the limit
 
 	// The admin API (ADMIN.md); its validation messages name the field.

@@ -85,7 +85,7 @@ func (p OwnerParts) Rest(w OwnerWork) OwnerResult {
 	if w.Resolve != nil {
 		r.Resolved, r.EventErr = p.Events.Resolve(*w.Resolve)
 		if r.EventErr == nil && r.Resolved.Found {
-			obs.DeviceID = r.Resolved.Event.VisitorID
+			obs.DeviceID, obs.Replayed = r.Resolved.Event.VisitorID, r.Resolved.Replayed
 		}
 	}
 	if w.Observe != nil && (obs.DeviceID != "" || obs.AccountID != "") {

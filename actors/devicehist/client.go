@@ -93,6 +93,11 @@ type Observation struct {
 	Test bool
 	// EventID is the fingerprintEventId; a resubmitted event counts once.
 	EventID string
+	// Replayed: the event's use was counted before this one (events'
+	// Resolved.Replayed, kept for the event's 30 days). The device's own
+	// list keeps only its latest event ids, so without this an old
+	// event resubmitted after newer ones counted as a new visit.
+	Replayed bool
 	// DeviceID is the resolved event's visitor id; "" without device evidence.
 	DeviceID string
 	// AccountID is the request's accountId; "" when not sent. It is hashed
@@ -117,6 +122,7 @@ type obsReq struct {
 	acct       storage.AccountHash
 	test       bool
 	sharedExit bool
+	replayed   bool
 	nCust      uint8
 	nDev       uint8
 	nAcct      uint16
@@ -285,6 +291,10 @@ func (p *Prepared) SetDevice(id string) {
 	p.q.nDev = uint8(copy(p.q.dev[:], id))
 }
 
+// SetReplayed sets Observation.Replayed, known only once the event
+// resolved.
+func (p *Prepared) SetReplayed(replayed bool) { p.q.replayed = replayed }
+
 // Prepare readies o for ObserveThen; o.DeviceID may be left "" and set
 // later with SetDevice. The error is Observe's ErrInvalid.
 func (c *Client) Prepare(o Observation, p *Prepared) error {
@@ -313,7 +323,7 @@ func (c *Client) prepare(o Observation, q *obsReq) error {
 			q.ip = o.IP.Unmap().WithZone("")
 		}
 	}
-	q.sharedExit = o.SharedExit
+	q.sharedExit, q.replayed = o.SharedExit, o.Replayed
 	return nil
 }
 

@@ -445,3 +445,26 @@ func TestSweepEvicts(t *testing.T) {
 		t.Fatalf("memory-only kept expired state: %d", n)
 	}
 }
+
+// TestReplayedEventCountsOnce: SPEC 2.2 customer_history "repeated
+// submissions count once". The device keeps only its latest event ids; an
+// older event resubmitted after them is known as a replay by the events
+// actor (Observation.Replayed), and adds no visit.
+func TestReplayedEventCountsOnce(t *testing.T) {
+	c := newClient(t, Config{Shards: 2})
+	o := Observation{Customer: "acc_1", DeviceID: "dev", Now: t0}
+	for i := range 40 {
+		o.EventID = fmt.Sprintf("ev_%032x", i)
+		o.Now = t0.Add(time.Duration(i) * time.Minute)
+		observe(t, c, o)
+	}
+	o.EventID, o.Now, o.Replayed = fmt.Sprintf("ev_%032x", 0), t0.Add(45*time.Minute), true
+	if f := observe(t, c, o); !f.Repeated || f.History.Visits != 40 {
+		t.Fatalf("40 distinct events, the first resubmitted: visits %d (want 40), repeated %v", f.History.Visits, f.Repeated)
+	}
+	// Without the events actor's word, the device's list alone decides.
+	o.Replayed = false
+	if f := observe(t, c, o); f.Repeated || f.History.Visits != 41 {
+		t.Fatalf("not known as a replay: visits %d (want 41), repeated %v", f.History.Visits, f.Repeated)
+	}
+}

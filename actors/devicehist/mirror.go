@@ -339,7 +339,7 @@ func (s shard) mirrorObserve(q *obsReq) (Facts, error) {
 		}
 	}
 	s.mview = mirrorView{st: s.shardState, set: set, now: q.now}
-	f := step(&stepIn{now: q.now, ev: q.ev, acct: q.acct}, cd, ac, ad, &s.mview, s.seen)
+	f := step(&stepIn{now: q.now, ev: q.ev, replayed: q.replayed, acct: q.acct}, cd, ac, ad, &s.mview, s.seen)
 	s.mview.set = nil
 	return f, nil
 }

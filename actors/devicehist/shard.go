@@ -248,7 +248,7 @@ func (s shard) observe(q *obsReq) (Facts, error) {
 			ad, ade.touched = &ade.rec, q.now
 		}
 	}
-	f := step(&stepIn{now: q.now, ev: q.ev, acct: q.acct}, cd, ac, ad, s, s.seen)
+	f := step(&stepIn{now: q.now, ev: q.ev, replayed: q.replayed, acct: q.acct}, cd, ac, ad, s, s.seen)
 	s.customer = ""
 	if q.test {
 		return f, nil

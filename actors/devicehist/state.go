@@ -120,9 +120,10 @@ type DeviceView struct {
 
 // stepIn is one observation as the state logic sees it.
 type stepIn struct {
-	now  int64
-	ev   uint64 // event id hash; 0 when none was sent
-	acct storage.AccountHash
+	now      int64
+	ev       uint64 // event id hash; 0 when none was sent
+	replayed bool   // the event was used before (Observation.Replayed)
+	acct     storage.AccountHash
 }
 
 // others finds the records of this customer's other devices and addresses
@@ -142,7 +143,7 @@ func step(q *stepIn, cd *storage.HistCustomerDevice, ac *storage.HistAccount, ad
 	if cd != nil {
 		trimDevice(cd, now)
 		f.Device = true
-		f.Repeated = q.ev != 0 && slices.Contains(cd.Events, q.ev)
+		f.Repeated = q.ev != 0 && (q.replayed || slices.Contains(cd.Events, q.ev))
 		if !f.Repeated {
 			visit(cd, now, q.ev)
 		}

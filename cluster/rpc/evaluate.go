@@ -56,7 +56,7 @@ func (q *Quota) evaluate(p *checks.OwnerParts, c *quota.Charge, w checks.OwnerWo
 		if w.Observe != nil {
 			obs := *w.Observe
 			if r, err := evs.local.Peek(*here); err == nil && r.Found {
-				obs.DeviceID = r.Event.VisitorID
+				obs.DeviceID, obs.Replayed = r.Event.VisitorID, r.Replayed
 			}
 			w.Observe = &obs
 		}
