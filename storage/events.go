@@ -22,6 +22,11 @@ import (
 // EventRetention is how long device events are kept.
 const EventRetention = 30 * 24 * time.Hour
 
+// EventExpired reports whether an event created at created is past its
+// retention as of now: pruned, or due to be at the next prune, and no
+// longer to be read.
+func EventExpired(created, now time.Time) bool { return created.Before(now.Add(-EventRetention)) }
+
 // EventIDLen is the binary length of an event id.
 const EventIDLen = 16
 

@@ -34,6 +34,14 @@ type Sightings struct {
 	TimesSeen int64
 }
 
+// SightingsLapsed reports whether sightings last seen at last are older than
+// LoadSightings reads as of now (before the previous period): pruned, or due
+// to be, so a copy held in memory must not bring them back.
+func SightingsLapsed(last, now time.Time) bool {
+	p := periodOf(now)
+	return p >= 1 && periodOf(last) < p-1
+}
+
 func periodOf(t time.Time) uint16 {
 	d := uint32(DayOf(t)) / uint32(SightingsPeriod/(24*time.Hour))
 	return uint16(min(d, 0xffff))

@@ -171,7 +171,10 @@ func (s shard) resolve(r *Resolve) (Resolved, error) {
 	if err != nil {
 		return Resolved{}, err
 	}
-	if ent == nil || ent.e.Account != r.Account {
+	if ent == nil || ent.e.Account != r.Account || storage.EventExpired(ent.e.Created, r.Now) {
+		// An event past its 30 days is gone, whether or not this shard
+		// still holds it or the daily prune has run: a use would also
+		// write it back to the store.
 		return Resolved{}, nil
 	}
 	ent.touched = r.Now
@@ -209,7 +212,7 @@ func (s shard) unuse(m *unuse) {
 		s.log.Warn("device: a use not given back", "err", err)
 		return
 	}
-	if ent == nil || ent.e.Account != m.account || ent.e.Uses == 0 {
+	if ent == nil || ent.e.Account != m.account || ent.e.Uses == 0 || storage.EventExpired(ent.e.Created, m.at) {
 		return
 	}
 	first := ent.e.FirstUse.Equal(m.at)
@@ -230,6 +233,11 @@ func (s shard) unuse(m *unuse) {
 func (s shard) sightingsOf(visitor string, now time.Time) (*sightingsEntry, error) {
 	if he, ok := s.sightings.Get(visitor); ok {
 		he.touched = now
+		if storage.SightingsLapsed(he.h.LastSeen, now) {
+			// Pruned from the store (or due to be): the device starts a
+			// new record, as it would after a reload.
+			he.h = storage.Sightings{Visitor: visitor}
+		}
 		return he, nil
 	}
 	he := &sightingsEntry{h: storage.Sightings{Visitor: visitor}, touched: now}
