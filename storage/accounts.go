@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -136,7 +137,7 @@ func (r *reader) key(k *KeyRecord) {
 	r.b = r.b[32:]
 	k.Prefix = r.string()
 	k.Last4 = r.string()
-	k.Generation = uint32(r.uvarint())
+	k.Generation = uint32(r.uvarintMax(math.MaxUint32))
 	k.CreatedAt = r.time()
 	k.ValidUntil = r.time()
 }

@@ -55,6 +55,18 @@ type reader struct {
 	err error
 }
 
+// uvarintMax reads a uvarint of at most max: a larger one is corrupt, where
+// narrowing it to its field would read another value (uses past 2³² as 0,
+// an event never used).
+func (r *reader) uvarintMax(max uint64) uint64 {
+	v := r.uvarint()
+	if v > max {
+		r.err = errCorrupt
+		return 0
+	}
+	return v
+}
+
 func (r *reader) uvarint() uint64 {
 	if r.err != nil {
 		return 0

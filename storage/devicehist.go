@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 )
@@ -246,11 +247,11 @@ func (r *HistCustomerDevice) Unmarshal(b []byte) error {
 	r.LastSeen = rd.sec()
 	r.Days = r.Days[:0]
 	for n := rd.histCount(3); n > 0; n-- {
-		r.Days = append(r.Days, DayVisits{Day: Day(rd.uvarint()), N: uint32(rd.uvarint()), First: rd.sec()})
+		r.Days = append(r.Days, DayVisits{Day: Day(rd.uvarintMax(math.MaxUint32)), N: uint32(rd.uvarintMax(math.MaxUint32)), First: rd.sec()})
 	}
 	r.Hours = r.Hours[:0]
 	for n := rd.histCount(2); n > 0; n-- {
-		r.Hours = append(r.Hours, HourCount{Hour: uint32(rd.uvarint()), N: uint32(rd.uvarint())})
+		r.Hours = append(r.Hours, HourCount{Hour: uint32(rd.uvarintMax(math.MaxUint32)), N: uint32(rd.uvarintMax(math.MaxUint32))})
 	}
 	r.Events = r.Events[:0]
 	for n := rd.histCount(8); n > 0; n-- {

@@ -3,6 +3,7 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 )
@@ -79,7 +80,7 @@ type DeviceEvent struct {
 
 	// Verdicts (device.Verdict, stored without importing it).
 	Flags     uint16 // EventFlag* bits
-	Tampering uint16 // tampering score × 10000
+	Tampering uint16 // tampering score × 10000 (at most MaxTampering)
 	Checked   uint8  // device.Checked bits
 	VisitorID string
 	Findings  []string
@@ -92,6 +93,9 @@ type DeviceEvent struct {
 	Uses     uint32
 	FirstUse time.Time
 }
+
+// MaxTampering is DeviceEvent.Tampering of a score of 1 (SPEC 2.2: 0-1).
+const MaxTampering = 10000
 
 // Verdict flag bits of DeviceEvent.Flags.
 const (
@@ -159,12 +163,12 @@ func UnmarshalEvent(b []byte) (*DeviceEvent, error) {
 	}
 	e.Schema = r.byte1()
 	e.Signals = r.bytes()
-	e.Flags = uint16(r.uvarint())
-	e.Tampering = uint16(r.uvarint())
+	e.Flags = uint16(r.uvarintMax(math.MaxUint16))
+	e.Tampering = uint16(r.uvarintMax(MaxTampering))
 	e.Checked = r.byte1()
 	e.VisitorID = r.string()
 	e.Findings = r.strings()
-	e.Uses = uint32(r.uvarint())
+	e.Uses = uint32(r.uvarintMax(math.MaxUint32))
 	e.FirstUse = r.time()
 	if r.err != nil || len(r.b) != 0 {
 		return nil, fmt.Errorf("decode event: %w", errCorrupt)
