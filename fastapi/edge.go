@@ -124,6 +124,9 @@ func errSmallBuffer(err error) bool {
 	return errors.As(err, &sb) || errors.Is(err, fasthttp.ErrSmallReadBuffer)
 }
 
+// utf8BOM is the byte order mark some tools write before a UTF-8 body.
+const utf8BOM = "\xef\xbb\xbf"
+
 // decodeBody reads a request body sent with a Content-Encoding (RFC 9110
 // §8.4): decoded in place, to the same 64 KiB as a plain body, so that every
 // handler reads what was sent. Read as it came, a gzip-coded form was a body

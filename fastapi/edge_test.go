@@ -161,3 +161,15 @@ func rawRoundTrip(t *testing.T, ln *fasthttputil.InmemoryListener, req string) r
 	}
 	return rawAnswer{status: resp.StatusCode(), body: string(resp.Body())}
 }
+
+// TestBodyAfterABOM: a UTF-8 byte order mark before a body is passed over
+// (RFC 8259 §8.1), not read as a body that is not a JSON object.
+func TestBodyAfterABOM(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := e.serve(testRequest{method: "POST", uri: "/v1/evaluate", body: []byte("\xef\xbb\xbf" + `{"token":"test_tor"}`), header: [][2]string{
+		{"Authorization", "Bearer " + e.acct.LiveKey}, {"Content-Type", "application/json"},
+	}})
+	if st := ctx.Response.StatusCode(); st != 200 || !strings.Contains(string(ctx.Response.Body()), `"decision":"block"`) {
+		t.Fatalf("a JSON body after a BOM: %d %s", st, ctx.Response.Body())
+	}
+}

@@ -522,6 +522,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes *routeSet) (rt *route) 
 	if len(ctx.Request.Header.ContentEncoding()) != 0 && !s.decodeBody(ctx) {
 		return
 	}
+	if b := ctx.PostBody(); len(b) >= len(utf8BOM) && string(b[:len(utf8BOM)]) == utf8BOM {
+		// RFC 8259 §8.1: a parser may ignore a byte order mark; Windows
+		// tools put one before JSON they write.
+		ctx.Request.SetBody(b[len(utf8BOM):])
+	}
 	r.Addr = s.clientAddr(ctx)
 	if rt.admin {
 		// Operator answers carry secrets (new keys, webhook secrets) and
