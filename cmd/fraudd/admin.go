@@ -154,7 +154,8 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fraudd admin", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	base := fs.String("url", "http://127.0.0.1:8080", "service base URL")
-	token := fs.String("admin-token", "", "operator token")
+	var token string
+	fs.Var(tokenValue{&token}, "admin-token", "operator token, surrounding whitespace trimmed")
 	dataDir := fs.String("data-dir", "./data", "read the token from <data-dir>/admin-token when --admin-token is empty")
 	if err := parseFlagsEnv(fs, args, osEnv()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -222,7 +223,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fraudd admin %s: want %d argument(s): %s\n", cmd.name, cmd.npos, cmd.args)
 		return 2
 	}
-	tok, err := adminToken(*token, *dataDir)
+	tok, err := adminToken(token, *dataDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "fraudd admin: %v\n", err)
 		return 2
@@ -256,8 +257,9 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// adminToken is the operator token: the flag's or env's value, else the
-// data dir's admin-token file.
+// adminToken is the operator token: the flag's or env's value (trimmed and
+// checked by tokenValue), else the data dir's admin-token file, trimmed as
+// serve reads it.
 func adminToken(flagValue, dataDir string) (string, error) {
 	if flagValue != "" {
 		return flagValue, nil
@@ -267,7 +269,11 @@ func adminToken(flagValue, dataDir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("no --admin-token and cannot read %s: %w", path, err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("no --admin-token and %s is empty", path)
+	}
+	return tok, nil
 }
 
 // callAdmin makes one operator API call and returns the status and the

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/fraudd/fraudd/fastapi"
 	"github.com/fraudd/fraudd/storage"
@@ -40,6 +41,9 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, env envVars) error {
 		// The standard message names the flag but not what it takes.
 		if m := invalidFlagRE.FindStringSubmatch(err.Error()); m != nil {
 			if f := fs.Lookup(m[2]); f != nil {
+				if isSecret(f) {
+					return fmt.Errorf("--%s is not valid (%s); accepted: %s", m[2], flagErr(errors.New(m[3])), accepted(f))
+				}
 				return fmt.Errorf("--%s=%s is not valid (%s); accepted: %s", m[2], m[1], flagErr(errors.New(m[3])), accepted(f))
 			}
 		}
@@ -58,10 +62,21 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, env envVars) error {
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {
+			if isSecret(f) {
+				errs = append(errs, fmt.Errorf("%s is not valid (%v); accepted: %s", key, flagErr(err), accepted(f)))
+				return
+			}
 			errs = append(errs, fmt.Errorf("%s=%q is not valid (%v); accepted: %s", key, v, flagErr(err), accepted(f)))
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// isSecret says whether a flag's value is a secret (tokenValue): a refusal
+// names the flag or variable but never echoes the value into a log.
+func isSecret(f *flag.Flag) bool {
+	s, ok := f.Value.(interface{ Secret() bool })
+	return ok && s.Secret()
 }
 
 var invalidFlagRE = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-([\w-]+): (.*)$`)
@@ -271,6 +286,43 @@ func (v hostPort) Forms() string {
 }
 
 func (v hostPort) Kind() string { return "addr" }
+
+// tokenValue is --admin-token: the operator token, sent and compared as a
+// bearer token. Surrounding whitespace is trimmed, as it is from the
+// admin-token file (written with a newline), so a token copied from that
+// file with its newline still matches. Whitespace or a control character
+// inside could never be sent in an Authorization header, and a value that
+// was only whitespace is a mistake, not a request for the file: both are
+// refused. Empty is the default: the token in <data-dir>/admin-token.
+type tokenValue struct{ s *string }
+
+func (v tokenValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return *v.s
+}
+
+func (v tokenValue) Set(s string) error {
+	t := strings.TrimSpace(s)
+	if t == "" && s != "" {
+		return errors.New("only whitespace")
+	}
+	if strings.ContainsFunc(t, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return errors.New("whitespace or a control character inside")
+	}
+	*v.s = t
+	return nil
+}
+
+func (v tokenValue) Forms() string {
+	return "one word without whitespace or control characters (surrounding whitespace is trimmed); empty = the token in <data-dir>/admin-token"
+}
+
+func (v tokenValue) Kind() string { return "token" }
+
+// Secret keeps the value out of refusals (isSecret).
+func (v tokenValue) Secret() bool { return true }
 
 // stringList is a comma-separated list of strings.
 type stringList []string

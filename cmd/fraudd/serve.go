@@ -94,7 +94,7 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	c.addr = ":8080"
 	fs.Var(hostPort{s: &c.addr, listen: true}, "addr", "listen address")
 	fs.StringVar(&c.dataDir, "data-dir", "./data", "data directory: Pebble store, secrets, refreshed feeds")
-	fs.StringVar(&c.adminToken, "admin-token", "", "operator API token; generated into <data-dir>/admin-token when empty")
+	fs.Var(tokenValue{&c.adminToken}, "admin-token", "operator API token, surrounding whitespace trimmed; generated into <data-dir>/admin-token when empty")
 	fs.StringVar(&c.secret, "secret", "", "master secret; generated into <data-dir>/master-secret when empty")
 	fs.Var((*prefixList)(&c.trustedProxies), "trusted-proxies", "comma-separated CIDRs whose X-Forwarded-For is believed")
 	fs.BoolVar(&c.testClock, "test-clock", false, "enable POST /admin/v1/clock (tests only)")
@@ -719,8 +719,8 @@ func storeWasWritten(db *storage.DB) (bool, error) {
 	return false, nil
 }
 
-// loadAdminToken returns --admin-token, or the data dir's admin-token file,
-// creating it (0600) on first start. Only the file's path is ever logged.
+// loadAdminToken returns --admin-token (trimmed and checked by tokenValue),
+// or the data dir's admin-token file, creating it (0600) on first start. Only the file's path is ever logged.
 func loadAdminToken(cfg *serveConfig, log *slog.Logger) (string, error) {
 	if cfg.adminToken != "" {
 		return cfg.adminToken, nil
