@@ -258,7 +258,9 @@ func (v hostPort) Set(s string) error {
 }
 
 // checkHostPort checks host:port; the host may be empty with anyHost, and
-// the port 0 with anyPort.
+// the port 0 with anyPort. An empty port is refused either way: Go reads
+// "127.0.0.1:" as port 0, so a listener would come up on a random port when
+// the operator most likely lost the port to a shell variable; 0 says so.
 func checkHostPort(s string, anyHost, anyPort bool) error {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
@@ -266,6 +268,9 @@ func checkHostPort(s string, anyHost, anyPort bool) error {
 	}
 	if host == "" && !anyHost {
 		return errors.New("the host is empty")
+	}
+	if port == "" {
+		return errors.New("the port is empty")
 	}
 	if n, err := net.LookupPort("tcp", port); err != nil || (n == 0 && !anyPort) {
 		return errors.New("bad port")

@@ -107,6 +107,11 @@ func TestParseServeRefusesBadListenAddrs(t *testing.T) {
 		{env: envVars{"FRAUDD_ADMIN_ADDR": "8081"}, want: []string{"FRAUDD_ADMIN_ADDR", "not host:port"}},
 		{env: envVars{"FRAUDD_ADDR": "junk"}, want: []string{`FRAUDD_ADDR="junk"`, "not host:port"}},
 		{args: []string{"--addr", ""}, want: []string{"-addr"}},
+		{env: envVars{"FRAUDD_ADDR": "127.0.0.1:"}, want: []string{`FRAUDD_ADDR="127.0.0.1:"`, "the port is empty", "accepted: host:port"}},
+		{env: envVars{"FRAUDD_ADDR": ":"}, want: []string{`FRAUDD_ADDR=":"`, "the port is empty"}},
+		{args: []string{"--debug-addr", "127.0.0.1:"}, want: []string{"-debug-addr", "the port is empty"}},
+		{env: envVars{"FRAUDD_ADMIN_ADDR": "127.0.0.1:"}, want: []string{"FRAUDD_ADMIN_ADDR", "the port is empty"}},
+		{env: envVars{"FRAUDD_METRICS_ADDR": ":"}, want: []string{"FRAUDD_METRICS_ADDR", "the port is empty"}},
 	} {
 		_, err := parseServe(c.args, c.env)
 		if err == nil {
