@@ -3,6 +3,7 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -152,5 +153,28 @@ func TestPlanLimitsOnlyForCustom(t *testing.T) {
 	r = s.Admin(t, "PATCH", path, map[string]any{"plan": "scale"})
 	if m := r.JSON(t); r.Status != 200 || m["hourly_limit"] != nil || m["monthly_limit"] != nil {
 		t.Fatalf("leaving custom kept its limits: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestBusyDebugAddrRefusesToStart: a --debug-addr another process holds
+// stops the start with one line naming the flag, as a busy --addr,
+// --admin-addr or --metrics-addr does; fraudd used to log it and serve
+// without its profiles.
+func TestBusyDebugAddrRefusesToStart(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	out := startFails(t, t.TempDir(), nil, "--debug-addr", addr)
+	var refusals []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "level=ERROR") {
+			refusals = append(refusals, l)
+		}
+	}
+	if len(refusals) != 1 || !strings.Contains(refusals[0], "listen on --debug-addr "+addr+": ") {
+		t.Fatalf("want one ERROR line naming --debug-addr %s:\n%s", addr, out)
 	}
 }

@@ -16,15 +16,20 @@ import (
 // http://127.0.0.1:6060/debug/pprof/profile?seconds=10`). /debug/storage
 // shows the store's write counters and Pebble's metrics: read it before and
 // after a load run to get commits, keys and syncs per request.
-func startDebug(addr string, db *storage.DB, log *slog.Logger) {
+//
+// A listen error stops the start, as it does for --addr, --admin-addr and
+// --metrics-addr: an operator who asked for profiles and got a start without
+// them (an ERROR line among the INFO) finds out when they are needed. The
+// caller closes the server on shutdown.
+func startDebug(addr string, db *storage.DB, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		log.Error("debug listener", "addr", addr, "err", err)
-		return
+		return nil, fmt.Errorf("listen on --debug-addr %s: %w", addr, err)
 	}
 	log.Info("pprof debug endpoints served", "debug_addr", ln.Addr().String())
 	srv := &http.Server{Handler: debugMux(db), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
 }
 
 // debugMux routes the profiles and, with a store, /debug/storage.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -35,5 +37,35 @@ func TestDebugHidesCmdline(t *testing.T) {
 		if !strings.HasPrefix(path, "/debug/pprof/cmdline") && resp.StatusCode != http.StatusOK {
 			t.Errorf("%s: status %d, want 200", path, resp.StatusCode)
 		}
+	}
+}
+
+// TestDebugAddrInUse: a --debug-addr another process holds is an error
+// naming the flag and the address, which stops the start like a busy
+// --addr, --admin-addr or --metrics-addr (it was logged and the service
+// came up without its profiles); the server returned is the caller's to
+// close.
+func TestDebugAddrInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	addr := busy.Addr().String()
+	srv, err := startDebug(addr, nil, quiet)
+	if err == nil {
+		srv.Close()
+		t.Fatalf("--debug-addr %s in use: served", addr)
+	}
+	if want := "listen on --debug-addr " + addr + ": "; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %q, want it to start %q", err, want)
+	}
+	srv, err = startDebug("127.0.0.1:0", nil, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Errorf("close the debug server: %v", err)
 	}
 }

@@ -442,7 +442,11 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		}})
 
 	if cfg.debugAddr != "" {
-		startDebug(cfg.debugAddr, db, log)
+		debugSrv, err := startDebug(cfg.debugAddr, db, log)
+		if err != nil {
+			return err
+		}
+		defer debugSrv.Close()
 	}
 
 	// The admin listener comes first, so that once "fraudd listening" is
