@@ -156,7 +156,8 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	base := fs.String("url", "http://127.0.0.1:8080", "service base URL")
 	var token string
 	fs.Var(tokenValue{&token}, "admin-token", "operator token, surrounding whitespace trimmed")
-	dataDir := fs.String("data-dir", "./data", "read the token from <data-dir>/admin-token when --admin-token is empty")
+	dataDir := "./data"
+	fs.Var(dirValue{&dataDir}, "data-dir", "read the token from <data-dir>/admin-token when --admin-token is empty")
 	if err := parseFlagsEnv(fs, args, osEnv()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			adminUsage(stdout, fs)
@@ -223,7 +224,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fraudd admin %s: want %d argument(s): %s\n", cmd.name, cmd.npos, cmd.args)
 		return 2
 	}
-	tok, err := adminToken(token, *dataDir)
+	tok, err := adminToken(token, dataDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "fraudd admin: %v\n", err)
 		return 2

@@ -24,10 +24,11 @@ import (
 func runBackup(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fraudd backup", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported once, below
-	dataDir := fs.String("data-dir", "./data", "data directory to back up (env FRAUDD_DATA_DIR)")
+	dataDir := "./data"
+	fs.Var(dirValue{&dataDir}, "data-dir", "data `dir` to back up (env FRAUDD_DATA_DIR)")
 	base := fs.String("url", "http://127.0.0.1:8080", "the server running on the data dir (env FRAUDD_URL)")
 	var token string
-	fs.Var(tokenValue{&token}, "admin-token", "operator token, surrounding whitespace trimmed; default <data-dir>/admin-token (env FRAUDD_ADMIN_TOKEN)")
+	fs.Var(tokenValue{&token}, "admin-token", "operator `token`, surrounding whitespace trimmed; default <data-dir>/admin-token (env FRAUDD_ADMIN_TOKEN)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: fraudd backup [flags] DIR\n\nWrites the store and the secret files into DIR (absent or empty).\nRestore: copy DIR into place as the data directory and start fraudd on it.\n\n")
 		fs.SetOutput(stderr)
@@ -51,9 +52,9 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	restrictUmask()
-	rep, err := backupOffline(*dataDir, dir)
+	rep, err := backupOffline(dataDir, dir)
 	if errors.Is(err, errServerRunning) {
-		rep, err = backupOnline(*base, token, *dataDir, dir)
+		rep, err = backupOnline(*base, token, dataDir, dir)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fraudd backup: %v\n", err)

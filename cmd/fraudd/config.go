@@ -53,23 +53,42 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, env envVars) error {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
-			return
-		}
-		key := envKey(f.Name)
-		v, ok := env.lookup(key)
-		if !ok {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			if isSecret(f) {
-				errs = append(errs, fmt.Errorf("%s is not valid (%v); accepted: %s", key, flagErr(err), accepted(f)))
-				return
-			}
-			errs = append(errs, fmt.Errorf("%s=%q is not valid (%v); accepted: %s", key, v, flagErr(err), accepted(f)))
+		if !given[f.Name] {
+			errs = append(errs, setFromEnv(fs, f, env))
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// envFallback gives one flag the command line left unset its FRAUDD_*
+// variable, held to the same forms and reported as parseFlagsEnv does, for
+// a command whose other flags have no variable (fraudd feeds). Call it
+// after fs.Parse.
+func envFallback(fs *flag.FlagSet, name string, env envVars) error {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	if given {
+		return nil
+	}
+	return setFromEnv(fs, fs.Lookup(name), env)
+}
+
+// setFromEnv sets f from its variable when that is set; a value f refuses
+// is an error naming the variable and the accepted forms (the value too,
+// unless it is a secret).
+func setFromEnv(fs *flag.FlagSet, f *flag.Flag, env envVars) error {
+	key := envKey(f.Name)
+	v, ok := env.lookup(key)
+	if !ok {
+		return nil
+	}
+	if err := fs.Set(f.Name, v); err != nil {
+		if isSecret(f) {
+			return fmt.Errorf("%s is not valid (%v); accepted: %s", key, flagErr(err), accepted(f))
+		}
+		return fmt.Errorf("%s=%q is not valid (%v); accepted: %s", key, v, flagErr(err), accepted(f))
+	}
+	return nil
 }
 
 // isSecret says whether a flag's value is a secret (tokenValue): a refusal
@@ -291,6 +310,32 @@ func (v hostPort) Forms() string {
 }
 
 func (v hostPort) Kind() string { return "addr" }
+
+// dirValue is --data-dir: a directory path. Empty is refused: it names no
+// directory (serve stopped on a bare `mkdir : no such file or directory`
+// naming neither the flag nor the variable, and the admin, backup and feeds
+// commands looked in the working directory), and FRAUDD_DATA_DIR= set to
+// nothing most likely lost its value to the shell or a compose file.
+type dirValue struct{ s *string }
+
+func (v dirValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return *v.s
+}
+
+func (v dirValue) Set(s string) error {
+	if s == "" {
+		return errors.New("empty")
+	}
+	*v.s = s
+	return nil
+}
+
+func (v dirValue) Forms() string { return "a directory path, e.g. ./data or /var/lib/fraudd" }
+
+func (v dirValue) Kind() string { return "dir" }
 
 // tokenValue is --admin-token: the operator token, sent and compared as a
 // bearer token. Surrounding whitespace is trimmed, as it is from the

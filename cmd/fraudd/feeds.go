@@ -33,10 +33,7 @@ func runFeeds(args []string, stdout, stderr io.Writer) int {
 	cmd, args := args[0], args[1:]
 	fs := flag.NewFlagSet("fraudd feeds "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	defaultDataDir := os.Getenv("FRAUDD_DATA_DIR")
-	if defaultDataDir == "" {
-		defaultDataDir = "./data"
-	}
+	dataDir := "./data"
 	var err error
 	switch cmd {
 	case "build":
@@ -47,10 +44,10 @@ func runFeeds(args []string, stdout, stderr io.Writer) int {
 		}
 		err = feeds.RunBuild(*from, *out, stdout)
 	case "update":
-		dataDir := fs.String("data-dir", defaultDataDir, "data directory; feeds go to <data-dir>/feeds (env FRAUDD_DATA_DIR)")
+		fs.Var(dirValue{&dataDir}, "data-dir", "data `dir`; feeds go to <data-dir>/feeds (env FRAUDD_DATA_DIR)")
 		only := fs.String("only", "", "comma-separated feeds to refresh (default: every feed with an upstream)")
 		timeout := fs.Duration("timeout", feeds.DefaultTimeout, "limit for the whole update")
-		if code, ok := parseFlags(fs, args); !ok {
+		if code, ok := parseDataDirFlags(fs, args, stderr); !ok {
 			return code
 		}
 		var names []string
@@ -66,13 +63,13 @@ func runFeeds(args []string, stdout, stderr io.Writer) int {
 		defer stop()
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		err = feeds.RunUpdate(ctx, &http.Client{Timeout: *timeout}, sources, *dataDir, stdout)
+		err = feeds.RunUpdate(ctx, &http.Client{Timeout: *timeout}, sources, dataDir, stdout)
 	case "status":
-		dataDir := fs.String("data-dir", defaultDataDir, "data directory whose feeds override the embedded ones (env FRAUDD_DATA_DIR)")
-		if code, ok := parseFlags(fs, args); !ok {
+		fs.Var(dirValue{&dataDir}, "data-dir", "data `dir` whose feeds override the embedded ones (env FRAUDD_DATA_DIR)")
+		if code, ok := parseDataDirFlags(fs, args, stderr); !ok {
 			return code
 		}
-		err = feeds.RunStatus(*dataDir, stdout)
+		err = feeds.RunStatus(dataDir, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, feedsUsage)
 		return 0
@@ -98,6 +95,20 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
+}
+
+// parseDataDirFlags is parseFlags for a command with --data-dir, which
+// alone falls back to its variable, FRAUDD_DATA_DIR, as serve's does: set
+// but empty is refused naming it rather than read as ./data.
+func parseDataDirFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
+	if code, ok := parseFlags(fs, args); !ok {
+		return code, false
+	}
+	if err := envFallback(fs, "data-dir", osEnv()); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
 		return 2, false
 	}
 	return 0, true

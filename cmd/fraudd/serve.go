@@ -93,7 +93,8 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 		durability: storage.Interval, syncInterval: storage.DefaultSyncInterval}
 	c.addr = ":8080"
 	fs.Var(hostPort{s: &c.addr, listen: true}, "addr", "listen address")
-	fs.StringVar(&c.dataDir, "data-dir", "./data", "data directory: Pebble store, secrets, refreshed feeds")
+	c.dataDir = "./data"
+	fs.Var(dirValue{&c.dataDir}, "data-dir", "data directory: Pebble store, secrets, refreshed feeds")
 	fs.Var(tokenValue{&c.adminToken}, "admin-token", "operator API token, surrounding whitespace trimmed; generated into <data-dir>/admin-token when empty")
 	fs.StringVar(&c.secret, "secret", "", "master secret; generated into <data-dir>/master-secret when empty")
 	fs.Var((*prefixList)(&c.trustedProxies), "trusted-proxies", "comma-separated CIDRs whose X-Forwarded-For is believed")
