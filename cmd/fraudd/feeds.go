@@ -50,6 +50,10 @@ func runFeeds(args []string, stdout, stderr io.Writer) int {
 		if code, ok := parseDataDirFlags(fs, args, stderr); !ok {
 			return code
 		}
+		// It may create the data dir and writes into it: the same umask as
+		// serve and backup (README: files 0600, directories 0700), else
+		// the next start warns of a data dir others could read.
+		restrictUmask()
 		var names []string
 		if *only != "" {
 			names = strings.Split(*only, ",")

@@ -88,7 +88,7 @@ func Build(fromDir, outDir string) (Manifest, error) {
 		if err != nil {
 			return m, fmt.Errorf("feeds: build %s: %w", name, err)
 		}
-		if err := writeAtomic(filepath.Join(outDir, name+feedfile.Ext), b); err != nil {
+		if err := writeAtomic(filepath.Join(outDir, name+feedfile.Ext), b, builtFileMode); err != nil {
 			return m, fmt.Errorf("feeds: build %s: %w", name, err)
 		}
 		m.Feeds = append(m.Feeds, summary(f, len(b)))
@@ -97,7 +97,7 @@ func Build(fromDir, outDir string) (Manifest, error) {
 	if err != nil {
 		return m, fmt.Errorf("feeds: build manifest: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(outDir, ManifestFile), append(js, '\n')); err != nil {
+	if err := writeAtomic(filepath.Join(outDir, ManifestFile), append(js, '\n'), builtFileMode); err != nil {
 		return m, fmt.Errorf("feeds: build manifest: %w", err)
 	}
 	return m, nil
@@ -202,9 +202,19 @@ func readMaybeGzip(path string) ([]byte, error) {
 	return b, nil
 }
 
+// Modes of what the feeds commands write: the embedded feeds Build writes
+// into the source tree are ordinary repository files; what Update writes
+// lives in the data directory, which is the operator's alone (0700
+// directories, 0600 files, as fraudd serve keeps it).
+const (
+	builtFileMode   = 0o644
+	updatedFileMode = 0o600
+	updatedDirMode  = 0o700
+)
+
 // writeAtomic writes data to path through a temporary file and a rename, so
-// a reader (or a crash) never sees half a file.
-func writeAtomic(path string, data []byte) error {
+// a reader (or a crash) never sees half a file; the file gets mode.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
@@ -217,7 +227,7 @@ func writeAtomic(path string, data []byte) error {
 		os.Remove(name)
 		return err
 	}
-	if err := os.Chmod(name, 0o644); err != nil {
+	if err := os.Chmod(name, mode); err != nil {
 		os.Remove(name)
 		return err
 	}

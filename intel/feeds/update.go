@@ -139,7 +139,9 @@ const maxShrink = 2
 func Update(ctx context.Context, client *http.Client, sources []Source, dataDir string, prev *netlists.Snapshot) (Report, error) {
 	var rep Report
 	dir := filepath.Join(dataDir, netlists.FeedsSubdir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The data dir too, when this creates it (fraudd feeds update before
+	// a first start): what it holds besides the feeds is secret.
+	if err := os.MkdirAll(dir, updatedDirMode); err != nil {
 		return rep, fmt.Errorf("feeds: update: %w", err)
 	}
 	if client == nil {
@@ -231,7 +233,7 @@ func writeDerived(d derivedFeed, files map[string]*feedfile.File, dir string, re
 		return res
 	}
 	path := filepath.Join(dir, d.name+feedfile.Ext)
-	if err := writeAtomic(path, b); err != nil {
+	if err := writeAtomic(path, b, updatedFileMode); err != nil {
 		res.Err = fmt.Errorf("writing %s: %w", path, err)
 		return res
 	}
@@ -314,7 +316,7 @@ func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, di
 		return res
 	}
 	path := filepath.Join(dir, name+feedfile.Ext)
-	if err := writeAtomic(path, b); err != nil {
+	if err := writeAtomic(path, b, updatedFileMode); err != nil {
 		res.Err = fmt.Errorf("writing %s: %w", path, err)
 		return res
 	}
