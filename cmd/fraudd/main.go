@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
@@ -36,10 +37,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version)
 		return 0
-	case "help", "-h", "--help":
+	case "help", "-h", "--help", "-help":
 		usage(stdout)
 		return 0
 	default:
+		if strings.HasPrefix(args[0], "-") {
+			// Flags without a command are serve's, as usage says:
+			// `fraudd --addr :9000` is `fraudd serve --addr :9000`.
+			return runServe(args, stdout, stderr)
+		}
 		fmt.Fprintf(stderr, "fraudd: unknown command %q\n\n", args[0])
 		usage(stderr)
 		return 2
@@ -47,10 +53,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, `usage: fraudd <command> [flags]
+	fmt.Fprint(w, `usage: fraudd [<command>] [flags]
 
 commands:
-  serve    run the service (the default when no command is given)
+  serve    run the service (the default when no command is given:
+           'fraudd --addr :9000' is 'fraudd serve --addr :9000')
   admin    call the operator API (create-account, rotate-live, set-rules, …)
   feeds    build, update and inspect the intelligence feeds
   backup   copy the store and secrets into a directory (online when a server runs)
