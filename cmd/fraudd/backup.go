@@ -30,7 +30,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	var token string
 	fs.Var(tokenValue{&token}, "admin-token", "operator `token`, surrounding whitespace trimmed; default <data-dir>/admin-token (env FRAUDD_ADMIN_TOKEN)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: fraudd backup [flags] DIR\n\nWrites the store and the secret files into DIR (absent or empty).\nRestore: copy DIR into place as the data directory and start fraudd on it.\n\n")
+		fmt.Fprint(stderr, "usage: fraudd backup [flags] DIR\n\nWrites the store and the secret files into DIR (absent or empty).\nRestore: stop fraudd, move the data directory aside, copy DIR into its place\n(cp -a DIR DATA-DIR, DATA-DIR absent) and start fraudd (README: Backups and restore).\n\n")
 		fs.SetOutput(stderr)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)

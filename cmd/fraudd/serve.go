@@ -185,6 +185,9 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
+	if err := nestedDataDir(cfg.dataDir); err != nil {
+		return err
+	}
 	adminToken, err := loadAdminToken(cfg, log)
 	if err != nil {
 		return err
@@ -704,6 +707,39 @@ func storeLost(cfg *serveConfig) error {
 		return nil
 	}
 	return fmt.Errorf("the store %s is missing or empty but %s is there, so this data dir was started before: restore the data dir from a backup (pebble/ with its store-stamp), or move the data dir aside to start an empty store", store, secretPath)
+}
+
+// nestedDataDir refuses a data dir one of whose direct subdirectories is a
+// data dir itself (pebble/ and store-stamp): a backup restored into the data
+// dir instead of as it. `cp -a BACKUP /var/lib/fraudd` does that whenever
+// /var/lib/fraudd exists, as it always does under the shipped unit's
+// StateDirectory, and fraudd would start on the old state (or a new empty
+// store) without a word, like the lost or older stores storeLost and the
+// stamp refuse. fraudd never writes one: a backup into the data dir is
+// refused.
+func nestedDataDir(dataDir string) error {
+	entries, err := os.ReadDir(dataDir)
+	if err != nil {
+		return fmt.Errorf("read data dir: %w", err)
+	}
+	for _, e := range entries {
+		sub := filepath.Join(dataDir, e.Name())
+		if e.IsDir() && isDataDir(sub) {
+			return fmt.Errorf("the data dir %s holds another data dir, %s (pebble/ and %s): a backup restored into the data dir rather than as it; move the data dir aside and copy the backup into its place (README: Backups and restore), or move %s out of the data dir to start on the data dir as it is", dataDir, sub, storage.StampFileName, sub)
+		}
+	}
+	return nil
+}
+
+// isDataDir says whether dir holds a store and its stamp file, as every data
+// dir fraudd has started on, and every backup, does.
+func isDataDir(dir string) bool {
+	store, err := os.Stat(filepath.Join(dir, backup.StoreDir))
+	if err != nil || !store.IsDir() {
+		return false
+	}
+	stamp, err := os.Stat(filepath.Join(dir, storage.StampFileName))
+	return err == nil && stamp.Mode().IsRegular()
 }
 
 // storeWasWritten reports whether the store holds state sealed or keyed under
