@@ -140,7 +140,9 @@ func accepted(f *flag.Flag) string {
 	case "bool":
 		return "true or false (also 1/0, t/f, TRUE/FALSE)"
 	case "duration":
-		return "a Go duration with a unit, e.g. 6h, 90m or 30s (0 = off)"
+		// No "0 = off" here: what 0 means is the flag's own (none of
+		// fraudd's time limits takes it; offDuration says so where it does).
+		return "a Go duration with a unit, e.g. 6h, 90m or 30s"
 	case "int":
 		return "a whole number"
 	}
@@ -524,6 +526,37 @@ func (o offDuration) Forms() string {
 }
 
 func (o offDuration) Kind() string { return "duration" }
+
+// positiveDuration is a time limit (fraudd health --timeout, fraudd feeds
+// update --timeout): above 0, as fraudd's limits are. 0 is no "off": an
+// http.Client reads it as no limit at all, so a HEALTHCHECK against a hung
+// server would hang with it, and a context's 0 is over before it begins.
+type positiveDuration struct{ d *time.Duration }
+
+func (v positiveDuration) String() string {
+	if v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+
+func (v positiveDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "time: "))
+	}
+	if d <= 0 {
+		return errors.New("not above 0")
+	}
+	*v.d = d
+	return nil
+}
+
+func (v positiveDuration) Get() any { return *v.d }
+
+func (v positiveDuration) Forms() string { return "a Go duration above 0, e.g. 3s or 500ms" }
+
+func (v positiveDuration) Kind() string { return "duration" }
 
 // envVars is an environment: the process's (osEnv) or a test's.
 type envVars map[string]string

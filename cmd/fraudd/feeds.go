@@ -46,7 +46,8 @@ func runFeeds(args []string, stdout, stderr io.Writer) int {
 	case "update":
 		fs.Var(dirValue{&dataDir}, "data-dir", "data `dir`; feeds go to <data-dir>/feeds (env FRAUDD_DATA_DIR)")
 		only := fs.String("only", "", "comma-separated feeds to refresh (default: every feed with an upstream)")
-		timeout := fs.Duration("timeout", feeds.DefaultTimeout, "limit for the whole update")
+		timeout := feeds.DefaultTimeout
+		fs.Var(positiveDuration{&timeout}, "timeout", "the longest `duration` the whole update may take (above 0)")
 		if code, ok := parseDataDirFlags(fs, args, stderr); !ok {
 			return code
 		}
@@ -65,9 +66,9 @@ func runFeeds(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		err = feeds.RunUpdate(ctx, &http.Client{Timeout: *timeout}, sources, dataDir, stdout)
+		err = feeds.RunUpdate(ctx, &http.Client{Timeout: timeout}, sources, dataDir, stdout)
 	case "status":
 		fs.Var(dirValue{&dataDir}, "data-dir", "data `dir` whose feeds override the embedded ones (env FRAUDD_DATA_DIR)")
 		if code, ok := parseDataDirFlags(fs, args, stderr); !ok {

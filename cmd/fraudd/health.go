@@ -19,7 +19,8 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	base := fs.String("url", localURL(osEnv()), "service base URL (default: the loopback address of FRAUDD_ADDR)")
 	live := fs.Bool("live", false, "probe /healthz (the process serves) instead of /readyz (ready for traffic)")
-	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
+	timeout := 3 * time.Second
+	fs.Var(positiveDuration{&timeout}, "timeout", "give up after this long (above 0)")
 	if err := parseFlagsEnv(fs, args, osEnv()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, "usage: fraudd health [flags]\n\nExits 0 when the server at --url is ready (GET /readyz answers 200), 1 otherwise.\n\nflags:\n")
@@ -33,10 +34,6 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fraudd health: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if *timeout <= 0 {
-		fmt.Fprintf(stderr, "fraudd health: --timeout %v is not valid: give a positive duration, e.g. 3s\n", *timeout)
-		return 2
-	}
 	path := "/readyz"
 	if *live {
 		path = "/healthz"
@@ -47,7 +44,7 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	req.Header.Set("User-Agent", "fraudd-health/"+version)
-	resp, err := (&http.Client{Timeout: *timeout}).Do(req)
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "fraudd health: %v\n", err)
 		return 1
