@@ -510,3 +510,39 @@ func admitByHeld(held func(int) (int64, error), shard int) (int64, func(), error
 func (f *fakeOwners) Admit(shard int) (int64, func(), error)  { return admitByHeld(f.Held, shard) }
 func (m movingOwners) Admit(shard int) (int64, func(), error) { return admitByHeld(m.Held, shard) }
 func (a *acquiring) Admit(shard int) (int64, func(), error)   { return admitByHeld(a.Held, shard) }
+
+// TestDeadOwnerWaitsForTheNextClaim: a call for a shard whose owner cannot
+// be reached (killed, its lease still running) waits for the next claim
+// within the handoff wait (README: "the call waits for the next claim, up
+// to 2 s in all"), not only 16 short pauses: here the claim comes 700 ms
+// later, to this node, and the call is answered.
+func TestDeadOwnerWaitsForTheNextClaim(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
+	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
+	defer local.Stop()
+	owners := &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": dead}}
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: owners, Timeout: 200 * time.Millisecond, HandoffWait: 10 * time.Second, Workers: 2, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	claimed := time.AfterFunc(700*time.Millisecond, func() {
+		owners.mu.Lock()
+		owners.owner, owners.token = "b", 8
+		owners.mu.Unlock()
+	})
+	defer claimed.Stop()
+	start := time.Now()
+	if res, err := q.Charge(capped); err != nil || !res.Allowed {
+		t.Fatalf("owner dead, the next claim 700 ms later: %+v %v after %v", res, err, time.Since(start))
+	}
+	if d := time.Since(start); d < 600*time.Millisecond {
+		t.Fatalf("answered after %v, before the next claim", d)
+	}
+}
