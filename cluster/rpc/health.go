@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -114,4 +115,28 @@ func (q *Quota) health(ctx context.Context, id string) ([]string, error) {
 		out[i] = d
 	}
 	return out, nil
+}
+
+// CheckSelf asks this node, at the address it registered for the others
+// (its advertised address), who it is: nil when it answers as itself. A
+// one-off connection: the peers' pool is for the other members.
+func (q *Quota) CheckSelf(ctx context.Context) error {
+	self := q.cfg.Owners.Self()
+	addr, ok := q.cfg.Owners.Addr(self)
+	if !ok {
+		return fmt.Errorf("no address registered for %s", self)
+	}
+	conn, err := grpc.NewClient(addr, q.cfg.DialOptions...)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	r, err := NewNodeClient(conn).Health(ctx, &HealthRequest{Version: version})
+	if err != nil {
+		return err
+	}
+	if r.GetNode() != self {
+		return fmt.Errorf("%s answers as node %q", addr, r.GetNode())
+	}
+	return nil
 }

@@ -106,6 +106,12 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(by time.Time), err error) {
 	srv.Register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(l) }()
+	if err := n.checkAdvertised(q); err != nil {
+		g.Stop()
+		<-served
+		q.Close()
+		return nil, err
+	}
 	// Set before the quota actors are published: the balancer's hooks
 	// read them once n.quota is set.
 	n.shares, n.now = db, now
@@ -262,3 +268,58 @@ func (n *Node) LeaseCalls() int64 {
 // EventRoute is this node's route in the device-event ids it mints
 // (events.Config.Node): another node resolves them here.
 func (n *Node) EventRoute() uint16 { return rpc.NodeRoute(n.member.ID()) }
+
+// advertiseCheckWait bounds the start's call to this node's own advertised
+// address.
+const advertiseCheckWait = 5 * time.Second
+
+// checkAdvertised asks this node at its --cluster-advertise address who it
+// is, before it serves. The others reach its shards only there: with a
+// wrong address every member answered 503 for the accounts of the shards
+// it claimed, while it reported itself healthy. An address of this machine
+// that does not answer as this node is surely wrong, and stops the start;
+// another (a NAT or load balancer's) may be reachable from the others only,
+// so it is logged as an error and the start goes on.
+func (n *Node) checkAdvertised(q *rpc.Quota) error {
+	ctx, cancel := context.WithTimeout(context.Background(), advertiseCheckWait)
+	defer cancel()
+	err := q.CheckSelf(ctx)
+	if err == nil {
+		return nil
+	}
+	line := fmt.Sprintf("cluster: this node does not answer at its --cluster-advertise address %s (%v): the other members could not reach its shards", n.cfg.Advertise, err)
+	if isThisMachine(ctx, n.cfg.Advertise) {
+		return errors.New(line)
+	}
+	n.log.Error(line + "; starting anyway, as the address is not one of this machine's own and may be reachable from the other members only")
+	return nil
+}
+
+// isThisMachine reports whether hostport's host is a loopback address or
+// one of this machine's interface addresses (a name is resolved).
+func isThisMachine(ctx context.Context, hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	var ips []net.IP
+	if ip := net.ParseIP(host); ip != nil {
+		ips = []net.IP{ip}
+	} else if addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host); err == nil {
+		for _, a := range addrs {
+			ips = append(ips, a.IP)
+		}
+	}
+	own, _ := net.InterfaceAddrs()
+	for _, ip := range ips {
+		if ip.IsLoopback() || ip.IsUnspecified() {
+			return true
+		}
+		for _, a := range own {
+			if in, ok := a.(*net.IPNet); ok && in.IP.Equal(ip) {
+				return true
+			}
+		}
+	}
+	return false
+}
