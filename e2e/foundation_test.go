@@ -45,7 +45,7 @@ func TestStatusAndHeaders(t *testing.T) {
 		t.Errorf("unknown route: %d %s", r.Status, r.Body)
 	}
 	r = s.Do(t, Req{Method: "DELETE", Path: "/api/status"})
-	if r.Status != 405 || r.Header.Get("Allow") != "GET" || r.JSON(t)["error"] == nil {
+	if r.Status != 405 || r.Header.Get("Allow") != "GET, HEAD" || r.JSON(t)["error"] == nil {
 		t.Errorf("wrong method: %d allow=%q %s", r.Status, r.Header.Get("Allow"), r.Body)
 	}
 	big := bytes.Repeat([]byte("a"), 65<<10)
