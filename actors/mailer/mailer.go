@@ -104,9 +104,11 @@ func ParseSMTPURL(raw string) (*smtpTarget, error) {
 // (which reaches the log): the password of a URL that does not parse is
 // as secret as one that does.
 func redactUserinfo(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		return u.Redacted()
 	}
+	// Unparsed, or parsed with the userinfo read as something else (in
+	// "#://u:pass@host" it is the fragment): cut up to the last @.
 	at := strings.LastIndexByte(raw, '@')
 	if at < 0 {
 		return raw
