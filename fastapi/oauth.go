@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/bytedance/sonic"
@@ -124,6 +125,15 @@ func basicCredentials(h []byte) (id, secret string, present, ok bool) {
 	return id, secret, true, true
 }
 
+// The token endpoint's dated additions (SPEC 4.9, §9), read at the
+// request's time as the other dated behaviours are: the 503 of an
+// unreadable store (before, 401), and the live key's allowlist applied
+// when minting.
+var (
+	tokenUnavailableSince = time.Date(2026, 9, 26, 0, 0, 0, 0, time.UTC)
+	mintAllowlistSince    = time.Date(2026, 9, 28, 0, 0, 0, 0, time.UTC)
+)
+
 // handleToken is POST /oauth/token (SPEC 4.9).
 func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 	if s.deps.Tokens == nil {
@@ -133,7 +143,7 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 	v, err := s.deps.Limits.Take(iplimit.Of(iplimit.AuthFail, iplimit.OAuth), r.Addr, r.Now)
 	if errors.Is(err, actors.ErrUnavailable) {
 		s.log.Warn("oauth limits unavailable", "err", err)
-		s.oauthUnavailable(ctx, checks.DescUnavailable)
+		s.oauthUnavailable(ctx, r.Now, checks.DescUnavailable)
 		return
 	}
 	if err != nil {
@@ -151,7 +161,7 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	if s.deps.Store != nil && !s.deps.Store.Available() {
-		s.oauthUnavailable(ctx, checks.DescStorage)
+		s.oauthUnavailable(ctx, r.Now, checks.DescStorage)
 		return
 	}
 	tr := readTokenRequest(ctx)
@@ -184,7 +194,7 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 		s.oauthError(ctx, fasthttp.StatusBadRequest, "unauthorized_client", checks.DescSuspended)
 		return
 	}
-	if a.Kind == accounts.KeyLive && !a.View.Allowed(r.Addr) {
+	if a.Kind == accounts.KeyLive && !r.Now.Before(mintAllowlistSince) && !a.View.Allowed(r.Addr) {
 		s.oauthError(ctx, fasthttp.StatusBadRequest, "unauthorized_client",
 			fmt.Sprintf(checks.DescNotAllowlisted, r.Addr))
 		return
@@ -234,7 +244,12 @@ func (s *Server) handlePRMetadata(ctx *fasthttp.RequestCtx, r *request) {
 func itoa(n int) string { return string(fasthttp.AppendUint(nil, n)) }
 
 // oauthUnavailable sends the token endpoint's 503 (SPEC 4.9).
-func (s *Server) oauthUnavailable(ctx *fasthttp.RequestCtx, desc string) {
+func (s *Server) oauthUnavailable(ctx *fasthttp.RequestCtx, now time.Time, desc string) {
+	if now.Before(tokenUnavailableSince) {
+		// SPEC 4.9: "since 2026-09-26; before that this answered 401".
+		s.oauthError(ctx, fasthttp.StatusUnauthorized, "invalid_client", checks.DescClientAuth)
+		return
+	}
 	ctx.Response.Header.Set(headerRetryAfter, itoa(checks.RetryAfterStorage))
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	s.writeJSON(ctx, fasthttp.StatusServiceUnavailable, &wire.OAuthError{Error: "temporarily_unavailable",
