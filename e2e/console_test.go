@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -80,6 +81,76 @@ func (c *console) confirm(what string) {
 }
 
 func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+// openConsole starts Chromium on a fresh profile and signs in to the
+// console of s (its admin listener when it has one).
+func openConsole(t *testing.T, s *Server) *console {
+	t.Helper()
+	chromium := findChromium()
+	if chromium == "" {
+		t.Skip("SKIPPED: no Chromium installed (apt-get install -y chromium); the console browser test did not run")
+	}
+	base := s.AdminURL
+	if base == "" {
+		base = s.URL
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")), chromedp.WindowSize(1440, 1000))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(alloc)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	c := &console{t: t, ctx: bctx}
+	c.do("open the console", chromedp.Navigate(base+"/console"), chromedp.WaitVisible(css("#signin-token")))
+	c.do("sign in", chromedp.SendKeys(css("#signin-token"), AdminToken+kb.Enter), chromedp.WaitVisible(css("#search")))
+	return c
+}
+
+// run evaluates a script on the page (awaiting a promise it returns) and
+// returns its string result, failing the test when it throws.
+func (c *console) run(what, script string) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.ctx, 45*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](script, chromedp.EvalAwaitPromise))
+	if err != nil {
+		c.t.Fatalf("%s: %v%s", what, err, c.diagnose())
+	}
+	return s
+}
+
+// openAccount navigates to the account's page and waits until it is drawn,
+// its lists loaded.
+func (c *console) openAccount(id string) {
+	c.t.Helper()
+	c.run("open "+id, `location.hash = '#/accounts/' + `+jsString(id)+`; ''`)
+	c.until("the page of "+id, fmt.Sprintf(`(document.getElementById('account-id') || {}).textContent === %s &&
+		!!document.querySelector('#mail-list table, #mail-list .empty, #mail-list .error')`, jsString(id)))
+}
+
+// failAccountReads makes the page's every GET of the account resource
+// itself (not its sub-resources) answer 503 from now on, as a server
+// between restarts or a dropped connection would.
+func (c *console) failAccountReads() {
+	c.t.Helper()
+	c.run("fail account reads", `(() => {
+		const f = window.fetch;
+		window.fetch = (url, init) => (init || {}).method === 'GET' && /\/admin\/v1\/accounts\/[^/?]+$/.test(String(url))
+			? Promise.resolve(new Response('{"error":"The service is temporarily unavailable."}', { status: 503 }))
+			: f(url, init);
+		return '';
+	})()`)
+}
+
+// jsString is s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
 
 // mustEvaluate evaluates with token and key, expecting 200.
 func mustEvaluate(t *testing.T, s *Server, key, token string) *Response {
@@ -256,5 +327,91 @@ func TestConsoleOperatorFlow(t *testing.T) {
 	c.do("phone width", chromedp.EmulateViewport(360, 740), chromedp.Reload(), chromedp.WaitVisible(css("#evaluations-list table")))
 	if w := c.eval(`String(document.documentElement.scrollWidth)`); w != "360" {
 		t.Fatalf("the account page is %s px wide on a 360-px screen", w)
+	}
+}
+
+// TestConsoleRotatedKeyShownWhenReloadFails: a rotated key is shown once,
+// as soon as the rotation answered. When the page's re-read of the account
+// fails after it, the new key stays on screen and the card says the
+// rotation happened and the reload did not: the operator must not rotate
+// again (a second live rotation ends the first old key's grace at once).
+func TestConsoleRotatedKeyShownWhenReloadFails(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "reload@example.com", "plan": "starter"})
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	c.failAccountReads()
+	const reloadFailed = "could not reload the account: The service is temporarily unavailable."
+
+	c.do("rotate the live key", chromedp.Click(css("#rotate-live")))
+	c.confirm("rotate the live key")
+	live := c.text("the new live key is shown", "#keys #secret-live")
+	if !strings.HasPrefix(live, "sk_live_") || live == a.LiveKey {
+		t.Fatalf("new live key shown: %q (old %q)", live, a.LiveKey)
+	}
+	if got := c.text("the keys card's error line", "#keys-error"); got != "Live key rotated; "+reloadFailed {
+		t.Fatalf("keys card says %q", got)
+	}
+	mustEvaluate(t, s, live, "test_clean")
+	mustEvaluate(t, s, a.LiveKey, "test_clean") // in its grace: rotated once
+
+	c.do("rotate the test key", chromedp.Click(css("#rotate-test")))
+	c.confirm("rotate the test key")
+	test := c.text("the new test key is shown", "#keys #secret-test")
+	if !strings.HasPrefix(test, "sk_test_") || test == a.TestKey {
+		t.Fatalf("new test key shown: %q (old %q)", test, a.TestKey)
+	}
+	if got := c.text("the keys card's error line", "#keys-error"); got != "Test key rotated; "+reloadFailed {
+		t.Fatalf("keys card says %q", got)
+	}
+	mustEvaluate(t, s, test, "test_clean")
+}
+
+// TestConsoleSavesNeedNoReload: a saved plan, suspension, origin list,
+// device-evidence beta or webhook URL is drawn from the API's answer to the
+// change itself, so a failing read of the account cannot make a save that
+// succeeded look failed.
+func TestConsoleSavesNeedNoReload(t *testing.T) {
+	s := Start(t, bin, "--allow-private-webhooks")
+	a := s.CreateAccount(t, map[string]any{"email": "saves@example.com", "plan": "free"})
+	s.Admin(t, "PATCH", "/admin/v1/accounts/"+a.ID, map[string]any{"origins": []string{"https://shop.example"}})
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	c.failAccountReads()
+	noError := func(what, sel string) {
+		t.Helper()
+		if got := c.eval(`document.getElementById(` + jsString(sel) + `).textContent`); got != "" {
+			t.Fatalf("%s saved, yet the page says %q", what, got)
+		}
+	}
+
+	c.do("save a plan", chromedp.SetValue(css("select#plan"), "growth"), chromedp.Click(css("#save-plan")))
+	c.waitStatus("save the plan", "Plan saved.")
+	c.until("the head shows the plan", `document.getElementById('account-plan').textContent === 'growth'`)
+	noError("the plan", "plan-error")
+
+	c.do("suspend", chromedp.Click(css("#suspend")))
+	c.confirm("suspend")
+	c.waitStatus("suspend", "Account suspended.")
+	c.until("the head shows the suspension", `!!document.getElementById('account-suspended')`)
+	noError("the suspension", "suspend-error")
+
+	c.do("add an origin", chromedp.SetValue(css("#origins"), "https://shop.example\nhttps://other.example"), chromedp.Click(css("#save-access")))
+	c.waitStatus("save the origins", "Allowlist and origins saved.")
+	noError("the origins", "access-error")
+
+	c.do("turn the beta on", chromedp.Click(css("input#beta")))
+	c.waitStatus("turn the beta on", "Device-evidence beta on.")
+	c.until("the box stays checked", `document.querySelector('input#beta').checked`)
+	noError("the beta", "beta-error")
+
+	c.do("save a webhook URL", chromedp.SetValue(css("#webhook-url"), "http://127.0.0.1:9/hook"), chromedp.Click(css("#save-webhook")))
+	c.waitStatus("save the webhook URL", "Webhook URL saved.")
+	noError("the webhook URL", "webhook-error")
+
+	got := s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID, nil).JSON(t)
+	if got["plan"] != "growth" || got["suspended"] != true || got["device_evidence_beta"] != true || got["webhook_url"] != "http://127.0.0.1:9/hook" ||
+		fmt.Sprint(got["origins"]) != "[https://shop.example https://other.example]" {
+		t.Fatalf("the account after the saves: %v", got)
 	}
 }

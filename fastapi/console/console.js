@@ -271,11 +271,12 @@ if (slots[name]) slots[name].replaceWith(el);
 slots[name] = el;
 return el;
 };
-st.refresh = async (...names) => {
-st.a = await api('GET', acct(id));
+st.show = (a, ...names) => {
+st.a = a;
 put('head', accountHead(st));
 for (const n of names) put(n, SECTIONS[n](st, put));
 };
+st.refresh = async (...names) => st.show(await api('GET', acct(id)), ...names);
 const grid = h('div.grid', null,
 put('plan', planCard(st, put)),
 put('keys', keysCard(st, put)),
@@ -315,9 +316,9 @@ body.hourly_limit = limitValue(hourly);
 body.monthly_limit = limitValue(monthly);
 }
 try {
-await busy(form.querySelector('button'), () => api('PATCH', acct(st.id), body));
+const saved = await busy(form.querySelector('button'), () => api('PATCH', acct(st.id), body));
 announce('Plan saved.');
-await st.refresh('plan', 'usage');
+st.show(saved, 'plan', 'usage');
 } catch (e) {
 err.textContent = errorText(e);
 }
@@ -338,24 +339,32 @@ return n === null ? 'none' : fmtNum(n);
 function keyLine(k) {
 return h('code', null, k.prefix + '…' + k.last4);
 }
-function keysCard(st, put, secret) {
+function keysCard(st, put, secret, note) {
 const a = st.a;
 const err = errLine('keys-error');
-const act = (label, btnID, confirmText, fn) => h('button#' + btnID, {
+if (note) err.textContent = note;
+const act = (label, btnID, confirmText, done, fn) => h('button#' + btnID, {
 type: 'button',
 class: confirmText ? 'danger' : null,
 onclick: async (ev) => {
 const btn = ev.currentTarget;
 err.textContent = '';
 if (confirmText && !(await confirmAction(confirmText, label))) return;
+let shown;
 try {
-const shown = await busy(btn, fn);
-await st.refresh();
-put('keys', keysCard(st, put, shown));
-announce(label + ': done.');
+shown = await busy(btn, fn);
 } catch (e) {
 err.textContent = errorText(e);
+return;
 }
+announce(done + '.');
+let failed = '';
+try {
+await st.refresh();
+} catch (e) {
+failed = done + '; could not reload the account: ' + errorText(e);
+}
+put('keys', keysCard(st, put, shown, failed));
 },
 }, label);
 const prev = a.previous_live_key;
@@ -366,15 +375,15 @@ prev ? [h('dt', null, 'Previous live key'), h('dd#previous-key', null, keyLine(p
 h('dt', null, 'Test key'), h('dd#test-key', null, keyLine(a.test_key), ' created ', fmtTime(a.test_key.created_at)),
 h('dt', null, 'Publishable key'), h('dd', null, h('code', null, a.publishable_key))),
 h('div.actions', null,
-act('Rotate live key', 'rotate-live', 'Issue a new live key? The current one keeps working for 24 hours (a second rotation ends that grace for the one before).', async () => {
+act('Rotate live key', 'rotate-live', 'Issue a new live key? The current one keeps working for 24 hours (a second rotation ends that grace for the one before).', 'Live key rotated', async () => {
 const r = await api('POST', acct(st.id, '/keys/live/rotate'));
 return secretBox('New live key', [['Live key', r.live_key, 'secret-live']]);
 }),
-prev ? act('Revoke previous key', 'revoke-previous', 'Stop the previous live key now? Calls still using it get 401 at once.', async () => {
+prev ? act('Revoke previous key', 'revoke-previous', 'Stop the previous live key now? Calls still using it get 401 at once.', 'Previous live key revoked', async () => {
 await api('POST', acct(st.id, '/keys/live/revoke-previous'));
 return null;
 }) : null,
-act('Rotate test key', 'rotate-test', 'Replace the test key? The current one stops working at once.', async () => {
+act('Rotate test key', 'rotate-test', 'Replace the test key? The current one stops working at once.', 'Test key rotated', async () => {
 const r = await api('POST', acct(st.id, '/keys/test/rotate'));
 return secretBox('New test key', [['Test key', r.test_key, 'secret-test']]);
 })),
@@ -438,9 +447,9 @@ const body = { allowlist: lines(allow.value), origins: lines(origins.value) };
 const removed = a.allowlist.length + a.origins.length - [...a.allowlist.filter((x) => body.allowlist.includes(x)), ...a.origins.filter((x) => body.origins.includes(x))].length;
 if (removed > 0 && !(await confirmAction('Remove ' + removed + ' allowlist or origin entr' + (removed === 1 ? 'y' : 'ies') + '? Calls from them may be refused at once.', 'Save'))) return;
 try {
-await busy(save.querySelector('button[type=submit]'), () => api('PATCH', acct(st.id), body));
+const saved = await busy(save.querySelector('button[type=submit]'), () => api('PATCH', acct(st.id), body));
 announce('Allowlist and origins saved.');
-await st.refresh('access');
+st.show(saved, 'access');
 } catch (e) {
 err.textContent = errorText(e);
 }
@@ -463,9 +472,9 @@ const to = !a.suspended;
 const q = to ? 'Suspend ' + a.email + '? Every call with its keys gets 403 until it is resumed.' : 'Resume ' + a.email + '? Its keys work again at once.';
 if (!(await confirmAction(q, to ? 'Suspend' : 'Resume'))) return;
 try {
-await busy(btn, () => api('PATCH', acct(st.id), { suspended: to }));
+const saved = await busy(btn, () => api('PATCH', acct(st.id), { suspended: to }));
 announce(to ? 'Account suspended.' : 'Account resumed.');
-await st.refresh('access');
+st.show(saved, 'access');
 } catch (e) {
 suspendErr.textContent = errorText(e);
 }
@@ -488,9 +497,9 @@ return;
 }
 try {
 box.disabled = true;
-await api('PATCH', acct(st.id), { device_evidence_beta: to });
+const saved = await api('PATCH', acct(st.id), { device_evidence_beta: to });
 announce('Device-evidence beta ' + (to ? 'on.' : 'off.'));
-await st.refresh('beta');
+st.show(saved, 'beta');
 } catch (e) {
 box.checked = !to;
 err.textContent = errorText(e);
@@ -610,10 +619,9 @@ err.textContent = '';
 const v = url.value.trim();
 if (v === '' && a.webhook_url && !(await confirmAction('Remove the webhook URL? Threat alerts stop at once.', 'Remove'))) return;
 try {
-await busy(form.querySelector('button'), () => api('PUT', acct(st.id, '/webhook'), { url: v === '' ? null : v }));
+const saved = await busy(form.querySelector('button'), () => api('PUT', acct(st.id, '/webhook'), { url: v === '' ? null : v }));
 announce(v === '' ? 'Webhook removed.' : 'Webhook URL saved.');
-await st.refresh();
-put('webhook', webhookCard(st, put));
+st.show(Object.assign({}, st.a, { webhook_url: saved.url }), 'webhook');
 } catch (e) {
 err.textContent = errorText(e);
 }
