@@ -415,3 +415,62 @@ func TestConsoleSavesNeedNoReload(t *testing.T) {
 		t.Fatalf("the account after the saves: %v", got)
 	}
 }
+
+// TestConsoleAccountMailOlderThanTheOutboxPage: the account page lists the
+// account's own mail however many of other accounts' are newer. It filtered
+// the outbox's 200 most recent (all accounts) in the page, so an account
+// whose usage warnings had been pushed out of those said "No mail sent for
+// this account."; it now asks for the account's (GET /admin/v1/mail?account=).
+func TestConsoleAccountMailOlderThanTheOutboxPage(t *testing.T) {
+	s := Start(t, bin)
+	warned := func(i int) Account {
+		a := s.CreateAccount(t, map[string]any{"email": fmt.Sprintf("warned%d@example.com", i), "plan": "custom", "hourly_limit": nil, "monthly_limit": 1})
+		mustEvaluate(t, s, a.LiveKey, "")
+		return a
+	}
+	a := warned(0)
+	outbox := func(query string) []map[string]any {
+		var ms []map[string]any
+		if err := json.Unmarshal(s.Admin(t, "GET", "/admin/v1/mail"+query, nil).Body, &ms); err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(outbox("?account="+a.ID)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no usage warning recorded for the account")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Other accounts' warnings until the account's are out of the 200 most
+	// recent.
+	listed := func() bool {
+		for _, m := range outbox("") {
+			if m["account_id"] == a.ID {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 1; listed(); i++ {
+		if i > 300 {
+			t.Fatal("the account's mail is still among the 200 most recent")
+		}
+		warned(i)
+		if i%25 == 0 {
+			time.Sleep(100 * time.Millisecond) // the mailer writes behind
+		}
+	}
+	own := outbox("?account=" + a.ID)
+
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	rows := c.eval(`String(document.querySelectorAll('#mail-list tbody tr').length)`)
+	if rows != fmt.Sprint(len(own)) {
+		t.Fatalf("the account has %d mails; its mail card shows %s rows: %q", len(own), rows, c.eval(`document.getElementById('mail').innerText`))
+	}
+	if got := c.text("the newest mail's subject", "#mail-list tbody tr:first-child summary"); got != own[0]["subject"] {
+		t.Fatalf("newest mail's subject %q, want %q", got, own[0]["subject"])
+	}
+}

@@ -608,11 +608,32 @@ func (s *Server) adminRotateWebhookSecret(ctx *fasthttp.RequestCtx, r *request) 
 	s.writeJSON(ctx, fasthttp.StatusOK, &wire.WebhookSecret{WebhookSecret: sec})
 }
 
-// adminMail lists the outbox, newest first (ADMIN.md views).
+// mailMax is the most mails GET /admin/v1/mail answers, and its default.
+const mailMax = 200
+
+// adminMail lists the outbox, newest first (ADMIN.md views): the 200 most
+// recent, or ?limit= of them; ?account= lists that account's alone (its
+// own 200 most recent, however many of other accounts' are newer).
 func (s *Server) adminMail(ctx *fasthttp.RequestCtx, r *request) {
+	limit, ok := s.queryLimit(ctx, mailMax, mailMax)
+	if !ok {
+		return
+	}
+	var account string
+	if args := ctx.QueryArgs(); args.Has("account") {
+		v := s.deps.Accounts.Get(string(args.Peek("account")))
+		if v == nil {
+			s.refuse(ctx, refuseNoAccount)
+			return
+		}
+		account = v.ID
+	}
 	out := []wire.Mail{}
 	if s.deps.Mail != nil {
-		recs, err := s.deps.Mail.Recent(200)
+		recs, err := s.deps.Mail.Recent(limit)
+		if account != "" {
+			recs, err = s.deps.Mail.RecentOf(account, limit)
+		}
 		if err != nil {
 			s.adminFailure(ctx, "list mail", err)
 			return

@@ -67,7 +67,20 @@ func (d *DB) PutMail(m *Mail) error {
 }
 
 // RecentMail returns up to limit outbox records, newest first.
-func (d *DB) RecentMail(limit int) ([]*Mail, error) {
+func (d *DB) RecentMail(limit int) ([]*Mail, error) { return d.recentMail("", limit) }
+
+// RecentMailOf returns up to limit outbox records of one account, newest
+// first, however many of other accounts' are newer (it reads past them: the
+// outbox keeps 90 days).
+func (d *DB) RecentMailOf(account string, limit int) ([]*Mail, error) {
+	if account == "" {
+		return nil, nil
+	}
+	return d.recentMail(account, limit)
+}
+
+// recentMail lists the newest records, of account only unless it is "".
+func (d *DB) recentMail(account string, limit int) ([]*Mail, error) {
 	it, err := d.newIter([]byte{prefixMail}, []byte{prefixMail + 1})
 	if err != nil {
 		return nil, err
@@ -83,7 +96,9 @@ func (d *DB) RecentMail(limit int) ([]*Mail, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mail %x: %w", it.Key(), err)
 		}
-		out = append(out, m)
+		if account == "" || m.Account == account {
+			out = append(out, m)
+		}
 	}
 	if err := it.Err("iterate mail"); err != nil {
 		return nil, err

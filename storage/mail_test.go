@@ -35,6 +35,36 @@ func TestMailOutbox(t *testing.T) {
 	}
 }
 
+// TestMailOutboxOfAccount: RecentMailOf reads past newer records of other
+// accounts to the account's own, newest first, up to the limit.
+func TestMailOutboxOfAccount(t *testing.T) {
+	db, err := Open("d", Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 300; i++ {
+		acct := "acc_other"
+		if i < 3 {
+			acct = "acc_mine"
+		}
+		if err := db.PutMail(&Mail{ID: string(rune('a' + i)), At: base.Add(time.Duration(i) * time.Minute), Account: acct, Status: "recorded"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := db.RecentMailOf("acc_mine", 2)
+	if err != nil || len(got) != 2 || got[0].ID != "c" || got[1].ID != "b" {
+		t.Fatalf("the account's two newest: %v %v", got, err)
+	}
+	if got, _ := db.RecentMailOf("acc_mine", 200); len(got) != 3 {
+		t.Fatalf("all of the account's: %d", len(got))
+	}
+	if got, _ := db.RecentMailOf("", 200); len(got) != 0 {
+		t.Fatalf("no account: %d records", len(got))
+	}
+}
+
 func TestMailFormatPinned(t *testing.T) {
 	m := &Mail{ID: "m", At: time.Unix(1, 0).UTC(), To: "t", Status: "sent"}
 	const want = "01" + "016d" + "8194ebdc03" + "00" + "0174" + "00" + "00" + "00" + "0473656e74" + "00"

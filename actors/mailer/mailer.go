@@ -157,6 +157,11 @@ func (m *Mailer) Warn(w quota.Warning) {
 // Recent lists the outbox, newest first.
 func (m *Mailer) Recent(limit int) ([]*storage.Mail, error) { return m.cfg.DB.RecentMail(limit) }
 
+// RecentOf lists one account's mail, newest first.
+func (m *Mailer) RecentOf(account string, limit int) ([]*storage.Mail, error) {
+	return m.cfg.DB.RecentMailOf(account, limit)
+}
+
 // Stop ends the actor after the messages already queued, and the sender:
 // a message it has not sent stays in the outbox as recorded.
 func (m *Mailer) Stop() {

@@ -700,8 +700,7 @@ default: return 'engine';
 }
 function mailCard(st) {
 const body = h('div#mail-list.scroll', null, h('p.note', null, 'Loading…'));
-api('GET', '/admin/v1/mail').then((all) => {
-const ms = all.filter((m) => m.account_id === st.id);
+api('GET', '/admin/v1/mail?account=' + encodeURIComponent(st.id)).then((ms) => {
 replace(body, ms.length === 0 ? h('p.empty', null, 'No mail sent for this account.') : h('table', null,
 h('thead', null, h('tr', null, ['Time', 'Kind', 'To', 'Subject', 'Status'].map((c) => h('th', { scope: 'col' }, c)))),
 h('tbody', null, ms.map((m) => h('tr', null,
@@ -709,7 +708,7 @@ h('td', null, fmtTime(m.at)), h('td', null, m.kind), h('td', null, m.to),
 h('td', null, h('details', null, h('summary', null, m.subject), h('pre', null, m.body))),
 h('td', null, m.status, m.error ? ': ' + m.error : ''))))));
 }).catch((e) => replace(body, h('p.error', null, errorText(e))));
-return card('Mail outbox', { id: 'mail', wide: true }, h('p.note', null, 'Usage warnings and webhook failure notices sent (or tried) for this account, newest first.'), body);
+return card('Mail outbox', { id: 'mail', wide: true }, h('p.note', null, 'Usage warnings and webhook failure notices sent (or tried) for this account: the 200 most recent, newest first.'), body);
 }
 const SECTIONS = { plan: planCard, keys: keysCard, usage: usageCard, access: accessCard, beta: betaCard, rules: rulesCard, pins: pinsCard, webhook: webhookCard, evaluations: evaluationsCard, mail: mailCard };
 const staleDays = 14;
