@@ -474,3 +474,54 @@ func TestConsoleAccountMailOlderThanTheOutboxPage(t *testing.T) {
 		t.Fatalf("newest mail's subject %q, want %q", got, own[0]["subject"])
 	}
 }
+
+// TestConsoleFirstAllowlistEntryAsks: README — "Every destructive action
+// asks for confirmation first." A first allowlist entry refuses the live
+// key from every other address at once, a first origin the publishable key
+// on every other website; both saved without a word. The page now asks,
+// naming the effect, and Cancel saves nothing; adding to a list that
+// already restricts asks nothing (no address loses access).
+func TestConsoleFirstAllowlistEntryAsks(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "allow@example.com"})
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	account := func() map[string]any { return s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID, nil).JSON(t) }
+	asked := func(what, want string) {
+		t.Helper()
+		c.do(what+": the question", chromedp.WaitVisible(css("#confirm-ok")))
+		if got := c.text(what+": the question", "#confirm-text"); !strings.Contains(got, want) {
+			t.Fatalf("%s asks %q, want it to say %q", what, got, want)
+		}
+	}
+	clearStatus := func() { c.run("clear the status line", `document.getElementById('status').textContent = ''`) }
+
+	c.do("a first allowlist entry", chromedp.SetValue(css("#allowlist"), "203.0.113.7"), chromedp.Click(css("#save-access")))
+	asked("a first allowlist entry", "Only these addresses may use the live key")
+	c.do("cancel", chromedp.Click(css("#confirm-cancel")), chromedp.WaitNotVisible(css("#confirm")))
+	if got := account()["allowlist"]; fmt.Sprint(got) != "[]" {
+		t.Fatalf("cancelled, yet the allowlist is %v", got)
+	}
+	mustEvaluate(t, s, a.LiveKey, "test_clean")
+	c.do("save it again", chromedp.Click(css("#save-access")))
+	asked("a first allowlist entry", "Only these addresses may use the live key")
+	c.confirm("a first allowlist entry")
+	c.waitStatus("the allowlist saved", "Allowlist and origins saved.")
+	if got := account()["allowlist"]; fmt.Sprint(got) != "[203.0.113.7/32]" {
+		t.Fatalf("confirmed, yet the allowlist is %v", got)
+	}
+
+	clearStatus()
+	c.do("a first origin", chromedp.SetValue(css("#origins"), "https://shop.example"), chromedp.Click(css("#save-access")))
+	asked("a first origin", "Only these origins may use the publishable key")
+	c.confirm("a first origin")
+	c.waitStatus("the origin saved", "Allowlist and origins saved.")
+
+	clearStatus()
+	c.do("one more address and origin", chromedp.SetValue(css("#allowlist"), "203.0.113.7/32\n127.0.0.1"),
+		chromedp.SetValue(css("#origins"), "https://shop.example\nhttps://other.example"), chromedp.Click(css("#save-access")))
+	c.waitStatus("saved without a question", "Allowlist and origins saved.")
+	if got := account(); fmt.Sprint(got["allowlist"], got["origins"]) != "[203.0.113.7/32 127.0.0.1/32] [https://shop.example https://other.example]" {
+		t.Fatalf("after adding: %v %v", got["allowlist"], got["origins"])
+	}
+}

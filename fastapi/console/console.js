@@ -444,8 +444,12 @@ onsubmit: async (ev) => {
 ev.preventDefault();
 err.textContent = '';
 const body = { allowlist: lines(allow.value), origins: lines(origins.value) };
+const asks = [];
 const removed = a.allowlist.length + a.origins.length - [...a.allowlist.filter((x) => body.allowlist.includes(x)), ...a.origins.filter((x) => body.origins.includes(x))].length;
-if (removed > 0 && !(await confirmAction('Remove ' + removed + ' allowlist or origin entr' + (removed === 1 ? 'y' : 'ies') + '? Calls from them may be refused at once.', 'Save'))) return;
+if (removed > 0) asks.push('Remove ' + removed + ' allowlist or origin entr' + (removed === 1 ? 'y' : 'ies') + '? Calls from them may be refused at once.');
+if (a.allowlist.length === 0 && body.allowlist.length > 0) asks.push('Only these addresses may use the live key: its calls from every other address are refused at once.');
+if (a.origins.length === 0 && body.origins.length > 0) asks.push('Only these origins may use the publishable key: the collector on every other website is refused at once.');
+if (asks.length > 0 && !(await confirmAction(asks.join(' '), 'Save'))) return;
 try {
 const saved = await busy(save.querySelector('button[type=submit]'), () => api('PATCH', acct(st.id), body));
 announce('Allowlist and origins saved.');
