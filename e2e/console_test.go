@@ -525,3 +525,34 @@ func TestConsoleFirstAllowlistEntryAsks(t *testing.T) {
 		t.Fatalf("after adding: %v %v", got["allowlist"], got["origins"])
 	}
 }
+
+// TestConsoleSlowAnswerForAnEarlierPageIsDropped: the page shown is the one
+// the URL names. The router drew whichever page's answers came last, so a
+// slow answer for the account opened first replaced the account opened
+// after it; a page whose navigation is no longer the current one is now
+// not drawn.
+func TestConsoleSlowAnswerForAnEarlierPageIsDropped(t *testing.T) {
+	s := Start(t, bin)
+	first := s.CreateAccount(t, map[string]any{"email": "first@example.com"})
+	second := s.CreateAccount(t, map[string]any{"email": "second@example.com"})
+	c := openConsole(t, s)
+	// The first account's answers come 1.5 s late; slowDone counts them.
+	c.run("slow down the first account", `(() => {
+		const f = window.fetch;
+		window.slowDone = 0;
+		window.fetch = async (url, init) => {
+			if (!String(url).includes(`+jsString(first.ID)+`)) return f(url, init);
+			await new Promise((r) => setTimeout(r, 1500));
+			try { return await f(url, init); } finally { window.slowDone++; }
+		};
+		return '';
+	})()`)
+	c.run("open the first account", `location.hash = '#/accounts/`+first.ID+`'; ''`)
+	time.Sleep(100 * time.Millisecond)
+	c.openAccount(second.ID)
+	c.until("the first account's answers came", `window.slowDone >= 3`)
+	time.Sleep(500 * time.Millisecond) // time to draw them, were they drawn
+	if got := c.eval(`document.getElementById('account-id').textContent + ' | ' + document.title + ' | ' + location.hash`); got != second.ID+" | second@example.com · fraudd console | #/accounts/"+second.ID {
+		t.Fatalf("the URL names %s; the page shows %q", second.ID, got)
+	}
+}

@@ -19,7 +19,7 @@ function lines(text) {
   return text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
 }
 
-async function renderAccount(id) {
+async function renderAccount(nav, id) {
   const [a, rules, pins] = await Promise.all([api('GET', acct(id)), api('GET', acct(id, '/rules')), api('GET', acct(id, '/exceptions'))]);
   const st = { id, a, rules, pins };
   const slots = {};
@@ -48,7 +48,7 @@ async function renderAccount(id) {
     put('webhook', webhookCard(st, put)),
     put('evaluations', evaluationsCard(st)),
     put('mail', mailCard(st)));
-  page(a.email, put('head', accountHead(st)), grid);
+  page(nav, a.email, put('head', accountHead(st)), grid);
 }
 
 function accountHead(st) {

@@ -16,7 +16,7 @@ function limitValue(input) {
   return input.value.trim() === '' ? null : Number(input.value);
 }
 
-async function renderAccounts() {
+async function renderAccounts(nav) {
   const q = h('input#search.grow', { type: 'search', placeholder: 'email or acc_…', 'aria-label': 'Search accounts by email or id' });
   const results = h('div#account-list.scroll', { 'aria-live': 'polite' });
   const count = h('p#account-count.note');
@@ -80,9 +80,9 @@ async function renderAccounts() {
   custom,
   h('button#create-account.primary', { type: 'submit' }, 'Create account'));
 
-  page('Accounts',
+  if (!page(nav, 'Accounts',
     h('div.grid', null,
       card('Find an account', { id: 'find', wide: true }, h('div.row', null, q), count, results),
-      card('Create an account', { id: 'create', wide: true }, form, err, created)));
+      card('Create an account', { id: 'create', wide: true }, form, err, created)))) return;
   await load();
 }

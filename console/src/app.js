@@ -4,7 +4,13 @@
 
 const main = () => document.getElementById('main');
 
+// navigation counts the pages asked for: a page whose answers arrive after
+// the next one was asked for is not drawn (a slow answer for the account
+// opened first must not replace the one the URL names now).
+let navigation = 0;
+
 function showSignIn(msg) {
+  navigation++;
   document.getElementById('nav').hidden = true;
   const input = h('input#signin-token', { type: 'password', autocomplete: 'off', required: true, 'aria-describedby': 'signin-help' });
   const err = errLine('signin-error');
@@ -40,6 +46,7 @@ function showSignIn(msg) {
 
 // route renders the page the fragment names.
 async function route() {
+  const nav = ++navigation;
   if (!token()) {
     showSignIn();
     return;
@@ -51,27 +58,30 @@ async function route() {
   try {
     if (parts[0] === 'accounts' && parts[1]) {
       document.getElementById('nav-accounts').setAttribute('aria-current', 'page');
-      await renderAccount(parts[1]);
+      await renderAccount(nav, parts[1]);
     } else if (parts[0] === 'service') {
       document.getElementById('nav-service').setAttribute('aria-current', 'page');
-      await renderService();
+      await renderService(nav);
     } else {
       document.getElementById('nav-accounts').setAttribute('aria-current', 'page');
-      await renderAccounts();
+      await renderAccounts(nav);
     }
   } catch (e) {
-    if (e instanceof APIError && e.status === 401) return;
+    if (nav !== navigation || (e instanceof APIError && e.status === 401)) return;
     replace(main(), h('div.card', { role: 'alert' }, h('h1', null, 'Could not load this page'), h('p.error', null, errorText(e))));
   }
 }
 
 // page replaces the content and moves focus to its heading, so keyboard and
-// screen-reader users land on the new page.
-function page(title, ...children) {
+// screen-reader users land on the new page; it draws nothing, and answers
+// false, when navigation nav is no longer the current one.
+function page(nav, title, ...children) {
+  if (nav !== navigation) return false;
   const h1 = h('h1', { tabindex: '-1' }, title);
   replace(main(), h1, children);
   h1.focus();
   document.title = title + ' · fraudd console';
+  return true;
 }
 
 document.addEventListener('DOMContentLoaded', () => {

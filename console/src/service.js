@@ -4,11 +4,11 @@
 // staleDays is the age from which a feed snapshot is flagged.
 const staleDays = 14;
 
-async function renderService() {
+async function renderService(nav) {
   const [st, feed, feeds] = await Promise.all([api('GET', '/api/status'), api('GET', '/api/threat-feed'), api('GET', '/admin/v1/feeds')]);
   const up = st.uptime;
   const services = Object.entries(st.services);
-  page('Service',
+  page(nav, 'Service',
     h('div.grid', null,
       card('Status', { id: 'svc-status' },
         h('p', null, h('span.badge.' + (st.status === 'operational' ? 'good' : 'bad'), { id: 'svc-overall' }, st.status), ' version ', h('code', null, st.version)),

@@ -181,7 +181,7 @@ return h('input#' + id, { type: 'number', min: '0', step: '1', inputmode: 'numer
 function limitValue(input) {
 return input.value.trim() === '' ? null : Number(input.value);
 }
-async function renderAccounts() {
+async function renderAccounts(nav) {
 const q = h('input#search.grow', { type: 'search', placeholder: 'email or acc_…', 'aria-label': 'Search accounts by email or id' });
 const results = h('div#account-list.scroll', { 'aria-live': 'polite' });
 const count = h('p#account-count.note');
@@ -243,10 +243,10 @@ h('label.grow', null, 'Email', email),
 h('label', null, 'Plan', plan),
 custom,
 h('button#create-account.primary', { type: 'submit' }, 'Create account'));
-page('Accounts',
+if (!page(nav, 'Accounts',
 h('div.grid', null,
 card('Find an account', { id: 'find', wide: true }, h('div.row', null, q), count, results),
-card('Create an account', { id: 'create', wide: true }, form, err, created)));
+card('Create an account', { id: 'create', wide: true }, form, err, created)))) return;
 await load();
 }
 const SIGNALS = ['vpn', 'proxy', 'tor', 'datacenter', 'anonymous', 'automation', 'antidetect', 'emulator',
@@ -262,7 +262,7 @@ return h('span.badge.' + d, null, d);
 function lines(text) {
 return text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
 }
-async function renderAccount(id) {
+async function renderAccount(nav, id) {
 const [a, rules, pins] = await Promise.all([api('GET', acct(id)), api('GET', acct(id, '/rules')), api('GET', acct(id, '/exceptions'))]);
 const st = { id, a, rules, pins };
 const slots = {};
@@ -288,7 +288,7 @@ put('pins', pinsCard(st, put)),
 put('webhook', webhookCard(st, put)),
 put('evaluations', evaluationsCard(st)),
 put('mail', mailCard(st)));
-page(a.email, put('head', accountHead(st)), grid);
+page(nav, a.email, put('head', accountHead(st)), grid);
 }
 function accountHead(st) {
 const a = st.a;
@@ -716,11 +716,11 @@ return card('Mail outbox', { id: 'mail', wide: true }, h('p.note', null, 'Usage 
 }
 const SECTIONS = { plan: planCard, keys: keysCard, usage: usageCard, access: accessCard, beta: betaCard, rules: rulesCard, pins: pinsCard, webhook: webhookCard, evaluations: evaluationsCard, mail: mailCard };
 const staleDays = 14;
-async function renderService() {
+async function renderService(nav) {
 const [st, feed, feeds] = await Promise.all([api('GET', '/api/status'), api('GET', '/api/threat-feed'), api('GET', '/admin/v1/feeds')]);
 const up = st.uptime;
 const services = Object.entries(st.services);
-page('Service',
+page(nav, 'Service',
 h('div.grid', null,
 card('Status', { id: 'svc-status' },
 h('p', null, h('span.badge.' + (st.status === 'operational' ? 'good' : 'bad'), { id: 'svc-overall' }, st.status), ' version ', h('code', null, st.version)),
@@ -773,7 +773,9 @@ s('title', null, d.day + ': ' + (pct === null ? 'no probes' : pct.toFixed(2) + '
 }));
 }
 const main = () => document.getElementById('main');
+let navigation = 0;
 function showSignIn(msg) {
+navigation++;
 document.getElementById('nav').hidden = true;
 const input = h('input#signin-token', { type: 'password', autocomplete: 'off', required: true, 'aria-describedby': 'signin-help' });
 const err = errLine('signin-error');
@@ -807,6 +809,7 @@ replace(main(), form);
 input.focus();
 }
 async function route() {
+const nav = ++navigation;
 if (!token()) {
 showSignIn();
 return;
@@ -818,24 +821,26 @@ announce('');
 try {
 if (parts[0] === 'accounts' && parts[1]) {
 document.getElementById('nav-accounts').setAttribute('aria-current', 'page');
-await renderAccount(parts[1]);
+await renderAccount(nav, parts[1]);
 } else if (parts[0] === 'service') {
 document.getElementById('nav-service').setAttribute('aria-current', 'page');
-await renderService();
+await renderService(nav);
 } else {
 document.getElementById('nav-accounts').setAttribute('aria-current', 'page');
-await renderAccounts();
+await renderAccounts(nav);
 }
 } catch (e) {
-if (e instanceof APIError && e.status === 401) return;
+if (nav !== navigation || (e instanceof APIError && e.status === 401)) return;
 replace(main(), h('div.card', { role: 'alert' }, h('h1', null, 'Could not load this page'), h('p.error', null, errorText(e))));
 }
 }
-function page(title, ...children) {
+function page(nav, title, ...children) {
+if (nav !== navigation) return false;
 const h1 = h('h1', { tabindex: '-1' }, title);
 replace(main(), h1, children);
 h1.focus();
 document.title = title + ' · fraudd console';
+return true;
 }
 document.addEventListener('DOMContentLoaded', () => {
 document.getElementById('signout').addEventListener('click', () => {
