@@ -556,3 +556,35 @@ func TestConsoleSlowAnswerForAnEarlierPageIsDropped(t *testing.T) {
 		t.Fatalf("the URL names %s; the page shows %q", second.ID, got)
 	}
 }
+
+// TestConsoleExpiredPreviousKeyNotShown: the keys card lists the previous
+// live key, with a Revoke button, while its grace runs; once the grace has
+// ended (the key gets 401) the account no longer carries it, and the card
+// shows neither — it said "works until" a time that had passed.
+func TestConsoleExpiredPreviousKeyNotShown(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "grace@example.com"})
+	if r := s.Admin(t, "POST", "/admin/v1/accounts/"+a.ID+"/keys/live/rotate", nil); r.Status != 200 {
+		t.Fatalf("rotate: %d %s", r.Status, r.Body)
+	}
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	if got := c.text("the previous key", "#previous-key"); !strings.Contains(got, " works until ") {
+		t.Fatalf("previous key in its grace: %q", got)
+	}
+	c.do("its Revoke button", chromedp.WaitVisible(css("#revoke-previous")))
+
+	s.Advance(t, "25h")
+	if r := evaluate(s, t, a.LiveKey, map[string]any{"token": "test_clean"}, nil); r.Status != 401 {
+		t.Fatalf("the old key after its grace: %d", r.Status)
+	}
+	if acc := s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID, nil).JSON(t); acc["previous_live_key"] != nil {
+		t.Fatalf("GET account after the grace: previous_live_key %v", acc["previous_live_key"])
+	}
+	c.run("leave the page", `location.hash = '#/accounts'; ''`)
+	c.do("the accounts page", chromedp.WaitVisible(css("#search")))
+	c.openAccount(a.ID)
+	if got := c.eval(`String(!!document.getElementById('previous-key')) + ' ' + String(!!document.getElementById('revoke-previous'))`); got != "false false" {
+		t.Fatalf("the old key gets 401, the keys card says %q", c.eval(`document.getElementById('keys').innerText`))
+	}
+}

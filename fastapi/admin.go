@@ -151,7 +151,9 @@ func accountView(v *accounts.View, now time.Time) *wire.Account {
 		u := v.WebhookURL
 		out.WebhookURL = &u
 	}
-	if p := v.PrevLive; p != nil {
+	// The previous live key while it works: once its grace has ended it is
+	// refused (accounts.Authenticate) and no longer shown.
+	if p := v.PrevLive; p != nil && now.Before(p.ValidUntil) {
 		until := fmtTime(p.ValidUntil)
 		out.PreviousLiveKey = &wire.KeyInfo{Prefix: p.Prefix, Last4: p.Last4, CreatedAt: fmtTime(p.CreatedAt), ValidUntil: &until}
 	}

@@ -3,6 +3,9 @@ package fastapi
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fraudd/fraudd/internal/clock"
 )
 
 // TestAdminCreatedAtOutOfRange: the store keeps created_at as Unix
@@ -79,6 +82,34 @@ func TestAdminAccountShowsLimitsInForce(t *testing.T) {
 	e.do("PATCH", uri, "Bearer adm", []byte(`{"plan":"custom","hourly_limit":7,"monthly_limit":null}`))
 	if m, l = get(); m["hourly_limit"] != float64(7) || l["hourly"] != float64(7) || l["monthly"] != nil {
 		t.Fatalf("custom: hourly_limit %v, limits %v", m["hourly_limit"], l)
+	}
+}
+
+// TestAdminPreviousKeyShownOnlyInItsGrace: after a live rotation the
+// account shows the previous key until its 24-hour grace ends, and from the
+// moment it is refused (401) no more — it was shown as working until a
+// time that had passed, with a Revoke button in the console.
+func TestAdminPreviousKeyShownOnlyInItsGrace(t *testing.T) {
+	e := newTestEnv(t)
+	uri := "/admin/v1/accounts/" + e.acct.View.ID
+	if ctx := e.do("POST", uri+"/keys/live/rotate", "Bearer adm", nil); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("rotate: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	at := func(d time.Duration) (prev any, listed any, usage int) {
+		e.srv.deps.Clock = clock.Fixed{T: fixedNow.Add(d)}
+		m := decodeJSON[map[string]any](t, e.do("GET", uri, "Bearer adm", nil))
+		l := decodeJSON[[]map[string]any](t, e.do("GET", "/admin/v1/accounts?q="+e.acct.View.ID, "Bearer adm", nil))
+		return m["previous_live_key"], l[0]["previous_live_key"], e.do("GET", "/v1/usage", "Bearer "+e.acct.LiveKey, nil).Response.StatusCode()
+	}
+	prev, listed, usage := at(24*time.Hour - time.Second)
+	p, _ := prev.(map[string]any)
+	if p == nil || p["valid_until"] != "2026-11-23T12:00:00Z" || listed == nil || usage != 200 {
+		t.Fatalf("in the grace: previous_live_key %v, listed %v, the old key gets %d", prev, listed, usage)
+	}
+	for _, d := range []time.Duration{24 * time.Hour, 25 * time.Hour} {
+		if prev, listed, usage := at(d); prev != nil || listed != nil || usage != 401 {
+			t.Fatalf("%v after the rotation: previous_live_key %v, listed %v, the old key gets %d", d, prev, listed, usage)
+		}
 	}
 }
 
