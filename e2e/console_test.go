@@ -588,3 +588,43 @@ func TestConsoleExpiredPreviousKeyNotShown(t *testing.T) {
 		t.Fatalf("the old key gets 401, the keys card says %q", c.eval(`document.getElementById('keys').innerText`))
 	}
 }
+
+// TestConsoleDevicesCard: the account page lists the account's devices
+// (GET /admin/v1/accounts/{id}/devices, ADMIN.md's views), which the
+// console never read though README says it does everything the admin API
+// does. A device collected on the account's website shows with its visits
+// and linked accounts; markup in what the API answers is shown as text.
+func TestConsoleDevicesCard(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "devices@example.com", "plan": "growth"})
+	tok := collectToken(t, s, a.PublishableKey, "73.0.0.9", nil)
+	ev := collectDevice(t, s, a.PublishableKey, "73.0.0.9", "chrome_desktop_windows")
+	st, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": ev, "accountId": "user-1"})
+	d, _ := m["device"].(map[string]any)
+	vid, _ := d["visitor_id"].(string)
+	if st != 200 || vid == "" {
+		t.Fatalf("evaluate with the device: %d %v", st, m)
+	}
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	row := fmt.Sprintf(`#devices-list tr[data-visitor-id=%q]`, vid)
+	c.do("the device is listed", chromedp.WaitVisible(css(row)))
+	if got := c.eval(`[...document.querySelectorAll(` + jsString(row+" td") + `)].map((td) => td.textContent).join(' | ')`); !strings.HasPrefix(got, vid+" | ") || !strings.HasSuffix(got, " | 1 | 1") {
+		t.Fatalf("the device's row: %q", got)
+	}
+
+	const markup = `<img src=x onerror="window.pwned=1">`
+	c.run("answer markup for the devices", `(() => {
+		const f = window.fetch;
+		window.fetch = (url, init) => String(url).endsWith('/devices')
+			? Promise.resolve(new Response(JSON.stringify([{ visitor_id: `+jsString(markup)+`, first_seen: '2026-11-22T12:00:00Z',
+				last_seen: '2026-11-22T12:00:00Z', visits: 2, linked_accounts: 1 }]), { status: 200 }))
+			: f(url, init);
+		return '';
+	})()`)
+	c.do("refresh the devices", chromedp.Click(css("#refresh-devices")))
+	c.waitStatus("refresh the devices", "Devices refreshed.")
+	if got := c.eval(`document.querySelector('#devices-list tbody td').textContent + ' | ' + document.querySelectorAll('#devices img').length + ' | ' + String(window.pwned)`); got != markup+" | 0 | undefined" {
+		t.Fatalf("markup in a visitor id: %q", got)
+	}
+}

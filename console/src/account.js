@@ -1,6 +1,7 @@
 // One account: plan and limits, usage, keys, access (suspension, allowlist,
 // origins), rules, exception pins, webhook, the device-evidence beta, recent
-// evaluations and the mail outbox. Every destructive action asks first.
+// evaluations, its devices and the mail outbox. Every destructive action
+// asks first.
 
 const SIGNALS = ['vpn', 'proxy', 'tor', 'datacenter', 'anonymous', 'automation', 'antidetect', 'emulator',
   'virtual_machine', 'incognito', 'privacy_mode', 'ip_blocklisted', 'high_activity', 'multi_account',
@@ -47,6 +48,7 @@ async function renderAccount(nav, id) {
     put('pins', pinsCard(st, put)),
     put('webhook', webhookCard(st, put)),
     put('evaluations', evaluationsCard(st)),
+    put('devices', devicesCard(st)),
     put('mail', mailCard(st)));
   page(nav, a.email, put('head', accountHead(st)), grid);
 }
@@ -494,6 +496,42 @@ function policyText(e) {
   }
 }
 
+// devicesCard lists the devices seen on the account's website. What a
+// device reports comes from visitors' browsers: like every value, it
+// reaches the page as text.
+function devicesCard(st) {
+  const body = h('div#devices-list.scroll', null, h('p.note', null, 'Loading…'));
+  const err = errLine('devices-error');
+  const load = async () => {
+    const ds = await api('GET', acct(st.id, '/devices'));
+    replace(body, ds.length === 0 ? h('p.empty', null, 'No devices seen in the last 90 days.') : h('table', null,
+      h('thead', null, h('tr', null, ['Visitor id', 'First seen', 'Last seen', 'Visits', 'Linked accounts'].map((c, i) => h(i < 3 ? 'th' : 'th.num', { scope: 'col' }, c)))),
+      h('tbody', null, ds.map((d) => h('tr', { 'data-visitor-id': d.visitor_id },
+        h('td.mono', null, d.visitor_id),
+        h('td', null, fmtTime(d.first_seen)),
+        h('td', null, fmtTime(d.last_seen)),
+        h('td.num', null, fmtNum(d.visits)),
+        h('td.num', null, fmtNum(d.linked_accounts)))))));
+  };
+  const c = card('Devices', { id: 'devices', wide: true },
+    h('p.note', null, 'The 50 most recently seen in the last 90 days, newest first (device evidence sent with evaluations). Linked accounts: the distinct accountId values seen with the device.'),
+    h('div.actions', null, h('button#refresh-devices', {
+      type: 'button',
+      onclick: async (ev) => {
+        err.textContent = '';
+        try {
+          await busy(ev.currentTarget, load);
+          announce('Devices refreshed.');
+        } catch (e) {
+          err.textContent = errorText(e);
+        }
+      },
+    }, 'Refresh')),
+    err, body);
+  load().catch((e) => replace(body, h('p.error', null, errorText(e))));
+  return c;
+}
+
 function mailCard(st) {
   const body = h('div#mail-list.scroll', null, h('p.note', null, 'Loading…'));
   api('GET', '/admin/v1/mail?account=' + encodeURIComponent(st.id)).then((ms) => {
@@ -507,4 +545,4 @@ function mailCard(st) {
   return card('Mail outbox', { id: 'mail', wide: true }, h('p.note', null, 'Usage warnings and webhook failure notices sent (or tried) for this account: the 200 most recent, newest first.'), body);
 }
 
-const SECTIONS = { plan: planCard, keys: keysCard, usage: usageCard, access: accessCard, beta: betaCard, rules: rulesCard, pins: pinsCard, webhook: webhookCard, evaluations: evaluationsCard, mail: mailCard };
+const SECTIONS = { plan: planCard, keys: keysCard, usage: usageCard, access: accessCard, beta: betaCard, rules: rulesCard, pins: pinsCard, webhook: webhookCard, evaluations: evaluationsCard, devices: devicesCard, mail: mailCard };

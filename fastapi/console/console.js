@@ -287,6 +287,7 @@ put('rules', rulesCard(st, put)),
 put('pins', pinsCard(st, put)),
 put('webhook', webhookCard(st, put)),
 put('evaluations', evaluationsCard(st)),
+put('devices', devicesCard(st)),
 put('mail', mailCard(st)));
 page(nav, a.email, put('head', accountHead(st)), grid);
 }
@@ -702,6 +703,38 @@ case 'exception': return 'pin ' + (e.exception_matched || '') + changed;
 default: return 'engine';
 }
 }
+function devicesCard(st) {
+const body = h('div#devices-list.scroll', null, h('p.note', null, 'Loading…'));
+const err = errLine('devices-error');
+const load = async () => {
+const ds = await api('GET', acct(st.id, '/devices'));
+replace(body, ds.length === 0 ? h('p.empty', null, 'No devices seen in the last 90 days.') : h('table', null,
+h('thead', null, h('tr', null, ['Visitor id', 'First seen', 'Last seen', 'Visits', 'Linked accounts'].map((c, i) => h(i < 3 ? 'th' : 'th.num', { scope: 'col' }, c)))),
+h('tbody', null, ds.map((d) => h('tr', { 'data-visitor-id': d.visitor_id },
+h('td.mono', null, d.visitor_id),
+h('td', null, fmtTime(d.first_seen)),
+h('td', null, fmtTime(d.last_seen)),
+h('td.num', null, fmtNum(d.visits)),
+h('td.num', null, fmtNum(d.linked_accounts)))))));
+};
+const c = card('Devices', { id: 'devices', wide: true },
+h('p.note', null, 'The 50 most recently seen in the last 90 days, newest first (device evidence sent with evaluations). Linked accounts: the distinct accountId values seen with the device.'),
+h('div.actions', null, h('button#refresh-devices', {
+type: 'button',
+onclick: async (ev) => {
+err.textContent = '';
+try {
+await busy(ev.currentTarget, load);
+announce('Devices refreshed.');
+} catch (e) {
+err.textContent = errorText(e);
+}
+},
+}, 'Refresh')),
+err, body);
+load().catch((e) => replace(body, h('p.error', null, errorText(e))));
+return c;
+}
 function mailCard(st) {
 const body = h('div#mail-list.scroll', null, h('p.note', null, 'Loading…'));
 api('GET', '/admin/v1/mail?account=' + encodeURIComponent(st.id)).then((ms) => {
@@ -714,7 +747,7 @@ h('td', null, m.status, m.error ? ': ' + m.error : ''))))));
 }).catch((e) => replace(body, h('p.error', null, errorText(e))));
 return card('Mail outbox', { id: 'mail', wide: true }, h('p.note', null, 'Usage warnings and webhook failure notices sent (or tried) for this account: the 200 most recent, newest first.'), body);
 }
-const SECTIONS = { plan: planCard, keys: keysCard, usage: usageCard, access: accessCard, beta: betaCard, rules: rulesCard, pins: pinsCard, webhook: webhookCard, evaluations: evaluationsCard, mail: mailCard };
+const SECTIONS = { plan: planCard, keys: keysCard, usage: usageCard, access: accessCard, beta: betaCard, rules: rulesCard, pins: pinsCard, webhook: webhookCard, evaluations: evaluationsCard, devices: devicesCard, mail: mailCard };
 const staleDays = 14;
 async function renderService(nav) {
 const [st, feed, feeds] = await Promise.all([api('GET', '/api/status'), api('GET', '/api/threat-feed'), api('GET', '/admin/v1/feeds')]);
