@@ -628,3 +628,28 @@ func TestConsoleDevicesCard(t *testing.T) {
 		t.Fatalf("markup in a visitor id: %q", got)
 	}
 }
+
+// TestConsoleCreatesInternationalEmail: the create form took the email in
+// an <input type=email>, which refuses addresses the API accepts
+// (jörg@example.com): the browser kept the form from being sent. It is a
+// text field now; the API checks the address and the page shows its
+// refusal.
+func TestConsoleCreatesInternationalEmail(t *testing.T) {
+	s := Start(t, bin)
+	c := openConsole(t, s)
+	c.do("create jörg@example.com", chromedp.SendKeys(css("#new-email"), "jörg@example.com"), chromedp.Click(css("#create-account")))
+	if key := c.text("the live key is shown", "#created #secret-live"); !strings.HasPrefix(key, "sk_live_") {
+		t.Fatalf("live key shown: %q", key)
+	}
+	var found []map[string]any
+	if err := json.Unmarshal(s.Admin(t, "GET", "/admin/v1/accounts?q=j%C3%B6rg", nil).Body, &found); err != nil || len(found) != 1 || found[0]["email"] != "jörg@example.com" {
+		t.Fatalf("accounts matching jörg: %v %v", found, err)
+	}
+
+	refused := s.Admin(t, "POST", "/admin/v1/accounts", map[string]any{"email": "not-an-address"})
+	if refused.Status != 400 {
+		t.Fatalf("the API takes not-an-address: %d", refused.Status)
+	}
+	c.do("create not-an-address", chromedp.SendKeys(css("#new-email"), "not-an-address"), chromedp.Click(css("#create-account")))
+	c.until("the API's refusal is shown", `document.getElementById('create-error').textContent === `+jsString(refused.JSON(t)["error"].(string)))
+}

@@ -42,7 +42,9 @@ async function renderAccounts(nav) {
     timer = setTimeout(() => load().catch((e) => { count.textContent = errorText(e); }), 200);
   });
 
-  const email = h('input#new-email', { type: 'email', required: true, autocomplete: 'off' });
+  // Plain text: type=email refuses addresses the API accepts (jörg@…);
+  // the API checks the address and the page shows its error text.
+  const email = h('input#new-email', { type: 'text', inputmode: 'email', autocomplete: 'off', autocapitalize: 'off', spellcheck: 'false' });
   const plan = planSelect('new-plan', 'free');
   const hourly = limitInput('new-hourly', null);
   const monthly = limitInput('new-monthly', null);

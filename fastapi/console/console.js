@@ -206,7 +206,7 @@ q.addEventListener('input', () => {
 clearTimeout(timer);
 timer = setTimeout(() => load().catch((e) => { count.textContent = errorText(e); }), 200);
 });
-const email = h('input#new-email', { type: 'email', required: true, autocomplete: 'off' });
+const email = h('input#new-email', { type: 'text', inputmode: 'email', autocomplete: 'off', autocapitalize: 'off', spellcheck: 'false' });
 const plan = planSelect('new-plan', 'free');
 const hourly = limitInput('new-hourly', null);
 const monthly = limitInput('new-monthly', null);
