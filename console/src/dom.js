@@ -90,7 +90,12 @@ function confirmAction(text, okLabel) {
     };
     const onOK = () => done(true);
     const onCancel = () => done(false);
-    const onClose = () => done(false);
+    // The close event comes a task after the dialog closed: one left over
+    // from the question before (answered, then this one asked at once) finds
+    // this one open, and is not an answer to it.
+    const onClose = () => {
+      if (!dlg.open) done(false);
+    };
     ok.addEventListener('click', onOK);
     cancel.addEventListener('click', onCancel);
     dlg.addEventListener('close', onClose);

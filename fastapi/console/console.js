@@ -71,7 +71,9 @@ resolve(v);
 };
 const onOK = () => done(true);
 const onCancel = () => done(false);
-const onClose = () => done(false);
+const onClose = () => {
+if (!dlg.open) done(false);
+};
 ok.addEventListener('click', onOK);
 cancel.addEventListener('click', onCancel);
 dlg.addEventListener('close', onClose);
