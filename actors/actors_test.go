@@ -370,9 +370,10 @@ func TestGroupCommitterLinger(t *testing.T) {
 // committed at once, not after the next group's linger.
 func TestGroupCommitterLingerAfterBarrier(t *testing.T) {
 	groups := make(chan []int, 16)
-	gate := make(chan struct{})
+	gate, entered := make(chan struct{}), make(chan struct{})
 	g := NewGroupCommitter(GroupConfig{Linger: time.Hour, LingerItems: 100}, func(items []int) error {
 		if items[0] == 0 {
+			close(entered)
 			<-gate // the first group holds the committer while the rest queue
 		}
 		groups <- append([]int(nil), items...)
@@ -380,14 +381,17 @@ func TestGroupCommitterLingerAfterBarrier(t *testing.T) {
 	}, func([]int, error) {})
 	defer g.Close()
 	g.TryAdd(0)
-	for g.Queued() != 0 { // the committer took 0 and waits at the gate
-		time.Sleep(time.Millisecond)
-	}
+	// The committer applies 0's group and waits at the gate. (Queued() == 0
+	// said only that it had received 0: still gathering, it took 1 and the
+	// barrier into the same group, and the wait below never ended.)
+	<-entered
 	g.TryAddLazy(1)
 	barrier := make(chan error, 1)
 	go func() { barrier <- g.Barrier(10 * time.Second) }()
-	for g.Queued() != 2 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); g.Queued() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("queued %d, want the lazy item and the barrier", g.Queued())
+		}
 	}
 	g.TryAddLazy(2)
 	g.TryAdd(3) // somebody waits on it; its kick finds the slot full

@@ -3,6 +3,7 @@ package devicehist
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/fraudd/fraudd/actors"
@@ -20,9 +21,14 @@ import (
 // observation arriving meanwhile starts from nothing instead of reloading
 // the stored copy that is about to go.
 
-// takeWait bounds how long Take and Merge wait for the shards (a var for
-// the tests of what happens past it).
-var takeWait = 30 * time.Second
+// takeWait bounds how long Take and Merge wait for the shards, as a
+// time.Duration. Atomic, for the tests of what happens past it: a test
+// sets it back while an earlier Take's late give-back still reads it.
+var takeWait = func() *atomic.Int64 {
+	var v atomic.Int64
+	v.Store(int64(30 * time.Second))
+	return &v
+}()
 
 // lateWait bounds how long the replies of shards that missed takeWait are
 // still waited for (in the background) before they are given up on.
@@ -109,7 +115,7 @@ func (c *Client) Take(match func(customer string) bool, now time.Time) ([]storag
 	var errs error
 	// A shard that answers late has taken its records all the same, and
 	// they would be lost: wait well past the call timeout before giving up.
-	t := time.NewTimer(max(c.timeout, takeWait))
+	t := time.NewTimer(max(c.timeout, time.Duration(takeWait.Load())))
 	defer t.Stop()
 	for got := 0; got < sent; got++ {
 		select {
@@ -180,7 +186,7 @@ collect:
 // durable returns once every write the shards handed to the committer so
 // far (a take's deletes) is stored and synced.
 func (c *Client) durable() error {
-	if err := c.barrierAll(max(c.timeout, takeWait)); err != nil {
+	if err := c.barrierAll(max(c.timeout, time.Duration(takeWait.Load()))); err != nil {
 		return err
 	}
 	if err := c.store.Sync(); err != nil {
@@ -231,7 +237,7 @@ func (c *Client) MergeParts(recs []storage.HistRecord, now time.Time) (merged []
 	// A shard that answers late has merged its records all the same, and a
 	// caller that took the error for "not merged" would give them back or
 	// have them sent again (counted twice): wait well past the call timeout.
-	t := time.NewTimer(max(c.timeout, takeWait))
+	t := time.NewTimer(max(c.timeout, time.Duration(takeWait.Load())))
 	defer t.Stop()
 	var first error
 wait:

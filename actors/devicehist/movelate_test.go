@@ -35,9 +35,9 @@ func (s *stallingLoads) LoadHist(r storage.HistRecord) (storage.HistStored, bool
 
 // shortTakeWait sets takeWait to d for the test.
 func shortTakeWait(t *testing.T, d time.Duration) {
-	old := takeWait
-	takeWait = d
-	t.Cleanup(func() { takeWait = old })
+	old := takeWait.Load()
+	takeWait.Store(int64(d))
+	t.Cleanup(func() { takeWait.Store(old) })
 }
 
 // TestTakeTimedOutGivesBack: a Take whose shard is stuck past takeWait
