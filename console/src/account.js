@@ -469,21 +469,26 @@ function evaluationsCard(st) {
   };
   const c = card('Recent evaluations', { id: 'evaluations', wide: true },
     h('p.note', null, 'The 200 most recent, none older than 7 days, newest first.'),
-    h('div.actions', null, h('button#refresh-evaluations', {
-      type: 'button',
-      onclick: async (ev) => {
-        err.textContent = '';
-        try {
-          await busy(ev.currentTarget, load);
-          announce('Evaluations refreshed.');
-        } catch (e) {
-          err.textContent = errorText(e);
-        }
-      },
-    }, 'Refresh')),
+    refreshButton('refresh-evaluations', 'Evaluations', load, err),
     err, body);
   load().catch((e) => replace(body, h('p.error', null, errorText(e))));
   return c;
+}
+
+// refreshButton reloads a card's list with load, reporting a failure in err.
+function refreshButton(id, what, load, err) {
+  return h('div.actions', null, h('button#' + id, {
+    type: 'button',
+    onclick: async (ev) => {
+      err.textContent = '';
+      try {
+        await busy(ev.currentTarget, load);
+        announce(what + ' refreshed.');
+      } catch (e) {
+        err.textContent = errorText(e);
+      }
+    },
+  }, 'Refresh'));
 }
 
 // policyText says what decided: the engine, a rule or a pin.
@@ -515,18 +520,7 @@ function devicesCard(st) {
   };
   const c = card('Devices', { id: 'devices', wide: true },
     h('p.note', null, 'The 50 most recently seen in the last 90 days, newest first (device evidence sent with evaluations). Linked accounts: the distinct accountId values seen with the device.'),
-    h('div.actions', null, h('button#refresh-devices', {
-      type: 'button',
-      onclick: async (ev) => {
-        err.textContent = '';
-        try {
-          await busy(ev.currentTarget, load);
-          announce('Devices refreshed.');
-        } catch (e) {
-          err.textContent = errorText(e);
-        }
-      },
-    }, 'Refresh')),
+    refreshButton('refresh-devices', 'Devices', load, err),
     err, body);
   load().catch((e) => replace(body, h('p.error', null, errorText(e))));
   return c;

@@ -681,21 +681,24 @@ h('td', null, policyText(e)))))));
 };
 const c = card('Recent evaluations', { id: 'evaluations', wide: true },
 h('p.note', null, 'The 200 most recent, none older than 7 days, newest first.'),
-h('div.actions', null, h('button#refresh-evaluations', {
+refreshButton('refresh-evaluations', 'Evaluations', load, err),
+err, body);
+load().catch((e) => replace(body, h('p.error', null, errorText(e))));
+return c;
+}
+function refreshButton(id, what, load, err) {
+return h('div.actions', null, h('button#' + id, {
 type: 'button',
 onclick: async (ev) => {
 err.textContent = '';
 try {
 await busy(ev.currentTarget, load);
-announce('Evaluations refreshed.');
+announce(what + ' refreshed.');
 } catch (e) {
 err.textContent = errorText(e);
 }
 },
-}, 'Refresh')),
-err, body);
-load().catch((e) => replace(body, h('p.error', null, errorText(e))));
-return c;
+}, 'Refresh'));
 }
 function policyText(e) {
 const changed = e.engine_decision !== e.decision ? ' (engine: ' + e.engine_decision + ')' : '';
@@ -721,18 +724,7 @@ h('td.num', null, fmtNum(d.linked_accounts)))))));
 };
 const c = card('Devices', { id: 'devices', wide: true },
 h('p.note', null, 'The 50 most recently seen in the last 90 days, newest first (device evidence sent with evaluations). Linked accounts: the distinct accountId values seen with the device.'),
-h('div.actions', null, h('button#refresh-devices', {
-type: 'button',
-onclick: async (ev) => {
-err.textContent = '';
-try {
-await busy(ev.currentTarget, load);
-announce('Devices refreshed.');
-} catch (e) {
-err.textContent = errorText(e);
-}
-},
-}, 'Refresh')),
+refreshButton('refresh-devices', 'Devices', load, err),
 err, body);
 load().catch((e) => replace(body, h('p.error', null, errorText(e))));
 return c;
