@@ -195,10 +195,10 @@ func TestServerRefusesLateCall(t *testing.T) {
 	}
 }
 
-// TestUnreachableOwner: with the owner's address dead, or no owner at all,
-// a charge answers ErrNoOwner (503, nothing charged) within the deadline,
-// blocking or chained.
-func TestUnreachableOwner(t *testing.T) {
+// deadOwnerQuota is node b's routing client with its own quota actors,
+// whose view names a as the owner at an address nobody listens on.
+func deadOwnerQuota(t *testing.T, handoff time.Duration) (*Quota, *quota.Client, *fakeOwners) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -207,13 +207,21 @@ func TestUnreachableOwner(t *testing.T) {
 	l.Close()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
 	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
-	defer local.Stop()
+	t.Cleanup(func() { local.Stop() })
 	owners := &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": dead}}
-	q, err := NewQuota(QuotaConfig{Local: local, Owners: owners, Timeout: 200 * time.Millisecond, Workers: 2, Logger: quietLog})
+	q, err := NewQuota(QuotaConfig{Local: local, Owners: owners, Timeout: 200 * time.Millisecond, HandoffWait: handoff, Workers: 2, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close()
+	t.Cleanup(q.Close)
+	return q, local, owners
+}
+
+// TestUnreachableOwner: with the owner's address dead, or no owner at all,
+// a charge answers ErrNoOwner (503, nothing charged) within the deadline,
+// blocking or chained.
+func TestUnreachableOwner(t *testing.T) {
+	q, local, owners := deadOwnerQuota(t, 0)
 	for name, charge := range map[string]func(quota.Charge) (quota.ChargeResult, error){
 		"blocking": q.Charge,
 		"chained":  func(c quota.Charge) (quota.ChargeResult, error) { return chargeThen(q, c) },
@@ -517,21 +525,7 @@ func (a *acquiring) Admit(shard int) (int64, func(), error)   { return admitByHe
 // to 2 s in all"), not only 16 short pauses: here the claim comes 700 ms
 // later, to this node, and the call is answered.
 func TestDeadOwnerWaitsForTheNextClaim(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog }))
-	local := quota.New(sys.Root, quota.Config{Shards: 2, Logger: quietLog})
-	defer local.Stop()
-	owners := &fakeOwners{self: "b", owner: "a", token: 7, addrs: map[string]string{"a": dead}}
-	q, err := NewQuota(QuotaConfig{Local: local, Owners: owners, Timeout: 200 * time.Millisecond, HandoffWait: 10 * time.Second, Workers: 2, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q, _, owners := deadOwnerQuota(t, 10*time.Second)
 	claimed := time.AfterFunc(700*time.Millisecond, func() {
 		owners.mu.Lock()
 		owners.owner, owners.token = "b", 8
