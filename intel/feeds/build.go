@@ -235,7 +235,15 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 		os.Remove(name)
 		return err
 	}
-	return nil
+	// The new name lives in the directory: without its sync a crash can
+	// bring back the old file (still a usable feed, but not the one the
+	// update reported written).
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 var errEmptyInput = errors.New("input has no entries")
@@ -296,6 +304,13 @@ func assemble(sp spec, ins []input) (*feedfile.File, error) {
 	switch sp.kind {
 	case feedfile.KindRanges:
 		f.Entries = countDistinct(spans)
+		// Entries counts what the sources list, before the exclusions: a
+		// wrong exclusion file (the list itself served in its place) would
+		// leave that count whole while the table lost it, and the shrink
+		// checks would pass a feed that flags nothing.
+		if gone := excludedEntries(spans, excl); gone*maxShrink > f.Entries {
+			return nil, fmt.Errorf("the exclusions remove %d of the feed's %d entries (more than half); a wrong exclusion list?", gone, f.Entries)
+		}
 		f.Ranges = buildRanges(spans, excl, sp.labelled)
 	case feedfile.KindASNs:
 		f.ASNs = feedfile.SortASNs(f.ASNs)
@@ -311,6 +326,62 @@ func assemble(sp spec, ins []input) (*feedfile.File, error) {
 		return nil, errors.New("feed is empty")
 	}
 	return f, nil
+}
+
+// excludedEntries counts the distinct entries of spans (as countDistinct
+// counts them) that the exclusions cover whole, so that none of their
+// addresses is left in the table.
+func excludedEntries(spans, excl []span) int {
+	if len(excl) == 0 {
+		return 0
+	}
+	one := feedfile.U128{Lo: 1}
+	union := func(v4 bool) []span {
+		var u []span
+		for _, x := range excl {
+			if x.v4 == v4 {
+				u = append(u, x)
+			}
+		}
+		slices.SortFunc(u, func(a, b span) int { return a.lo.Cmp(b.lo) })
+		out := u[:0]
+		for _, x := range u {
+			if n := len(out); n > 0 && (!out[n-1].hi.Less(x.lo) || !out[n-1].hi.IsMax() && out[n-1].hi.Add(one) == x.lo) {
+				if out[n-1].hi.Less(x.hi) {
+					out[n-1].hi = x.hi
+				}
+				continue
+			}
+			out = append(out, x)
+		}
+		return out
+	}
+	u4, u6 := union(true), union(false)
+	type key struct {
+		v4     bool
+		lo, hi feedfile.U128
+		label  string
+		value  uint32
+	}
+	seen := make(map[key]struct{}, len(spans))
+	gone := 0
+	for _, s := range spans {
+		k := key{s.v4, s.lo, s.hi, s.label, s.value}
+		if _, dup := seen[k]; dup {
+			continue
+		}
+		seen[k] = struct{}{}
+		u := u6
+		if s.v4 {
+			u = u4
+		}
+		// The last excluded run starting at or before s.lo.
+		i := sort.Search(len(u), func(i int) bool { return s.lo.Less(u[i].lo) }) - 1
+		if i >= 0 && !u[i].hi.Less(s.hi) {
+			gone++
+		}
+	}
+	return gone
 }
 
 // countDistinct counts distinct (family, range, label) entries: the figure a

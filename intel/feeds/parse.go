@@ -3,11 +3,9 @@ package feeds
 import (
 	"bufio"
 	"bytes"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -69,6 +67,9 @@ var errNothing = errors.New("no entries could be read")
 
 // parse reads data in the given format.
 func parse(format Format, data []byte) (*parsed, error) {
+	// A byte order mark would glue itself to the first entry, which then
+	// does not read.
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	p := &parsed{date: headerDate(data)}
 	var err error
 	switch format {
@@ -136,6 +137,9 @@ func parse(format Format, data []byte) (*parsed, error) {
 				return false
 			}
 			sp := spanOfPrefix(pf)
+			if tooWide(sp) {
+				return false // as parseAddrOrRange: no list takes a /0
+			}
 			sp.label = prov
 			p.spans = append(p.spans, sp)
 			return true
@@ -349,30 +353,83 @@ func eachTSV(data []byte, p *parsed, fn func(string) bool) error {
 
 // eachCSV calls fn for every record with at least minFields fields. A first
 // record that does not read (a header) is not counted as skipped.
+//
+// Each physical line is one record (splitCSVLine): none of the feeds' CSV
+// files quote a line break, and encoding/csv's lazy quotes let one stray
+// quote (a `"name" ` with a space after it, as brianhama's bad-ASN list
+// has) swallow the lines after it into a field, dropping them unseen.
 func eachCSV(data []byte, p *parsed, minFields int, fn func([]string) bool) error {
-	r := csv.NewReader(bytes.NewReader(data))
-	r.FieldsPerRecord = -1
-	r.Comment = '#'
-	r.LazyQuotes = true
-	r.TrimLeadingSpace = true
-	r.ReuseRecord = true
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	first := true
-	for {
-		rec, err := r.Read()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading CSV: %w", err)
-		}
-		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+	var rec []string
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), " \t\r")
+		if strings.TrimSpace(line) == "" || line[0] == '#' {
 			continue
 		}
+		rec = splitCSVLine(line, rec[:0])
 		ok := len(rec) >= minFields && fn(rec)
 		if !ok && !first {
 			p.skipped++
 		}
 		first = false
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading CSV: %w", err)
+	}
+	return nil
+}
+
+// splitCSVLine splits one CSV line into fields, appended to dst: RFC 4180
+// quoting ("" is a quote inside a quoted field), leading spaces of a field
+// dropped, and a quote that neither closes a field nor doubles read as a
+// plain character, as encoding/csv's LazyQuotes does.
+func splitCSVLine(line string, dst []string) []string {
+	for {
+		line = strings.TrimLeft(line, " \t")
+		if !strings.HasPrefix(line, `"`) {
+			i := strings.IndexByte(line, ',')
+			if i < 0 {
+				return append(dst, line)
+			}
+			dst = append(dst, line[:i])
+			line = line[i+1:]
+			continue
+		}
+		field, rest, more := quotedField(line[1:])
+		dst = append(dst, field)
+		if !more {
+			return dst
+		}
+		line = rest
+	}
+}
+
+// quotedField reads a quoted field from just after its opening quote: the
+// field, what follows the comma after its closing quote, and whether there
+// was such a comma. A field never closed takes the rest of the line.
+func quotedField(s string) (field, rest string, more bool) {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			b.WriteString(s)
+			return b.String(), "", false
+		}
+		b.WriteString(s[:i])
+		s = s[i+1:]
+		switch {
+		case s == "":
+			return b.String(), "", false
+		case s[0] == ',':
+			return b.String(), s[1:], true
+		case s[0] == '"':
+			b.WriteByte('"')
+			s = s[1:]
+		default:
+			b.WriteByte('"') // a stray quote inside the field
+		}
 	}
 }
 

@@ -306,7 +306,13 @@ func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, di
 		res.Err = fmt.Errorf("shrank from %d to %d entries (more than half); keeping the old feed", prev, f.Entries)
 		return res
 	}
-	if err := inputShrank(prevIns, f.Inputs); err != nil {
+	excluded := make([]bool, len(f.Inputs))
+	for i, in := range ins {
+		if i < len(excluded) {
+			excluded[i] = in.exclude
+		}
+	}
+	if err := inputShrank(prevIns, f.Inputs, excluded); err != nil {
 		res.Status, res.Err = StatusRejected, err
 		return res
 	}
@@ -327,16 +333,22 @@ func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, di
 // inputShrank applies maxShrink to each source of a feed, not only to its
 // total: a source that is a small part of its feed (the IPv6 list beside
 // the IPv4 one) could collapse to a line and leave the total within bounds,
-// its table replaced by nearly nothing. The sources are compared in order,
+// its table replaced by nearly nothing. An exclusion source (excluded[i])
+// is the other way round: one that grows past maxShrink times its size
+// takes that much more out of the feed. The sources are compared in order,
 // and only when there are as many as before: a feed whose sources changed
 // has nothing to compare them with.
-func inputShrank(prev, cur []feedfile.Input) error {
+func inputShrank(prev, cur []feedfile.Input, excluded []bool) error {
 	if len(prev) != len(cur) {
 		return nil
 	}
 	for i, in := range cur {
-		if p := prev[i].Entries; p > 0 && in.Entries*maxShrink < p {
+		p := prev[i].Entries
+		if p > 0 && in.Entries*maxShrink < p {
 			return fmt.Errorf("source %d (%s) shrank from %d to %d entries (more than half); keeping the old feed", i+1, in.Name, p, in.Entries)
+		}
+		if i < len(excluded) && excluded[i] && p > 0 && in.Entries > p*maxShrink {
+			return fmt.Errorf("exclusion source %d (%s) grew from %d to %d entries (more than double); keeping the old feed", i+1, in.Name, p, in.Entries)
 		}
 	}
 	return nil
