@@ -18,6 +18,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/checks"
+	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/actors/webhook"
 	"github.com/fraudd/fraudd/intel/score"
@@ -631,10 +632,13 @@ func (s *Server) adminMail(ctx *fasthttp.RequestCtx, r *request) {
 		account = v.ID
 	}
 	out := []wire.Mail{}
-	if s.deps.Mail != nil {
-		recs, err := s.deps.Mail.Recent(limit)
+	if lister := s.mailLister(); lister != nil {
+		var recs []*mailer.Mail
+		var err error
 		if account != "" {
-			recs, err = s.deps.Mail.RecentOf(account, limit)
+			recs, err = lister.RecentOf(account, limit)
+		} else {
+			recs, err = lister.Recent(limit)
 		}
 		if err != nil {
 			s.adminFailure(ctx, "list mail", err)

@@ -134,8 +134,8 @@ func (s *Server) adminEvaluations(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	out := []wire.RecentEvaluation{}
-	if s.deps.Recent != nil {
-		list, err := s.deps.Recent.List(recent.List{Account: v.ID, Now: r.Now, Limit: limit})
+	if lister := s.evaluationLister(); lister != nil {
+		list, err := lister.List(recent.List{Account: v.ID, Now: r.Now, Limit: limit})
 		if err != nil {
 			if errors.Is(err, recent.ErrUnavailable) {
 				s.storageUnavailable(ctx)

@@ -147,6 +147,13 @@ type Deps struct {
 	// Recent keeps each account's recent evaluations for the console; nil
 	// records nothing and lists none.
 	Recent *recent.Client
+	// EvaluationList, DeliveryList and MailList, when set (cluster mode),
+	// are what the admin lists of an account's recent evaluations, its
+	// webhook deliveries and the outbox read instead of Recent, Webhooks
+	// and Mail: every member's, merged.
+	EvaluationList EvaluationLister
+	DeliveryList   DeliveryLister
+	MailList       MailLister
 	// Shards reports stopped or stuck actor shards for GET /readyz; nil
 	// checks none.
 	Shards ShardHealth

@@ -45,8 +45,8 @@ func (s *Server) adminWebhookDeliveries(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	out := []wire.WebhookDelivery{}
-	if s.deps.Webhooks != nil {
-		recs, err := s.deps.Webhooks.Recent(v.ID, r.Now)
+	if lister := s.deliveryLister(); lister != nil {
+		recs, err := lister.Recent(v.ID, r.Now)
 		if err != nil {
 			s.adminFailure(ctx, "list webhook deliveries", err)
 			return

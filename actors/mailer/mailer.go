@@ -30,6 +30,10 @@ import (
 // Outbox records are kept this long.
 const retention = 90 * 24 * time.Hour
 
+// Mail is one outbox record, as Recent lists it (the admin list names it
+// without importing the store).
+type Mail = storage.Mail
+
 // Config configures New.
 type Config struct {
 	DB       *storage.DB

@@ -36,6 +36,10 @@ import (
 	"github.com/fraudd/fraudd/storage"
 )
 
+// Delivery is one logged delivery attempt, as Recent lists it (the admin
+// list names it without importing the store).
+type Delivery = storage.Delivery
+
 // Delivery limits (SPEC §6, §8).
 const (
 	MaxAttempts = 3

@@ -30,7 +30,10 @@
 // limits are summed off the request path (addrlimits.go): every node
 // reports what it admitted to the address shards' owners each 100 ms
 // (AddrReporter) and takes the others' part and the lockouts from the
-// answers (AddrTotals).
+// answers (AddrTotals). The operator lists each node keeps of what it
+// handled (recent evaluations, webhook deliveries, the outbox) are read
+// through any node as every member's, merged (lists.go: EvaluationList,
+// DeliveryList, MailList).
 //
 // Generated code (node.pb.go, node_grpc.pb.go) is committed; CI never runs
 // protoc. To regenerate after editing node.proto, with protoc 3.21 (Debian

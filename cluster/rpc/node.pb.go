@@ -4538,6 +4538,627 @@ func (x *MirrorDown) GetApplied() uint64 {
 	return 0
 }
 
+// ListRequest asks a member for its own part of an operator list
+// (RecentEvaluations, Deliveries, Mail): at most limit lines, newest first.
+type ListRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// account: whose list; empty only for Mail (the whole outbox).
+	Account string `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	Limit   int64  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// now_unix_nano is the asking node's clock: every member leaves out
+	// what is past the list's retention as of the same instant.
+	NowUnixNano   int64 `protobuf:"varint,4,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRequest) Reset() {
+	*x = ListRequest{}
+	mi := &file_node_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRequest) ProtoMessage() {}
+
+func (x *ListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
+func (*ListRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ListRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ListRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *ListRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListRequest) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+// EvaluationLine is storage.Evaluation (recent.Evaluation).
+type EvaluationLine struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	AtUnixNano     int64                  `protobuf:"varint,1,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	RequestId      string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Decision       string                 `protobuf:"bytes,3,opt,name=decision,proto3" json:"decision,omitempty"`
+	EngineDecision string                 `protobuf:"bytes,4,opt,name=engine_decision,json=engineDecision,proto3" json:"engine_decision,omitempty"`
+	Source         string                 `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	Rule           string                 `protobuf:"bytes,6,opt,name=rule,proto3" json:"rule,omitempty"`
+	RuleMatched    []string               `protobuf:"bytes,7,rep,name=rule_matched,json=ruleMatched,proto3" json:"rule_matched,omitempty"`
+	Exception      string                 `protobuf:"bytes,8,opt,name=exception,proto3" json:"exception,omitempty"`
+	Risk           int64                  `protobuf:"varint,9,opt,name=risk,proto3" json:"risk,omitempty"`
+	Reasons        []string               `protobuf:"bytes,10,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	Ip             string                 `protobuf:"bytes,11,opt,name=ip,proto3" json:"ip,omitempty"`
+	Country        string                 `protobuf:"bytes,12,opt,name=country,proto3" json:"country,omitempty"`
+	Test           bool                   `protobuf:"varint,13,opt,name=test,proto3" json:"test,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *EvaluationLine) Reset() {
+	*x = EvaluationLine{}
+	mi := &file_node_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvaluationLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvaluationLine) ProtoMessage() {}
+
+func (x *EvaluationLine) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvaluationLine.ProtoReflect.Descriptor instead.
+func (*EvaluationLine) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *EvaluationLine) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *EvaluationLine) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EvaluationLine) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *EvaluationLine) GetEngineDecision() string {
+	if x != nil {
+		return x.EngineDecision
+	}
+	return ""
+}
+
+func (x *EvaluationLine) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *EvaluationLine) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *EvaluationLine) GetRuleMatched() []string {
+	if x != nil {
+		return x.RuleMatched
+	}
+	return nil
+}
+
+func (x *EvaluationLine) GetException() string {
+	if x != nil {
+		return x.Exception
+	}
+	return ""
+}
+
+func (x *EvaluationLine) GetRisk() int64 {
+	if x != nil {
+		return x.Risk
+	}
+	return 0
+}
+
+func (x *EvaluationLine) GetReasons() []string {
+	if x != nil {
+		return x.Reasons
+	}
+	return nil
+}
+
+func (x *EvaluationLine) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *EvaluationLine) GetCountry() string {
+	if x != nil {
+		return x.Country
+	}
+	return ""
+}
+
+func (x *EvaluationLine) GetTest() bool {
+	if x != nil {
+		return x.Test
+	}
+	return false
+}
+
+type EvaluationsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Evaluations   []*EvaluationLine      `protobuf:"bytes,3,rep,name=evaluations,proto3" json:"evaluations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvaluationsReply) Reset() {
+	*x = EvaluationsReply{}
+	mi := &file_node_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvaluationsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvaluationsReply) ProtoMessage() {}
+
+func (x *EvaluationsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvaluationsReply.ProtoReflect.Descriptor instead.
+func (*EvaluationsReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *EvaluationsReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *EvaluationsReply) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *EvaluationsReply) GetEvaluations() []*EvaluationLine {
+	if x != nil {
+		return x.Evaluations
+	}
+	return nil
+}
+
+// DeliveryLine is storage.Delivery (one webhook delivery attempt).
+type DeliveryLine struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	EventId         string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	Event           string                 `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	Attempt         int64                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	EventAtUnixNano int64                  `protobuf:"varint,4,opt,name=event_at_unix_nano,json=eventAtUnixNano,proto3" json:"event_at_unix_nano,omitempty"`
+	AtUnixNano      int64                  `protobuf:"varint,5,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	DurationNanos   int64                  `protobuf:"varint,6,opt,name=duration_nanos,json=durationNanos,proto3" json:"duration_nanos,omitempty"`
+	Url             string                 `protobuf:"bytes,7,opt,name=url,proto3" json:"url,omitempty"`
+	StatusCode      int64                  `protobuf:"varint,8,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
+	Error           string                 `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// next_at_unix_nano: 0 when no retry is scheduled.
+	NextAtUnixNano int64 `protobuf:"varint,10,opt,name=next_at_unix_nano,json=nextAtUnixNano,proto3" json:"next_at_unix_nano,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeliveryLine) Reset() {
+	*x = DeliveryLine{}
+	mi := &file_node_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryLine) ProtoMessage() {}
+
+func (x *DeliveryLine) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryLine.ProtoReflect.Descriptor instead.
+func (*DeliveryLine) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *DeliveryLine) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *DeliveryLine) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *DeliveryLine) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *DeliveryLine) GetEventAtUnixNano() int64 {
+	if x != nil {
+		return x.EventAtUnixNano
+	}
+	return 0
+}
+
+func (x *DeliveryLine) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *DeliveryLine) GetDurationNanos() int64 {
+	if x != nil {
+		return x.DurationNanos
+	}
+	return 0
+}
+
+func (x *DeliveryLine) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *DeliveryLine) GetStatusCode() int64 {
+	if x != nil {
+		return x.StatusCode
+	}
+	return 0
+}
+
+func (x *DeliveryLine) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *DeliveryLine) GetNextAtUnixNano() int64 {
+	if x != nil {
+		return x.NextAtUnixNano
+	}
+	return 0
+}
+
+type DeliveriesReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Deliveries    []*DeliveryLine        `protobuf:"bytes,3,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveriesReply) Reset() {
+	*x = DeliveriesReply{}
+	mi := &file_node_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveriesReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveriesReply) ProtoMessage() {}
+
+func (x *DeliveriesReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveriesReply.ProtoReflect.Descriptor instead.
+func (*DeliveriesReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *DeliveriesReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DeliveriesReply) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *DeliveriesReply) GetDeliveries() []*DeliveryLine {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
+// MailLine is storage.Mail (one outbox record).
+type MailLine struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	Account       string                 `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	To            string                 `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	Kind          string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	Subject       string                 `protobuf:"bytes,6,opt,name=subject,proto3" json:"subject,omitempty"`
+	Body          string                 `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
+	Status        string                 `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
+	Error         string                 `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MailLine) Reset() {
+	*x = MailLine{}
+	mi := &file_node_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MailLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MailLine) ProtoMessage() {}
+
+func (x *MailLine) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MailLine.ProtoReflect.Descriptor instead.
+func (*MailLine) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *MailLine) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MailLine) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *MailLine) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *MailLine) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *MailLine) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *MailLine) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *MailLine) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+func (x *MailLine) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *MailLine) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type MailReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Mail          []*MailLine            `protobuf:"bytes,3,rep,name=mail,proto3" json:"mail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MailReply) Reset() {
+	*x = MailReply{}
+	mi := &file_node_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MailReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MailReply) ProtoMessage() {}
+
+func (x *MailReply) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MailReply.ProtoReflect.Descriptor instead.
+func (*MailReply) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *MailReply) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *MailReply) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *MailReply) GetMail() []*MailLine {
+	if x != nil {
+		return x.Mail
+	}
+	return nil
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -4943,7 +5564,68 @@ const file_node_proto_rawDesc = "" +
 	"MirrorDown\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x125\n" +
 	"\x06pushes\x18\x02 \x03(\v2\x1d.fraudd.cluster.v1.MirrorPushR\x06pushes\x12\x18\n" +
-	"\aapplied\x18\x03 \x01(\x04R\aapplied2\x8a\f\n" +
+	"\aapplied\x18\x03 \x01(\x04R\aapplied\"{\n" +
+	"\vListRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
+	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\"\n" +
+	"\rnow_unix_nano\x18\x04 \x01(\x03R\vnowUnixNano\"\xef\x02\n" +
+	"\x0eEvaluationLine\x12 \n" +
+	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
+	"atUnixNano\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x1a\n" +
+	"\bdecision\x18\x03 \x01(\tR\bdecision\x12'\n" +
+	"\x0fengine_decision\x18\x04 \x01(\tR\x0eengineDecision\x12\x16\n" +
+	"\x06source\x18\x05 \x01(\tR\x06source\x12\x12\n" +
+	"\x04rule\x18\x06 \x01(\tR\x04rule\x12!\n" +
+	"\frule_matched\x18\a \x03(\tR\vruleMatched\x12\x1c\n" +
+	"\texception\x18\b \x01(\tR\texception\x12\x12\n" +
+	"\x04risk\x18\t \x01(\x03R\x04risk\x12\x18\n" +
+	"\areasons\x18\n" +
+	" \x03(\tR\areasons\x12\x0e\n" +
+	"\x02ip\x18\v \x01(\tR\x02ip\x12\x18\n" +
+	"\acountry\x18\f \x01(\tR\acountry\x12\x12\n" +
+	"\x04test\x18\r \x01(\bR\x04test\"\x85\x01\n" +
+	"\x10EvaluationsReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12C\n" +
+	"\vevaluations\x18\x03 \x03(\v2!.fraudd.cluster.v1.EvaluationLineR\vevaluations\"\xc3\x02\n" +
+	"\fDeliveryLine\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x14\n" +
+	"\x05event\x18\x02 \x01(\tR\x05event\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x03R\aattempt\x12+\n" +
+	"\x12event_at_unix_nano\x18\x04 \x01(\x03R\x0feventAtUnixNano\x12 \n" +
+	"\fat_unix_nano\x18\x05 \x01(\x03R\n" +
+	"atUnixNano\x12%\n" +
+	"\x0eduration_nanos\x18\x06 \x01(\x03R\rdurationNanos\x12\x10\n" +
+	"\x03url\x18\a \x01(\tR\x03url\x12\x1f\n" +
+	"\vstatus_code\x18\b \x01(\x03R\n" +
+	"statusCode\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12)\n" +
+	"\x11next_at_unix_nano\x18\n" +
+	" \x01(\x03R\x0enextAtUnixNano\"\x80\x01\n" +
+	"\x0fDeliveriesReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12?\n" +
+	"\n" +
+	"deliveries\x18\x03 \x03(\v2\x1f.fraudd.cluster.v1.DeliveryLineR\n" +
+	"deliveries\"\xd6\x01\n" +
+	"\bMailLine\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\x12\x18\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\tR\x02to\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x18\n" +
+	"\asubject\x18\x06 \x01(\tR\asubject\x12\x12\n" +
+	"\x04body\x18\a \x01(\tR\x04body\x12\x16\n" +
+	"\x06status\x18\b \x01(\tR\x06status\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\"j\n" +
+	"\tMailReply\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12/\n" +
+	"\x04mail\x18\x03 \x03(\v2\x1b.fraudd.cluster.v1.MailLineR\x04mail2\xfc\r\n" +
 	"\x04Node\x12J\n" +
 	"\x06Charge\x12 .fraudd.cluster.v1.ChargeRequest\x1a\x1e.fraudd.cluster.v1.ChargeReply\x12G\n" +
 	"\x05Usage\x12\x1f.fraudd.cluster.v1.UsageRequest\x1a\x1d.fraudd.cluster.v1.UsageReply\x12J\n" +
@@ -4964,7 +5646,11 @@ const file_node_proto_rawDesc = "" +
 	"\x05Unuse\x12\x1f.fraudd.cluster.v1.UnuseRequest\x1a\x1d.fraudd.cluster.v1.UnuseReply\x12P\n" +
 	"\bDiscount\x12\".fraudd.cluster.v1.DiscountRequest\x1a .fraudd.cluster.v1.DiscountReply\x12F\n" +
 	"\x04Pipe\x12\x1c.fraudd.cluster.v1.PipeFrame\x1a\x1c.fraudd.cluster.v1.PipeFrame(\x010\x01\x12H\n" +
-	"\x06Mirror\x12\x1b.fraudd.cluster.v1.MirrorUp\x1a\x1d.fraudd.cluster.v1.MirrorDown(\x010\x01B&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
+	"\x06Mirror\x12\x1b.fraudd.cluster.v1.MirrorUp\x1a\x1d.fraudd.cluster.v1.MirrorDown(\x010\x01\x12X\n" +
+	"\x11RecentEvaluations\x12\x1e.fraudd.cluster.v1.ListRequest\x1a#.fraudd.cluster.v1.EvaluationsReply\x12P\n" +
+	"\n" +
+	"Deliveries\x12\x1e.fraudd.cluster.v1.ListRequest\x1a\".fraudd.cluster.v1.DeliveriesReply\x12D\n" +
+	"\x04Mail\x12\x1e.fraudd.cluster.v1.ListRequest\x1a\x1c.fraudd.cluster.v1.MailReplyB&Z$github.com/fraudd/fraudd/cluster/rpcb\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -4978,63 +5664,70 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_node_proto_goTypes = []any{
-	(*Limits)(nil),          // 0: fraudd.cluster.v1.Limits
-	(*ChargeRequest)(nil),   // 1: fraudd.cluster.v1.ChargeRequest
-	(*ChargeReply)(nil),     // 2: fraudd.cluster.v1.ChargeReply
-	(*UsageRequest)(nil),    // 3: fraudd.cluster.v1.UsageRequest
-	(*UsageReply)(nil),      // 4: fraudd.cluster.v1.UsageReply
-	(*SharesRequest)(nil),   // 5: fraudd.cluster.v1.SharesRequest
-	(*SharesReply)(nil),     // 6: fraudd.cluster.v1.SharesReply
-	(*HourWindow)(nil),      // 7: fraudd.cluster.v1.HourWindow
-	(*OriginShare)(nil),     // 8: fraudd.cluster.v1.OriginShare
-	(*AdoptRequest)(nil),    // 9: fraudd.cluster.v1.AdoptRequest
-	(*AdoptReply)(nil),      // 10: fraudd.cluster.v1.AdoptReply
-	(*NotOwner)(nil),        // 11: fraudd.cluster.v1.NotOwner
-	(*TrafficRequest)(nil),  // 12: fraudd.cluster.v1.TrafficRequest
-	(*TrafficReply)(nil),    // 13: fraudd.cluster.v1.TrafficReply
-	(*HealthRequest)(nil),   // 14: fraudd.cluster.v1.HealthRequest
-	(*HealthReply)(nil),     // 15: fraudd.cluster.v1.HealthReply
-	(*LeaseRequest)(nil),    // 16: fraudd.cluster.v1.LeaseRequest
-	(*LeaseReply)(nil),      // 17: fraudd.cluster.v1.LeaseReply
-	(*DaysRequest)(nil),     // 18: fraudd.cluster.v1.DaysRequest
-	(*DayCount)(nil),        // 19: fraudd.cluster.v1.DayCount
-	(*DaysReply)(nil),       // 20: fraudd.cluster.v1.DaysReply
-	(*CollectRequest)(nil),  // 21: fraudd.cluster.v1.CollectRequest
-	(*CollectReply)(nil),    // 22: fraudd.cluster.v1.CollectReply
-	(*ResolveRequest)(nil),  // 23: fraudd.cluster.v1.ResolveRequest
-	(*ResolveReply)(nil),    // 24: fraudd.cluster.v1.ResolveReply
-	(*AddrKey)(nil),         // 25: fraudd.cluster.v1.AddrKey
-	(*AddrCount)(nil),       // 26: fraudd.cluster.v1.AddrCount
-	(*AddrReport)(nil),      // 27: fraudd.cluster.v1.AddrReport
-	(*AddrSum)(nil),         // 28: fraudd.cluster.v1.AddrSum
-	(*AddrLock)(nil),        // 29: fraudd.cluster.v1.AddrLock
-	(*AddrReply)(nil),       // 30: fraudd.cluster.v1.AddrReply
-	(*Observation)(nil),     // 31: fraudd.cluster.v1.Observation
-	(*EvaluateRequest)(nil), // 32: fraudd.cluster.v1.EvaluateRequest
-	(*Facts)(nil),           // 33: fraudd.cluster.v1.Facts
-	(*EvaluateReply)(nil),   // 34: fraudd.cluster.v1.EvaluateReply
-	(*DevicesRequest)(nil),  // 35: fraudd.cluster.v1.DevicesRequest
-	(*DeviceLine)(nil),      // 36: fraudd.cluster.v1.DeviceLine
-	(*DevicesReply)(nil),    // 37: fraudd.cluster.v1.DevicesReply
-	(*HistoryParcels)(nil),  // 38: fraudd.cluster.v1.HistoryParcels
-	(*HistoryReply)(nil),    // 39: fraudd.cluster.v1.HistoryReply
-	(*SettleRequest)(nil),   // 40: fraudd.cluster.v1.SettleRequest
-	(*SettleReply)(nil),     // 41: fraudd.cluster.v1.SettleReply
-	(*UnuseRequest)(nil),    // 42: fraudd.cluster.v1.UnuseRequest
-	(*UnuseReply)(nil),      // 43: fraudd.cluster.v1.UnuseReply
-	(*DiscountRequest)(nil), // 44: fraudd.cluster.v1.DiscountRequest
-	(*DiscountReply)(nil),   // 45: fraudd.cluster.v1.DiscountReply
-	(*PipeCall)(nil),        // 46: fraudd.cluster.v1.PipeCall
-	(*PipeAnswer)(nil),      // 47: fraudd.cluster.v1.PipeAnswer
-	(*PipeFrame)(nil),       // 48: fraudd.cluster.v1.PipeFrame
-	(*MirrorWatch)(nil),     // 49: fraudd.cluster.v1.MirrorWatch
-	(*MirrorOp)(nil),        // 50: fraudd.cluster.v1.MirrorOp
-	(*MirrorUp)(nil),        // 51: fraudd.cluster.v1.MirrorUp
-	(*MirrorPush)(nil),      // 52: fraudd.cluster.v1.MirrorPush
-	(*MirrorEvent)(nil),     // 53: fraudd.cluster.v1.MirrorEvent
-	(*MirrorDown)(nil),      // 54: fraudd.cluster.v1.MirrorDown
+	(*Limits)(nil),           // 0: fraudd.cluster.v1.Limits
+	(*ChargeRequest)(nil),    // 1: fraudd.cluster.v1.ChargeRequest
+	(*ChargeReply)(nil),      // 2: fraudd.cluster.v1.ChargeReply
+	(*UsageRequest)(nil),     // 3: fraudd.cluster.v1.UsageRequest
+	(*UsageReply)(nil),       // 4: fraudd.cluster.v1.UsageReply
+	(*SharesRequest)(nil),    // 5: fraudd.cluster.v1.SharesRequest
+	(*SharesReply)(nil),      // 6: fraudd.cluster.v1.SharesReply
+	(*HourWindow)(nil),       // 7: fraudd.cluster.v1.HourWindow
+	(*OriginShare)(nil),      // 8: fraudd.cluster.v1.OriginShare
+	(*AdoptRequest)(nil),     // 9: fraudd.cluster.v1.AdoptRequest
+	(*AdoptReply)(nil),       // 10: fraudd.cluster.v1.AdoptReply
+	(*NotOwner)(nil),         // 11: fraudd.cluster.v1.NotOwner
+	(*TrafficRequest)(nil),   // 12: fraudd.cluster.v1.TrafficRequest
+	(*TrafficReply)(nil),     // 13: fraudd.cluster.v1.TrafficReply
+	(*HealthRequest)(nil),    // 14: fraudd.cluster.v1.HealthRequest
+	(*HealthReply)(nil),      // 15: fraudd.cluster.v1.HealthReply
+	(*LeaseRequest)(nil),     // 16: fraudd.cluster.v1.LeaseRequest
+	(*LeaseReply)(nil),       // 17: fraudd.cluster.v1.LeaseReply
+	(*DaysRequest)(nil),      // 18: fraudd.cluster.v1.DaysRequest
+	(*DayCount)(nil),         // 19: fraudd.cluster.v1.DayCount
+	(*DaysReply)(nil),        // 20: fraudd.cluster.v1.DaysReply
+	(*CollectRequest)(nil),   // 21: fraudd.cluster.v1.CollectRequest
+	(*CollectReply)(nil),     // 22: fraudd.cluster.v1.CollectReply
+	(*ResolveRequest)(nil),   // 23: fraudd.cluster.v1.ResolveRequest
+	(*ResolveReply)(nil),     // 24: fraudd.cluster.v1.ResolveReply
+	(*AddrKey)(nil),          // 25: fraudd.cluster.v1.AddrKey
+	(*AddrCount)(nil),        // 26: fraudd.cluster.v1.AddrCount
+	(*AddrReport)(nil),       // 27: fraudd.cluster.v1.AddrReport
+	(*AddrSum)(nil),          // 28: fraudd.cluster.v1.AddrSum
+	(*AddrLock)(nil),         // 29: fraudd.cluster.v1.AddrLock
+	(*AddrReply)(nil),        // 30: fraudd.cluster.v1.AddrReply
+	(*Observation)(nil),      // 31: fraudd.cluster.v1.Observation
+	(*EvaluateRequest)(nil),  // 32: fraudd.cluster.v1.EvaluateRequest
+	(*Facts)(nil),            // 33: fraudd.cluster.v1.Facts
+	(*EvaluateReply)(nil),    // 34: fraudd.cluster.v1.EvaluateReply
+	(*DevicesRequest)(nil),   // 35: fraudd.cluster.v1.DevicesRequest
+	(*DeviceLine)(nil),       // 36: fraudd.cluster.v1.DeviceLine
+	(*DevicesReply)(nil),     // 37: fraudd.cluster.v1.DevicesReply
+	(*HistoryParcels)(nil),   // 38: fraudd.cluster.v1.HistoryParcels
+	(*HistoryReply)(nil),     // 39: fraudd.cluster.v1.HistoryReply
+	(*SettleRequest)(nil),    // 40: fraudd.cluster.v1.SettleRequest
+	(*SettleReply)(nil),      // 41: fraudd.cluster.v1.SettleReply
+	(*UnuseRequest)(nil),     // 42: fraudd.cluster.v1.UnuseRequest
+	(*UnuseReply)(nil),       // 43: fraudd.cluster.v1.UnuseReply
+	(*DiscountRequest)(nil),  // 44: fraudd.cluster.v1.DiscountRequest
+	(*DiscountReply)(nil),    // 45: fraudd.cluster.v1.DiscountReply
+	(*PipeCall)(nil),         // 46: fraudd.cluster.v1.PipeCall
+	(*PipeAnswer)(nil),       // 47: fraudd.cluster.v1.PipeAnswer
+	(*PipeFrame)(nil),        // 48: fraudd.cluster.v1.PipeFrame
+	(*MirrorWatch)(nil),      // 49: fraudd.cluster.v1.MirrorWatch
+	(*MirrorOp)(nil),         // 50: fraudd.cluster.v1.MirrorOp
+	(*MirrorUp)(nil),         // 51: fraudd.cluster.v1.MirrorUp
+	(*MirrorPush)(nil),       // 52: fraudd.cluster.v1.MirrorPush
+	(*MirrorEvent)(nil),      // 53: fraudd.cluster.v1.MirrorEvent
+	(*MirrorDown)(nil),       // 54: fraudd.cluster.v1.MirrorDown
+	(*ListRequest)(nil),      // 55: fraudd.cluster.v1.ListRequest
+	(*EvaluationLine)(nil),   // 56: fraudd.cluster.v1.EvaluationLine
+	(*EvaluationsReply)(nil), // 57: fraudd.cluster.v1.EvaluationsReply
+	(*DeliveryLine)(nil),     // 58: fraudd.cluster.v1.DeliveryLine
+	(*DeliveriesReply)(nil),  // 59: fraudd.cluster.v1.DeliveriesReply
+	(*MailLine)(nil),         // 60: fraudd.cluster.v1.MailLine
+	(*MailReply)(nil),        // 61: fraudd.cluster.v1.MailReply
 }
 var file_node_proto_depIdxs = []int32{
 	0,  // 0: fraudd.cluster.v1.ChargeRequest.limits:type_name -> fraudd.cluster.v1.Limits
@@ -5069,51 +5762,60 @@ var file_node_proto_depIdxs = []int32{
 	50, // 29: fraudd.cluster.v1.MirrorUp.ops:type_name -> fraudd.cluster.v1.MirrorOp
 	24, // 30: fraudd.cluster.v1.MirrorEvent.resolved:type_name -> fraudd.cluster.v1.ResolveReply
 	52, // 31: fraudd.cluster.v1.MirrorDown.pushes:type_name -> fraudd.cluster.v1.MirrorPush
-	1,  // 32: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
-	3,  // 33: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
-	5,  // 34: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
-	9,  // 35: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
-	12, // 36: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
-	14, // 37: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
-	16, // 38: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
-	18, // 39: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
-	21, // 40: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
-	23, // 41: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
-	27, // 42: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
-	32, // 43: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
-	35, // 44: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
-	38, // 45: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
-	32, // 46: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
-	40, // 47: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
-	42, // 48: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
-	44, // 49: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
-	48, // 50: fraudd.cluster.v1.Node.Pipe:input_type -> fraudd.cluster.v1.PipeFrame
-	51, // 51: fraudd.cluster.v1.Node.Mirror:input_type -> fraudd.cluster.v1.MirrorUp
-	2,  // 52: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
-	4,  // 53: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
-	6,  // 54: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
-	10, // 55: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
-	13, // 56: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
-	15, // 57: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
-	17, // 58: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
-	20, // 59: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
-	22, // 60: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
-	24, // 61: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
-	30, // 62: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
-	34, // 63: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
-	37, // 64: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
-	39, // 65: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
-	34, // 66: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
-	41, // 67: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
-	43, // 68: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
-	45, // 69: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
-	48, // 70: fraudd.cluster.v1.Node.Pipe:output_type -> fraudd.cluster.v1.PipeFrame
-	54, // 71: fraudd.cluster.v1.Node.Mirror:output_type -> fraudd.cluster.v1.MirrorDown
-	52, // [52:72] is the sub-list for method output_type
-	32, // [32:52] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	56, // 32: fraudd.cluster.v1.EvaluationsReply.evaluations:type_name -> fraudd.cluster.v1.EvaluationLine
+	58, // 33: fraudd.cluster.v1.DeliveriesReply.deliveries:type_name -> fraudd.cluster.v1.DeliveryLine
+	60, // 34: fraudd.cluster.v1.MailReply.mail:type_name -> fraudd.cluster.v1.MailLine
+	1,  // 35: fraudd.cluster.v1.Node.Charge:input_type -> fraudd.cluster.v1.ChargeRequest
+	3,  // 36: fraudd.cluster.v1.Node.Usage:input_type -> fraudd.cluster.v1.UsageRequest
+	5,  // 37: fraudd.cluster.v1.Node.Shares:input_type -> fraudd.cluster.v1.SharesRequest
+	9,  // 38: fraudd.cluster.v1.Node.Adopt:input_type -> fraudd.cluster.v1.AdoptRequest
+	12, // 39: fraudd.cluster.v1.Node.Traffic:input_type -> fraudd.cluster.v1.TrafficRequest
+	14, // 40: fraudd.cluster.v1.Node.Health:input_type -> fraudd.cluster.v1.HealthRequest
+	16, // 41: fraudd.cluster.v1.Node.Lease:input_type -> fraudd.cluster.v1.LeaseRequest
+	18, // 42: fraudd.cluster.v1.Node.Days:input_type -> fraudd.cluster.v1.DaysRequest
+	21, // 43: fraudd.cluster.v1.Node.Collect:input_type -> fraudd.cluster.v1.CollectRequest
+	23, // 44: fraudd.cluster.v1.Node.Resolve:input_type -> fraudd.cluster.v1.ResolveRequest
+	27, // 45: fraudd.cluster.v1.Node.ReportAddrs:input_type -> fraudd.cluster.v1.AddrReport
+	32, // 46: fraudd.cluster.v1.Node.Evaluate:input_type -> fraudd.cluster.v1.EvaluateRequest
+	35, // 47: fraudd.cluster.v1.Node.Devices:input_type -> fraudd.cluster.v1.DevicesRequest
+	38, // 48: fraudd.cluster.v1.Node.MergeHistory:input_type -> fraudd.cluster.v1.HistoryParcels
+	32, // 49: fraudd.cluster.v1.Node.EvaluateLeased:input_type -> fraudd.cluster.v1.EvaluateRequest
+	40, // 50: fraudd.cluster.v1.Node.Settle:input_type -> fraudd.cluster.v1.SettleRequest
+	42, // 51: fraudd.cluster.v1.Node.Unuse:input_type -> fraudd.cluster.v1.UnuseRequest
+	44, // 52: fraudd.cluster.v1.Node.Discount:input_type -> fraudd.cluster.v1.DiscountRequest
+	48, // 53: fraudd.cluster.v1.Node.Pipe:input_type -> fraudd.cluster.v1.PipeFrame
+	51, // 54: fraudd.cluster.v1.Node.Mirror:input_type -> fraudd.cluster.v1.MirrorUp
+	55, // 55: fraudd.cluster.v1.Node.RecentEvaluations:input_type -> fraudd.cluster.v1.ListRequest
+	55, // 56: fraudd.cluster.v1.Node.Deliveries:input_type -> fraudd.cluster.v1.ListRequest
+	55, // 57: fraudd.cluster.v1.Node.Mail:input_type -> fraudd.cluster.v1.ListRequest
+	2,  // 58: fraudd.cluster.v1.Node.Charge:output_type -> fraudd.cluster.v1.ChargeReply
+	4,  // 59: fraudd.cluster.v1.Node.Usage:output_type -> fraudd.cluster.v1.UsageReply
+	6,  // 60: fraudd.cluster.v1.Node.Shares:output_type -> fraudd.cluster.v1.SharesReply
+	10, // 61: fraudd.cluster.v1.Node.Adopt:output_type -> fraudd.cluster.v1.AdoptReply
+	13, // 62: fraudd.cluster.v1.Node.Traffic:output_type -> fraudd.cluster.v1.TrafficReply
+	15, // 63: fraudd.cluster.v1.Node.Health:output_type -> fraudd.cluster.v1.HealthReply
+	17, // 64: fraudd.cluster.v1.Node.Lease:output_type -> fraudd.cluster.v1.LeaseReply
+	20, // 65: fraudd.cluster.v1.Node.Days:output_type -> fraudd.cluster.v1.DaysReply
+	22, // 66: fraudd.cluster.v1.Node.Collect:output_type -> fraudd.cluster.v1.CollectReply
+	24, // 67: fraudd.cluster.v1.Node.Resolve:output_type -> fraudd.cluster.v1.ResolveReply
+	30, // 68: fraudd.cluster.v1.Node.ReportAddrs:output_type -> fraudd.cluster.v1.AddrReply
+	34, // 69: fraudd.cluster.v1.Node.Evaluate:output_type -> fraudd.cluster.v1.EvaluateReply
+	37, // 70: fraudd.cluster.v1.Node.Devices:output_type -> fraudd.cluster.v1.DevicesReply
+	39, // 71: fraudd.cluster.v1.Node.MergeHistory:output_type -> fraudd.cluster.v1.HistoryReply
+	34, // 72: fraudd.cluster.v1.Node.EvaluateLeased:output_type -> fraudd.cluster.v1.EvaluateReply
+	41, // 73: fraudd.cluster.v1.Node.Settle:output_type -> fraudd.cluster.v1.SettleReply
+	43, // 74: fraudd.cluster.v1.Node.Unuse:output_type -> fraudd.cluster.v1.UnuseReply
+	45, // 75: fraudd.cluster.v1.Node.Discount:output_type -> fraudd.cluster.v1.DiscountReply
+	48, // 76: fraudd.cluster.v1.Node.Pipe:output_type -> fraudd.cluster.v1.PipeFrame
+	54, // 77: fraudd.cluster.v1.Node.Mirror:output_type -> fraudd.cluster.v1.MirrorDown
+	57, // 78: fraudd.cluster.v1.Node.RecentEvaluations:output_type -> fraudd.cluster.v1.EvaluationsReply
+	59, // 79: fraudd.cluster.v1.Node.Deliveries:output_type -> fraudd.cluster.v1.DeliveriesReply
+	61, // 80: fraudd.cluster.v1.Node.Mail:output_type -> fraudd.cluster.v1.MailReply
+	58, // [58:81] is the sub-list for method output_type
+	35, // [35:58] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -5128,7 +5830,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,26 +19,29 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Node_Charge_FullMethodName         = "/fraudd.cluster.v1.Node/Charge"
-	Node_Usage_FullMethodName          = "/fraudd.cluster.v1.Node/Usage"
-	Node_Shares_FullMethodName         = "/fraudd.cluster.v1.Node/Shares"
-	Node_Adopt_FullMethodName          = "/fraudd.cluster.v1.Node/Adopt"
-	Node_Traffic_FullMethodName        = "/fraudd.cluster.v1.Node/Traffic"
-	Node_Health_FullMethodName         = "/fraudd.cluster.v1.Node/Health"
-	Node_Lease_FullMethodName          = "/fraudd.cluster.v1.Node/Lease"
-	Node_Days_FullMethodName           = "/fraudd.cluster.v1.Node/Days"
-	Node_Collect_FullMethodName        = "/fraudd.cluster.v1.Node/Collect"
-	Node_Resolve_FullMethodName        = "/fraudd.cluster.v1.Node/Resolve"
-	Node_ReportAddrs_FullMethodName    = "/fraudd.cluster.v1.Node/ReportAddrs"
-	Node_Evaluate_FullMethodName       = "/fraudd.cluster.v1.Node/Evaluate"
-	Node_Devices_FullMethodName        = "/fraudd.cluster.v1.Node/Devices"
-	Node_MergeHistory_FullMethodName   = "/fraudd.cluster.v1.Node/MergeHistory"
-	Node_EvaluateLeased_FullMethodName = "/fraudd.cluster.v1.Node/EvaluateLeased"
-	Node_Settle_FullMethodName         = "/fraudd.cluster.v1.Node/Settle"
-	Node_Unuse_FullMethodName          = "/fraudd.cluster.v1.Node/Unuse"
-	Node_Discount_FullMethodName       = "/fraudd.cluster.v1.Node/Discount"
-	Node_Pipe_FullMethodName           = "/fraudd.cluster.v1.Node/Pipe"
-	Node_Mirror_FullMethodName         = "/fraudd.cluster.v1.Node/Mirror"
+	Node_Charge_FullMethodName            = "/fraudd.cluster.v1.Node/Charge"
+	Node_Usage_FullMethodName             = "/fraudd.cluster.v1.Node/Usage"
+	Node_Shares_FullMethodName            = "/fraudd.cluster.v1.Node/Shares"
+	Node_Adopt_FullMethodName             = "/fraudd.cluster.v1.Node/Adopt"
+	Node_Traffic_FullMethodName           = "/fraudd.cluster.v1.Node/Traffic"
+	Node_Health_FullMethodName            = "/fraudd.cluster.v1.Node/Health"
+	Node_Lease_FullMethodName             = "/fraudd.cluster.v1.Node/Lease"
+	Node_Days_FullMethodName              = "/fraudd.cluster.v1.Node/Days"
+	Node_Collect_FullMethodName           = "/fraudd.cluster.v1.Node/Collect"
+	Node_Resolve_FullMethodName           = "/fraudd.cluster.v1.Node/Resolve"
+	Node_ReportAddrs_FullMethodName       = "/fraudd.cluster.v1.Node/ReportAddrs"
+	Node_Evaluate_FullMethodName          = "/fraudd.cluster.v1.Node/Evaluate"
+	Node_Devices_FullMethodName           = "/fraudd.cluster.v1.Node/Devices"
+	Node_MergeHistory_FullMethodName      = "/fraudd.cluster.v1.Node/MergeHistory"
+	Node_EvaluateLeased_FullMethodName    = "/fraudd.cluster.v1.Node/EvaluateLeased"
+	Node_Settle_FullMethodName            = "/fraudd.cluster.v1.Node/Settle"
+	Node_Unuse_FullMethodName             = "/fraudd.cluster.v1.Node/Unuse"
+	Node_Discount_FullMethodName          = "/fraudd.cluster.v1.Node/Discount"
+	Node_Pipe_FullMethodName              = "/fraudd.cluster.v1.Node/Pipe"
+	Node_Mirror_FullMethodName            = "/fraudd.cluster.v1.Node/Mirror"
+	Node_RecentEvaluations_FullMethodName = "/fraudd.cluster.v1.Node/RecentEvaluations"
+	Node_Deliveries_FullMethodName        = "/fraudd.cluster.v1.Node/Deliveries"
+	Node_Mail_FullMethodName              = "/fraudd.cluster.v1.Node/Mail"
 )
 
 // NodeClient is the client API for Node service.
@@ -145,6 +148,19 @@ type NodeClient interface {
 	// answer Unimplemented, and the holder's leased evaluations with device
 	// events go to the owner as before (EvaluateLeased).
 	Mirror(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[MirrorUp, MirrorDown], error)
+	// RecentEvaluations answers this node's own part of an account's recent
+	// evaluations (those it answered; recent.List there), newest first, for
+	// a node that merges every member's (the admin list, lists.go). Old
+	// nodes answer Unimplemented: their part is left out.
+	RecentEvaluations(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*EvaluationsReply, error)
+	// Deliveries answers this node's own part of an account's webhook
+	// delivery log (the attempts it made; webhook.Recent there), newest
+	// first, for a node that merges every member's.
+	Deliveries(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*DeliveriesReply, error)
+	// Mail answers this node's own outbox (the mail it sent or tried to
+	// send), newest first, of one account or of all, for a node that merges
+	// every member's.
+	Mail(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*MailReply, error)
 }
 
 type nodeClient struct {
@@ -361,6 +377,36 @@ func (c *nodeClient) Mirror(ctx context.Context, opts ...grpc.CallOption) (grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_MirrorClient = grpc.BidiStreamingClient[MirrorUp, MirrorDown]
 
+func (c *nodeClient) RecentEvaluations(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*EvaluationsReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EvaluationsReply)
+	err := c.cc.Invoke(ctx, Node_RecentEvaluations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeClient) Deliveries(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*DeliveriesReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeliveriesReply)
+	err := c.cc.Invoke(ctx, Node_Deliveries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeClient) Mail(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*MailReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MailReply)
+	err := c.cc.Invoke(ctx, Node_Mail_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -465,6 +511,19 @@ type NodeServer interface {
 	// answer Unimplemented, and the holder's leased evaluations with device
 	// events go to the owner as before (EvaluateLeased).
 	Mirror(grpc.BidiStreamingServer[MirrorUp, MirrorDown]) error
+	// RecentEvaluations answers this node's own part of an account's recent
+	// evaluations (those it answered; recent.List there), newest first, for
+	// a node that merges every member's (the admin list, lists.go). Old
+	// nodes answer Unimplemented: their part is left out.
+	RecentEvaluations(context.Context, *ListRequest) (*EvaluationsReply, error)
+	// Deliveries answers this node's own part of an account's webhook
+	// delivery log (the attempts it made; webhook.Recent there), newest
+	// first, for a node that merges every member's.
+	Deliveries(context.Context, *ListRequest) (*DeliveriesReply, error)
+	// Mail answers this node's own outbox (the mail it sent or tried to
+	// send), newest first, of one account or of all, for a node that merges
+	// every member's.
+	Mail(context.Context, *ListRequest) (*MailReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -534,6 +593,15 @@ func (UnimplementedNodeServer) Pipe(grpc.BidiStreamingServer[PipeFrame, PipeFram
 }
 func (UnimplementedNodeServer) Mirror(grpc.BidiStreamingServer[MirrorUp, MirrorDown]) error {
 	return status.Error(codes.Unimplemented, "method Mirror not implemented")
+}
+func (UnimplementedNodeServer) RecentEvaluations(context.Context, *ListRequest) (*EvaluationsReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecentEvaluations not implemented")
+}
+func (UnimplementedNodeServer) Deliveries(context.Context, *ListRequest) (*DeliveriesReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Deliveries not implemented")
+}
+func (UnimplementedNodeServer) Mail(context.Context, *ListRequest) (*MailReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Mail not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -894,6 +962,60 @@ func _Node_Mirror_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_MirrorServer = grpc.BidiStreamingServer[MirrorUp, MirrorDown]
 
+func _Node_RecentEvaluations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).RecentEvaluations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_RecentEvaluations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).RecentEvaluations(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Node_Deliveries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Deliveries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Deliveries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Deliveries(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Node_Mail_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Mail(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Mail_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Mail(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -972,6 +1094,18 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Discount",
 			Handler:    _Node_Discount_Handler,
+		},
+		{
+			MethodName: "RecentEvaluations",
+			Handler:    _Node_RecentEvaluations_Handler,
+		},
+		{
+			MethodName: "Deliveries",
+			Handler:    _Node_Deliveries_Handler,
+		},
+		{
+			MethodName: "Mail",
+			Handler:    _Node_Mail_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -15,8 +15,10 @@ import (
 
 // FuzzPeerMessages: the converters FuzzChargeRequest and its neighbours do
 // not reach, fed whatever a peer sends: a Usage request, and the replies to
-// Charge, Usage, Collect, ReportAddrs and Evaluate. None panics; what passes
-// converts back to the same message, or keeps the bounds its check claims.
+// Charge, Usage, Collect, ReportAddrs and Evaluate, and a member's part of
+// the operator lists (RecentEvaluations, Deliveries, Mail). None panics;
+// what passes converts back to the same message, or keeps the bounds its
+// check claims.
 func FuzzPeerMessages(f *testing.F) {
 	for _, m := range []proto.Message{
 		chargeReply(&quota.ChargeResult{Allowed: true, Capped: true, Limit: 100, Remaining: 3, Reset: 1_790_000_000}, 7),
@@ -24,6 +26,9 @@ func FuzzPeerMessages(f *testing.F) {
 		&AddrReply{Version: version, Node: "b", Sums: []*AddrSum{{Key: &AddrKey{Hi: 1, Kind: uint32(iplimit.Collect)}, StartUnixNano: 5, Others: 2}}, Locks: []*AddrLock{{Hi: 1, UntilUnixNano: testNow.UnixNano()}}},
 		&EvaluateReply{Version: version, Charge: chargeReply(&quota.ChargeResult{Allowed: true}, 1), Facts: &Facts{Device: true, Visits: 3}, Resolved: &ResolveReply{Version: version}},
 		&CollectReply{Version: version, Allowed: true},
+		&EvaluationsReply{Version: version, Node: "b", Evaluations: []*EvaluationLine{{AtUnixNano: 2, RequestId: "r1", Decision: "block", Risk: 90, Reasons: []string{"vpn"}}, {AtUnixNano: 1, Ip: "unknown"}}},
+		&DeliveriesReply{Version: version, Node: "b", Deliveries: []*DeliveryLine{{EventId: "evt_1", Event: "test", Attempt: 1, AtUnixNano: 2, StatusCode: 200}}},
+		&MailReply{Version: version, Node: "b", Mail: []*MailLine{{Id: "m1", AtUnixNano: 2, Account: "acct_1", Body: "b"}, {Id: "m0", AtUnixNano: 1, Account: "acct_1"}}},
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -77,6 +82,40 @@ func FuzzPeerMessages(f *testing.F) {
 				for _, l := range locks {
 					if l.Until > now+int64(24*time.Hour) {
 						t.Fatalf("%v passed a lock %+v", &ar, l)
+					}
+				}
+			}
+		}
+		var evs EvaluationsReply
+		if proto.Unmarshal(b, &evs) == nil {
+			if list, err := evaluationsOf(&evs, "b", "acct_1", 2); err == nil {
+				for i, e := range list {
+					if len(list) > 2 || e.At.IsZero() || (i > 0 && e.At.After(list[i-1].At)) || e.Risk < 0 || e.Risk > 100 || !wordsOK(e.Reasons) || !wordsOK(e.RuleMatched) {
+						t.Fatalf("%v passed as %+v", &evs, list)
+					}
+				}
+			}
+		}
+		var ds DeliveriesReply
+		if proto.Unmarshal(b, &ds) == nil {
+			if list, err := deliveriesOf(&ds, "b", "acct_1", 2); err == nil {
+				for i, d := range list {
+					if len(list) > 2 || d.At.IsZero() || (i > 0 && d.At.After(list[i-1].At)) || d.Attempt < 1 || d.StatusCode < 0 || d.Duration < 0 || d.EventID == "" || len(d.URL) > maxListText {
+						t.Fatalf("%v passed as %+v", &ds, list)
+					}
+				}
+			}
+		}
+		var ms MailReply
+		if proto.Unmarshal(b, &ms) == nil {
+			for _, account := range []string{"", "acct_1"} {
+				list, err := mailOf(&ms, "b", account, 2)
+				if err != nil {
+					continue
+				}
+				for i, m := range list {
+					if len(list) > 2 || m.At.IsZero() || (i > 0 && m.At.After(list[i-1].At)) || (account != "" && m.Account != account) || len(m.Body) > maxListBody {
+						t.Fatalf("%v passed as %+v", &ms, list)
 					}
 				}
 			}

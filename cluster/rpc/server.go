@@ -145,6 +145,10 @@ type Server struct {
 	// stopping is closed by Drain: the Pipes say bye (pipe.go).
 	stopping chan struct{}
 	stopOnce sync.Once
+
+	// lists are the node's own operator lists, attached by ServeLists
+	// (lists.go); nil: the list calls answer Unavailable.
+	lists atomic.Pointer[LocalLists]
 }
 
 // NewServer checks cfg.

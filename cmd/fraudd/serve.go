@@ -407,6 +407,12 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	defer stopActors(log, "recent-evaluations actor", recents, &stop.rpc)
+	if node != nil {
+		// The other members' list calls read this node's own lists.
+		if err := node.ServeLists(rpc.LocalLists{Evaluations: recents, Deliveries: hooks, Mail: mail}); err != nil {
+			return err
+		}
+	}
 
 	var accessLog *slog.Logger
 	if cfg.accessLog {
@@ -440,7 +446,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		Tokens: accesstoken.NewIssuer(master), Health: monitor, Webhooks: hooks,
 		NetTokens: nettoken.New(master.Derive(secrets.LabelNetworkToken)), Devices: devices, VisitorKey: master.Derive(secrets.LabelVisitorID),
 		DeviceHist: devHist, Challenges: challenges, Recent: recents, Shards: actors.KindsOf(system), ChargeQuota: chargeQuota(node), ClusterEvents: clusterEvents(node), DeviceList: clusterDevices(node),
-		TrafficFeed: trafficFeed(node),
+		TrafficFeed: trafficFeed(node), EvaluationList: clusterEvaluations(node), DeliveryList: clusterDeliveries(node), MailList: clusterMail(node),
 		Backup: func(dir string) (*backup.Report, error) {
 			return backup.Write(backup.Source{DataDir: cfg.dataDir, Store: db, SecretOutside: cfg.secret != ""}, dir)
 		}})
@@ -634,6 +640,32 @@ func clusterDevices(node *clusterserve.Node) fastapi.DeviceLister {
 		return nil
 	}
 	return node.Parts.Devices
+}
+
+// clusterEvaluations, clusterDeliveries and clusterMail are the admin
+// lists of recent evaluations, webhook deliveries and the outbox in
+// cluster mode (every member's, merged); nil in single-node mode (the
+// node's own). Each returns an untyped nil, never a nil pointer in the
+// interface, so that the handlers fall back to the local list.
+func clusterEvaluations(node *clusterserve.Node) fastapi.EvaluationLister {
+	if node == nil || node.Parts.Evaluations == nil {
+		return nil
+	}
+	return node.Parts.Evaluations
+}
+
+func clusterDeliveries(node *clusterserve.Node) fastapi.DeliveryLister {
+	if node == nil || node.Parts.Deliveries == nil {
+		return nil
+	}
+	return node.Parts.Deliveries
+}
+
+func clusterMail(node *clusterserve.Node) fastapi.MailLister {
+	if node == nil || node.Parts.Mail == nil {
+		return nil
+	}
+	return node.Parts.Mail
 }
 
 // trafficFeed is the threat feed's counts in cluster mode (every member's,

@@ -80,6 +80,13 @@ type Parts struct {
 	// Devices, when set, is the admin device list read at each account's
 	// owner, where its history lives (StartRPC sets it).
 	Devices rpc.LocalDevices
+	// Evaluations, Deliveries and Mail, when set, are the admin lists of
+	// an account's recent evaluations, its webhook deliveries and the
+	// outbox: this node's own and every other member's, merged
+	// (ServeLists sets them).
+	Evaluations *rpc.EvaluationList
+	Deliveries  *rpc.DeliveryList
+	Mail        *rpc.MailList
 }
 
 // Node is a running cluster node.

@@ -163,6 +163,28 @@ func (n *Node) StartRPC(lp LocalParts) (stop func(by time.Time), err error) {
 	}, nil
 }
 
+// ServeLists answers the other members' list calls from this node's own
+// operator lists, and sets Parts.Evaluations, Parts.Deliveries and
+// Parts.Mail to the lists merged over every member. It is called after
+// StartRPC, once the lists' actors run (they start after the node-to-node
+// service); a nil part is left out.
+func (n *Node) ServeLists(l rpc.LocalLists) error {
+	if n.rpc == nil || n.server == nil {
+		return errors.New("cluster: the operator lists are served after StartRPC")
+	}
+	n.server.ServeLists(l)
+	if l.Evaluations != nil {
+		n.Parts.Evaluations = n.rpc.EvaluationList(l.Evaluations)
+	}
+	if l.Deliveries != nil {
+		n.Parts.Deliveries = n.rpc.DeliveryList(l.Deliveries)
+	}
+	if l.Mail != nil {
+		n.Parts.Mail = n.rpc.MailList(l.Mail)
+	}
+	return nil
+}
+
 // RemoteCalls counts the routing client's round trips to other members (0
 // before StartRPC).
 func (n *Node) RemoteCalls() int64 {
