@@ -579,8 +579,32 @@ func (d *DB) WriteHist(ws []*HistWrite) error {
 
 // --- reads ---
 
+// ErrHistUndecodable is LoadHist's error for a stored value that does not
+// decode as its record (damaged, or of a format this binary does not read).
+// Only the value is at fault, never the store's reading of it: a read that
+// failed is another error.
+var ErrHistUndecodable = errors.New("device history record does not decode")
+
+// histName names a record by its identity (kind, customer and device id,
+// account hash or address) for logs and errors: its key, never its contents.
+func histName(r HistRecord) string {
+	switch r := r.(type) {
+	case *HistCustomerDevice:
+		return fmt.Sprintf("customer device %q/%q", r.Customer, r.Device)
+	case *HistAccount:
+		return fmt.Sprintf("account %q/%x", r.Customer, r.Hash[:])
+	case *HistAddress:
+		return fmt.Sprintf("address %q/%s", r.Customer, r.Addr)
+	}
+	return fmt.Sprintf("record kind %d", r.Kind())
+}
+
+// String names the record ref names (its key, never its contents).
+func (ref *HistRef) String() string { return histName(ref.Record()) }
+
 // LoadHist reads the record with r's identity into r. ok is false (and r
-// untouched) when none is stored.
+// untouched) when none is stored; a stored value that does not decode is
+// ErrHistUndecodable, naming the record.
 func (d *DB) LoadHist(r HistRecord) (HistStored, bool, error) {
 	if err := r.validate(); err != nil {
 		return HistStored{}, false, err
@@ -601,7 +625,7 @@ func (d *DB) LoadHist(r HistRecord) (HistStored, bool, error) {
 		}
 	}
 	if err := r.Unmarshal(v); err != nil {
-		return HistStored{}, false, err
+		return HistStored{}, false, fmt.Errorf("%w: %s: %w", ErrHistUndecodable, histName(r), err)
 	}
 	st := HistStored{OK: true, Day: r.IndexDay()}
 	if cd, ok := r.(*HistCustomerDevice); ok {
@@ -697,6 +721,67 @@ func (d *DB) ExpiredHist(before Day, fn func(HistRef) bool) error {
 		}
 	}
 	return it.Err("iterate device history expiry")
+}
+
+// DropUndecodableHist adds to w the deletes of the record ref names if its
+// stored value does not decode (ErrHistUndecodable) and reports whether it
+// did: the record, ref's expiry-index entry, and for a customer device its
+// recent-index entries, found in the customer's recent index as the record
+// cannot say when the device was last seen. Retention cannot trim such a
+// record, and it cannot be read either, so the owner deletes it once it is
+// past the window, the sealed account id it may hold with it. A record that
+// decodes, or none stored, is left alone (false); a failed read is an error
+// and adds nothing. The recent-index scan reads one customer's entries, so
+// it is for the rare record that does not decode.
+func (d *DB) DropUndecodableHist(w *HistWrite, ref *HistRef) (bool, error) {
+	r := ref.Record()
+	if err := r.validate(); err != nil {
+		return false, err
+	}
+	_, _, err := d.LoadHist(r)
+	if !errors.Is(err, ErrHistUndecodable) {
+		return false, err // nil: it decodes, or nothing is stored
+	}
+	var seen []int64
+	if cd, ok := r.(*HistCustomerDevice); ok {
+		if seen, err = d.recentSeenOf(cd.Customer, cd.Device); err != nil {
+			return false, err
+		}
+	}
+	k0 := len(w.buf)
+	w.buf = appendRecordKey(w.buf, r)
+	w.delFrom(k0)
+	k0 = len(w.buf)
+	w.buf = appendExpiryKey(w.buf, ref.Day, r)
+	w.delFrom(k0)
+	for _, s := range seen {
+		k0 = len(w.buf)
+		w.buf = appendRecentKey(w.buf, ref.Customer, s, ref.Device)
+		w.delFrom(k0)
+	}
+	return true, nil
+}
+
+// recentSeenOf returns the last_seen of every recent-index entry of one
+// customer's device (one, unless a write that did not land left another).
+func (d *DB) recentSeenOf(customer, device string) ([]int64, error) {
+	if err := d.settleHist(); err != nil {
+		return nil, err
+	}
+	lo := appendCustomer([]byte{prefixHistRecent}, customer)
+	it, err := d.newIter(lo, prefixEnd(lo))
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []int64
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()[len(lo):]
+		if len(k) >= 9 && string(k[8:]) == device {
+			out = append(out, int64(^binary.BigEndian.Uint64(k[:8])))
+		}
+	}
+	return out, it.Err("iterate recent devices")
 }
 
 // RecentHistDevices returns up to limit of customer's device records, most

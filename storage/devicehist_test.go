@@ -2,10 +2,12 @@ package storage
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -307,4 +309,93 @@ func BenchmarkWriteHist(b *testing.B) {
 		put(batch)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/record")
+}
+
+// TestDropUndecodableHist: a stored device-history value damaged on disk
+// reads as ErrHistUndecodable, naming the record and none of its bytes;
+// DropUndecodableHist deletes it with its expiry-index entry and its
+// recent-index entry, and never a record that decodes or one not stored.
+func TestDropUndecodableHist(t *testing.T) {
+	db := openHist(t, vfs.NewMem())
+	defer db.Close()
+	cd, acct, fine := testCustomerDevice(), testAccount(), testAddress()
+	var w HistWrite
+	for _, r := range []HistRecord{cd, acct, fine} {
+		if _, err := w.Put(r, HistStored{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.WriteHist([]*HistWrite{&w}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.settleHist(); err != nil {
+		t.Fatal(err)
+	}
+	// Damage the device's and the account's values in place.
+	b := db.newBatch()
+	_ = b.Set(appendRecordKey(nil, cd), []byte{histVersion, 0xff}, nil)
+	_ = b.Set(appendRecordKey(nil, acct), append([]byte{histVersion, 0xf0, 0xf0}, acct.Sealed...), nil)
+	if err := db.commit(b); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []HistRecord{cd, acct} {
+		_, found, err := db.LoadHist(blankHist(r))
+		if found || !errors.Is(err, ErrHistUndecodable) {
+			t.Fatalf("%T damaged: found=%v err=%v", r, found, err)
+		}
+		if !strings.Contains(err.Error(), "acc_1") {
+			t.Errorf("the error does not name the record: %v", err)
+		}
+	}
+
+	refs := histExpired(t, db, 1<<31)
+	if len(refs) != 3 {
+		t.Fatalf("index entries: %+v", refs)
+	}
+	var drop HistWrite
+	dropped := 0
+	for i := range refs {
+		ok, err := db.DropUndecodableHist(&drop, &refs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			dropped++
+			if refs[i].Kind == HistKindAddress {
+				t.Fatal("a record that decodes was dropped")
+			}
+		}
+	}
+	if dropped != 2 {
+		t.Fatalf("%d records dropped, want the 2 damaged ones", dropped)
+	}
+	if err := db.WriteHist([]*HistWrite{&drop}); err != nil {
+		t.Fatal(err)
+	}
+	if r, e, n, err := db.HistKeys(); err != nil || r != 1 || e != 1 || n != 0 {
+		t.Fatalf("keys left (records, expiry, recent): %d %d %d %v; want the address's 1 1 0", r, e, n, err)
+	}
+	if _, found, err := db.LoadHist(&HistAddress{Customer: "acc_1", Addr: fine.Addr}); !found || err != nil {
+		t.Fatalf("the record that decodes: found=%v err=%v", found, err)
+	}
+	// Gone, or never stored: nothing to drop.
+	var again HistWrite
+	for i := range refs {
+		if ok, err := db.DropUndecodableHist(&again, &refs[i]); ok || err != nil {
+			t.Fatalf("%+v dropped again: %v %v", refs[i], ok, err)
+		}
+	}
+	if again.Len() != 0 {
+		t.Fatalf("%d operations for nothing to drop", again.Len())
+	}
+}
+
+func blankHist(r HistRecord) HistRecord {
+	switch r := r.(type) {
+	case *HistCustomerDevice:
+		return &HistCustomerDevice{Customer: r.Customer, Device: r.Device}
+	case *HistAccount:
+		return &HistAccount{Customer: r.Customer, Hash: r.Hash}
+	}
+	return &HistAddress{Customer: r.(*HistAddress).Customer, Addr: r.(*HistAddress).Addr}
 }

@@ -49,6 +49,9 @@ type Store interface {
 	LoadHist(r storage.HistRecord) (storage.HistStored, bool, error)
 	WriteHist(ws []*storage.HistWrite) error
 	ExpiredHist(before storage.Day, fn func(storage.HistRef) bool) error
+	// DropUndecodableHist deletes, through w, an expired record whose
+	// stored value does not decode (Prune).
+	DropUndecodableHist(w *storage.HistWrite, ref *storage.HistRef) (bool, error)
 	RecentHistDevices(customer string, limit int) ([]*storage.HistCustomerDevice, error)
 	// HistOf names the stored records of the customers match selects
 	// (Take: cluster mode moves them to their owner).

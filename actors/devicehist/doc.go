@@ -71,7 +71,11 @@
 // only the index days that fell out of the window and has each record's
 // owning shard trim it (rewriting it under its new index day) or delete it,
 // index entries included. A record is gone within a day of its content
-// turning 90 days old.
+// turning 90 days old. A record whose stored value does not decode can be
+// neither trimmed nor read (evaluations go on without it, with a warning),
+// so the prune that finds it past the window deletes it whole, with one
+// error naming its key (storage.DropUndecodableHist); a record the store
+// fails to read is left for the next prune.
 //
 // # Mirror (cluster mode)
 //

@@ -1,6 +1,7 @@
 package devicehist
 
 import (
+	"errors"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -548,7 +549,7 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 	case storage.HistKindCustomerDevice:
 		e, err := s.device(ref.Customer, ref.Device, false)
 		if err != nil {
-			s.log.Warn("devicehist: expiry not applied", "err", err)
+			s.expireUnread(ref, err)
 			return
 		}
 		st, rec, dirty, wseq, keep = &e.stored, &e.rec, &e.dirty, &e.wseq, trimDevice(&e.rec, now)
@@ -556,7 +557,7 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 	case storage.HistKindAccount:
 		e, err := s.account(ref.Customer, ref.Hash, false)
 		if err != nil {
-			s.log.Warn("devicehist: expiry not applied", "err", err)
+			s.expireUnread(ref, err)
 			return
 		}
 		st, rec, dirty, wseq, keep = &e.stored, &e.rec, &e.dirty, &e.wseq, trimAccount(&e.rec, now)
@@ -564,7 +565,7 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 	case storage.HistKindAddress:
 		e, err := s.addressEntry(ref.Customer, ref.Addr, false)
 		if err != nil {
-			s.log.Warn("devicehist: expiry not applied", "err", err)
+			s.expireUnread(ref, err)
 			return
 		}
 		st, rec, dirty, wseq, keep = &e.stored, &e.rec, &e.dirty, &e.wseq, trimAddress(&e.rec, now)
@@ -607,6 +608,38 @@ func (s shard) expire(ref *storage.HistRef, now int64) {
 	s.add(p)
 	if len(s.watchers) > 0 {
 		s.push(ref.Customer, s.parcel(nil, rec, !keep))
+	}
+}
+
+// expireUnread handles a record expire could not load: one whose stored
+// value does not decode is deleted (storage.DropUndecodableHist) — it can
+// be neither trimmed nor read, and what it holds past the window, a sealed
+// account id included, must not outlive it — and said once, naming its key;
+// the read path already answers without it, with a warning. A store that
+// failed to read leaves the index entry for the next prune.
+func (s shard) expireUnread(ref *storage.HistRef, err error) {
+	if !errors.Is(err, storage.ErrHistUndecodable) {
+		s.log.Warn("devicehist: expiry not applied", "err", err)
+		return
+	}
+	w := writePool.Get().(*storage.HistWrite)
+	w.Reset()
+	dropped, derr := s.store.DropUndecodableHist(w, ref)
+	if derr != nil || !dropped {
+		writePool.Put(w)
+		if derr != nil {
+			s.log.Warn("devicehist: expiry not applied", "err", derr)
+		}
+		return
+	}
+	s.seq++
+	if !s.add(pending{w: w, st: s.shardState, seq: s.seq}) {
+		return // refused: the next prune (of the next process) finds it again
+	}
+	s.log.Error("devicehist: a device-history record past its retention does not decode; deleted with what it held",
+		"key", ref.String(), "err", err)
+	if len(s.watchers) > 0 {
+		s.push(ref.Customer, s.parcel(nil, ref.Record(), true))
 	}
 }
 
