@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"strings"
 	"testing"
 )
@@ -173,5 +174,62 @@ func TestInvalidKeyLockout(t *testing.T) {
 	s.Advance(t, "15m1s")
 	if r := s.Do(t, Req{Path: authProbe, Bearer: a.LiveKey, Header: from}); r.Status != 200 {
 		t.Fatalf("after 15 minutes: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestTwoAuthorizationHeadersRefused: a request with two Authorization
+// headers (a proxy that adds its own beside the client's) is ambiguous and
+// refused, whichever comes first, as an unreadable header is: 401 Missing
+// Key. with a hint on the API and on /mcp, 401 on the operator API, 400
+// invalid_request at the token endpoint. It used to be served as the first.
+func TestTwoAuthorizationHeadersRefused(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "twice@example.com", "plan": "starter"})
+	live, other := "Bearer "+a.LiveKey, "Bearer sk_live_"+strings.Repeat("y", 43)
+	for _, pair := range [][2]string{{live, other}, {other, live}, {live, live}} {
+		two := [][2]string{{"Authorization", pair[0]}, {"Authorization", pair[1]}}
+		for _, r := range []Req{
+			{Path: "/v1/usage", Add: two},
+			{Path: authProbe, Add: two},
+			{Method: "POST", Path: "/v1/evaluate", Add: two, Body: map[string]any{"token": "test_vpn"}},
+		} {
+			got := s.Do(t, r)
+			m := got.JSON(t)
+			if got.Status != 401 || m["error"] != "Missing Key." || !strings.Contains(m["hint"].(string), "one Authorization header") {
+				t.Fatalf("%s %s with %q: %d %s", r.Method, r.Path, pair, got.Status, got.Body)
+			}
+		}
+		r := s.Do(t, Req{Method: "POST", Path: "/mcp", Add: two,
+			Header: map[string]string{"Accept": "application/json, text/event-stream", "Content-Type": "application/json"},
+			Body:   `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`})
+		if r.Status != 401 || !strings.Contains(string(r.Body), "one Authorization header") {
+			t.Fatalf("/mcp with %q: %d %s", pair, r.Status, r.Body)
+		}
+	}
+	adm := "Bearer " + AdminToken
+	for _, pair := range [][2]string{{adm, "Bearer wrong"}, {"Bearer wrong", adm}, {adm, adm}} {
+		r := s.Do(t, Req{Path: "/admin/v1/accounts/" + a.ID, Base: s.AdminURL, Add: [][2]string{{"Authorization", pair[0]}, {"Authorization", pair[1]}}})
+		if r.Status != 401 || r.JSON(t)["error"] != "Invalid admin token." {
+			t.Fatalf("admin with %q: %d %s", pair, r.Status, r.Body)
+		}
+	}
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("twice@example.com:"+a.LiveKey))
+	r := s.Do(t, Req{Method: "POST", Path: "/oauth/token", Body: "grant_type=client_credentials",
+		Header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"},
+		Add:    [][2]string{{"Authorization", basic}, {"Authorization", basic}}})
+	if r.Status != 400 || r.JSON(t)["error"] != "invalid_request" {
+		t.Fatalf("token endpoint with two Basic headers: %d %s", r.Status, r.Body)
+	}
+	// One header each still works.
+	if r := s.Do(t, Req{Path: "/v1/usage", Bearer: a.LiveKey}); r.Status != 200 {
+		t.Fatalf("one header: %d %s", r.Status, r.Body)
+	}
+	if r := s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID, nil); r.Status != 200 {
+		t.Fatalf("one operator header: %d %s", r.Status, r.Body)
+	}
+	r = s.Do(t, Req{Method: "POST", Path: "/oauth/token", Body: "grant_type=client_credentials",
+		Header: map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Authorization": basic}})
+	if r.Status != 200 {
+		t.Fatalf("token endpoint with one Basic header: %d %s", r.Status, r.Body)
 	}
 }

@@ -224,10 +224,13 @@ func (r *Response) JSON(t testing.TB) map[string]any {
 
 // Req describes a request.
 type Req struct {
-	Method  string
-	Path    string
-	Body    any // []byte/string sent as is; anything else JSON-encoded
-	Header  map[string]string
+	Method string
+	Path   string
+	Body   any // []byte/string sent as is; anything else JSON-encoded
+	Header map[string]string
+	// Add is sent after Header and Bearer, each added: a name may repeat
+	// (two Authorization headers, say).
+	Add     [][2]string
 	Bearer  string
 	NoAgent bool
 	// Base replaces the server's URL (the admin listener's, say).
@@ -277,6 +280,9 @@ func (s *Server) Do(t testing.TB, r Req) *Response {
 	}
 	for k, v := range r.Header {
 		req.Header.Set(k, v)
+	}
+	for _, h := range r.Add {
+		req.Header.Add(h[0], h[1])
 	}
 	if h := req.Header.Get("Host"); h != "" {
 		req.Host = h // net/http sends req.Host, never a Host header

@@ -25,6 +25,40 @@ func credential(h []byte) checks.Credential {
 	return checks.Credential{Key: unsafe.String(unsafe.SliceData(tok), len(tok))}
 }
 
+// authorization returns the request's Authorization header. A request that
+// carries more than one (a proxy that added its own beside the client's) is
+// ambiguous, whichever one is read: many is set and h is nil, and every
+// reader refuses it as it refuses an unreadable header. PeekAll reuses the
+// header's own buffer, so this allocates no more than Peek.
+func authorization(ctx *fasthttp.RequestCtx) (h []byte, many bool) {
+	all := ctx.Request.Header.PeekAll(fasthttp.HeaderAuthorization)
+	switch len(all) {
+	case 0:
+		return nil, false
+	case 1:
+		return all[0], false
+	}
+	return nil, true
+}
+
+// requestCredential is the credential of the request's Authorization
+// header for Admit; more than one header is none, with the hint saying so
+// (401 Missing Key., as a header that is not Bearer).
+func requestCredential(ctx *fasthttp.RequestCtx) checks.Credential {
+	h, many := authorization(ctx)
+	if many {
+		return checks.Credential{Hint: checks.HintAuthTwice}
+	}
+	return credential(h)
+}
+
+// sentAuthorization reports whether the request carries an Authorization
+// header with anything in it (or more than one).
+func sentAuthorization(ctx *fasthttp.RequestCtx) bool {
+	h, many := authorization(ctx)
+	return many || len(bytes.TrimSpace(h)) > 0
+}
+
 // bearer extracts the credential of an Authorization header as a copy. ok
 // is false when no credential was sent at all.
 func bearer(h []byte) (token string, ok bool, hint string) {
@@ -56,11 +90,16 @@ func bearerBytes(h []byte) (token []byte, ok bool, hint string) {
 	return t, true, ""
 }
 
-// adminAuthorized checks the operator token in constant time.
-func (s *Server) adminAuthorized(ctx *fasthttp.RequestCtx) bool {
-	if s.cfg.AdminToken == "" {
-		return false
+// adminAuthorized checks the operator token in constant time. presented:
+// a bearer token was read (more than one Authorization header is none).
+func (s *Server) adminAuthorized(ctx *fasthttp.RequestCtx) (valid, presented bool) {
+	h, many := authorization(ctx)
+	if many {
+		return false, false
 	}
-	tok, ok, _ := bearer(ctx.Request.Header.Peek("Authorization"))
-	return ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) == 1
+	tok, ok, _ := bearer(h)
+	if !ok || s.cfg.AdminToken == "" {
+		return false, ok
+	}
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) == 1, true
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,10 +32,15 @@ func (e *testEnv) serve(tr testRequest) *fasthttp.RequestCtx {
 	ctx.Request.Header.SetMethod(tr.method)
 	ctx.Request.SetRequestURI(tr.uri)
 	agent := false
-	for _, h := range tr.header {
+	for i, h := range tr.header {
 		agent = agent || strings.EqualFold(h[0], "User-Agent")
 		if strings.EqualFold(h[0], "Content-Type") {
 			ctx.Request.Header.SetContentType(h[1])
+			continue
+		}
+		// A header named again is sent again, as on the wire.
+		if slices.ContainsFunc(tr.header[:i], func(p [2]string) bool { return strings.EqualFold(p[0], h[0]) }) {
+			ctx.Request.Header.Add(h[0], h[1])
 			continue
 		}
 		ctx.Request.Header.Set(h[0], h[1])

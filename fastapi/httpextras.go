@@ -142,7 +142,7 @@ func (s *Server) setChallenge(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	v := `Bearer realm="fraudd", resource_metadata="` + baseURL(ctx) + `/.well-known/oauth-protected-resource"`
-	if len(bytes.TrimSpace(ctx.Request.Header.Peek("Authorization"))) > 0 {
+	if sentAuthorization(ctx) {
 		v += `, error="invalid_token"`
 	}
 	h.Set("WWW-Authenticate", v)

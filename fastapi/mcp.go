@@ -176,13 +176,13 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	mcpCORS(ctx)
 	anonymous := true
-	if len(bytes.TrimSpace(ctx.Request.Header.Peek("Authorization"))) > 0 {
+	if sentAuthorization(ctx) {
 		access := checks.AccessMCP
 		if mcpLookupCall(ctx) {
 			// It goes on to Lookup: the limiters ride its charge's call.
 			access = checks.AccessMCPLookup
 		}
-		if ref := s.checks.Admit(&r.Call, credential(ctx.Request.Header.Peek("Authorization")), access); ref != nil {
+		if ref := s.checks.Admit(&r.Call, requestCredential(ctx), access); ref != nil {
 			s.refuse(ctx, ref)
 			return
 		}

@@ -83,7 +83,12 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 		_, tr.grantSent = vals["grant_type"]
 		tr.grantType, tr.clientID, tr.clientSecret = vals.Get("grant_type"), vals.Get("client_id"), vals.Get("client_secret")
 	}
-	if id, secret, present, ok := basicCredentials(ctx.Request.Header.Peek("Authorization")); present {
+	auth, many := authorization(ctx)
+	if many {
+		tr.bad = checks.DescAuthTwice
+		return tr
+	}
+	if id, secret, present, ok := basicCredentials(auth); present {
 		if !ok {
 			tr.bad = checks.DescBasicUnreadable
 			return tr

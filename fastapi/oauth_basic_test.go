@@ -68,3 +68,30 @@ func TestTokenEndpointDatedAdditions(t *testing.T) {
 		t.Errorf("store down at 2026-09-25T23:59:59Z: %d %s; 503 only since 2026-09-26", st, b)
 	}
 }
+
+// TestTokenEndpointRefusesTwoAuthorizationHeaders: two Authorization
+// headers (a proxy's beside the client's) are ambiguous: the token endpoint
+// refuses them as it refuses unreadable Basic credentials, 400
+// invalid_request, whichever header comes first; one header still mints.
+func TestTokenEndpointRefusesTwoAuthorizationHeaders(t *testing.T) {
+	e := newTestEnv(t)
+	e.srv.deps.Tokens = accesstoken.NewIssuer(secrets.FromBytes([]byte("unit")))
+	good := "Basic " + base64.StdEncoding.EncodeToString([]byte("unit@example.com:"+e.acct.LiveKey))
+	other := "Basic " + base64.StdEncoding.EncodeToString([]byte("other@example.com:sk_live_other"))
+	mint := func(auth ...string) (int, string) {
+		h := [][2]string{{"Content-Type", "application/x-www-form-urlencoded"}}
+		for _, a := range auth {
+			h = append(h, [2]string{"Authorization", a})
+		}
+		ctx := e.serve(testRequest{method: "POST", uri: "/oauth/token", header: h, body: []byte("grant_type=client_credentials")})
+		return ctx.Response.StatusCode(), string(ctx.Response.Body())
+	}
+	if st, b := mint(good); st != 200 {
+		t.Fatalf("one Basic header: %d %s", st, b)
+	}
+	for _, pair := range [][]string{{good, other}, {other, good}, {good, good}, {good, "Bearer " + e.acct.LiveKey}} {
+		if st, b := mint(pair...); st != 400 || !strings.Contains(b, `"invalid_request"`) || !strings.Contains(b, "one Authorization header") {
+			t.Errorf("Authorization %q: %d %s; want 400 invalid_request", pair, st, b)
+		}
+	}
+}

@@ -540,8 +540,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes *routeSet) (rt *route) 
 		// account data: never kept by a cache, never sniffed as another type.
 		ctx.Response.Header.Set("Cache-Control", "no-store")
 		ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
-		_, presented, _ := bearer(ctx.Request.Header.Peek("Authorization"))
-		if ref := s.checks.AdmitOperator(&r.Call, presented, s.adminAuthorized(ctx)); ref != nil {
+		valid, presented := s.adminAuthorized(ctx)
+		if ref := s.checks.AdmitOperator(&r.Call, presented, valid); ref != nil {
 			s.refuse(ctx, ref)
 			return
 		}
@@ -551,7 +551,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes *routeSet) (rt *route) 
 		}
 		var cred checks.Credential
 		if rt.access.Key {
-			cred = credential(ctx.Request.Header.Peek("Authorization"))
+			cred = requestCredential(ctx)
 		}
 		if ref := s.checks.Admit(&r.Call, cred, rt.access); ref != nil {
 			s.refuse(ctx, ref)

@@ -55,6 +55,7 @@ const (
 	HintNoAuthorization = "Send your secret API key as `Authorization: Bearer <key>`."
 	HintNotBearer       = "Use the Bearer scheme: `Authorization: Bearer <key>`."
 	HintEmptyBearer     = "`Authorization: Bearer` was sent with nothing after it."
+	HintAuthTwice       = "Send one Authorization header; this request carried more than one."
 	HintExpiredToken    = "The access token is expired, or the key it was minted from was rotated or revoked: mint a new one at /oauth/token."
 	HintUnsetKey        = "The key is the literal string %q: the variable meant to hold your API key is not set." // the key
 	HintPublishable     = "This is a publishable key (pk_live_…) for the browser collector; the server must send its secret sk_live_ or sk_test_ key."
@@ -82,6 +83,7 @@ const (
 	DescJSONUnreadable     = "The JSON body could not be read."
 	DescRepeated           = "Each parameter may be sent once."
 	DescBasicUnreadable    = "The Basic credentials could not be read."
+	DescAuthTwice          = "Send one Authorization header; this request carried more than one."
 	DescCredentialsTwice   = "Send the client credentials once: either Basic or the body."
 	DescGrantMissing       = "grant_type is required (client_credentials)."
 	DescGrantUnsupported   = "Only grant_type=client_credentials is supported."
