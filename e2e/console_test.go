@@ -683,3 +683,35 @@ func TestConsoleQuestionRightAfterAnotherStaysOpen(t *testing.T) {
 	c.confirm("save")
 	c.waitStatus("saved", "Allowlist and origins saved.")
 }
+
+// duplicateIDs lists the element ids the page uses more than once.
+const duplicateIDs = `(() => {
+	const seen = {}, twice = [];
+	for (const e of document.querySelectorAll('[id]')) {
+		if (seen[e.id] && !twice.includes(e.id)) twice.push(e.id);
+		seen[e.id] = true;
+	}
+	return twice.join(' ');
+})()`
+
+// TestConsoleIDsAreUnique: every element id on the console's pages is used
+// once. The account page's plan card and its plan select were both #plan,
+// the beta card and its checkbox both #beta, so getElementById, label
+// references and fragment links found the first (the card).
+func TestConsoleIDsAreUnique(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "ids@example.com", "plan": "custom", "hourly_limit": 10})
+	c := openConsole(t, s)
+	if got := c.eval(duplicateIDs); got != "" {
+		t.Fatalf("ids used twice on the accounts page: %s", got)
+	}
+	c.openAccount(a.ID)
+	if got := c.eval(duplicateIDs); got != "" {
+		t.Fatalf("ids used twice on the account page: %s", got)
+	}
+	c.run("open the service page", `location.hash = '#/service'; ''`)
+	c.until("the service page", `!!document.getElementById('svc-overall')`)
+	if got := c.eval(duplicateIDs); got != "" {
+		t.Fatalf("ids used twice on the service page: %s", got)
+	}
+}

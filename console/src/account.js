@@ -97,7 +97,8 @@ function planCard(st, put) {
     a.limits.grandfathered_until ? h('dd', null, fmtTime(a.limits.grandfathered_until)) : null),
   h('div.row', null, h('label', null, 'Plan', plan), custom, h('button#save-plan', { type: 'submit' }, 'Save plan')),
   err);
-  return card('Plan and limits', { id: 'plan' }, form);
+  // The card is #plan-card: #plan is its select (ids are the page's, once each).
+  return card('Plan and limits', { id: 'plan-card' }, form);
 }
 
 function limitText(n) {
@@ -293,7 +294,8 @@ function betaCard(st, put) {
       box.disabled = false;
     }
   });
-  return card('Device-evidence beta', { id: 'beta' },
+  // The card is #beta-card: #beta is its checkbox.
+  return card('Device-evidence beta', { id: 'beta-card' },
     h('label.check', null, box, 'Experimental GPU and browser-consistency evidence (SPEC 2.5, 2.6)'),
     h('p.note', null, 'Needs at least one website origin. Evidence never changes a score or blocks.'), err);
 }

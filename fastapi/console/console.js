@@ -334,7 +334,7 @@ a.limits.grandfathered_until ? h('dt', null, 'Grandfathered until') : null,
 a.limits.grandfathered_until ? h('dd', null, fmtTime(a.limits.grandfathered_until)) : null),
 h('div.row', null, h('label', null, 'Plan', plan), custom, h('button#save-plan', { type: 'submit' }, 'Save plan')),
 err);
-return card('Plan and limits', { id: 'plan' }, form);
+return card('Plan and limits', { id: 'plan-card' }, form);
 }
 function limitText(n) {
 return n === null ? 'none' : fmtNum(n);
@@ -514,7 +514,7 @@ err.textContent = errorText(e);
 box.disabled = false;
 }
 });
-return card('Device-evidence beta', { id: 'beta' },
+return card('Device-evidence beta', { id: 'beta-card' },
 h('label.check', null, box, 'Experimental GPU and browser-consistency evidence (SPEC 2.5, 2.6)'),
 h('p.note', null, 'Needs at least one website origin. Evidence never changes a score or blocks.'), err);
 }
