@@ -715,3 +715,56 @@ func TestConsoleIDsAreUnique(t *testing.T) {
 		t.Fatalf("ids used twice on the service page: %s", got)
 	}
 }
+
+// TestConsoleReenteredAddressIsNoRemoval: the access card compares the
+// typed allowlist with the stored one as the API reads both, so an entry
+// typed in another form of a stored one is kept, not removed: 203.0.113.7
+// for the stored 203.0.113.7/32, an IPv6 address written another way, a
+// mapped IPv4 address, a CIDR with host bits; so is an origin typed in
+// capitals. It asked "Remove 1 allowlist or origin entry?" for each. A
+// real removal still asks.
+func TestConsoleReenteredAddressIsNoRemoval(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "reenter@example.com"})
+	s.Admin(t, "PATCH", "/admin/v1/accounts/"+a.ID, map[string]any{
+		"allowlist": []string{"203.0.113.7", "2001:db8::1", "198.51.100.9", "192.0.2.0/24"},
+		"origins":   []string{"https://shop.example"},
+	})
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	account := func() map[string]any { return s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID, nil).JSON(t) }
+	const saved = "Allowlist and origins saved."
+	// save types the lists and reports the question asked ("" when none:
+	// the lists were saved at once).
+	save := func(what, allow, origins string) string {
+		t.Helper()
+		c.run("clear the status line", `document.getElementById('status').textContent = ''`)
+		c.do(what, chromedp.SetValue(css("#allowlist"), allow), chromedp.SetValue(css("#origins"), origins), chromedp.Click(css("#save-access")))
+		c.until(what+": saved or asked", `document.getElementById('status').textContent === `+jsString(saved)+` || document.getElementById('confirm').open`)
+		if c.eval(`String(document.getElementById('confirm').open)`) == "true" {
+			return c.text(what+": the question", "#confirm-text")
+		}
+		return ""
+	}
+
+	if q := save("the same entries in other forms", "203.0.113.7\n2001:DB8:0:0::1\n::ffff:198.51.100.9\n192.0.2.77/24", "https://Shop.Example:443"); q != "" {
+		t.Fatalf("re-entering the stored entries asks %q", q)
+	}
+	if got := account(); fmt.Sprint(got["allowlist"], got["origins"]) != "[203.0.113.7/32 2001:db8::1/128 198.51.100.9/32 192.0.2.0/24] [https://shop.example]" {
+		t.Fatalf("after saving the same entries: %v %v", got["allowlist"], got["origins"])
+	}
+
+	q := save("one entry left out", "203.0.113.7/32\n2001:db8::1\n198.51.100.9", "https://shop.example")
+	if !strings.Contains(q, "Remove 1 allowlist or origin entry?") {
+		t.Fatalf("leaving 192.0.2.0/24 out asks %q", q)
+	}
+	c.do("cancel", chromedp.Click(css("#confirm-cancel")), chromedp.WaitNotVisible(css("#confirm")))
+	q = save("a neighbour instead of a stored address", "203.0.113.8\n2001:db8::1\n198.51.100.9\n192.0.2.0/24", "https://shop.example")
+	if !strings.Contains(q, "Remove 1 allowlist or origin entry?") {
+		t.Fatalf("replacing 203.0.113.7 by 203.0.113.8 asks %q", q)
+	}
+	c.do("cancel", chromedp.Click(css("#confirm-cancel")), chromedp.WaitNotVisible(css("#confirm")))
+	if got := account()["allowlist"]; fmt.Sprint(got) != "[203.0.113.7/32 2001:db8::1/128 198.51.100.9/32 192.0.2.0/24]" {
+		t.Fatalf("cancelled, yet the allowlist is %v", got)
+	}
+}

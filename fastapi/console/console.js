@@ -264,6 +264,63 @@ return h('span.badge.' + d, null, d);
 function lines(text) {
 return text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
 }
+function parseIPv4(s) {
+const parts = s.split('.');
+if (parts.length !== 4 || !parts.every((p) => /^(0|[1-9][0-9]{0,2})$/.test(p) && Number(p) <= 255)) return null;
+return parts.map(Number);
+}
+function parseIPv6(s) {
+const last = s.lastIndexOf(':');
+if (last < 0 || s.includes('%')) return null;
+if (s.slice(last + 1).includes('.')) {
+const v4 = parseIPv4(s.slice(last + 1));
+if (!v4) return null;
+s = s.slice(0, last + 1) + ((v4[0] << 8) | v4[1]).toString(16) + ':' + ((v4[2] << 8) | v4[3]).toString(16);
+}
+const halves = s.split('::');
+if (halves.length > 2) return null;
+const groups = (x) => (x === '' ? [] : x.split(':'));
+const head = groups(halves[0]);
+const tail = halves.length === 2 ? groups(halves[1]) : [];
+const fill = 8 - head.length - tail.length;
+if (halves.length === 1 ? fill !== 0 : fill < 1) return null;
+const all = [...head, ...Array(halves.length === 2 ? fill : 0).fill('0'), ...tail];
+if (!all.every((g) => /^[0-9a-fA-F]{1,4}$/.test(g))) return null;
+return all.flatMap((g) => [parseInt(g, 16) >> 8, parseInt(g, 16) & 255]);
+}
+function prefixKey(entry) {
+const text = entry.trim();
+const slash = text.indexOf('/');
+const addr = slash < 0 ? text : text.slice(0, slash);
+let bytes = addr.includes(':') ? parseIPv6(addr) : parseIPv4(addr);
+if (!bytes) return text;
+let bits = bytes.length * 8;
+if (slash >= 0) {
+const b = text.slice(slash + 1);
+if (!/^[0-9]{1,3}$/.test(b) || Number(b) > bits) return text;
+bits = Number(b);
+}
+const mapped = bytes.length === 16 && bytes.slice(0, 10).every((x) => x === 0) && bytes[10] === 255 && bytes[11] === 255;
+if (mapped && (slash < 0 || bits >= 96)) {
+bytes = bytes.slice(12);
+bits = slash < 0 ? 32 : bits - 96;
+}
+const masked = bytes.map((x, i) => (i * 8 >= bits ? 0 : i * 8 + 8 <= bits ? x : x & (0xff << (8 - (bits - i * 8))) & 0xff));
+return bytes.length + ':' + masked.join('.') + '/' + bits;
+}
+function originKey(entry) {
+const text = entry.trim();
+try {
+const o = new URL(text).origin;
+return o === 'null' ? text : o;
+} catch (e) {
+return text;
+}
+}
+function kept(stored, next, key) {
+const have = new Set(next.map(key));
+return stored.filter((x) => have.has(key(x))).length;
+}
 async function renderAccount(nav, id) {
 const [a, rules, pins] = await Promise.all([api('GET', acct(id)), api('GET', acct(id, '/rules')), api('GET', acct(id, '/exceptions'))]);
 const st = { id, a, rules, pins };
@@ -448,7 +505,7 @@ ev.preventDefault();
 err.textContent = '';
 const body = { allowlist: lines(allow.value), origins: lines(origins.value) };
 const asks = [];
-const removed = a.allowlist.length + a.origins.length - [...a.allowlist.filter((x) => body.allowlist.includes(x)), ...a.origins.filter((x) => body.origins.includes(x))].length;
+const removed = a.allowlist.length + a.origins.length - kept(a.allowlist, body.allowlist, prefixKey) - kept(a.origins, body.origins, originKey);
 if (removed > 0) asks.push('Remove ' + removed + ' allowlist or origin entr' + (removed === 1 ? 'y' : 'ies') + '? Calls from them may be refused at once.');
 if (a.allowlist.length === 0 && body.allowlist.length > 0) asks.push('Only these addresses may use the live key: its calls from every other address are refused at once.');
 if (a.origins.length === 0 && body.origins.length > 0) asks.push('Only these origins may use the publishable key: the collector on every other website is refused at once.');
