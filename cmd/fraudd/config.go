@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/fraudd/fraudd/actors/mailer"
 	"github.com/fraudd/fraudd/fastapi"
 	"github.com/fraudd/fraudd/storage"
 )
@@ -389,6 +390,73 @@ func (l *stringList) String() string {
 func (l *stringList) Set(v string) error { *l = splitList(v); return nil }
 
 func (l *stringList) Kind() string { return "list" }
+
+// agentList is --edge-block-agents: User-Agent prefixes the edge block
+// refuses. CLARIFICATIONS ("Auth") has curl, browsers and Go's net/http
+// default never blocked, so an entry that would match one of theirs
+// ("curl/", "Mozilla", "Go-http-client/1.1", "c") is refused rather than
+// taken: with it the block would refuse the clients it promises to let by.
+type agentList struct{ l *[]string }
+
+// neverBlocked are the User-Agent beginnings of the clients the edge block
+// never refuses.
+var neverBlocked = []string{"curl/", "Mozilla/", "Go-http-client/"}
+
+func (a agentList) String() string {
+	if a.l == nil {
+		return ""
+	}
+	return strings.Join(*a.l, ",")
+}
+
+func (a agentList) Set(v string) error {
+	l := splitList(v)
+	for _, e := range l {
+		for _, ua := range neverBlocked {
+			if strings.HasPrefix(ua, e) || strings.HasPrefix(e, ua) {
+				return fmt.Errorf("%q would block %s…, which is never blocked", e, ua)
+			}
+		}
+	}
+	*a.l = l
+	return nil
+}
+
+func (a agentList) Forms() string {
+	return "comma-separated User-Agent prefixes, none matching curl/, Mozilla/ or Go-http-client/ (never blocked); empty = none"
+}
+
+func (a agentList) Kind() string { return "list" }
+
+// smtpValue is --smtp-url, checked as it is read, so that a wrong one stops
+// the start naming the flag before the store is opened.
+type smtpValue struct{ s *string }
+
+func (v smtpValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return *v.s
+}
+
+func (v smtpValue) Set(s string) error {
+	if s != "" {
+		if _, err := mailer.ParseSMTPURL(s); err != nil {
+			return errors.New("does not parse")
+		}
+	}
+	*v.s = s
+	return nil
+}
+
+func (v smtpValue) Forms() string {
+	return "smtp://[user:pass@]host:port[?from=addr]; empty = record mail in the outbox only"
+}
+
+func (v smtpValue) Kind() string { return "url" }
+
+// Secret keeps the value (its password) out of refusals (isSecret).
+func (v smtpValue) Secret() bool { return true }
 
 // originList is --mcp-origins: browser origins, canonicalised.
 type originList struct{ l *[]string }

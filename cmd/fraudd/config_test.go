@@ -58,6 +58,16 @@ func TestParseServeRefusesBadValues(t *testing.T) {
 		{args: []string{"--feeds-refresh", "6"}, want: []string{"-feeds-refresh", "accepted: a Go duration"}},
 		{args: []string{"--edge-block=off"}, want: []string{"-edge-block", "accepted: true or false"}},
 		{args: []string{"extra"}, want: []string{`unexpected argument "extra"`}},
+		// CLARIFICATIONS "Auth": curl, browsers and Go's net/http are never
+		// blocked, so no entry may match their User-Agents.
+		{args: []string{"--edge-block-agents", "Python-urllib/,curl/"}, want: []string{"-edge-block-agents", `"curl/" would block curl/`}},
+		{env: envVars{"FRAUDD_EDGE_BLOCK_AGENTS": "Mozilla"}, want: []string{`FRAUDD_EDGE_BLOCK_AGENTS="Mozilla"`, "would block Mozilla/"}},
+		{args: []string{"--edge-block-agents", "Go-http-client/1.1"}, want: []string{"would block Go-http-client/"}},
+		{args: []string{"--edge-block-agents", "c"}, want: []string{"would block curl/"}},
+		// A wrong SMTP URL stops the start naming the flag, before the
+		// store is opened, and keeps its password out of the line.
+		{env: envVars{"FRAUDD_SMTP_URL": "http://x"}, want: []string{`FRAUDD_SMTP_URL`, "smtp://[user:pass@]host:port"}},
+		{args: []string{"--smtp-url", "smtp://u:hunter2@"}, want: []string{"-smtp-url", "smtp://[user:pass@]host:port"}},
 	} {
 		_, err := parseServe(c.args, c.env)
 		if err == nil {
@@ -68,6 +78,14 @@ func TestParseServeRefusesBadValues(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%v %v: error %q lacks %q", c.env, c.args, err, w)
 			}
+		}
+	}
+	if _, err := parseServe([]string{"--smtp-url", "smtp://u:hunter2@"}, envVars{}); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("--smtp-url without a host: %v (want refused, without the password)", err)
+	}
+	for _, ok := range []string{"Python-urllib/,python-requests/,Wget/", ""} {
+		if _, err := parseServe([]string{"--edge-block-agents", ok, "--smtp-url", "smtp://u:p@mail.example:587?from=a@b.example"}, envVars{}); err != nil {
+			t.Errorf("--edge-block-agents %q: %v", ok, err)
 		}
 	}
 	var h helpError
