@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,6 +221,50 @@ func TestBackupWithoutWALRefusesToStart(t *testing.T) {
 	out := startFails(t, bk, nil)
 	if !strings.Contains(out, "store is older than its stamp file") {
 		t.Fatalf("refusal does not say the store lost writes:\n%s", out)
+	}
+}
+
+// TestBackupWithWALCutShortRefusesToStart: a restore whose copy of the
+// backup's WAL was cut short (an interrupted cp) started on what was left:
+// Pebble read the cut as a torn tail, and the counted calls after it were
+// gone without a word. The backup lists its files as a clean stop does, so
+// the start is refused naming the file.
+func TestBackupWithWALCutShortRefusesToStart(t *testing.T) {
+	data := t.TempDir()
+	s := StartServer(t, &Server{Bin: bin, DataDir: data, Bare: true})
+	tok := readToken(t, data)
+	r := s.Do(t, Req{Method: "POST", Path: "/admin/v1/accounts", Bearer: tok, Body: map[string]any{"email": "cut-backup@example.com", "plan": "starter"}})
+	if r.Status != 201 {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
+	}
+	live := r.JSON(t)["live_key"].(string)
+	for i := range 40 {
+		if r := s.Do(t, Req{Path: fmt.Sprintf("/v1/lookup/185.220.101.%d", i+1), Bearer: live}); r.Status != 200 {
+			t.Fatalf("lookup %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	bk := filepath.Join(t.TempDir(), "bk")
+	if r := s.Do(t, Req{Method: "POST", Path: "/admin/v1/backup", Bearer: tok, Body: map[string]any{"dir": bk}}); r.Status != 200 {
+		t.Fatalf("backup: %d %s", r.Status, r.Body)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	logs, _ := filepath.Glob(filepath.Join(bk, "pebble", "*.log"))
+	if len(logs) == 0 {
+		t.Fatal("the backup has no WAL")
+	}
+	w := logs[len(logs)-1]
+	st, err := os.Stat(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(w, st.Size()*3/4); err != nil {
+		t.Fatal(err)
+	}
+	out := startFails(t, bk, nil)
+	if !strings.Contains(out, "is not as it was closed: "+filepath.Base(w)) {
+		t.Fatalf("refusal does not name the WAL cut short:\n%s", out)
 	}
 }
 

@@ -242,25 +242,47 @@ func (d *DB) stampClosed() error {
 	if d.stamp.n == 0 {
 		return nil // never stamped: the file stays as it was
 	}
-	names, err := d.fs.List(d.dir)
+	files, err := listStore(d.fs, d.dir)
 	if err != nil {
-		return fmt.Errorf("list %s: %w", d.dir, err)
+		return err
 	}
-	st := stamp{n: d.stamp.n}
+	return writeStamp(d.fs, d.stamp.path, stamp{n: d.stamp.n, files: files})
+}
+
+// WriteClosedStampFile writes, at path, the stamp file of a store no process
+// has open at dir (a backup's checkpoint): the counter n and the store's
+// files as they are now, as a clean Close writes it. The next open checks
+// the files against it, so a copy of the backup left incomplete (a WAL or a
+// table cut short) is refused, not replayed as a torn tail.
+func WriteClosedStampFile(fs vfs.FS, path string, n uint64, dir string) error {
+	files, err := listStore(fs, dir)
+	if err != nil {
+		return err
+	}
+	return writeStamp(fs, path, stamp{n: n, files: files})
+}
+
+// listStore lists the store's files at dir with their sizes.
+func listStore(fs vfs.FS, dir string) ([]stampedFile, error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	var files []stampedFile
 	for _, name := range names {
 		if name == "LOCK" || !stampableName(name) {
 			continue
 		}
-		info, err := d.fs.Stat(d.fs.PathJoin(d.dir, name))
+		info, err := fs.Stat(fs.PathJoin(dir, name))
 		if err != nil {
-			return fmt.Errorf("stat %s: %w", name, err)
+			return nil, fmt.Errorf("stat %s: %w", name, err)
 		}
 		if info.IsDir() {
 			continue
 		}
-		st.files = append(st.files, stampedFile{name: name, size: info.Size()})
+		files = append(files, stampedFile{name: name, size: info.Size()})
 	}
-	return writeStamp(d.fs, d.stamp.path, st)
+	return files, nil
 }
 
 // storeStamp reads the stamp in the store, 0 when it has none.

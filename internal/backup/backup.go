@@ -131,7 +131,9 @@ func Write(src Source, dir string) (rep *Report, err error) {
 		}
 	}
 	if stamp != 0 {
-		if err := storage.WriteStampFile(vfs.Default, filepath.Join(dir, storage.StampFileName), stamp); err != nil {
+		// With the checkpoint's files listed, as a clean stop lists its
+		// own: a restore copied incompletely is refused at its start.
+		if err := storage.WriteClosedStampFile(vfs.Default, filepath.Join(dir, storage.StampFileName), stamp, filepath.Join(dir, StoreDir)); err != nil {
 			return nil, err
 		}
 		if err := os.Chmod(filepath.Join(dir, storage.StampFileName), 0o600); err != nil {
