@@ -170,7 +170,10 @@ type DB struct {
 
 	// serving is set once start-up is over (Serving). Before, a failure is
 	// returned to the start-up code, which reports it in its one line, so
-	// the store logs it at DEBUG only; after, nobody else reports it.
+	// the store logs it at DEBUG only; after, nobody else reports it. The
+	// returned error carries the cause: a broken instance keeps its first
+	// fatal error (handle.cause), and openHandle's and brokenErr's errors
+	// wrap it.
 	serving atomic.Bool
 
 	durability Durability
@@ -565,14 +568,31 @@ func (d *DB) apply(b batch, opts *pebble.WriteOptions) error {
 func (d *DB) writable(h *handle) error {
 	switch {
 	case h.broken.Load():
-		return errBroken
+		return d.brokenErr(h)
 	case h != d.h.Load():
 		return fmt.Errorf("%w: the store was reopened meanwhile; retry", ErrUnavailable)
 	}
 	return nil
 }
 
-var errBroken = fmt.Errorf("%w: a fatal write error stopped the store; it reopens at the next health probe", ErrUnavailable)
+// brokenErr is the error of an operation on h, an instance a fatal error
+// broke: an ErrUnavailable that wraps the first fatal cause (a full disk's
+// ENOSPC, so errors.Is finds it and the text names it). Only a serving
+// store says it reopens at the next health probe: at start-up nobody
+// probes, the start stops on it.
+func (d *DB) brokenErr(h *handle) error {
+	what := "a fatal write error stopped the store"
+	if cause := h.fatalCause(); cause != nil {
+		if d.serving.Load() {
+			return fmt.Errorf("%w: %s (%w); it reopens at the next health probe", ErrUnavailable, what, cause)
+		}
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, cause)
+	}
+	if d.serving.Load() {
+		return fmt.Errorf("%w: %s; it reopens at the next health probe", ErrUnavailable, what)
+	}
+	return fmt.Errorf("%w: %s", ErrUnavailable, what)
+}
 
 // write runs a Pebble write on its own goroutine and waits for it unless
 // the instance breaks first: after a fatal WAL error Pebble can leave later
@@ -638,7 +658,7 @@ func (d *DB) wait(h *handle, c *commitCall) error {
 		case err = <-c.done:
 		default:
 			// c stays with its goroutine, never back in the pool.
-			return errBroken
+			return d.brokenErr(h)
 		}
 	}
 	c.h, c.b, c.opts, c.fn = nil, nil, nil, nil
@@ -674,6 +694,9 @@ func (d *DB) Close() error {
 	if h.broken.Load() {
 		d.retire(h)
 		err = errors.New("storage was broken by a fatal write error; its last unsynced writes were not flushed")
+		if cause := h.fatalCause(); cause != nil {
+			err = fmt.Errorf("storage was broken by a fatal write error (%w); its last unsynced writes were not flushed", cause)
+		}
 	} else if cerr := d.closeHealthy(h); cerr != nil {
 		err = fmt.Errorf("close pebble: %w", cerr)
 	} else if d.stamp.path != "" {
@@ -707,6 +730,9 @@ func (d *DB) closeHealthy(h *handle) error {
 		return err
 	case <-h.dead:
 		d.retire(h)
+		if cause := h.fatalCause(); cause != nil {
+			return fmt.Errorf("a write failed while closing: %w", cause)
+		}
 		return errors.New("a write failed while closing")
 	}
 }
@@ -785,7 +811,7 @@ func (d *DB) fail(err error) error {
 func (d *DB) get(key []byte) ([]byte, error) {
 	h := d.h.Load()
 	if h.broken.Load() {
-		return nil, errBroken
+		return nil, d.brokenErr(h)
 	}
 	var out []byte
 	err := h.run(func() error {
@@ -811,7 +837,7 @@ func (d *DB) get(key []byte) ([]byte, error) {
 func (d *DB) VerifyTables() error {
 	h := d.h.Load()
 	if h.broken.Load() {
-		return errBroken
+		return d.brokenErr(h)
 	}
 	if err := h.run(func() error { _, err := h.db.SSTables(pebble.WithProperties()); return err }); err != nil {
 		return d.fail(fmt.Errorf("verify tables: %w", err))
@@ -845,6 +871,6 @@ func (d *DB) Checkpoint(dir string) error {
 		}
 		return nil
 	case <-h.dead:
-		return errBroken
+		return d.brokenErr(h)
 	}
 }

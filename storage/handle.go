@@ -76,6 +76,27 @@ type handle struct {
 	log     *slog.Logger
 	store   *DB
 	stalled atomic.Int32 // goroutines parked by a failed write (see handleFS)
+	// cause is the first fatal error that broke the instance (a write that
+	// failed, Pebble's Fatalf), set before broken: the errors the store
+	// returns for a broken instance wrap it, so a start that fails on a
+	// full disk says so in its one line.
+	cause atomic.Pointer[error]
+}
+
+// setCause records err as the instance's fatal cause unless one was
+// recorded first. Call before breakDown.
+func (h *handle) setCause(err error) {
+	if err != nil && !errors.Is(err, errFenced) {
+		h.cause.CompareAndSwap(nil, &err)
+	}
+}
+
+// fatalCause is the first fatal error recorded, nil when none was.
+func (h *handle) fatalCause() error {
+	if p := h.cause.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (h *handle) breakDown() {
@@ -88,8 +109,10 @@ func (h *handle) breakDown() {
 func (h *handle) run(fn func() error) error {
 	err, p := guarded(fn)
 	if p != nil {
+		err := fmt.Errorf("%w: %v", errFatal, p)
+		h.setCause(err)
 		h.breakDown()
-		return fmt.Errorf("%w: %v", errFatal, p)
+		return err
 	}
 	return err
 }
@@ -172,6 +195,9 @@ func (d *DB) openHandle(errorIfNotExists bool) (*handle, error) {
 	case err = <-res:
 	case <-h.dead:
 		err = errors.New("pebble hit a fatal error while opening")
+		if cause := h.fatalCause(); cause != nil {
+			err = fmt.Errorf("pebble hit a fatal error while opening: %w", cause)
+		}
 	}
 	if err == nil && h.db == nil {
 		err = errors.New("pebble open returned no instance")
@@ -280,13 +306,18 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := cleanPebbleMessage(fmt.Sprintf(format, args...))
 	if !p.h.fenced.Load() {
 		p.l.Log(context.Background(), p.level(), msg, "fatal", true, "instance", p.h.gen)
+		p.h.setCause(errors.New(msg))
 	}
 	p.h.breakDown()
 	if underGuard() {
 		panic(msg)
 	}
 	if !p.h.fenced.Load() {
-		p.l.Warn("storage: a Pebble goroutine stopped after a fatal error; the store reopens at the next health probe", "instance", p.h.gen)
+		if p.h.store.serving.Load() {
+			p.l.Warn("storage: a Pebble goroutine stopped after a fatal error; the store reopens at the next health probe", "instance", p.h.gen)
+		} else {
+			p.l.Warn("storage: a Pebble goroutine stopped after a fatal error", "instance", p.h.gen)
+		}
 	}
 	select {}
 }
@@ -307,7 +338,7 @@ func (d *DB) newIter(lo, hi []byte) (*iter, error) { return d.newIterOn(d.h.Load
 // current, during a reopen).
 func (d *DB) newIterOn(h *handle, lo, hi []byte) (*iter, error) {
 	if h.broken.Load() {
-		return nil, errBroken
+		return nil, d.brokenErr(h)
 	}
 	i := &iter{d: d, h: h}
 	err := h.run(func() error {
@@ -323,8 +354,9 @@ func (d *DB) newIterOn(h *handle, lo, hi []byte) (*iter, error) {
 
 func (i *iter) step(ok *bool) {
 	if p := recover(); p != nil {
-		i.h.breakDown()
 		i.err = fmt.Errorf("%w: %v", errFatal, p)
+		i.h.setCause(i.err)
+		i.h.breakDown()
 		*ok = false
 	}
 }
@@ -362,8 +394,9 @@ func (i *iter) Key() []byte { return i.it.Key() }
 func (i *iter) Value() (v []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			i.h.breakDown()
 			i.err = fmt.Errorf("%w: %v", errFatal, p)
+			i.h.setCause(i.err)
+			i.h.breakDown()
 			v, err = nil, i.err
 		}
 	}()

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -45,11 +46,17 @@ var errFenced = errors.New("store instance was replaced after a fatal error")
 
 // stall breaks the instance and parks the calling goroutine forever.
 func (h *handle) stall(op string, err error) {
+	if !h.fenced.Load() {
+		h.setCause(fmt.Errorf("%s: %w", op, err))
+	}
 	h.breakDown()
 	n := h.stalled.Add(1)
 	if !h.fenced.Load() && n == 1 {
-		h.log.Log(context.Background(), h.store.failLevel(), "storage: a write failed; this Pebble instance stops and the store reopens at the next health probe",
-			"op", op, "err", err, "instance", h.gen)
+		msg := "storage: a write failed; this Pebble instance stops"
+		if h.store.serving.Load() {
+			msg += " and the store reopens at the next health probe"
+		}
+		h.log.Log(context.Background(), h.store.failLevel(), msg, "op", op, "err", err, "instance", h.gen)
 	}
 	select {}
 }

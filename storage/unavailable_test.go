@@ -343,3 +343,81 @@ func copyDir(t *testing.T, from, to vfs.FS, dir string) {
 		writeFile(t, to, p, readFile(t, from, p))
 	}
 }
+
+// fullWrites fails file writes (not creates, renames or syncs) with ENOSPC
+// while full is set: what a disk that filled up does to a store that opens.
+func fullWrites(full *atomic.Bool) errorfs.Injector {
+	return errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFilePreallocate:
+			if full.Load() {
+				return syscall.ENOSPC
+			}
+		}
+		return nil
+	})
+}
+
+// TestFullDiskAtStartNamesTheCause: a store that cannot open because the
+// disk is full says so in the error the start-up code reports in its one
+// line, not only in a DEBUG line of its own.
+func TestFullDiskAtStartNamesTheCause(t *testing.T) {
+	mem := vfs.NewMem()
+	db, err := Open("d", Options{FS: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.PutRules("acc_1", []Rule{{Signal: "vpn", Action: "block"}})
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var full atomic.Bool
+	full.Store(true)
+	db, err = Open("d", Options{FS: errorfs.Wrap(mem, fullWrites(&full)), CloseWait: 500 * time.Millisecond})
+	if err == nil {
+		_ = db.Close()
+		t.Fatal("opened on a full disk")
+	}
+	if !strings.Contains(err.Error(), "no space left on device") || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("the start-up error does not name the cause: %v", err)
+	}
+	// Space back: the store opens with what it held.
+	full.Store(false)
+	db, err = Open("d", Options{FS: mem})
+	if err != nil {
+		t.Fatalf("open once space is back: %v", err)
+	}
+	defer db.Close()
+	if rules, err := db.GetRules("acc_1"); err != nil || len(rules) != 1 {
+		t.Fatalf("rules after the failed start: %+v %v", rules, err)
+	}
+}
+
+// TestFullDiskAtStartProbeNamesTheCause: the start-up probe (serve stops the
+// start on its error) names the full disk, and does not promise a reopen at
+// the next health probe, which a stopped start never runs; once serving, it
+// does.
+func TestFullDiskAtStartProbeNamesTheCause(t *testing.T) {
+	var full atomic.Bool
+	db, err := Open("d", Options{FS: errorfs.Wrap(vfs.NewMem(), fullWrites(&full)), CloseWait: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	full.Store(true)
+	err = db.Probe()
+	if err == nil {
+		t.Fatal("probe succeeded on a full disk")
+	}
+	if !strings.Contains(err.Error(), "no space left on device") || !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("the start-up probe error does not name the cause: %v", err)
+	}
+	if strings.Contains(err.Error(), "next health probe") {
+		t.Fatalf("the start-up probe error promises a probe that never runs: %v", err)
+	}
+	db.Serving()
+	err = db.PutRules("while-full", nil)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "reopens at the next health probe") {
+		t.Fatalf("a write to the broken store while serving: %v", err)
+	}
+}

@@ -214,9 +214,18 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	log.Info("storage durability", "mode", cfg.durability.String(), "sync_interval", cfg.syncInterval.String())
+	// started is set once the store serves (db.Serving). A start that
+	// fails before reports its failure in its one ERROR line, which names
+	// the cause (a store a full disk broke says so); the close of that
+	// store then only warns.
+	started := false
 	defer func() {
 		if err := db.Close(); err != nil {
-			log.Error("close storage", "err", err)
+			if started {
+				log.Error("close storage", "err", err)
+			} else {
+				log.Warn("close storage after the failed start", "err", err)
+			}
 		}
 		log.Info("storage closed")
 	}()
@@ -486,6 +495,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
 	db.Serving()
+	started = true
 	// procs is GOMAXPROCS: the cores Go runs fraudd's goroutines on (the
 	// README's "Cores" says when fewer pay).
 	log.Info("fraudd listening", "addr", ln.Addr().String(), "url", listenURL(ln.Addr()), "version", version, "data_dir", cfg.dataDir, "procs", runtime.GOMAXPROCS(0))
