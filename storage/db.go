@@ -270,7 +270,12 @@ func Open(dir string, o Options) (*DB, error) {
 		hooks: map[int]func(){}, stopSync: make(chan struct{}), syncDone: make(chan struct{}), idle: make(chan *commitCall)}
 	d.hist.seed = maphash.MakeSeed()
 	if initialised {
-		d.checkWALTail()
+		// Before Pebble replays the WAL: its open deletes what it replayed.
+		if err := d.checkWALTail(); err != nil {
+			d.cache.Unref()
+			_ = lock.Close()
+			return nil, err
+		}
 	}
 	// Only a first start may create the store; see ErrManifestMissing.
 	h, err := d.openHandle(initialised)

@@ -2,6 +2,8 @@ package storage
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"sort"
@@ -16,7 +18,13 @@ import (
 // it without a word (found in v2.1.7, whose EventListener has no hook for
 // it). An interrupted write leaves nothing intact behind it; corruption
 // does. checkWALTail reads the WAL the way Pebble will and, when intact
-// chunks follow the point where replay stops, logs what is dropped.
+// chunks follow the point where replay stops, refuses the start before
+// Pebble replays the WAL (its open flushes what it replayed and deletes the
+// WAL, so the records after the damage would be gone for good): a store
+// that lost acknowledged writes is not one the service can vouch for. The
+// operator restores a backup, or accepts the loss by cutting the WAL at
+// the damage (truncate -s OFFSET FILE), which leaves a WAL as a crash
+// leaves it: its end is where replay stops.
 //
 // The chunk format is the LevelDB log format with Pebble's log-number
 // extension: 32 KiB blocks of chunks, each a header — masked CRC-32C (4
@@ -114,11 +122,18 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// checkWALTail logs the records the replay of the newest WAL will drop.
-func (d *DB) checkWALTail() {
+// ErrWALCorrupt is returned (wrapped, naming the file and the offsets) by
+// Open when the newest WAL has a corrupt record with intact records after
+// it: replay would stop at the damage and drop them for good.
+var ErrWALCorrupt = errors.New("the WAL has a corrupt record with intact records after it")
+
+// checkWALTail refuses a newest WAL whose replay would drop intact records
+// (see ErrWALCorrupt). A WAL that cannot be read is left to Pebble, with a
+// warning.
+func (d *DB) checkWALTail() error {
 	names, err := d.fs.List(d.dir)
 	if err != nil {
-		return
+		return nil
 	}
 	type wal struct {
 		name string
@@ -135,7 +150,7 @@ func (d *DB) checkWALTail() {
 		}
 	}
 	if len(wals) == 0 {
-		return
+		return nil
 	}
 	sort.Slice(wals, func(i, j int) bool { return wals[i].num < wals[j].num })
 	last := wals[len(wals)-1]
@@ -143,17 +158,18 @@ func (d *DB) checkWALTail() {
 	f, err := d.fs.Open(path)
 	if err != nil {
 		d.log.Warn("storage: cannot read the WAL to check it before replay", "file", path, "err", err)
-		return
+		return nil
 	}
 	b, err := io.ReadAll(f)
 	_ = f.Close()
 	if err != nil {
 		d.log.Warn("storage: cannot read the WAL to check it before replay", "file", path, "err", err)
-		return
+		return nil
 	}
 	stop, intact := walTail(b, uint32(last.num))
-	if intact >= 0 {
-		d.log.Error("storage: the WAL has a corrupt record; replay stops there and drops the intact records after it (restore from a backup if they matter)",
-			"file", path, "corrupt_at", stop, "intact_from", intact, "dropped_bytes", len(b)-stop)
+	if intact < 0 {
+		return nil
 	}
+	return fmt.Errorf("%w: %s is damaged at byte %d, and replay would stop there and drop for good the intact records from byte %d on: restore the data directory from a backup (README: When the disk fails), or accept their loss by cutting the WAL at the damage (truncate -s %d %s) and start again",
+		ErrWALCorrupt, path, stop, intact, stop, path)
 }
