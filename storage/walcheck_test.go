@@ -82,6 +82,33 @@ func TestCorruptWALRecordRefusesToOpen(t *testing.T) {
 	}
 }
 
+// TestUnwrittenWALPageIsATornTail: a power loss can leave a page of the
+// WAL's unsynced part unwritten (zeros in a preallocated file) with later
+// pages written; the records after it were never synced, so the store
+// opens with those before it, as after a torn tail, with a warning.
+func TestUnwrittenWALPageIsATornTail(t *testing.T) {
+	fs, wal := walStore(t, 600)
+	b := readFile(t, fs, wal)
+	if len(b) < 4*walPage {
+		t.Fatalf("WAL of %d bytes: too short for the test", len(b))
+	}
+	hole := (len(b) / 2) / walPage * walPage
+	clear(b[hole : hole+walPage])
+	writeFile(t, fs, wal, bytes.Clone(b)) // MemFS mangles a written buffer in race builds
+	var logs bytes.Buffer
+	db, err := Open("d", Options{FS: fs, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("a WAL with an unwritten page refused: %v", err)
+	}
+	defer db.Close()
+	if n := countRules(t, db, 600); n == 0 || n == 600 {
+		t.Errorf("%d of 600 records after the hole's replay; want those before it", n)
+	}
+	if !strings.Contains(logs.String(), "unwritten page") || strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("want one warning about the unwritten page and no error:\n%s", logs.String())
+	}
+}
+
 // TestCorruptWALRecordCutAccepted: cutting the WAL at the offset the
 // refusal names (its truncate command) accepts the loss: the store opens
 // with the records before the damage, and says nothing more.
