@@ -1,6 +1,8 @@
 package fastapi
 
 import (
+	"errors"
+
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/checks"
@@ -16,7 +18,9 @@ func (s *Server) allowPrivateWebhooks() bool {
 
 // adminWebhookTest is POST /admin/v1/accounts/{id}/webhook/test: 202 and a
 // test event (same shape as threat.detected, sample values) queued for the
-// account's receiver; 409 when no URL is set.
+// account's receiver; 409 when no URL is set; 503 storage_unavailable when
+// the event could not be stored as pending (nothing is sent then: the 202
+// promises a delivery that survives a restart and is listed).
 func (s *Server) adminWebhookTest(ctx *fasthttp.RequestCtx, r *request) {
 	v, ref := s.account(r)
 	if ref != nil {
@@ -32,7 +36,15 @@ func (s *Server) adminWebhookTest(ctx *fasthttp.RequestCtx, r *request) {
 		s.writeError(ctx, fasthttp.StatusServiceUnavailable, checks.MsgWebhooksOff, "", "")
 		return
 	}
-	id := s.deps.Webhooks.SendTest(v.ID, r.Now)
+	id, err := s.deps.Webhooks.SendTest(v.ID, r.Now)
+	if err != nil {
+		if errors.Is(err, webhook.ErrUnavailable) {
+			s.storageUnavailable(ctx)
+			return
+		}
+		s.serverError(ctx, "send webhook test", err)
+		return
+	}
 	s.writeJSON(ctx, fasthttp.StatusAccepted, &wire.WebhookTest{EventID: id, Event: webhook.KindTest})
 }
 

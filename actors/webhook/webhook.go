@@ -16,6 +16,13 @@
 // crash interrupted is made again (receivers dedupe on event_id, SPEC §6). A
 // shard that restarts after a panic reloads its accounts' pending events the
 // same way; attempts still running then report back to the new shard.
+//
+// A test event (SendTest, the operator's POST …/webhook/test) is queued only
+// once its pending record is stored, and SendTest waits for that: while the
+// store is unavailable it fails with ErrUnavailable (the edge's 503) and
+// nothing is sent, since the 202 promises a delivery that survives a restart
+// and whose attempts are listed. A threat event, which nobody waits for, is
+// still tried from memory when it cannot be stored.
 package webhook
 
 import (
@@ -52,6 +59,10 @@ const (
 	// before the owner is emailed.
 	FailureStreak = 5
 )
+
+// ErrUnavailable is wrapped by SendTest's error when the test event could
+// not be stored: nothing was queued or sent, and the caller may retry.
+var ErrUnavailable = storage.ErrUnavailable
 
 // Backoff[i] is the wait after failed attempt i+1, counted from its end.
 var Backoff = [MaxAttempts - 1]time.Duration{time.Minute, 8 * time.Minute}
@@ -119,6 +130,9 @@ type Service struct {
 	dropped atomic.Uint64
 	// attempts are the attempt goroutines running; Stop waits for them.
 	attempts sync.WaitGroup
+	// tests carries SendTest's queued event to its shard and the store's
+	// answer back.
+	tests *actors.Calls[*queued, struct{}]
 }
 
 // Outcomes counts the attempts finished so far: delivered (2xx), retrying
@@ -157,7 +171,7 @@ func New(root *actor.RootContext, cfg Config) (*Service, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "fraudd-webhooks/1"
 	}
-	s := &Service{cfg: cfg, client: newClient(cfg.Timeout, cfg.AllowPrivate)}
+	s := &Service{cfg: cfg, client: newClient(cfg.Timeout, cfg.AllowPrivate), tests: actors.NewCalls[*queued, struct{}](0)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	n := actors.ShardCount(cfg.Shards)
 	s.mask = uint64(n - 1)
@@ -231,11 +245,19 @@ func (s *Service) Notify(ev *Event) {
 	s.shards.Send(actors.HashString(ev.Account), &queued{kind: KindThreat, id: NewEventID(), ev: ev})
 }
 
-// SendTest queues a test event with sample values and returns its id.
-func (s *Service) SendTest(account string, now time.Time) string {
+// SendTest queues a test event with sample values and returns its id, once
+// the event is stored as pending. An error wrapping ErrUnavailable means the
+// store could not take it: the event was neither queued nor sent. One
+// wrapping actors.ErrUnavailable means the shard did not answer (down,
+// stopping, or not in time).
+func (s *Service) SendTest(account string, now time.Time) (string, error) {
 	id := NewEventID()
-	s.shards.Send(actors.HashString(account), &queued{kind: KindTest, id: id, ev: SampleEvent(account, now)})
-	return id
+	c := s.tests.Get(&queued{kind: KindTest, id: id, ev: SampleEvent(account, now), stored: true})
+	s.shards.Send(actors.HashString(account), c)
+	if _, err := s.tests.Wait(c); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // Recent lists the account's most recent deliveries (at most ListLen, none
@@ -262,10 +284,12 @@ func (s *Service) StopBy(by time.Time) error {
 	return err
 }
 
-// queued is a new event for an account's queue.
+// queued is a new event for an account's queue. stored: queue it only if
+// its pending record is stored (a test event, whose sender waits).
 type queued struct {
 	kind, id string
 	ev       *Event
+	stored   bool
 }
 
 // finished is an attempt's result, sent back to the owning shard.
@@ -340,7 +364,9 @@ type shard struct {
 func (sh *shard) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *queued:
-		sh.enqueue(m, sh.svc.cfg.Clock.Now())
+		_ = sh.enqueue(m, sh.svc.cfg.Clock.Now())
+	case *actors.Call[*queued, struct{}]:
+		m.Reply(struct{}{}, sh.enqueue(m.Req, sh.svc.cfg.Clock.Now()))
 	case *finished:
 		sh.finish(m)
 	case actors.Tick:
@@ -420,7 +446,9 @@ func (sh *shard) storedStreak(id string) (streak int, mailed bool) {
 	return streak, streak >= FailureStreak
 }
 
-func (sh *shard) enqueue(m *queued, now time.Time) {
+// enqueue queues m's event for its account. An event that must be stored
+// (m.stored) and could not be is dropped, and the store's error returned.
+func (sh *shard) enqueue(m *queued, now time.Time) error {
 	a := sh.get(m.ev.Account, now)
 	if a.pending() >= maxQueued {
 		// Counted each; the first since the account loaded is a warning
@@ -435,21 +463,29 @@ func (sh *shard) enqueue(m *queued, now time.Time) {
 		}
 		sh.svc.cfg.Logger.Log(context.Background(), level, "webhook queue full; event dropped", "account", m.ev.Account, "event_id", m.id,
 			"queued", a.pending(), "dropped_since_load", a.dropped)
-		return
+		return nil
 	}
 	e := &event{kind: m.kind, id: m.id, ev: m.ev, body: Payload(m.kind, m.id, m.ev)}
-	sh.keep(m.ev.Account, e)
+	if err := sh.keep(m.ev.Account, e); err != nil {
+		if m.stored {
+			sh.svc.cfg.Logger.Warn("webhook test event not queued: it could not be stored", "account", m.ev.Account, "event_id", e.id, "err", err)
+			return err
+		}
+		sh.svc.cfg.Logger.Warn("webhook event not stored; a restart would drop it", "account", m.ev.Account, "event_id", e.id, "err", err)
+	}
 	a.ready = append(a.ready, e)
 	sh.pump(m.ev.Account, a)
+	return nil
 }
 
 // keep stores e as pending (with its attempts so far and next due time).
-func (sh *shard) keep(id string, e *event) {
+func (sh *shard) keep(id string, e *event) error {
 	if db := sh.svc.cfg.DB; db != nil {
 		if err := db.PutPendingHook(pendingOf(id, e)); err != nil {
-			sh.svc.cfg.Logger.Warn("webhook event not stored; a restart would drop it", "account", id, "event_id", e.id, "err", err)
+			return err
 		}
 	}
+	return nil
 }
 
 // forget deletes e's pending record: its delivery ended.
@@ -537,7 +573,9 @@ func (sh *shard) finish(m *finished) {
 		sh.svc.outcomes[1].Add(1)
 		e.due = m.out.end.Add(Backoff[e.attempts-1])
 		rec.NextAt = e.due
-		sh.keep(m.account, e)
+		if err := sh.keep(m.account, e); err != nil {
+			sh.svc.cfg.Logger.Warn("webhook event not stored; a restart would drop it", "account", m.account, "event_id", e.id, "err", err)
+		}
 		a.waiting = append(a.waiting, e)
 	default:
 		sh.svc.outcomes[2].Add(1)

@@ -286,7 +286,10 @@ func TestSuccessEndsDelivery(t *testing.T) {
 	f := newFixture(t, Config{AllowPrivate: true})
 	rcv := newReceiver(t, 204)
 	f.dir.set("acc_ok", rcv.URL, "whsec_x")
-	id := f.svc.SendTest("acc_ok", t0)
+	id, err := f.svc.SendTest("acc_ok", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, "delivery logged", func() bool { return len(f.deliveries(t, "acc_ok")) == 1 })
 	d := f.deliveries(t, "acc_ok")[0]
 	if d.EventID != id || d.Event != KindTest || d.StatusCode != 204 || d.Error != "" || !d.NextAt.IsZero() {
