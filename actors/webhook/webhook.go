@@ -315,12 +315,18 @@ type acct struct {
 	waiting  []*event // failed, waiting for their retry time
 	inflight int
 	// streak counts events in a row that failed every attempt; mailed
-	// says the owner was told about the current streak.
-	streak    int
-	mailed    bool
-	lastUsed  time.Time
-	sinceTrim int
-	dropped   int
+	// says the owner was told about the current streak. streakRead says
+	// streak and mailed include what the delivery log held when the
+	// account was loaded (storedStreak); until then streak counts only
+	// the failures since, and the read is tried again at each use.
+	streak     int
+	mailed     bool
+	streakRead bool
+	// streakWarned: the failed read was logged (once until it succeeds).
+	streakWarned bool
+	lastUsed     time.Time
+	sinceTrim    int
+	dropped      int
 }
 
 func (a *acct) pending() int { return len(a.ready) + len(a.waiting) + a.inflight }
@@ -412,11 +418,31 @@ func (sh *shard) get(id string, now time.Time) *acct {
 	if !ok {
 		// A new (or re-loaded) account trims its log on its first write.
 		a = &acct{sinceTrim: ListLen - 1}
-		a.streak, a.mailed = sh.storedStreak(id)
 		sh.accts.Put(id, a)
+	}
+	if !a.streakRead {
+		sh.readStreak(id, a)
 	}
 	a.lastUsed = now
 	return a
+}
+
+// readStreak takes the failure streak stored in the account's delivery log
+// into a. A read that fails changes nothing and is tried again at the next
+// use: taken for 0, a brief store failure while the account loaded reset
+// a streak, and the notice went out late or twice. The failures counted
+// meanwhile are a lower bound of the streak, as the stored one is.
+func (sh *shard) readStreak(id string, a *acct) {
+	streak, mailed, err := sh.storedStreak(id)
+	if err != nil {
+		if !a.streakWarned {
+			a.streakWarned = true
+			sh.svc.cfg.Logger.Warn("webhook: failure streak not read back; tried again at the account's next delivery", "account", id, "err", err)
+		}
+		return
+	}
+	a.streak, a.mailed = max(a.streak, streak), a.mailed || mailed
+	a.streakRead, a.streakWarned = true, false
 }
 
 // storedStreak reads an account's failure streak back from its delivery
@@ -425,25 +451,24 @@ func (sh *shard) get(id string, now time.Time) *acct {
 // up to the newest delivered one. A streak already at FailureStreak was
 // mailed when it got there. Without it a restart in a streak sent the
 // notice late, or twice.
-func (sh *shard) storedStreak(id string) (streak int, mailed bool) {
+func (sh *shard) storedStreak(id string) (streak int, mailed bool, err error) {
 	db := sh.svc.cfg.DB
 	if db == nil {
-		return 0, false
+		return 0, false, nil
 	}
 	recs, err := db.Deliveries(id, time.Time{}, ListLen)
 	if err != nil {
-		sh.svc.cfg.Logger.Warn("webhook: failure streak not read back", "account", id, "err", err)
-		return 0, false
+		return 0, false, err
 	}
 	for _, r := range recs {
 		switch {
 		case r.Error == "" && r.StatusCode >= 200 && r.StatusCode < 300:
-			return streak, streak >= FailureStreak
+			return streak, streak >= FailureStreak, nil
 		case r.Attempt >= MaxAttempts:
 			streak++
 		}
 	}
-	return streak, streak >= FailureStreak
+	return streak, streak >= FailureStreak, nil
 }
 
 // enqueue queues m's event for its account. An event that must be stored
@@ -568,7 +593,8 @@ func (sh *shard) finish(m *finished) {
 	case m.out.ok():
 		sh.svc.outcomes[0].Add(1)
 		sh.forget(m.account, e)
-		a.streak, a.mailed = 0, false
+		// A delivery ends any streak: the stored one needs no reading.
+		a.streak, a.mailed, a.streakRead = 0, false, true
 	case e.attempts < MaxAttempts:
 		sh.svc.outcomes[1].Add(1)
 		e.due = m.out.end.Add(Backoff[e.attempts-1])
@@ -581,7 +607,8 @@ func (sh *shard) finish(m *finished) {
 		sh.svc.outcomes[2].Add(1)
 		sh.forget(m.account, e)
 		a.streak++
-		if a.streak >= FailureStreak && !a.mailed {
+		// Not before the stored streak is read: it may have been mailed.
+		if a.streakRead && a.streak >= FailureStreak && !a.mailed {
 			a.mailed = true
 			sh.notifyOwner(m.account, m.url, rec)
 		}

@@ -155,7 +155,13 @@ var t0 = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
-	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
+	return newFixtureOn(t, cfg, vfs.NewMem())
+}
+
+// newFixtureOn is newFixture with the store on fs (a failing one, say).
+func newFixtureOn(t *testing.T, cfg Config, fs vfs.FS) *fixture {
+	t.Helper()
+	db, err := storage.Open("d", storage.Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
