@@ -1,8 +1,16 @@
 // Package mailer owns the outbox: every email the service sends (usage
 // warnings, webhook failure notices) is recorded in storage by one actor and,
 // when an SMTP URL is configured, then sent over SMTP by one sender
-// goroutine, which records the outcome. Callers never wait for either, and
-// a slow SMTP server never keeps a message out of the outbox.
+// goroutine, whose outcome the actor records. Callers never wait for either,
+// and a slow SMTP server never keeps a message out of the outbox.
+//
+// The outbox records every mail (ADMIN.md, README), also across a store
+// failure: a record the store refuses (a full disk, say) is kept in memory,
+// its latest version only, and written again before the next one, at every
+// retry tick (RetryEvery) and at Stop, until the store takes it. At most
+// maxUnstored are kept; past that the oldest is dropped, and the drops are
+// counted in the log. A stop while the store is still down loses the kept
+// records, with one ERROR line that counts them.
 package mailer
 
 import (
@@ -30,6 +38,10 @@ import (
 // Outbox records are kept this long.
 const retention = 90 * 24 * time.Hour
 
+// maxUnstored bounds the records kept in memory while the store refuses
+// them (a few KB each).
+const maxUnstored = 1024
+
 // Mail is one outbox record, as Recent lists it (the admin list names it
 // without importing the store).
 type Mail = storage.Mail
@@ -45,6 +57,9 @@ type Config struct {
 	Logger  *slog.Logger
 	// Timeout bounds one SMTP conversation; 0 means 20 s.
 	Timeout time.Duration
+	// RetryEvery is how often records the store refused are written again;
+	// 0 means 1 s.
+	RetryEvery time.Duration
 }
 
 // Message is one email to queue.
@@ -64,10 +79,20 @@ type Mailer struct {
 	// sendq holds recorded messages for the sender, in order; quit ends it.
 	sendq chan *storage.Mail
 	quit  chan struct{}
-	// mu is held by the sender while it records an outcome; stopped, set
-	// under it at Stop, keeps it off a store that is closing.
+	// mu is held by the sender while it hands an outcome to the actor;
+	// stopped, set under it at Stop, ends it.
 	mu      sync.Mutex
 	stopped bool
+
+	// The actor's alone (the caller's once Stop saw it stop): the records
+	// the store refused, the latest version of each, oldest first; how
+	// many were dropped past maxUnstored and how many were stored late
+	// since the store last refused one; whether that refusal was logged.
+	unstored    []*storage.Mail
+	maxUnstored int
+	lost        int
+	late        int
+	refusedLog  bool
 }
 
 // sendQueue bounds the messages waiting for SMTP; past it a message is
@@ -135,7 +160,10 @@ func New(root *actor.RootContext, cfg Config) (*Mailer, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 20 * time.Second
 	}
-	m := &Mailer{cfg: cfg}
+	if cfg.RetryEvery <= 0 {
+		cfg.RetryEvery = time.Second
+	}
+	m := &Mailer{cfg: cfg, maxUnstored: maxUnstored}
 	if cfg.SMTPURL != "" {
 		t, err := ParseSMTPURL(cfg.SMTPURL)
 		if err != nil {
@@ -147,6 +175,7 @@ func New(root *actor.RootContext, cfg Config) (*Mailer, error) {
 	}
 	m.actor = actors.SpawnShards(root, 1, func(int) actor.Actor { return actor.ReceiveFunc(m.receive) },
 		actors.Named("mailer"), actors.WithLogger(cfg.Logger))
+	m.actor.Tick(cfg.Clock, cfg.RetryEvery)
 	return m, nil
 }
 
@@ -167,16 +196,22 @@ func (m *Mailer) RecentOf(account string, limit int) ([]*storage.Mail, error) {
 }
 
 // Stop ends the actor after the messages already queued, and the sender:
-// a message it has not sent stays in the outbox as recorded.
-func (m *Mailer) Stop() {
-	_ = m.actor.Stop()
-	m.stopSender()
-}
+// a message it has not sent stays in the outbox as recorded. Records the
+// store refused are written a last time; those it refuses still are lost,
+// and logged.
+func (m *Mailer) Stop() { _ = m.StopBy(time.Time{}) }
 
 // StopBy is Stop waiting for the actor only until by (actors.StopWait).
 func (m *Mailer) StopBy(by time.Time) error {
 	err := m.actor.StopBy(by)
 	m.stopSender()
+	if m.actor.Stopped(0) { // else its state is still the stuck actor's
+		m.retry()
+		if n := len(m.unstored); n > 0 {
+			m.cfg.Logger.Error("mail outbox: records lost: the store was still unavailable at stop", "records", n)
+			m.unstored = nil
+		}
+	}
 	return err
 }
 
@@ -214,18 +249,90 @@ func (m *Mailer) sender() {
 		} else {
 			rec.Status = "sent"
 		}
-		if err := m.cfg.DB.PutMail(rec); err != nil {
-			m.cfg.Logger.Error("record mail", "err", err)
-		}
+		// The actor records it (rec is the actor's from here on), so that
+		// a version it keeps for a retry never lands after this one.
+		m.actor.Send(0, outcome{rec})
 		m.mu.Unlock()
 	}
 }
 
+// outcome is a sent (or failed) message's record, from the sender.
+type outcome struct{ rec *storage.Mail }
+
 func (m *Mailer) receive(c actor.Context) {
-	msg, ok := c.Message().(*Message)
-	if !ok {
+	switch msg := c.Message().(type) {
+	case *Message:
+		m.queue(msg)
+	case outcome:
+		m.record(msg.rec)
+	case actors.Tick:
+		m.retry()
+	}
+}
+
+// record writes rec to the outbox, after the records kept for a retry; a
+// record the store refuses is kept (a copy: the sender may own rec).
+func (m *Mailer) record(rec *storage.Mail) {
+	if m.retry(); len(m.unstored) > 0 {
+		m.keep(rec) // the store still refuses
 		return
 	}
+	if err := m.cfg.DB.PutMail(rec); err != nil {
+		m.refused(err)
+		m.keep(rec)
+	}
+}
+
+// refused logs the first record the store refused since it last took one.
+func (m *Mailer) refused(err error) {
+	if !m.refusedLog {
+		m.refusedLog = true
+		m.cfg.Logger.Error("mail outbox: record not stored; kept in memory and written again once the store takes it",
+			"kept_at_most", m.maxUnstored, "err", err)
+	}
+}
+
+// keep adds a copy of rec to the records to write again, replacing an
+// older version of it; past maxUnstored the oldest is dropped.
+func (m *Mailer) keep(rec *storage.Mail) {
+	cp := *rec
+	for i, u := range m.unstored {
+		if u.ID == cp.ID {
+			m.unstored[i] = &cp
+			return
+		}
+	}
+	if len(m.unstored) >= m.maxUnstored {
+		m.unstored[0] = nil
+		m.unstored = m.unstored[1:]
+		if m.lost++; m.lost == 1 {
+			m.cfg.Logger.Error("mail outbox: records dropped: too many wait for the store", "kept", m.maxUnstored)
+		}
+	}
+	m.unstored = append(m.unstored, &cp)
+}
+
+// retry writes the kept records, oldest first, until the store refuses one.
+func (m *Mailer) retry() {
+	if len(m.unstored) == 0 {
+		return
+	}
+	for len(m.unstored) > 0 {
+		if err := m.cfg.DB.PutMail(m.unstored[0]); err != nil {
+			m.refused(err)
+			return
+		}
+		m.unstored[0] = nil
+		m.unstored = m.unstored[1:]
+		m.late++
+	}
+	m.unstored = nil
+	m.cfg.Logger.Info("mail outbox: records kept while the store was unavailable are stored", "records", m.late, "dropped", m.lost)
+	m.late, m.lost, m.refusedLog = 0, 0, false
+}
+
+// queue records a new message in the outbox and hands it to the sender.
+func (m *Mailer) queue(msg *Message) {
 	now := m.cfg.Clock.Now()
 	rec := &storage.Mail{ID: secrets.RandomHex(8), At: now, Account: msg.Account, Kind: msg.Kind,
 		Subject: msg.Subject, Body: msg.Body, Status: "recorded"}
@@ -236,18 +343,14 @@ func (m *Mailer) receive(c actor.Context) {
 	// the same key. A server that holds each connection for its whole
 	// timeout, or a stop meanwhile, never keeps a message out of the outbox
 	// (ADMIN.md: the outbox always records).
-	if err := m.cfg.DB.PutMail(rec); err != nil {
-		m.cfg.Logger.Error("record mail", "err", err)
-	}
+	m.record(rec)
 	if m.smtp != nil && rec.To != "" {
 		select {
 		case m.sendq <- rec: // the sender's from here on
 		default:
 			rec.Status, rec.Error = "failed", fmt.Sprintf("not sent: %d messages already wait for the SMTP server", sendQueue)
 			m.cfg.Logger.Warn("mail not sent", "kind", rec.Kind, "account", rec.Account, "err", rec.Error)
-			if err := m.cfg.DB.PutMail(rec); err != nil {
-				m.cfg.Logger.Error("record mail", "err", err)
-			}
+			m.record(rec)
 		}
 	}
 	if err := m.cfg.DB.PruneMail(now.Add(-retention)); err != nil {
