@@ -35,7 +35,6 @@ func (s *Server) oauthError(ctx *fasthttp.RequestCtx, status int, code, desc str
 // tokenRequest is what the client sent, from whichever place it used.
 type tokenRequest struct {
 	grantType, clientID, clientSecret string
-	grantSent                         bool
 	bad                               string // why the request is malformed
 }
 
@@ -69,7 +68,6 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 			}
 			*f.dst = v
 		}
-		tr.grantSent = !isAbsent(j.GrantType)
 	} else {
 		vals, err := url.ParseQuery(string(body))
 		if err != nil {
@@ -80,7 +78,6 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 			tr.bad = checks.DescRepeated
 			return tr
 		}
-		_, tr.grantSent = vals["grant_type"]
 		tr.grantType, tr.clientID, tr.clientSecret = vals.Get("grant_type"), vals.Get("client_id"), vals.Get("client_secret")
 	}
 	auth, many := authorization(ctx)
@@ -174,7 +171,7 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 	case tr.bad != "":
 		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", tr.bad)
 		return
-	case !tr.grantSent:
+	case tr.grantType == "": // absent, or sent empty: RFC 6749 §3.1 reads both as omitted
 		s.oauthError(ctx, fasthttp.StatusBadRequest, "invalid_request", checks.DescGrantMissing)
 		return
 	case tr.grantType != "client_credentials":

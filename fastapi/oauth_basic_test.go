@@ -2,6 +2,7 @@ package fastapi
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +95,73 @@ func TestTokenEndpointRefusesTwoAuthorizationHeaders(t *testing.T) {
 			t.Errorf("Authorization %q: %d %s; want 400 invalid_request", pair, st, b)
 		}
 	}
+}
+
+// TestEmptyGrantTypeIsMissing: RFC 6749 §3.1 reads a parameter sent
+// without a value as omitted, so grant_type= is the missing grant type's
+// invalid_request, not unsupported_grant_type.
+func TestEmptyGrantTypeIsMissing(t *testing.T) {
+	e := oauthEnv(t)
+	for _, c := range []struct{ ctype, body string }{
+		{"application/x-www-form-urlencoded", "grant_type=&client_id=unit%40example.com&client_secret=" + e.acct.LiveKey},
+		{"application/json", `{"grant_type":"","client_id":"unit@example.com","client_secret":"` + e.acct.LiveKey + `"}`},
+	} {
+		ctx := e.serve(testRequest{method: "POST", uri: "/oauth/token", remote: "198.51.100.2:1",
+			header: [][2]string{{"Content-Type", c.ctype}}, body: []byte(c.body)})
+		var m map[string]any
+		_ = json.Unmarshal(ctx.Response.Body(), &m)
+		if ctx.Response.StatusCode() != 400 || m["error"] != "invalid_request" {
+			t.Errorf("%s: %d %v; want 400 invalid_request", c.ctype, ctx.Response.StatusCode(), m)
+		}
+	}
+}
+
+// TestExpiredTokenDoesNotLockOutMinting: a fleet sharing one access token
+// gets a 401 for each call once it expires, and SPEC §5.4 has it mint a new
+// one on that 401. Counted as invalid credentials, twenty such calls locked
+// the address out of /oauth/token (and the key) for 15 minutes; a token
+// altered in one byte still counts.
+func TestExpiredTokenDoesNotLockOutMinting(t *testing.T) {
+	e := oauthEnv(t)
+	const addr = "198.51.100.1:1"
+	good := "grant_type=client_credentials&client_id=unit%40example.com&client_secret=" + e.acct.LiveKey
+	mint := func() (int, map[string]any) {
+		ctx := e.serve(testRequest{method: "POST", uri: "/oauth/token", remote: addr,
+			header: [][2]string{{"Content-Type", "application/x-www-form-urlencoded"}}, body: []byte(good)})
+		var m map[string]any
+		_ = json.Unmarshal(ctx.Response.Body(), &m)
+		return ctx.Response.StatusCode(), m
+	}
+	st, m := mint()
+	if st != 200 {
+		t.Fatalf("mint: %d %v", st, m)
+	}
+	tok := m["access_token"].(string)
+	e.srv.deps.Clock = clock.Fixed{T: fixedNow.Add(time.Hour + time.Second)} // past expires_in
+	for i := 0; i < 25; i++ {
+		ctx := e.serve(testRequest{method: "GET", uri: "/v1/usage", remote: addr, header: [][2]string{{"Authorization", "Bearer " + tok}}})
+		if ctx.Response.StatusCode() != 401 {
+			t.Fatalf("expired token, call %d: %d %s", i, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	if st, m := mint(); st != 200 {
+		t.Fatalf("minting after the token expired: %d %v", st, m)
+	}
+	// A tampered token is an invalid credential: twenty lock the address.
+	bad := tok[:len(tok)-3] + "AAA"
+	for i := 0; i < 20; i++ {
+		e.serve(testRequest{method: "GET", uri: "/v1/usage", remote: addr, header: [][2]string{{"Authorization", "Bearer " + bad}}})
+	}
+	if st, _ := mint(); st != 429 {
+		t.Fatalf("minting after twenty tampered tokens: %d, want the lockout's 429", st)
+	}
+}
+
+// oauthEnv is a test server with an access-token issuer the checks verify
+// with too.
+func oauthEnv(t *testing.T) *testEnv {
+	e := newTestEnv(t)
+	e.srv.deps.Tokens = accesstoken.NewIssuer(secrets.FromBytes([]byte("unit")))
+	e.srv.rewire()
+	return e
 }

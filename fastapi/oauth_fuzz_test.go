@@ -49,7 +49,7 @@ func FuzzTokenRequest(f *testing.F) {
 		if !utf8.ValidString(grant) || !utf8.ValidString(id) || !utf8.ValidString(secret) {
 			return // JSON cannot carry invalid UTF-8
 		}
-		want := tokenRequest{grantType: grant, clientID: id, clientSecret: secret, grantSent: true}
+		want := tokenRequest{grantType: grant, clientID: id, clientSecret: secret}
 		form := []byte(url.Values{"grant_type": {grant}, "client_id": {id}, "client_secret": {secret}}.Encode())
 		if got := tokenRequestOf(form, ""); got != want {
 			t.Fatalf("form %q read as %+v, want %+v", form, got, want)

@@ -1,6 +1,7 @@
 package checks
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -124,7 +125,7 @@ func (s *Service) Admit(c *Call, cred Credential, a Access) *Refusal {
 	}
 	key := cred.Key
 	var auth accounts.Auth
-	valid := false
+	valid, expired := false, false
 	switch {
 	case key == "":
 	case key == SandboxKey:
@@ -132,9 +133,11 @@ func (s *Service) Admit(c *Call, cred Credential, a Access) *Refusal {
 	case accesstoken.LooksLikeJWT(key):
 		// An OAuth access token authenticates as the account's current key
 		// of its type while the key it was minted from still works.
-		if t, err := s.tokens.Verify(key, c.Now); err == nil {
+		t, err := s.tokens.Verify(key, c.Now)
+		if err == nil {
 			auth, valid = s.accounts.ResolveToken(t.Account, t.Test, t.Generation, c.Now)
 		}
+		expired = errors.Is(err, accesstoken.ErrExpired)
 	default:
 		auth, valid = s.accounts.Authenticate(key, c.Now)
 	}
@@ -160,7 +163,13 @@ func (s *Service) Admit(c *Call, cred Credential, a Access) *Refusal {
 	case c.Sandbox && !a.Sandbox:
 		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgInvalidKey, Hint: HintSandboxOnly}
 	case !valid:
-		s.limits.Fail(iplimit.AuthFail, c.Addr, c.Now)
+		// An expired token of ours is the 401 SPEC §5.4 tells the caller
+		// to answer by minting a new one: not an invalid credential
+		// (CLARIFICATIONS "Auth" lists bad keys, invalid_client, revoked
+		// or tampered tokens).
+		if !expired {
+			s.limits.Fail(iplimit.AuthFail, c.Addr, c.Now)
+		}
 		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgInvalidKey, Hint: invalidKeyHint(key)}
 	case c.Sandbox:
 		return nil

@@ -87,6 +87,13 @@ func (i *Issuer) Mint(c Claims) (string, error) {
 // algorithm, expired, malformed.
 var ErrInvalid = errors.New("invalid access token")
 
+// ErrExpired is the ErrInvalid of a token that is this service's, as minted,
+// and only past its expiry: SPEC §5.4's "mint a new token on a 401" case,
+// which CLARIFICATIONS ("Auth") does not count as an invalid credential
+// toward the lockout (a fleet sharing one token would lock its address
+// out of minting the next). errors.Is(ErrExpired, ErrInvalid) holds.
+var ErrExpired = fmt.Errorf("%w: expired", ErrInvalid)
+
 // Verify checks the signature (HS256 only), the kid, the issuer and the
 // expiry as of now (the service clock, so the test clock moves expiry too).
 func (i *Issuer) Verify(token string, now time.Time) (Claims, error) {
@@ -102,7 +109,14 @@ func (i *Issuer) Verify(token string, now time.Time) (Claims, error) {
 		// nobody was given.
 		jwt.WithStrictDecoding(),
 		jwt.WithTimeFunc(func() time.Time { return now }))
-	if err != nil || !t.Valid || wc.Subject == "" || wc.Scope != Scope || (wc.KeyType != "live" && wc.KeyType != "test") {
+	wellFormed := wc.Subject != "" && wc.Scope == Scope && (wc.KeyType == "live" || wc.KeyType == "test")
+	if err != nil && errors.Is(err, jwt.ErrTokenExpired) && wellFormed && wc.Issuer == issuer &&
+		!errors.Is(err, jwt.ErrTokenSignatureInvalid) && !errors.Is(err, jwt.ErrTokenMalformed) && !errors.Is(err, jwt.ErrTokenUnverifiable) {
+		// The parser checks the claims only once the signature verified:
+		// this is a token of ours whose time is up.
+		return Claims{}, fmt.Errorf("%w: %v", ErrExpired, err)
+	}
+	if err != nil || !t.Valid || !wellFormed {
 		return Claims{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	c := Claims{Account: wc.Subject, Test: wc.KeyType == "test", Generation: wc.Generation, ID: wc.ID}

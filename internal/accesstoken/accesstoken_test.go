@@ -24,19 +24,33 @@ func TestMintVerify(t *testing.T) {
 	if err != nil || c.Account != "acc_1" || c.Test || c.Generation != 3 || !c.ExpiresAt.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("verify: %+v %v", c, err)
 	}
-	if _, err := iss.Verify(tok, t0.Add(61*time.Minute)); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("expired token verified: %v", err)
+	if _, err := iss.Verify(tok, t0.Add(61*time.Minute)); !errors.Is(err, ErrInvalid) || !errors.Is(err, ErrExpired) {
+		t.Fatalf("expired token: %v, want ErrExpired (an ErrInvalid)", err)
 	}
-	// Tampering with the payload breaks the signature.
+	// Tampering with the payload breaks the signature: not merely expired,
+	// even past the expiry.
 	parts := strings.Split(tok, ".")
 	parts[1] = parts[1][:len(parts[1])-2] + "AA"
-	if _, err := iss.Verify(strings.Join(parts, "."), t0); !errors.Is(err, ErrInvalid) {
-		t.Fatal("tampered token verified")
+	for _, at := range []time.Time{t0, t0.Add(2 * time.Hour)} {
+		if _, err := iss.Verify(strings.Join(parts, "."), at); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrExpired) {
+			t.Fatalf("tampered token at %v: %v", at, err)
+		}
 	}
-	// Another master secret's tokens do not verify.
+	// Another master secret's tokens do not verify, and are never read as
+	// only expired.
 	other := NewIssuer(secrets.FromBytes([]byte("other")))
-	if _, err := other.Verify(tok, t0); !errors.Is(err, ErrInvalid) {
-		t.Fatal("foreign token verified")
+	for _, at := range []time.Time{t0, t0.Add(2 * time.Hour)} {
+		if _, err := other.Verify(tok, at); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrExpired) {
+			t.Fatalf("foreign token at %v: %v", at, err)
+		}
+	}
+	// A token of ours with a claim we never mint is invalid, expired or not.
+	odd := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "acc_1", "iss": "someone", "exp": t0.Add(time.Hour).Unix(), "kt": "live", "scope": "api"})
+	odd.Header["kid"] = iss.kid
+	if s, err := odd.SignedString(iss.key); err != nil {
+		t.Fatal(err)
+	} else if _, err := iss.Verify(s, t0.Add(2*time.Hour)); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrExpired) {
+		t.Fatalf("another issuer's expired token: %v", err)
 	}
 	// alg "none" and other algorithms are refused.
 	none := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{"sub": "acc_1", "iss": "fraudd", "exp": t0.Add(time.Hour).Unix(), "kt": "live", "scope": "api"})
