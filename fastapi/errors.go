@@ -3,6 +3,7 @@ package fastapi
 import (
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 
@@ -73,7 +74,32 @@ func (s *Server) reply(ctx *fasthttp.RequestCtx, r *request, v any, ref *checks.
 
 // writeError sends the SPEC §7 error body.
 func (s *Server) writeError(ctx *fasthttp.RequestCtx, status int, msg, code, hint string) {
+	if isTokenPath(ctx.Path()) {
+		// The token endpoint's clients are OAuth libraries, which read
+		// error and error_description (SPEC §2.4, §7): what the edge
+		// refuses before the handler runs (an undecodable or oversized
+		// body, a method) and the server's own failures take that shape,
+		// and no-store, as the handler's answers do.
+		oauthCode := "invalid_request"
+		if status >= 500 {
+			oauthCode = "temporarily_unavailable"
+		}
+		desc := msg
+		if hint != "" {
+			desc += " " + hint
+		}
+		ctx.Response.Header.Set("Cache-Control", "no-store")
+		ctx.Response.Header.Set("Pragma", "no-cache")
+		s.writeJSON(ctx, status, &wire.OAuthError{Error: oauthCode, ErrorDescription: desc, Code: code})
+		return
+	}
 	s.writeJSON(ctx, status, &wire.Error{Error: msg, Code: code, Hint: hint})
+}
+
+// isTokenPath reports whether path is the token endpoint's, as the router
+// reads it (surrounding slashes trimmed).
+func isTokenPath(path []byte) bool {
+	return strings.Trim(string(path), "/") == "oauth/token"
 }
 
 // serverError logs the cause and sends the generic 500, or the 503 of SPEC

@@ -165,3 +165,41 @@ func oauthEnv(t *testing.T) *testEnv {
 	e.srv.rewire()
 	return e
 }
+
+// TestTokenEndpointEdgeRefusalsAreOAuthShaped: what the edge refuses on
+// /oauth/token before the handler runs (a body that does not decode, a
+// coding it does not read, a method) reaches an OAuth library, which reads
+// error and error_description (SPEC §2.4, §7), with no-store as every
+// token endpoint answer.
+func TestTokenEndpointEdgeRefusalsAreOAuthShaped(t *testing.T) {
+	e := oauthEnv(t)
+	for _, c := range []struct {
+		method, enc string
+		status      int
+	}{
+		{"POST", "gzip", 400},
+		{"POST", "compress", 415},
+		{"GET", "", 405},
+	} {
+		h := [][2]string{{"Content-Type", "application/x-www-form-urlencoded"}}
+		if c.enc != "" {
+			h = append(h, [2]string{"Content-Encoding", c.enc})
+		}
+		ctx := e.serve(testRequest{method: c.method, uri: "/oauth/token", remote: "198.51.100.3:1", header: h, body: []byte("grant_type=client_credentials")})
+		var m map[string]any
+		_ = json.Unmarshal(ctx.Response.Body(), &m)
+		if ctx.Response.StatusCode() != c.status || m["error"] != "invalid_request" || m["error_description"] == nil ||
+			string(ctx.Response.Header.Peek("Cache-Control")) != "no-store" {
+			t.Errorf("%s with Content-Encoding %q: %d Cache-Control=%q %v; want %d, an OAuth error body (invalid_request, error_description) and no-store",
+				c.method, c.enc, ctx.Response.StatusCode(), ctx.Response.Header.Peek("Cache-Control"), m, c.status)
+		}
+	}
+	// Other routes keep the API's error shape.
+	ctx := e.serve(testRequest{method: "POST", uri: "/v1/evaluate", remote: "198.51.100.3:1",
+		header: [][2]string{{"Content-Encoding", "compress"}, {"Authorization", "Bearer " + e.acct.LiveKey}}, body: []byte("{}")})
+	var m map[string]any
+	_ = json.Unmarshal(ctx.Response.Body(), &m)
+	if ctx.Response.StatusCode() != 415 || m["error_description"] != nil || m["error"] == "invalid_request" {
+		t.Errorf("/v1/evaluate 415: %d %v", ctx.Response.StatusCode(), m)
+	}
+}
