@@ -333,12 +333,21 @@ func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.U
 		r.RetryAfter = secondsUntil(a.month.End(), c.Now)
 	case c.Hourly && l.Hourly != NoLimit && w.n+oh >= l.Hourly:
 		r.Refusal = RefusedHourly
-		r.RetryAfter = secondsUntil(w.end(), c.Now)
+		end := c.Now.Add(Window) // no window running (a limit of 0): as X-RateLimit-Reset says
+		if w.n > 0 {
+			end = w.end()
+		}
+		r.RetryAfter = secondsUntil(end, c.Now)
 	}
 	d := storage.UsageDelta{Account: a.id, Month: a.month}
 	if r.Refusal != NotRefused {
 		a.totals.LimitHits++
 		d.Totals.LimitHits = 1
+		if r.Refusal == RefusedMonthly {
+			// A plan lowered below what the month used refuses the next
+			// call outright: its cap is reached, and mailed, here.
+			a.warnMonthly(c.Kind, c.Bucket, monthly, *used, c.Now, &d, warn)
+		}
 		a.headers(&r, c, w, monthly, *used)
 		return r, d
 	}
@@ -378,12 +387,24 @@ func (a *account) warnMonthly(k Kind, b Bucket, monthly, used int64, now time.Ti
 		k   WarnKind
 		lim int64
 	}{{k80, threshold80(monthly)}, {k80 + 1, monthly}} {
-		if used >= t.lim && a.counts.Warned&warnBit(t.k) == 0 {
-			a.counts.Warned |= warnBit(t.k)
-			d.Counts.Warned |= warnBit(t.k)
-			if warn != nil {
-				warn(Warning{Account: a.id, Kind: t.k, Bucket: b, Limit: monthly, Used: used, At: now})
-			}
+		bit := warnBit(t.k)
+		if used < t.lim {
+			// Not reached under the allowance in force: a mail sent for a
+			// lower one (before an upgrade, or a downgrade undone) is
+			// re-armed for this one. The stored bit stays (bits are OR-ed
+			// in); each load re-arms it the same way.
+			a.counts.Warned &^= bit
+			continue
+		}
+		if a.counts.Warned&bit != 0 {
+			continue
+		}
+		a.counts.Warned |= bit
+		d.Counts.Warned |= bit
+		// Past the cap at once (a plan lowered below what the month used):
+		// the cap's mail says it; an 80% one beside it would not.
+		if warn != nil && (t.lim == monthly || used < monthly) {
+			warn(Warning{Account: a.id, Kind: t.k, Bucket: b, Limit: monthly, Used: used, At: now})
 		}
 	}
 }
@@ -439,7 +460,9 @@ func (a *account) usage(b Bucket, l Limits, now time.Time) UsageView {
 		v.HourlyLimit, v.Remaining = &h, &rem
 	}
 	if w.n > 0 {
-		t := w.end()
+		// Whole seconds, rounded up as X-RateLimit-Reset is: rounded down,
+		// it named an instant at which a call is still refused.
+		t := time.Unix(unixCeil(w.end()), 0).UTC()
 		v.ResetsAt = &t
 	}
 	if l.Monthly != NoLimit {
