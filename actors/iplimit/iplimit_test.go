@@ -422,20 +422,25 @@ func TestTakeAllocs(t *testing.T) {
 }
 
 // TestLockoutPer64: a guesser rotating through the addresses of one IPv6 /64
-// is locked out after 20 invalid credentials in 15 minutes, as one address
-// would be; its neighbours in other /64s are not.
+// is locked out after the /64's 120 invalid credentials in 15 minutes (six
+// times one address's 20, so that one host's bad keys do not lock out its
+// LAN); its neighbours in other /64s are not.
 func TestLockoutPer64(t *testing.T) {
+	per64 := Rules[AuthFail].Windows[0].Per64
+	if per64 != 120 {
+		t.Fatalf("the /64's figure is %d", per64)
+	}
 	l := newLimiter(0, false)
-	for i := 0; i < 19; i++ {
+	for i := 0; i < int(per64)-1; i++ {
 		if l.fail(AuthFail, v6n(i), t0) {
 			t.Fatalf("locked after %d failures", i+1)
 		}
 	}
 	if !l.take(Of(AuthFail), v6n(500), t0).Allowed {
-		t.Fatal("locked before the 20th failure")
+		t.Fatal("locked before the 120th failure")
 	}
-	if !l.fail(AuthFail, v6n(19), t0) {
-		t.Fatal("20th failure from one /64 did not lock it")
+	if !l.fail(AuthFail, v6n(int(per64)-1), t0) {
+		t.Fatal("120th failure from one /64 did not lock it")
 	}
 	if v := l.take(Of(AuthFail, Protect), v6n(1000), t0); v.Allowed || v.Kind != AuthFail || v.RetryAfter != 900 {
 		t.Fatalf("a fresh address of the locked /64: %+v", v)
@@ -451,7 +456,7 @@ func TestLockoutPer64(t *testing.T) {
 	// The same through the shard actors.
 	c := New(quietSystem().Root, Config{Shards: 4})
 	defer c.Stop()
-	for i := 0; i < 20; i++ {
+	for i := 0; i < int(per64); i++ {
 		c.Fail(AuthFail, v6n(i), t0)
 	}
 	if v, err := c.Check(v6n(777), t0); err != nil || v.Allowed || v.RetryAfter != 900 {

@@ -36,14 +36,20 @@ type Rule struct {
 	Name    string
 	Windows []Window
 	LockFor time.Duration
+	// Local: each cluster member counts it alone; it is never reported to
+	// the address's owner, nor taken from one.
+	Local bool
 }
 
 // Rules is the table of SPEC §8 / §5 figures.
 var Rules = [NumKinds]Rule{
-	// The lockout also counts per IPv6 /64, with the same figure: one
-	// subscriber's /64 holds more addresses than anyone can exhaust, so a
-	// per-address count alone lets a guesser rotate through them.
-	AuthFail:          {Name: "auth_fail", Windows: []Window{{Len: 15 * time.Minute, PerAddr: 20, Per64: 20}}, LockFor: 15 * time.Minute},
+	// The lockout also counts per IPv6 /64: one subscriber's /64 holds more
+	// addresses than anyone can exhaust, so a per-address count alone lets
+	// a guesser rotate through them. Its figure is larger, six times the
+	// address's as the free lookup's is (CLARIFICATIONS "Addresses": the
+	// /64 shares larger figures), so that one host's bad keys lock out that
+	// host, not every host of a LAN that shares the /64.
+	AuthFail:          {Name: "auth_fail", Windows: []Window{{Len: 15 * time.Minute, PerAddr: 20, Per64: 120}}, LockFor: 15 * time.Minute},
 	Protect:           {Name: "protect", Windows: []Window{{Len: time.Hour, PerAddr: 200_000}}},
 	LookupFree:        {Name: "lookup_free", Windows: []Window{{Len: time.Minute, PerAddr: 12, Per64: 72}, {Len: 24 * time.Hour, PerAddr: 80, Per64: 480}}},
 	LookupFreeInvalid: {Name: "lookup_free_invalid", Windows: []Window{{Len: time.Minute, PerAddr: 60}}},
@@ -58,7 +64,7 @@ var Rules = [NumKinds]Rule{
 	// (ADMIN.md: a wrong admin token is 401), nor do wrong admin tokens lock
 	// the address out of /v1/* (CLARIFICATIONS: that lockout is /v1/* and
 	// /oauth/token). Not shared among cluster members: each counts its own.
-	AdminFail: {Name: "admin_fail", Windows: []Window{{Len: 15 * time.Minute, PerAddr: 20, Per64: 20}}, LockFor: 15 * time.Minute},
+	AdminFail: {Name: "admin_fail", Windows: []Window{{Len: 15 * time.Minute, PerAddr: 20, Per64: 20}}, LockFor: 15 * time.Minute, Local: true},
 }
 
 // String is the limiter's name.

@@ -68,6 +68,11 @@ func (k Key) Limit() (length time.Duration, limit int64, lockFor time.Duration, 
 	return w.Len, w.Per64, r.LockFor, nil
 }
 
+// Local reports whether k's limiter is each member's own (Rule.Local): an
+// owner leaves such a count out of its sums, also from a member of an
+// older build that reported it.
+func (k Key) Local() bool { return k.Kind < NumKinds && Rules[k.Kind].Local }
+
 func (k Key) v4() bool { return k.Hi == 0 && k.Lo>>32 == 0xffff }
 
 // Route is the value that places the key's address: the address for IPv4,
@@ -108,7 +113,7 @@ const maxPending = 1 << 16
 // note records n requests counted under k (window start) for the next
 // report; a no-op unless the limiter is shared.
 func (l *limiter) note(k slotKey, start, n int64) {
-	if l.pending == nil {
+	if l.pending == nil || Rules[k.kind].Local {
 		return
 	}
 	p, ok := l.pending[k]

@@ -117,7 +117,10 @@ func (a *AddrTotals) Add(node string, now int64, in []iplimit.Count) []iplimit.S
 	swept := false // a full table is swept once per report, not once per new key
 	for _, c := range in {
 		length, limit, lockFor, err := c.Key.Limit()
-		if err != nil {
+		if err != nil || c.Key.Local() {
+			// A member's own limiter (the operator lockout) summed here
+			// would lock the address out of the customer API: the lock
+			// this table keeps does not say whose it is.
 			continue
 		}
 		if now-c.Start >= int64(length) {
