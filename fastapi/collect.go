@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/bytedance/sonic"
 	"github.com/valyala/fasthttp"
 
 	"github.com/fraudd/fraudd/actors/checks"
@@ -115,7 +114,7 @@ func (s *Server) handleCollectNetwork(ctx *fasthttp.RequestCtx, r *request) {
 	var body collectNetworkBody
 	var rep checks.NetworkReport
 	if raw := bytes.TrimSpace(ctx.PostBody()); len(raw) > 0 {
-		if raw[0] != '{' || sonic.ConfigStd.Unmarshal(raw, &body) != nil {
+		if raw[0] != '{' || jsonBody.Unmarshal(raw, &body) != nil {
 			s.refuse(ctx, checks.Invalid(checks.MsgBodyNotJSON))
 			return
 		}
@@ -203,7 +202,7 @@ func (s *Server) handleCollectDevice(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	var body collectDeviceBody
-	if len(raw) == 0 || raw[0] != '{' || sonic.ConfigStd.Unmarshal(raw, &body) != nil {
+	if len(raw) == 0 || raw[0] != '{' || jsonBody.Unmarshal(raw, &body) != nil {
 		s.refuse(ctx, checks.Invalid(checks.MsgDeviceReport))
 		return
 	}

@@ -14,6 +14,20 @@ import (
 	"github.com/fraudd/fraudd/actors/checks"
 )
 
+// jsonBody decodes the API's request bodies: encoding/json's reading
+// (sonic.ConfigStd) with member names matched exactly. JSON names are
+// case-sensitive, and CLARIFICATIONS ("Evaluate") ignores unknown fields:
+// matched whatever their case, an unknown "Token":"" after "token"
+// replaced it, and a Tor session came back allow.
+var jsonBody = sonic.Config{
+	EscapeHTML:       true,
+	SortMapKeys:      true,
+	CompactMarshaler: true,
+	CopyString:       true,
+	ValidateString:   true,
+	CaseSensitive:    true,
+}.Froze()
+
 // errInvalidToken is the one token error clients see (SPEC 4.1).
 var errInvalidToken = errors.New(checks.MsgInvalidToken)
 
@@ -126,7 +140,7 @@ func decodeEvaluate(contentType, body []byte, out *checks.EvalRequest, j *evalJS
 	*j = evalJSON{}
 	// A view of the body, not a copy: j's raw fields alias it, and every
 	// value that leaves this function is copied (jsonString, bytes.Clone).
-	if err := sonic.ConfigStd.UnmarshalFromString(unsafe.String(unsafe.SliceData(trimmed), len(trimmed)), j); err != nil {
+	if err := jsonBody.UnmarshalFromString(unsafe.String(unsafe.SliceData(trimmed), len(trimmed)), j); err != nil {
 		return errors.New(checks.MsgBodyNotJSON)
 	}
 	tok := j.Token
@@ -223,7 +237,7 @@ func jsonString(raw sonic.NoCopyRawMessage) (string, bool) {
 		return string(raw[1 : len(raw)-1]), true
 	}
 	var s string
-	if err := sonic.ConfigStd.Unmarshal(raw, &s); err != nil {
+	if err := jsonBody.Unmarshal(raw, &s); err != nil {
 		return "", false
 	}
 	return strings.Clone(s), true

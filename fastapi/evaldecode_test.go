@@ -96,7 +96,7 @@ func TestDecodeEvaluateCopies(t *testing.T) {
 }
 
 func FuzzDecodeEvaluate(f *testing.F) {
-	for _, s := range []string{`{"token":"test_vpn"}`, `token=a&tz=b`, `{"token":1}`, `{"netcheck":"x","service_tz":"UTC"}`, `{`, `null`, `{"email":"\u00e9"}`} {
+	for _, s := range []string{`{"token":"test_vpn"}`, `token=a&tz=b`, `{"token":1}`, `{"netcheck":"x","service_tz":"UTC"}`, `{`, `null`, `{"email":"\u00e9"}`, `{"token":"test_tor","Token":""}`, `{"TZ":"UTC","Email":"a@b.c"}`} {
 		f.Add("application/json", s)
 		f.Add("application/x-www-form-urlencoded", s)
 		f.Add("", s)

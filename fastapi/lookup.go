@@ -33,7 +33,7 @@ type freeLookupBody struct {
 func readFreeIP(body []byte) checks.Target {
 	var in freeLookupBody
 	body = bytes.TrimSpace(body)
-	if len(body) == 0 || body[0] != '{' || sonic.ConfigStd.Unmarshal(body, &in) != nil || isAbsent(in.IP) {
+	if len(body) == 0 || body[0] != '{' || jsonBody.Unmarshal(body, &in) != nil || isAbsent(in.IP) {
 		return checks.MissingIP()
 	}
 	raw, ok := jsonString(in.IP)
@@ -67,7 +67,7 @@ func decodeBulk(body []byte) (checks.BulkList, error) {
 	var in bulkBody
 	var out checks.BulkList
 	body = bytes.TrimSpace(body)
-	if len(body) == 0 || body[0] != '{' || sonic.ConfigStd.Unmarshal(body, &in) != nil || in.IPs == nil {
+	if len(body) == 0 || body[0] != '{' || jsonBody.Unmarshal(body, &in) != nil || in.IPs == nil {
 		return out, errBulkList
 	}
 	seen := make(map[netip.Addr]struct{}, min(len(in.IPs), 64))

@@ -49,7 +49,7 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 			ClientID     sonic.NoCopyRawMessage `json:"client_id"`
 			ClientSecret sonic.NoCopyRawMessage `json:"client_secret"`
 		}
-		if sonic.ConfigStd.Unmarshal(body, &j) != nil {
+		if jsonBody.Unmarshal(body, &j) != nil {
 			tr.bad = checks.DescJSONUnreadable
 			return tr
 		}
