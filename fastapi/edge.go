@@ -152,18 +152,38 @@ func (s *Server) decodeBody(ctx *fasthttp.RequestCtx) bool {
 		body, err = ctx.Request.BodyUnzstdWithLimit(maxAPIBody)
 	default:
 		ctx.Response.Header.Set(fasthttp.HeaderAcceptEncoding, "gzip, deflate, br, zstd")
-		s.writeError(ctx, fasthttp.StatusUnsupportedMediaType, checks.MsgContentEncoding, "", checks.HintContentEncoding)
+		s.bodyError(ctx, fasthttp.StatusUnsupportedMediaType, checks.MsgContentEncoding, checks.HintContentEncoding)
 		return false
 	}
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		s.writeError(ctx, fasthttp.StatusRequestEntityTooLarge, checks.MsgTooLarge, "", fmt.Sprintf(checks.HintDecodedTooLarge, maxAPIBody))
+		s.bodyError(ctx, fasthttp.StatusRequestEntityTooLarge, checks.MsgTooLarge, fmt.Sprintf(checks.HintDecodedTooLarge, maxAPIBody))
 		return false
 	case err != nil:
-		s.writeError(ctx, fasthttp.StatusBadRequest, checks.MsgBadRequest, "", fmt.Sprintf(checks.HintBodyNotDecoded, enc))
+		s.bodyError(ctx, fasthttp.StatusBadRequest, checks.MsgBadRequest, fmt.Sprintf(checks.HintBodyNotDecoded, enc))
 		return false
 	}
 	ctx.Request.SetBody(body)
 	h.Del(fasthttp.HeaderContentEncoding)
 	return true
+}
+
+// bodyError refuses a body decodeBody cannot read: on /mcp as the JSON-RPC
+// error every answer there is (README: "on /mcp, JSON-RPC error objects"),
+// a body that does not decode being a parse error; elsewhere in the
+// route's own shape (writeError: the API's, or the token endpoint's).
+func (s *Server) bodyError(ctx *fasthttp.RequestCtx, status int, msg, hint string) {
+	if bytes.Equal(bytes.Trim(ctx.Path(), "/"), []byte("mcp")) {
+		if !s.mcpOriginOK(ctx) { // an unlisted origin reads nothing more
+			return
+		}
+		code := rpcTransportError
+		if status == fasthttp.StatusBadRequest {
+			code = rpcParseError
+		}
+		mcpCORS(ctx)
+		s.rpcError(ctx, status, nil, code, msg+" "+hint)
+		return
+	}
+	s.writeError(ctx, status, msg, "", hint)
 }

@@ -516,7 +516,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes *routeSet) (rt *route) 
 			if bytes.Equal(bytes.Trim(path, "/"), []byte("mcp")) {
 				// GET (a standalone SSE stream) and DELETE (a session) are
 				// not offered by a stateless server: a JSON-RPC error there.
-				// The path is read as matchIn reads it: /mcp/ is /mcp.
+				// The path is read as matchIn reads it: /mcp/ is /mcp. A
+				// browser agent of a listed origin reads it as any answer
+				// there (CORS); another origin gets /mcp's 403.
+				if !s.mcpOriginOK(ctx) {
+					return
+				}
+				mcpCORS(ctx)
 				s.rpcError(ctx, fasthttp.StatusMethodNotAllowed, nil, rpcTransportError, checks.MsgMethod)
 				return
 			}
