@@ -364,7 +364,12 @@ func Assess(s *Signals, o Options) Verdict {
 	// Virtual machine.
 	if renderer != "" {
 		v.Checked |= CheckVirtualMachine
-		if desktop && !v.Emulator {
+		// The UA's claim decides here, not a client hint beside it: a
+		// mobile hint on a Windows UA (forged, or a phone asking for the
+		// desktop site, whose GPU is no hypervisor's) must not hide a
+		// VMware renderer that the emulator checks, which read the UA,
+		// do not catch either.
+		if !u.mobile && !v.Emulator {
 			switch {
 			case vmRenderer(renderer):
 				add(FVMRenderer)
