@@ -53,10 +53,12 @@ func (s *Server) withExtras(ctx *fasthttp.RequestCtx, routes *routeSet) {
 // maybeGzip compresses an answer over gzipMin when the client accepts gzip.
 // A strong ETag becomes weak, since the bytes on the wire differ from the
 // identity representation's (If-None-Match compares weakly).
+// A HEAD answer is made as GET's is (RFC 9110 §9.3.2: the same header
+// fields), its body dropped only when sent.
 func (s *Server) maybeGzip(ctx *fasthttp.RequestCtx) {
 	resp := &ctx.Response
 	body := resp.Body()
-	if len(body) < gzipMin || resp.IsBodyStream() || ctx.IsHead() {
+	if len(body) < gzipMin || resp.IsBodyStream() {
 		return
 	}
 	resp.Header.Add("Vary", "Accept-Encoding")
