@@ -42,6 +42,10 @@ func (s *Server) adminWebhookTest(ctx *fasthttp.RequestCtx, r *request) {
 			s.storageUnavailable(ctx)
 			return
 		}
+		if errors.Is(err, webhook.ErrQueueFull) {
+			s.writeError(ctx, fasthttp.StatusConflict, checks.MsgWebhookQueueFull, "", checks.HintWebhookQueueFull)
+			return
+		}
 		s.serverError(ctx, "send webhook test", err)
 		return
 	}

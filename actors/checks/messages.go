@@ -35,17 +35,19 @@ const (
 	HintDecodedTooLarge = "The body, once decoded, is limited to %d bytes." // the limit
 
 	// The admin API (ADMIN.md); its validation messages name the field.
-	MsgAccountNotFound  = "Account not found."
-	MsgAccountExists    = "An account with this email already exists."
-	MsgAccountConflict  = "The account was changed by another request at the same time; nothing was changed by this one."
-	HintAccountConflict = "Read the account again and retry."
-	MsgNoWebhookURL     = "No webhook URL is set for this account."
-	HintNoWebhookURL    = "Set one with PUT /admin/v1/accounts/{id}/webhook first."
-	MsgWebhooksOff      = "Webhook delivery is not running."
-	MsgBackupNoDir      = "dir is required: an absolute path on the server's machine."
-	MsgBackupDir        = "dir: %v." // why the directory cannot hold a backup
-	MsgBackupExists     = "The backup directory exists and is not empty; a backup never overwrites one."
-	MsgListLimit        = "limit must be an integer from 1 to %d." // the largest limit
+	MsgAccountNotFound   = "Account not found."
+	MsgAccountExists     = "An account with this email already exists."
+	MsgAccountConflict   = "The account was changed by another request at the same time; nothing was changed by this one."
+	HintAccountConflict  = "Read the account again and retry."
+	MsgNoWebhookURL      = "No webhook URL is set for this account."
+	HintNoWebhookURL     = "Set one with PUT /admin/v1/accounts/{id}/webhook first."
+	MsgWebhooksOff       = "Webhook delivery is not running."
+	MsgWebhookQueueFull  = "The account's webhook queue is full."
+	HintWebhookQueueFull = "1,000 events are waiting or retrying for this endpoint; the test event was not queued. Read the delivery log, fix the receiver, and try again once they drain."
+	MsgBackupNoDir       = "dir is required: an absolute path on the server's machine."
+	MsgBackupDir         = "dir: %v." // why the directory cannot hold a backup
+	MsgBackupExists      = "The backup directory exists and is not empty; a backup never overwrites one."
+	MsgListLimit         = "limit must be an integer from 1 to %d." // the largest limit
 
 	// Credentials (SPEC §5).
 	MsgMissingKey       = "Missing Key."

@@ -27,6 +27,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -63,6 +64,10 @@ const (
 // ErrUnavailable is wrapped by SendTest's error when the test event could
 // not be stored: nothing was queued or sent, and the caller may retry.
 var ErrUnavailable = storage.ErrUnavailable
+
+// ErrQueueFull is SendTest's error when the account already has maxQueued
+// events waiting or retrying: the test event was dropped, as any would be.
+var ErrQueueFull = errors.New("webhook: the account's queue is full")
 
 // Backoff[i] is the wait after failed attempt i+1, counted from its end.
 var Backoff = [MaxAttempts - 1]time.Duration{time.Minute, 8 * time.Minute}
@@ -488,6 +493,9 @@ func (sh *shard) enqueue(m *queued, now time.Time) error {
 		}
 		sh.svc.cfg.Logger.Log(context.Background(), level, "webhook queue full; event dropped", "account", m.ev.Account, "event_id", m.id,
 			"queued", a.pending(), "dropped_since_load", a.dropped)
+		if m.stored {
+			return ErrQueueFull // the operator's test: told, not answered 202
+		}
 		return nil
 	}
 	e := &event{kind: m.kind, id: m.id, ev: m.ev, body: Payload(m.kind, m.id, m.ev)}

@@ -461,4 +461,12 @@ func TestQueueFullDropsCounted(t *testing.T) {
 	if d, n := f.svc.Dropped(), len(f.pending(t)); d != 10 || n != maxQueued {
 		t.Fatalf("dropped %d, pending stored %d; want 10 and %d", d, n, maxQueued)
 	}
+	// The operator's test event is dropped too, and SendTest says so (the
+	// admin API's 409) instead of the 202 that promised a delivery.
+	if id, err := f.svc.SendTest("acc_full", time.Now()); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("SendTest on a full queue: %q %v, want ErrQueueFull", id, err)
+	}
+	if d := f.svc.Dropped(); d != 11 {
+		t.Fatalf("dropped %d after the test event, want 11", d)
+	}
 }
