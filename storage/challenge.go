@@ -19,19 +19,23 @@ const GPUFeatures = 128
 // sealed.
 //
 // Key: prefixGPUSample + len(customer) + customer + 16-byte device hash.
-// Value: version (1) + last accepted sample as 8-byte big-endian Unix seconds
+// Value: version (2) + last accepted sample as 8-byte big-endian Unix seconds
 // (in clear, so retention needs no key) + 12-byte nonce + AES-GCM ciphertext
-// of (len-prefixed visitor id + 128 big-endian float32 bits), with the record
-// key as additional data: a value moved to another key does not open.
+// of (len-prefixed visitor id + 128 big-endian float32 bits + len-prefixed
+// event id), with the record key as additional data: a value moved to
+// another key does not open. Version 1 had no event id.
 type GPUSample struct {
 	Customer string
 	Device   [16]byte
 	Visitor  string
 	Last     time.Time
 	Features [GPUFeatures]float32
+	// Event is the verified event the sample was accepted for (SPEC: one
+	// accepted sample per event): kept so that a restart still knows it.
+	Event string
 }
 
-const gpuSampleVersion = 1
+const gpuSampleVersion = 2
 
 // ErrSealed is returned for a sample that does not open under the key.
 var ErrSealed = errors.New("gpu sample does not open")
@@ -54,8 +58,8 @@ func SealGPUSample(aead cipher.AEAD, s *GPUSample) (key, val []byte, err error) 
 	if err := validCustomer(s.Customer); err != nil {
 		return nil, nil, err
 	}
-	if len(s.Visitor) > 255 {
-		return nil, nil, fmt.Errorf("gpu sample: visitor id of %d bytes", len(s.Visitor))
+	if len(s.Visitor) > 255 || len(s.Event) > 255 {
+		return nil, nil, fmt.Errorf("gpu sample: visitor id of %d bytes, event id of %d", len(s.Visitor), len(s.Event))
 	}
 	key = gpuSampleKey(s.Customer, &s.Device)
 	plain := make([]byte, 0, 1+len(s.Visitor)+4*GPUFeatures)
@@ -64,6 +68,8 @@ func SealGPUSample(aead cipher.AEAD, s *GPUSample) (key, val []byte, err error) 
 	for _, f := range s.Features {
 		plain = binary.BigEndian.AppendUint32(plain, math.Float32bits(f))
 	}
+	plain = append(plain, byte(len(s.Event)))
+	plain = append(plain, s.Event...)
 	val = make([]byte, 0, 9+aead.NonceSize()+len(plain)+aead.Overhead())
 	val = append(val, gpuSampleVersion)
 	val = binary.BigEndian.AppendUint64(val, uint64(s.Last.Unix()))
@@ -81,14 +87,23 @@ func OpenGPUSample(aead cipher.AEAD, key, val []byte) (*GPUSample, error) {
 	if len(key) < 2 || key[0] != prefixGPUSample || int(key[1])+2+16 != len(key) {
 		return nil, fmt.Errorf("gpu sample key: %w", errCorrupt)
 	}
-	if len(val) < 9+ns || val[0] != gpuSampleVersion {
+	if len(val) < 9+ns || (val[0] != gpuSampleVersion && val[0] != 1) {
 		return nil, fmt.Errorf("gpu sample: %w", errCorrupt)
 	}
 	plain, err := aead.Open(nil, val[9:9+ns], val[9+ns:], key)
 	if err != nil {
 		return nil, ErrSealed
 	}
-	if len(plain) < 1 || len(plain) != 1+int(plain[0])+4*GPUFeatures {
+	if len(plain) < 1 {
+		return nil, fmt.Errorf("gpu sample body: %w", errCorrupt)
+	}
+	body := 1 + int(plain[0]) + 4*GPUFeatures // visitor and features
+	event := ""
+	switch {
+	case val[0] == 1 && len(plain) == body:
+	case val[0] == gpuSampleVersion && len(plain) > body && len(plain) == body+1+int(plain[body]):
+		event = string(plain[body+1:])
+	default:
 		return nil, fmt.Errorf("gpu sample body: %w", errCorrupt)
 	}
 	// Lengths are bytes: widen them before adding, or a 255-byte visitor
@@ -100,6 +115,7 @@ func OpenGPUSample(aead cipher.AEAD, key, val []byte) (*GPUSample, error) {
 		Visitor:  string(plain[1 : 1+nv]),
 	}
 	copy(s.Device[:], key[2+nc:])
+	s.Event = event
 	p := plain[1+nv:]
 	for i := range s.Features {
 		s.Features[i] = math.Float32frombits(binary.BigEndian.Uint32(p[4*i:]))

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -39,6 +41,7 @@ func TestGPUSampleFormat(t *testing.T) {
 	a := testAEAD(t, "k")
 	at := time.Unix(1_790_000_000, 0).UTC()
 	s := testSample("acct_1", 7, at)
+	s.Event = "evt_1"
 	k, v, err := SealGPUSample(a, s)
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +50,9 @@ func TestGPUSampleFormat(t *testing.T) {
 	if got, want := hex.EncodeToString(k), "3506"+hex.EncodeToString([]byte("acct_1"))+"07"+"000000000000000000000000000000"; got != want {
 		t.Fatalf("key %s, want %s", got, want)
 	}
-	// Value: version 1, clear Unix seconds, 12-byte nonce, sealed body.
-	if v[0] != 1 || !bytes.Equal(v[1:9], []byte{0, 0, 0, 0, 0x6a, 0xb1, 0x3b, 0x80}) || len(v) != 9+12+1+len(s.Visitor)+4*GPUFeatures+16 {
+	// Value: version 2, clear Unix seconds, 12-byte nonce, sealed body
+	// (visitor, features, event).
+	if v[0] != 2 || !bytes.Equal(v[1:9], []byte{0, 0, 0, 0, 0x6a, 0xb1, 0x3b, 0x80}) || len(v) != 9+12+1+len(s.Visitor)+4*GPUFeatures+1+len(s.Event)+16 {
 		t.Fatalf("value header % x (len %d)", v[:9], len(v))
 	}
 	if bytes.Contains(v, []byte(s.Visitor)) {
@@ -67,6 +71,26 @@ func TestGPUSampleFormat(t *testing.T) {
 	}
 	if _, err := OpenGPUSample(a, k, v[:5]); err == nil {
 		t.Fatal("truncated value opened")
+	}
+	if bytes.Contains(v, []byte(s.Event)) {
+		t.Fatal("event id stored in clear")
+	}
+	// A version 1 record (no event id) still opens, with none.
+	plain := []byte{byte(len(s.Visitor))}
+	plain = append(plain, s.Visitor...)
+	for _, f := range s.Features {
+		plain = binary.BigEndian.AppendUint32(plain, math.Float32bits(f))
+	}
+	v1 := append([]byte{1}, v[1:9+12]...)
+	v1 = a.Seal(v1, v[9:9+12], plain, k)
+	old, err := OpenGPUSample(a, k, v1)
+	if want := *s; err != nil || func() bool { want.Event = ""; return *old != want }() {
+		t.Fatalf("version 1 record: %+v %v", old, err)
+	}
+	// A version 1 body under version 2's byte, or the reverse, does not.
+	v1[0] = 2
+	if _, err := OpenGPUSample(a, k, v1); err == nil {
+		t.Fatal("a body without its event id opened as version 2")
 	}
 }
 

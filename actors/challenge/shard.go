@@ -190,6 +190,11 @@ func (s shard) get(id string, now time.Time, create bool) (*customer, error) {
 			for i := range stored {
 				st := &stored[i]
 				c.samples[digest(st.Device)] = &sample{visitor: st.Visitor, features: st.Features, last: st.Last}
+				if st.Event != "" {
+					// One accepted sample per event, across a restart too
+					// (prune lets it go once the event is too old anyway).
+					c.events[st.Event] = st.Last
+				}
 			}
 		}
 		s.customers.Put(id, c)
@@ -271,7 +276,7 @@ func (s shard) submit(m *Submit) Submitted {
 		return out
 	}
 	if s.store != nil {
-		rec := storage.GPUSample{Customer: m.Customer, Device: dev, Visitor: m.Device, Last: m.Now, Features: *m.GPU}
+		rec := storage.GPUSample{Customer: m.Customer, Device: dev, Visitor: m.Device, Last: m.Now, Features: *m.GPU, Event: m.Event}
 		if err := s.store.PutGPUSample(s.aead, &rec); err != nil {
 			s.log.Warn("challenge: gpu sample not stored", "err", err)
 			return out
