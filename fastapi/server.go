@@ -798,7 +798,19 @@ func (s *Server) setRequestID(ctx *fasthttp.RequestCtx) {
 // handleParseError maps fasthttp's request-parsing failures to JSON; an
 // oversized body is 413, not fasthttp's default 400.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
-	defer func() { s.unreadable.Count(ctx.Response.StatusCode()) }()
+	defer func() {
+		s.unreadable.Count(ctx.Response.StatusCode())
+		if s.cfg.AccessLog != nil {
+			// README: one line per request, these too (their answer
+			// carries an X-Request-Id a client may quote). The method and
+			// path are empty when the request line did not parse.
+			var took time.Duration
+			if t := ctx.Time(); !t.IsZero() {
+				took = time.Since(t)
+			}
+			s.logAccess(ctx, took)
+		}
+	}()
 	s.setRequestID(ctx)
 	// The client may still be sending what was not read: let it finish and
 	// read this answer.
