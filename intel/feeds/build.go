@@ -290,6 +290,9 @@ func assemble(sp spec, ins []input) (*feedfile.File, error) {
 				p.spans[i].label = in.label
 			}
 			p.spans[i].order = order
+			if in.override {
+				p.spans[i].order = -1 - order // below every other input's: wins a tie
+			}
 			order++
 		}
 		if in.exclude {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fraudd/fraudd/intel/netlists"
+	"github.com/fraudd/fraudd/intel/netlists/feedfile"
 )
 
 // TestBadASNListReadsEveryRow: brianhama's list has a row ending in a
@@ -189,4 +190,34 @@ func wideBlocks() string {
 		b.WriteString(strconv.FormatInt(int64(i), 16) + "::/16\n")
 	}
 	return b.String()
+}
+
+// TestOverrideWinsATie: a curated correction of a source's own row (the
+// same range) wins only when its input is an override; a narrower row
+// wins either way.
+func TestOverrideWinsATie(t *testing.T) {
+	sp := spec{name: FeedGeo, kind: feedfile.KindRanges, labelled: true}
+	src := input{part: part{format: FormatGeoRanges}, name: "source", data: []byte("2001:218:2009::,2001:218:3000:ffff:ffff:ffff:ffff:ffff,AU\n")}
+	fix := input{part: part{format: FormatGeoRanges}, name: "fixes", data: []byte("2001:218:2009::,2001:218:3000:ffff:ffff:ffff:ffff:ffff,JP\n")}
+	country := func(f *feedfile.File) string {
+		t.Helper()
+		if len(f.Ranges.V6.Val) != 1 {
+			t.Fatalf("%d ranges", len(f.Ranges.V6.Val))
+		}
+		return f.Ranges.Labels[f.Ranges.V6.Val[0]]
+	}
+	f, err := assemble(sp, []input{src, fix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := country(f); got != "AU" {
+		t.Fatalf("a plain later input's tie: %s, want the source's AU", got)
+	}
+	fix.override = true
+	if f, err = assemble(sp, []input{src, fix}); err != nil {
+		t.Fatal(err)
+	}
+	if got := country(f); got != "JP" {
+		t.Fatalf("an override's tie: %s, want JP", got)
+	}
 }

@@ -38,6 +38,10 @@ type part struct {
 	curated  bool   // path is under this package's curated/ directory, not the raw data
 	onlyKind string // keep only AS rows of this kind
 	setKind  string // give every AS row this kind
+	// override: its rows win over the inputs' rows they tie with (the
+	// same range): corrections of a source's own rows, which a narrower
+	// row would not reach.
+	override bool
 }
 
 // spec says how one feed is assembled.
@@ -139,7 +143,7 @@ var specs = []spec{
 	{name: FeedGeo, kind: feedfile.KindRanges, labelled: true, parts: []part{
 		{path: "geo/geo-whois-asn-country-ipv4.csv.gz", format: FormatGeoRanges, date: dateIPDB},
 		{path: "geo/geo-whois-asn-country-ipv6.csv.gz", format: FormatGeoRanges, date: dateIPDB},
-		{path: "geo_fixes.csv", format: FormatGeoRanges, curated: true, date: dateGeoFixes},
+		{path: "geo_fixes.csv", format: FormatGeoRanges, curated: true, date: dateGeoFixes, override: true},
 	}},
 	// tz_country.csv first: it has the backward names (Asia/Calcutta) and a
 	// single country for zones that zone1970.tab shares among several.

@@ -124,14 +124,22 @@ func TestRegistrationCountryIsTheAS(t *testing.T) {
 }
 
 // TestGeoFixWIDE: the IPv6 country table's known bug (SOURCES.md) puts the
-// WIDE Project's 2001:200::/32 in AU; the curated fix reads it as JP, and
-// no further than the block.
+// WIDE Project's 2001:200::/32 in AU, and with it, as filler between the
+// table's own rows, NTT's 2001:218::/32; the curated fix reads them as JP,
+// no further than the blocks, and keeps the table's rows for NTT's PoPs in
+// other countries (a Hong Kong /64).
 func TestGeoFixWIDE(t *testing.T) {
 	s := embeddedSnapshot(t)
 	for addr, want := range map[string]string{
 		"2001:200::1":                         "JP",
 		"2001:200:ffff:ffff:ffff:ffff:ffff:1": "JP",
 		"2001:201::1":                         "AU", // the table's own row beyond the block
+		"2001:218::1":                         "JP",
+		"2001:218:2000:51::1":                 "JP",
+		"2001:218:2004::1":                    "JP", // a filler row the fix has the same range as
+		"2001:218:6000:2::1":                  "HK",
+		"2001:218:ffff::1":                    "JP",
+		"2001:219::1":                         "AU",
 	} {
 		if c := s.Classify(netip.MustParseAddr(addr)); c.Country != want {
 			t.Errorf("%s: Country %q, want %s", addr, c.Country, want)
