@@ -350,6 +350,11 @@ func (s *Server) newHTTPServer(h fasthttp.RequestHandler) *fasthttp.Server {
 		ReadBufferSize:                readBufferSize,
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultContentType:          true,
+		// A stop ends each keep-alive connection after its answer: saying
+		// so in that answer (Connection: close) keeps a client from
+		// sending its next request on a connection about to close, which
+		// then got a reset for a request never read.
+		CloseOnShutdown: true,
 		// No route reads multipart (SPEC 4.1: "Multipart is not read"):
 		// parsing it while reading the request turned a body labelled
 		// multipart into a 400 before authentication.
