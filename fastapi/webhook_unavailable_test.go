@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/iplimit"
@@ -19,6 +17,7 @@ import (
 	"github.com/fraudd/fraudd/internal/clock"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
+	"github.com/fraudd/fraudd/storage/storagetest"
 )
 
 // TestWebhookTestWhileStoreDownAnswers503: POST …/webhook/test answers 202
@@ -28,13 +27,7 @@ import (
 // write, and sends nothing. Once the store is back the same call is 202 and
 // the event is delivered.
 func TestWebhookTestWhileStoreDownAnswers503(t *testing.T) {
-	var failing atomic.Bool
-	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if failing.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
-			return errorfs.ErrInjected
-		}
-		return nil
-	}))
+	fs, failing := storagetest.FailingWrites()
 	db, err := storage.Open("d", storage.Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)

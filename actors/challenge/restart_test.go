@@ -3,11 +3,6 @@ package challenge
 import (
 	"testing"
 	"time"
-
-	"github.com/asynkron/protoactor-go/actor"
-	"github.com/cockroachdb/pebble/v2/vfs"
-
-	"github.com/fraudd/fraudd/storage"
 )
 
 // TestOneSamplePerEventAcrossRestart: SPEC's "one accepted GPU sample per
@@ -15,14 +10,7 @@ import (
 // for the same (still young) event recorded a second sample once the
 // device's cooldown had passed. The stored sample now names its event.
 func TestOneSamplePerEventAcrossRestart(t *testing.T) {
-	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	start := func() *Client {
-		return New(actor.NewActorSystem().Root, Config{Shards: 2, Key: []byte("k"), Store: db})
-	}
+	start := storedClients(t)
 	c := start()
 	if r := gpu(c, t, "e1", "d1", 0.5, t0); r.Status != StatusRecorded {
 		t.Fatalf("record: %+v", r)

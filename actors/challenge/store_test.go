@@ -12,15 +12,22 @@ import (
 	"github.com/fraudd/fraudd/storage"
 )
 
-func TestSamplesSurviveRestartAndPurge(t *testing.T) {
+// storedClients opens an in-memory store and returns a function that starts
+// a challenge client on it: each call is a restart of the process's actors.
+func storedClients(t *testing.T) func() *Client {
+	t.Helper()
 	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	start := func() *Client {
+	t.Cleanup(func() { db.Close() })
+	return func() *Client {
 		return New(actor.NewActorSystem().Root, Config{Shards: 2, Key: []byte("k"), Store: db})
 	}
+}
+
+func TestSamplesSurviveRestartAndPurge(t *testing.T) {
+	start := storedClients(t)
 	c := start()
 	if r := gpu(c, t, "e1", "d1", 0.5, t0); r.Status != StatusRecorded {
 		t.Fatalf("record: %+v", r)

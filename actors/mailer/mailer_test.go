@@ -7,19 +7,18 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	gosmtp "github.com/emersion/go-smtp"
 
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
+	"github.com/fraudd/fraudd/storage/storagetest"
 )
 
 // inbox is an in-process SMTP server on loopback.
@@ -71,7 +70,13 @@ func startSMTP(t *testing.T) (*inbox, string) {
 
 func setup(t *testing.T, smtpURL string) (*Mailer, *accounts.Created, *storage.DB) {
 	t.Helper()
-	db, err := storage.Open("d", storage.Options{FS: vfs.NewMem()})
+	return setupOn(t, storage.Options{FS: vfs.NewMem()}, smtpURL)
+}
+
+// setupOn is setup on a store opened with opts.
+func setupOn(t *testing.T, opts storage.Options, smtpURL string) (*Mailer, *accounts.Created, *storage.DB) {
+	t.Helper()
+	db, err := storage.Open("d", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,13 +186,7 @@ func (h *logRecords) find(level slog.Level, substr string) bool {
 // TestPruneFailureLoggedAtWarn: an outbox that cannot drop its records past
 // retention says so where an operator looks (WARN), not at DEBUG.
 func TestPruneFailureLoggedAtWarn(t *testing.T) {
-	var failing atomic.Bool
-	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if failing.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
-			return errorfs.ErrInjected
-		}
-		return nil
-	}))
+	fs, failing := storagetest.FailingWrites()
 	db, err := storage.Open("d", storage.Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)

@@ -3,18 +3,13 @@ package mailer
 import (
 	"io"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
-
 	"github.com/fraudd/fraudd/actors/accounts"
 	"github.com/fraudd/fraudd/actors/quota"
-	"github.com/fraudd/fraudd/internal/secrets"
 	"github.com/fraudd/fraudd/storage"
+	"github.com/fraudd/fraudd/storage/storagetest"
 )
 
 // failingSetup is setup on a store that can be stopped: the returned
@@ -23,31 +18,8 @@ import (
 // (db.Probe).
 func failingSetup(t *testing.T, smtpURL string) (*Mailer, *accounts.Created, *storage.DB, func()) {
 	t.Helper()
-	var failing atomic.Bool
-	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if failing.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
-			return errorfs.ErrInjected
-		}
-		return nil
-	}))
-	db, err := storage.Open("d", storage.Options{FS: fs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys := actor.NewActorSystem()
-	accts, err := accounts.Start(sys.Root, accounts.Config{DB: db, Master: secrets.FromBytes([]byte("m"))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := accts.Create(accounts.NewAccount{Email: "owner@example.com", Plan: "free"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := New(sys.Root, Config{DB: db, Accounts: accts, SMTPURL: smtpURL, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Stop(); accts.Stop(); sys.Shutdown(); db.Close() })
+	fs, failing := storagetest.FailingWrites()
+	m, c, db := setupOn(t, storage.Options{FS: fs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, smtpURL)
 	return m, c, db, func() {
 		t.Helper()
 		failing.Store(true)

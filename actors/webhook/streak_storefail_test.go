@@ -1,12 +1,10 @@
 package webhook
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/fraudd/fraudd/storage/storagetest"
 )
 
 // failingFixture is a fixture whose store can be stopped: breakStore syncs
@@ -15,13 +13,7 @@ import (
 // ErrUnavailable) until the health probe reopens it (f.db.Probe).
 func failingFixture(t *testing.T, cfg Config) (*fixture, func()) {
 	t.Helper()
-	var failing atomic.Bool
-	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if failing.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
-			return errorfs.ErrInjected
-		}
-		return nil
-	}))
+	fs, failing := storagetest.FailingWrites()
 	f := newFixtureOn(t, cfg, fs)
 	return f, func() {
 		t.Helper()

@@ -133,13 +133,10 @@ func TestUpdateRefusesAnExclusionThatEmptiesTheFeed(t *testing.T) {
 		return string(b)
 	}
 	v4, v6, apple := read("vpn/x4bnet-vpn-ipv4.txt"), read("vpn/x4bnet-vpn-ipv6.txt"), read("vpn/x4bnet-input-apple.txt")
-	for _, c := range []struct {
-		name, apple string
-	}{
-		{"the lists themselves", apple + v4 + v6},
-		{"wide blocks, no more lines than Apple's", wideBlocks()},
-	} {
-		up := newUpstream(t, map[string]string{"/vpn4": v4, "/vpn6": v6, "/apple": c.apple})
+	// update refreshes the VPN feed into a fresh dir with appleList served
+	// as the exclusion source.
+	update := func(appleList string) (FeedResult, string) {
+		up := newUpstream(t, map[string]string{"/vpn4": v4, "/vpn6": v6, "/apple": appleList})
 		dir := t.TempDir()
 		rep, err := Update(context.Background(), up.Client(), []Source{
 			{Feed: FeedVPN, URL: up.URL + "/vpn4", Format: FormatAddrLines},
@@ -149,7 +146,16 @@ func TestUpdateRefusesAnExclusionThatEmptiesTheFeed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f := rep.Feeds[0]; f.Status != StatusRejected {
+		return rep.Feeds[0], dir
+	}
+	for _, c := range []struct {
+		name, apple string
+	}{
+		{"the lists themselves", apple + v4 + v6},
+		{"wide blocks, no more lines than Apple's", wideBlocks()},
+	} {
+		f, dir := update(c.apple)
+		if f.Status != StatusRejected {
 			t.Errorf("%s as the exclusion: %s (%v); want it rejected and the old feed kept", c.name, f.Status, f.Err)
 		}
 		if _, err := os.Stat(filepath.Join(dir, netlists.FeedsSubdir, FeedVPN+".fdf")); err == nil {
@@ -157,17 +163,8 @@ func TestUpdateRefusesAnExclusionThatEmptiesTheFeed(t *testing.T) {
 		}
 	}
 	// The right file passes: the exclusion takes out Apple's lines only.
-	up := newUpstream(t, map[string]string{"/vpn4": v4, "/vpn6": v6, "/apple": apple})
-	dir := t.TempDir()
-	rep, err := Update(context.Background(), up.Client(), []Source{
-		{Feed: FeedVPN, URL: up.URL + "/vpn4", Format: FormatAddrLines},
-		{Feed: FeedVPN, URL: up.URL + "/vpn6", Format: FormatAddrLines},
-		{Feed: FeedVPN, URL: up.URL + "/apple", Format: FormatAddrLines, Exclude: true},
-	}, dir, emb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f := rep.Feeds[0]; f.Status != StatusUpdated {
+	f, dir := update(apple)
+	if f.Status != StatusUpdated {
 		t.Fatalf("the real lists: %s (%v)", f.Status, f.Err)
 	}
 	s, err := netlists.LoadDir(dir)
