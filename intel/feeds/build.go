@@ -360,20 +360,8 @@ func excludedEntries(spans, excl []span) int {
 		return out
 	}
 	u4, u6 := union(true), union(false)
-	type key struct {
-		v4     bool
-		lo, hi feedfile.U128
-		label  string
-		value  uint32
-	}
-	seen := make(map[key]struct{}, len(spans))
 	gone := 0
-	for _, s := range spans {
-		k := key{s.v4, s.lo, s.hi, s.label, s.value}
-		if _, dup := seen[k]; dup {
-			continue
-		}
-		seen[k] = struct{}{}
+	for _, s := range distinct(spans) {
 		u := u6
 		if s.v4 {
 			u = u4
@@ -390,7 +378,11 @@ func excludedEntries(spans, excl []span) int {
 // countDistinct counts distinct (family, range, label) entries: the figure a
 // reader of the sources would give ("2,277 exits"), not the number of
 // merged ranges stored.
-func countDistinct(spans []span) int {
+func countDistinct(spans []span) int { return len(distinct(spans)) }
+
+// distinct is spans without repeats of a (family, range, label, value)
+// entry, the first of each kept, in order.
+func distinct(spans []span) []span {
 	type key struct {
 		v4     bool
 		lo, hi feedfile.U128
@@ -398,10 +390,15 @@ func countDistinct(spans []span) int {
 		value  uint32
 	}
 	seen := make(map[key]struct{}, len(spans))
+	out := make([]span, 0, len(spans))
 	for _, s := range spans {
-		seen[key{s.v4, s.lo, s.hi, s.label, s.value}] = struct{}{}
+		k := key{s.v4, s.lo, s.hi, s.label, s.value}
+		if _, dup := seen[k]; !dup {
+			seen[k] = struct{}{}
+			out = append(out, s)
+		}
 	}
-	return len(seen)
+	return out
 }
 
 // buildRanges normalises spans into the two tables of a Ranges body.
