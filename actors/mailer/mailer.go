@@ -245,7 +245,7 @@ func (m *Mailer) sender() {
 		}
 		if err != nil {
 			rec.Status, rec.Error = "failed", err.Error()
-			m.cfg.Logger.Warn("mail not sent", "kind", rec.Kind, "account", rec.Account, "err", err)
+			m.cfg.Logger.Warn("mail not sent", "kind", rec.Kind, "account", rec.Account, "err", withoutAddresses(rec.Error))
 		} else {
 			rec.Status = "sent"
 		}
@@ -349,7 +349,7 @@ func (m *Mailer) queue(msg *Message) {
 		case m.sendq <- rec: // the sender's from here on
 		default:
 			rec.Status, rec.Error = "failed", fmt.Sprintf("not sent: %d messages already wait for the SMTP server", sendQueue)
-			m.cfg.Logger.Warn("mail not sent", "kind", rec.Kind, "account", rec.Account, "err", rec.Error)
+			m.cfg.Logger.Warn("mail not sent", "kind", rec.Kind, "account", rec.Account, "err", withoutAddresses(rec.Error))
 			m.record(rec)
 		}
 	}
@@ -443,4 +443,54 @@ func warnBody(w quota.Warning) string {
 		"Hourly windows start at the first request and last one hour; monthly allowances renew at 00:00 UTC on the 1st.\n"+
 		"Requests past a limit are answered 429 with Retry-After.\n",
 		w.Bucket, w.Used, w.Limit, w.Kind, w.At.UTC().Format(time.RFC3339))
+}
+
+// withoutAddresses masks every email address in an SMTP error: a server's
+// refusal usually quotes the recipient ("550 <owner@…>: Recipient address
+// rejected"), and the log is read by more people than the outbox, which
+// keeps the whole reply behind the operator token. An address is a run of
+// the characters RFC 5322 allows around an @ with something on both sides.
+func withoutAddresses(s string) string {
+	if strings.IndexByte(s, '@') < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		at := strings.IndexByte(s[i:], '@')
+		if at < 0 {
+			b.WriteString(s[i:])
+			break
+		}
+		at += i
+		start := at
+		for start > i && addressByte(s[start-1]) {
+			start--
+		}
+		end := at + 1
+		for end < len(s) && addressByte(s[end]) && s[end] != '@' {
+			end++
+		}
+		for end > at+1 && s[end-1] == '.' { // a sentence's full stop
+			end--
+		}
+		if start == at || end == at+1 {
+			b.WriteString(s[i : at+1])
+			i = at + 1
+			continue
+		}
+		b.WriteString(s[i:start])
+		b.WriteString("[address]")
+		i = end
+	}
+	return b.String()
+}
+
+// addressByte reports whether c may be part of an address's local part or
+// domain (atext, dots, and bytes of non-ASCII names).
+func addressByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c >= 0x80:
+		return true
+	}
+	return strings.IndexByte(".!#$%&'*+/=?^_`{|}~-", c) >= 0
 }

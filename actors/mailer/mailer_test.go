@@ -25,6 +25,8 @@ import (
 type inbox struct {
 	mu   sync.Mutex
 	msgs []received
+	// rejectRcpt, when set, refuses every recipient with this reply.
+	rejectRcpt *gosmtp.SMTPError
 }
 
 type received struct{ from, to, data string }
@@ -39,7 +41,13 @@ func (b *inbox) NewSession(*gosmtp.Conn) (gosmtp.Session, error) { return &sessi
 func (s *session) Reset()                                        {}
 func (s *session) Logout() error                                 { return nil }
 func (s *session) Mail(from string, _ *gosmtp.MailOptions) error { s.from = from; return nil }
-func (s *session) Rcpt(to string, _ *gosmtp.RcptOptions) error   { s.to = append(s.to, to); return nil }
+func (s *session) Rcpt(to string, _ *gosmtp.RcptOptions) error {
+	if s.in.rejectRcpt != nil {
+		return s.in.rejectRcpt
+	}
+	s.to = append(s.to, to)
+	return nil
+}
 func (s *session) Data(r io.Reader) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
@@ -55,7 +63,11 @@ func (b *inbox) count() int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.msg
 
 func startSMTP(t *testing.T) (*inbox, string) {
 	t.Helper()
-	box := &inbox{}
+	return startSMTPWith(t, &inbox{})
+}
+
+func startSMTPWith(t *testing.T, box *inbox) (*inbox, string) {
+	t.Helper()
 	srv := gosmtp.NewServer(box)
 	srv.Domain = "localhost"
 	srv.AllowInsecureAuth = true
@@ -76,6 +88,12 @@ func setup(t *testing.T, smtpURL string) (*Mailer, *accounts.Created, *storage.D
 // setupOn is setup on a store opened with opts.
 func setupOn(t *testing.T, opts storage.Options, smtpURL string) (*Mailer, *accounts.Created, *storage.DB) {
 	t.Helper()
+	return setupLogged(t, opts, smtpURL, nil)
+}
+
+// setupLogged is setupOn with the mailer logging to logger (nil: the default).
+func setupLogged(t *testing.T, opts storage.Options, smtpURL string, logger *slog.Logger) (*Mailer, *accounts.Created, *storage.DB) {
+	t.Helper()
 	db, err := storage.Open("d", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +107,7 @@ func setupOn(t *testing.T, opts storage.Options, smtpURL string) (*Mailer, *acco
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(sys.Root, Config{DB: db, Accounts: accts, SMTPURL: smtpURL, Timeout: 5 * time.Second})
+	m, err := New(sys.Root, Config{DB: db, Accounts: accts, SMTPURL: smtpURL, Timeout: 5 * time.Second, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +236,51 @@ func TestSMTPURLErrorHidesPassword(t *testing.T) {
 		_, err := ParseSMTPURL(raw)
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("%q: %v", raw, err)
+		}
+	}
+}
+
+// TestRefusalLoggedWithoutTheAddress: an SMTP server's refusal usually
+// quotes the recipient ("550 <owner@…>: Recipient address rejected"); the
+// log line that reports it must not carry the owner's address, which only
+// the outbox (behind the operator token) shows.
+func TestRefusalLoggedWithoutTheAddress(t *testing.T) {
+	box, addr := startSMTPWith(t, &inbox{rejectRcpt: &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 1, 1},
+		Message: "<Owner@Example.com>: Recipient address rejected: user unknown in local recipient table"}})
+	_ = box
+	logs := &logRecords{}
+	m, c, _ := setupLogged(t, storage.Options{FS: vfs.NewMem()}, "smtp://"+addr+"?from=alerts@fraudd.test&starttls=false", slog.New(logs))
+	m.Send(Message{Account: c.View.ID, Kind: "test", Subject: "s", Body: "b"})
+	waitFor(t, func() bool { return logs.find(slog.LevelWarn, "mail not sent") })
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, r := range logs.recs {
+		var line strings.Builder
+		line.WriteString(r.Message)
+		r.Attrs(func(a slog.Attr) bool { line.WriteString(" " + a.String()); return true })
+		if s := strings.ToLower(line.String()); strings.Contains(s, "owner@example.com") {
+			t.Fatalf("log line carries the owner's address: %s", line.String())
+		} else if r.Message == "mail not sent" && !strings.Contains(s, "recipient address rejected") {
+			t.Fatalf("log line lost the refusal's text: %s", line.String())
+		}
+	}
+	var recs []*storage.Mail
+	waitFor(t, func() bool { recs, _ = m.Recent(10); return len(recs) == 1 && recs[0].Status == "failed" })
+	if !strings.Contains(recs[0].Error, "Owner@Example.com") {
+		t.Fatalf("the outbox keeps the server's whole reply for the operator: %q", recs[0].Error)
+	}
+}
+
+func TestWithoutAddresses(t *testing.T) {
+	for in, want := range map[string]string{
+		"RCPT TO: 550 5.1.1 <a.b+c@x.example>: rejected": "RCPT TO: 550 5.1.1 <[address]>: rejected",
+		"dial 10.0.0.1:25: refused":                      "dial 10.0.0.1:25: refused",
+		"two a@b.c, d@e.f":                               "two [address], [address]",
+		"trailing @":                                     "trailing @",
+		"":                                               "",
+	} {
+		if got := withoutAddresses(in); got != want {
+			t.Errorf("withoutAddresses(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
