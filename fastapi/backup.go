@@ -38,6 +38,10 @@ func (s *Server) adminBackup(ctx *fasthttp.RequestCtx, r *request) {
 	case errors.Is(err, backup.ErrExists):
 		s.writeError(ctx, fasthttp.StatusConflict, checks.MsgBackupExists, "", "")
 		return
+	case errors.Is(err, backup.ErrTargetFull):
+		s.log.Warn("backup refused: its directory's file system is full", "err", err)
+		s.writeError(ctx, fasthttp.StatusInsufficientStorage, checks.MsgBackupFull, "", "")
+		return
 	case errors.Is(err, backup.ErrStoreUnavailable):
 		s.storageUnavailable(ctx)
 		return

@@ -3,6 +3,7 @@ package fastapi
 import (
 	"fmt"
 	"path"
+	"syscall"
 	"testing"
 
 	"github.com/fraudd/fraudd/internal/backup"
@@ -16,6 +17,8 @@ func fakeBackup(dir string) (*backup.Report, error) {
 		return nil, fmt.Errorf("%w: %q is not an absolute path", backup.ErrInvalid, dir)
 	case path.Base(dir) == "full":
 		return nil, fmt.Errorf("%w: %s", backup.ErrExists, dir)
+	case path.Base(dir) == "nospace":
+		return nil, fmt.Errorf("%w (%s): write: %w", backup.ErrTargetFull, dir, syscall.ENOSPC)
 	case path.Base(dir) == "down":
 		return nil, fmt.Errorf("%w: checkpoint", backup.ErrStoreUnavailable)
 	}

@@ -47,6 +47,7 @@ const (
 	MsgBackupNoDir       = "dir is required: an absolute path on the server's machine."
 	MsgBackupDir         = "dir: %v." // why the directory cannot hold a backup
 	MsgBackupExists      = "The backup directory exists and is not empty; a backup never overwrites one."
+	MsgBackupFull        = "The backup directory's file system ran out of space (or quota) during the copy; what was written is removed. Free space there or choose another directory."
 	MsgListLimit         = "limit must be an integer from 1 to %d." // the largest limit
 
 	// Credentials (SPEC §5).

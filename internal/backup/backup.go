@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -31,6 +33,11 @@ var ErrStoreUnavailable = errors.New("store unavailable")
 // ErrInvalid is returned for a target that cannot hold a backup (not
 // absolute, inside the data directory, a file).
 var ErrInvalid = errors.New("invalid backup directory")
+
+// ErrTargetFull is returned (wrapped) when the backup directory's file
+// system ran out of space or quota during the copy: the operator's to
+// solve, not the server's failure. What was written is removed.
+var ErrTargetFull = errors.New("the backup directory's file system is full")
 
 // Store is the part of the store a backup needs; *storage.DB implements it.
 type Store interface {
@@ -93,6 +100,9 @@ func Write(src Source, dir string) (rep *Report, err error) {
 	defer func() {
 		if err == nil {
 			return
+		}
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			err = fmt.Errorf("%w (%s): %w", ErrTargetFull, dir, err)
 		}
 		if created {
 			_ = os.RemoveAll(dir)
@@ -158,6 +168,10 @@ func prepare(dir string) (created bool, err error) {
 	switch {
 	case os.IsNotExist(err):
 		if err := os.MkdirAll(dir, 0o700); err != nil {
+			if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
+				// The operator named a place this server may not write.
+				return false, fmt.Errorf("%w: create %s: %w", ErrInvalid, dir, err)
+			}
 			return false, fmt.Errorf("create %s: %w", dir, err)
 		}
 		return true, SyncDir(filepath.Dir(dir))

@@ -2,9 +2,12 @@ package backup
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -207,5 +210,45 @@ func TestWriteCopiesTheStampReadBeforeTheCheckpoint(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(dir, storage.StampFileName)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("stamp file mode %v %v", st.Mode(), err)
+	}
+}
+
+// noSpaceStore fails its checkpoint as a full file system does.
+type noSpaceStore struct{}
+
+func (noSpaceStore) Checkpoint(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	return &os.PathError{Op: "write", Path: filepath.Join(dir, "000004.sst"), Err: syscall.ENOSPC}
+}
+
+// TestFullTargetIsNamed: a backup that runs out of space says so (the
+// handler answers 507 with it, the command prints it), and leaves nothing.
+func TestFullTargetIsNamed(t *testing.T) {
+	data := dataDir(t)
+	dir := filepath.Join(t.TempDir(), "b")
+	_, err := Write(Source{DataDir: data, Store: noSpaceStore{}}, dir)
+	if !errors.Is(err, ErrTargetFull) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("err = %v, want ErrTargetFull naming %s", err, dir)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the failed backup's directory is left: %v", err)
+	}
+}
+
+// TestUnwritableTargetIsInvalid: a directory the server may not create is
+// the operator's choice to correct (400), not a server failure.
+func TestUnwritableTargetIsInvalid(t *testing.T) {
+	probe := "/sys/fraudd-backup-probe"
+	if err := os.Mkdir(probe, 0o700); err == nil {
+		os.Remove(probe)
+		t.Skip("/sys is writable here; no unwritable place to name")
+	} else if !errors.Is(err, fs.ErrPermission) {
+		t.Skipf("/sys refuses with %v here, not a permission error", err)
+	}
+	_, err := Write(Source{DataDir: dataDir(t), Store: fakeStore{}}, "/sys/fraudd-backup/b")
+	if !errors.Is(err, ErrInvalid) || !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("err = %v, want ErrInvalid with the permission error", err)
 	}
 }
