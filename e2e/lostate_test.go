@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -322,5 +323,77 @@ func TestStoppedStoreCutShortRefusesToStart(t *testing.T) {
 	out := startFails(t, dir, []string{"FRAUDD_SECRET=e2e-master-secret"})
 	if !strings.Contains(out, "is not as it was closed: "+filepath.Base(m)) {
 		t.Fatalf("refusal does not name the file cut short:\n%s", out)
+	}
+}
+
+// TestBackupCopiedOverTheDataDirRefusesToStart: a backup copied onto the
+// data directory it came from (cp -a BACKUP/. DATA/, which README warns
+// against) leaves the old store's newer WALs beside the backup's files. The
+// start replayed them over the backup's tables: a store that is neither the
+// backup nor the one that stopped. The backup's stamp lists its files, so a
+// WAL it does not list is refused, naming it.
+func TestBackupCopiedOverTheDataDirRefusesToStart(t *testing.T) {
+	data := t.TempDir()
+	s := StartServer(t, &Server{Bin: bin, DataDir: data, Bare: true})
+	tok := readToken(t, data)
+	r := s.Do(t, Req{Method: "POST", Path: "/admin/v1/accounts", Bearer: tok, Body: map[string]any{"email": "overlay@example.com", "plan": "starter"}})
+	if r.Status != 201 {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
+	}
+	live := r.JSON(t)["live_key"].(string)
+	lookups := func(n int) {
+		for i := range n {
+			if r := s.Do(t, Req{Path: fmt.Sprintf("/v1/lookup/185.220.101.%d", i+1), Bearer: live}); r.Status != 200 {
+				t.Fatalf("lookup %d: %d %s", i, r.Status, r.Body)
+			}
+		}
+	}
+	lookups(5)
+	bk := filepath.Join(t.TempDir(), "bk")
+	if r := s.Do(t, Req{Method: "POST", Path: "/admin/v1/backup", Bearer: tok, Body: map[string]any{"dir": bk}}); r.Status != 200 {
+		t.Fatalf("backup: %d %s", r.Status, r.Body)
+	}
+	lookups(30)
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var stray []string
+	olds, _ := filepath.Glob(filepath.Join(data, "pebble", "*.log"))
+	for _, l := range olds {
+		if _, err := os.Stat(filepath.Join(bk, "pebble", filepath.Base(l))); os.IsNotExist(err) {
+			stray = append(stray, filepath.Base(l))
+		}
+	}
+	if len(stray) == 0 {
+		t.Fatal("the stopped store has no WAL the backup lacks: nothing would mix")
+	}
+	overlay(t, bk, data)
+	out := startFails(t, data, nil)
+	if !strings.Contains(out, "does not list") || !strings.Contains(out, stray[0]) {
+		t.Fatalf("refusal does not name the stray WAL %v:\n%s", stray, out)
+	}
+}
+
+// overlay copies every file of from over to, replacing what is there, as
+// cp -a FROM/. TO/ does.
+func overlay(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, path)
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o700)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -208,6 +208,31 @@ func checkClosed(fs vfs.FS, dir, path string, st stamp) error {
 	if len(st.files) == 0 {
 		return nil
 	}
+	names, err := fs.List(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	listed := func(name string) bool {
+		return slices.ContainsFunc(st.files, func(f stampedFile) bool { return f.name == name })
+	}
+	mixed := func(name string) error {
+		return fmt.Errorf("%w: the store in %s holds %s, which its stamp file (%s) does not list: files of another copy of the store were mixed in since it was closed (a backup copied over an existing data directory?): restore the backup into an empty directory (README: Backups and restore)",
+			ErrStoreMixed, dir, name, path)
+	}
+	// Pebble moves its manifest marker by writing the next one and removing
+	// the last, so the listed marker beside another one means two stores'
+	// files in one directory: a backup copied over the store it was taken
+	// from, whose newer marker Pebble would follow (the restore silently not
+	// done).
+	if slices.ContainsFunc(st.files, func(f stampedFile) bool {
+		return strings.HasPrefix(f.name, "marker.manifest.") && slices.Contains(names, f.name)
+	}) {
+		for _, name := range names {
+			if strings.HasPrefix(name, "marker.manifest.") && !listed(name) {
+				return mixed(name)
+			}
+		}
+	}
 	if cur, err := atomicfs.ReadMarker(fs, dir, "manifest"); err == nil && cur != "" &&
 		!slices.ContainsFunc(st.files, func(f stampedFile) bool { return f.name == cur }) {
 		return nil
@@ -231,8 +256,23 @@ func checkClosed(fs vfs.FS, dir, path string, st stamp) error {
 		return fmt.Errorf("%w: the store in %s is not as it was closed: %s is %s, it was %d bytes, so files were lost or cut short since (an incomplete copy): restore the data directory from a backup, or remove %s to accept the store as it is",
 			ErrStoreBehind, dir, f.name, now, f.size, path)
 	}
+	// A WAL the listing does not name came from another store: a backup
+	// copied over the data directory it was taken from leaves the old
+	// store's newer WALs beside the backup's files, and Pebble would replay
+	// them over the backup's tables. Stray tables and manifests are left
+	// alone: Pebble reads only what the current manifest names.
+	for _, name := range names {
+		if strings.HasSuffix(name, ".log") && !listed(name) {
+			return mixed(name)
+		}
+	}
 	return nil
 }
+
+// ErrStoreMixed is returned by Open when the store's directory holds a WAL
+// that the listing of its clean close (or of the backup it was restored
+// from) does not name.
+var ErrStoreMixed = errors.New("store holds files of another copy")
 
 // stampClosed writes the stamp file of a store Pebble has closed: its last
 // stamp and its files as they are now.
