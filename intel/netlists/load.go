@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/net/publicsuffix"
+
 	"github.com/fraudd/fraudd/intel/netlists/feedfile"
 )
 
@@ -325,6 +327,13 @@ func assemble(res []loaded) (*Snapshot, error) {
 	s.disposable = make(map[string]struct{}, len(doms))
 	for _, d := range doms {
 		s.disposable[d] = struct{}{}
+		// A listed public suffix covers no subdomain (DisposableEmail).
+		if ps, _ := publicsuffix.PublicSuffix(d); ps == d {
+			if s.disposableSuffix == nil {
+				s.disposableSuffix = make(map[string]struct{})
+			}
+			s.disposableSuffix[d] = struct{}{}
+		}
 	}
 	zs := byName[FeedTZ].Zones
 	s.zones = make(map[string]string, len(zs))

@@ -422,3 +422,24 @@ func TestStoreSwapWhileReading(t *testing.T) {
 		t.Error("nil snapshot answered")
 	}
 }
+
+// The broad disposable list names a few public suffixes — msk.ru and pp.ua
+// (regional and personal second-level domains), za.com (CentralNic's
+// company names), ddns.net (dynamic DNS) — whose subdomains belong to
+// unrelated registrants: a company's mail at romashka.msk.ru is no
+// throwaway inbox. A listed name covers its subdomains only when it is a
+// registrable domain (mailinator.com), never a public suffix; the suffix
+// itself, as written, still matches.
+func TestDisposableEmailListedPublicSuffixCoversNoRegistrant(t *testing.T) {
+	s := embeddedSnapshot(t)
+	for _, e := range []string{"info@romashka.msk.ru", "sales@kvartira.pp.ua", "hr@acme.za.com", "me@myhome.ddns.net", "x@a.b.pp.ua"} {
+		if s.DisposableEmail(e) {
+			t.Errorf("DisposableEmail(%q) = true: a listed public suffix covered a registrant's domain", e)
+		}
+	}
+	for _, e := range []string{"user@msk.ru", "pp.ua", "user@sub.mailinator.com", "user@a.b.sub.mailinator.com"} {
+		if !s.DisposableEmail(e) {
+			t.Errorf("DisposableEmail(%q) = false, want true", e)
+		}
+	}
+}

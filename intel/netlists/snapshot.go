@@ -31,10 +31,13 @@ type Snapshot struct {
 	asnRows     []asnRow
 	geo         rangeFeed // value indexes geo.labels (country codes)
 	disposable  map[string]struct{}
-	zones       map[string]string
-	feeds       []FeedInfo
-	coverage    Coverage
-	dates       [nSources]string // snapshot date of the feed behind each Source
+	// disposableSuffix: the listed names that are public suffixes, which
+	// cover no subdomain (DisposableEmail).
+	disposableSuffix map[string]struct{}
+	zones            map[string]string
+	feeds            []FeedInfo
+	coverage         Coverage
+	dates            [nSources]string // snapshot date of the feed behind each Source
 }
 
 // asnRow is everything known about one AS, joined at load so a lookup needs
@@ -446,7 +449,8 @@ func (s *Snapshot) Country(a netip.Addr) string {
 const maxDomain = 253
 
 // DisposableEmail reports whether an e-mail address (or a bare domain) is at
-// a disposable-mail domain or a subdomain of one. Case and a trailing dot do
+// a disposable-mail domain or a subdomain of one (of a listed registrable
+// domain: a listed public suffix matches only itself). Case and a trailing dot do
 // not matter, nor does the form of an internationalised name: the lists
 // hold A-labels (xn--…), so a domain written in Unicode is looked up by its
 // A-label. It does not allocate for an ASCII domain.
@@ -487,9 +491,14 @@ func (s *Snapshot) DisposableEmail(emailOrDomain string) bool {
 	}
 	// Try the name, then each parent that still has a dot in it: a listed
 	// "mailinator.com" covers "x.mailinator.com", but "com" is never tried.
-	for {
+	// A listed public suffix (the lists hold a few: msk.ru, pp.ua, za.com,
+	// ddns.net) matches itself only: the names under it are unrelated
+	// registrants' domains, not the list's disposable service.
+	for parent := false; ; parent = true {
 		if _, ok := s.disposable[string(b)]; ok {
-			return true
+			if _, suffix := s.disposableSuffix[string(b)]; !parent || !suffix {
+				return true
+			}
 		}
 		dot := -1
 		for i, c := range b {
