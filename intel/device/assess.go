@@ -169,8 +169,9 @@ const (
 //     hypervisor's adapter, a phone GPU on x86 or an SDK build name still
 //     count there.
 //   - virtual_machine (needs a WebGL renderer): a hypervisor display adapter
-//     (VMware, VirtualBox, Parallels, Hyper-V / Microsoft Basic Render, QXL,
-//     virgl/VirtIO, Citrix) under a desktop OS; a software renderer
+//     (VMware, VirtualBox, Parallels, Hyper-V / Microsoft Basic Render /
+//     RemoteFX, QEMU, QXL, virgl/VirtIO, Citrix, Apple's paravirtual device)
+//     under a desktop OS; a software renderer
 //     (llvmpipe, SwiftShader, softpipe) under a desktop OS when no automation
 //     explains it — headless browsers render in software on any machine.
 //   - incognito (engine-specific, checked only when the reading exists):
@@ -513,10 +514,13 @@ func gpuMismatch(r string, o osKind) bool {
 
 func vmRenderer(r string) bool { return hypervisorRenderer(r) || virtioRenderer(r) }
 
-// hypervisorRenderer: the display adapters of desktop hypervisors.
+// hypervisorRenderer: the display adapters of desktop hypervisors. Apple's
+// Virtualization framework (macOS guests on Apple silicon) gives its guests
+// a Metal device named "Apple Paravirtual device"; Hyper-V's vGPU is the
+// "Microsoft RemoteFX Graphics Device".
 func hypervisorRenderer(r string) bool {
 	return containsAny(r, "vmware", "virtualbox", "parallels", "microsoft basic render", "hyper-v",
-		"svga3d", "qxl", "citrix", "bochs")
+		"svga3d", "qxl", "citrix", "bochs", "apple paravirtual", "remotefx", "qemu")
 }
 
 // virtioRenderer: Mesa's virtio-gpu driver, virgl (vendor "Mesa", "Red
