@@ -151,8 +151,9 @@ const (
 //     overrides, prototypes on native methods); canvas or audio read-backs
 //     that differ between two identical draws in one session; a UA whose OS,
 //     mobility or version disagrees with navigator.platform or the client
-//     hints; a UA browser that disagrees with navigator.vendor or the engine's
-//     own objects (window.chrome in Firefox, client hints outside Chromium);
+//     hints; a UA browser that disagrees with navigator.vendor (Gecko's empty
+//     one under a Chromium or Safari UA included) or the engine's own
+//     objects (window.chrome in Firefox, client hints outside Chromium);
 //     a WebGL renderer impossible on the claimed OS (Direct3D off Windows,
 //     Apple GPUs off Apple — Asahi Linux's named Apple chips aside — phone
 //     GPUs on a desktop). Read-back noise is
@@ -479,14 +480,19 @@ func hintMismatch(d *UAData, u uaInfo, hOS osKind) bool {
 }
 
 // vendorMismatch: navigator.vendor and engine objects against the UA browser.
+// An empty vendor is Gecko's: under a Chromium or Safari UA it counts when
+// the collector read it (a report with its err list, vendor not in it) —
+// except under legacy EdgeHTML's UA ("Chrome/… Edge/"), whose engine left
+// navigator.vendor empty as IE did.
 func vendorMismatch(s *Signals, u uaInfo) bool {
+	vendorRead := s.Errors != nil && !slices.Contains(s.Errors, "vendor") && !strings.Contains(s.UA, " Edge/")
 	switch u.browser {
 	case brChromium:
-		return s.Vendor != "" && s.Vendor != "Google Inc."
+		return s.Vendor != "Google Inc." && (s.Vendor != "" || vendorRead)
 	case brFirefox:
 		return s.Vendor != "" || (s.ChromeObj != nil && *s.ChromeObj) || s.UAData != nil
 	case brSafari:
-		return (s.Vendor != "" && s.Vendor != "Apple Computer, Inc.") || s.UAData != nil
+		return (s.Vendor != "Apple Computer, Inc." && (s.Vendor != "" || vendorRead)) || s.UAData != nil
 	}
 	return false
 }
