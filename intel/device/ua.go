@@ -42,11 +42,14 @@ type uaInfo struct {
 }
 
 // automationProducts are user-agent product tokens of automation stacks and
-// declared crawlers.
+// declared crawlers. Past the named ones, a crawler's generic product token
+// ("AhrefsBot/7.0", "…spider…", "…crawler…") names one too: no browser's
+// token ends in "bot/".
 var automationProducts = []string{
 	"headlesschrome", "phantomjs", "slimerjs", "puppeteer", "playwright", "selenium",
 	"googlebot", "bingbot", "yandexbot", "duckduckbot", "baiduspider", "applebot",
 	"petalbot", "bytespider", "gptbot", "claudebot", "ccbot", "python-requests", "curl/", "wget/", "headless",
+	"bot/", "spider", "crawler", "adsbot-google", "storebot-google", "google-inspectiontool", "chrome-lighthouse",
 }
 
 func parseUA(ua string) uaInfo {
