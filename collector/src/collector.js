@@ -291,16 +291,28 @@
     return {vendor: String(g.getParameter(g.VENDOR)), renderer: String(g.getParameter(g.RENDERER)), masked: true};
   }
 
+  // timerRes is the smallest step performance.now() is seen to take. 20,000
+  // reads find Chromium's and Safari's fine steps; Firefox's ordinary 1 ms
+  // one may not tick within them on a fast machine, which read as a clamp
+  // (privacy mode), so the reads go on until two steps are seen, for up to
+  // 25 ms of Date.now() or a million reads (resistFingerprinting clamps
+  // Date.now() too). A timer that never ticks reads as clamped (100).
   function timerRes() {
     var p = w.performance;
     var best = 0;
+    var ticks = 0;
     var last = p.now();
-    for (var i = 0; i < 20000; i++) {
+    var start = Date.now();
+    for (var i = 0; i < 1000000; i++) {
       var now = p.now();
       if (now !== last) {
         var step = now - last;
         best = best === 0 ? step : Math.min(best, step);
         last = now;
+        ticks++;
+      }
+      if (i >= 20000 && (ticks >= 2 || ((i & 1023) === 0 && Date.now() - start >= 25))) {
+        break;
       }
     }
     return best === 0 ? 100 : Math.round(best * 1000) / 1000;

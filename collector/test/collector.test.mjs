@@ -272,3 +272,30 @@ test('the committed build is current and under 20 KB', () => {
   assert.equal(code, out, 'run node collector/build.mjs');
   assert.ok(Buffer.byteLength(out) < maxBytes, `${Buffer.byteLength(out)} bytes`);
 });
+
+// A timer that steps by `quantum` ms while each read takes 40 ns of its own
+// virtual time: its first step comes after some 25,000 reads.
+function steppedTimer(quantum) {
+  let t = 0.01;
+  return { now: () => { t += 0.00004; return Math.floor(t / quantum) * quantum; } };
+}
+
+// A Date whose now() stands still, so that the probe's 25 ms budget does not
+// depend on how fast this machine runs the mock.
+class StillDate extends Date {
+  static now() { return 1764547200000; }
+}
+
+test('Firefox\'s ordinary 1 ms timer reads as 1 ms, not as a clamp, though 20,000 reads fit in one step', async () => {
+  const { w, calls } = env({ globals: { performance: steppedTimer(1), Date: StillDate } });
+  await w.FraudCollector.ready;
+  const dev = calls.find((c) => c.url.endsWith('/v1/collect/device'));
+  assert.equal(dev.body.timer, 1);
+});
+
+test('a timer clamped to 100 ms reads as clamped', async () => {
+  const { w, calls } = env({ globals: { performance: steppedTimer(100) } });
+  await w.FraudCollector.ready;
+  const dev = calls.find((c) => c.url.endsWith('/v1/collect/device'));
+  assert.equal(dev.body.timer, 100);
+});
