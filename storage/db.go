@@ -168,9 +168,10 @@ type DB struct {
 	// operator restores it.
 	corrupt atomic.Pointer[string]
 
-	// serving is set once start-up is over (Serving). Before, a failure is
-	// returned to the start-up code, which reports it in its one line, so
-	// the store logs it at DEBUG only; after, nobody else reports it. The
+	// serving is set once start-up is over (Serving) and cleared when the
+	// stop begins (Stopping). Outside, a failure is returned to the start-up
+	// or stop code, which reports it in its one line, so the store logs it
+	// at DEBUG only; inside, nobody else reports it. The
 	// returned error carries the cause: a broken instance keeps its first
 	// fatal error (handle.cause), and openHandle's and brokenErr's errors
 	// wrap it.
@@ -745,6 +746,12 @@ func (d *DB) closeHealthy(h *handle) error {
 // Serving tells the store that start-up is over: from now on it logs its
 // failures at ERROR itself, since no start-up code reports them.
 func (d *DB) Serving() { d.serving.Store(true) }
+
+// Stopping tells the store that its stop has begun and nothing probes it
+// any more: as at start-up, a failure from now on is reported by the stop
+// (Close returns it, with the first fatal cause), so the store logs it at
+// DEBUG only, and does not say it reopens at the next probe.
+func (d *DB) Stopping() { d.serving.Store(false) }
 
 // failLevel is the level of a failure the store logs: DEBUG while start-up
 // code still reports failures itself, ERROR afterwards.

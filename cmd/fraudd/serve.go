@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/fraudd/fraudd/actors"
 	"github.com/fraudd/fraudd/actors/accounts"
@@ -84,6 +85,9 @@ type serveConfig struct {
 	allowPrivateWebhooks bool
 	// cluster holds the --cluster-* flags; cluster mode only when enabled.
 	cluster clusterFlags
+	// storeFS is the store's file system: tests put one whose writes fail
+	// there (storage/storagetest.FailingWrites); nil is the OS's.
+	storeFS vfs.FS
 }
 
 func parseServe(args []string, env envVars) (*serveConfig, error) {
@@ -163,20 +167,31 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := serve(ctx, cfg, log); err != nil {
-		if path, ok := storage.CorruptFile(err); ok {
-			log.Error("fraudd stopped: a store file is corrupt; restore the data directory from a backup (README: Backups)", "file", path, "err", err)
-			return 1
-		}
-		log.Error("fraudd stopped with an error", "err", err)
+	return exitCode(log, serve(ctx, cfg, log))
+}
+
+// exitCode is serve's exit code: 0 when it started and stopped cleanly, 1
+// with one ERROR line naming the cause when the start failed or the stop
+// could not persist everything (a supervisor must not take that stop for a
+// clean one).
+func exitCode(log *slog.Logger, err error) int {
+	if err == nil {
+		return 0
+	}
+	if path, ok := storage.CorruptFile(err); ok {
+		log.Error("fraudd stopped: a store file is corrupt; restore the data directory from a backup (README: Backups)", "file", path, "err", err)
 		return 1
 	}
-	return 0
+	log.Error("fraudd stopped with an error", "err", err)
+	return 1
 }
 
 // serve starts everything in order, serves until ctx ends, then stops in
-// reverse: stop accepting and drain requests, stop actors, close Pebble.
-func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
+// reverse: stop accepting and drain requests, stop actors, close Pebble. A
+// store whose close fails (its last group commits or sync, or the closing
+// flush, could not be written) fails the stop: err is set to that failure
+// unless serve already ended on another.
+func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) (err error) {
 	if err := secureDataDir(cfg.dataDir, log); err != nil {
 		return err
 	}
@@ -203,7 +218,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err := storeLost(cfg); err != nil {
 		return err
 	}
-	db, err := storage.Open(filepath.Join(cfg.dataDir, "pebble"), storage.Options{Logger: log,
+	db, err := storage.Open(filepath.Join(cfg.dataDir, "pebble"), storage.Options{FS: cfg.storeFS, Logger: log,
 		Durability: cfg.durability, SyncInterval: cfg.syncInterval,
 		StampFile: filepath.Join(cfg.dataDir, storage.StampFileName)})
 	if err != nil {
@@ -217,17 +232,21 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	// started is set once the store serves (db.Serving). A start that
 	// fails before reports its failure in its one ERROR line, which names
 	// the cause (a store a full disk broke says so); the close of that
-	// store then only warns.
+	// store then only warns. After it, a failed close is what serve
+	// returns, and so the one ERROR line of a stop that lost writes.
 	started := false
 	defer func() {
-		if err := db.Close(); err != nil {
-			if started {
-				log.Error("close storage", "err", err)
-			} else {
-				log.Warn("close storage after the failed start", "err", err)
-			}
+		cerr := db.Close()
+		switch {
+		case cerr == nil:
+			log.Info("storage closed")
+		case !started:
+			log.Warn("close storage after the failed start", "err", cerr)
+		case err == nil:
+			err = fmt.Errorf("close storage: what was acknowledged last may not be on disk: %w", cerr)
+		default:
+			log.Error("close storage", "err", cerr)
 		}
-		log.Info("storage closed")
 	}()
 	// The secret is checked against the store before anything uses it: a
 	// lost or different secret would turn every key into a 401 and every
@@ -407,6 +426,10 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Once the monitor stopped, nothing reopens a store a failed write
+	// broke: what fails from then on (the actors' last group commits, the
+	// store's close) is the stop's failure, reported in its one ERROR line.
+	defer db.Stopping()
 	defer stopActors(log, "health monitor", monitor, &stop.rpc)
 
 	// Each account's recent evaluations for the console; its last batch is

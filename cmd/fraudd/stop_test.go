@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fraudd/fraudd/actors/quota"
 	"github.com/fraudd/fraudd/storage"
+	"github.com/fraudd/fraudd/storage/storagetest"
 )
 
 // hungStore is a quota store whose writes hang until release closes: a disk
@@ -78,5 +80,54 @@ func TestActorStopsKeepThePlan(t *testing.T) {
 	}
 	if got := strings.Count(logs.String(), "shards did not stop in time"); got != 3 {
 		t.Errorf("%d cut-short stops logged, want 3:\n%s", got, logs.String())
+	}
+}
+
+// TestStopFailsWhenTheStoreCloseFails: a stop whose store cannot be closed
+// (its last writes fail, as on a full or failing disk) exits 1 with one
+// ERROR line naming the close, where it exited 0 and a supervisor took the
+// stop for a clean one. The store runs on storagetest.FailingWrites, so the
+// test drives serve itself rather than the binary.
+func TestStopFailsWhenTheStoreCloseFails(t *testing.T) {
+	cfg, err := parseServe([]string{"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
+		"--admin-token", "adm_stop_test_token_0123456789", "--secret", "stop-test-secret"}, envVars{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, failing := storagetest.FailingWrites()
+	cfg.storeFS = fs
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, signal := context.WithCancel(context.Background())
+	defer signal()
+	code := make(chan int, 1)
+	go func() { code <- exitCode(log, serve(ctx, cfg, log)) }()
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(logs.String(), `msg="fraudd listening"`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start in 60s:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	failing.Store(true)
+	signal()
+	select {
+	case c := <-code:
+		if c != 1 {
+			t.Errorf("exit %d after a failed store close, want 1:\n%s", c, logs.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve did not stop in 60s:\n%s", logs.String())
+	}
+	var errs []string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			errs = append(errs, line)
+		}
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0], `msg="fraudd stopped with an error"`) || !strings.Contains(errs[0], "close storage") {
+		t.Errorf("ERROR lines %q, want one naming the store's close:\n%s", errs, logs.String())
+	}
+	if strings.Contains(logs.String(), `msg="storage closed"`) {
+		t.Errorf("a failed close logged as done:\n%s", logs.String())
 	}
 }
