@@ -23,7 +23,7 @@ func TestNestedDataDirIsRefused(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // a start that is not refused stops at once
-	err = serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	err = serve(ctx, nil, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	nested := filepath.Join(dir, "fraudd-2026-11-22")
 	if err == nil || !strings.Contains(err.Error(), "holds another data dir, "+nested+" (pebble/ and store-stamp)") ||
 		!strings.Contains(err.Error(), "Backups and restore") || strings.Contains(err.Error(), "\n") {

@@ -165,9 +165,48 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	for _, k := range cfg.unknownEnv {
 		log.Warn("ignoring an environment variable that names no flag of fraudd serve (misspelt?)", "var", k)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	return exitCode(log, serve(ctx, cfg, log))
+	ctx, hurry, release := stopSignals(log, syscall.SIGTERM, syscall.SIGINT)
+	defer release()
+	return exitCode(log, serve(ctx, hurry, cfg, log))
+}
+
+// stopSignals turns sigs into a stop's two steps. The first ends ctx: the
+// graceful stop. The second closes hurry, which ends the drain of requests
+// at once (operators press Ctrl-C twice to hurry a stop); the actors' last
+// group commits and the store's close still run, so a hurried stop loses
+// nothing that was answered. Later signals are ignored for the same reason:
+// only a SIGKILL skips the store's close (and a stop stuck there is what a
+// supervisor's kill is for). release stops listening.
+func stopSignals(log *slog.Logger, sigs ...os.Signal) (ctx context.Context, hurry <-chan struct{}, release func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	ctx, stop := context.WithCancel(context.Background())
+	hurried := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		for n := 0; ; n++ {
+			var sig os.Signal
+			select {
+			case sig = <-ch:
+			case <-done:
+				return
+			}
+			switch n {
+			case 0:
+				stop()
+			case 1:
+				log.Warn("second signal: hurrying the stop, no longer waiting for requests in flight; the actors' last commits and the store's close still run", "signal", sig.String())
+				close(hurried)
+			default:
+				log.Info("signal ignored: the stop is closing the store, which no signal skips", "signal", sig.String())
+			}
+		}
+	}()
+	return ctx, hurried, func() {
+		signal.Stop(ch)
+		close(done)
+		stop()
+	}
 }
 
 // exitCode is serve's exit code: 0 when it started and stopped cleanly, 1
@@ -191,7 +230,10 @@ func exitCode(log *slog.Logger, err error) int {
 // store whose close fails (its last group commits or sync, or the closing
 // flush, could not be written) fails the stop: err is set to that failure
 // unless serve already ended on another.
-func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) (err error) {
+//
+// hurry closing (a second signal) ends the drain of requests early; the
+// rest of the stop runs as it would.
+func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *slog.Logger) (err error) {
 	if err := secureDataDir(cfg.dataDir, log); err != nil {
 		return err
 	}
@@ -537,12 +579,29 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) (err error) 
 	log.Info("shutting down: draining requests", "grace", shutdownGrace.String())
 	shutCtx, cancel := context.WithDeadline(context.Background(), stop.drain)
 	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil {
+	go func() {
+		select {
+		case <-hurry:
+			cancel() // stopSignals logged it
+		case <-shutCtx.Done():
+		}
+	}()
+	if err := srv.Shutdown(shutCtx); err != nil && !closed(hurry) {
 		log.Error("drain requests cut short by the shutdown grace", "err", err)
 	}
 	log.Info("http server stopped")
 	leave(stop.leaveBy(time.Now()))
 	return nil
+}
+
+// closed reports whether c is closed.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // actorService is an actor service's stop keeping to a deadline (zero: no

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,7 +103,7 @@ func TestStopFailsWhenTheStoreCloseFails(t *testing.T) {
 	ctx, signal := context.WithCancel(context.Background())
 	defer signal()
 	code := make(chan int, 1)
-	go func() { code <- exitCode(log, serve(ctx, cfg, log)) }()
+	go func() { code <- exitCode(log, serve(ctx, nil, cfg, log)) }()
 	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(logs.String(), `msg="fraudd listening"`); {
 		if time.Now().After(deadline) {
 			t.Fatalf("serve did not start in 60s:\n%s", logs.String())
@@ -129,5 +131,42 @@ func TestStopFailsWhenTheStoreCloseFails(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), `msg="storage closed"`) {
 		t.Errorf("a failed close logged as done:\n%s", logs.String())
+	}
+}
+
+// TestStopSignals: the first signal begins the stop, the second hurries it
+// with one WARN line, and a third is ignored (logged), so that nothing can
+// skip the actors' last commits and the store's close. SIGUSR1 stands in
+// for SIGTERM, to the test process itself.
+func TestStopSignals(t *testing.T) {
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, hurry, release := stopSignals(log, syscall.SIGUSR1)
+	defer release()
+	send := func() {
+		t.Helper()
+		if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(what string, done func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !done(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s:\n%s", what, logs.String())
+			}
+		}
+	}
+	send()
+	waitFor("the stop on the first signal", func() bool { return ctx.Err() != nil })
+	if closed(hurry) {
+		t.Fatal("the first signal hurried the stop")
+	}
+	send()
+	waitFor("the hurry on the second signal", func() bool { return closed(hurry) })
+	send()
+	waitFor("the third signal ignored", func() bool { return strings.Contains(logs.String(), "signal ignored") })
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Errorf("%d WARN lines, want the one of the hurry:\n%s", n, logs.String())
 	}
 }
