@@ -308,6 +308,16 @@ func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *sl
 	// stop is the plan of the shutdown, set when it begins: the deferred
 	// stops below keep to it too (zero: serve ended on an error).
 	var stop shutdownPlan
+	// stopFailed collects the actor services whose stop failed (a shard
+	// still running at the deadline, its last commits not written): the
+	// stop then did not persist everything, and its exit code says so.
+	// Deferred before them, this runs after every one of them.
+	var stopFailed []error
+	defer func() {
+		if err == nil && len(stopFailed) > 0 {
+			err = fmt.Errorf("stop: what was acknowledged last may not be on disk: %w", errors.Join(stopFailed...))
+		}
+	}()
 
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(s *actor.ActorSystem) *slog.Logger {
 		return log.With("lib", "protoactor")
@@ -353,7 +363,7 @@ func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *sl
 	if err != nil {
 		return err
 	}
-	defer stopActors(log, "accounts actor", accts, &stop.end)
+	defer stopActors(log, "accounts actor", accts, &stop.end, &stopFailed)
 	if shared != nil {
 		if err := shared.Start(ctx, accts); err != nil {
 			return err
@@ -362,12 +372,12 @@ func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *sl
 	// In cluster mode the limiters keep their counts for the address
 	// shards' owners, who sum every node's (cluster/rpc.AddrReporter).
 	limits := iplimit.New(system.Root, iplimit.Config{Clock: clk, Shared: node != nil})
-	defer stopActors(log, "per-address limiters", limits, &stop.end)
+	defer stopActors(log, "per-address limiters", limits, &stop.end, &stopFailed)
 	mail, err := mailer.New(system.Root, mailer.Config{DB: db, Accounts: accts, SMTPURL: cfg.smtpURL, Clock: clk, Logger: log})
 	if err != nil {
 		return err
 	}
-	defer stopActors(log, "mailer", mail, &stop.end)
+	defer stopActors(log, "mailer", mail, &stop.end, &stopFailed)
 	// In cluster mode the quota actors keep this node's share of each
 	// count and load the sum of every member's (cluster/rpc.SharedStore).
 	var quotaStore quota.Store = db
@@ -379,25 +389,25 @@ func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *sl
 	quotas := quota.New(system.Root, quota.Config{Store: quotaStore, Clock: clk, Logger: log, Notifier: mail})
 	// Deferred after the limiters, so it runs before them: the quota shards
 	// flush their last group commit while Pebble is still open.
-	defer stopActors(log, "quota actors", quotas, &stop.end)
+	defer stopActors(log, "quota actors", quotas, &stop.end, &stopFailed)
 	counts, err := traffic.New(system.Root, traffic.Config{Store: db, Clock: clk, Logger: log})
 	if err != nil {
 		return err
 	}
-	defer stopActors(log, "traffic counter", counts, &stop.end)
+	defer stopActors(log, "traffic counter", counts, &stop.end, &stopFailed)
 	// Device events (browser collector); stopped before Pebble closes so
 	// its last group commit lands. In cluster mode the ids it mints name
 	// this node, so that another node can resolve them here, and it keeps
 	// the ids of the newest it stored for lease holders' first watches.
 	devices := events.New(system.Root, events.Config{Store: db, Clock: clk, Logger: log, Node: eventRoute(node), KeepRecent: keepRecentEvents(node)})
-	defer stopActors(log, "device actors", devices, &stop.end)
+	defer stopActors(log, "device actors", devices, &stop.end, &stopFailed)
 	// Per-customer device history and account links; stopped before Pebble
 	// closes so its last group commit lands.
 	devHist, err := devicehist.New(system.Root, devicehist.Config{Store: db, Secret: master, Clock: clk, Logger: log})
 	if err != nil {
 		return err
 	}
-	defer stopActors(log, "device-history actors", devHist, &stop.end)
+	defer stopActors(log, "device-history actors", devHist, &stop.end, &stopFailed)
 	if node != nil {
 		// The node-to-node service and the routing clients; stopped before
 		// the quota, device and history actors and the traffic counter
@@ -415,7 +425,7 @@ func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *sl
 	// memory only (a restart expires every challenge). Stopped before Pebble
 	// closes.
 	challenges := challenge.New(system.Root, challenge.Config{Key: master.Derive(secrets.LabelDeviceEvidence), Store: db, Clock: clk, Logger: log})
-	defer stopActors(log, "device-evidence actors", challenges, &stop.rpc)
+	defer stopActors(log, "device-evidence actors", challenges, &stop.rpc, &stopFailed)
 
 	// Webhook shards stop before the mailer and storage they use (defers run
 	// in reverse). Pending deliveries are kept in the store and resumed here
@@ -426,7 +436,7 @@ func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *sl
 	if err != nil {
 		return err
 	}
-	defer stopActors(log, "webhook actors", hooks, &stop.rpc)
+	defer stopActors(log, "webhook actors", hooks, &stop.rpc, &stopFailed)
 	if cfg.allowPrivateWebhooks {
 		log.Warn("private webhook receivers allowed: http:// and loopback/private addresses are accepted; never use this in production")
 	}
@@ -472,7 +482,7 @@ func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *sl
 	// broke: what fails from then on (the actors' last group commits, the
 	// store's close) is the stop's failure, reported in its one ERROR line.
 	defer db.Stopping()
-	defer stopActors(log, "health monitor", monitor, &stop.rpc)
+	defer stopActors(log, "health monitor", monitor, &stop.rpc, &stopFailed)
 
 	// Each account's recent evaluations for the console; its last batch is
 	// written before Pebble closes.
@@ -480,7 +490,7 @@ func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *sl
 	if err != nil {
 		return err
 	}
-	defer stopActors(log, "recent-evaluations actor", recents, &stop.rpc)
+	defer stopActors(log, "recent-evaluations actor", recents, &stop.rpc, &stopFailed)
 	if node != nil {
 		// The other members' list calls read this node's own lists.
 		if err := node.ServeLists(rpc.LocalLists{Evaluations: recents, Deliveries: hooks, Mail: mail}); err != nil {
@@ -617,9 +627,10 @@ type actorService interface{ StopBy(by time.Time) error }
 // otherwise take actors.StopTimeout apiece past the supervisor's grace.
 // Each still makes its last group commit before it returns, ahead of the
 // store's close; what the deadline cut short is logged.
-func stopActors(log *slog.Logger, what string, s actorService, by *time.Time) {
+func stopActors(log *slog.Logger, what string, s actorService, by *time.Time, failed *[]error) {
 	if err := s.StopBy(*by); err != nil {
 		log.Error("stop "+what, "err", err)
+		*failed = append(*failed, fmt.Errorf("stop %s: %w", what, err))
 	}
 }
 

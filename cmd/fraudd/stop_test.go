@@ -54,8 +54,9 @@ func (b *syncBuffer) String() string {
 // TestActorStopsKeepThePlan: the actor services stopped one after the other
 // once the node-to-node service stopped each keep to the plan's end between
 // them, not actors.StopTimeout apiece, when a shard of each is stuck; what
-// was cut short is logged. The plan is read when the deferred stops run,
-// not when they were deferred.
+// was cut short is logged, and collected for the stop's exit code (a shard
+// stuck at the deadline did not write its last commits). The plan is read
+// when the deferred stops run, not when they were deferred.
 func TestActorStopsKeepThePlan(t *testing.T) {
 	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
@@ -63,6 +64,7 @@ func TestActorStopsKeepThePlan(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	var plan shutdownPlan // set later, as serve sets it on the signal
+	var failed []error
 	now := time.Now()
 	stops := func() {
 		for i := range 3 {
@@ -71,7 +73,7 @@ func TestActorStopsKeepThePlan(t *testing.T) {
 			go q.Charge(quota.Charge{Account: "acct", Kind: quota.Evaluate, Monthly: true, Now: now,
 				Limits: quota.LimitsFor(quota.PlanCustom, nil, nil, now, now)})
 			<-st.entered
-			defer stopActors(log, "quota actors "+string(rune('a'+i)), q, &plan.end)
+			defer stopActors(log, "quota actors "+string(rune('a'+i)), q, &plan.end, &failed)
 		}
 		plan = shutdownPlan{end: time.Now().Add(300 * time.Millisecond)}
 	}
@@ -82,6 +84,9 @@ func TestActorStopsKeepThePlan(t *testing.T) {
 	}
 	if got := strings.Count(logs.String(), "shards did not stop in time"); got != 3 {
 		t.Errorf("%d cut-short stops logged, want 3:\n%s", got, logs.String())
+	}
+	if len(failed) != 3 || !strings.Contains(failed[0].Error(), "stop quota actors") {
+		t.Errorf("failed stops collected for the exit code: %v, want 3", failed)
 	}
 }
 
