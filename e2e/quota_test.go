@@ -230,3 +230,83 @@ func TestUsageWarningMail(t *testing.T) {
 		t.Fatalf("want hourly 80%% and cap warnings, got %v", kinds)
 	}
 }
+
+// hourlyWarnings counts the usage_hourly_80 and usage_hourly_cap mails in
+// the outbox.
+func hourlyWarnings(s *Server, t *testing.T) (n80, ncap int) {
+	t.Helper()
+	var mail []map[string]any
+	if err := jsonUnmarshal(s.Admin(t, "GET", "/admin/v1/mail", nil).Body, &mail); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mail {
+		switch m["kind"] {
+		case "usage_hourly_80":
+			n80++
+		case "usage_hourly_cap":
+			ncap++
+		}
+	}
+	return n80, ncap
+}
+
+// waitHourlyWarnings waits until the outbox holds n of each hourly warning,
+// then checks that no more follow.
+func waitHourlyWarnings(s *Server, t *testing.T, n int, when string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n80, ncap := hourlyWarnings(s, t)
+		if n80 > n || ncap > n {
+			t.Fatalf("%s: %d hourly_80 and %d hourly_cap mails, want %d of each", when, n80, ncap, n)
+		}
+		if n80 == n && ncap == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d hourly_80 and %d hourly_cap mails, want %d of each", when, n80, ncap, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // a mail that should not come would by now
+	if n80, ncap := hourlyWarnings(s, t); n80 != n || ncap != n {
+		t.Fatalf("%s: %d hourly_80 and %d hourly_cap mails, want %d of each", when, n80, ncap, n)
+	}
+}
+
+// TestHourlyWarningNotRepeatedAfterRestart: SPEC §6 mails each hourly
+// warning at most once per 24 hours, and a restart does not change that:
+// neither a clean stop nor a SIGKILL after the group sync (the README's
+// durability bound for counts) has the warnings sent again when the hourly
+// limit is reached in a later hour of the same 24; a day on, they are.
+func TestHourlyWarningNotRepeatedAfterRestart(t *testing.T) {
+	s := Start(t, bin)
+	s.SetClock(t, "2026-11-20T10:00:00Z")
+	a := s.CreateAccount(t, map[string]any{"email": "hw@example.com", "plan": "custom", "hourly_limit": 10, "monthly_limit": 1000})
+	reachCap := func(when string) {
+		t.Helper()
+		for i := 0; i < 10; i++ {
+			if r := evaluate(s, t, a.LiveKey, map[string]any{}, nil); r.Status != 200 {
+				t.Fatalf("%s: call %d: %d %s", when, i, r.Status, r.Body)
+			}
+		}
+	}
+	reachCap("first hour")
+	waitHourlyWarnings(s, t, 1, "first hour")
+
+	s.Restart() // clean stop; the test clock starts again at the real time
+	s.SetClock(t, "2026-11-20T12:00:00Z")
+	reachCap("after a restart")
+	waitHourlyWarnings(s, t, 1, "after a restart")
+
+	time.Sleep(100 * time.Millisecond) // well past the group sync (10 ms)
+	s.Kill()
+	s.start()
+	s.SetClock(t, "2026-11-21T09:00:00Z") // 23 hours after the first
+	reachCap("after a SIGKILL")
+	waitHourlyWarnings(s, t, 1, "after a SIGKILL")
+
+	s.SetClock(t, "2026-11-21T10:00:05Z") // 24 hours after the first, and a new hour
+	reachCap("a day on")
+	waitHourlyWarnings(s, t, 2, "a day on")
+}

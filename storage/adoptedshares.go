@@ -57,7 +57,8 @@ func adoptedTotalsKey(dst []byte, account, origin string) []byte {
 func (d *DB) AdoptShares(shares []OriginShare) error {
 	for _, s := range shares {
 		if s.Origin == "" || s.Account == "" || (s.Month != 0 && (s.Month%100 < 1 || s.Month%100 > 12)) ||
-			s.Counts.Used < 0 || s.Counts.Lookups < 0 || s.Totals.Evaluations < 0 || s.Totals.LimitHits < 0 {
+			s.Counts.Used < 0 || s.Counts.Lookups < 0 || s.Totals.Evaluations < 0 || s.Totals.LimitHits < 0 ||
+			s.Totals.HourWarned[0] < 0 || s.Totals.HourWarned[1] < 0 {
 			return fmt.Errorf("adopt share of %q from %q month %d: %w", s.Account, s.Origin, s.Month, errInvalidShare)
 		}
 	}
@@ -109,7 +110,8 @@ func maxCounts(a, b MonthCounts) MonthCounts {
 }
 
 func maxTotals(a, b Totals) Totals {
-	return Totals{Evaluations: max(a.Evaluations, b.Evaluations), LimitHits: max(a.LimitHits, b.LimitHits)}
+	return Totals{Evaluations: max(a.Evaluations, b.Evaluations), LimitHits: max(a.LimitHits, b.LimitHits),
+		HourWarned: maxHourWarned(a.HourWarned, b.HourWarned)}
 }
 
 // AdoptedShares reads every origin's adopted share of account: its counts of

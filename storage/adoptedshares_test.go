@@ -132,3 +132,26 @@ func TestExportSharesOwnAndAdopted(t *testing.T) {
 		t.Fatalf("export did not stop on fn's error: %v", err)
 	}
 }
+
+// TestAdoptSharesKeepsTheLatestHourlyWarning: a handed-over share's hourly
+// warning times merge by max with what is stored (an older hand-over does
+// not move them back), and a time before 1970 is refused as invalid.
+func TestAdoptSharesKeepsTheLatestHourlyWarning(t *testing.T) {
+	db, err := Open("d", Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, hw := range [][2]int64{{100, 0}, {50, 70}} {
+		if err := db.AdoptShares([]OriginShare{{Origin: "n3", Account: "a", Totals: Totals{Evaluations: 1, HourWarned: hw}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.AdoptShares([]OriginShare{{Origin: "n3", Account: "a", Totals: Totals{HourWarned: [2]int64{-1, 0}}}}); !errors.Is(err, errInvalidShare) {
+		t.Fatalf("a negative warning time: %v", err)
+	}
+	got, err := db.AdoptedShares("a", 202611)
+	if err != nil || len(got) != 1 || got[0].Totals != (Totals{Evaluations: 1, HourWarned: [2]int64{100, 70}}) {
+		t.Fatalf("adopted %+v %v", got, err)
+	}
+}

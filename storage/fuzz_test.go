@@ -69,6 +69,10 @@ func FuzzPins(f *testing.F) {
 func FuzzUsage(f *testing.F) {
 	f.Add(MarshalMonthCounts(nil, MonthCounts{Used: 300, Lookups: 5, Warned: 3}), MarshalTotals(nil, Totals{Evaluations: 1 << 40, LimitHits: 2}))
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 0, 0}, []byte{1})
+	// Totals of version 2, with the hourly warning times (one never set).
+	f.Add(MarshalMonthCounts(nil, MonthCounts{}), MarshalTotals(nil, Totals{Evaluations: 7, HourWarned: [2]int64{fuzzTime.UnixNano(), 0}}))
+	f.Add(MarshalMonthCounts(nil, MonthCounts{}), MarshalTotals(nil, Totals{LimitHits: 1, HourWarned: [2]int64{fuzzTime.UnixNano(), math.MaxInt64}}))
+	f.Add([]byte{1, 0, 0, 0}, []byte{2, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0})
 	f.Fuzz(func(t *testing.T, counts, totals []byte) {
 		roundTrip(t, counts, UnmarshalMonthCounts, func(c MonthCounts) []byte { return MarshalMonthCounts(nil, c) })
 		roundTrip(t, totals, UnmarshalTotals, func(x Totals) []byte { return MarshalTotals(nil, x) })

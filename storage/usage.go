@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -35,10 +36,21 @@ type MonthCounts struct {
 type Totals struct {
 	Evaluations int64 // total_evaluations
 	LimitHits   int64 // refused requests (limit_hits)
+	// HourWarned are when the hourly usage warnings (80%, then the cap)
+	// were last mailed, in Unix nanoseconds (0: never); owned by the quota
+	// actors, which send each at most once per 24 hours. Not counters: a
+	// delta's are merged by max (the later warning wins), never added.
+	HourWarned [2]int64
+}
+
+// maxHourWarned is a's and b's hourly warning times, the later of each.
+func maxHourWarned(a, b [2]int64) [2]int64 {
+	return [2]int64{max(a[0], b[0]), max(a[1], b[1])}
 }
 
 // UsageDelta is one change to an account's counters: Counts and Totals are
-// added (Warned is OR-ed) to what is stored for Account and Month.
+// added (Warned is OR-ed, HourWarned merged by max) to what is stored for
+// Account and Month.
 type UsageDelta struct {
 	Account string
 	Month   Month
@@ -49,9 +61,14 @@ type UsageDelta struct {
 	Day Day
 }
 
+// Totals record versions: 1 holds the two counters; 2 adds the hourly
+// warning times. A record whose times are both zero is written as version
+// 1, byte for byte what the builds before version 2 wrote and read. Both
+// decode; a version 1 record reads as "never warned".
 const (
 	monthCountsVersion = 1
-	totalsVersion      = 1
+	totalsVersion1     = 1
+	totalsVersion      = 2
 )
 
 // usageKey is prefixUsage | uvarint(len id) | id | month (4 bytes big-endian).
@@ -92,20 +109,39 @@ func UnmarshalMonthCounts(b []byte) (MonthCounts, error) {
 	return c, nil
 }
 
-// MarshalTotals appends the binary form of t: version, evaluations, limit hits.
+// MarshalTotals appends the binary form of t: version, evaluations, limit
+// hits, then (version 2, when either is set) the hourly warning times.
 func MarshalTotals(dst []byte, t Totals) []byte {
-	dst = append(dst, totalsVersion)
+	w0, w1 := max(t.HourWarned[0], 0), max(t.HourWarned[1], 0)
+	v := byte(totalsVersion)
+	if w0 == 0 && w1 == 0 {
+		v = totalsVersion1
+	}
+	dst = append(dst, v)
 	dst = appendUvarint(dst, uint64(max(t.Evaluations, 0)))
-	return appendUvarint(dst, uint64(max(t.LimitHits, 0)))
+	dst = appendUvarint(dst, uint64(max(t.LimitHits, 0)))
+	if v == totalsVersion1 {
+		return dst
+	}
+	dst = appendUvarint(dst, uint64(w0))
+	return appendUvarint(dst, uint64(w1))
 }
 
-// UnmarshalTotals decodes MarshalTotals output.
+// UnmarshalTotals decodes MarshalTotals output, of either version.
 func UnmarshalTotals(b []byte) (Totals, error) {
 	r := &reader{b: b}
-	if v := r.byte1(); r.err == nil && v != totalsVersion {
+	v := r.byte1()
+	if r.err == nil && v != totalsVersion && v != totalsVersion1 {
 		return Totals{}, fmt.Errorf("totals version %d: %w", v, errCorrupt)
 	}
 	t := Totals{Evaluations: int64(r.uvarint()), LimitHits: int64(r.uvarint())}
+	if v == totalsVersion {
+		t.HourWarned[0] = int64(r.uvarintMax(math.MaxInt64))
+		t.HourWarned[1] = int64(r.uvarintMax(math.MaxInt64))
+		if r.err == nil && len(r.b) != 0 {
+			r.err = errCorrupt
+		}
+	}
 	if r.err != nil || t.Evaluations < 0 || t.LimitHits < 0 {
 		return Totals{}, fmt.Errorf("decode totals: %w", errCorrupt)
 	}
@@ -186,6 +222,7 @@ func (d *DB) ApplyUsage(deltas []UsageDelta) error {
 			t := totals[u.Account]
 			t.Evaluations += u.Totals.Evaluations
 			t.LimitHits += u.Totals.LimitHits
+			t.HourWarned = maxHourWarned(t.HourWarned, u.Totals.HourWarned)
 			totals[u.Account] = t
 		}
 	}
@@ -238,6 +275,7 @@ func (d *DB) ApplyUsage(deltas []UsageDelta) error {
 		}
 		t.Evaluations = max(t.Evaluations+add.Evaluations, 0)
 		t.LimitHits = max(t.LimitHits+add.LimitHits, 0)
+		t.HourWarned = maxHourWarned(t.HourWarned, add.HourWarned)
 		val = MarshalTotals(val[:0], t)
 		_ = b.Set(key, val, nil)
 		uc.stageTotal(key, cur, t)

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"encoding/hex"
+	"math"
 	"testing"
 	"time"
 
@@ -38,6 +39,8 @@ func TestUsageFormatPinned(t *testing.T) {
 		{"month counts", hex.EncodeToString(MarshalMonthCounts(nil, MonthCounts{Used: 300, Lookups: 5, Warned: 3})), "01ac020503"},
 		{"zero counts", hex.EncodeToString(MarshalMonthCounts(nil, MonthCounts{})), "01000000"},
 		{"totals", hex.EncodeToString(MarshalTotals(nil, Totals{Evaluations: 1 << 20, LimitHits: 2})), "0180804002"},
+		// Version 2 only once an hourly warning was sent: 1, then 0 (never).
+		{"totals warned", hex.EncodeToString(MarshalTotals(nil, Totals{Evaluations: 1 << 20, LimitHits: 2, HourWarned: [2]int64{1, 0}})), "02808040020100"},
 		{"usage key", hex.EncodeToString(usageKey(nil, "acc_1", 202611)), "2005616363" + "5f31" + "00031773"},
 		{"totals key", hex.EncodeToString(totalsKey(nil, "acc_1")), "216163635f31"},
 	} {
@@ -71,6 +74,56 @@ func TestUsageCodecRoundTrip(t *testing.T) {
 	if _, err := UnmarshalTotals([]byte{9, 0, 0}); err == nil {
 		t.Fatal("unknown version decoded")
 	}
+	tt.HourWarned = [2]int64{time.Date(2026, 11, 22, 12, 0, 0, 1, time.UTC).UnixNano(), math.MaxInt64}
+	b = MarshalTotals(nil, tt)
+	if got, err := UnmarshalTotals(b); err != nil || got != tt {
+		t.Fatalf("totals with hourly warnings: %+v %v", got, err)
+	}
+	for n := range b {
+		if _, err := UnmarshalTotals(b[:n]); err == nil {
+			t.Fatalf("truncated totals (%d bytes) decoded", n)
+		}
+	}
+	for name, bad := range map[string][]byte{
+		"time past int64":  append(MarshalTotals(nil, Totals{})[:0:0], 2, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0),
+		"trailing bytes":   append(MarshalTotals(nil, tt), 0),
+		"one time missing": {2, 1, 1, 5},
+	} {
+		if got, err := UnmarshalTotals(bad); err == nil {
+			t.Errorf("%s: decoded as %+v", name, got)
+		}
+	}
+}
+
+// TestUsageOldTotalsRecord: a totals record written before the hourly
+// warning times (version 1, as the builds before them wrote it) reads
+// as never warned, and an hourly warning stored over it keeps its counts.
+func TestUsageOldTotalsRecord(t *testing.T) {
+	old, _ := hex.DecodeString("0180804002") // version 1: 1<<20 evaluations, 2 limit hits
+	got, err := UnmarshalTotals(old)
+	if err != nil || got != (Totals{Evaluations: 1 << 20, LimitHits: 2}) {
+		t.Fatalf("version 1 totals: %+v %v", got, err)
+	}
+	db, err := Open("d", Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := db.newBatch()
+	_ = b.Set(totalsKey(nil, "a"), old, nil)
+	if err := db.commit(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, tot, err := db.LoadUsage("a", 202611); err != nil || tot != (Totals{Evaluations: 1 << 20, LimitHits: 2}) {
+		t.Fatalf("load of a version 1 record: %+v %v", tot, err)
+	}
+	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC).UnixNano()
+	if err := db.ApplyUsage([]UsageDelta{{Account: "a", Totals: Totals{Evaluations: 1, HourWarned: [2]int64{at, 0}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, tot, err := db.LoadUsage("a", 202611); err != nil || tot != (Totals{Evaluations: 1<<20 + 1, LimitHits: 2, HourWarned: [2]int64{at, 0}}) {
+		t.Fatalf("load after a warning: %+v %v", tot, err)
+	}
 }
 
 func TestUsageApplyAndReopen(t *testing.T) {
@@ -89,11 +142,15 @@ func TestUsageApplyAndReopen(t *testing.T) {
 		{Account: "a", Totals: Totals{LimitHits: 3}},
 		{Account: "ab", Month: 202611, Counts: MonthCounts{Used: 5, Warned: 4}},
 		{Account: "zero"},
+		// Hourly warning times merge by max, in one call and across calls.
+		{Account: "w", Totals: Totals{HourWarned: [2]int64{50, 7}}},
+		{Account: "w", Totals: Totals{HourWarned: [2]int64{40, 9}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.ApplyUsage([]UsageDelta{{Account: "a", Month: 202611, Counts: MonthCounts{Used: 10, Warned: 2}, Totals: Totals{Evaluations: 10}}}); err != nil {
+	if err := db.ApplyUsage([]UsageDelta{{Account: "a", Month: 202611, Counts: MonthCounts{Used: 10, Warned: 2}, Totals: Totals{Evaluations: 10}},
+		{Account: "w", Totals: Totals{Evaluations: 1, HourWarned: [2]int64{30, 60}}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.ApplyUsage(nil); err != nil {
@@ -117,6 +174,7 @@ func TestUsageApplyAndReopen(t *testing.T) {
 		{"a", 202612, MonthCounts{Used: 7}, Totals{Evaluations: 11, LimitHits: 3}},
 		{"ab", 202611, MonthCounts{Used: 5, Warned: 4}, Totals{}},
 		{"zero", 202611, MonthCounts{}, Totals{}},
+		{"w", 202611, MonthCounts{}, Totals{Evaluations: 1, HourWarned: [2]int64{50, 60}}},
 	} {
 		c, tot, err := db.LoadUsage(w.acct, w.m)
 		if err != nil || c != w.c || tot != w.t {

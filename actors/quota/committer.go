@@ -109,7 +109,7 @@ func newCommitter(root *actor.RootContext, store Store, cfg actors.GroupConfig, 
 		for i := range ps {
 			p := ps[i]
 			if p.ahead {
-				if p.delta.Counts.Warned != 0 {
+				if p.delta.Counts.Warned != 0 || p.delta.Totals.HourWarned != [2]int64{} {
 					// Before the inflight count drops: the account stays
 					// until its shard has the bits.
 					root.Send(p.shard, &unstoredWarned{p: p})

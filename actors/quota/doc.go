@@ -75,7 +75,9 @@
 // them, lostKeep, counts them in again, so that refund leaves memory where
 // the store is, not one below).
 // Refusals and CountTotal ride the next batch without anyone waiting.
-// Hourly windows are memory only and reset on restart (SPEC §8: advisory).
+// Hourly windows are memory only and reset on restart (SPEC §8: advisory);
+// when each hourly warning was last sent is not: it rides the charge's
+// delta into the totals record (storage.Totals.HourWarned).
 // An account is loaded from the store on its first touch and on a month
 // change, then served from memory; idle accounts with nothing in flight are
 // evicted by the periodic sweep. Lookups and MCP lookup_ip are charged by

@@ -22,10 +22,13 @@ type model struct {
 		start time.Time
 		n     int64
 	}
-	hwarn  map[string]*[2]time.Time
-	months map[string]map[storage.Month]*storage.MonthCounts
-	tot    map[string]*storage.Totals
-	warns  []Warning
+	hwarn map[string]*[2]time.Time
+	// hstored are the hourly warning times the store keeps: the latest of
+	// each sent, which a restart reloads.
+	hstored map[string]*[2]time.Time
+	months  map[string]map[storage.Month]*storage.MonthCounts
+	tot     map[string]*storage.Totals
+	warns   []Warning
 }
 
 func newModel() *model {
@@ -34,19 +37,25 @@ func newModel() *model {
 			start time.Time
 			n     int64
 		}{},
-		hwarn:  map[string]*[2]time.Time{},
-		months: map[string]map[storage.Month]*storage.MonthCounts{},
-		tot:    map[string]*storage.Totals{},
+		hwarn:   map[string]*[2]time.Time{},
+		hstored: map[string]*[2]time.Time{},
+		months:  map[string]map[storage.Month]*storage.MonthCounts{},
+		tot:     map[string]*storage.Totals{},
 	}
 }
 
-// restart forgets what lives in memory only.
+// restart forgets what lives in memory only; the hourly warning times are
+// the store's again.
 func (m *model) restart() {
 	m.win = map[string]*[2]struct {
 		start time.Time
 		n     int64
 	}{}
 	m.hwarn = map[string]*[2]time.Time{}
+	for acct, st := range m.hstored {
+		hw := *st
+		m.hwarn[acct] = &hw
+	}
 }
 
 func (m *model) state(acct string, now time.Time) (*[2]struct {
@@ -58,7 +67,10 @@ func (m *model) state(acct string, now time.Time) (*[2]struct {
 			start time.Time
 			n     int64
 		}{}
+	}
+	if m.hwarn[acct] == nil {
 		m.hwarn[acct] = &[2]time.Time{}
+		m.hstored[acct] = &[2]time.Time{}
 	}
 	if m.months[acct] == nil {
 		m.months[acct] = map[storage.Month]*storage.MonthCounts{}
@@ -128,6 +140,9 @@ func (m *model) charge(c Charge) ChargeResult {
 				for i, th := range []int64{max((h*8+9)/10, 1), h} {
 					if bw.n >= th && (hw[i].IsZero() || c.Now.Sub(hw[i]) >= 24*time.Hour || c.Now.Before(hw[i])) {
 						hw[i] = c.Now
+						if st := m.hstored[c.Account]; c.Now.After(st[i]) {
+							st[i] = c.Now
+						}
 						m.warns = append(m.warns, Warning{c.Account, WarnHourly80 + WarnKind(i), Live, h, bw.n, c.Now})
 					}
 				}

@@ -161,8 +161,9 @@ type lenProbe chan int
 type rollback struct{ p pending }
 
 // unstoredWarned tells a shard that a delta answered ahead, which carried
-// Warned bits, failed to reach the store (its counts are in the lost
-// ledger; the bits are the account's to store again).
+// Warned bits or hourly warning times, failed to reach the store (its
+// counts are in the lost ledger; the marks are the account's to store
+// again).
 type unstoredWarned struct{ p pending }
 
 // shardState is one shard's memory. With a store it is replaced by an empty
@@ -376,6 +377,11 @@ func (s shard) persist(ctx actor.Context, p pending) error {
 		p.delta.Counts.Warned |= u
 		p.ent.unstored = 0
 	}
+	if p.ent.hourUnstored {
+		// Hourly warnings whose times an earlier delta failed to store.
+		p.delta.Totals.HourWarned = p.ent.storedHourWarned()
+		p.ent.hourUnstored = false
+	}
 	p.ent.inflight.Add(1)
 	var added bool
 	if p.call == nil {
@@ -430,11 +436,15 @@ func undo(p *pending) {
 }
 
 // keepUnstored keeps the Warned bits of p's delta, which did not reach the
-// store, for the account's next delta of the same month: the warnings went
-// out, and the bits in memory stop the next crossing from carrying them.
+// store, for the account's next delta of the same month, and its hourly
+// warning times for the next delta: the warnings went out, and the marks
+// in memory stop the next crossing from carrying them.
 func keepUnstored(p *pending) {
 	if w := p.delta.Counts.Warned; w != 0 && p.reloads == p.ent.reloads && p.delta.Month == p.ent.month {
 		p.ent.unstored |= w
+	}
+	if p.delta.Totals.HourWarned != [2]int64{} {
+		p.ent.hourUnstored = true
 	}
 }
 
@@ -471,6 +481,7 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 				return nil, fmt.Errorf("%w: load %q: %w", ErrUnavailable, id, err)
 			}
 			a.counts, a.totals = l.Counts, l.Totals
+			a.loadHourWarned(&l.Totals)
 			if l.Tag != 0 {
 				ref := loadRef{tag: l.Tag, from: l.From}
 				a.loads = &loadInfo{first: ref, monthly: ref}
@@ -487,6 +498,7 @@ func (s shard) account(id string, now time.Time) (*account, error) {
 				return nil, fmt.Errorf("%w: load %q: %w", ErrUnavailable, id, err)
 			}
 			a.counts, a.totals = c, t
+			a.loadHourWarned(&t)
 		}
 		// The increments lost to the store stay counted (lostBook.owed).
 		c, evals := s.lost.owed(id, m)

@@ -141,9 +141,12 @@ type Warning struct {
 // Notifier receives usage warnings. Warn is called on the shard's goroutine:
 // it must return at once (queue the mail, don't send it). Hourly warnings come
 // for the live bucket only, at most once per threshold per 24 hours per
-// account (remembered in memory: a restart may repeat one); monthly ones for
-// either bucket, once per threshold per account and month (remembered in the
-// store with the month's counters).
+// account (remembered in the store with the lifetime totals:
+// storage.Totals.HourWarned, so a restart does not repeat one); monthly ones
+// for either bucket, once per threshold per account and month (remembered in
+// the store with the month's counters). Both ride the charge's own delta, so
+// they are as durable as its count (a crash loses at most the last sync
+// interval's).
 type Notifier interface {
 	Warn(Warning)
 }
@@ -206,16 +209,21 @@ func (a *account) resume(hour [2]HourWindow, now time.Time) {
 // group committer and not yet settled, and the account is not evicted while
 // it is above zero. In memory, counts and totals = stored + in flight.
 type account struct {
-	id         string
-	month      storage.Month
-	counts     storage.MonthCounts
-	totals     storage.Totals
-	hour       [2]window
-	hourWarned [2]time.Time // last WarnHourly80 / WarnHourlyCap
-	lastSeen   time.Time
-	inflight   atomic.Int32
-	collect    collectDay // device events stored today (collect.go)
-	grants     []grant    // allowance slices lent to other members (lease.go)
+	id     string
+	month  storage.Month
+	counts storage.MonthCounts
+	totals storage.Totals
+	hour   [2]window
+	// hourWarned are when WarnHourly80 and WarnHourlyCap were last sent,
+	// loaded from and stored with the totals (storage.Totals.HourWarned).
+	// hourLatest are the latest of those times sent or loaded: what the
+	// store holds (it keeps the later time), which a reload would find;
+	// they differ only after a clock that went back.
+	hourWarned, hourLatest [2]time.Time
+	lastSeen               time.Time
+	inflight               atomic.Int32
+	collect                collectDay // device events stored today (collect.go)
+	grants                 []grant    // allowance slices lent to other members (lease.go)
 	// loads says which tagged loads the account's figures came from (nil:
 	// the store tags none, as on a single node): what a Discount may take
 	// a call out of.
@@ -229,6 +237,30 @@ type account struct {
 	// delta of the month carries them (persist), so that a reload does
 	// not send the warning again.
 	unstored uint8
+	// hourUnstored: an hourly warning's time did not reach the store (a
+	// failed batch); the next delta carries hourWarned (persist).
+	hourUnstored bool
+}
+
+// loadHourWarned takes the hourly warning times from totals as loaded.
+func (a *account) loadHourWarned(t *storage.Totals) {
+	for i, ns := range t.HourWarned {
+		if ns > 0 {
+			a.hourWarned[i] = time.Unix(0, ns).UTC()
+			a.hourLatest[i] = a.hourWarned[i]
+		}
+	}
+}
+
+// storedHourWarned is hourWarned as storage.Totals.HourWarned holds it.
+func (a *account) storedHourWarned() [2]int64 {
+	var out [2]int64
+	for i, t := range a.hourWarned {
+		if !t.IsZero() {
+			out[i] = max(t.UnixNano(), 1)
+		}
+	}
+	return out
 }
 
 // loadInfo is what a cluster node's account remembers of its loads.
@@ -359,7 +391,7 @@ func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.U
 		}
 		w.n++
 		if c.Bucket == Live && l.Hourly != NoLimit && warn != nil {
-			a.warnHourly(w.n, l.Hourly, c.Now, warn)
+			a.warnHourly(w.n, l.Hourly, c.Now, &d, warn)
 		}
 	}
 	if c.Monthly {
@@ -409,7 +441,9 @@ func (a *account) warnMonthly(k Kind, b Bucket, monthly, used int64, now time.Ti
 	}
 }
 
-func (a *account) warnHourly(n, limit int64, now time.Time, warn func(Warning)) {
+// warnHourly sends the hourly warnings n reached and not sent in the last
+// 24 hours, noting when in memory and in d (stored with the totals).
+func (a *account) warnHourly(n, limit int64, now time.Time, d *storage.UsageDelta, warn func(Warning)) {
 	for i, t := range [2]int64{threshold80(limit), limit} {
 		if n < t {
 			continue
@@ -418,6 +452,10 @@ func (a *account) warnHourly(n, limit int64, now time.Time, warn func(Warning)) 
 			continue
 		}
 		a.hourWarned[i] = now
+		if now.After(a.hourLatest[i]) {
+			a.hourLatest[i] = now
+		}
+		d.Totals.HourWarned[i] = max(now.UnixNano(), 1)
 		warn(Warning{Account: a.id, Kind: WarnHourly80 + WarnKind(i), Bucket: Live, Limit: limit, Used: n, At: now})
 	}
 }
@@ -495,8 +533,9 @@ func (a *account) rollback(d *storage.UsageDelta, b Bucket, hourly bool, wstart 
 }
 
 // idle reports whether the account can be evicted at now: untouched for
-// idleAfter, no hourly window running, no hourly warning within 24 hours to
-// remember, and nothing in flight to the store.
+// idleAfter, no hourly window running, no hourly warning within 24 hours
+// (kept in memory too: the reload would find the latest, not the last, one
+// after a clock that went back), and nothing in flight to the store.
 func (a *account) idle(now time.Time, idleAfter time.Duration) bool {
 	// A slice whose holder never reported (it stopped, or its call
 	// failed) is let go once kept past its time, here too: only a lend or
@@ -513,7 +552,12 @@ func (a *account) idle(now time.Time, idleAfter time.Duration) bool {
 			return false
 		}
 	}
-	for _, t := range a.hourWarned {
+	// hourLatest, not hourWarned: evicted, the account would reload the
+	// latest times, which a clock that went back may have left later than
+	// the last ones sent (hourWarned is never the later), so it is kept
+	// until neither can hold a warning back and eviction changes nothing
+	// of what is sent.
+	for _, t := range a.hourLatest {
 		if !t.IsZero() && now.Sub(t) < hourlyWarnEvery {
 			return false
 		}

@@ -39,12 +39,13 @@ func TestAdoptStoresOrRefusesWhole(t *testing.T) {
 	good := &OriginShare{Node: "c", Account: "acct_1", Month: 202611, Used: 5, Evaluations: 9}
 	ctx := context.Background()
 	for name, r := range map[string]*AdoptRequest{
-		"no sender":  {Version: version, Shares: []*OriginShare{good}},
-		"no version": {From: "c", Shares: []*OriginShare{good}},
-		"month 13":   {Version: version, From: "c", Shares: []*OriginShare{good, {Node: "c", Account: "acct_1", Month: 202613}}},
-		"no origin":  {Version: version, From: "c", Shares: []*OriginShare{good, {Account: "acct_1", Month: 202611}}},
-		"negative":   {Version: version, From: "c", Shares: []*OriginShare{good, {Node: "c", Account: "acct_2", Used: -1}}},
-		"warned 256": {Version: version, From: "c", Shares: []*OriginShare{good, {Node: "c", Account: "acct_2", Warned: 256}}},
+		"no sender":                  {Version: version, Shares: []*OriginShare{good}},
+		"no version":                 {From: "c", Shares: []*OriginShare{good}},
+		"month 13":                   {Version: version, From: "c", Shares: []*OriginShare{good, {Node: "c", Account: "acct_1", Month: 202613}}},
+		"no origin":                  {Version: version, From: "c", Shares: []*OriginShare{good, {Account: "acct_1", Month: 202611}}},
+		"negative":                   {Version: version, From: "c", Shares: []*OriginShare{good, {Node: "c", Account: "acct_2", Used: -1}}},
+		"warned 256":                 {Version: version, From: "c", Shares: []*OriginShare{good, {Node: "c", Account: "acct_2", Warned: 256}}},
+		"hourly warning before 1970": {Version: version, From: "c", Shares: []*OriginShare{good, {Node: "c", Account: "acct_2", HourWarnedCap: -1}}},
 	} {
 		if _, err := s.Adopt(ctx, r); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%s: %v, want InvalidArgument", name, err)
@@ -69,12 +70,14 @@ func FuzzAdoptRequest(f *testing.F) {
 	b, err := proto.Marshal(&AdoptRequest{Version: version, From: "c", Shares: []*OriginShare{
 		{Node: "c", Account: "acct_1", Month: 202611, Used: 5, Lookups: 1, Warned: 3, Evaluations: 9, LimitHits: 2},
 		{Node: "b", Account: "acct_2", Evaluations: 4},
+		{Node: "b", Account: "acct_3", Evaluations: 4, HourWarnedEighty: testNow.UnixNano(), HourWarnedCap: testNow.UnixNano() + 1},
 	}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(b)
 	f.Add([]byte{0x1a, 0x02, 0x18, 0x0d})
+	f.Add([]byte{0x1a, 0x0c, 0x0a, 0x01, 0x62, 0x12, 0x01, 0x78, 0x48, 0x01, 0x50, 0xff, 0xff, 0x03})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r AdoptRequest
 		if proto.Unmarshal(b, &r) != nil {
@@ -98,8 +101,9 @@ func FuzzAdoptRequest(f *testing.F) {
 // per bucket, each with a count and a start.
 func FuzzSharesReply(f *testing.F) {
 	b, err := proto.Marshal(&SharesReply{Version: version, Node: "b", Month: 202611, Used: 4,
-		Adopted: []*OriginShare{{Node: "c", Account: "acct_1", Month: 202611, Used: 5}},
-		Hour:    []*HourWindow{{Bucket: 0, StartUnixNano: testNow.UnixNano(), N: 3}}})
+		Adopted:          []*OriginShare{{Node: "c", Account: "acct_1", Month: 202611, Used: 5, HourWarnedEighty: testNow.UnixNano()}},
+		Hour:             []*HourWindow{{Bucket: 0, StartUnixNano: testNow.UnixNano(), N: 3}},
+		HourWarnedEighty: testNow.UnixNano(), HourWarnedCap: testNow.UnixNano()})
 	if err != nil {
 		f.Fatal(err)
 	}

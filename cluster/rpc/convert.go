@@ -130,6 +130,7 @@ func originShareMsg(s *storage.OriginShare) *OriginShare {
 		Node: s.Origin, Account: s.Account, Month: uint32(s.Month),
 		Used: s.Counts.Used, Lookups: s.Counts.Lookups, Warned: uint32(s.Counts.Warned),
 		Evaluations: s.Totals.Evaluations, LimitHits: s.Totals.LimitHits,
+		HourWarnedEighty: s.Totals.HourWarned[0], HourWarnedCap: s.Totals.HourWarned[1],
 	}
 }
 
@@ -138,13 +139,15 @@ func originShareMsg(s *storage.OriginShare) *OriginShare {
 func originShareOf(m *OriginShare) (storage.OriginShare, error) {
 	mo := storage.Month(m.GetMonth())
 	if m.GetNode() == "" || m.GetAccount() == "" || len(m.GetAccount()) > maxObsAccountID || (mo != 0 && (mo%100 < 1 || mo%100 > 12)) || m.GetWarned() > 0xff ||
-		m.GetUsed() < 0 || m.GetLookups() < 0 || m.GetEvaluations() < 0 || m.GetLimitHits() < 0 {
+		m.GetUsed() < 0 || m.GetLookups() < 0 || m.GetEvaluations() < 0 || m.GetLimitHits() < 0 ||
+		m.GetHourWarnedEighty() < 0 || m.GetHourWarnedCap() < 0 {
 		return storage.OriginShare{}, fmt.Errorf("%w: share of %q from %q month %d", errBadRequest, m.GetAccount(), m.GetNode(), mo)
 	}
 	return storage.OriginShare{
 		Origin: m.Node, Account: m.Account, Month: mo,
 		Counts: storage.MonthCounts{Used: m.Used, Lookups: m.Lookups, Warned: uint8(m.Warned)},
-		Totals: storage.Totals{Evaluations: m.Evaluations, LimitHits: m.LimitHits},
+		Totals: storage.Totals{Evaluations: m.Evaluations, LimitHits: m.LimitHits,
+			HourWarned: [2]int64{m.HourWarnedEighty, m.HourWarnedCap}},
 	}, nil
 }
 

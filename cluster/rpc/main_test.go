@@ -65,6 +65,7 @@ type node struct {
 	bal     *cluster.Balancer
 	db      *storage.DB
 	local   *quota.Client
+	warns   *warnRecorder // the usage warnings this node's quota actors sent
 	events  *events.Client
 	ev      *Events
 	srv     *grpc.Server
@@ -136,7 +137,8 @@ func startNodeHist(tb testing.TB, root, id string, wrap func(Ownership) Ownershi
 	n.windows = NewHandedWindows()
 	shared := NewSharedStore(n.db, id, n.windows)
 	n.shared = shared
-	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog})
+	n.warns = &warnRecorder{}
+	n.local = quota.New(sys.Root, quota.Config{Shards: 2, Store: shared, Logger: quietLog, Notifier: n.warns})
 	n.events = events.New(sys.Root, events.Config{Shards: 2, Node: NodeRoute(id), Logger: quietLog, KeepRecent: 1 << 10})
 	// As a fraudd node does (clusterserve): a shard leaving drops its
 	// accounts once stored and keeps their hourly windows for the next

@@ -691,9 +691,15 @@ type SharesReply struct {
 	// hour are the account's hourly windows this node handed over when the
 	// shard last left it (memory only, kept until they end): the next owner
 	// resumes the one still running instead of starting the hour afresh.
-	Hour          []*HourWindow `protobuf:"bytes,10,rep,name=hour,proto3" json:"hour,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Hour []*HourWindow `protobuf:"bytes,10,rep,name=hour,proto3" json:"hour,omitempty"`
+	// hour_warned_eighty (80%) and hour_warned_cap are when this node, as the
+	// account's owner, last sent the hourly usage warnings (Unix
+	// nanoseconds; 0: never, as an older member that does not send them
+	// reads): merged by max, the later warning winning.
+	HourWarnedEighty int64 `protobuf:"varint,11,opt,name=hour_warned_eighty,json=hourWarnedEighty,proto3" json:"hour_warned_eighty,omitempty"`
+	HourWarnedCap    int64 `protobuf:"varint,12,opt,name=hour_warned_cap,json=hourWarnedCap,proto3" json:"hour_warned_cap,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SharesReply) Reset() {
@@ -796,6 +802,20 @@ func (x *SharesReply) GetHour() []*HourWindow {
 	return nil
 }
 
+func (x *SharesReply) GetHourWarnedEighty() int64 {
+	if x != nil {
+		return x.HourWarnedEighty
+	}
+	return 0
+}
+
+func (x *SharesReply) GetHourWarnedCap() int64 {
+	if x != nil {
+		return x.HourWarnedCap
+	}
+	return 0
+}
+
 // HourWindow mirrors quota.HourWindow of one bucket.
 type HourWindow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -860,17 +880,20 @@ func (x *HourWindow) GetN() int64 {
 // OriginShare is one member's share of an account: its counts of a month
 // (month 0: lifetime totals only) and its lifetime totals.
 type OriginShare struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"` // the member that charged it
-	Account       string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
-	Month         uint32                 `protobuf:"varint,3,opt,name=month,proto3" json:"month,omitempty"`
-	Used          int64                  `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
-	Lookups       int64                  `protobuf:"varint,5,opt,name=lookups,proto3" json:"lookups,omitempty"`
-	Warned        uint32                 `protobuf:"varint,6,opt,name=warned,proto3" json:"warned,omitempty"`
-	Evaluations   int64                  `protobuf:"varint,7,opt,name=evaluations,proto3" json:"evaluations,omitempty"`
-	LimitHits     int64                  `protobuf:"varint,8,opt,name=limit_hits,json=limitHits,proto3" json:"limit_hits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Node        string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"` // the member that charged it
+	Account     string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	Month       uint32                 `protobuf:"varint,3,opt,name=month,proto3" json:"month,omitempty"`
+	Used        int64                  `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
+	Lookups     int64                  `protobuf:"varint,5,opt,name=lookups,proto3" json:"lookups,omitempty"`
+	Warned      uint32                 `protobuf:"varint,6,opt,name=warned,proto3" json:"warned,omitempty"`
+	Evaluations int64                  `protobuf:"varint,7,opt,name=evaluations,proto3" json:"evaluations,omitempty"`
+	LimitHits   int64                  `protobuf:"varint,8,opt,name=limit_hits,json=limitHits,proto3" json:"limit_hits,omitempty"`
+	// As in SharesReply (0: never, or an older member).
+	HourWarnedEighty int64 `protobuf:"varint,9,opt,name=hour_warned_eighty,json=hourWarnedEighty,proto3" json:"hour_warned_eighty,omitempty"`
+	HourWarnedCap    int64 `protobuf:"varint,10,opt,name=hour_warned_cap,json=hourWarnedCap,proto3" json:"hour_warned_cap,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *OriginShare) Reset() {
@@ -955,6 +978,20 @@ func (x *OriginShare) GetEvaluations() int64 {
 func (x *OriginShare) GetLimitHits() int64 {
 	if x != nil {
 		return x.LimitHits
+	}
+	return 0
+}
+
+func (x *OriginShare) GetHourWarnedEighty() int64 {
+	if x != nil {
+		return x.HourWarnedEighty
+	}
+	return 0
+}
+
+func (x *OriginShare) GetHourWarnedCap() int64 {
+	if x != nil {
+		return x.HourWarnedCap
 	}
 	return 0
 }
@@ -5237,7 +5274,7 @@ const file_node_proto_rawDesc = "" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x14\n" +
 	"\x05month\x18\x03 \x01(\rR\x05month\x12\x12\n" +
 	"\x04from\x18\x04 \x01(\tR\x04from\x12\x12\n" +
-	"\x04load\x18\x05 \x01(\x04R\x04load\"\xc5\x02\n" +
+	"\x04load\x18\x05 \x01(\x04R\x04load\"\x9b\x03\n" +
 	"\vSharesReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x14\n" +
@@ -5250,12 +5287,14 @@ const file_node_proto_rawDesc = "" +
 	"limit_hits\x18\b \x01(\x03R\tlimitHits\x128\n" +
 	"\aadopted\x18\t \x03(\v2\x1e.fraudd.cluster.v1.OriginShareR\aadopted\x121\n" +
 	"\x04hour\x18\n" +
-	" \x03(\v2\x1d.fraudd.cluster.v1.HourWindowR\x04hour\"Z\n" +
+	" \x03(\v2\x1d.fraudd.cluster.v1.HourWindowR\x04hour\x12,\n" +
+	"\x12hour_warned_eighty\x18\v \x01(\x03R\x10hourWarnedEighty\x12&\n" +
+	"\x0fhour_warned_cap\x18\f \x01(\x03R\rhourWarnedCap\"Z\n" +
 	"\n" +
 	"HourWindow\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12&\n" +
 	"\x0fstart_unix_nano\x18\x02 \x01(\x03R\rstartUnixNano\x12\f\n" +
-	"\x01n\x18\x03 \x01(\x03R\x01n\"\xd8\x01\n" +
+	"\x01n\x18\x03 \x01(\x03R\x01n\"\xae\x02\n" +
 	"\vOriginShare\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x14\n" +
@@ -5265,7 +5304,10 @@ const file_node_proto_rawDesc = "" +
 	"\x06warned\x18\x06 \x01(\rR\x06warned\x12 \n" +
 	"\vevaluations\x18\a \x01(\x03R\vevaluations\x12\x1d\n" +
 	"\n" +
-	"limit_hits\x18\b \x01(\x03R\tlimitHits\"t\n" +
+	"limit_hits\x18\b \x01(\x03R\tlimitHits\x12,\n" +
+	"\x12hour_warned_eighty\x18\t \x01(\x03R\x10hourWarnedEighty\x12&\n" +
+	"\x0fhour_warned_cap\x18\n" +
+	" \x01(\x03R\rhourWarnedCap\"t\n" +
 	"\fAdoptRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x126\n" +

@@ -383,6 +383,7 @@ func (s *Server) Shares(ctx context.Context, r *SharesRequest) (*SharesReply, er
 	reply := &SharesReply{
 		Version: version, Node: s.cfg.Owners.Self(), Month: uint32(m),
 		Used: c.Used, Lookups: c.Lookups, Warned: uint32(c.Warned), Evaluations: t.Evaluations, LimitHits: t.LimitHits,
+		HourWarnedEighty: t.HourWarned[0], HourWarnedCap: t.HourWarned[1],
 	}
 	for i := range adopted {
 		reply.Adopted = append(reply.Adopted, originShareMsg(&adopted[i]))

@@ -77,7 +77,8 @@ func (q *Quota) share(ctx context.Context, id, account string, m storage.Month, 
 	if err != nil {
 		return nil, err
 	}
-	if r.Node != id || storage.Month(r.Month) != m || r.Used < 0 || r.Lookups < 0 || r.Warned > 0xff || r.Evaluations < 0 || r.LimitHits < 0 {
+	if r.Node != id || storage.Month(r.Month) != m || r.Used < 0 || r.Lookups < 0 || r.Warned > 0xff || r.Evaluations < 0 || r.LimitHits < 0 ||
+		r.HourWarnedEighty < 0 || r.HourWarnedCap < 0 {
 		return nil, fmt.Errorf("member %s answered a share for %q month %d: %w", id, r.Node, r.Month, errBadRequest)
 	}
 	hour, ok := windowsOf(r.Hour)
@@ -88,8 +89,9 @@ func (q *Quota) share(ctx context.Context, id, account string, m storage.Month, 
 	out = append(out, Share{
 		Node:   id,
 		Counts: storage.MonthCounts{Used: r.Used, Lookups: r.Lookups, Warned: uint8(r.Warned)},
-		Totals: storage.Totals{Evaluations: r.Evaluations, LimitHits: r.LimitHits},
-		Hour:   hour,
+		Totals: storage.Totals{Evaluations: r.Evaluations, LimitHits: r.LimitHits,
+			HourWarned: [2]int64{r.HourWarnedEighty, r.HourWarnedCap}},
+		Hour: hour,
 	})
 	for _, a := range r.Adopted {
 		sh, err := originShareOf(a)
@@ -103,7 +105,8 @@ func (q *Quota) share(ctx context.Context, id, account string, m storage.Month, 
 
 // Merge sums shares as a G-counter: per member the largest share seen (a
 // repeated or late answer changes nothing), then the sum over members;
-// warning bits are OR-ed.
+// warning bits are OR-ed, and of the hourly warning times (each the time
+// a member sent the warning as the account's owner) the latest wins.
 func Merge(shares ...Share) (storage.MonthCounts, storage.Totals) {
 	best := map[string]Share{}
 	for _, s := range shares {
@@ -114,6 +117,7 @@ func Merge(shares ...Share) (storage.MonthCounts, storage.Totals) {
 		b.Counts.Warned |= s.Counts.Warned
 		b.Totals.Evaluations = max(b.Totals.Evaluations, s.Totals.Evaluations)
 		b.Totals.LimitHits = max(b.Totals.LimitHits, s.Totals.LimitHits)
+		b.Totals.HourWarned = latest(b.Totals.HourWarned, s.Totals.HourWarned)
 		best[s.Node] = b
 	}
 	var c storage.MonthCounts
@@ -124,8 +128,14 @@ func Merge(shares ...Share) (storage.MonthCounts, storage.Totals) {
 		c.Warned |= b.Counts.Warned
 		t.Evaluations += b.Totals.Evaluations
 		t.LimitHits += b.Totals.LimitHits
+		t.HourWarned = latest(t.HourWarned, b.Totals.HourWarned)
 	}
 	return c, t
+}
+
+// latest is the later of each of two pairs of hourly warning times.
+func latest(a, b [2]int64) [2]int64 {
+	return [2]int64{max(a[0], b[0]), max(a[1], b[1])}
 }
 
 // ShareCalls counts Shares requests to other members: one per member for
