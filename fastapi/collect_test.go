@@ -260,6 +260,37 @@ func TestEvaluateWithNetworkToken(t *testing.T) {
 	}
 }
 
+// TestEvaluateIPv6TimeZoneAUFiller: users of Asian IPv6 networks whose
+// blocks the IPv6 country table fills with AU (the AU-filler rule of
+// intel/feeds corrects them) evaluate with their own time zone and no
+// timezone_mismatch; an Australian address still mismatches Bangkok.
+func TestEvaluateIPv6TimeZoneAUFiller(t *testing.T) {
+	e := newCollectEnv(t)
+	pk, live := e.acct.PublishableKey, e.acct.LiveKey
+	for _, c := range []struct {
+		name, remote, tz, country string
+		mismatch                  bool
+	}{
+		{"AIS Thailand", "[2001:44c8:4000::1234]:40000", "Asia/Bangkok", "TH", false},
+		{"BSNL India", "[2001:4490:60::9]:40000", "Asia/Kolkata", "IN", false},
+		{"Globe Philippines", "[2001:fd8::1]:40000", "Asia/Manila", "PH", false},
+		{"Telstra in Bangkok", "[2001:8000::1]:40000", "Asia/Bangkok", "AU", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tok := e.token(t, pk, c.remote, nil, `{"v":1,"key":"PK"}`)
+			st, m, raw := e.evaluate(t, live, map[string]any{"token": tok, "tz": c.tz})
+			tz, _ := m["timezone"].(map[string]any)
+			if st != 200 || m["country"] != c.country || tz == nil || tz["checked"] != true || tz["matches_ip"] != !c.mismatch ||
+				collectHasReason(m, "timezone_mismatch") != c.mismatch {
+				t.Fatalf("%d %s", st, raw)
+			}
+			if want := map[bool]string{false: "allow", true: "review"}[c.mismatch]; m["decision"] != want {
+				t.Fatalf("decision %v, want %s: %s", m["decision"], want, raw)
+			}
+		})
+	}
+}
+
 func collectNetOf(m map[string]any) map[string]any { n, _ := m["network"].(map[string]any); return n }
 
 func collectHasReason(m map[string]any, code string) bool {

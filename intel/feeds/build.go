@@ -108,28 +108,15 @@ func Build(fromDir, outDir string) (Manifest, error) {
 func buildFiles(fromDir string) (map[string]*feedfile.File, error) {
 	built := map[string]*feedfile.File{}
 	for _, sp := range specs {
-		var ins []input
-		for _, pt := range sp.parts {
-			if pt.curated {
-				in, err := curatedInput(pt)
-				if err != nil {
-					return nil, fmt.Errorf("feeds: build %s: %w", sp.name, err)
-				}
-				ins = append(ins, in)
-				continue
-			}
-			path, err := newest(filepath.Join(fromDir, pt.path))
-			if err != nil {
-				return nil, fmt.Errorf("feeds: build %s: %w", sp.name, err)
-			}
-			data, err := readMaybeGzip(path)
-			if err != nil {
-				return nil, fmt.Errorf("feeds: build %s: %w", sp.name, err)
-			}
-			ins = append(ins, input{part: pt, name: filepath.ToSlash(rel(fromDir, path)), data: data})
+		ins, err := buildInputs(fromDir, sp)
+		if err != nil {
+			return nil, fmt.Errorf("feeds: build %s: %w", sp.name, err)
 		}
 		f, err := assemble(sp, ins)
 		if err != nil {
+			return nil, fmt.Errorf("feeds: build %s: %w", sp.name, err)
+		}
+		if _, err := refine(sp, f, built); err != nil {
 			return nil, fmt.Errorf("feeds: build %s: %w", sp.name, err)
 		}
 		built[sp.name] = f
@@ -147,6 +134,32 @@ func buildFiles(fromDir string) (map[string]*feedfile.File, error) {
 		}
 	}
 	return built, nil
+}
+
+// buildInputs reads the inputs of sp: the raw snapshots under fromDir and
+// the curated lists.
+func buildInputs(fromDir string, sp spec) ([]input, error) {
+	var ins []input
+	for _, pt := range sp.parts {
+		if pt.curated {
+			in, err := curatedInput(pt)
+			if err != nil {
+				return nil, err
+			}
+			ins = append(ins, in)
+			continue
+		}
+		path, err := newest(filepath.Join(fromDir, pt.path))
+		if err != nil {
+			return nil, err
+		}
+		data, err := readMaybeGzip(path)
+		if err != nil {
+			return nil, err
+		}
+		ins = append(ins, input{part: pt, name: filepath.ToSlash(rel(fromDir, path)), data: data})
+	}
+	return ins, nil
 }
 
 func summary(f *feedfile.File, size int) FeedSummary {

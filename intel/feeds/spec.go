@@ -50,6 +50,9 @@ type spec struct {
 	kind     feedfile.Kind
 	labelled bool // range values index a label table (else they are raw values)
 	parts    []part
+	// refine: a rule of this project applied to the assembled feed, at
+	// build and update time alike (the geo feed's AU-filler rule).
+	refine *refinement
 }
 
 // Snapshot dates of inputs whose names and contents carry none: the commit
@@ -80,8 +83,8 @@ const (
 	labelProton  = "Proton VPN"
 )
 
-// specs lists every feed in the order they are built and listed. The order of
-// parts matters where entries collide: the first part wins (zone names, ASN
+// specs lists every feed in the order they are built and listed (a feed
+// another one's refinement reads comes before it). The order of parts matters where entries collide: the first part wins (zone names, ASN
 // rows, identical ranges with different labels).
 var specs = []spec{
 	{name: FeedTor, kind: feedfile.KindRanges, parts: []part{
@@ -144,7 +147,7 @@ var specs = []spec{
 		{path: "geo/geo-whois-asn-country-ipv4.csv.gz", format: FormatGeoRanges, date: dateIPDB},
 		{path: "geo/geo-whois-asn-country-ipv6.csv.gz", format: FormatGeoRanges, date: dateIPDB},
 		{path: "geo_fixes.csv", format: FormatGeoRanges, curated: true, date: dateGeoFixes, override: true},
-	}},
+	}, refine: auFiller},
 	// tz_country.csv first: it has the backward names (Asia/Calcutta) and a
 	// single country for zones that zone1970.tab shares among several.
 	{name: FeedTZ, kind: feedfile.KindZones, parts: []part{

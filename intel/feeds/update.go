@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fraudd/fraudd/intel/netlists"
@@ -174,17 +175,39 @@ func Update(ctx context.Context, client *http.Client, sources []Source, dataDir 
 		byFeed[s.Feed] = append(byFeed[s.Feed], s)
 	}
 	fc := &fetcher{client: client, got: map[string]fetched{}}
-	for _, name := range order {
-		res := updateFeed(ctx, fc, name, byFeed[name], dir, prevEntries[name], prevInputs[name])
-		rep.Feeds = append(rep.Feeds, res)
+	results := map[string]FeedResult{}
+	for _, name := range refinedLast(order) {
+		results[name] = updateFeed(ctx, fc, name, byFeed[name], dataDir, prevEntries[name], prevInputs[name])
 		if ctx.Err() != nil {
 			break
+		}
+	}
+	for _, name := range order {
+		if res, ok := results[name]; ok {
+			rep.Feeds = append(rep.Feeds, res)
 		}
 	}
 	if ctx.Err() == nil {
 		rep.Feeds = append(rep.Feeds, rederive(dataDir, dir, rep.Feeds, prevEntries)...)
 	}
 	return rep, nil
+}
+
+// refinedLast is the order in which Update assembles the feeds of order: a
+// feed whose refinement reads another feed of the same update (the geo
+// feed's AU-filler rule reads the AS tables) comes after it, so that it
+// reads the new one.
+func refinedLast(order []string) []string {
+	var first, last []string
+	for _, name := range order {
+		sp, ok := specByName(name)
+		if ok && sp.refine != nil && slices.ContainsFunc(sp.refine.inputs, func(n string) bool { return slices.Contains(order, n) }) {
+			last = append(last, name)
+			continue
+		}
+		first = append(first, name)
+	}
+	return append(first, last...)
 }
 
 // rederive computes the derived feeds again when one of their inputs was
@@ -263,8 +286,9 @@ func (f *fetcher) fetch(ctx context.Context, url string) ([]byte, string, error)
 	return data, date, err
 }
 
-func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, dir string, prev int, prevIns []feedfile.Input) FeedResult {
+func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, dataDir string, prev int, prevIns []feedfile.Input) FeedResult {
 	res := FeedResult{Feed: name, Status: StatusFailed, Prev: prev}
+	dir := filepath.Join(dataDir, netlists.FeedsSubdir)
 	sp, ok := specByName(name)
 	if !ok {
 		res.Err = fmt.Errorf("unknown feed %q", name)
@@ -299,6 +323,24 @@ func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, di
 	if err != nil {
 		res.Status, res.Err = StatusRejected, err
 		return res
+	}
+	// The project's rule for this feed (the geo feed's AU filler), with
+	// the feeds the new snapshot will use: those of this update, else the
+	// data directory's or the embedded ones.
+	if sp.refine != nil {
+		deps := map[string]*feedfile.File{}
+		for _, in := range sp.refine.inputs {
+			d, err := netlists.ReadFeed(dataDir, in)
+			if err != nil {
+				res.Err = fmt.Errorf("%s: %w", sp.refine.name, err)
+				return res
+			}
+			deps[in] = d
+		}
+		if _, err := refine(sp, f, deps); err != nil {
+			res.Status, res.Err = StatusRejected, err
+			return res
+		}
 	}
 	res.Date, res.Entries = f.Date, f.Entries
 	if prev > 0 && f.Entries*maxShrink < prev {
@@ -337,12 +379,17 @@ func updateFeed(ctx context.Context, fc *fetcher, name string, srcs []Source, di
 // is the other way round: one that grows past maxShrink times its size
 // takes that much more out of the feed. The sources are compared in order,
 // and only when there are as many as before: a feed whose sources changed
-// has nothing to compare them with.
+// has nothing to compare them with. A rule's entry (rulePrefix: the ranges
+// the AU-filler rule moved) is no download and is not compared: an upstream
+// that fixes its own rows leaves the rule less to do.
 func inputShrank(prev, cur []feedfile.Input, excluded []bool) error {
 	if len(prev) != len(cur) {
 		return nil
 	}
 	for i, in := range cur {
+		if strings.HasPrefix(in.Name, rulePrefix) || strings.HasPrefix(prev[i].Name, rulePrefix) {
+			continue
+		}
 		p := prev[i].Entries
 		if p > 0 && in.Entries*maxShrink < p {
 			return fmt.Errorf("source %d (%s) shrank from %d to %d entries (more than half); keeping the old feed", i+1, in.Name, p, in.Entries)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -144,6 +145,46 @@ func TestGeoFixWIDE(t *testing.T) {
 		if c := s.Classify(netip.MustParseAddr(addr)); c.Country != want {
 			t.Errorf("%s: Country %q, want %s", addr, c.Country, want)
 		}
+	}
+}
+
+// TestGeoAUFiller: the IPv6 table's AU filler (SOURCES.md's known bug) runs
+// through whole APNIC allocations of networks elsewhere; the build's
+// AU-filler rule (intel/feeds/aufiller.go) gives an announced block the
+// country of its AS when that AS is a single-country network of another
+// APNIC country, and leaves Australian networks, multinationals and
+// unannounced filler AU.
+func TestGeoAUFiller(t *testing.T) {
+	s := embeddedSnapshot(t)
+	for _, c := range []struct {
+		addr, want string
+		asn        uint32
+	}{
+		{"2001:44c8:4000::1234", "TH", 45430}, // AIS (Advanced Wireless Network), Bangkok
+		{"2001:4490::1", "IN", 9829},          // BSNL
+		{"2001:4490:60::1", "IN", 9829},
+		{"2001:fd8::1", "PH", 4775},    // Globe Telecom
+		{"2001:c20:10::1", "SG", 3758}, // SingNet
+		{"2001:fb0::1", "TH", 7470},    // True Internet
+		{"2001:4488::1", "ID", 7713},   // Telkom Indonesia
+		{"2001:200::1", "JP", 2500},    // WIDE: the curated fix, which the rule agrees with
+		{"2001:218::1", "JP", 0},       // NTT: the curated fix
+		{"2001:8000::1", "AU", 1221},   // Telstra: Australian
+		{"2001:fe8::1", "AU", 24435},   // Supernet PK: a quarter of its IPv4 space abroad
+	} {
+		got := s.Classify(netip.MustParseAddr(c.addr))
+		if got.Country != c.want || c.asn != 0 && got.ASN != c.asn {
+			t.Errorf("%s: %s AS%d, want %s AS%d", c.addr, got.Country, got.ASN, c.want, c.asn)
+		}
+	}
+	var rule *feedfile.Input
+	for _, f := range s.Feeds() {
+		if f.Name == FeedGeo && len(f.Inputs) > 0 {
+			rule = &f.Inputs[len(f.Inputs)-1]
+		}
+	}
+	if rule == nil || !strings.HasPrefix(rule.Name, "rule:au-filler") || rule.Entries < 2000 {
+		t.Fatalf("the geo feed's header does not name the rule: %+v", rule)
 	}
 }
 
