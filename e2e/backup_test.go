@@ -244,7 +244,12 @@ func treeSize(t *testing.T, root string) int64 {
 }
 
 // copyTree copies a backup into place the way cp -r would.
-func copyTree(t *testing.T, from, to string) {
+func copyTree(t *testing.T, from, to string) { copyFiles(t, from, to, os.O_EXCL) }
+
+// copyFiles copies every file of from into to, creating directories 0700
+// and files 0600; flag is os.O_EXCL (refuse a file that is there) or
+// os.O_TRUNC (replace it, as cp -a FROM/. TO/ does).
+func copyFiles(t *testing.T, from, to string, flag int) {
 	t.Helper()
 	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -260,7 +265,7 @@ func copyTree(t *testing.T, from, to string) {
 			return err
 		}
 		defer in.Close()
-		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|flag, 0o600)
 		if err != nil {
 			return err
 		}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -367,33 +366,9 @@ func TestBackupCopiedOverTheDataDirRefusesToStart(t *testing.T) {
 	if len(stray) == 0 {
 		t.Fatal("the stopped store has no WAL the backup lacks: nothing would mix")
 	}
-	overlay(t, bk, data)
+	copyFiles(t, bk, data, os.O_TRUNC) // cp -a BACKUP/. DATA/
 	out := startFails(t, data, nil)
 	if !strings.Contains(out, "does not list") || !strings.Contains(out, stray[0]) {
 		t.Fatalf("refusal does not name the stray WAL %v:\n%s", stray, out)
-	}
-}
-
-// overlay copies every file of from over to, replacing what is there, as
-// cp -a FROM/. TO/ does.
-func overlay(t *testing.T, from, to string) {
-	t.Helper()
-	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, path)
-		dst := filepath.Join(to, rel)
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o700)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o600)
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
