@@ -266,6 +266,7 @@ var errEmptyInput = errors.New("input has no entries")
 func assemble(sp spec, ins []input) (*feedfile.File, error) {
 	f := &feedfile.File{Header: feedfile.Header{Name: sp.name, Kind: sp.kind}}
 	var spans, excl []span
+	exclASN := map[uint32]bool{} // AS numbers an exclusion input names
 	order := 0
 	for _, in := range ins {
 		p, err := parse(in.format, in.data)
@@ -310,6 +311,9 @@ func assemble(sp spec, ins []input) (*feedfile.File, error) {
 		}
 		if in.exclude {
 			excl = append(excl, p.spans...)
+			for _, a := range p.asns {
+				exclASN[a.ASN] = true
+			}
 			continue
 		}
 		spans = append(spans, p.spans...)
@@ -329,6 +333,7 @@ func assemble(sp spec, ins []input) (*feedfile.File, error) {
 		}
 		f.Ranges = buildRanges(spans, excl, sp.labelled)
 	case feedfile.KindASNs:
+		f.ASNs = slices.DeleteFunc(f.ASNs, func(a feedfile.ASN) bool { return exclASN[a.ASN] })
 		f.ASNs = feedfile.SortASNs(f.ASNs)
 		f.Entries = len(f.ASNs)
 	case feedfile.KindDomains:

@@ -217,6 +217,30 @@ func TestAssembleCombines(t *testing.T) {
 	}
 }
 
+// TestAssembleExcludesASNs: an exclusion input of an AS feed takes its AS
+// numbers out of the feed, whichever input named them.
+func TestAssembleExcludesASNs(t *testing.T) {
+	sp, _ := specByName(FeedDatacenterAS)
+	f, err := assemble(sp, []input{
+		{part: part{format: FormatBadASNCSV, date: "2026-03-18"}, name: "bad", data: []byte("ASN,Entity\n24940,\"HETZNER, DE\"\n29465,\"VCG-AS, NG\"\n")},
+		{part: part{format: FormatASNList, date: "2026-08-22"}, name: "x4b", data: []byte("AS16276 # OVH\nAS29465\n")},
+		{part: part{format: FormatBadASNCSV, exclude: true, curated: true, date: "2026-11-28"}, name: "not-hosting", data: []byte("asn,org\n29465,MTN NIGERIA Communication limited\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint32
+	for _, a := range f.ASNs {
+		got = append(got, a.ASN)
+	}
+	if len(got) != 2 || got[0] != 16276 || got[1] != 24940 || f.Entries != 2 {
+		t.Fatalf("ASNs %v, entries %d; want [16276 24940], 2", got, f.Entries)
+	}
+	if f.Date != "2026-08-22" {
+		t.Fatalf("date %s: the exclusion list dated the feed", f.Date)
+	}
+}
+
 func TestParseIP2ASN(t *testing.T) {
 	table := "1.0.0.0\t1.0.0.255\t13335\tUS\tCLOUDFLARENET\n" +
 		"1.0.1.0\t1.0.3.255\t0\tNone\tNot routed\n" +

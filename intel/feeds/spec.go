@@ -74,6 +74,7 @@ const (
 	dateVPNOperators   = "2026-11-23" // curated/vpn_operator_asns.csv
 	dateCuratedHosting = "2026-11-23" // curated/hosting_asns.csv
 	dateGeoFixes       = "2026-11-28" // curated/geo_fixes.csv
+	dateNotHosting     = "2026-11-28" // curated/not_hosting_asns.csv
 )
 
 // VPN provider labels, as they appear in network.service.
@@ -103,6 +104,9 @@ var specs = []spec{
 		{path: "datacenter/x4bnet-datacenter-ASN.txt", format: FormatASNList, date: dateX4B},
 		// Last, so that an AS on a list above keeps that list's row.
 		{path: "hosting_asns.csv", format: FormatProviderASN, curated: true, onlyKind: "hosting", setKind: KindCuratedHosting, date: dateCuratedHosting},
+		// Access networks a hosting list names by mistake (MTN and Airtel
+		// Nigeria on brianhama's list): taken out, whichever list names them.
+		{path: "not_hosting_asns.csv", format: FormatBadASNCSV, curated: true, exclude: true, date: dateNotHosting},
 	}},
 	{name: FeedProviderAS, kind: feedfile.KindASNs, parts: []part{
 		{path: "cloud/provider_asn_labels_seed.csv", format: FormatProviderASN, date: dateCurated},

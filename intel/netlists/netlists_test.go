@@ -115,6 +115,36 @@ func TestResidentialIsNothing(t *testing.T) {
 	}
 }
 
+// TestNigerianCarriersAreNotDatacenter: MTN Nigeria (AS29465, on the
+// project's own mobile carrier list) and Airtel Nigeria (AS36873, Airtel
+// Networks Limited) are the country's two largest mobile networks. Only
+// brianhama's bad-ASN list names them (as "VCG-AS, NG" and "VNL1-AS, NG",
+// among universities and a bank of the same country); X4B's datacenter AS
+// list, which carries the rest of those rows, left both out. Every
+// subscriber of either read datacenter through datacenter_asn.
+func TestNigerianCarriersAreNotDatacenter(t *testing.T) {
+	s := embeddedSnapshot(t)
+	for _, tc := range []struct {
+		addr   string
+		asn    uint32
+		mobile bool
+	}{
+		{"41.206.0.1", 29465, true},       // MTN Nigeria
+		{"41.220.79.255", 29465, true},    // MTN Nigeria, last address of a row
+		{"105.112.0.1", 36873, false},     // Airtel Nigeria (on no carrier list)
+		{"105.120.255.255", 36873, false}, // last address of a row
+	} {
+		c := s.Classify(netip.MustParseAddr(tc.addr))
+		if c.ASN != tc.asn {
+			t.Fatalf("%s: AS%d, want AS%d", tc.addr, c.ASN, tc.asn)
+		}
+		if c.Datacenter || c.Anonymous() || c.Sources != 0 || c.Mobile != tc.mobile {
+			t.Errorf("%s (AS%d): datacenter %v, sources %b, mobile %v; want a carrier's subscriber",
+				tc.addr, tc.asn, c.Datacenter, c.Sources, c.Mobile)
+		}
+	}
+}
+
 func TestRegistrationCountryIsTheAS(t *testing.T) {
 	// SOURCES.md: 1.1.1.1 is registered to a US AS although APNIC delegated
 	// the prefix (AU).
