@@ -488,3 +488,54 @@ func TestDeviceReportWithoutUA(t *testing.T) {
 		t.Fatalf("headless report without its ua: %d %s", st, raw)
 	}
 }
+
+// TestEvaluateSharedTimeZones: a zone tzdata uses in several countries
+// (zone1970.tab's first column; tz_country.csv's countries_1970 for the
+// backward names) matches an address in any of them, and timezone.country
+// is then the address's country (SPEC 2.2: matches_ip is "zone's country
+// equals country"); an address elsewhere still mismatches and names the
+// zone's own country.
+func TestEvaluateSharedTimeZones(t *testing.T) {
+	e := newCollectEnv(t)
+	pk, live := e.acct.PublishableKey, e.acct.LiveKey
+	for _, c := range []struct {
+		remote, tz, country, tzCountry string
+		mismatch                       bool
+	}{
+		{"2.21.16.9:1", "Europe/Zurich", "DE", "DE", false},         // zone1970: CH,DE,LI (Büsingen)
+		{"31.10.16.9:1", "Europe/Zurich", "LI", "LI", false},        // backward: Vaduz → Zurich
+		{"31.10.16.9:1", "Europe/Vaduz", "LI", "LI", false},         // zone.tab
+		{"2.148.0.9:1", "Europe/Berlin", "NO", "NO", false},         // zone1970: DE,DK,NO,SE,SJ
+		{"31.203.0.9:1", "Asia/Riyadh", "KW", "KW", false},          // zone1970: SA,AQ,KW,YE
+		{"1.52.0.9:1", "Asia/Bangkok", "VN", "VN", false},           // zone1970: TH,CX,KH,LA,VN
+		{"5.28.32.9:1", "Asia/Bangkok", "KH", "KH", false},          // zone1970: TH,CX,KH,LA,VN
+		{"41.77.80.9:1", "Africa/Lagos", "CM", "CM", false},         // zone1970: NG,AO,BJ,CD,CF,CG,CM,GA,GQ,NE
+		{"5.21.0.9:1", "Asia/Dubai", "OM", "OM", false},             // zone1970: AE,OM,RE,SC,TF
+		{"23.185.48.9:1", "America/Toronto", "BS", "BS", false},     // zone1970: CA,BS
+		{"2.57.0.9:1", "Europe/Simferopol", "RU", "RU", false},      // zone1970: RU,UA
+		{"9.168.0.9:1", "America/Coral_Harbour", "CA", "CA", false}, // backward → Panama (Atikokan); countries_1970 CA
+		{"103.166.208.9:1", "Pacific/Ponape", "FM", "FM", false},    // backward → Guadalcanal (Pohnpei); table said SB
+		{"103.166.208.9:1", "Pacific/Truk", "FM", "FM", false},      // backward → Port_Moresby (Chuuk); table said PG
+		{"88.202.80.9:1", "Africa/Asmera", "ER", "ER", false},       // backward → Nairobi (Asmara); table said KE
+		{"41.73.96.9:1", "Africa/Timbuktu", "ML", "ML", false},      // backward → Abidjan (Mali); table said CI
+		{"5.23.64.9:1", "Iceland", "IS", "IS", false},               // backward → Abidjan (#= Reykjavik); table said CI
+		{"38.83.64.9:1", "America/Virgin", "VI", "VI", false},       // backward → Puerto_Rico (St Thomas); table said PR
+		{"2.3.0.9:1", "Europe/Zurich", "FR", "CH", true},
+		{"2.59.96.9:1", "Europe/Berlin", "CH", "DE", true},
+		{"2.3.0.9:1", "Asia/Bangkok", "FR", "TH", true},
+		{"2.21.16.9:1", "Africa/Asmera", "DE", "KE", true},
+	} {
+		t.Run(c.tz+"_"+c.country, func(t *testing.T) {
+			tok := e.token(t, pk, c.remote, nil, `{"v":1,"key":"PK"}`)
+			st, m, raw := e.evaluate(t, live, map[string]any{"token": tok, "tz": c.tz})
+			tz, _ := m["timezone"].(map[string]any)
+			if st != 200 || m["country"] != c.country || tz == nil || tz["reported"] != c.tz || tz["country"] != c.tzCountry ||
+				tz["checked"] != true || tz["matches_ip"] != !c.mismatch || collectHasReason(m, "timezone_mismatch") != c.mismatch {
+				t.Fatalf("%d %s", st, raw)
+			}
+			if want := map[bool]string{false: "allow", true: "review"}[c.mismatch]; m["decision"] != want {
+				t.Fatalf("decision %v, want %s: %s", m["decision"], want, raw)
+			}
+		})
+	}
+}

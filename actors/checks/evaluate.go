@@ -208,8 +208,8 @@ func (ev *Evaluation) extras(req *EvalRequest, snap *netlists.Snapshot) {
 		ev.in.Email = score.Email{Sent: true, Disposable: snap.DisposableEmail(req.Email)}
 	}
 	if req.TZSent {
-		if c, ok := snap.ZoneCountry(req.TZ); ok {
-			ev.in.TimeZone = score.TimeZone{Sent: true, Zone: req.TZ, Country: c}
+		if c, others, ok := snap.ZoneCountries(req.TZ); ok {
+			ev.in.TimeZone = score.TimeZone{Sent: true, Zone: req.TZ, Country: c, Others: others}
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -239,17 +240,27 @@ func parse(format Format, data []byte) (*parsed, error) {
 			if len(f) < 3 {
 				return false
 			}
-			cc := strings.SplitN(f[0], ",", 2)[0]
-			if !isCountry(cc) || !isZoneName(f[2]) {
+			// zone1970.tab lists every country that uses the zone
+			// (CH,DE,LI Europe/Zurich): all of them match it.
+			ccs := strings.Split(f[0], ",")
+			cc, ok := zoneCountries(ccs[0], ccs[1:])
+			if !ok || !isZoneName(f[2]) {
 				return false
 			}
 			p.zones = append(p.zones, feedfile.Zone{Name: f[2], Country: cc})
 			return true
 		})
 	case FormatTzCountry:
+		// countries_1970 (the third column) lists every country that uses
+		// the zone or, for a backward name, its target: all of them match.
 		err = eachCSV(data, p, 2, func(rec []string) bool {
-			name, cc := strings.TrimSpace(rec[0]), strings.TrimSpace(rec[1])
-			if !isZoneName(name) || !isCountry(cc) {
+			name := strings.TrimSpace(rec[0])
+			var also []string
+			if len(rec) > 2 {
+				also = strings.Fields(rec[2])
+			}
+			cc, ok := zoneCountries(strings.TrimSpace(rec[1]), also)
+			if !isZoneName(name) || !ok {
 				return false
 			}
 			p.zones = append(p.zones, feedfile.Zone{Name: name, Country: cc})
@@ -505,6 +516,27 @@ func parseASN(s string) (uint32, bool) {
 
 func isCountry(s string) bool {
 	return len(s) == 2 && 'A' <= s[0] && s[0] <= 'Z' && 'A' <= s[1] && s[1] <= 'Z'
+}
+
+// zoneCountries is a zone row's Country (feedfile.Zone): the zone's own
+// country, then the other countries that use it, sorted, space-separated
+// ("CH DE LI"). False when a code is not a country.
+func zoneCountries(own string, also []string) (string, bool) {
+	if !isCountry(own) {
+		return "", false
+	}
+	var others []string
+	for _, cc := range also {
+		cc = strings.TrimSpace(cc)
+		if !isCountry(cc) {
+			return "", false
+		}
+		if cc != own {
+			others = append(others, cc)
+		}
+	}
+	slices.Sort(others)
+	return strings.Join(append([]string{own}, slices.Compact(others)...), " "), true
 }
 
 func isZoneName(s string) bool {

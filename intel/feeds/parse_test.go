@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/fraudd/fraudd/intel/netlists/feedfile"
@@ -177,12 +178,18 @@ func TestParseDomainsAndZones(t *testing.T) {
 		t.Fatalf("date %q skipped %d", p.date, p.skipped)
 	}
 	p = mustParse(t, FormatZoneTab, "# comment\nAD\t+4230+00131\tEurope/Andorra\nAE,OM,RE\t+2518+05518\tAsia/Dubai\tCrozet\n")
-	if len(p.zones) != 2 || p.zones[1] != (feedfile.Zone{Name: "Asia/Dubai", Country: "AE"}) {
+	// zone1970.tab's other countries follow the zone's own, sorted.
+	if len(p.zones) != 2 || p.zones[1] != (feedfile.Zone{Name: "Asia/Dubai", Country: "AE OM RE"}) {
 		t.Fatalf("zone.tab %+v", p.zones)
 	}
-	p = mustParse(t, FormatTzCountry, "tz,country,countries_1970\nAsia/Calcutta,IN,IN\nUTC,,\n")
-	if len(p.zones) != 1 || p.zones[0] != (feedfile.Zone{Name: "Asia/Calcutta", Country: "IN"}) {
-		t.Fatalf("tz_country %+v", p.zones)
+	p = mustParse(t, FormatTzCountry, "tz,country,countries_1970\nAsia/Calcutta,IN,IN\nUTC,,\n"+
+		"Europe/Busingen,DE,CH DE LI\nAfrica/Asmera,KE,KE DJ ER ET\nEurope/Vaduz,LI,\nBad/Other,CH,CH de\n")
+	if want := []feedfile.Zone{{Name: "Asia/Calcutta", Country: "IN"}, {Name: "Europe/Busingen", Country: "DE CH LI"},
+		{Name: "Africa/Asmera", Country: "KE DJ ER ET"}, {Name: "Europe/Vaduz", Country: "LI"}}; !slices.Equal(p.zones, want) {
+		t.Fatalf("tz_country %+v, want %+v", p.zones, want)
+	}
+	if p.skipped != 2 {
+		t.Fatalf("tz_country skipped %d, want 2 (UTC, Bad/Other)", p.skipped)
 	}
 }
 

@@ -152,8 +152,9 @@ var specs = []spec{
 		{path: "geo/geo-whois-asn-country-ipv6.csv.gz", format: FormatGeoRanges, date: dateIPDB},
 		{path: "geo_fixes.csv", format: FormatGeoRanges, curated: true, date: dateGeoFixes, override: true},
 	}, refine: auFiller},
-	// tz_country.csv first: it has the backward names (Asia/Calcutta) and a
-	// single country for zones that zone1970.tab shares among several.
+	// tz_country.csv first: it has the backward names (Asia/Calcutta), each
+	// zone's own country and, in countries_1970, every country that uses it
+	// (zone1970.tab); a zone matches an address in any of them.
 	{name: FeedTZ, kind: feedfile.KindZones, parts: []part{
 		{path: "tz/tz_country.csv", format: FormatTzCountry},
 		{path: "tz/zone.tab", format: FormatZoneTab},

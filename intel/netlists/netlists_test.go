@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -298,6 +299,93 @@ func TestZoneCountry(t *testing.T) {
 	}
 }
 
+// TestZoneCountriesShared: a zone tzdata uses in several countries matches
+// each of them (zone1970.tab's first column; tz_country.csv's
+// countries_1970 for backward names), and no other; ZoneCountry stays the
+// zone's own country.
+func TestZoneCountriesShared(t *testing.T) {
+	s := embeddedSnapshot(t)
+	uses := func(tz, cc string) bool {
+		own, others, ok := s.ZoneCountries(tz)
+		if !ok {
+			t.Fatalf("ZoneCountries(%q) unknown", tz)
+		}
+		if c, _ := s.ZoneCountry(tz); c != own {
+			t.Fatalf("ZoneCountry(%q) = %q, ZoneCountries %q", tz, c, own)
+		}
+		return own == cc || slices.Contains(strings.Fields(others), cc)
+	}
+	for _, c := range []struct{ tz, own, used, notUsed string }{
+		{"Europe/Zurich", "CH", "CH DE LI", "FR AT"},
+		{"Europe/Busingen", "DE", "DE CH LI", "FR"},
+		{"Europe/Vaduz", "LI", "LI", "FR"},
+		{"Europe/Berlin", "DE", "DE DK NO SE SJ", "CH PL FR"},
+		{"Europe/Copenhagen", "DK", "DK", "FR"},
+		{"Arctic/Longyearbyen", "SJ", "SJ NO DE DK SE", "FI"},
+		{"Asia/Riyadh", "SA", "SA AQ KW YE", "AE"},
+		{"Asia/Kuwait", "KW", "KW", "US"},
+		{"America/Puerto_Rico", "PR", "PR AG AI AW BL BQ CA CW DM GD GP KN LC MF MS SX TT VC VG VI", "US DO"},
+		{"Africa/Lagos", "NG", "NG AO BJ CD CF CG CM GA GQ NE", "GH ZA"},
+		{"Africa/Maputo", "MZ", "MZ BI BW CD MW RW ZM ZW", "ZA"},
+		{"Africa/Abidjan", "CI", "CI BF GH GM GN IS ML MR SH SL SN TG", "NG"},
+		{"Asia/Bangkok", "TH", "TH CX KH LA VN", "MY"},
+		{"Pacific/Port_Moresby", "PG", "PG AQ FM", "AU"},
+		{"Asia/Dubai", "AE", "AE OM RE SC TF", "SA"},
+		{"America/Toronto", "CA", "CA BS", "US"},
+		{"America/Panama", "PA", "PA CA KY", "US"},
+		{"America/Phoenix", "US", "US CA", "MX"},
+		{"Europe/Simferopol", "UA", "UA RU", "BY"},
+		{"Europe/Belgrade", "RS", "RS BA HR ME MK SI", "HU"},
+		{"Asia/Tokyo", "JP", "JP AU", "KR"},
+		{"Asia/Calcutta", "IN", "IN", "PK"},
+		{"Europe/Kiev", "UA", "UA", "RU"},
+		{"Asia/Saigon", "VN", "VN", "TH"},
+		{"America/Buenos_Aires", "AR", "AR", "UY"},
+		{"US/Eastern", "US", "US", "CA"},
+		// Backward names whose table country was the link target's.
+		{"Africa/Asmera", "KE", "ER", "US"},
+		{"Africa/Timbuktu", "CI", "ML", "US"},
+		{"America/Coral_Harbour", "PA", "CA", "US"},
+		{"Pacific/Ponape", "SB", "FM", "US"},
+		{"Pacific/Truk", "PG", "FM", "US"},
+		{"Pacific/Yap", "PG", "FM", "US"},
+		{"Iceland", "CI", "IS", "US"},
+		{"Atlantic/Jan_Mayen", "DE", "SJ NO", "US"},
+		{"America/Virgin", "PR", "VI", "US"},
+	} {
+		if own, _, _ := s.ZoneCountries(c.tz); own != c.own {
+			t.Errorf("ZoneCountries(%q) own %q, want %q", c.tz, own, c.own)
+		}
+		for _, cc := range strings.Fields(c.used) {
+			if !uses(c.tz, cc) {
+				t.Errorf("%s is not used in %s", c.tz, cc)
+			}
+		}
+		for _, cc := range strings.Fields(c.notUsed) {
+			if uses(c.tz, cc) {
+				t.Errorf("%s is used in %s", c.tz, cc)
+			}
+		}
+	}
+	// Countries with several zones: each zone is the country's own.
+	for cc, zones := range map[string]string{
+		"US": "America/New_York America/Chicago America/Denver America/Los_Angeles America/Anchorage Pacific/Honolulu America/Detroit America/Indiana/Indianapolis US/Pacific",
+		"RU": "Europe/Moscow Asia/Yekaterinburg Asia/Novosibirsk Asia/Vladivostok Europe/Kaliningrad Asia/Kamchatka",
+		"BR": "America/Sao_Paulo America/Manaus America/Recife America/Noronha America/Rio_Branco Brazil/East",
+		"AU": "Australia/Sydney Australia/Perth Australia/Adelaide Australia/Brisbane Australia/Darwin Australia/Hobart Antarctica/Macquarie",
+		"CA": "America/Toronto America/Vancouver America/Edmonton America/Winnipeg America/Halifax America/St_Johns America/Regina America/Montreal",
+		"ID": "Asia/Jakarta Asia/Makassar Asia/Jayapura Asia/Pontianak",
+		"MX": "America/Mexico_City America/Cancun America/Tijuana America/Hermosillo America/Monterrey",
+		"KZ": "Asia/Almaty Asia/Qostanay Asia/Aqtobe Asia/Aqtau Asia/Oral",
+	} {
+		for _, tz := range strings.Fields(zones) {
+			if own, _, _ := s.ZoneCountries(tz); own != cc {
+				t.Errorf("ZoneCountries(%q) own %q, want %q", tz, own, cc)
+			}
+		}
+	}
+}
+
 func TestCoverageAndFeeds(t *testing.T) {
 	s := embeddedSnapshot(t)
 	c := s.Coverage()
@@ -352,6 +440,7 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 		_ = s.DisposableEmail("Someone@Sub.Mailinator.COM")
 		_ = s.DisposableEmail("someone@gmail.com")
 		_, _ = s.ZoneCountry("Asia/Calcutta")
+		_, _, _ = s.ZoneCountries("Europe/Zurich")
 		_ = s.Coverage()
 	})
 	if n != 0 {

@@ -14,6 +14,7 @@ package netlists
 import (
 	"net/netip"
 	"slices"
+	"strings"
 
 	"golang.org/x/net/idna"
 
@@ -549,11 +550,24 @@ func trimSpaceASCII(s string) string {
 // backward-compatible names (Asia/Calcutta, US/Eastern). Names are
 // case-sensitive, as in the tz database. It does not allocate.
 func (s *Snapshot) ZoneCountry(tz string) (country string, ok bool) {
-	if s == nil {
-		return "", false
-	}
-	country, ok = s.zones[tz]
+	country, _, ok = s.ZoneCountries(tz)
 	return country, ok
+}
+
+// ZoneCountries is ZoneCountry plus the other countries tzdata says use the
+// zone (zone1970.tab: Europe/Zurich is CH's and also DE's, for Büsingen, and
+// LI's), space-separated and sorted ("DE LI"), "" when none. It does not
+// allocate.
+func (s *Snapshot) ZoneCountries(tz string) (country, others string, ok bool) {
+	if s == nil {
+		return "", "", false
+	}
+	v, ok := s.zones[tz]
+	if !ok {
+		return "", "", false
+	}
+	country, others, _ = strings.Cut(v, " ")
+	return country, others, true
 }
 
 // Coverage returns the counts for the threat feed.

@@ -169,6 +169,13 @@ func Evaluate(in *Input, out *Result) {
 			MatchesIP: known && strings.EqualFold(tz.Country, netCountry),
 			Checked:   known && !exit,
 		}
+		// A zone several countries use (Europe/Zurich: CH, DE for Büsingen,
+		// LI) is, for an address in one of them, that country's zone:
+		// timezone.country names it, so that matches_ip stays "zone's
+		// country equals country" (SPEC 2.2).
+		if known && !out.TimeZone.MatchesIP && usesZone(tz.Others, netCountry) {
+			out.TimeZone.Country, out.TimeZone.MatchesIP = netCountry, true
+		}
 		tzMismatch = out.TimeZone.Checked && !out.TimeZone.MatchesIP
 	}
 
@@ -352,4 +359,17 @@ func Evaluate(in *Input, out *Result) {
 	out.Decision = decision
 	out.DecisionSource = source
 	out.PolicyChanged = decision != engine
+}
+
+// usesZone reports whether cc is in the space-separated country list
+// others, case-insensitively. It does not allocate.
+func usesZone(others, cc string) bool {
+	for others != "" {
+		var c string
+		c, others, _ = strings.Cut(others, " ")
+		if strings.EqualFold(c, cc) {
+			return true
+		}
+	}
+	return false
 }

@@ -145,6 +145,12 @@ func TestNetworkSummary(t *testing.T) {
 }
 
 func TestTimeZone(t *testing.T) {
+	zurich := func(net string) Input {
+		in := mk()
+		in.Network.Country = net
+		in.TimeZone = TimeZone{Sent: true, Zone: "Europe/Zurich", Country: "CH", Others: "DE LI"}
+		return in
+	}
 	cases := []struct {
 		name     string
 		in       Input
@@ -173,6 +179,12 @@ func TestTimeZone(t *testing.T) {
 			in.TimeZone = TimeZone{Sent: true, Zone: "America/Chicago", Country: "us"}
 			return in
 		}(), TimeZoneResult{true, "America/Chicago", "us", true, true}, false},
+		// Europe/Zurich is CH's and, by zone1970.tab, DE's and LI's too.
+		{"shared zone, another user's country", zurich("DE"), TimeZoneResult{true, "Europe/Zurich", "DE", true, true}, false},
+		{"shared zone, the last of its countries", zurich("LI"), TimeZoneResult{true, "Europe/Zurich", "LI", true, true}, false},
+		{"shared zone, no user's country", zurich("FR"), TimeZoneResult{true, "Europe/Zurich", "CH", false, true}, true},
+		{"shared zone, a prefix of a user's country", zurich("D"), TimeZoneResult{true, "Europe/Zurich", "CH", false, true}, true},
+		{"shared zone, network country unknown", zurich(""), TimeZoneResult{true, "Europe/Zurich", "CH", false, false}, false},
 	}
 	for _, c := range cases {
 		r := eval(c.in)

@@ -91,6 +91,10 @@ type TimeZone struct {
 	Sent    bool
 	Zone    string // IANA name as reported (echoed as timezone.reported)
 	Country string // ISO 3166-1 alpha-2 of the zone, "" for zones without one (UTC, Etc/*)
+	// Others are the other countries tzdata says use the zone (zone1970.tab),
+	// space-separated ("DE LI" for Europe/Zurich): the zone matches an
+	// address in any of them too.
+	Others string
 }
 
 // Account carries the per-account counts of SPEC 2.2 (`account` object).

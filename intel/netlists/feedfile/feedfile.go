@@ -18,7 +18,7 @@
 //	         dictionary indexes.
 //	Domains  n; per name the length of the prefix shared with the previous
 //	         name and the rest (names sorted).
-//	Zones    n; per zone its name and country.
+//	Zones    n; per zone its name and countries (own first, space-separated).
 //	Shares   n; n ASN deltas; n IPv4 shares; n IPv6 shares.
 //
 // Encoding is deterministic: the same feed always gives the same bytes, so a
@@ -144,7 +144,10 @@ const MaxShare = 10000
 
 // Zone is one row of a KindZones file.
 type Zone struct {
-	Name    string
+	Name string
+	// Country is the zone's own ISO country, then every other country tzdata
+	// says uses the zone (zone1970.tab), sorted, space-separated: "CH DE LI"
+	// for Europe/Zurich, "IN" for Asia/Calcutta.
 	Country string
 }
 
