@@ -59,3 +59,35 @@ func TestDeviceSharedByAccounts(t *testing.T) {
 		t.Fatalf("after restart: %v", m["account"])
 	}
 }
+
+// TestTestKeyUseIsNotALiveReplay: the personal test key evaluating an event
+// first leaves the live history as it was (SPEC 2.2 customer_history
+// "excludes test-key traffic"): the live evaluation of that event counts a
+// visit, is not device_replayed, and its account stays linked when another
+// account uses the device.
+func TestTestKeyUseIsNotALiveReplay(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "testkey-first@example.com", "plan": "growth"})
+	tok := collectToken(t, s, a.PublishableKey, "73.0.0.9", nil)
+	ev := collectDevice(t, s, a.PublishableKey, "73.0.0.9", "chrome_desktop_windows")
+	if st, m := evalJSON(t, s, a.TestKey, map[string]any{"token": tok, "fingerprintEventId": ev, "accountId": "u1"}); st != 200 || m["device_status"] != "ok" {
+		t.Fatalf("test key: %d %v", st, m)
+	}
+	st, m := evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": ev, "accountId": "u1"})
+	d, _ := m["device"].(map[string]any)
+	ch, _ := d["customer_history"].(map[string]any)
+	if e, _ := m["evidence"].(map[string]any); st != 200 || ch == nil || ch["visits"] != float64(1) || e["device_replayed"] != false {
+		t.Fatalf("live after the test key: %d customer_history %v evidence %v", st, ch, m["evidence"])
+	}
+	ev2 := collectDevice(t, s, a.PublishableKey, "73.0.0.9", "chrome_desktop_windows")
+	_, m = evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": ev2, "accountId": "u2"})
+	d, _ = m["device"].(map[string]any)
+	if d["linked_accounts"] != float64(2) || d["multi_account"] != true {
+		t.Fatalf("second account on the device: %v", d)
+	}
+	// The live key's second use of the first event is a replay.
+	_, m = evalJSON(t, s, a.LiveKey, map[string]any{"token": tok, "fingerprintEventId": ev, "accountId": "u1"})
+	if e, _ := m["evidence"].(map[string]any); e["device_replayed"] != true {
+		t.Fatalf("second live use: %v", m["evidence"])
+	}
+}

@@ -292,3 +292,41 @@ func TestResubmittedEventCountsOnceInHistory(t *testing.T) {
 		t.Fatalf("the first event resubmitted after 39 others: visits %d (want 40), device_replayed %v", n, replayed)
 	}
 }
+
+// TestTestKeyUseLeavesLiveHistory: the personal test key's evaluation of an
+// event is test traffic, which customer_history excludes (SPEC 2.2:
+// "excludes test-key traffic"): the live evaluation of the same event
+// afterwards is its first live use — not a replay, a visit counted, and its
+// account linked for good (a device record without a visit lost its links
+// on the next observation).
+func TestTestKeyUseLeavesLiveHistory(t *testing.T) {
+	evs := shortChainWithEvents(t)
+	ts := newTestService(t, Config{Events: evs, History: newDeviceHist(t)})
+	eval := func(kind accounts.KeyKind, id, user string) (visits int, replayed bool, linked int64) {
+		t.Helper()
+		ev, ref := ts.Evaluate(ts.call(kind), &EvalRequest{FingerprintEventID: id, AccountID: user})
+		if ref != nil {
+			t.Fatalf("refused %+v", ref)
+		}
+		defer ev.Release()
+		b := ev.Body()
+		d := b.Device
+		if d == nil || d.CustomerHistory == nil || d.LinkedAccounts == nil {
+			t.Fatalf("no customer_history: %+v", d)
+		}
+		return d.CustomerHistory.Visits, b.Evidence != nil && b.Evidence.DeviceReplayed != nil && *b.Evidence.DeviceReplayed, *d.LinkedAccounts
+	}
+	first := collectEvent(t, evs, ts, "v-testkey")
+	if n, replayed, _ := eval(accounts.KeyTest, first, "user-1"); n != 1 || replayed {
+		t.Fatalf("test key, first use: visits %d, device_replayed %v", n, replayed)
+	}
+	if n, replayed, linked := eval(accounts.KeyLive, first, "user-1"); n != 1 || replayed || linked != 1 {
+		t.Fatalf("live key after the test key: visits %d (want 1), device_replayed %v (want false), linked %d", n, replayed, linked)
+	}
+	if n, replayed, linked := eval(accounts.KeyLive, collectEvent(t, evs, ts, "v-testkey"), "user-2"); n != 2 || replayed || linked != 2 {
+		t.Fatalf("live key, second event: visits %d (want 2), device_replayed %v, linked %d (want 2)", n, replayed, linked)
+	}
+	if _, replayed, _ := eval(accounts.KeyLive, first, "user-1"); !replayed {
+		t.Fatal("the live key's second use of an event is not a replay")
+	}
+}

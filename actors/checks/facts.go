@@ -36,7 +36,11 @@ func (s *Service) planFacts(c *Call, ch *chain, ev *Evaluation, req *EvalRequest
 	if req.FingerprintEventID != "" {
 		o.deviceStatus = "unavailable"
 		if id, ok := events.ParseEventID(req.FingerprintEventID); ok {
-			ch.resolve = events.Resolve{ID: id, Account: c.Auth.View.ID, Now: c.Now}
+			// The personal test key counts no use: test traffic shows in
+			// no later answer (SPEC 2.2 customer_history "excludes
+			// test-key traffic"), so a live evaluation of the event after
+			// it is its first use, not a replay that adds no visit.
+			ch.resolve = events.Resolve{ID: id, Account: c.Auth.View.ID, Now: c.Now, Peek: !c.liveKey()}
 			ch.resolveP = true
 		}
 	}

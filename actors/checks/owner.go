@@ -83,6 +83,8 @@ func (p OwnerParts) Rest(w OwnerWork) OwnerResult {
 		obs = *w.Observe
 	}
 	if w.Resolve != nil {
+		// A test-key observation's event counts no use (planFacts).
+		w.Resolve.Peek = w.Resolve.Peek || obs.Test
 		r.Resolved, r.EventErr = p.Events.Resolve(*w.Resolve)
 		if r.EventErr == nil && r.Resolved.Found {
 			obs.DeviceID, obs.Replayed = r.Resolved.Event.VisitorID, r.Resolved.Replayed

@@ -113,7 +113,7 @@ func (s *Server) Evaluate(ctx context.Context, r *EvaluateRequest) (*EvaluateRep
 	}
 	res := s.cfg.Owner.Run(c, w)
 	var use *eventUse
-	if w.Resolve != nil && res.EventErr == nil && res.Resolved.Found && id != 0 {
+	if w.Resolve != nil && !w.Resolve.Peek && res.EventErr == nil && res.Resolved.Found && id != 0 {
 		use = &eventUse{id: w.Resolve.ID, at: w.Resolve.Now}
 	}
 	if err := s.answered(id, res.ChargeErr, &c, &res.Charge, use); err != nil {
