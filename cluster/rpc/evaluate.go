@@ -71,7 +71,8 @@ func (q *Quota) evaluate(p *checks.OwnerParts, c *quota.Charge, w checks.OwnerWo
 	if here != nil && res.Charge.Allowed {
 		res.Resolved, res.EventErr = evs.local.Resolve(*here)
 	}
-	if w.Resolve != nil && res.EventErr == nil && res.Resolved.Found {
+	// A peek (the test key) used nothing: a pushed copy stays fresh.
+	if w.Resolve != nil && !peeks(w) && res.EventErr == nil && res.Resolved.Found {
 		q.usedMirrorEvent(c.Account, &w.Resolve.ID)
 	}
 	return res, true

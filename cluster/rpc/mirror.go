@@ -275,11 +275,12 @@ func (m *mirrors) try(os checks.OwnerStep, res quota.ChargeResult, here bool) bo
 	}
 	now := time.Now()
 	r := checks.OwnerResult{Charge: res}
-	var first, found bool
+	var first, found, peek bool
 	m.mu.Lock() // once for the mirror and the event: this is every leased evaluation's path
 	sub := m.activeLocked(c.Account)
 	if sub != nil && !here {
-		r.Resolved, first, found = m.eventLocked(c.Account, &w.Resolve.ID, now, w.Observe != nil)
+		peek = peeks(w)
+		r.Resolved, first, found = m.eventLocked(c.Account, &w.Resolve.ID, now, w.Observe != nil, peek)
 	}
 	m.mu.Unlock()
 	if sub == nil && here && !w.Observe.Test {
@@ -305,7 +306,7 @@ func (m *mirrors) try(os checks.OwnerStep, res quota.ChargeResult, here bool) bo
 	st := mirrorSteps.Get().(*mirrorStep)
 	st.m, st.os, st.r, st.sub, st.obs, st.here = m, os, r, sub, *w.Observe, here
 	if first {
-		st.use = w.Resolve.ID
+		st.use, st.peek = w.Resolve.ID, peek
 	}
 	if !here && len(r.Resolved.Event.VisitorID) <= storage.MaxHistDevice {
 		st.obs.DeviceID = r.Resolved.Event.VisitorID
@@ -349,19 +350,31 @@ func (m *mirrors) activeLocked(account string) *mirrorSub {
 // device's recent events, Facts.Repeated). Its use is taken here, so a
 // second evaluation of it here is a replay, and the owner is told of it
 // (MirrorOp.use_event), or counts it itself when the evaluation goes there.
+// A peek (peeks: the test key) reads a fresh one as unused and leaves it
+// fresh: test traffic counts no use (SPEC 2.2 customer_history "excludes
+// test-key traffic"), so the live evaluation after it is the first use.
 // Call it with m.mu held.
-func (m *mirrors) eventLocked(account string, id *events.EventID, now time.Time, observes bool) (r events.Resolved, fresh, ok bool) {
+func (m *mirrors) eventLocked(account string, id *events.EventID, now time.Time, observes, peek bool) (r events.Resolved, fresh, ok bool) {
 	k := mirrorEventKey{account, *id}
 	e, ok := m.events[k]
 	if !ok || now.After(e.until) || e.fresh && !observes {
 		return events.Resolved{}, false, false
 	}
 	if e.fresh {
-		m.events[k] = mirrorEvent{r: e.r, until: e.until}
+		if !peek {
+			m.events[k] = mirrorEvent{r: e.r, until: e.until}
+		}
 		return e.r, true, true
 	}
 	e.r.Replayed = true
 	return e.r, false, true
+}
+
+// peeks reports whether w's resolve counts no use of its event: the
+// personal test key's (planFacts sets Peek; the owner also reads a test
+// observation's resolve as one, OwnerParts.Rest).
+func peeks(w checks.OwnerWork) bool {
+	return w.Resolve != nil && w.Resolve.Peek || w.Observe != nil && w.Observe.Test
 }
 
 // usedMirrorEvent notes that an evaluation that went to the owner used
@@ -389,11 +402,20 @@ func (q *Quota) seedMirror(account string, w checks.OwnerWork, res *checks.Owner
 		return
 	}
 	r := res.Resolved
-	r.Replayed = true
+	// A peek (the test key) used nothing at the owner: the copy is as the
+	// owner read it, fresh when unused, so that the live evaluation after
+	// it here is the first use (SPEC 2.2), not a replay. Otherwise this
+	// evaluation was the use.
+	peek := peeks(w)
+	fresh := peek && !r.Replayed
+	r.Replayed = !fresh
 	r.Event.Signals = nil // as mirrorStored: the verdict is what is read
 	m.mu.Lock()
 	if len(m.events) < mirrorMaxEvents {
-		m.events[mirrorEventKey{strings.Clone(account), w.Resolve.ID}] = mirrorEvent{r: r, until: time.Now().Add(mirrorEventFor)}
+		k := mirrorEventKey{strings.Clone(account), w.Resolve.ID}
+		if _, kept := m.events[k]; !peek || !kept {
+			m.events[k] = mirrorEvent{r: r, until: time.Now().Add(mirrorEventFor), fresh: fresh}
+		}
 	}
 	m.mu.Unlock()
 	if w.Observe == nil || res.HistErr != nil || w.Observe.Test {
@@ -611,6 +633,8 @@ type mirrorStep struct {
 	own bool
 	// use: the event whose first use this is (fresh); zero: none.
 	use events.EventID
+	// peek: use is only read, by the test key: not told to the owner.
+	peek bool
 }
 
 var mirrorSteps = sync.Pool{New: func() any { return new(mirrorStep) }}
@@ -628,7 +652,7 @@ func (s *mirrorStep) ObserveReq() *devicehist.Prepared { return &s.prep }
 // mirror; otherwise it is answered, and the observation goes to the owner
 // to be recorded there.
 func (s *mirrorStep) Observed(f devicehist.Facts, err error) {
-	m, os, r, sub, obs, here, own, use := s.m, s.os, s.r, s.sub, s.obs, s.here, s.own, s.use
+	m, os, r, sub, obs, here, own, use, peek := s.m, s.os, s.r, s.sub, s.obs, s.here, s.own, s.use, s.peek
 	if errors.Is(err, devicehist.ErrNotMirrored) && !own {
 		m.misses.Add(1)
 		if here && !obs.Test && m.answerOwn(s) {
@@ -656,7 +680,8 @@ func (s *mirrorStep) Observed(f devicehist.Facts, err error) {
 	if err == nil && !obs.Test {
 		op = &MirrorOp{Customer: obs.Customer, Observation: observationMsg(ownedObservation(&obs))}
 	}
-	if use != (events.EventID{}) {
+	if use != (events.EventID{}) && !peek {
+		// A peek's event stays unused at the owner (eventLocked).
 		if op == nil {
 			op = &MirrorOp{Customer: obs.Customer}
 		}

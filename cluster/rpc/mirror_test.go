@@ -1036,3 +1036,81 @@ func TestMirrorOptionalPushesBounded(t *testing.T) {
 		t.Fatal("an optional push was dropped with room in the queue")
 	}
 }
+
+// testKeyEvalOn evaluates one device event with the personal test key on
+// nd, as planFacts asks for it: a resolve that counts no use (Peek) and a
+// test observation.
+func testKeyEvalOn(t *testing.T, nd *node, c quota.Charge, id events.EventID, user string) mirrorEval {
+	t.Helper()
+	st := &ownerStep{c: c, out: make(chan checks.OwnerResult, 1), w: checks.OwnerWork{
+		Resolve: &events.Resolve{ID: id, Account: c.Account, Now: testNow, Peek: true},
+		Observe: &devicehist.Observation{Customer: c.Account, EventID: fmt.Sprintf("%x", id[:]), AccountID: user, Test: true, Now: testNow},
+	}}
+	return runOn(t, nd, st)
+}
+
+// TestLeasedTestKeyEventIsNotALiveReplay: on a lease holder answering from
+// its mirror, a test-key evaluation of an event nobody used peeks at it
+// (SPEC 2.2 device.customer_history "excludes test-key traffic; …
+// repeated submissions count once"; SPEC 5.2 test traffic is "excluded
+// from stats"): it takes no first use here and tells the owner of none, so
+// the live evaluation of the event after it is its first use, not a
+// replay. Before, the mirror took the pushed event's first use for the
+// test key (and told the owner), and the live evaluation read
+// device_replayed with no visit. The same holds for a test-key evaluation
+// that missed the mirror and went to the owner: the copy it seeds is not
+// a used one.
+func TestLeasedTestKeyEventIsNotALiveReplay(t *testing.T) {
+	a, b, acct, c := mirroredPair(t)
+	warm, pushed, seeded := collectAt(t, a, acct, "visitor-warm"), collectAt(t, a, acct, "visitor-pushed"), collectAt(t, a, acct, "visitor-seeded")
+	holdSlices(t, c, b)
+	warmMirror(t, b, 0, func(int) { evalOn(t, b, c, warm, "alice") })
+	m := b.q.mirror.Load()
+	eventually(t, "b holds the events stored before it watched, unused", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		p, s := m.events[mirrorEventKey{acct, pushed}], m.events[mirrorEventKey{acct, seeded}]
+		return p.fresh && s.fresh
+	})
+	// b's mirror lacks one of them (as before its push arrives): its
+	// test-key evaluation goes to the owner.
+	m.mu.Lock()
+	delete(m.events, mirrorEventKey{acct, seeded})
+	m.mu.Unlock()
+	ownerUnused := func(id events.EventID) bool {
+		r, err := a.events.Peek(events.Resolve{ID: id, Account: acct, Now: testNow})
+		return err == nil && r.Found && !r.Replayed
+	}
+	for _, tc := range []struct {
+		name    string
+		id      events.EventID
+		hits    int64
+		visitor string
+	}{{"from the mirror", pushed, 1, "visitor-pushed"}, {"from the owner", seeded, 0, "visitor-seeded"}} {
+		e := testKeyEvalOn(t, b, c, tc.id, "bob")
+		if e.leased != 1 || e.hits != tc.hits || !e.r.Resolved.Found || e.r.Resolved.Replayed || e.r.Resolved.Event.VisitorID != tc.visitor {
+			t.Fatalf("%s: the test-key evaluation of an unused event: %+v", tc.name, e)
+		}
+		eventually(t, "b's stream settled", func() bool {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			for _, st := range m.streams {
+				if !st.settled() {
+					return false
+				}
+			}
+			return true
+		})
+		if !ownerUnused(tc.id) {
+			t.Fatalf("%s: the owner counted a use of the event for the test key", tc.name)
+		}
+		e = evalOn(t, b, c, tc.id, "bob")
+		if e.leased != 1 || e.hits != 1 || e.hops != 0 || !e.r.Resolved.Found || e.r.Resolved.Replayed || e.r.Facts.History.Visits != 1 || e.r.Facts.Repeated {
+			t.Fatalf("%s: the live evaluation after the test key's: %+v", tc.name, e)
+		}
+		eventually(t, "the owner counts the live use", func() bool { return !ownerUnused(tc.id) })
+	}
+	if n := a.server.MirrorLateUses(); n != 0 {
+		t.Fatalf("%d first uses answered after another", n)
+	}
+}
