@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -34,18 +32,7 @@ func TestSecondSignalHurriesTheStop(t *testing.T) {
 	}
 
 	// A request in flight, its body half sent: the drain waits for it.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	body := `{"ip":"8.8.8.8"}`
-	head := "POST /api/lookup HTTP/1.1\r\nHost: x\r\nUser-Agent: e2e/1\r\nContent-Type: application/json\r\nContent-Length: " +
-		itoa(len(body)) + "\r\n\r\n"
-	if _, err := io.WriteString(conn, head+body[:6]); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond) // the server reads the head and waits for the rest
+	conn, _ := halfSentLookup(t, s)
 
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

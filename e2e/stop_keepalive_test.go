@@ -18,23 +18,12 @@ import (
 // an EOF for a request the server never read.
 func TestStopClosesKeepAliveWithTheAnswer(t *testing.T) {
 	s := Start(t, bin)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	body := `{"ip":"8.8.8.8"}`
-	head := "POST /api/lookup HTTP/1.1\r\nHost: x\r\nUser-Agent: e2e/1\r\nContent-Type: application/json\r\nContent-Length: " +
-		itoa(len(body)) + "\r\n\r\n"
-	if _, err := io.WriteString(conn, head+body[:6]); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond) // the server waits for the rest of the body
+	conn, rest := halfSentLookup(t, s)
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // the stop has begun
-	if _, err := io.WriteString(conn, body[6:]); err != nil {
+	if _, err := io.WriteString(conn, rest); err != nil {
 		t.Fatal(err)
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -49,4 +38,24 @@ func TestStopClosesKeepAliveWithTheAnswer(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
+}
+
+// halfSentLookup opens a connection to s and sends a free lookup's head and
+// the first bytes of its body: a request in flight, which a stop's drain
+// waits for. rest completes it. The connection closes with the test.
+func halfSentLookup(t *testing.T, s *Server) (conn net.Conn, rest string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	body := `{"ip":"8.8.8.8"}`
+	head := "POST /api/lookup HTTP/1.1\r\nHost: x\r\nUser-Agent: e2e/1\r\nContent-Type: application/json\r\nContent-Length: " +
+		itoa(len(body)) + "\r\n\r\n"
+	if _, err := io.WriteString(conn, head+body[:6]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the server reads the head and waits for the rest
+	return conn, body[6:]
 }
