@@ -215,10 +215,6 @@ func applyAUFiller(f *feedfile.File, asn, info *feedfile.File) (refined, error) 
 		return out, nil
 	}
 
-	// A moved range's country is a label already: its AS has IPv4 space
-	// there.
-	label := func(a uint32) uint32 { return home[a] }
-
 	// The new IPv6 table: every AU row with its moved pieces cut out.
 	var segs []seg
 	one := feedfile.U128{Lo: 1}
@@ -258,7 +254,7 @@ func applyAUFiller(f *feedfile.File, asn, info *feedfile.File) (refined, error) 
 			if cur.Less(p.lo) {
 				emit(cur, p.lo.Sub(one), v)
 			}
-			emit(p.lo, p.hi, label(p.asn))
+			emit(p.lo, p.hi, home[p.asn]) // a label already: the AS has IPv4 space there
 			if p.hi == hi {
 				done = true
 				k++
