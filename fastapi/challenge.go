@@ -1,8 +1,6 @@
 package fastapi
 
 import (
-	"encoding/json"
-
 	"github.com/valyala/fasthttp"
 )
 
@@ -11,7 +9,11 @@ func (s *Server) handleChallenge(ctx *fasthttp.RequestCtx, r *request) {
 	var body struct {
 		ID *string `json:"fingerprintEventId"`
 	}
-	sent := json.Unmarshal(ctx.PostBody(), &body) == nil && body.ID != nil
+	// jsonBody, as every API body: the member is matched by its exact name.
+	// encoding/json took {"FingerprintEventID": …} for it and issued a
+	// challenge for a body that carries no fingerprintEventId, which SPEC
+	// 4.10 answers 400.
+	sent := jsonBody.Unmarshal(ctx.PostBody(), &body) == nil && body.ID != nil
 	var id string
 	if sent {
 		id = *body.ID

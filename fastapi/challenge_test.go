@@ -321,3 +321,28 @@ func TestChallengeEventExactlyFiveMinutesOld(t *testing.T) {
 		t.Fatalf("5:00 old: %d %v", st, m)
 	}
 }
+
+// TestChallengeEventIDExactName: the body's fingerprintEventId is read by its
+// exact name, as every other API body is (jsonBody): SPEC 4.10 answers 400
+// for a missing id, and {"FingerprintEventID": …} carries none. It used to be
+// read case-insensitively (encoding/json) and issued a challenge.
+func TestChallengeEventIDExactName(t *testing.T) {
+	e := newChallengeEnv(t, true, "https://shop.example")
+	live := e.acct.LiveKey
+	ev := e.deviceEvent(t, e.acct.PublishableKey, "73.0.0.1:1", "chrome_desktop_windows")
+	for _, body := range []string{
+		fmt.Sprintf(`{"FingerprintEventID":%q}`, ev),
+		fmt.Sprintf(`{"fingerprintEventID":%q}`, ev),
+		fmt.Sprintf(`{"FINGERPRINTEVENTID":%q}`, ev),
+	} {
+		ctx := e.post("/v1/device-evidence/challenge", "Bearer "+live, "application/json", body)
+		if ctx.Response.StatusCode() != 400 || !strings.Contains(string(ctx.Response.Body()), "fingerprintEventId is required") {
+			t.Fatalf("%q: %d %s", body, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	// The exact name still works, and an unknown member beside it is ignored.
+	body := fmt.Sprintf(`{"fingerprintEventId":%q,"FingerprintEventID":"other"}`, ev)
+	if ctx := e.post("/v1/device-evidence/challenge", "Bearer "+live, "application/json", body); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("exact name: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+}
