@@ -158,6 +158,11 @@ func chatText(kind, id string, ev *Event) string {
 	return b.String()
 }
 
+// slackEscaper escapes what Slack reads as markup in a message's text: "<…>"
+// is a link or a mention (<!channel> pages everyone) and "&" an entity.
+// Exception labels are free text, and must show as typed.
+var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
 // chatBody renders the body for a chat endpoint: Slack's {"text"} or
 // Discord's {"content"}.
 func chatBody(c chat, kind, id string, ev *Event) []byte {
@@ -169,5 +174,5 @@ func chatBody(c chat, kind, id string, ev *Event) []byte {
 	}
 	return marshal(&struct {
 		Text string `json:"text"`
-	}{text})
+	}{slackEscaper.Replace(text)})
 }

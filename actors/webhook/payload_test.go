@@ -144,3 +144,22 @@ func TestCheckURL(t *testing.T) {
 		}
 	}
 }
+
+// TestSlackTextEscaped: Slack reads "<…>" in a message's text as a link or a
+// mention (<!channel> pages everyone) and "&" as an entity, and asks senders
+// to escape those three characters; an exception label is the operator's
+// free text, so "Partner <ACME> & co" must arrive as typed.
+func TestSlackTextEscaped(t *testing.T) {
+	at := time.Date(2026, 11, 2, 10, 30, 0, 0, time.UTC)
+	ev := &Event{At: at, IP: "198.51.100.4", ThreatType: "Customer exception (Partner <ACME> & co)",
+		Details: Details{Decision: "block", ExceptionMatched: []string{"Partner <ACME> & co", "<!channel>"}}}
+	var m struct{ Text string }
+	if err := json.Unmarshal(chatBody(chatSlack, KindThreat, "e1", ev), &m); err != nil {
+		t.Fatal(err)
+	}
+	const want = "Threat detected: Customer exception (Partner &lt;ACME&gt; &amp; co) from 198.51.100.4, decision block, " +
+		"exceptions matched: Partner &lt;ACME&gt; &amp; co, &lt;!channel&gt;. Event e1 at 2026-11-02T10:30:00Z."
+	if m.Text != want {
+		t.Errorf("slack text:\n got %s\nwant %s", m.Text, want)
+	}
+}
