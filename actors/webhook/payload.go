@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fraudd/fraudd/internal/secrets"
 )
@@ -133,8 +134,9 @@ func SampleEvent(account string, now time.Time) *Event {
 		Details: Details{Country: "DE", Tor: true, Decision: "block"}}
 }
 
-// chatText is the one-message summary Slack and Discord receive.
-func chatText(kind, id string, ev *Event) string {
+// chatText is the one-message summary Slack and Discord receive: head names
+// the threat, tail the event (its id, which a reader quotes to find it).
+func chatText(kind, id string, ev *Event) (head, tail string) {
 	var b strings.Builder
 	if kind == KindTest {
 		b.WriteString("Test event from fraudd: webhook deliveries to this channel work. Sample alert: ")
@@ -154,8 +156,7 @@ func chatText(kind, id string, ev *Event) string {
 	if len(ev.Details.ExceptionMatched) > 0 {
 		b.WriteString(", exceptions matched: " + strings.Join(ev.Details.ExceptionMatched, ", "))
 	}
-	b.WriteString(". Event " + id + " at " + ev.At.UTC().Format(time.RFC3339) + ".")
-	return b.String()
+	return b.String(), ". Event " + id + " at " + ev.At.UTC().Format(time.RFC3339) + "."
 }
 
 // slackEscaper escapes what Slack reads as markup in a message's text: "<…>"
@@ -163,16 +164,42 @@ func chatText(kind, id string, ev *Event) string {
 // Exception labels are free text, and must show as typed.
 var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
+// discordMaxContent is the most characters Discord takes in a message's
+// content: a longer one is refused (400), so the alert would fail every
+// attempt. Eight matched pins with long labels exceed it.
+const discordMaxContent = 2000
+
+// fitText joins head and tail in at most max characters, cutting the end of
+// head (marked "…") so that the event id in tail always arrives.
+func fitText(head, tail string, max int) string {
+	if utf8.RuneCountInString(head)+utf8.RuneCountInString(tail) <= max {
+		return head + tail
+	}
+	keep := max - utf8.RuneCountInString(tail) - 1
+	for i := range head {
+		if keep == 0 {
+			return head[:i] + "…" + tail
+		}
+		keep--
+	}
+	return head + tail // not reached: head was longer than keep
+}
+
 // chatBody renders the body for a chat endpoint: Slack's {"text"} or
-// Discord's {"content"}.
+// Discord's {"content"}, with mentions off (a label's "@everyone" must not
+// page the channel).
 func chatBody(c chat, kind, id string, ev *Event) []byte {
-	text := chatText(kind, id, ev)
+	head, tail := chatText(kind, id, ev)
 	if c == chatDiscord {
+		type mentions struct {
+			Parse []string `json:"parse"`
+		}
 		return marshal(&struct {
-			Content string `json:"content"`
-		}{text})
+			Content         string   `json:"content"`
+			AllowedMentions mentions `json:"allowed_mentions"`
+		}{fitText(head, tail, discordMaxContent), mentions{Parse: []string{}}})
 	}
 	return marshal(&struct {
 		Text string `json:"text"`
-	}{slackEscaper.Replace(text)})
+	}{slackEscaper.Replace(head + tail)})
 }

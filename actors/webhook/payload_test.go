@@ -100,7 +100,7 @@ func TestChatBodies(t *testing.T) {
 	if got := string(chatBody(chatSlack, KindThreat, "e1", ev)); got != `{"text":"`+text+`"}` {
 		t.Errorf("slack: %s", got)
 	}
-	if got := string(chatBody(chatDiscord, KindThreat, "e1", ev)); got != `{"content":"`+text+`"}` {
+	if got := string(chatBody(chatDiscord, KindThreat, "e1", ev)); got != `{"content":"`+text+`","allowed_mentions":{"parse":[]}}` {
 		t.Errorf("discord: %s", got)
 	}
 	if got := string(chatBody(chatSlack, KindTest, "e2", SampleEvent("a", at))); !strings.HasPrefix(got, `{"text":"Test event from fraudd`) {
@@ -161,5 +161,39 @@ func TestSlackTextEscaped(t *testing.T) {
 		"exceptions matched: Partner &lt;ACME&gt; &amp; co, &lt;!channel&gt;. Event e1 at 2026-11-02T10:30:00Z."
 	if m.Text != want {
 		t.Errorf("slack text:\n got %s\nwant %s", m.Text, want)
+	}
+}
+
+// TestDiscordContentFitsAndMentionsNothing: Discord refuses (400) a message
+// whose content is over 2,000 characters, so such an alert failed every
+// attempt; eight matched pins with 200-character labels (the most a request
+// can match, the longest label) made one. And a label's "@everyone" must not
+// page the channel.
+func TestDiscordContentFitsAndMentionsNothing(t *testing.T) {
+	at := time.Date(2026, 11, 2, 10, 30, 0, 0, time.UTC)
+	label := "@everyone " + strings.Repeat("é", 190)
+	ev := &Event{At: at, IP: "2001:db8:1234:5678:9abc:def0:1234:5678", ThreatType: "Customer exception (" + label + ")",
+		Details: Details{Country: "DE", Decision: "block"}}
+	for i := 0; i < 8; i++ {
+		ev.Details.ExceptionMatched = append(ev.Details.ExceptionMatched, label)
+	}
+	var m struct {
+		Content         string
+		AllowedMentions *struct {
+			Parse []string `json:"parse"`
+		} `json:"allowed_mentions"`
+	}
+	if err := json.Unmarshal(chatBody(chatDiscord, KindThreat, "0123456789abcdef0123456789abcdef", ev), &m); err != nil {
+		t.Fatal(err)
+	}
+	if n := len([]rune(m.Content)); n > 2000 {
+		t.Errorf("discord content is %d characters, Discord takes at most 2000", n)
+	}
+	if !strings.HasPrefix(m.Content, "Threat detected: Customer exception (@everyone ") ||
+		!strings.HasSuffix(m.Content, "…. Event 0123456789abcdef0123456789abcdef at 2026-11-02T10:30:00Z.") {
+		t.Errorf("discord content not cut in the middle, keeping the event id: %s", m.Content)
+	}
+	if m.AllowedMentions == nil || m.AllowedMentions.Parse == nil || len(m.AllowedMentions.Parse) != 0 {
+		t.Errorf("discord body does not turn mentions off: %+v", m.AllowedMentions)
 	}
 }
