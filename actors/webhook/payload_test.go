@@ -88,6 +88,14 @@ func TestChatBodies(t *testing.T) {
 		{"https://discord.com/api/webhooks/1/abc", chatDiscord},
 		{"https://discordapp.com/api/webhooks/1/abc", chatDiscord},
 		{"https://ptb.discord.com/api/webhooks/1/abc", chatDiscord},
+		// Discord's versioned API path names the same webhook.
+		{"https://discord.com/api/v10/webhooks/1/abc", chatDiscord},
+		{"https://discordapp.com/api/v9/webhooks/1/abc", chatDiscord},
+		// Discord's Slack-compatible endpoint reads Slack's {"text"}.
+		{"https://discord.com/api/webhooks/1/abc/slack", chatSlack},
+		{"https://discord.com/api/v10/webhooks/1/abc/slack", chatSlack},
+		{"https://discord.com/api/vx/webhooks/1/abc", chatNone},
+		{"https://discord.com/api/v10/channels/1", chatNone},
 		{"https://discord.com/other", chatNone},
 		{"https://hooks.slack.com.evil.example/services/x", chatNone},
 		{"https://example.com/api/webhooks/1", chatNone},

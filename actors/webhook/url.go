@@ -94,8 +94,27 @@ func chatOf(raw string) chat {
 	case host == "hooks.slack.com":
 		return chatSlack
 	case (host == "discord.com" || host == "discordapp.com" || strings.HasSuffix(host, ".discord.com")) &&
-		strings.HasPrefix(u.Path, "/api/webhooks/"):
+		discordWebhookPath(u.Path):
+		// Discord's Slack-compatible endpoint (…/slack) reads Slack's body.
+		if strings.HasSuffix(u.Path, "/slack") {
+			return chatSlack
+		}
 		return chatDiscord
 	}
 	return chatNone
+}
+
+// discordWebhookPath reports whether path is a Discord webhook's, with or
+// without the API version Discord accepts in it: /api/webhooks/… and
+// /api/v10/webhooks/… name the same webhook.
+func discordWebhookPath(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/api/")
+	if !ok {
+		return false
+	}
+	if v, after, found := strings.Cut(rest, "/"); found && len(v) > 1 && v[0] == 'v' &&
+		strings.Trim(v[1:], "0123456789") == "" {
+		rest = after
+	}
+	return strings.HasPrefix(rest, "webhooks/")
 }
