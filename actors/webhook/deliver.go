@@ -21,6 +21,9 @@ import (
 // address (a public host name may resolve to one).
 var errNotPublic = errors.New("receiver resolves to a non-public address (allowed only with --allow-private-webhooks)")
 
+// errNotHTTPS refuses a plain http:// receiver without --allow-private-webhooks.
+var errNotHTTPS = errors.New("receiver is not https:// (http:// allowed only with --allow-private-webhooks)")
+
 // newClient is the delivery HTTP client: a whole attempt (connect, TLS,
 // request, response headers and the drained body) is bounded by timeout;
 // redirects are never followed (the 3xx is the answer, and a failure); no
@@ -86,6 +89,15 @@ func (s *Service) post(ctx context.Context, a *attempt) outcome {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.url, bytes.NewReader(a.body))
 	if err != nil {
 		o.end, o.err = s.cfg.Clock.Now(), "invalid url"
+		return o
+	}
+	// The admin API takes only https:// without the flag, but a URL stored
+	// while it was on (a development run on the same data, a restored
+	// backup) is read back as is: like the address at every connection, the
+	// scheme is checked at every attempt, so a signed alert never goes out
+	// in clear text.
+	if !s.cfg.AllowPrivate && req.URL.Scheme != "https" {
+		o.end, o.err = s.cfg.Clock.Now(), errNotHTTPS.Error()
 		return o
 	}
 	h := req.Header

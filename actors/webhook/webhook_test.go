@@ -1,9 +1,11 @@
 package webhook
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -339,7 +341,8 @@ func TestTimeoutAndPrivateAddressAreFailures(t *testing.T) {
 	}
 
 	g := newFixture(t, Config{})
-	g.dir.set("acc_priv", rcv.URL, "whsec_x")
+	// https://, as a receiver must be without the flag: refused at the dial.
+	g.dir.set("acc_priv", "https://"+strings.TrimPrefix(rcv.URL, "http://"), "whsec_x")
 	before := len(rcv.got())
 	g.svc.Notify(threat("acc_priv"))
 	eventually(t, "refusal logged", func() bool { return len(g.deliveries(t, "acc_priv")) == 1 })
@@ -348,6 +351,31 @@ func TestTimeoutAndPrivateAddressAreFailures(t *testing.T) {
 	}
 	if len(rcv.got()) != before {
 		t.Fatal("a private receiver was contacted without --allow-private-webhooks")
+	}
+}
+
+// TestPlainHTTPRefusedWithoutFlag: without --allow-private-webhooks a
+// receiver must be https:// (CLARIFICATIONS: Webhooks). An http:// URL
+// stored while the flag was on (a development run on the same data, a
+// restored backup) was still posted to, signed payload in clear text: the
+// admin API checks the scheme when the URL is set, delivery did not. The
+// receiver here names a public host; the test's dialer reaches it on
+// loopback, so only the scheme is in question.
+func TestPlainHTTPRefusedWithoutFlag(t *testing.T) {
+	f := newFixture(t, Config{})
+	rcv := newReceiver(t, 200)
+	f.svc.client.Transport.(*http.Transport).DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", rcv.Listener.Addr().String())
+	}
+	f.dir.set("acc_http", "http://hooks.example/fraudd", "whsec_x")
+	f.svc.Notify(threat("acc_http"))
+	eventually(t, "refusal logged", func() bool { return len(f.deliveries(t, "acc_http")) == 1 })
+	if d := f.deliveries(t, "acc_http")[0]; d.StatusCode != 0 || !strings.Contains(d.Error, "https://") || d.NextAt.IsZero() {
+		t.Fatalf("http:// receiver without the flag: %+v", d)
+	}
+	if n := len(rcv.got()); n != 0 {
+		t.Fatalf("an http:// receiver got %d requests without --allow-private-webhooks", n)
 	}
 }
 
