@@ -84,6 +84,7 @@ func TestChatBodies(t *testing.T) {
 		chat chat
 	}{
 		{"https://hooks.slack.com/services/T0/B0/xyz", chatSlack},
+		{"https://hooks.slack-gov.com/services/T0/B0/xyz", chatSlack},
 		{"https://HOOKS.SLACK.COM./services/T0/B0/xyz", chatSlack},
 		{"https://discord.com/api/webhooks/1/abc", chatDiscord},
 		{"https://discordapp.com/api/webhooks/1/abc", chatDiscord},

@@ -91,7 +91,7 @@ func chatOf(raw string) chat {
 	}
 	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 	switch {
-	case host == "hooks.slack.com":
+	case host == "hooks.slack.com" || host == "hooks.slack-gov.com": // GovSlack's own host
 		return chatSlack
 	case (host == "discord.com" || host == "discordapp.com" || strings.HasSuffix(host, ".discord.com")) &&
 		discordWebhookPath(u.Path):
