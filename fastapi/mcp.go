@@ -149,6 +149,11 @@ type rpcCallParams struct {
 	Arguments struct {
 		IP sonic.NoCopyRawMessage `json:"ip"`
 	} `json:"arguments"`
+	// Meta is the per-request _meta of MCP 2026-07-28 (SEP-2575).
+	Meta struct {
+		ProtocolVersion    sonic.NoCopyRawMessage `json:"io.modelcontextprotocol/protocolVersion"`
+		ClientCapabilities sonic.NoCopyRawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
+	} `json:"_meta"`
 }
 
 // handleMCP is POST /mcp (SPEC 4.11). It authenticates a bearer (an invalid
@@ -255,11 +260,15 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 		}
 		// A tools/call without an id is a notification the SDK refuses:
 		// nothing is looked up or charged for an answer never given. Nor is
-		// one whose MCP-Protocol-Version the SDK does not speak: it refuses
-		// that too (400, or SEP-2575's error for a newer version).
+		// one whose MCP-Protocol-Version the SDK does not speak, or whose
+		// 2026-07-28 _meta and headers it refuses (mcpCallEra).
 		var params rpcCallParams
-		if method == "tools/call" && len(peek.ID) > 0 && mcpVersionOK(ctx) &&
+		var chargeable, modern bool
+		if method == "tools/call" && len(peek.ID) > 0 &&
 			rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip" {
+			chargeable, modern = mcpCallEra(ctx, &params)
+		}
+		if chargeable {
 			ip, isString := jsonString(params.Arguments.IP)
 			if ref := s.mcpPrepare(r, call, anonymous, ip); ref != nil {
 				if ref.Admission {
@@ -270,7 +279,10 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 				return
 			}
 			setRateLimit(&ctx.Response.Header, r.RateLimit)
-			if isString && !isAbsent(peek.ID) {
+			// A 2026-07-28 answer has more than the fast path writes
+			// (resultType, which that revision's clients require, and the
+			// server's _meta): the SDK writes it, from the lookup just made.
+			if isString && !modern {
 				if res, err := fastPathResult(call, peek.ID); err == nil {
 					s.writeJSON(ctx, fasthttp.StatusOK, res)
 					return
@@ -328,7 +340,49 @@ func mcpLookupCall(ctx *fasthttp.RequestCtx) bool {
 		return false
 	}
 	var params rpcCallParams
-	return rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip"
+	if rpcPeekJSON.Unmarshal(peek.Params, &params) != nil || params.Name != "lookup_ip" {
+		return false
+	}
+	chargeable, _ := mcpCallEra(ctx, &params)
+	return chargeable
+}
+
+// mcpModernVersion is the first MCP revision without sessions (2026-07-28,
+// SEP-2575): each request carries its version in params._meta and, over
+// HTTP, in the MCP-Protocol-Version, Mcp-Method and Mcp-Name headers; each
+// result carries resultType.
+const mcpModernVersion = "2026-07-28"
+
+// mcpCallEra reads a tools/call as the SDK's transport does before it runs
+// the tool. ok: the SDK would run it, as far as the version, _meta and
+// headers go: the MCP-Protocol-Version is one it speaks (mcpVersionOK);
+// when the header names 2026-07-28 or later or _meta names a version, the
+// two agree; and a call of 2026-07-28 or later (modern: its answer is the
+// SDK's) declares the client's capabilities in _meta and repeats its method
+// and tool in Mcp-Method and Mcp-Name. handleMCP charges a
+// lookup only when ok: a call the SDK refuses costs nothing.
+func mcpCallEra(ctx *fasthttp.RequestCtx, params *rpcCallParams) (ok, modern bool) {
+	if !mcpVersionOK(ctx) {
+		return false, false
+	}
+	header := string(ctx.Request.Header.Peek("Mcp-Protocol-Version"))
+	meta, _ := jsonString(params.Meta.ProtocolVersion)
+	if header < mcpModernVersion && meta == "" {
+		return true, false
+	}
+	if header == "" || header != meta {
+		return false, false
+	}
+	if meta < mcpModernVersion {
+		return true, false
+	}
+	h := &ctx.Request.Header
+	caps := bytes.TrimSpace(params.Meta.ClientCapabilities)
+	if len(caps) == 0 || caps[0] != '{' ||
+		string(h.Peek("Mcp-Method")) != "tools/call" || string(h.Peek("Mcp-Name")) != params.Name {
+		return false, false
+	}
+	return true, true
 }
 
 // mcpProtocolVersions are the MCP-Protocol-Version values the SDK serves.

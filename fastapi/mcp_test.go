@@ -532,3 +532,56 @@ func lookedUpAsked(t *testing.T, body, out []byte) {
 		t.Fatalf("%q: answered a lookup for another address than %q: %s", body, ip, out)
 	}
 }
+
+// TestMCPModernLookupIsTheSDKs: MCP 2026-07-28 (basic, result responses):
+// "The result MUST include a resultType field"; its requests carry their
+// version in _meta and in the MCP-Protocol-Version, Mcp-Method and Mcp-Name
+// headers, which the SDK checks. lookup_ip's fast path answered a call of
+// that revision without resultType (the SDK's clients reject such a result),
+// and answered and charged one the SDK refuses (no _meta, no Mcp-Method, a
+// Mcp-Name of another tool, no client capabilities). The first is now the
+// SDK's answer; the others get the SDK's refusal, uncharged.
+func TestMCPModernLookupIsTheSDKs(t *testing.T) {
+	e := newTestEnv(t)
+	send := serveMCP(t, e.srv.Handle)
+	auth := "Bearer " + e.acct.LiveKey
+	const v = "2026-07-28"
+	call := func(meta string) string {
+		return `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":{"ip":"185.220.101.1"}` + meta + `}}`
+	}
+	const meta = `,"_meta":{"io.modelcontextprotocol/protocolVersion":"` + v + `","io.modelcontextprotocol/clientCapabilities":{}}`
+	for _, c := range []struct {
+		name, body string
+		hdr        []string
+	}{
+		{"no _meta", call(""), []string{"Mcp-Method", "tools/call", "Mcp-Name", "lookup_ip"}},
+		{"no Mcp-Method", call(meta), []string{"Mcp-Name", "lookup_ip"}},
+		{"Mcp-Name of another tool", call(meta), []string{"Mcp-Method", "tools/call", "Mcp-Name", "service_status"}},
+		{"no client capabilities", call(`,"_meta":{"io.modelcontextprotocol/protocolVersion":"` + v + `"}`), []string{"Mcp-Method", "tools/call", "Mcp-Name", "lookup_ip"}},
+		{"_meta of another version", call(`,"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}`), []string{"Mcp-Method", "tools/call", "Mcp-Name", "lookup_ip"}},
+	} {
+		resp := send(c.body, append([]string{"Authorization", auth, "MCP-Protocol-Version", v}, c.hdr...)...)
+		if resp.StatusCode() != 400 || bytes.Contains(resp.Body(), []byte("verdict")) {
+			t.Errorf("%s: %d %s, want the SDK's 400", c.name, resp.StatusCode(), resp.Body())
+		}
+	}
+	resp := send(call(meta), "Authorization", auth, "MCP-Protocol-Version", v, "Mcp-Method", "tools/call", "Mcp-Name", "lookup_ip")
+	var m struct {
+		Result struct {
+			ResultType        string         `json:"resultType"`
+			StructuredContent map[string]any `json:"structuredContent"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(resp.Body(), &m); err != nil || resp.StatusCode() != 200 ||
+		m.Result.ResultType != "complete" || m.Result.StructuredContent["verdict"] != "block" {
+		t.Fatalf("2026-07-28 call: %d %s", resp.StatusCode(), resp.Body())
+	}
+	if rem := string(resp.Header.Peek("X-RateLimit-Remaining")); rem != "4999" {
+		t.Fatalf("refused calls were charged: remaining %q after one answered lookup", rem)
+	}
+	// An earlier revision's call is still the fast path's, with no resultType.
+	resp = send(call(""), "Authorization", auth, "MCP-Protocol-Version", "2025-11-25")
+	if resp.StatusCode() != 200 || bytes.Contains(resp.Body(), []byte("resultType")) || !bytes.Contains(resp.Body(), []byte(`"verdict":"block"`)) {
+		t.Fatalf("2025-11-25 call: %d %s", resp.StatusCode(), resp.Body())
+	}
+}
