@@ -30,13 +30,20 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func mcpSession(t *testing.T, s *Server, token, xff string) *mcp.ClientSession {
 	t.Helper()
+	return mcpSessionAt(t, s, token, xff, "")
+}
+
+// mcpSessionAt is mcpSession at a protocol version ("" is the SDK's latest:
+// 2026-07-28's server/discover, falling back to initialize).
+func mcpSessionAt(t *testing.T, s *Server, token, xff, version string) *mcp.ClientSession {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	c := mcp.NewClient(&mcp.Implementation{Name: "fraudd-e2e", Version: "1"}, nil)
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint: s.URL + "/mcp", DisableStandaloneSSE: true, MaxRetries: -1,
 		HTTPClient: &http.Client{Transport: bearerTransport{token, xff}, Timeout: 20 * time.Second},
-	}, nil)
+	}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatalf("connect: %v\n%s", err, s.Logs())
 	}
@@ -55,6 +62,11 @@ func TestMCPLookupAndStatus(t *testing.T) {
 	a := s.CreateAccount(t, map[string]any{"email": "mcp@example.com", "plan": "starter"})
 
 	cs := mcpSession(t, s, a.LiveKey, "")
+	// The SDK's client speaks the current revision (2026-07-28, stateless:
+	// server/discover, no initialize) when the server answers server/discover.
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Fatalf("negotiated %s, want 2026-07-28", v)
+	}
 	tools, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +103,21 @@ func TestMCPLookupAndStatus(t *testing.T) {
 	st, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "service_status", Arguments: map[string]any{}})
 	if err != nil || st.IsError || !strings.Contains(st.Content[0].(*mcp.TextContent).Text, `"status":"operational"`) {
 		t.Fatalf("service_status: %v %+v", err, st)
+	}
+	// A client of the previous revision (initialize) gets the same answer.
+	legacy := mcpSessionAt(t, s, a.LiveKey, "", "2025-11-25")
+	if v := legacy.InitializeResult().ProtocolVersion; v != "2025-11-25" {
+		t.Fatalf("2025-11-25 client negotiated %s", v)
+	}
+	res, err = callLookup(t, legacy, "52.95.110.1")
+	if err != nil || res.IsError {
+		t.Fatalf("2025-11-25 lookup_ip: %v %+v", err, res)
+	}
+	if sc, _ := json.Marshal(res.StructuredContent); !strings.Contains(string(sc), `"verdict":"review"`) {
+		t.Fatalf("2025-11-25 structured content: %s", sc)
+	}
+	if u := s.Do(t, Req{Path: "/v1/usage", Bearer: a.LiveKey}).JSON(t); num(t, u, "month_lookups_used") != 2 {
+		t.Fatalf("usage after two MCP lookups: %v", u)
 	}
 
 	// Anonymous use shares the free tool's per-address limit (12 a minute).

@@ -63,13 +63,15 @@ const (
 	rpcTransportError = -32000
 )
 
-// mcpMethods are the methods /mcp answers: the lifecycle, the capabilities
-// the server declares (tools, logging), the empty prompt and resource
-// listings clients ask for anyway, and the notifications a client sends.
-// Everything else the SDK would take on (stream subscriptions, resource
-// reads, completions) is -32601: a stateless lookup service offers none of it.
+// mcpMethods are the methods /mcp answers: the lifecycle (initialize up to
+// MCP 2025-11-25; server/discover, which replaces it in the stateless
+// 2026-07-28 revision, SEP-2575), the capabilities the server declares
+// (tools, logging), the empty prompt and resource listings clients ask for
+// anyway, and the notifications a client sends. Everything else the SDK
+// would take on (stream subscriptions, resource reads, completions) is
+// -32601: a stateless lookup service offers none of it.
 var mcpMethods = map[string]bool{
-	"initialize": true, "ping": true,
+	"initialize": true, "server/discover": true, "ping": true,
 	"tools/list": true, "tools/call": true, "logging/setLevel": true,
 	"prompts/list": true, "resources/list": true, "resources/templates/list": true,
 	"notifications/initialized": true, "notifications/cancelled": true,

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -583,5 +584,40 @@ func TestMCPModernLookupIsTheSDKs(t *testing.T) {
 	resp = send(call(""), "Authorization", auth, "MCP-Protocol-Version", "2025-11-25")
 	if resp.StatusCode() != 200 || bytes.Contains(resp.Body(), []byte("resultType")) || !bytes.Contains(resp.Body(), []byte(`"verdict":"block"`)) {
 		t.Fatalf("2025-11-25 call: %d %s", resp.StatusCode(), resp.Body())
+	}
+}
+
+// TestMCPServerDiscover: MCP 2026-07-28 replaces the initialize handshake
+// with server/discover (SEP-2575), and a server of that revision answers it.
+// The SDK serves the revision and handleMCP accepted its headers, but
+// mcpMethods refused server/discover with -32601, so a client pinned to
+// 2026-07-28 (the TypeScript SDK 2.4's versionNegotiation pin) could not
+// connect, and the Go SDK 1.8 client fell back to 2025-11-25. It is now
+// answered, with a key and anonymously.
+func TestMCPServerDiscover(t *testing.T) {
+	e := newTestEnv(t)
+	send := serveMCP(t, e.srv.Handle)
+	const body = `{"jsonrpc":"2.0","id":"d","method":"server/discover","params":{"_meta":{` +
+		`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	for _, auth := range []string{"Bearer " + e.acct.LiveKey, ""} {
+		hdr := []string{"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "server/discover"}
+		if auth != "" {
+			hdr = append(hdr, "Authorization", auth)
+		}
+		resp := send(body, hdr...)
+		var m struct {
+			Result *struct {
+				ResultType        string   `json:"resultType"`
+				SupportedVersions []string `json:"supportedVersions"`
+				Capabilities      struct {
+					Tools json.RawMessage `json:"tools"`
+				} `json:"capabilities"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(resp.Body(), &m); err != nil || resp.StatusCode() != 200 || m.Result == nil ||
+			m.Result.ResultType != "complete" || !slices.Contains(m.Result.SupportedVersions, "2026-07-28") ||
+			!slices.Contains(m.Result.SupportedVersions, "2025-11-25") || len(m.Result.Capabilities.Tools) == 0 {
+			t.Fatalf("server/discover (auth %t): %d %s", auth != "", resp.StatusCode(), resp.Body())
+		}
 	}
 }
