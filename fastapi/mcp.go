@@ -268,7 +268,7 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 		var chargeable, modern bool
 		if method == "tools/call" && len(peek.ID) > 0 &&
 			rpcPeekJSON.Unmarshal(peek.Params, &params) == nil && params.Name == "lookup_ip" {
-			chargeable, modern = mcpCallEra(ctx, &params)
+			chargeable, modern = mcpCallEra(ctx, peek.Params, &params)
 		}
 		if chargeable {
 			ip, isString := jsonString(params.Arguments.IP)
@@ -345,7 +345,7 @@ func mcpLookupCall(ctx *fasthttp.RequestCtx) bool {
 	if rpcPeekJSON.Unmarshal(peek.Params, &params) != nil || params.Name != "lookup_ip" {
 		return false
 	}
-	chargeable, _ := mcpCallEra(ctx, &params)
+	chargeable, _ := mcpCallEra(ctx, peek.Params, &params)
 	return chargeable
 }
 
@@ -360,10 +360,12 @@ const mcpModernVersion = "2026-07-28"
 // headers go: the MCP-Protocol-Version is one it speaks (mcpVersionOK);
 // when the header names 2026-07-28 or later or _meta names a version, the
 // two agree; and a call of 2026-07-28 or later (modern: its answer is the
-// SDK's) declares the client's capabilities in _meta and repeats its method
-// and tool in Mcp-Method and Mcp-Name. handleMCP charges a
+// SDK's) declares the client's capabilities in _meta, repeats its method
+// and tool in Mcp-Method and Mcp-Name, and passes lookup_ip's input schema
+// (one string argument, ip, and no other: the fast path answers an earlier
+// revision's call with more, the SDK refuses it). handleMCP charges a
 // lookup only when ok: a call the SDK refuses costs nothing.
-func mcpCallEra(ctx *fasthttp.RequestCtx, params *rpcCallParams) (ok, modern bool) {
+func mcpCallEra(ctx *fasthttp.RequestCtx, raw sonic.NoCopyRawMessage, params *rpcCallParams) (ok, modern bool) {
 	if !mcpVersionOK(ctx) {
 		return false, false
 	}
@@ -382,6 +384,13 @@ func mcpCallEra(ctx *fasthttp.RequestCtx, params *rpcCallParams) (ok, modern boo
 	caps := bytes.TrimSpace(params.Meta.ClientCapabilities)
 	if len(caps) == 0 || caps[0] != '{' ||
 		string(h.Peek("Mcp-Method")) != "tools/call" || string(h.Peek("Mcp-Name")) != params.Name {
+		return false, false
+	}
+	var in struct {
+		Arguments map[string]sonic.NoCopyRawMessage `json:"arguments"`
+	}
+	if _, isString := jsonString(params.Arguments.IP); !isString ||
+		rpcPeekJSON.Unmarshal(raw, &in) != nil || len(in.Arguments) != 1 {
 		return false, false
 	}
 	return true, true

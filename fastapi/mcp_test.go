@@ -540,8 +540,9 @@ func lookedUpAsked(t *testing.T, body, out []byte) {
 // headers, which the SDK checks. lookup_ip's fast path answered a call of
 // that revision without resultType (the SDK's clients reject such a result),
 // and answered and charged one the SDK refuses (no _meta, no Mcp-Method, a
-// Mcp-Name of another tool, no client capabilities). The first is now the
-// SDK's answer; the others get the SDK's refusal, uncharged.
+// Mcp-Name of another tool, no client capabilities), or whose arguments its
+// input schema refuses (an extra argument). The first is now the SDK's
+// answer; the others get the SDK's refusal or tool error, uncharged.
 func TestMCPModernLookupIsTheSDKs(t *testing.T) {
 	e := newTestEnv(t)
 	send := serveMCP(t, e.srv.Handle)
@@ -564,6 +565,15 @@ func TestMCPModernLookupIsTheSDKs(t *testing.T) {
 		resp := send(c.body, append([]string{"Authorization", auth, "MCP-Protocol-Version", v}, c.hdr...)...)
 		if resp.StatusCode() != 400 || bytes.Contains(resp.Body(), []byte("verdict")) {
 			t.Errorf("%s: %d %s, want the SDK's 400", c.name, resp.StatusCode(), resp.Body())
+		}
+	}
+	// Arguments lookup_ip's input schema refuses are the SDK's tool error,
+	// with nothing looked up.
+	for _, args := range []string{`{"ip":"185.220.101.1","extra":1}`, `{"ip":5}`} {
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup_ip","arguments":` + args + meta + `}}`
+		resp := send(body, "Authorization", auth, "MCP-Protocol-Version", v, "Mcp-Method", "tools/call", "Mcp-Name", "lookup_ip")
+		if resp.StatusCode() != 200 || !bytes.Contains(resp.Body(), []byte(`"isError":true`)) || bytes.Contains(resp.Body(), []byte("verdict")) {
+			t.Errorf("arguments %s: %d %s, want the SDK's tool error", args, resp.StatusCode(), resp.Body())
 		}
 	}
 	resp := send(call(meta), "Authorization", auth, "MCP-Protocol-Version", v, "Mcp-Method", "tools/call", "Mcp-Name", "lookup_ip")
