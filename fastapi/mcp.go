@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -253,6 +254,15 @@ func (s *Server) handleMCP(ctx *fasthttp.RequestCtx, r *request) {
 			return
 		}
 		if !mcpMethods[method] {
+			// MCP 2025-06-18 and later (transports): a request with an
+			// unsupported MCP-Protocol-Version MUST get 400, whatever its
+			// method. The SDK answers that for the methods it serves; these
+			// never reach it.
+			if !mcpVersionOK(ctx) {
+				s.rpcError(ctx, fasthttp.StatusBadRequest, id, rpcInvalidRequest,
+					fmt.Sprintf(checks.MsgRPCProtocolVersion, strings.Join(mcpProtocolVersions, ", ")))
+				return
+			}
 			if isAbsent(peek.ID) {
 				ctx.SetStatusCode(fasthttp.StatusAccepted)
 				return

@@ -631,3 +631,33 @@ func TestMCPServerDiscover(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPUnsupportedVersionOfUnknownMethod: MCP 2025-06-18 and later
+// (transports): "If the server receives a request with an invalid or
+// unsupported MCP-Protocol-Version, it MUST respond with 400 Bad Request".
+// The SDK does for the methods it serves, but a method /mcp does not offer
+// was answered first, whatever the header: 200 with -32601, or 202 for a
+// notification. Both are now 400 (-32600, naming the versions it speaks).
+func TestMCPUnsupportedVersionOfUnknownMethod(t *testing.T) {
+	e := newTestEnv(t)
+	send := serveMCP(t, e.srv.Handle)
+	for body, usual := range map[string]int{
+		`{"jsonrpc":"2.0","id":1,"method":"foo/bar"}`:    200, // -32601
+		`{"jsonrpc":"2.0","method":"notifications/foo"}`: 202,
+	} {
+		resp := send(body, "MCP-Protocol-Version", "1999-01-01")
+		if code, _ := rpcErrorOf(t, resp); resp.StatusCode() != 400 || code != rpcInvalidRequest {
+			t.Errorf("%s with version 1999-01-01: %d %s", body, resp.StatusCode(), resp.Body())
+		}
+		// A version the SDK speaks: the usual answer.
+		if resp = send(body, "MCP-Protocol-Version", "2025-11-25"); resp.StatusCode() != usual {
+			t.Errorf("%s with version 2025-11-25: %d %s, want %d", body, resp.StatusCode(), resp.Body(), usual)
+		}
+	}
+	for _, v := range []string{"2099-01-01", "not-a-version"} {
+		resp := send(`{"jsonrpc":"2.0","id":1,"method":"foo/bar"}`, "MCP-Protocol-Version", v, "Mcp-Method", "foo/bar")
+		if code, id := rpcErrorOf(t, resp); resp.StatusCode() != 400 || code != rpcInvalidRequest || id != "1" {
+			t.Errorf("foo/bar with version %s: %d %s", v, resp.StatusCode(), resp.Body())
+		}
+	}
+}

@@ -133,6 +133,8 @@ const (
 	MsgRPCAccept         = "Accept must list application/json and text/event-stream."
 	MsgRPCOrigin         = "Origin not allowed."
 	MsgRPCHost           = "Host not allowed."
+	// MsgRPCProtocolVersion names the versions /mcp speaks (comma-separated).
+	MsgRPCProtocolVersion = "Bad Request: Unsupported protocol version (supported versions: %s)"
 
 	// The browser collector (COLLECTOR.md).
 	MsgPublishableKey  = "Invalid publishable key."
