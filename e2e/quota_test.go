@@ -138,9 +138,27 @@ func TestGrandfathering(t *testing.T) {
 		t.Fatalf("grandfathered usage: %v", u)
 	}
 	s.SetClock(t, "2026-12-01T00:00:00Z")
-	u = s.Do(t, Req{Path: "/v1/usage", Bearer: a.LiveKey}).JSON(t)
-	if num(t, u, "hourly_limit") != 1000 || num(t, u, "monthly_limit") != 10000 || u["grandfathered_until"] != nil {
-		t.Fatalf("after grandfathering ends: %v", u)
+	// SPEC 2.4: grandfathered_until is the "end of the previous allowance
+	// for accounts created before 2026-10-01": once it has passed it still
+	// names that end (the plan's limits are in force), for the live and the
+	// test key alike; only an account created on or after 2026-10-01 reads
+	// null. The admin API's limits are those in force: none grandfathered.
+	nu := s.CreateAccount(t, map[string]any{"email": "new@example.com", "plan": "free", "created_at": "2026-10-01T00:00:00Z"})
+	for _, at := range []string{"2026-12-01T00:00:00Z", "2026-12-15T12:00:00Z"} {
+		s.SetClock(t, at)
+		for _, key := range []string{a.LiveKey, a.TestKey} {
+			u = s.Do(t, Req{Path: "/v1/usage", Bearer: key}).JSON(t)
+			if num(t, u, "hourly_limit") != 1000 || num(t, u, "monthly_limit") != 10000 || u["grandfathered_until"] != "2026-11-30T23:59:59Z" {
+				t.Fatalf("%s, after grandfathering ends: %v", at, u)
+			}
+		}
+		if u := s.Do(t, Req{Path: "/v1/usage", Bearer: nu.LiveKey}).JSON(t); u["grandfathered_until"] != nil {
+			t.Fatalf("%s, an account created on 2026-10-01: %v", at, u)
+		}
+		lim := s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID, nil).JSON(t)["limits"].(map[string]any)
+		if lim["grandfathered_until"] != nil || lim["monthly"] != float64(10000) {
+			t.Fatalf("%s, the admin API's limits in force: %v", at, lim)
+		}
 	}
 }
 

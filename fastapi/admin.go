@@ -144,7 +144,9 @@ func accountView(v *accounts.View, now time.Time) *wire.Account {
 	}
 	l := quota.LimitsFor(v.Plan, v.HourlyLimit, v.MonthlyLimit, v.CreatedAt, now)
 	out.Limits = wire.AccountLimits{Hourly: limitOrNull(l.Hourly), Monthly: limitOrNull(l.Monthly), MonthlyLookups: limitOrNull(l.MonthlyLookups)}
-	if !l.Grandfathered.IsZero() {
+	// The limits in force: grandfathered_until only while the previous
+	// allowance is (/v1/usage names its end after it too, SPEC 2.4).
+	if l.GrandfatheredAt(now) {
 		g := fmtTime(l.Grandfathered)
 		out.Limits.GrandfatheredUntil = &g
 	}

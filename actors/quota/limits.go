@@ -41,10 +41,21 @@ const LookupFactor = 10
 // Limits are one account's allowances at one instant. NoLimit means none.
 type Limits struct {
 	Plan           string
-	Hourly         int64     // requests per hourly window, evaluate and lookup together
-	Monthly        int64     // counted visitor checks per UTC month
-	MonthlyLookups int64     // counted lookups (and MCP lookup_ip) per UTC month
-	Grandfathered  time.Time // GrandfatheredUntil while it applies, else zero
+	Hourly         int64 // requests per hourly window, evaluate and lookup together
+	Monthly        int64 // counted visitor checks per UTC month
+	MonthlyLookups int64 // counted lookups (and MCP lookup_ip) per UTC month
+	// Grandfathered is the end of the previous allowance of an account
+	// created before GrandfatherCutoff (SPEC 2.4 grandfathered_until),
+	// before that end and after it alike: the field names when it ends
+	// for those accounts, not whether it is in force (GrandfatheredAt).
+	// Zero for every other account.
+	Grandfathered time.Time
+}
+
+// GrandfatheredAt reports whether the previous allowance is in force at
+// now: up to and including the last second Grandfathered names.
+func (l Limits) GrandfatheredAt(now time.Time) bool {
+	return !l.Grandfathered.IsZero() && now.Before(GrandfatheredUntil.Add(time.Second))
 }
 
 // Uncapped reports that neither an hourly nor a monthly limit applies (SPEC 2.4 uncapped).
@@ -91,7 +102,8 @@ func lookupsFor(monthly int64) int64 {
 // Grandfathering applies to the four standard plans: an account created before
 // 2026-10-01 has, until 2026-11-30T23:59:59Z inclusive, no monthly or lookup
 // cap and an hourly cap of 1,000 — or its plan's own hourly cap when that is
-// higher, so an upgrade never lowers it. Custom and public-interest accounts
+// higher, so an upgrade never lowers it — and reads that end as
+// grandfathered_until then and after. Custom and public-interest accounts
 // have their agreed limits and no grandfathered_until.
 func LimitsFor(plan string, customHourly, customMonthly *int64, createdAt, now time.Time) Limits {
 	switch plan {
@@ -112,15 +124,23 @@ func LimitsFor(plan string, customHourly, customMonthly *int64, createdAt, now t
 	if !ok {
 		plan, row = PlanFree, plans[PlanFree]
 	}
+	l := Limits{Plan: plan, Hourly: row.hourly, Monthly: row.monthly, MonthlyLookups: lookupsFor(row.monthly)}
+	if !createdAt.Before(GrandfatherCutoff) {
+		return l
+	}
+	// Past its end the plan's limits apply, and grandfathered_until still
+	// names that end: SPEC 2.4 defines it as the "end of the previous
+	// allowance for accounts created before 2026-10-01", null for the
+	// others, so it does not turn null (a client that shows when the old
+	// allowance ended, or compares it with the time, would lose it).
+	l.Grandfathered = GrandfatheredUntil
+	if now.Before(GrandfatherExtended) {
+		l.Grandfathered = GrandfatheredUntilBefore
+	}
 	// "Until the end of 30 November": the whole last second of the day,
 	// which GrandfatheredUntil names, is still in it.
-	if createdAt.Before(GrandfatherCutoff) && now.Before(GrandfatheredUntil.Add(time.Second)) {
-		until := GrandfatheredUntil
-		if now.Before(GrandfatherExtended) {
-			until = GrandfatheredUntilBefore
-		}
-		return Limits{Plan: plan, Hourly: max(GrandfatherHourly, row.hourly),
-			Monthly: NoLimit, MonthlyLookups: NoLimit, Grandfathered: until}
+	if l.GrandfatheredAt(now) {
+		l.Hourly, l.Monthly, l.MonthlyLookups = max(GrandfatherHourly, row.hourly), NoLimit, NoLimit
 	}
-	return Limits{Plan: plan, Hourly: row.hourly, Monthly: row.monthly, MonthlyLookups: lookupsFor(row.monthly)}
+	return l
 }

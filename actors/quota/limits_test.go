@@ -39,14 +39,20 @@ func TestLimitsFor(t *testing.T) {
 		{"grandfathered free, extended", "free", nil, nil, before, GrandfatherExtended, Limits{Plan: "free", Hourly: 1000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntil}, false},
 		{"grandfathered through the last second", "free", nil, nil, before, lastSecond.Add(999 * time.Millisecond), Limits{Plan: "free", Hourly: 1000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntil}, false},
 		{"grandfathered last second", "free", nil, nil, before, lastSecond, Limits{Plan: "free", Hourly: 1000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntil}, false},
-		{"grandfathering over", "free", nil, nil, before, lastSecond.Add(time.Second), Limits{Plan: "free", Hourly: 1000, Monthly: 10000, MonthlyLookups: 100000}, false},
-		{"grandfathering over dec", "starter", nil, nil, before, dec, Limits{Plan: "starter", Hourly: 5000, Monthly: 50000, MonthlyLookups: 500000}, false},
+		{"grandfathering over", "free", nil, nil, before, lastSecond.Add(time.Second), Limits{Plan: "free", Hourly: 1000, Monthly: 10000, MonthlyLookups: 100000, Grandfathered: GrandfatheredUntil}, false},
+		{"grandfathering over dec", "starter", nil, nil, before, dec, Limits{Plan: "starter", Hourly: 5000, Monthly: 50000, MonthlyLookups: 500000, Grandfathered: GrandfatheredUntil}, false},
+		{"grandfathering over next year", "growth", nil, nil, before, dec.AddDate(1, 0, 0), Limits{Plan: "growth", Hourly: 20000, Monthly: 250000, MonthlyLookups: 2500000, Grandfathered: GrandfatheredUntil}, false},
+		{"created at cutoff, december", "free", nil, nil, after, dec, Limits{Plan: "free", Hourly: 1000, Monthly: 10000, MonthlyLookups: 100000}, false},
 		{"grandfathered scale keeps its hourly", "scale", nil, nil, before, oct, Limits{Plan: "scale", Hourly: 50000, Monthly: N, MonthlyLookups: N, Grandfathered: GrandfatheredUntilBefore}, false},
 		{"created at cutoff", "free", nil, nil, after, oct, Limits{Plan: "free", Hourly: 1000, Monthly: 10000, MonthlyLookups: 100000}, false},
 	} {
 		got := LimitsFor(c.plan, c.h, c.m, c.created, c.now)
 		if got != c.want || got.Uncapped() != c.wantUncaped {
 			t.Errorf("%s: LimitsFor = %+v (uncapped %v), want %+v (uncapped %v)", c.name, got, got.Uncapped(), c.want, c.wantUncaped)
+		}
+		// In force exactly while the monthly cap is lifted by it.
+		if in := got.GrandfatheredAt(c.now); in != (!c.want.Grandfathered.IsZero() && c.want.Monthly == N) {
+			t.Errorf("%s: GrandfatheredAt = %v", c.name, in)
 		}
 	}
 }

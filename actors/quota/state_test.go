@@ -252,6 +252,16 @@ func TestUncappedAndGrandfathered(t *testing.T) {
 	if u.KeyType != "test" || *u.HourlyLimit != 1000 || u.MonthlyLimit != nil || !u.GrandfatheredUntil.Equal(GrandfatheredUntil) || u.Uncapped {
 		t.Fatalf("grandfathered usage %+v", u)
 	}
+	// After its end the plan's limits apply and grandfathered_until still
+	// names the end (SPEC 2.4); November's count is not December's.
+	dec := GrandfatheredUntil.Add(time.Second)
+	gd := LimitsFor(PlanFree, nil, nil, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), dec)
+	b.month = storage.MonthOf(dec)
+	b.counts = storage.MonthCounts{}
+	u = b.usage(Live, gd, dec)
+	if u.MonthlyLimit == nil || *u.MonthlyLimit != 10000 || u.MonthUsed != 0 || u.GrandfatheredUntil == nil || !u.GrandfatheredUntil.Equal(GrandfatheredUntil) {
+		t.Fatalf("usage after grandfathering %+v", u)
+	}
 }
 
 func TestRollbackAndIdle(t *testing.T) {
