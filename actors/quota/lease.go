@@ -200,6 +200,10 @@ func (a *account) release(holder string, seq uint64) (grant, bool) {
 // crossed (the counts themselves are the holder's to store).
 func (a *account) lend(l *Lease, warn func(Warning)) (LeaseGrant, storage.UsageDelta) {
 	d := storage.UsageDelta{Account: a.id, Month: a.month}
+	// The holder's limits are of its last charge, on its clock: the
+	// report's warnings and the slice take those of the owner's now, as a
+	// charge does.
+	l.Limits = l.Limits.At(l.Now)
 	a.settle(l, &d, warn)
 	lim := &l.Limits
 	w := a.win(l.Bucket, l.Now)

@@ -124,10 +124,36 @@ func LimitsFor(plan string, customHourly, customMonthly *int64, createdAt, now t
 	if !ok {
 		plan, row = PlanFree, plans[PlanFree]
 	}
-	l := Limits{Plan: plan, Hourly: row.hourly, Monthly: row.monthly, MonthlyLookups: lookupsFor(row.monthly)}
 	if !createdAt.Before(GrandfatherCutoff) {
+		return Limits{Plan: plan, Hourly: row.hourly, Monthly: row.monthly, MonthlyLookups: lookupsFor(row.monthly)}
+	}
+	return grandfatheredAt(plan, row, now)
+}
+
+// At is l as it applies at now. A cluster node computes an account's
+// limits at its own clock, and the account's owner charges and reads it
+// at the owner's (docs/cluster.md); at the end of grandfathering, which
+// is also a month's start, the two can fall on either side of it, and a
+// grandfathered account's November check was refused against December's
+// cap (and the owner mailed "used up") by a node whose clock was ahead.
+// Grandfathering is the only part that changes with time, and only the
+// accounts it concerns carry Grandfathered, so those are derived again
+// from their plan at now; any other l is returned as it is.
+func (l Limits) At(now time.Time) Limits {
+	if l.Grandfathered.IsZero() {
+		return l // every charge but a grandfathered account's: no map read
+	}
+	row, ok := plans[l.Plan]
+	if !ok {
 		return l
 	}
+	return grandfatheredAt(l.Plan, row, now)
+}
+
+// grandfatheredAt is the limits at now of an account created before
+// GrandfatherCutoff on a standard plan.
+func grandfatheredAt(plan string, row planRow, now time.Time) Limits {
+	l := Limits{Plan: plan, Hourly: row.hourly, Monthly: row.monthly, MonthlyLookups: lookupsFor(row.monthly)}
 	// Past its end the plan's limits apply, and grandfathered_until still
 	// names that end: SPEC 2.4 defines it as the "end of the previous
 	// allowance for accounts created before 2026-10-01", null for the

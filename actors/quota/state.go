@@ -349,6 +349,8 @@ func unixCeil(t time.Time) int64 {
 // part of the change (zero when nothing needs storing); warn receives the
 // thresholds crossed.
 func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.UsageDelta) {
+	// The limits of the charge's own instant, whatever clock computed them.
+	c.Limits = c.Limits.At(c.Now)
 	l := &c.Limits
 	w := a.win(c.Bucket, c.Now)
 	monthly := l.monthlyFor(c.Kind)
@@ -481,6 +483,7 @@ func (a *account) headers(r *ChargeResult, c *Charge, w *window, monthly, used i
 
 // usage reports the SPEC 2.4 fields. The month must be MonthOf(now).
 func (a *account) usage(b Bucket, l Limits, now time.Time) UsageView {
+	l = l.At(now) // as charge: the limits of the month read
 	w := a.win(b, now)
 	v := UsageView{
 		KeyType:          b.String(),
