@@ -90,8 +90,17 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 			tr.bad = checks.DescBasicUnreadable
 			return tr
 		}
-		if tr.clientID != "" || tr.clientSecret != "" {
+		// A secret in both places is two authentication methods (RFC 6749
+		// §2.3). A client_id alone in the body is not: §3.2.1 lets a client
+		// name itself with it beside Basic, and clients do (the MCP Python
+		// SDK drops only client_secret from the body for client_secret_basic).
+		// It must name the Basic client, or the request says two things.
+		if tr.clientSecret != "" {
 			tr.bad = checks.DescCredentialsTwice
+			return tr
+		}
+		if tr.clientID != "" && !strings.EqualFold(tr.clientID, id) {
+			tr.bad = checks.DescClientIDMismatch
 			return tr
 		}
 		tr.clientID, tr.clientSecret = id, secret

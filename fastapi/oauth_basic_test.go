@@ -203,3 +203,37 @@ func TestTokenEndpointEdgeRefusalsAreOAuthShaped(t *testing.T) {
 		t.Errorf("/v1/evaluate 415: %d %v", ctx.Response.StatusCode(), m)
 	}
 }
+
+// TestBasicWithClientIDInBody: RFC 6749 §3.2.1 lets a client name itself
+// with client_id in the body beside its Basic credentials (only a secret in
+// both is two authentication methods, §2.3), as the MCP Python SDK does for
+// client_secret_basic: that mints. A client_id naming someone else, or a
+// client_secret in the body too, is refused 400 invalid_request.
+func TestBasicWithClientIDInBody(t *testing.T) {
+	e := newTestEnv(t)
+	e.srv.deps.Tokens = accesstoken.NewIssuer(secrets.FromBytes([]byte("unit")))
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("unit%40example.com:"+e.acct.LiveKey))
+	for _, c := range []struct {
+		body   string
+		status int
+		error  string
+	}{
+		{"grant_type=client_credentials&client_id=unit%40example.com", 200, ""},
+		{"grant_type=client_credentials&client_id=UNIT%40example.com", 200, ""},
+		{`{"grant_type":"client_credentials","client_id":"unit@example.com"}`, 200, ""},
+		{"grant_type=client_credentials&client_id=other%40example.com", 400, "invalid_request"},
+		{"grant_type=client_credentials&client_secret=" + e.acct.LiveKey, 400, "invalid_request"},
+		{"grant_type=client_credentials&client_id=unit%40example.com&client_secret=" + e.acct.LiveKey, 400, "invalid_request"},
+	} {
+		ctx := e.serve(testRequest{method: "POST", uri: "/oauth/token",
+			header: [][2]string{{"Authorization", basic}, {"Content-Type", "application/x-www-form-urlencoded"}},
+			body:   []byte(c.body)})
+		var got struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(ctx.Response.Body(), &got)
+		if ctx.Response.StatusCode() != c.status || got.Error != c.error {
+			t.Errorf("Basic with body %s: %d %s, want %d %q", c.body, ctx.Response.StatusCode(), ctx.Response.Body(), c.status, c.error)
+		}
+	}
+}

@@ -88,6 +88,7 @@ const (
 	DescBasicUnreadable    = "The Basic credentials could not be read."
 	DescAuthTwice          = "Send one Authorization header; this request carried more than one."
 	DescCredentialsTwice   = "Send the client credentials once: either Basic or the body."
+	DescClientIDMismatch   = "The client_id in the body is not the one in the Basic credentials."
 	DescGrantMissing       = "grant_type is required (client_credentials)."
 	DescGrantUnsupported   = "Only grant_type=client_credentials is supported."
 	DescCredentialsMissing = "client_id (account email) and client_secret (API key) are required."
