@@ -38,12 +38,12 @@ func FuzzBasicCredentials(f *testing.F) {
 	f.Add([]byte("basic !!!"), "a:b", "c%2")
 	f.Add([]byte("Bearer x"), "", "")
 	f.Fuzz(func(t *testing.T, h []byte, id, secret string) {
-		if _, _, present, ok := basicCredentials(h); ok && !present {
+		if _, _, _, present, ok := basicCredentials(h); ok && !present {
 			t.Fatalf("%q: ok without the Basic scheme", h)
 		}
 		enc := base64.StdEncoding.EncodeToString([]byte(basicID(id) + ":" + url.QueryEscape(secret)))
-		gid, gsecret, present, ok := basicCredentials([]byte("Basic " + enc))
-		if !present || !ok || gid != id || gsecret != secret {
+		gid, sent, gsecret, present, ok := basicCredentials([]byte("Basic " + enc))
+		if !present || !ok || gid != id || sent != basicID(id) || gsecret != secret {
 			t.Fatalf("(%q, %q) read back as (%q, %q) present=%v ok=%v", id, secret, gid, gsecret, present, ok)
 		}
 	})

@@ -35,7 +35,18 @@ func (s *Server) oauthError(ctx *fasthttp.RequestCtx, status int, code, desc str
 // tokenRequest is what the client sent, from whichever place it used.
 type tokenRequest struct {
 	grantType, clientID, clientSecret string
-	bad                               string // why the request is malformed
+	// clientIDSent is the Basic client id as sent, when unescaping changed
+	// it: a client that does not form-encode (curl -u) sends an email's own
+	// '%' as is, so "save%41@…" may be the address itself or "saveA@…"
+	// encoded. Only the account's email can tell; names accepts either.
+	clientIDSent string
+	bad          string // why the request is malformed
+}
+
+// names reports whether the client id the request carries is email, in
+// either of its readings (clientIDSent); emails match case-insensitively.
+func (tr *tokenRequest) names(email string) bool {
+	return strings.EqualFold(email, tr.clientID) || (tr.clientIDSent != "" && strings.EqualFold(email, tr.clientIDSent))
 }
 
 // readTokenRequest reads client_secret_basic (Authorization: Basic), a form
@@ -85,7 +96,7 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 		tr.bad = checks.DescAuthTwice
 		return tr
 	}
-	if id, secret, present, ok := basicCredentials(auth); present {
+	if id, sent, secret, present, ok := basicCredentials(auth); present {
 		if !ok {
 			tr.bad = checks.DescBasicUnreadable
 			return tr
@@ -99,11 +110,15 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 			tr.bad = checks.DescCredentialsTwice
 			return tr
 		}
-		if tr.clientID != "" && !strings.EqualFold(tr.clientID, id) {
+		body := tr.clientID
+		tr.clientID, tr.clientSecret = id, secret
+		if sent != id {
+			tr.clientIDSent = sent
+		}
+		if body != "" && !tr.names(body) {
 			tr.bad = checks.DescClientIDMismatch
 			return tr
 		}
-		tr.clientID, tr.clientSecret = id, secret
 	}
 	return tr
 }
@@ -111,19 +126,21 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 // basicCredentials reads an Authorization: Basic header (the scheme name
 // case-insensitive). present says the scheme is Basic; ok that the
 // credentials decoded to id:secret. RFC 6749 §2.3.1 form-encodes both parts
-// before Basic; a part that does not unescape is taken as sent.
-func basicCredentials(h []byte) (id, secret string, present, ok bool) {
+// before Basic; a part that does not unescape is taken as sent. sent is the
+// id as sent, before unescaping.
+func basicCredentials(h []byte) (id, sent, secret string, present, ok bool) {
 	if len(h) <= 6 || !strings.EqualFold(string(h[:6]), "basic ") {
-		return "", "", false, false
+		return "", "", "", false, false
 	}
 	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(h[6:])))
 	if err != nil {
-		return "", "", true, false
+		return "", "", "", true, false
 	}
 	id, secret, ok = strings.Cut(string(raw), ":")
 	if !ok {
-		return "", "", true, false
+		return "", "", "", true, false
 	}
+	sent = id
 	// The id is an email, which has no spaces, while clients that do not
 	// form-encode (curl -u, requests' HTTPBasicAuth) send plus addressing
 	// as is: a '+' stays a '+'; %XX escapes, %20 included, still decode.
@@ -133,7 +150,7 @@ func basicCredentials(h []byte) (id, secret string, present, ok bool) {
 	if u, err := url.QueryUnescape(secret); err == nil {
 		secret = u
 	}
-	return id, secret, true, true
+	return id, sent, secret, true, true
 }
 
 // The token endpoint's dated additions (SPEC 4.9, §9), read at the
@@ -196,7 +213,7 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 	a, ok := s.deps.Accounts.Authenticate(tr.clientSecret, r.Now)
 	// One answer for a wrong email and a wrong key, so neither can be probed;
 	// a previous live key in grace cannot mint (SPEC §3).
-	if !ok || !strings.EqualFold(a.View.Email, tr.clientID) || a.Kind == accounts.KeyLivePrev {
+	if !ok || !tr.names(a.View.Email) || a.Kind == accounts.KeyLivePrev {
 		s.deps.Limits.Fail(iplimit.AuthFail, r.Addr, r.Now)
 		s.oauthError(ctx, fasthttp.StatusUnauthorized, "invalid_client", checks.DescClientAuth)
 		return

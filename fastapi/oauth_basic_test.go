@@ -237,3 +237,44 @@ func TestBasicWithClientIDInBody(t *testing.T) {
 		}
 	}
 }
+
+// TestBasicKeepsPercentInEmail: an email may hold '%' (RFC 5322 atext), and
+// a client that does not form-encode Basic (curl -u, as the README shows;
+// requests' HTTPBasicAuth) sends "save%41now@…" as is, which unescapes to
+// another address. The account's own email mints however the client sent
+// it: raw, form-encoded (x/oauth2), and with the id in the body too. The
+// unescaped reading still names the account it spells.
+func TestBasicKeepsPercentInEmail(t *testing.T) {
+	e := newTestEnv(t)
+	e.srv.deps.Tokens = accesstoken.NewIssuer(secrets.FromBytes([]byte("unit")))
+	pct, err := e.accts.Create(accounts.NewAccount{Email: "save%41now@example.com", Plan: "starter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := e.accts.Create(accounts.NewAccount{Email: "saveB@example.com", Plan: "starter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ id, key, body string }{
+		{"save%41now@example.com", pct.LiveKey, ""},
+		{"save%2541now%40example.com", pct.LiveKey, ""},
+		{"save%41now@example.com", pct.LiveKey, "&client_id=save%2541now%40example.com"},
+		{"save%42@example.com", plain.LiveKey, ""},
+	} {
+		basic := base64.StdEncoding.EncodeToString([]byte(c.id + ":" + c.key))
+		ctx := e.serve(testRequest{method: "POST", uri: "/oauth/token",
+			header: [][2]string{{"Authorization", "Basic " + basic}, {"Content-Type", "application/x-www-form-urlencoded"}},
+			body:   []byte("grant_type=client_credentials" + c.body)})
+		if ctx.Response.StatusCode() != 200 {
+			t.Errorf("Basic %s (body %q): %d %s", c.id, c.body, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	// Either reading names only the account that holds the key.
+	basic := base64.StdEncoding.EncodeToString([]byte("save%42@example.com:" + pct.LiveKey))
+	ctx := e.serve(testRequest{method: "POST", uri: "/oauth/token",
+		header: [][2]string{{"Authorization", "Basic " + basic}, {"Content-Type", "application/x-www-form-urlencoded"}},
+		body:   []byte("grant_type=client_credentials")})
+	if ctx.Response.StatusCode() != 401 {
+		t.Errorf("another account's email with this key: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+}
