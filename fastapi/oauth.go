@@ -3,9 +3,11 @@ package fastapi
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -62,6 +64,10 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 		}
 		if jsonBody.Unmarshal(body, &j) != nil {
 			tr.bad = checks.DescJSONUnreadable
+			return tr
+		}
+		if repeatsParameter(body) {
+			tr.bad = checks.DescRepeated
 			return tr
 		}
 		for _, f := range []struct {
@@ -121,6 +127,36 @@ func readTokenRequest(ctx *fasthttp.RequestCtx) tokenRequest {
 		}
 	}
 	return tr
+}
+
+// repeatsParameter reports whether a JSON token request, already read as
+// one object, names grant_type, client_id or client_secret more than once.
+// RFC 6749 §3.2 allows each parameter once and the form body refuses a
+// repeat, while the decoder keeps the last member silently: the same request
+// would read one way as a form and another as JSON.
+func repeatsParameter(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	var seen [3]bool
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if i := slices.Index([]string{"grant_type", "client_id", "client_secret"}, t.(string)); i >= 0 {
+			if seen[i] {
+				return true
+			}
+			seen[i] = true
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return false
+		}
+	}
+	return false
 }
 
 // basicCredentials reads an Authorization: Basic header (the scheme name

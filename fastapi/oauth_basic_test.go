@@ -278,3 +278,33 @@ func TestBasicKeepsPercentInEmail(t *testing.T) {
 		t.Errorf("another account's email with this key: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
 	}
 }
+
+// TestTokenJSONRepeatedParameter: RFC 6749 §3.2 allows each parameter once;
+// the form body refuses a repeat (400 invalid_request), and the JSON body
+// does the same rather than keep the last member, so one request reads
+// alike in both encodings. Other members may repeat (they are not read).
+func TestTokenJSONRepeatedParameter(t *testing.T) {
+	e := newTestEnv(t)
+	e.srv.deps.Tokens = accesstoken.NewIssuer(secrets.FromBytes([]byte("unit")))
+	creds := `"client_id":"unit@example.com","client_secret":"` + e.acct.LiveKey + `"`
+	for _, c := range []struct {
+		body, ctype string
+		status      int
+	}{
+		{`{"grant_type":"password","grant_type":"client_credentials",` + creds + `}`, "application/json", 400},
+		{`{"grant_type":"client_credentials",` + creds + `,"client_id":"unit@example.com"}`, "application/json", 400},
+		{`{"grant_type":"client_credentials",` + creds + `,"client_secret":"x"}`, "application/json", 400},
+		{"grant_type=password&grant_type=client_credentials&client_id=unit%40example.com&client_secret=" + e.acct.LiveKey, "application/x-www-form-urlencoded", 400},
+		{`{"grant_type":"client_credentials",` + creds + `,"scope":"api","scope":"api"}`, "application/json", 200},
+	} {
+		ctx := e.serve(testRequest{method: "POST", uri: "/oauth/token",
+			header: [][2]string{{"Content-Type", c.ctype}}, body: []byte(c.body)})
+		var got struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(ctx.Response.Body(), &got)
+		if ctx.Response.StatusCode() != c.status || (c.status == 400 && got.Error != "invalid_request") {
+			t.Errorf("%s: %d %s, want %d", c.body, ctx.Response.StatusCode(), ctx.Response.Body(), c.status)
+		}
+	}
+}
