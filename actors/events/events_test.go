@@ -422,3 +422,32 @@ func TestUnuseGivesTheUseBack(t *testing.T) {
 		t.Fatalf("after a restart: %v %+v", err, r)
 	}
 }
+
+// TestPeekReadsSightings: a resolve that counts no use — the personal test
+// key's evaluation, a cluster owner's push to its mirrors — still reads the
+// device's global sightings. SPEC 2.2 device.times_seen and first_seen are
+// the device's, "not scoped to the key", and SPEC 5.2 has the test key run
+// the complete live pipeline; a peek answered zero sightings, so a test-key
+// evaluation of a device seen twice read times_seen 1, returning false and
+// the event's own time as first_seen.
+func TestPeekReadsSightings(t *testing.T) {
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	c := New(sys.Root, Config{Shards: 2})
+	defer c.Stop()
+	e1, e2 := event("acc_a", "visitor-s", t0), event("acc_a", "visitor-s", t0.Add(time.Hour))
+	c.Record(e1)
+	c.Record(e2)
+	r, err := c.Peek(Resolve{ID: e2.ID, Account: "acc_a", Now: t0.Add(2 * time.Hour)})
+	if err != nil || !r.Found || r.Replayed {
+		t.Fatalf("peek: %v %+v", err, r)
+	}
+	if r.Sightings.TimesSeen != 2 || !r.Sightings.FirstSeen.Equal(t0) || r.Sightings.Visitor != "visitor-s" {
+		t.Fatalf("peek's sightings %+v, want the device's 2 since %v", r.Sightings, t0)
+	}
+	// The peek counted no use, and the resolve after it reads the same.
+	r, err = c.Resolve(Resolve{ID: e2.ID, Account: "acc_a", Now: t0.Add(2 * time.Hour)})
+	if err != nil || !r.Found || r.Replayed || r.Sightings.TimesSeen != 2 || !r.Sightings.FirstSeen.Equal(t0) {
+		t.Fatalf("resolve after the peek: %v %+v", err, r)
+	}
+}

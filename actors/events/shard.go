@@ -179,6 +179,18 @@ func (s shard) resolve(r *Resolve) (Resolved, error) {
 	}
 	ent.touched = r.Now
 	res := Resolved{Found: true, Event: ent.e, Replayed: ent.e.Uses > 0}
+	// A peek reads the sightings too: they are the device's, not the
+	// use's (SPEC 2.2 times_seen and first_seen are "not scoped to the
+	// key"), and a peek answers the personal test key's evaluation, which
+	// shows them, and a cluster owner's push to its mirrors, which later
+	// answer from it.
+	if v := ent.e.VisitorID; v != "" {
+		if he, err := s.sightingsOf(v, r.Now); err == nil {
+			res.Sightings = he.h
+		} else {
+			s.log.Warn("device: sightings not read", "err", err)
+		}
+	}
 	if r.Peek {
 		return res, nil
 	}
@@ -189,13 +201,6 @@ func (s shard) resolve(r *Resolve) (Resolved, error) {
 		// event's next write, if any; a replay costs no write.
 		ent.e.FirstUse = r.Now
 		s.markEvent(ent)
-	}
-	if v := ent.e.VisitorID; v != "" {
-		if he, err := s.sightingsOf(v, r.Now); err == nil {
-			res.Sightings = he.h
-		} else {
-			s.log.Warn("device: sightings not read", "err", err)
-		}
 	}
 	return res, nil
 }
