@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/fraudd/fraudd/intel/ipaddr"
@@ -39,6 +40,15 @@ func CheckURL(raw string, allowPrivate bool) (string, error) {
 	host := u.Hostname()
 	if host == "" {
 		return "", errURLShape(allowPrivate)
+	}
+	// url.Parse checks only that a port is digits: 0 or one past 65535
+	// would be stored and every delivery then fail to dial ("invalid
+	// port"), with nothing said when the receiver was set. An empty port
+	// ("host:") is the scheme's default.
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", errors.New("url's port must be from 1 to 65535")
+		}
 	}
 	if !allowPrivate && !publicHost(host) {
 		return "", errors.New("url must be on a public address (loopback and private addresses only with --allow-private-webhooks)")
