@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -224,6 +225,12 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fraudd admin %s: want %d argument(s): %s\n", cmd.name, cmd.npos, cmd.args)
 		return 2
 	}
+	for _, id := range pos {
+		if err := checkPathArg(id); err != nil {
+			fmt.Fprintf(stderr, "fraudd admin %s: %v\n", cmd.name, err)
+			return 2
+		}
+	}
 	tok, err := adminToken(token, dataDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "fraudd admin: %v\n", err)
@@ -256,6 +263,20 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	}
 	stdout.Write(out)
 	return 0
+}
+
+// checkPathArg refuses a positional argument that is not one path segment.
+// It is pasted into the URL path, and the server reads the path as the
+// router does (an empty segment at the end is dropped, "." and ".." are
+// resolved, %2F is a slash): get-account "" would list every account and
+// get-account ../mail print the outbox, both with exit status 0, instead of
+// the one account's 404. Account IDs (acc_ and letters and digits) never
+// need escaping, so anything that would is refused rather than escaped.
+func checkPathArg(id string) error {
+	if id == "" || id == "." || id == ".." || url.PathEscape(id) != id {
+		return fmt.Errorf("%q is not an account ID (acc_…)", id)
+	}
+	return nil
 }
 
 // adminToken is the operator token: the flag's or env's value (trimmed and

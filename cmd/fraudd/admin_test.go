@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fakeAdmin answers every call with status and body and records the paths
+// it was asked for.
+func fakeAdmin(t *testing.T, status int, body string) (*httptest.Server, func() []string) {
+	var mu sync.Mutex
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.RawPath+"|"+r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), paths...)
+	}
+}
+
+// TestAdminCLIRefusesIDsThatAreNotOne: an ID is pasted into the path, which
+// the server resolves as a router does, so get-account "" listed every
+// account and get-account ../mail printed the outbox (exit 0) where the
+// same call over HTTP for one account answers that account or 404
+// (ADMIN.md: GET /admin/v1/accounts/{id}; unknown account: 404). Such an
+// argument is refused before any call.
+func TestAdminCLIRefusesIDsThatAreNotOne(t *testing.T) {
+	srv, paths := fakeAdmin(t, 200, `[]`)
+	for _, args := range [][]string{
+		{"get-account", ""},
+		{"get-account", ".."},
+		{"get-account", "../mail"},
+		{"get-account", "acc_x/rules"},
+		{"get-account", "acc_x?q=1"},
+		{"get-account", "acc_x%2Frules"},
+		{"deliveries", ""},
+		{"set-rules", "acc_x/..", "--json", `[]`},
+	} {
+		var out, errb bytes.Buffer
+		code := runAdmin(append([]string{"--url", srv.URL, "--admin-token", "tok"}, args...), &out, &errb)
+		if code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), "is not an account ID") {
+			t.Errorf("fraudd admin %q: exit %d, stdout %q, stderr %q; want 2 and the ID refused", args, code, out.String(), errb.String())
+		}
+	}
+	if p := paths(); len(p) != 0 {
+		t.Errorf("calls made: %q", p)
+	}
+	var out, errb bytes.Buffer
+	if code := runAdmin([]string{"--url", srv.URL, "--admin-token", "tok", "get-account", "acc_0TEiiFs45EZiLO00j"}, &out, &errb); code != 0 {
+		t.Fatalf("a plain ID: exit %d, %s", code, errb.String())
+	}
+	if p := paths(); len(p) != 1 || p[0] != "|/admin/v1/accounts/acc_0TEiiFs45EZiLO00j" {
+		t.Errorf("a plain ID called %q", p)
+	}
+}
