@@ -255,7 +255,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if status >= 300 {
-		fmt.Fprintf(stderr, "fraudd admin %s: HTTP %d\n%s", cmd.name, status, out)
+		fmt.Fprintf(stderr, "fraudd admin %s: %s\n", cmd.name, errorLine(status, out))
 		return 1
 	}
 	if cmd.name == "create-account" {
@@ -277,6 +277,33 @@ func checkPathArg(id string) error {
 		return fmt.Errorf("%q is not an account ID (acc_…)", id)
 	}
 	return nil
+}
+
+// errorLine is a refused call's report on one line: the API's error, its
+// code and hint (ADMIN.md: {"error", "code"?, "hint"?}), and the status; a
+// body that is not such JSON is shown with its line breaks folded.
+func errorLine(status int, body []byte) string {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+		Code  string          `json:"code"`
+		Hint  string          `json:"hint"`
+	}
+	var msg string
+	if json.Unmarshal(body, &e) == nil && json.Unmarshal(e.Error, &msg) == nil && msg != "" {
+		line := fmt.Sprintf("%s (HTTP %d", msg, status)
+		if e.Code != "" {
+			line += ", code " + e.Code
+		}
+		line += ")"
+		if e.Hint != "" {
+			line += " " + e.Hint
+		}
+		return line
+	}
+	if text := strings.Join(strings.Fields(string(body)), " "); text != "" {
+		return fmt.Sprintf("HTTP %d: %s", status, text)
+	}
+	return fmt.Sprintf("HTTP %d", status)
 }
 
 // adminToken is the operator token: the flag's or env's value (trimmed and

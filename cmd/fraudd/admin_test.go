@@ -65,3 +65,31 @@ func TestAdminCLIRefusesIDsThatAreNotOne(t *testing.T) {
 		t.Errorf("a plain ID called %q", p)
 	}
 }
+
+// TestAdminCLIErrorOneLine: a refused call is reported as one line that
+// names the API's error, code, hint and status, with exit status 1; the
+// JSON error body was printed indented over several lines.
+func TestAdminCLIErrorOneLine(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{409, `{"error":"An account with this email already exists."}`,
+			"fraudd admin get-account: An account with this email already exists. (HTTP 409)\n"},
+		{400, `{"error":"hourly_limit is only for the custom plan.","hint":"Send \"plan\": \"custom\"."}`,
+			"fraudd admin get-account: hourly_limit is only for the custom plan. (HTTP 400) Send \"plan\": \"custom\".\n"},
+		{503, `{"error":"Storage unavailable.","code":"storage_unavailable"}`,
+			"fraudd admin get-account: Storage unavailable. (HTTP 503, code storage_unavailable)\n"},
+		{502, "<html>\n<body>Bad gateway</body>\n</html>\n",
+			"fraudd admin get-account: HTTP 502: <html> <body>Bad gateway</body> </html>\n"},
+		{500, "", "fraudd admin get-account: HTTP 500\n"},
+	} {
+		srv, _ := fakeAdmin(t, c.status, c.body)
+		var out, errb bytes.Buffer
+		code := runAdmin([]string{"--url", srv.URL, "--admin-token", "tok", "get-account", "acc_x"}, &out, &errb)
+		if code != 1 || out.Len() != 0 || errb.String() != c.want {
+			t.Errorf("HTTP %d %q: exit %d, stdout %q, stderr %q; want 1 and %q", c.status, c.body, code, out.String(), errb.String(), c.want)
+		}
+	}
+}
