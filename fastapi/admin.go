@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -436,12 +437,44 @@ func canonicalOrigins(in []string) ([]string, error) {
 	out := make([]string, 0, len(in))
 	for _, s := range in {
 		c, ok := weborigin.Canonical(strings.TrimSpace(s))
-		if !ok {
+		if !ok || !browserOrigin(c) {
 			return nil, fmt.Errorf("%q is not an origin like https://shop.example", s)
 		}
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// browserOrigin reports whether a canonical origin is one a browser's Origin
+// header can carry. weborigin.Canonical reads what requests send and lets an
+// ASCII host through as it is, so "https://*.shop.example" (a wildcard the
+// collector never expands), "https://shop..example" or a port past 65535
+// would be stored as an origin no page ever has, and every page of the
+// site then refused, with nothing said when it was set.
+func browserOrigin(c string) bool {
+	u, err := url.Parse(c)
+	if err != nil {
+		return false
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return false
+		}
+	}
+	host := u.Hostname()
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	// Letters, digits, hyphens and (as some hosts have them) underscores,
+	// in non-empty labels; a final dot is a fully qualified name.
+	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
+		if label == "" || strings.IndexFunc(label, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+		}) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) adminRotateLive(ctx *fasthttp.RequestCtx, r *request) {
