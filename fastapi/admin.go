@@ -35,6 +35,13 @@ func decodeStrict(body []byte, v any) error {
 	if !utf8.Valid(body) {
 		return errors.New("the body is not valid UTF-8")
 	}
+	// encoding/json reads a bare null into a struct or slice as nothing at
+	// all: a PATCH of null answered 200 having changed nothing, and a clock
+	// call of null answered the time as if {} had been sent. Every admin
+	// body is an object or an array.
+	if string(bytes.TrimSpace(body)) == "null" {
+		return errors.New("the body is null, not a JSON object or array")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

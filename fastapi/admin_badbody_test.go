@@ -206,3 +206,26 @@ func TestDuplicateKey(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminNullBodyRefused: a body of null is not a patch nor any other admin
+// request (ADMIN.md: JSON in; PATCH takes "any of" the account's fields):
+// PATCH answered 200 having changed nothing. It is a 400, and the account
+// is unchanged.
+func TestAdminNullBodyRefused(t *testing.T) {
+	e := newTestEnv(t)
+	uri := "/admin/v1/accounts/" + e.acct.View.ID
+	before := string(e.do("GET", uri, "Bearer adm", nil).Response.Body())
+	for _, c := range []struct{ method, path string }{
+		{"PATCH", uri}, {"POST", "/admin/v1/accounts"}, {"PUT", uri + "/webhook"}, {"PUT", uri + "/rules"}, {"PUT", uri + "/exceptions"},
+	} {
+		for _, body := range []string{`null`, " null\n"} {
+			ctx := e.do(c.method, c.path, "Bearer adm", []byte(body))
+			if ctx.Response.StatusCode() != 400 || !strings.Contains(string(ctx.Response.Body()), `"error"`) {
+				t.Errorf("%s %s %q: %d %s", c.method, c.path, body, ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+		}
+	}
+	if after := string(e.do("GET", uri, "Bearer adm", nil).Response.Body()); after != before {
+		t.Errorf("account changed:\n%s\n%s", before, after)
+	}
+}
