@@ -106,6 +106,26 @@ func duplicateKey(body []byte) (string, bool) {
 	}
 }
 
+// nullField returns the first of names (matched as encoding/json matches
+// keys to fields, whatever their case) that a JSON object body gives as null.
+func nullField(body []byte, names ...string) string {
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(body, &raw) != nil {
+		return ""
+	}
+	for k, v := range raw {
+		if string(v) != "null" {
+			continue
+		}
+		for _, n := range names {
+			if strings.EqualFold(k, n) {
+				return n
+			}
+		}
+	}
+	return ""
+}
+
 // orNotArray names what was wrong with a body that decoded without error
 // but to nothing (null).
 func orNotArray(err error) error {
@@ -324,6 +344,17 @@ func (s *Server) adminPatchAccount(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	if err := decodeStrict(ctx.PostBody(), &in); err != nil {
 		s.badRequest(ctx, "Invalid JSON body: %v.", err)
+		return
+	}
+	if field := nullField(ctx.PostBody(), "plan", "suspended", "allowlist", "origins", "device_evidence_beta"); field != "" {
+		// A null reads as the field left out: {"allowlist": null} kept the
+		// allowlist it looks like it removes, and {"suspended": null} the
+		// suspension, each answered 200.
+		hint := ""
+		if field == "allowlist" || field == "origins" {
+			hint = fmt.Sprintf(`Send "%s": [] to clear it.`, field)
+		}
+		s.writeError(ctx, fasthttp.StatusBadRequest, field+" cannot be null.", "", hint)
 		return
 	}
 	cur, ref := s.account(r)

@@ -229,3 +229,31 @@ func TestAdminNullBodyRefused(t *testing.T) {
 		t.Errorf("account changed:\n%s\n%s", before, after)
 	}
 }
+
+// TestAdminPatchNullFieldRefused: PATCH's plan, suspended, allowlist,
+// origins and device_evidence_beta take a value, not null (ADMIN.md:
+// suspended (bool), allowlist (array; empty = no allowlist)). A null read as
+// the field left out, so {"allowlist": null} answered 200 with the allowlist
+// still in force. It is a 400 that keeps the account as it was; the limits
+// still take null (no limit).
+func TestAdminPatchNullFieldRefused(t *testing.T) {
+	e := newTestEnv(t)
+	uri := "/admin/v1/accounts/" + e.acct.View.ID
+	if ctx := e.do("PATCH", uri, "Bearer adm", []byte(`{"suspended":true,"allowlist":["203.0.113.0/24"],"origins":["https://shop.example"],"device_evidence_beta":true}`)); ctx.Response.StatusCode() != 200 {
+		t.Fatalf("set: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	before := string(e.do("GET", uri, "Bearer adm", nil).Response.Body())
+	for _, body := range []string{`{"allowlist":null}`, `{"Allowlist":null}`, `{"origins":null}`, `{"suspended":null}`,
+		`{"device_evidence_beta":null}`, `{"plan":null}`, `{"suspended":false,"allowlist":null}`} {
+		ctx := e.do("PATCH", uri, "Bearer adm", []byte(body))
+		if ctx.Response.StatusCode() != 400 || !strings.Contains(string(ctx.Response.Body()), "cannot be null") {
+			t.Errorf("PATCH %s: %d %s", body, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	if after := string(e.do("GET", uri, "Bearer adm", nil).Response.Body()); after != before {
+		t.Errorf("account changed:\n%s\n%s", before, after)
+	}
+	if ctx := e.do("PATCH", uri, "Bearer adm", []byte(`{"plan":"custom","hourly_limit":null,"monthly_limit":null}`)); ctx.Response.StatusCode() != 200 {
+		t.Errorf("null limits: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+}
