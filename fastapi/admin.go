@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -306,6 +307,13 @@ func validEmail(e string) error {
 	}
 	if !bad && strings.ContainsAny(e[at+1:], ",;<>\"") {
 		bad = true // the domain is never quoted
+	}
+	// A domain is dot-separated labels, none empty (RFC 5321 4.1.2), or an
+	// address literal: "x@example..com", "x@.example.com" or
+	// "x@example.com." names no mailbox, and the warnings sent there would
+	// all bounce.
+	if d := e[at+1:]; !bad && !strings.HasPrefix(d, "[") && slices.Contains(strings.Split(d, "."), "") {
+		bad = true
 	}
 	if bad {
 		return errors.New("email must be a valid address of at most 254 bytes (UTF-8).")

@@ -14,11 +14,18 @@ import (
 func TestAdminEmailIsOneAddress(t *testing.T) {
 	e := newTestEnv(t)
 	for email, want := range map[string]int{
-		"owner@x.example,someone@y.example":      400,
-		"owner@x.example;someone@y.example":      400,
-		"Owner <owner@x.example>":                400,
-		"a@b@x.example":                          400,
-		"owner@x.example>":                       400,
+		"owner@x.example,someone@y.example": 400,
+		"owner@x.example;someone@y.example": 400,
+		"Owner <owner@x.example>":           400,
+		"a@b@x.example":                     400,
+		"owner@x.example>":                  400,
+		// No mailbox has an empty domain label (RFC 5321 4.1.2).
+		"owner@x..example":  400,
+		"owner@.x.example":  400,
+		"owner@x.example.":  400,
+		"owner@.":           400,
+		"owner@[192.0.2.1]": 201,
+		"owner@localhost":   201,
 		strings.Repeat("ü", 130) + "@example.de": 400, // 271 bytes
 		`"a,b"@x.example`:                        201,
 		"bücher@bücher.example":                  201,
