@@ -48,11 +48,15 @@ func jsonFlag(fs *flag.FlagSet, name, help string) func() (any, error) {
 			}
 			s = string(b)
 		}
+		// Sent as given, not decoded and encoded again: a round trip through
+		// any kept the last of two equal keys, turned 1e3 or 1.0 into 1000
+		// or 1 and rounded integers past 2^53, so the server took what it
+		// refuses (or stores otherwise) from the same body sent with curl.
 		var out any
 		if err := json.Unmarshal([]byte(s), &out); err != nil {
 			return nil, fmt.Errorf("--%s: %w", name, err)
 		}
-		return out, nil
+		return json.RawMessage(s), nil
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -91,5 +92,46 @@ func TestAdminCLIErrorOneLine(t *testing.T) {
 		if code != 1 || out.Len() != 0 || errb.String() != c.want {
 			t.Errorf("HTTP %d %q: exit %d, stdout %q, stderr %q; want 1 and %q", c.status, c.body, code, out.String(), errb.String(), c.want)
 		}
+	}
+}
+
+// TestAdminCLISendsJSONAsGiven: --json is the body of the HTTP call
+// (ADMIN.md: the CLI uses exactly the admin API). It was decoded and encoded
+// again, so a key given twice reached the server once (which refuses it
+// twice), 1e3 and 1.0 as 1000 and 1 (refused as limits when sent so), and
+// 9007199254740993 as ...992.
+func TestAdminCLISendsJSONAsGiven(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, string(b))
+		mu.Unlock()
+		w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(srv.Close)
+	for _, body := range []string{
+		`{"suspended":true,"suspended":false}`,
+		`{"plan":"custom","hourly_limit":1e3}`,
+		`{"plan":"custom","monthly_limit":1.0}`,
+		`{"plan":"custom","monthly_limit":9007199254740993}`,
+	} {
+		mu.Lock()
+		got = nil
+		mu.Unlock()
+		var out, errb bytes.Buffer
+		if code := runAdmin([]string{"--url", srv.URL, "--admin-token", "tok", "patch-account", "acc_x", "--json", body}, &out, &errb); code != 0 {
+			t.Fatalf("%s: exit %d %s", body, code, errb.String())
+		}
+		mu.Lock()
+		if len(got) != 1 || got[0] != body {
+			t.Errorf("--json %s sent %q", body, got)
+		}
+		mu.Unlock()
+	}
+	var out, errb bytes.Buffer
+	if code := runAdmin([]string{"--url", srv.URL, "--admin-token", "tok", "set-rules", "acc_x", "--json", `[{"signal":`}, &out, &errb); code != 2 {
+		t.Errorf("malformed --json: exit %d %s", code, errb.String())
 	}
 }
