@@ -757,6 +757,14 @@ func (s *Server) adminClock(ctx *fasthttp.RequestCtx, r *request) {
 		s.badRequest(ctx, "Invalid JSON body: %v.", err)
 		return
 	}
+	// A null set read as no set: {"set": null} answered the time unmoved
+	// (as if it meant "back to the real clock", which nothing does) and
+	// {"set": null, "advance": "1h"} moved it, where set and advance
+	// together are refused.
+	if field := nullField(ctx.PostBody(), "set", "advance"); field != "" {
+		s.badRequest(ctx, "%s cannot be null.", field)
+		return
+	}
 	var now time.Time
 	switch {
 	case in.Set != nil && in.Advance != nil:

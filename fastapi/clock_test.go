@@ -62,3 +62,25 @@ func TestAdminClockRejectsOverflow(t *testing.T) {
 		t.Fatalf("set the last day: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
 	}
 }
+
+// TestAdminClockNullRefused: set and advance take a time and a duration
+// (ADMIN.md: {"advance": "25h"} or {"set": "…"}); {"set": null} answered the
+// time unmoved and {"set": null, "advance": "1h"} moved the clock, though
+// set and advance together are a 400. A null is a 400 that moves nothing.
+func TestAdminClockNullRefused(t *testing.T) {
+	e := newTestEnv(t)
+	tc := clock.NewOffset()
+	e.srv.deps.TestClock = tc
+	if _, err := tc.Set(fixedNow); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{`{"set": null}`, `{"set": null, "advance": "1h"}`, `{"advance": null}`, `{"Set": null}`} {
+		ctx := e.do("POST", "/admin/v1/clock", "Bearer adm", []byte(body))
+		if ctx.Response.StatusCode() != 400 || !strings.Contains(string(ctx.Response.Body()), "cannot be null") {
+			t.Errorf("%s: %d %s, want 400", body, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		if now := tc.Now(); now.Sub(fixedNow).Abs() > time.Minute {
+			t.Fatalf("%s moved the clock to %v", body, now)
+		}
+	}
+}
