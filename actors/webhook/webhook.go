@@ -544,6 +544,14 @@ func (sh *shard) pump(id string, a *acct) {
 		sh.preparing, sh.preparingFor = nil, ""
 		if !ok {
 			sh.forget(id, e)
+			if e.attempts > 0 {
+				// Its last attempt is listed as retrying, with a next
+				// attempt that now never comes: say how the delivery
+				// ended (the admin list's status: failed).
+				now := sh.svc.cfg.Clock.Now()
+				sh.log(id, a, &storage.Delivery{Account: id, EventID: e.id, Event: e.kind, Attempt: e.attempts,
+					EventAt: e.ev.At, At: now, Error: errNotRetried})
+			}
 			continue
 		}
 		e.attempts++
@@ -566,6 +574,10 @@ func (sh *shard) pump(id string, a *acct) {
 		}()
 	}
 }
+
+// errNotRetried is the logged outcome of a retry that was due when the
+// account no longer had a receiver (or its secret could not be read).
+const errNotRetried = "not retried: the webhook URL was removed or the signing secret is unreadable"
 
 // prepare reads the account's current URL and secret. An account that no
 // longer exists or has no URL drops the event.

@@ -498,3 +498,29 @@ func TestQueueFullDropsCounted(t *testing.T) {
 		t.Fatalf("dropped %d after the test event, want 11", d)
 	}
 }
+
+// TestRemovedReceiverEndsTheListedDelivery: an event whose retry comes due
+// after the receiver was removed is dropped, as before, and the list of
+// deliveries (ADMIN.md: GET …/webhook/deliveries, status code or error)
+// says so with a last record without a next attempt; it showed the last
+// attempt as retrying, with a next attempt that never came.
+func TestRemovedReceiverEndsTheListedDelivery(t *testing.T) {
+	f := newFixture(t, Config{AllowPrivate: true})
+	rcv := newReceiver(t, 503)
+	f.dir.set("acc_gone", rcv.URL+"/hook", "whsec_x")
+	f.svc.Notify(threat("acc_gone"))
+	eventually(t, "attempt 1 logged", func() bool { return len(f.deliveries(t, "acc_gone")) == 1 })
+	f.dir.set("acc_gone", "", "whsec_x")
+	f.clk.Advance(time.Minute)
+	eventually(t, "the drop logged", func() bool { return len(f.deliveries(t, "acc_gone")) == 2 })
+	d := f.deliveries(t, "acc_gone")[0]
+	if d.Attempt != 1 || !d.NextAt.IsZero() || d.Error != errNotRetried || !d.At.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("last record: %+v", d)
+	}
+	if n := len(rcv.got()); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
+	}
+	if p := f.pending(t); len(p) != 0 {
+		t.Fatalf("still pending: %+v", p)
+	}
+}
