@@ -252,6 +252,13 @@ func (s *Server) adminCreateAccount(ctx *fasthttp.RequestCtx, r *request) {
 				clock.Earliest.Format(time.RFC3339), clock.Latest.Format(time.RFC3339))
 			return
 		}
+		// An import's date has passed: a future one (2062 for 2026) would
+		// list the account first for decades and show a creation that has
+		// not happened.
+		if t.After(r.Now) {
+			s.badRequest(ctx, "created_at must not be in the future (now is %s).", fmtTime(r.Now))
+			return
+		}
 		na.CreatedAt = t
 	}
 	for _, l := range []struct {

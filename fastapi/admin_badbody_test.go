@@ -257,3 +257,23 @@ func TestAdminPatchNullFieldRefused(t *testing.T) {
 		t.Errorf("null limits: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
 	}
 }
+
+// TestAdminCreatedAtNotInTheFuture: created_at is for imports and
+// grandfathering (ADMIN.md), a date that has passed; 2062-09-01 (a typo for
+// 2026) was stored, and the account listed first, newest, for decades.
+// The present instant itself is accepted.
+func TestAdminCreatedAtNotInTheFuture(t *testing.T) {
+	e := newTestEnv(t)
+	for _, at := range []string{"2062-09-01T00:00:00Z", fixedNow.Add(time.Second).Format(time.RFC3339)} {
+		ctx := e.do("POST", "/admin/v1/accounts", "Bearer adm", []byte(`{"email":"f`+strings.ReplaceAll(at, ":", "")+`@example.com","created_at":"`+at+`"}`))
+		if ctx.Response.StatusCode() != 400 || !strings.Contains(string(ctx.Response.Body()), "future") {
+			t.Errorf("created_at %s: %d %s", at, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	for i, at := range []string{fixedNow.Format(time.RFC3339), "2026-09-01T00:00:00Z"} {
+		ctx := e.do("POST", "/admin/v1/accounts", "Bearer adm", []byte(`{"email":"ok`+string(rune('a'+i))+`@example.com","created_at":"`+at+`"}`))
+		if ctx.Response.StatusCode() != 201 {
+			t.Errorf("created_at %s: %d %s", at, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+}
