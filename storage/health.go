@@ -15,9 +15,25 @@ type HealthDay struct {
 	StorageOK uint64
 	AuthOK    uint64
 	FeedsOK   uint64
+	// AllOK counts the probes that found the API, storage and
+	// authentication healthy together: the day's overall pct. It can be
+	// below the smallest of their counts when they failed in different
+	// probes.
+	AllOK uint64
 }
 
-const healthVersion = 1
+// Health record versions: 1 holds the five counters; 2 adds AllOK. A day
+// whose AllOK is the smallest of the three counts (every day without
+// failures in different probes) is written as version 1, byte for byte what
+// the builds before version 2 wrote and read, and a version 1 record reads
+// AllOK as that smallest count, the figure those builds reported.
+const (
+	healthVersion1 = 1
+	healthVersion  = 2
+)
+
+// minOK is the smallest of the three counts the day's pct covers.
+func (d *HealthDay) minOK() uint64 { return min(d.APIOK, d.StorageOK, d.AuthOK) }
 
 func healthKey(day time.Time) []byte {
 	k := make([]byte, 0, 5)
@@ -27,20 +43,36 @@ func healthKey(day time.Time) []byte {
 
 // MarshalHealth appends the binary form of d (the day is in the key).
 func MarshalHealth(dst []byte, d *HealthDay) []byte {
-	dst = append(dst, healthVersion)
+	v := byte(healthVersion)
+	if d.AllOK == d.minOK() {
+		v = healthVersion1
+	}
+	dst = append(dst, v)
 	for _, v := range [...]uint64{d.Samples, d.APIOK, d.StorageOK, d.AuthOK, d.FeedsOK} {
 		dst = appendUvarint(dst, v)
 	}
-	return dst
+	if v == healthVersion1 {
+		return dst
+	}
+	return appendUvarint(dst, d.AllOK)
 }
 
 // UnmarshalHealth decodes MarshalHealth output.
 func UnmarshalHealth(b []byte) (HealthDay, error) {
 	r := &reader{b: b}
-	if v := r.byte1(); r.err == nil && v != healthVersion {
+	v := r.byte1()
+	if r.err == nil && v != healthVersion && v != healthVersion1 {
 		return HealthDay{}, fmt.Errorf("health version %d: %w", v, errCorrupt)
 	}
 	d := HealthDay{Samples: r.uvarint(), APIOK: r.uvarint(), StorageOK: r.uvarint(), AuthOK: r.uvarint(), FeedsOK: r.uvarint()}
+	d.AllOK = d.minOK()
+	if v == healthVersion {
+		d.AllOK = r.uvarint()
+		// No probe finds all three healthy more often than any one of them.
+		if r.err == nil && (len(r.b) != 0 || d.AllOK > d.minOK()) {
+			r.err = errCorrupt
+		}
+	}
 	if r.err != nil {
 		return HealthDay{}, fmt.Errorf("decode health: %w", r.err)
 	}

@@ -194,6 +194,7 @@ func (st *state) probe(now time.Time) {
 	d.StorageOK += b2u(storageOK)
 	d.AuthOK += b2u(authOK)
 	d.FeedsOK += b2u(feedsOK)
+	d.AllOK += b2u(apiOK && storageOK && authOK)
 	if st.dirty == nil {
 		st.dirty = map[int64]bool{}
 	}
@@ -238,8 +239,9 @@ func (st *state) report(now time.Time) Report {
 		e := Day{Day: day}
 		if d := st.days[day.Unix()/86400]; d != nil {
 			e.Samples = d.Samples
-			all := min(d.APIOK, d.StorageOK, d.AuthOK)
-			e.Pct, e.APIPct, e.AuthPct = pct(all, d.Samples), pct(d.APIOK, d.Samples), pct(d.AuthOK, d.Samples)
+			// The day's pct is the share of probes that found the service
+			// up: API, storage and authentication healthy together.
+			e.Pct, e.APIPct, e.AuthPct = pct(d.AllOK, d.Samples), pct(d.APIOK, d.Samples), pct(d.AuthOK, d.Samples)
 			// The dashboard is the admin API, served by this same process.
 			e.DashboardPct = e.APIPct
 			n, api, sto, auth, feeds = n+d.Samples, api+d.APIOK, sto+d.StorageOK, auth+d.AuthOK, feeds+d.FeedsOK
