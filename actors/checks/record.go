@@ -18,16 +18,20 @@ import (
 //	quota.CountTotal         degraded evaluation, live key, not a bare allow  actors/quota
 //	traffic.Record           visitor check or lookup with a live key          actors/traffic
 //	webhook.Notify           visitor check with a live key, a SPEC §6 threat  actors/webhook
-//	recent.Record            every answered evaluation of an account          actors/recent
-//	                         (test keys and test tokens marked; no sandbox,
-//	                         no samples)
+//	recent.Record            every answered visitor check of an account,      actors/recent
+//	                         the test key's marked, but the bare degraded
+//	                         allow (no test tokens, sandbox or samples)
 //
 // Device sightings and customer history were recorded by the resolve
 // stage's calls themselves (events.Resolve, devicehist.Observe).
 
 // recordEvaluation records an answered evaluation.
 func (s *Service) recordEvaluation(c *Call, ev *Evaluation, out outcome) {
-	if c.Auth.View != nil {
+	// The recent list is stored (Pebble, 7 days): SPEC 2.9 test tokens are
+	// "never ... stored", and 2.8.6 omits the bare degraded allow from
+	// "stored events". The personal test key's checks are stored, flagged
+	// test (SPEC §5.2).
+	if c.Auth.View != nil && ev.opts.kind == kindVisitor && !(ev.in.Network.Degraded && bareAllow(&ev.res)) {
 		s.recent.Record(recentEntry(c, ev))
 	}
 	if !c.liveKey() {

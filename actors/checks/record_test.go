@@ -86,9 +86,13 @@ func (r *recents) Record(e recent.Entry) {
 	r.mu.Unlock()
 }
 
-// TestRecentEvaluationsRecorded: every answered evaluation of an account is
-// handed to the recent list, test keys and test tokens marked; a refused
-// one, a 400, the sandbox and a sample are not.
+// TestRecentEvaluationsRecorded: the recent list is stored, so it gets the
+// answered visitor checks of an account, the personal test key's marked
+// test (SPEC §5.2: "stores events flagged as test"), and nothing SPEC says
+// is never stored: not a test token's (2.9: "never billed, ... stored or
+// webhooked"), not the bare degraded allow (2.8.6: "omitted from evaluation
+// totals and stored events"); nor a refused one, a 400, the sandbox or a
+// sample.
 func TestRecentEvaluationsRecorded(t *testing.T) {
 	rec := &recents{}
 	ts := newTestService(t, Config{Recent: rec})
@@ -108,12 +112,15 @@ func TestRecentEvaluationsRecorded(t *testing.T) {
 		}
 		_ = ref
 	}
-	answer(accounts.KeyLive, EvalRequest{Token: "test_vpn"}, "req_pinned")
-	answer(accounts.KeyLive, EvalRequest{}, "req_degraded")
+	answer(accounts.KeyLive, EvalRequest{Token: "test_vpn"}, "req_testtoken")
+	answer(accounts.KeyTest, EvalRequest{Token: "test_tor"}, "req_testtoken_testkey")
+	answer(accounts.KeyLive, EvalRequest{}, "req_bare")
+	answer(accounts.KeyTest, EvalRequest{}, "req_bare_testkey")
+	answer(accounts.KeyLive, EvalRequest{Email: "a@mailinator.com", EmailSent: true}, "req_degraded")
 	answer(accounts.KeyTest, EvalRequest{Email: "a@mailinator.com", EmailSent: true}, "req_testkey")
 	answer(accounts.KeyLive, EvalRequest{Token: "not-a-token"}, "req_rejected")
 	ts.quota.result = quota.ChargeResult{Refusal: quota.RefusedHourly}
-	answer(accounts.KeyLive, EvalRequest{}, "req_refused")
+	answer(accounts.KeyLive, EvalRequest{Email: "a@mailinator.com", EmailSent: true}, "req_refused")
 	ts.quota.result = quota.ChargeResult{}
 	sb := &Call{Now: fixedNow, Sandbox: true}
 	if ev, ref := ts.Evaluate(sb, &EvalRequest{Token: "test_tor", TokenSent: true}); ref != nil {
@@ -125,17 +132,13 @@ func TestRecentEvaluationsRecorded(t *testing.T) {
 		ev.Release()
 	}
 
-	if len(rec.entries) != 3 {
-		t.Fatalf("%d entries recorded, want 3: %+v", len(rec.entries), rec.entries)
+	if len(rec.entries) != 2 {
+		t.Fatalf("%d entries recorded, want 2: %+v", len(rec.entries), rec.entries)
 	}
 	id := func(e recent.Entry) string { return strings.TrimRight(string(e.RequestID[:]), "\x00") }
-	p, d, tk := rec.entries[0], rec.entries[1], rec.entries[2]
-	if id(p) != "req_pinned" || p.Account != "acc_unit" || !p.At.Equal(fixedNow) || p.Source != score.SourceException ||
-		p.Pin.Name() != "office" || p.Decision != score.Allow || p.Engine != score.Review || !p.Test ||
-		p.IP != netip.MustParseAddr("89.187.178.24") || p.Country != [2]byte{'N', 'L'} || p.Risk == 0 || p.Reasons == 0 {
-		t.Fatalf("pinned test-token entry: %+v", p)
-	}
-	if id(d) != "req_degraded" || d.IP.IsValid() || d.Country != [2]byte{} || d.Test || d.Source != score.SourceEngine {
+	d, tk := rec.entries[0], rec.entries[1]
+	if id(d) != "req_degraded" || d.Account != "acc_unit" || !d.At.Equal(fixedNow) || d.IP.IsValid() || d.Country != [2]byte{} ||
+		d.Test || d.Source != score.SourceEngine || d.Decision != score.Review || !d.Reasons.Has(score.ReasonDisposableEmail) {
 		t.Fatalf("degraded entry: %+v", d)
 	}
 	if id(tk) != "req_testkey" || !tk.Test || !tk.Reasons.Has(score.ReasonDisposableEmail) {
@@ -175,7 +178,11 @@ func TestRecentRecordDoesNotAllocate(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { ts.recent.Record(recentEntry(c, ev)) }); n != 0 {
 		t.Fatalf("the record stage's recent entry allocates %.1f", n)
 	}
-	if l.e.Pin.Name() != "office" {
+	// The entry carries the answer: its address and country, the pin that
+	// decided and the engine's own decision.
+	if e := l.e; e.Pin.Name() != "office" || e.Account != "acc_unit" || e.Source != score.SourceException ||
+		e.Decision != score.Allow || e.Engine != score.Review || e.IP != netip.MustParseAddr("89.187.178.24") ||
+		e.Country != [2]byte{'N', 'L'} || e.Risk == 0 || e.Reasons == 0 {
 		t.Fatalf("entry: %+v", l.e)
 	}
 }
