@@ -119,6 +119,12 @@ type Submit struct {
 	GPU       *[evidence.Features]float32
 	Browser   *evidence.Browser
 	Now       time.Time
+	// Peek reads without changing anything: the challenge stays unused and
+	// nothing is recorded or remembered. The personal test key's
+	// evaluations peek, since test traffic must show in no later answer
+	// (SPEC 2.2 customer_history "excludes test-key traffic") and the one-use
+	// challenge is the live key's (SPEC 4.10, 5.2).
+	Peek bool
 }
 
 // Submitted is Submit's answer.

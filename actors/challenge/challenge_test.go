@@ -230,3 +230,41 @@ func TestBurstCountsAResightedProfile(t *testing.T) {
 		t.Fatalf("3 distinct profiles within 10 minutes (A re-seen at 9m), no burst: %+v", r)
 	}
 }
+
+// TestPeekChangesNothing: a peek (the personal test key's evaluation) reads
+// the challenge, the samples and the hashes but leaves the challenge unused
+// and keeps nothing; before, it used the challenge and recorded like the
+// live key.
+func TestPeekChangesNothing(t *testing.T) {
+	c := newClient(t)
+	is, _ := c.Issue(Issue{Customer: "a", Event: "ev1", Device: "d1", Now: t0})
+	peek := Submit{Customer: "a", Event: "ev1", Device: "d1", Challenge: is.Challenge, GPU: vec(0.5), Now: t0, Peek: true}
+	for range 2 {
+		if r, err := c.Submit(peek); err != nil || !r.Accepted || r.Status != StatusNotSaved {
+			t.Fatalf("peek: %+v %v", r, err)
+		}
+	}
+	if n, _ := c.Counts("a"); n.Challenges != 1 || n.Devices != 0 {
+		t.Fatalf("after peeks: %+v", n)
+	}
+	live := peek
+	live.Peek = false
+	if r, _ := c.Submit(live); !r.Accepted || r.Status != StatusRecorded {
+		t.Fatalf("live after peeks: %+v", r)
+	}
+	// Browser findings: peeked profiles and readings are not remembered.
+	for i, os := range []string{"windows", "linux", "macos"} {
+		ev := fmt.Sprintf("p%d", i)
+		is, _ := c.Issue(Issue{Customer: "a", Event: ev, Device: "burst", Now: t0})
+		b := &evidence.Browser{Page: [2]evidence.Claim{{Browser: "chromium", OS: os, Present: true}, {Browser: "chromium", OS: os, Present: true}}}
+		b.Computations[0] = make([]uint32, evidence.ComputationLen)
+		b.Computations[0][0] = uint32(i)
+		r, _ := c.Submit(Submit{Customer: "a", Event: ev, Device: "burst", AccountID: "acct", Challenge: is.Challenge, Browser: b, Now: t0, Peek: true})
+		if !r.Accepted || r.ProfileBurst || r.Randomization {
+			t.Fatalf("peek %d: %+v", i, r)
+		}
+	}
+	if n, _ := c.Counts("a"); n.Accounts != 0 || n.Challenges != 3 {
+		t.Fatalf("after browser peeks: %+v", n)
+	}
+}

@@ -242,7 +242,9 @@ func (s shard) submit(m *Submit) Submitted {
 		}
 		return Submitted{Status: StatusExpiredOrUsed}
 	}
-	delete(c.challenges, m.Challenge) // one use
+	if !m.Peek {
+		delete(c.challenges, m.Challenge) // one use
+	}
 	out := Submitted{Accepted: true}
 	if m.Browser != nil {
 		s.browser(c, m, dev, &out)
@@ -265,8 +267,8 @@ func (s shard) submit(m *Submit) Submitted {
 	if out.Nearest != "" {
 		out.RMS, out.HasNearest = math.Round(best*1e6)/1e6, true
 	}
-	if _, done := c.events[m.Event]; done {
-		return out // one accepted sample per verified event
+	if _, done := c.events[m.Event]; done || m.Peek {
+		return out // one accepted sample per verified event; a peek keeps none
 	}
 	smp, have := c.samples[dev]
 	switch {
@@ -310,6 +312,10 @@ func (s shard) browser(c *customer, m *Submit, dev digest, out *Submitted) {
 	reads := readingsBytes(b)
 	p := keyed(s.key, "profile", buf, reads)
 	ps := c.profiles[dev]
+	if m.Peek {
+		// The findings as if this report were kept, without keeping it.
+		ps = slices.Clone(ps)
+	}
 	if i := slices.IndexFunc(ps, func(x profile) bool { return x.h == p }); i >= 0 {
 		// Seen again: it counts toward a burst from its latest sighting,
 		// not its first (prune drops it BurstWindow after seen).
@@ -322,7 +328,9 @@ func (s shard) browser(c *customer, m *Submit, dev digest, out *Submitted) {
 			ps = ps[1:]
 		}
 	}
-	c.profiles[dev] = ps
+	if !m.Peek {
+		c.profiles[dev] = ps
+	}
 	out.ProfileBurst = len(ps) >= BurstProfiles
 	if m.AccountID == "" || reads == nil {
 		return
@@ -334,6 +342,9 @@ func (s shard) browser(c *customer, m *Submit, dev digest, out *Submitted) {
 		if x.h != r {
 			out.Randomization = true
 		}
+	}
+	if m.Peek {
+		return
 	}
 	if !slices.ContainsFunc(rs, func(x reading) bool { return x.h == r }) {
 		rs = append(rs, reading{h: r, seen: m.Now})

@@ -114,7 +114,9 @@ func (s *Service) applyDevice(c *Call, ev *Evaluation, res *events.Resolved, err
 }
 
 // submitEvidence handles gpuEvidence / browserEvidence after the event
-// resolved: validate, consume the challenge and record, in one hop.
+// resolved: validate, consume the challenge and record, in one hop. The
+// personal test key only reads: it leaves the challenge unused and records
+// nothing (challenge.Submit Peek).
 // browserEvidence takes precedence when both are sent. Results show under
 // device; findings only raise allow to review (score.Consistency).
 func (s *Service) submitEvidence(c *Call, ev *Evaluation, req *EvalRequest, account string) {
@@ -141,6 +143,7 @@ func (s *Service) gpuEvidence(c *Call, ev *Evaluation, req *EvalRequest, account
 	res, err := s.challenges.Submit(challenge.Submit{
 		Customer: strings.Clone(account), Event: canonicalEventID(req.FingerprintEventID),
 		Device: ev.in.Device.VisitorID, Challenge: g.Challenge, GPU: &g.Features, Now: c.Now,
+		Peek: !c.liveKey(), // the test key's traffic shows in no later answer
 	})
 	if err != nil {
 		s.log.Warn("gpu evidence not recorded", "err", err)
@@ -177,7 +180,7 @@ func (s *Service) browserEvidence(c *Call, ev *Evaluation, req *EvalRequest, acc
 	res, err := s.challenges.Submit(challenge.Submit{
 		Customer: strings.Clone(account), Event: canonicalEventID(req.FingerprintEventID),
 		Device: ev.in.Device.VisitorID, Challenge: b.Challenge, AccountID: strings.Clone(req.AccountID),
-		Browser: &b, Now: c.Now,
+		Browser: &b, Now: c.Now, Peek: !c.liveKey(),
 	})
 	switch {
 	case err != nil:
