@@ -81,7 +81,13 @@ var mcpMethods = map[string]bool{
 
 // newMCP builds the stateless streamable-HTTP MCP endpoint with the SDK.
 func (s *Server) newMCP() fasthttp.RequestHandler {
-	srv := mcp.NewServer(&mcp.Implementation{Name: "fraudd", Version: s.cfg.Version}, nil)
+	// The endpoint is stateless and answers GET with 405, so it has no
+	// stream to send notifications/tools/list_changed on: the tools
+	// capability must not claim listChanged, which the SDK infers when a
+	// tool is added. Logging stays as the SDK's default declares it.
+	srv := mcp.NewServer(&mcp.Implementation{Name: "fraudd", Version: s.cfg.Version}, &mcp.ServerOptions{
+		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, Tools: &mcp.ToolCapabilities{}},
+	})
 	mcp.AddTool(srv, &mcp.Tool{
 		Name: "lookup_ip",
 		Description: "Look up a public IPv4 or IPv6 address: Tor exit or published cloud range, verdict (allow, review, block), " +

@@ -661,3 +661,29 @@ func TestMCPUnsupportedVersionOfUnknownMethod(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPCapabilitiesPromiseNoNotifications: the endpoint is stateless and
+// has no stream (GET is 405), so initialize must not declare a tools
+// capability with listChanged — a notification it can never send — while
+// still declaring tools and logging.
+func TestMCPCapabilitiesPromiseNoNotifications(t *testing.T) {
+	e := newTestEnv(t)
+	send := serveMCP(t, e.srv.Handle)
+	for _, v := range []string{"2025-06-18", "2025-11-25"} {
+		resp := send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+v+`","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+			"Authorization", "Bearer "+e.acct.LiveKey)
+		var m struct {
+			Result struct {
+				Capabilities map[string]map[string]any `json:"capabilities"`
+			} `json:"result"`
+		}
+		if resp.StatusCode() != 200 || json.Unmarshal(resp.Body(), &m) != nil {
+			t.Fatalf("%s: %d %s", v, resp.StatusCode(), resp.Body())
+		}
+		caps := m.Result.Capabilities
+		tools, ok := caps["tools"]
+		if _, logging := caps["logging"]; !ok || !logging || tools["listChanged"] == true {
+			t.Fatalf("%s: capabilities %v", v, caps)
+		}
+	}
+}
