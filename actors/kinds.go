@@ -129,11 +129,20 @@ func (k *Kinds) Depths(fn func(kind string, depth int)) {
 	})
 }
 
-// kindOf names a shard set by the package of its actor type.
-func kindOf(a actor.Actor) string {
+// protoactorPkg is the package of protoactor's own actor types.
+var protoactorPkg = reflect.TypeOf(actor.ReceiveFunc(nil)).PkgPath()
+
+// kindOf names a shard set by the package of its actor type. A function
+// actor (actor.ReceiveFunc, the mailer's) is of protoactor's package, which
+// says nothing to an operator ("actor" in the metrics and /readyz): its
+// set's name (Named) is its kind then.
+func kindOf(a actor.Actor, name string) string {
 	t := reflect.TypeOf(a)
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if t != nil && t.PkgPath() == protoactorPkg && name != "" {
+		return name
 	}
 	if t == nil || t.PkgPath() == "" {
 		return "unknown"

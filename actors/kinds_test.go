@@ -157,3 +157,20 @@ func TestKindsBusyShardIsNotStuck(t *testing.T) {
 		}
 	}
 }
+
+// TestKindsOfAFunctionActor: a shard set whose actor is a bare function
+// (actor.ReceiveFunc, as the mailer's is) is of protoactor's own package,
+// which names no kind; its kind is the name it was given, so that
+// fraudd_actor_mailbox_depth{kind} and /readyz's hint say "mailer", not
+// "actor".
+func TestKindsOfAFunctionActor(t *testing.T) {
+	sys := quiet()
+	defer sys.Shutdown()
+	s := SpawnShards(sys.Root, 1, func(int) actor.Actor { return actor.ReceiveFunc(func(actor.Context) {}) }, Named("mailer"))
+	defer s.Stop()
+	var kinds []string
+	KindsOf(sys).Depths(func(kind string, _ int) { kinds = append(kinds, kind) })
+	if len(kinds) != 1 || kinds[0] != "mailer" {
+		t.Fatalf("kinds: %v, want [mailer]", kinds)
+	}
+}

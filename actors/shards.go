@@ -190,7 +190,7 @@ func (s *Shards) spawn(i int) *actor.PID {
 		sl.produced = true
 		inner := s.produce(i)
 		if s.kind == "" {
-			s.kind = kindOf(inner)
+			s.kind = kindOf(inner, s.name)
 		}
 		if s.name == "" {
 			// A readable default, set while shard 0 is first spawned (in
