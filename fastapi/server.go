@@ -578,10 +578,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, routes *routeSet) (rt *route) 
 // process: one bad request must never take the service down.
 func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx) {
 	if p := recover(); p != nil {
-		s.log.Error("handler panic", "panic", p, "path", string(ctx.Path()), "stack", string(debug.Stack()))
+		// The answer keeps the request's id, and the line carries it: the
+		// id a client quotes from its 500 must lead to this line.
+		id := string(ctx.Response.Header.Peek(headerRequestID))
+		s.log.Error("handler panic", "panic", p, "path", string(ctx.Path()), "request_id", id, "stack", string(debug.Stack()))
 		ctx.Response.Reset()
 		ctx.Response.Header.DisableNormalizing()
-		s.setRequestID(ctx)
+		ctx.Response.Header.Set(headerRequestID, id)
 		s.writeError(ctx, fasthttp.StatusInternalServerError, checks.MsgServerError, "", "")
 	}
 }
