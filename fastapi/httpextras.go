@@ -118,9 +118,16 @@ func acceptsGzip(ae []byte) bool {
 // logAccess writes one structured line per request: never a header, a body
 // or a query string, so keys, tokens and emails stay out of the log.
 func (s *Server) logAccess(ctx *fasthttp.RequestCtx, took time.Duration) {
+	s.logAccessAs(ctx, took, ctx.Method(), ctx.Path())
+}
+
+// logAccessAs is logAccess with the request's method and path given: empty
+// for a request fasthttp refused before, or discarded after, reading its
+// request line, whose header then reads as fasthttp's defaults (GET /).
+func (s *Server) logAccessAs(ctx *fasthttp.RequestCtx, took time.Duration, method, path []byte) {
 	s.cfg.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, "access",
-		slog.String("method", string(ctx.Method())),
-		slog.String("path", string(ctx.Path())),
+		slog.String("method", string(method)),
+		slog.String("path", string(path)),
 		slog.Int("status", ctx.Response.StatusCode()),
 		slog.Int("bytes", len(ctx.Response.Body())),
 		slog.Int64("us", took.Microseconds()),

@@ -811,12 +811,18 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		if s.cfg.AccessLog != nil {
 			// README: one line per request, these too (their answer
 			// carries an X-Request-Id a client may quote). The method and
-			// path are empty when the request line did not parse.
+			// path are empty when the header was not read, or was reset
+			// after a body that did not parse: fasthttp's header then
+			// reads as its defaults, a GET / nobody sent.
 			var took time.Duration
 			if t := ctx.Time(); !t.IsZero() {
 				took = time.Since(t)
 			}
-			s.logAccess(ctx, took)
+			var method, path []byte
+			if len(ctx.Request.Header.RawHeaders()) > 0 {
+				method, path = ctx.Method(), ctx.Path()
+			}
+			s.logAccessAs(ctx, took, method, path)
 		}
 	}()
 	s.setRequestID(ctx)
