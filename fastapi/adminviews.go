@@ -91,7 +91,7 @@ func (s *Server) adminUsage(ctx *fasthttp.RequestCtx, r *request) {
 	}{{quota.Live, &out.Live}, {quota.Test, &out.Test}} {
 		u, err := s.deps.Quota.Usage(quota.Usage{Account: v.ID, Bucket: b.bucket, Limits: limits, Now: r.Now})
 		if err != nil {
-			s.log.Error("quota usage failed", "err", err, "account", v.ID)
+			s.log.Error("quota usage failed", "err", err, "account", v.ID, "request_id", requestID(ctx))
 			s.storageUnavailable(ctx)
 			return
 		}
@@ -99,7 +99,7 @@ func (s *Server) adminUsage(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	days, err := s.deps.Quota.Daily(v.ID, r.Now, usageDays)
 	if err != nil {
-		s.log.Error("daily usage failed", "err", err, "account", v.ID)
+		s.log.Error("daily usage failed", "err", err, "account", v.ID, "request_id", requestID(ctx))
 		s.storageUnavailable(ctx)
 		return
 	}

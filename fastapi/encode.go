@@ -16,7 +16,7 @@ func (s *Server) writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	*bp = (*bp)[:0]
 	if err := encoder.EncodeInto(bp, v, 0); err != nil {
 		bufPool.Put(bp)
-		s.log.Error("encode response", "err", err)
+		s.log.Error("encode response", "err", err, "request_id", requestID(ctx))
 		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
 		ctx.SetContentType(contentTypeJSON)
 		ctx.SetBodyString(`{"error":"Server error."}`)

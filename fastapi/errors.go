@@ -117,5 +117,11 @@ func (s *Server) serverError(ctx *fasthttp.RequestCtx, where string, err error) 
 	s.writeError(ctx, fasthttp.StatusInternalServerError, checks.MsgServerError, "", "")
 }
 
+// requestID is the id the answer carries (X-Request-Id), for the lines a
+// request logs: the id a client quotes must find the line naming the cause.
+func requestID(ctx *fasthttp.RequestCtx) string {
+	return string(ctx.Response.Header.Peek(headerRequestID))
+}
+
 // storageUnavailable sends the 503 of SPEC §7.
 func (s *Server) storageUnavailable(ctx *fasthttp.RequestCtx) { s.refuse(ctx, checks.RefuseStorage) }

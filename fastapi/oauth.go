@@ -206,7 +206,7 @@ func (s *Server) handleToken(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	v, err := s.deps.Limits.Take(iplimit.Of(iplimit.AuthFail, iplimit.OAuth), r.Addr, r.Now)
 	if errors.Is(err, actors.ErrUnavailable) {
-		s.log.Warn("oauth limits unavailable", "err", err)
+		s.log.Warn("oauth limits unavailable", "err", err, "request_id", requestID(ctx))
 		s.oauthUnavailable(ctx, r.Now, checks.DescUnavailable)
 		return
 	}
