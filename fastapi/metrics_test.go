@@ -50,6 +50,10 @@ func TestMetricsCountRequestsDecisionsRefusals(t *testing.T) {
 		}
 	}
 	e.serveHTTP("GET", "/nope", nil)
+	// The edge block refuses before routing: unmatched too (README).
+	if ctx := e.serveHTTP("GET", "/v1/usage", map[string]string{"User-Agent": "Python-urllib/3.12"}); ctx.Response.StatusCode() != 403 {
+		t.Fatalf("edge-blocked agent: %d", ctx.Response.StatusCode())
+	}
 	// A wrong operator token is refused (and counted) like any admin call.
 	if ctx := e.serveHTTP("GET", "/metrics", map[string]string{"Authorization": "Bearer wrong"}); ctx.Response.StatusCode() != 401 {
 		t.Fatalf("/metrics with a wrong token: %d", ctx.Response.StatusCode())
@@ -75,6 +79,7 @@ func TestMetricsCountRequestsDecisionsRefusals(t *testing.T) {
 		`fraudd_http_requests_total{route="/v1/evaluate",status="200"} 3`,
 		`fraudd_http_request_duration_seconds_count{route="/v1/evaluate"} 3`,
 		`fraudd_http_requests_total{route="unmatched",status="404"} 1`,
+		`fraudd_http_requests_total{route="unmatched",status="403"} 1`,
 		`fraudd_http_requests_total{route="/v1/usage",status="401"} 20`,
 		`fraudd_http_requests_total{route="/v1/usage",status="429"} 1`,
 		`fraudd_http_requests_total{route="/metrics",status="401"} 1`,
