@@ -377,6 +377,41 @@ func (v tokenValue) Kind() string { return "token" }
 // Secret keeps the value out of refusals (isSecret).
 func (v tokenValue) Secret() bool { return true }
 
+// secretValue is --secret: the master secret. Surrounding whitespace is
+// trimmed, as it is from the master-secret file, so that the file's content
+// given as the value (a Kubernetes secret mounted from the file keeps its
+// newline) is the same secret as the file, not another one that the store
+// refuses as "not the one it was written with". A value that was only
+// whitespace is a mistake, not a secret: before, "   " became the master
+// secret of a new store. Empty is the default: <data-dir>/master-secret.
+// raw keeps the value as given (loadMaster: stores of earlier builds).
+type secretValue struct{ s, raw *string }
+
+func (v secretValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return *v.s
+}
+
+func (v secretValue) Set(s string) error {
+	t := strings.TrimSpace(s)
+	if t == "" && s != "" {
+		return errors.New("only whitespace")
+	}
+	*v.s, *v.raw = t, s
+	return nil
+}
+
+func (v secretValue) Forms() string {
+	return "any value not only whitespace (surrounding whitespace is trimmed); empty = the secret in <data-dir>/master-secret"
+}
+
+func (v secretValue) Kind() string { return "secret" }
+
+// Secret keeps the value out of refusals (isSecret).
+func (v secretValue) Secret() bool { return true }
+
 // stringList is a comma-separated list of strings.
 type stringList []string
 

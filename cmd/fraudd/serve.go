@@ -62,10 +62,14 @@ type serveConfig struct {
 	// serves it to the admin token either way.
 	metricsAddr string
 
-	addr            string
-	dataDir         string
-	adminToken      string
-	secret          string
+	addr       string
+	dataDir    string
+	adminToken string
+	secret     string
+	// secretRaw is --secret/FRAUDD_SECRET as given, before trimming: the
+	// secret of a store an earlier build opened with the untrimmed value
+	// (see loadMaster).
+	secretRaw       string
 	trustedProxies  []netip.Prefix
 	testClock       bool
 	logLevel        slog.Level
@@ -100,7 +104,7 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	c.dataDir = "./data"
 	fs.Var(dirValue{&c.dataDir}, "data-dir", "data directory: Pebble store, secrets, refreshed feeds")
 	fs.Var(tokenValue{&c.adminToken}, "admin-token", "operator API token, surrounding whitespace trimmed; generated into <data-dir>/admin-token when empty")
-	fs.StringVar(&c.secret, "secret", "", "master secret; generated into <data-dir>/master-secret when empty")
+	fs.Var(secretValue{&c.secret, &c.secretRaw}, "secret", "master secret, surrounding whitespace trimmed; generated into <data-dir>/master-secret when empty")
 	fs.Var((*prefixList)(&c.trustedProxies), "trusted-proxies", "comma-separated CIDRs whose X-Forwarded-For is believed")
 	fs.BoolVar(&c.testClock, "test-clock", false, "enable POST /admin/v1/clock (tests only)")
 	fs.Var(levelValue{&c.logLevel}, "log-level", "debug, info, warn or error")
@@ -811,7 +815,19 @@ func loadMaster(cfg *serveConfig, log *slog.Logger, db *storage.DB) (secrets.Mas
 		}
 		m = secrets.FromBytes(b)
 	}
-	if err := db.VerifyKeyCheck(m.KeyCheck()); err != nil {
+	err := db.VerifyKeyCheck(m.KeyCheck())
+	if errors.Is(err, storage.ErrKeyCheckMismatch) && cfg.secretRaw != cfg.secret {
+		// Earlier builds took --secret/FRAUDD_SECRET untrimmed, so a store
+		// first started with a trailing newline in it (a secret mounted from
+		// a file) was written under the newline: it opens with that value
+		// still, rather than being refused after an upgrade.
+		raw := secrets.FromBytes([]byte(cfg.secretRaw))
+		if rerr := db.VerifyKeyCheck(raw.KeyCheck()); rerr == nil {
+			log.Warn("the store was written with the master secret's surrounding whitespace, as earlier builds read --secret/FRAUDD_SECRET; keep passing the value as it is")
+			m, err = raw, nil
+		}
+	}
+	if err != nil {
 		if errors.Is(err, storage.ErrKeyCheckMismatch) {
 			return secrets.Master{}, fmt.Errorf("the master secret from %s is not the one the store in %s was written with: restore the original master-secret file or --secret/FRAUDD_SECRET value", source, cfg.dataDir)
 		}
