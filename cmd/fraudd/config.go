@@ -319,6 +319,12 @@ func (v hostPort) Kind() string { return "addr" }
 // naming neither the flag nor the variable, and the admin, backup and feeds
 // commands looked in the working directory), and FRAUDD_DATA_DIR= set to
 // nothing most likely lost its value to the shell or a compose file.
+// Surrounding whitespace or a control character is refused too: it is a
+// newline or blank a value from a file or a manifest kept, and taken as it
+// is it names another directory, so serve created "/var/lib/fraudd\n" and
+// came up empty beside the real store, every key answering 401. Refused,
+// not trimmed: a real directory could end in a blank, and guessing which
+// one was meant is how a service starts on the wrong store.
 type dirValue struct{ s *string }
 
 func (v dirValue) String() string {
@@ -332,11 +338,19 @@ func (v dirValue) Set(s string) error {
 	if s == "" {
 		return errors.New("empty")
 	}
+	if strings.TrimSpace(s) != s {
+		return errors.New("surrounding whitespace")
+	}
+	if strings.ContainsFunc(s, unicode.IsControl) {
+		return errors.New("a control character inside")
+	}
 	*v.s = s
 	return nil
 }
 
-func (v dirValue) Forms() string { return "a directory path, e.g. ./data or /var/lib/fraudd" }
+func (v dirValue) Forms() string {
+	return "a directory path without surrounding whitespace or control characters, e.g. ./data or /var/lib/fraudd"
+}
 
 func (v dirValue) Kind() string { return "dir" }
 

@@ -43,3 +43,45 @@ func TestEmptyDataDirIsRefused(t *testing.T) {
 		t.Errorf("feeds status --data-dir '': exit %d, stderr %q", code, errb.String())
 	}
 }
+
+// TestDataDirWithNewlineIsRefused: FRAUDD_DATA_DIR ending in a newline (a
+// value read from a file or a manifest with it) or a blank named another
+// directory: serve created "/srv/fraudd\n" and started an empty store beside
+// the real one, every key answering 401, and feeds, backup and admin looked
+// there too. Each is now refused with one line naming the variable or flag.
+func TestDataDirWithNewlineIsRefused(t *testing.T) {
+	const forms = "accepted: a directory path"
+	for _, c := range []struct{ v, why string }{
+		{"/srv/fraudd\n", "surrounding whitespace"},
+		{" /srv/fraudd", "surrounding whitespace"},
+		{"/srv/fraudd\r\n", "surrounding whitespace"},
+		{"/srv/fr\x00audd", "a control character inside"},
+		{"/srv/fr\naudd", "a control character inside"},
+	} {
+		if _, err := parseServe(nil, envVars{"FRAUDD_DATA_DIR": c.v}); err == nil ||
+			!strings.Contains(err.Error(), "FRAUDD_DATA_DIR=") || !strings.Contains(err.Error(), "("+c.why+")") || !strings.Contains(err.Error(), forms) {
+			t.Errorf("serve with FRAUDD_DATA_DIR=%q: %v", c.v, err)
+		}
+		if _, err := parseServe([]string{"--data-dir", c.v}, envVars{}); err == nil || !strings.Contains(err.Error(), "("+c.why+")") {
+			t.Errorf("serve --data-dir %q: %v", c.v, err)
+		}
+	}
+	// A path with a blank inside is a path.
+	if c, err := parseServe([]string{"--data-dir", "/srv/my data"}, envVars{}); err != nil || c.dataDir != "/srv/my data" {
+		t.Errorf("--data-dir with a blank inside: %v", err)
+	}
+
+	t.Setenv("FRAUDD_DATA_DIR", t.TempDir()+"\n")
+	for _, args := range [][]string{
+		{"admin", "mail"},
+		{"backup", t.TempDir()},
+		{"feeds", "status"},
+		{"feeds", "update", "--only", "tor"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(args, &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "(surrounding whitespace)") || !strings.Contains(errb.String(), forms) {
+			t.Errorf("%s with FRAUDD_DATA_DIR ending in a newline: exit %d, stderr %q", strings.Join(args, " "), code, errb.String())
+		}
+	}
+}
