@@ -35,6 +35,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "health":
 		return runHealth(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
+		// It takes nothing: a flag after it (`fraudd version --json`) was
+		// ignored and answered as if understood, exit 0, where every other
+		// command refuses what it does not know.
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "fraudd version: unexpected argument %q (it takes none)\n", args[1])
+			return 2
+		}
 		fmt.Fprintln(stdout, version)
 		return 0
 	case "help", "-h", "--help", "-help":

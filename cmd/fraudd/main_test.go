@@ -43,3 +43,16 @@ func TestFlagsWithoutCommandServe(t *testing.T) {
 		t.Errorf("unknown command: exit %d, stderr %q", code, errb.String())
 	}
 }
+
+// TestVersionTakesNoArguments: `fraudd version --bogus` printed the version
+// and exited 0, the flag ignored without a word; every other command
+// refuses an argument it does not know with one line and exit 2.
+func TestVersionTakesNoArguments(t *testing.T) {
+	for _, args := range [][]string{{"version", "--bogus"}, {"--version", "extra"}, {"version", "-h"}} {
+		var out, errb bytes.Buffer
+		code := run(args, &out, &errb)
+		if code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), "fraudd version: unexpected argument "+`"`+args[1]+`"`) || strings.Count(errb.String(), "\n") != 1 {
+			t.Errorf("fraudd %s: exit %d, stdout %q, stderr %q; want 2 and one line", strings.Join(args, " "), code, out.String(), errb.String())
+		}
+	}
+}
