@@ -217,13 +217,20 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	if !parseCmd(fs.Args()[1:]) {
 		return code
 	}
-	// Positional arguments may come before or after the flags.
+	// Positional arguments may come before or after the flags. What follows
+	// them is parsed for a command without flags too, so that a flag there
+	// (`get-account ID --bogus`) is refused by name rather than counted as
+	// an extra argument ("want 1 argument(s): ID" when the ID was given).
 	pos := cfs.Args()
-	if len(pos) > cmd.npos && cmd.flags != nil {
+	if len(pos) > cmd.npos {
 		if !parseCmd(pos[cmd.npos:]) {
 			return code
 		}
 		pos = append(pos[:cmd.npos:cmd.npos], cfs.Args()...)
+	}
+	if len(pos) > cmd.npos {
+		fmt.Fprintf(stderr, "fraudd admin %s: unexpected argument %q (want %d argument(s): %s)\n", cmd.name, pos[cmd.npos], cmd.npos, cmd.args)
+		return 2
 	}
 	if len(pos) != cmd.npos {
 		fmt.Fprintf(stderr, "fraudd admin %s: want %d argument(s): %s\n", cmd.name, cmd.npos, cmd.args)

@@ -135,3 +135,35 @@ func TestAdminCLISendsJSONAsGiven(t *testing.T) {
 		t.Errorf("malformed --json: exit %d %s", code, errb.String())
 	}
 }
+
+// TestAdminCLINamesWhatFollowsTheID: for a command without flags a flag
+// after the ID (`get-account ID --bogus`) or a second argument was refused
+// as "want 1 argument(s): ID", though the ID was given; the line now names
+// the unknown flag or the unexpected argument, exit 2, and no call is made.
+func TestAdminCLINamesWhatFollowsTheID(t *testing.T) {
+	srv, paths := fakeAdmin(t, 200, `{}`)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get-account", "acc_x", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"deliveries", "acc_x", "--limit", "5"}, "flag provided but not defined: -limit"},
+		{[]string{"get-account", "acc_x", "acc_y"}, `unexpected argument "acc_y"`},
+		{[]string{"mail", "extra"}, `unexpected argument "extra"`},
+		{[]string{"set-rules", "acc_x", "--json", `[]`, "extra"}, `unexpected argument "extra"`},
+	} {
+		var out, errb bytes.Buffer
+		code := runAdmin(append([]string{"--url", srv.URL, "--admin-token", "tok"}, c.args...), &out, &errb)
+		if code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("fraudd admin %q: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, out.String(), errb.String(), c.want)
+		}
+	}
+	if p := paths(); len(p) != 0 {
+		t.Errorf("calls made: %q", p)
+	}
+	// A command's -h after the ID is its help, as before it.
+	var out, errb bytes.Buffer
+	if code := runAdmin([]string{"--url", srv.URL, "--admin-token", "tok", "get-account", "acc_x", "-h"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "usage: fraudd admin get-account") {
+		t.Errorf("get-account ID -h: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
