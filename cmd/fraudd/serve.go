@@ -169,7 +169,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	for _, k := range cfg.unknownEnv {
 		log.Warn("ignoring an environment variable that names no flag of fraudd serve (misspelt?)", "var", k)
 	}
-	ctx, hurry, release := stopSignals(log, syscall.SIGTERM, syscall.SIGINT)
+	// A log reader that went away (`fraudd serve 2>&1 | tee log` after
+	// Ctrl-C, a dead log shipper) makes the next log line a write to a
+	// broken pipe on stderr, which Go's default answers by killing the
+	// process: no last group commit, no store close, the counts answered
+	// since the last sync lost. Ignored, the write fails and the stop goes
+	// on. SIGHUP (the terminal or SSH session of `fraudd serve &` gone)
+	// killed it the same way; it stops the service as SIGTERM does. README:
+	// only SIGKILL skips the store's close.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, hurry, release := stopSignals(log, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer release()
 	return exitCode(log, serve(ctx, hurry, cfg, log))
 }
