@@ -59,7 +59,7 @@ func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
 	fs.Int64Var(&c.leaseAfter, "cluster-lease-after", c.leaseAfter, "cluster mode: requests a second for one account on a node that does not own it, past which the node charges a slice of the account's allowance lent by the owner instead of asking it each time (0: never)")
 	fs.BoolVar(&c.embedded, "cluster-embedded-etcd", false, "cluster mode: run an etcd member inside this process (a small cluster without an external etcd)")
 	fs.Var(nodeIDValue{&c.embedName}, "cluster-etcd-name", "embedded etcd: the member's name in --cluster-initial (default: --cluster-node-id)")
-	fs.StringVar(&c.embedDir, "cluster-etcd-dir", "", "embedded etcd: the member's data directory (default: <data-dir>/etcd)")
+	fs.Var(optionalDirValue{&c.embedDir}, "cluster-etcd-dir", "embedded etcd: the member's data directory (default: <data-dir>/etcd)")
 	fs.Var(urlValue{&c.embedClientURL}, "cluster-etcd-client-url", "embedded etcd: URL the member serves clients on, e.g. http://0.0.0.0:2379")
 	fs.Var(urlValue{&c.embedPeerURL}, "cluster-etcd-peer-url", "embedded etcd: URL the other members reach this one on, and that it binds, so an IP address, e.g. http://10.0.0.11:2380")
 	fs.Var(endpointList{&c.join}, "cluster-etcd-join", "embedded etcd: comma-separated client URLs of a running etcd cluster this member joins (added as a learner, then promoted); not with --cluster-initial")

@@ -338,15 +338,51 @@ func (v dirValue) Set(s string) error {
 	if s == "" {
 		return errors.New("empty")
 	}
+	if err := checkDirPath(s); err != nil {
+		return err
+	}
+	*v.s = s
+	return nil
+}
+
+// checkDirPath refuses a directory path with surrounding whitespace or a
+// control character (dirValue says why).
+func checkDirPath(s string) error {
 	if strings.TrimSpace(s) != s {
 		return errors.New("surrounding whitespace")
 	}
 	if strings.ContainsFunc(s, unicode.IsControl) {
 		return errors.New("a control character inside")
 	}
+	return nil
+}
+
+// optionalDirValue is a directory path whose empty value means a default
+// (--cluster-etcd-dir: <data-dir>/etcd), checked as dirValue is: an
+// embedded etcd member started on "<dir>\n" came up as a new member with an
+// empty store beside its own.
+type optionalDirValue struct{ s *string }
+
+func (v optionalDirValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return *v.s
+}
+
+func (v optionalDirValue) Set(s string) error {
+	if err := checkDirPath(s); err != nil {
+		return err
+	}
 	*v.s = s
 	return nil
 }
+
+func (v optionalDirValue) Forms() string {
+	return "a directory path without surrounding whitespace or control characters; empty = the default"
+}
+
+func (v optionalDirValue) Kind() string { return "dir" }
 
 func (v dirValue) Forms() string {
 	return "a directory path without surrounding whitespace or control characters, e.g. ./data or /var/lib/fraudd"

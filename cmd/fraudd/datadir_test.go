@@ -85,3 +85,30 @@ func TestDataDirWithNewlineIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestEtcdDirWithNewlineIsRefused: FRAUDD_CLUSTER_ETCD_DIR ending in a
+// newline named another directory, and the embedded etcd member came up
+// there as a new one with an empty store beside its own; it is refused as
+// FRAUDD_DATA_DIR is. Empty stays the default, <data-dir>/etcd.
+func TestEtcdDirWithNewlineIsRefused(t *testing.T) {
+	base := envVars{"FRAUDD_CLUSTER_EMBEDDED_ETCD": "true", "FRAUDD_CLUSTER_NODE_ID": "n1", "FRAUDD_DATA_DIR": "/d"}
+	with := func(v string) envVars {
+		e := envVars{"FRAUDD_CLUSTER_ETCD_DIR": v}
+		for k, x := range base {
+			e[k] = x
+		}
+		return e
+	}
+	for _, v := range []string{"/d/etcd\n", " /d/etcd", "/d/et\x00cd"} {
+		if _, err := parseServe(nil, with(v)); err == nil || !strings.Contains(err.Error(), "FRAUDD_CLUSTER_ETCD_DIR=") ||
+			!strings.Contains(err.Error(), "accepted: a directory path") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("FRAUDD_CLUSTER_ETCD_DIR=%q: %v; want one line refusing it", v, err)
+		}
+	}
+	for v, want := range map[string]string{"": "/d/etcd", "/srv/etcd": "/srv/etcd"} {
+		c, err := parseServe(nil, with(v))
+		if err != nil || c.cluster.embedDir != want {
+			t.Errorf("FRAUDD_CLUSTER_ETCD_DIR=%q: err %v; want %s", v, err, want)
+		}
+	}
+}
