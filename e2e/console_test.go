@@ -772,3 +772,30 @@ func TestConsoleReenteredAddressIsNoRemoval(t *testing.T) {
 		t.Fatalf("cancelled, yet the allowlist is %v", got)
 	}
 }
+
+// TestConsoleRemoveKeepsKeyboardFocus: a rule's or pin's Remove button took
+// its row, focus and all, off the page, so a keyboard user pressing it was
+// left on the document's body (the next Tab started again at the top of the
+// page). Focus now moves to the next row (the previous one for the last),
+// or to the Add button when none is left.
+func TestConsoleRemoveKeepsKeyboardFocus(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "focus@example.com", "plan": "growth"})
+	s.Admin(t, "PUT", "/admin/v1/accounts/"+a.ID+"/rules", []map[string]any{{"signal": "vpn", "action": "block"}, {"signal": "tor", "action": "review"}})
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	c.until("both rules listed", `document.querySelectorAll('#rules-list li').length === 2`)
+	active := `(() => { const e = document.activeElement; return e.tagName + '|' + (e.id || e.dataset.field || '') + '|' + (e.value || ''); })()`
+	c.run("focus the first rule's Remove", `document.querySelector('#rules-list li button').focus(); ''`)
+	c.do("remove it with the keyboard", chromedp.KeyEvent(kb.Enter))
+	c.until("one rule left", `document.querySelectorAll('#rules-list li').length === 1`)
+	if got := c.eval(active); got != "SELECT|signal|tor" {
+		t.Fatalf("focus after removing the first rule: %q (want the next rule's signal)", got)
+	}
+	c.run("focus the last rule's Remove", `document.querySelector('#rules-list li button').focus(); ''`)
+	c.do("remove it with the keyboard", chromedp.KeyEvent(kb.Enter))
+	c.until("no rule left", `document.querySelectorAll('#rules-list li').length === 0`)
+	if got := c.eval(active); got != "BUTTON|add-rule|" {
+		t.Fatalf("focus after removing the last rule: %q (want the Add rule button)", got)
+	}
+}

@@ -579,7 +579,12 @@ function editorCard(o) {
 const list = h('ul.editor', { id: o.id + '-list' });
 const err = errLine(o.id + '-error');
 const addRow = (item) => {
-const li = h('li', null, o.row(item), h('button', { type: 'button', 'aria-label': 'Remove this ' + o.noun, onclick: () => { li.remove(); } }, 'Remove'));
+const remove = () => {
+const near = li.nextElementSibling || li.previousElementSibling;
+li.remove();
+(near ? near.querySelector('select, input') : form.querySelector('#add-' + o.noun.replace(/ /g, '-'))).focus();
+};
+const li = h('li', null, o.row(item), h('button', { type: 'button', 'aria-label': 'Remove this ' + o.noun, onclick: remove }, 'Remove'));
 list.append(li);
 return li;
 };
