@@ -799,3 +799,32 @@ func TestConsoleRemoveKeepsKeyboardFocus(t *testing.T) {
 		t.Fatalf("focus after removing the last rule: %q (want the Add rule button)", got)
 	}
 }
+
+// TestConsoleEditorEmptyStateFollowsTheRows: the rules and pins cards said
+// "None yet." when the list was loaded empty and kept saying it beside the
+// rows added after, and never said it when every row was removed. The line
+// now shows exactly when the editor has no row.
+func TestConsoleEditorEmptyStateFollowsTheRows(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "empty@example.com", "plan": "growth"})
+	s.Admin(t, "PUT", "/admin/v1/accounts/"+a.ID+"/rules", []map[string]any{{"signal": "vpn", "action": "block"}})
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	shown := func(id string) string {
+		return c.eval(`(() => { const e = document.getElementById('` + id + `-empty'); return String(!!e && !e.hidden && e.offsetParent !== null) + ' ' + document.querySelectorAll('#` + id + `-list li').length; })()`)
+	}
+	if got := shown("pins"); got != "true 0" {
+		t.Fatalf("pins loaded empty: %q (want None yet. and no row)", got)
+	}
+	c.do("add a pin", chromedp.Click(css("#add-pin")))
+	if got := shown("pins"); got != "false 1" {
+		t.Fatalf("pins after Add pin: %q (want no None yet. beside the row)", got)
+	}
+	if got := shown("rules"); got != "false 1" {
+		t.Fatalf("rules loaded with one: %q", got)
+	}
+	c.do("remove the rule", chromedp.Click(css("#rules-list li button")))
+	if got := shown("rules"); got != "true 0" {
+		t.Fatalf("rules after removing the only one: %q (want None yet.)", got)
+	}
+}

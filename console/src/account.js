@@ -379,16 +379,21 @@ function betaCard(st, put) {
 function editorCard(o) {
   const list = h('ul.editor', { id: o.id + '-list' });
   const err = errLine(o.id + '-error');
+  // empty says "None yet." exactly while the editor has no row.
+  const empty = h('p.empty', { id: o.id + '-empty' }, 'None yet.');
+  const showEmpty = () => { empty.hidden = list.children.length > 0; };
   const addRow = (item) => {
     // Removing the focused row would leave keyboard focus on the body: it
     // moves to the next row (the previous one for the last), or to Add.
     const remove = () => {
       const near = li.nextElementSibling || li.previousElementSibling;
       li.remove();
+      showEmpty();
       (near ? near.querySelector('select, input') : form.querySelector('#add-' + o.noun.replace(/ /g, '-'))).focus();
     };
     const li = h('li', null, o.row(item), h('button', { type: 'button', 'aria-label': 'Remove this ' + o.noun, onclick: remove }, 'Remove'));
     list.append(li);
+    showEmpty();
     return li;
   };
   o.items.forEach(addRow);
@@ -409,7 +414,7 @@ function editorCard(o) {
     },
   },
   list,
-  o.items.length === 0 ? h('p.empty', { id: o.id + '-empty' }, 'None yet.') : null,
+  empty,
   h('div.actions', null,
     h('button', { type: 'button', id: 'add-' + o.noun.replace(/ /g, '-'), onclick: () => { const li = addRow(o.blank()); li.querySelector('select, input').focus(); } }, 'Add ' + o.noun),
     h('button.primary', { type: 'submit', id: 'save-' + o.id }, 'Save ' + o.title.toLowerCase())),
