@@ -828,3 +828,35 @@ func TestConsoleEditorEmptyStateFollowsTheRows(t *testing.T) {
 		t.Fatalf("rules after removing the only one: %q (want None yet.)", got)
 	}
 }
+
+// TestConsoleActionsKeepKeyboardFocus: every button the page disables while
+// its call runs (Save plan, Save rules, Save allowlist and origins, Refresh,
+// Suspend) lost the keyboard focus to the document's body when it was
+// disabled, and the cards a save redraws took the focused control with them:
+// after pressing Enter on Save, the next Tab started at the top of the page.
+// Focus now comes back to the same control (the redrawn card's, by its id).
+func TestConsoleActionsKeepKeyboardFocus(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "keys@example.com", "plan": "growth"})
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	for _, b := range []struct{ id, status string }{
+		{"save-plan", "Plan saved."}, {"save-rules", "Rules saved."}, {"save-access", "Allowlist and origins saved."},
+		{"refresh-evaluations", "Evaluations refreshed."}, {"beta", ""},
+	} {
+		c.run("clear the status line", `document.getElementById('status').textContent = ''; ''`)
+		c.run("focus #"+b.id, `document.getElementById('`+b.id+`').focus(); ''`)
+		if b.id == "beta" {
+			c.do("toggle the beta with the keyboard", chromedp.KeyEvent(" "))
+			b.status = "Device-evidence beta on."
+			c.until("the beta answered", `document.getElementById('status').textContent !== '' || document.getElementById('beta-error').textContent !== ''`)
+		} else {
+			c.do("press Enter on #"+b.id, chromedp.KeyEvent(kb.Enter))
+			c.waitStatus("#"+b.id, b.status)
+		}
+		c.until("nothing busy", `!document.querySelector('button:disabled, input:disabled')`)
+		if got := c.eval(`document.activeElement.id`); got != b.id {
+			t.Fatalf("focus after #%s: %q (want #%s)", b.id, got, b.id)
+		}
+	}
+}

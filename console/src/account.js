@@ -96,8 +96,16 @@ async function renderAccount(nav, id) {
   const [a, rules, pins] = await Promise.all([api('GET', acct(id)), api('GET', acct(id, '/rules')), api('GET', acct(id, '/exceptions'))]);
   const st = { id, a, rules, pins };
   const slots = {};
+  // put draws a part; the focused control of the part it replaces keeps the
+  // focus (the new part's control with the same id).
   const put = (name, el) => {
-    if (slots[name]) slots[name].replaceWith(el);
+    if (slots[name]) {
+      const f = document.activeElement;
+      const id = f && slots[name].contains(f) ? f.id : '';
+      slots[name].replaceWith(el);
+      const again = id && document.getElementById(id);
+      if (again) again.focus();
+    }
     slots[name] = el;
     return el;
   };
@@ -357,15 +365,12 @@ function betaCard(st, put) {
       return;
     }
     try {
-      box.disabled = true;
-      const saved = await api('PATCH', acct(st.id), { device_evidence_beta: to });
+      const saved = await busy(box, () => api('PATCH', acct(st.id), { device_evidence_beta: to }));
       announce('Device-evidence beta ' + (to ? 'on.' : 'off.'));
       st.show(saved, 'beta');
     } catch (e) {
       box.checked = !to;
       err.textContent = errorText(e);
-    } finally {
-      box.disabled = false;
     }
   });
   // The card is #beta-card: #beta is its checkbox.

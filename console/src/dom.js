@@ -150,12 +150,19 @@ function errLine(id) {
   return h('p.error', { id: id, role: 'alert' });
 }
 
-// busy disables a button while fn runs.
+// busy disables a button while fn runs. Disabling the focused button drops
+// the keyboard focus on the body: it comes back to the button afterwards, or
+// to the control with its id when fn redrew the card.
 async function busy(btn, fn) {
+  const had = document.activeElement === btn;
   btn.disabled = true;
   try {
     return await fn();
   } finally {
     btn.disabled = false;
+    if (had && (!document.activeElement || document.activeElement === document.body)) {
+      const now = btn.isConnected ? btn : btn.id && document.getElementById(btn.id);
+      if (now) now.focus();
+    }
   }
 }

@@ -119,11 +119,16 @@ function errLine(id) {
 return h('p.error', { id: id, role: 'alert' });
 }
 async function busy(btn, fn) {
+const had = document.activeElement === btn;
 btn.disabled = true;
 try {
 return await fn();
 } finally {
 btn.disabled = false;
+if (had && (!document.activeElement || document.activeElement === document.body)) {
+const now = btn.isConnected ? btn : btn.id && document.getElementById(btn.id);
+if (now) now.focus();
+}
 }
 }
 const TOKEN_KEY = 'fraudd.console.token';
@@ -326,7 +331,13 @@ const [a, rules, pins] = await Promise.all([api('GET', acct(id)), api('GET', acc
 const st = { id, a, rules, pins };
 const slots = {};
 const put = (name, el) => {
-if (slots[name]) slots[name].replaceWith(el);
+if (slots[name]) {
+const f = document.activeElement;
+const id = f && slots[name].contains(f) ? f.id : '';
+slots[name].replaceWith(el);
+const again = id && document.getElementById(id);
+if (again) again.focus();
+}
 slots[name] = el;
 return el;
 };
@@ -560,15 +571,12 @@ box.checked = true;
 return;
 }
 try {
-box.disabled = true;
-const saved = await api('PATCH', acct(st.id), { device_evidence_beta: to });
+const saved = await busy(box, () => api('PATCH', acct(st.id), { device_evidence_beta: to }));
 announce('Device-evidence beta ' + (to ? 'on.' : 'off.'));
 st.show(saved, 'beta');
 } catch (e) {
 box.checked = !to;
 err.textContent = errorText(e);
-} finally {
-box.disabled = false;
 }
 });
 return card('Device-evidence beta', { id: 'beta-card' },
