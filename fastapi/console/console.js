@@ -172,6 +172,11 @@ setToken('');
 showSignIn('The operator token was not accepted. Sign in again.');
 throw new APIError(401, data);
 }
+const wait = Number(res.headers.get('Retry-After'));
+if (res.status === 429 && wait > 0 && data && typeof data.error === 'string' && !data.hint) {
+const n = wait >= 60 ? Math.ceil(wait / 60) : wait;
+data.hint = 'Retry in ' + n + (wait >= 60 ? ' minute' : ' second') + (n === 1 ? '' : 's') + '.';
+}
 if (!res.ok) throw new APIError(res.status, data);
 return data;
 }
