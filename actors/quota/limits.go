@@ -138,16 +138,30 @@ func LimitsFor(plan string, customHourly, customMonthly *int64, createdAt, now t
 // cap (and the owner mailed "used up") by a node whose clock was ahead.
 // Grandfathering is the only part that changes with time, and only the
 // accounts it concerns carry Grandfathered, so those are derived again
-// from their plan at now; any other l is returned as it is.
+// from their plan at now when l was computed on the other side of the end
+// (in force: no monthly cap, which no standard plan has otherwise) or of
+// 2026-10-19 (the end it names, grandfatheredShown); any
+// other l — nearly every charge, grandfathered accounts' included once the
+// end is past — is returned as it is, with no map read.
 func (l Limits) At(now time.Time) Limits {
-	if l.Grandfathered.IsZero() {
-		return l // every charge but a grandfathered account's: no map read
+	if l.Grandfathered.IsZero() || (l.Monthly == NoLimit) == l.GrandfatheredAt(now) && l.Grandfathered.Equal(grandfatheredShown(now)) {
+		return l
 	}
 	row, ok := plans[l.Plan]
 	if !ok {
 		return l
 	}
 	return grandfatheredAt(l.Plan, row, now)
+}
+
+// grandfatheredShown is the end of the previous allowance as it read at
+// now: end of 31 October until 2026-10-19, end of 30 November since (SPEC
+// 2.4).
+func grandfatheredShown(now time.Time) time.Time {
+	if now.Before(GrandfatherExtended) {
+		return GrandfatheredUntilBefore
+	}
+	return GrandfatheredUntil
 }
 
 // grandfatheredAt is the limits at now of an account created before
@@ -159,10 +173,7 @@ func grandfatheredAt(plan string, row planRow, now time.Time) Limits {
 	// allowance for accounts created before 2026-10-01", null for the
 	// others, so it does not turn null (a client that shows when the old
 	// allowance ended, or compares it with the time, would lose it).
-	l.Grandfathered = GrandfatheredUntil
-	if now.Before(GrandfatherExtended) {
-		l.Grandfathered = GrandfatheredUntilBefore
-	}
+	l.Grandfathered = grandfatheredShown(now)
 	// "Until the end of 30 November": the whole last second of the day,
 	// which GrandfatheredUntil names, is still in it.
 	if l.GrandfatheredAt(now) {
