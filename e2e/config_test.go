@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -176,5 +178,33 @@ func TestBusyDebugAddrRefusesToStart(t *testing.T) {
 	}
 	if len(refusals) != 1 || !strings.Contains(refusals[0], "listen on --debug-addr "+addr+": ") {
 		t.Fatalf("want one ERROR line naming --debug-addr %s:\n%s", addr, out)
+	}
+}
+
+// TestOneAddressTwiceRefusedAtOnce: --admin-addr equal to --addr stops the
+// start at once, exit 2, with one line naming both flags, before the data
+// dir is touched; it used to open the store and then stop on "listen on
+// …: address already in use", naming neither flag, as if another process
+// held the port.
+func TestOneAddressTwiceRefusedAtOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir := filepath.Join(t.TempDir(), "data")
+	out := startFails(t, dir, nil, "--addr", addr, "--admin-addr", addr)
+	want := fmt.Sprintf("fraudd serve: --admin-addr %s and --addr %s are the same address", addr, addr)
+	if !strings.HasPrefix(out, want) || strings.Contains(out, "level=") {
+		t.Fatalf("want one line %q and nothing logged:\n%s", want, out)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the data dir was created before the refusal: %v", err)
+	}
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--admin-addr", addr, "--data-dir", dir)
+	var ee *exec.ExitError
+	if err := cmd.Run(); !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("exit: %v, want 2", err)
 	}
 }

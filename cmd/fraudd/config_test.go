@@ -152,3 +152,50 @@ func TestParseServeRefusesBadListenAddrs(t *testing.T) {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 }
+
+// TestParseServeRefusesOneAddressTwice: two of serve's listeners on one
+// address stop the start naming both flags, before the store is opened
+// (in cluster mode before the node joins), instead of a late "listen on
+// …: address already in use" that named neither and sent the operator
+// looking for another process. Port 0 and distinct hosts are served.
+func TestParseServeRefusesOneAddressTwice(t *testing.T) {
+	embedded := []string{"--cluster-embedded-etcd", "--cluster-node-id", "n1"}
+	for _, c := range []struct {
+		env  envVars
+		args []string
+		want []string
+	}{
+		{args: []string{"--addr", "127.0.0.1:8080", "--admin-addr", "127.0.0.1:8080"}, want: []string{"--admin-addr 127.0.0.1:8080 and --addr 127.0.0.1:8080", "give --admin-addr another port"}},
+		{args: []string{"--addr", ":8080", "--admin-addr", "127.0.0.1:8080"}, want: []string{"--admin-addr", "--addr :8080"}},
+		{args: []string{"--addr", "127.0.0.1:8080"}, env: envVars{"FRAUDD_METRICS_ADDR": "0.0.0.0:8080"}, want: []string{"--metrics-addr 0.0.0.0:8080 and --addr"}},
+		{args: []string{"--addr", "[::]:80", "--debug-addr", "127.0.0.1:http"}, want: []string{"--debug-addr 127.0.0.1:http and --addr [::]:80"}},
+		{args: []string{"--admin-addr", "127.0.0.1:9464", "--metrics-addr", "127.0.0.1:9464"}, want: []string{"--metrics-addr 127.0.0.1:9464 and --admin-addr"}},
+		{args: []string{"--addr", "LOCALHOST:8080", "--admin-addr", "localhost:8080"}, want: []string{"--admin-addr localhost:8080 and --addr"}},
+		{args: []string{"--addr", ":8090", "--cluster-etcd", "etcd:2379", "--cluster-node-id", "n1"}, want: []string{"--cluster-listen :8090 and --addr :8090"}},
+		{args: append([]string{"--addr", "127.0.0.1:2379"}, embedded...), want: []string{"--cluster-etcd-client-url 127.0.0.1:2379 and --addr"}},
+		{args: append([]string{"--cluster-etcd-peer-url", "http://127.0.0.1:2379"}, embedded...), want: []string{"--cluster-etcd-peer-url 127.0.0.1:2379 and --cluster-etcd-client-url 127.0.0.1:2379"}},
+	} {
+		_, err := parseServe(c.args, c.env)
+		if err == nil {
+			t.Errorf("%v %v: accepted", c.env, c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v %v: error %q lacks %q", c.env, c.args, err, w)
+			}
+		}
+	}
+	for _, ok := range [][]string{
+		{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--debug-addr", ":0"},
+		{"--addr", "127.0.0.1:8080", "--admin-addr", "127.0.0.2:8080"},
+		{"--addr", "0.0.0.0:8080", "--admin-addr", "[::1]:8080"},
+		{"--addr", "127.0.0.1:8080", "--admin-addr", "localhost:8080"}, // left to the kernel
+		{"--addr", ":8080", "--admin-addr", ":8081", "--metrics-addr", ":9464", "--debug-addr", ":6060"},
+		append([]string{"--addr", ":8080"}, embedded...),
+	} {
+		if _, err := parseServe(ok, envVars{}); err != nil {
+			t.Errorf("%v: %v", ok, err)
+		}
+	}
+}

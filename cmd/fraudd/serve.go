@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -135,8 +136,89 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	if err := c.cluster.finish(given, c.dataDir, osHostname); err != nil {
 		return nil, err
 	}
+	if err := checkListeners(c.listeners()); err != nil {
+		return nil, err
+	}
 	c.unknownEnv = unknownEnv(fs, env, "FRAUDD_URL")
 	return c, nil
+}
+
+// listener is one address serve listens on, with the flag that gives it.
+type listener struct{ flag, addr string }
+
+// listeners are every address this configuration listens on: --addr, the
+// optional listeners that are on, and in cluster mode the node-to-node
+// service and the embedded etcd member's client and peer URLs.
+func (c *serveConfig) listeners() []listener {
+	out := []listener{{"addr", c.addr}}
+	for _, l := range []listener{{"admin-addr", c.adminAddr}, {"metrics-addr", c.metricsAddr}, {"debug-addr", c.debugAddr}} {
+		if l.addr != "" {
+			out = append(out, l)
+		}
+	}
+	if c.cluster.enabled() {
+		out = append(out, listener{"cluster-listen", c.cluster.listen})
+	}
+	if c.cluster.embedded {
+		for _, l := range []listener{{"cluster-etcd-client-url", c.cluster.embedClientURL}, {"cluster-etcd-peer-url", c.cluster.embedPeerURL}} {
+			if u, err := url.Parse(l.addr); err == nil {
+				out = append(out, listener{l.flag, u.Host})
+			}
+		}
+	}
+	return out
+}
+
+// checkListeners refuses two listeners on one address. The second one's
+// listen failed only once the store was open (in cluster mode after the
+// node had joined and taken shards), on a line that named neither flag:
+// "listen on :8080: bind: address already in use" sent the operator
+// looking for another process holding the port. Port 0 (the kernel picks)
+// never collides; a host name is left to the kernel, which may resolve it
+// to any address.
+func checkListeners(ls []listener) error {
+	for i, a := range ls {
+		for _, b := range ls[:i] {
+			if sameListener(a.addr, b.addr) {
+				return fmt.Errorf("--%s %s and --%s %s are the same address, which only one listener can take: give --%s another port", a.flag, a.addr, b.flag, b.addr, a.flag)
+			}
+		}
+	}
+	return nil
+}
+
+// sameListener says whether listening on a and b (host:port, checked by
+// hostPort) surely collides: the same port, and the same host or one that
+// covers the other's (an empty host or [::] takes every address, 0.0.0.0
+// every IPv4 one).
+func sameListener(a, b string) bool {
+	ha, pa, erra := net.SplitHostPort(a)
+	hb, pb, errb := net.SplitHostPort(b)
+	if erra != nil || errb != nil {
+		return false
+	}
+	na, erra := net.LookupPort("tcp", pa)
+	nb, errb := net.LookupPort("tcp", pb)
+	if erra != nil || errb != nil || na == 0 || na != nb {
+		return false
+	}
+	if strings.EqualFold(ha, hb) {
+		return true
+	}
+	return covers(ha, hb) || covers(hb, ha)
+}
+
+// covers says whether listening on host takes other's address too.
+func covers(host, other string) bool {
+	h, err := netip.ParseAddr(host)
+	if host != "" && (err != nil || !h.IsUnspecified()) {
+		return false
+	}
+	if host == "" || h.Is6() {
+		return true // every address, IPv4 and IPv6 (a dual-stack socket)
+	}
+	o, err := netip.ParseAddr(other)
+	return err == nil && o.Unmap().Is4()
 }
 
 func splitList(s string) []string {
@@ -580,7 +662,7 @@ func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *sl
 		if adminLn != nil {
 			adminLn.Close()
 		}
-		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
+		return fmt.Errorf("listen on --addr %s: %w", cfg.addr, err)
 	}
 	db.Serving()
 	started = true
