@@ -114,8 +114,18 @@ var adminCommands = []adminCommand{
 		}},
 	{name: "set-webhook", args: "ID", npos: 1, help: "set the webhook URL (--url '' clears it)", method: "PUT", path: idPath("/webhook"),
 		flags: func(fs *flag.FlagSet) func() (any, error) {
-			u := fs.String("url", "", "https:// receiver; empty clears")
+			u := fs.String("url", "", "https:// receiver (required); '' clears it")
 			return func() (any, error) {
+				// Required, even to clear: without it the call cleared the
+				// webhook and exited 0, so `fraudd admin --url SERVER
+				// set-webhook ID` (the server's URL taken for the
+				// receiver's) or a forgotten flag silently stopped the
+				// account's deliveries.
+				given := false
+				fs.Visit(func(f *flag.Flag) { given = given || f.Name == "url" })
+				if !given {
+					return nil, errors.New("--url is required: the receiver's https:// URL, or --url '' to clear it (the server's own --url goes before the command)")
+				}
 				if *u == "" {
 					return map[string]any{"url": nil}, nil
 				}

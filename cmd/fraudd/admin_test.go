@@ -167,3 +167,47 @@ func TestAdminCLINamesWhatFollowsTheID(t *testing.T) {
 		t.Errorf("get-account ID -h: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
+
+// TestAdminSetWebhookNeedsURL: set-webhook without its --url cleared the
+// account's webhook and exited 0 (help: "--url ” clears it"), so
+// `fraudd admin --url SERVER set-webhook ID`, the server's URL taken for
+// the receiver's, silently stopped the deliveries. It is refused before
+// any call; --url ” still clears and --url U still sets.
+func TestAdminSetWebhookNeedsURL(t *testing.T) {
+	srv, paths := fakeAdmin(t, 200, `{"url":null}`)
+	for _, args := range [][]string{
+		{"set-webhook", "acc_x"},
+		{"--url", srv.URL, "set-webhook", "acc_x"},
+	} {
+		var out, errb bytes.Buffer
+		code := runAdmin(append([]string{"--url", srv.URL, "--admin-token", "tok"}, args...), &out, &errb)
+		if code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), "--url is required") {
+			t.Errorf("fraudd admin %q: exit %d, stdout %q, stderr %q; want 2 and --url required", args, code, out.String(), errb.String())
+		}
+	}
+	if p := paths(); len(p) != 0 {
+		t.Errorf("calls made: %q", p)
+	}
+	bodies := make(chan string, 2)
+	rec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies <- string(b)
+		w.Write(b)
+	}))
+	t.Cleanup(rec.Close)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"set-webhook", "acc_x", "--url", ""}, `{"url":null}`},
+		{[]string{"set-webhook", "--url", "https://hooks.example/x", "acc_x"}, `{"url":"https://hooks.example/x"}`},
+	} {
+		var out, errb bytes.Buffer
+		if code := runAdmin(append([]string{"--url", rec.URL, "--admin-token", "tok"}, c.args...), &out, &errb); code != 0 {
+			t.Fatalf("%q: exit %d, %s", c.args, code, errb.String())
+		}
+		if got := <-bodies; got != c.want {
+			t.Errorf("%q sent %s, want %s", c.args, got, c.want)
+		}
+	}
+}
