@@ -25,25 +25,34 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fraudd backup", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported once, below
 	dataDir := "./data"
-	fs.Var(dirValue{&dataDir}, "data-dir", "data `dir` to back up (env FRAUDD_DATA_DIR)")
-	base := fs.String("url", "http://127.0.0.1:8080", "the server running on the data dir (env FRAUDD_URL)")
+	fs.Var(dirValue{&dataDir}, "data-dir", "data directory to back up")
+	base := fs.String("url", "http://127.0.0.1:8080", "the server running on the data dir")
 	var token string
-	fs.Var(tokenValue{&token}, "admin-token", "operator `token`, surrounding whitespace trimmed; default <data-dir>/admin-token (env FRAUDD_ADMIN_TOKEN)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: fraudd backup [flags] DIR\n\nWrites the store and the secret files into DIR (absent or empty).\nRestore: stop fraudd, move the data directory aside, copy DIR into its place\n(cp -a DIR DATA-DIR, DATA-DIR absent) and start fraudd (README: Backups and restore).\n\n")
-		fs.SetOutput(stderr)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
+	fs.Var(tokenValue{&token}, "admin-token", "operator token, surrounding whitespace trimmed; default <data-dir>/admin-token")
 	if err := parseFlagsEnv(fs, args, osEnv()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			// Asked for: on stdout, as serve's and admin's help are.
+			fmt.Fprint(stdout, "usage: fraudd backup [flags] DIR\n\nWrites the store and the secret files into DIR (absent or empty).\nRestore: stop fraudd, move the data directory aside, copy DIR into its place\n(cp -a DIR DATA-DIR, DATA-DIR absent) and start fraudd (README: Backups and restore).\n\nflags:\n")
+			printFlags(stdout, fs, true)
 			return 0
 		}
 		fmt.Fprintf(stderr, "fraudd backup: %v\n", err)
 		return 2
 	}
+	// A wrong count printed the usage alone, exit 2, without saying what
+	// was wrong: a flag after DIR (`fraudd backup DIR --data-dir D`, the
+	// order the admin commands take) is not parsed, and read as a second
+	// argument, the backup of ./data silently not taken.
 	if fs.NArg() != 1 {
-		fs.Usage()
+		switch {
+		case fs.NArg() == 0:
+			fmt.Fprintln(stderr, "fraudd backup: want one argument, DIR: the directory to write the backup into (absent or empty)")
+		case strings.HasPrefix(fs.Arg(1), "-"):
+			fmt.Fprintf(stderr, "fraudd backup: %q after DIR: flags go before it (fraudd backup [flags] DIR)\n", fs.Arg(1))
+		default:
+			fmt.Fprintf(stderr, "fraudd backup: unexpected argument %q (want one, DIR)\n", fs.Arg(1))
+		}
+		fmt.Fprintln(stderr, "Run 'fraudd backup -h' for the flags.")
 		return 2
 	}
 	dir, err := filepath.Abs(fs.Arg(0))
