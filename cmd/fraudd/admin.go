@@ -168,7 +168,9 @@ func adminUsage(w io.Writer, fs *flag.FlagSet) {
 func runAdmin(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fraudd admin", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	base := fs.String("url", "http://127.0.0.1:8080", "service base URL")
+	base := new(string)
+	*base = "http://127.0.0.1:8080"
+	fs.Var(serverURL{base}, "url", "service base URL")
 	var token string
 	fs.Var(tokenValue{&token}, "admin-token", "operator token, surrounding whitespace trimmed")
 	dataDir := "./data"

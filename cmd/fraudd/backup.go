@@ -26,7 +26,9 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard) // errors are reported once, below
 	dataDir := "./data"
 	fs.Var(dirValue{&dataDir}, "data-dir", "data directory to back up")
-	base := fs.String("url", "http://127.0.0.1:8080", "the server running on the data dir")
+	base := new(string)
+	*base = "http://127.0.0.1:8080"
+	fs.Var(serverURL{base}, "url", "the server running on the data dir")
 	var token string
 	fs.Var(tokenValue{&token}, "admin-token", "operator token, surrounding whitespace trimmed; default <data-dir>/admin-token")
 	if err := parseFlagsEnv(fs, args, osEnv()); err != nil {

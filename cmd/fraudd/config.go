@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -567,6 +568,59 @@ func (o originList) Forms() string {
 }
 
 func (o originList) Kind() string { return "origins" }
+
+// serverURL is the --url of the commands that call a running server
+// (admin, backup, health): its base URL, http(s)://host[:port] with an
+// optional path prefix (a reverse proxy's). Checked as it is read: a URL
+// without its scheme (`--url 127.0.0.1:8081`, the form --addr takes) or
+// empty failed only when the call was made, exit 1, on Go's "Get
+// \"127.0.0.1:8081/admin/v1/…\": first path segment in URL cannot contain
+// colon", naming neither the flag nor what it takes.
+type serverURL struct{ s *string }
+
+func (v serverURL) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return *v.s
+}
+
+func (v serverURL) Set(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case !strings.Contains(s, "://"):
+		return errors.New("no http:// or https:// in front")
+	case err != nil:
+		return errors.New("does not parse")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("not http:// or https://")
+	case u.Host == "" || u.Hostname() == "":
+		return errors.New("no host")
+	case u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return errors.New("a user, query or fragment, which a base URL has none of")
+	}
+	if err := checkHostPort(net.JoinHostPort(u.Hostname(), cmpPort(u)), false, false); err != nil {
+		return err
+	}
+	*v.s = s
+	return nil
+}
+
+// cmpPort is u's port, or its scheme's.
+func cmpPort(u *url.URL) string {
+	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
+		return p
+	}
+	return u.Scheme
+}
+
+func (v serverURL) Forms() string {
+	return "http(s)://host[:port], e.g. http://127.0.0.1:8080"
+}
+
+func (v serverURL) Kind() string { return "url" }
 
 // durabilityValue is --durability.
 type durabilityValue struct{ d *storage.Durability }

@@ -17,7 +17,9 @@ import (
 func runHealth(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fraudd health", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	base := fs.String("url", localURL(osEnv()), "service base URL (default: the loopback address of FRAUDD_ADDR)")
+	base := new(string)
+	*base = localURL(osEnv())
+	fs.Var(serverURL{base}, "url", "service base URL (default: the loopback address of FRAUDD_ADDR)")
 	live := fs.Bool("live", false, "probe /healthz (the process serves) instead of /readyz (ready for traffic)")
 	timeout := 3 * time.Second
 	fs.Var(positiveDuration{&timeout}, "timeout", "give up after this long (above 0)")

@@ -50,3 +50,42 @@ func TestFeedsUpdateRefusesNonPositiveTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestServerURLRefusedAsRead: the --url of admin, backup and health (and
+// FRAUDD_URL) was taken as any string, so one without its scheme
+// (`--url 127.0.0.1:8081`, the form --addr takes), empty or misspelt
+// failed only when the call was made, exit 1, on Go's "first path segment
+// in URL cannot contain colon" or "unsupported protocol scheme", naming
+// neither the flag nor what it takes. It is a usage error naming the flag
+// or variable, before any call; a base URL with a path prefix serves.
+func TestServerURLRefusedAsRead(t *testing.T) {
+	for _, c := range []struct {
+		url  string
+		want string
+	}{
+		{"127.0.0.1:8081", `--url="127.0.0.1:8081" is not valid (no http:// or https:// in front); accepted: http(s)://host[:port]`},
+		{"", `--url="" is not valid (empty)`},
+		{"ftp://x", `--url="ftp://x" is not valid (not http:// or https://)`},
+		{"http://:8080", `(no host)`},
+		{"http://x:99999", `(bad port)`},
+		{"http://x/?a=1", `(a user, query or fragment`},
+	} {
+		for _, cmd := range [][]string{{"admin", "--admin-token", "t", "--url", c.url, "mail"}, {"health", "--url", c.url}, {"backup", "--url", c.url, t.TempDir() + "/b"}} {
+			var out, errb bytes.Buffer
+			code := run(cmd, &out, &errb)
+			if e := errb.String(); code != 2 || !strings.HasPrefix(e, "fraudd "+cmd[0]+": ") || !strings.Contains(e, c.want) {
+				t.Errorf("%q: exit %d, stderr %q; want 2 with %q", cmd, code, errb.String(), c.want)
+			}
+		}
+	}
+	t.Setenv("FRAUDD_URL", "localhost:8080")
+	var out, errb bytes.Buffer
+	if code := run([]string{"health"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `FRAUDD_URL="localhost:8080" is not valid`) {
+		t.Errorf("FRAUDD_URL without a scheme: exit %d, stderr %q", code, errb.String())
+	}
+	for _, ok := range []string{"http://127.0.0.1:8080", "https://ops.example/fraudd/", "http://[::1]:8081", "http://localhost"} {
+		if err := (serverURL{new(string)}).Set(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+}
