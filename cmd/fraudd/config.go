@@ -683,9 +683,22 @@ func (v levelValue) String() string {
 	return strings.ToLower(v.l.String())
 }
 
+// Set takes the four levels the help lists, in any case. slog's own
+// parser also takes offsets ("info+2", "DEBUG-4"), an undocumented level
+// between or beyond the four that filtered lines as none of them does: a
+// typo's "info+" away from a start that hides the INFO lines.
 func (v levelValue) Set(s string) error {
 	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
+	switch strings.ToLower(s) {
+	case "debug":
+		l = slog.LevelDebug
+	case "info":
+		l = slog.LevelInfo
+	case "warn":
+		l = slog.LevelWarn
+	case "error":
+		l = slog.LevelError
+	default:
 		return errors.New("unknown level")
 	}
 	*v.l = l

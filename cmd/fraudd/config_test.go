@@ -34,6 +34,13 @@ func TestParseServeEnvironment(t *testing.T) {
 		t.Fatalf("flags over env: %+v %v", c, err)
 	}
 
+	// The four levels, in any case.
+	for in, want := range map[string]slog.Level{"debug": slog.LevelDebug, "INFO": slog.LevelInfo, "Warn": slog.LevelWarn, "error": slog.LevelError} {
+		if c, err := parseServe([]string{"--log-level", in}, envVars{}); err != nil || c.logLevel != want {
+			t.Errorf("--log-level %s: %v %v, want %v", in, c, err, want)
+		}
+	}
+
 	// Defaults.
 	c, err = parseServe(nil, envVars{})
 	if err != nil || c.addr != ":8080" || c.dataDir != "./data" || !c.edgeBlock || c.logLevel != slog.LevelInfo ||
@@ -53,6 +60,10 @@ func TestParseServeRefusesBadValues(t *testing.T) {
 		{env: envVars{"FRAUDD_FEEDS_REFRESH": "-5m"}, want: []string{"negative"}},
 		{env: envVars{"FRAUDD_FEEDS_REFRESH": "6s"}, want: []string{`FRAUDD_FEEDS_REFRESH="6s"`, "under 1m0s", "1m or more"}},
 		{env: envVars{"FRAUDD_LOG_LEVEL": "loud"}, want: []string{"FRAUDD_LOG_LEVEL", "debug, info, warn or error"}},
+		// slog's offsets ("info+2") name levels the help does not list.
+		{env: envVars{"FRAUDD_LOG_LEVEL": "info+2"}, want: []string{`FRAUDD_LOG_LEVEL="info+2"`, "unknown level", "debug, info, warn or error"}},
+		{args: []string{"--log-level", "DEBUG-4"}, want: []string{`--log-level="DEBUG-4"`, "unknown level"}},
+		{args: []string{"--log-level", "8"}, want: []string{"unknown level"}},
 		{env: envVars{"FRAUDD_TRUSTED_PROXIES": "10.0.0.0/33"}, want: []string{"FRAUDD_TRUSTED_PROXIES", "IPs or CIDRs"}},
 		{env: envVars{"FRAUDD_EDGE_BLOCK": "", "FRAUDD_TEST_CLOCK": "2"}, want: []string{"FRAUDD_EDGE_BLOCK", "FRAUDD_TEST_CLOCK"}},
 		{args: []string{"--feeds-refresh", "6"}, want: []string{"-feeds-refresh", "accepted: a Go duration"}},
