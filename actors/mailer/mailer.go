@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/smtp"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -117,6 +118,12 @@ func ParseSMTPURL(raw string) (*smtpTarget, error) {
 	host, port, err := net.SplitHostPort(u.Host)
 	if err != nil {
 		host, port = u.Host, "25"
+	}
+	// A host and a port that can be dialled, checked now: "smtp://:25",
+	// "smtp://mail:" or "smtp://mail:99999" started the service, and every
+	// mail then failed into the outbox, the operator none the wiser.
+	if n, perr := strconv.Atoi(port); host == "" || perr != nil || n < 1 || n > 65535 {
+		return nil, fmt.Errorf("smtp url %q: want a host and a port from 1 to 65535, smtp://[user:pass@]host:port[?from=addr]", redactUserinfo(raw))
 	}
 	t := &smtpTarget{addr: net.JoinHostPort(host, port), host: host, from: u.Query().Get("from"), starttls: u.Query().Get("starttls") != "false"}
 	if t.from == "" {

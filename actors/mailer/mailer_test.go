@@ -172,6 +172,25 @@ func TestParseSMTPURL(t *testing.T) {
 	if _, err := ParseSMTPURL("http://x"); err == nil {
 		t.Fatal("non-smtp scheme accepted")
 	}
+	if tg, err := ParseSMTPURL("smtp://mail.example"); err != nil || tg.addr != "mail.example:25" {
+		t.Fatalf("no port (25): %+v %v", tg, err)
+	}
+	if tg, err := ParseSMTPURL("smtp://[::1]:587"); err != nil || tg.addr != "[::1]:587" {
+		t.Fatalf("IPv6: %+v %v", tg, err)
+	}
+}
+
+// TestParseSMTPURLRefusesUndiallable: a URL with no host, an empty port or
+// one out of range started the service, and every mail then failed into
+// the outbox (README Configuration: a value that does not work stops the
+// start naming it).
+func TestParseSMTPURLRefusesUndiallable(t *testing.T) {
+	for _, raw := range []string{"smtp://:25", "smtp://u:s3cret@:25", "smtp://mail.example:", "smtp://mail.example:0", "smtp://mail.example:99999", "smtp://[::1]:"} {
+		_, err := ParseSMTPURL(raw)
+		if err == nil || !strings.Contains(err.Error(), "a host and a port from 1 to 65535") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%q: %v", raw, err)
+		}
+	}
 }
 
 // logRecords is a slog handler that keeps every record.
