@@ -98,6 +98,9 @@ func (c *clusterFlags) finish(given map[string]bool, dataDir string, hostname fu
 	if (c.etcdCert == "") != (c.etcdKey == "") {
 		return errors.New("--cluster-etcd-cert and --cluster-etcd-key go together: give both or neither")
 	}
+	if err := c.checkTLS(); err != nil {
+		return err
+	}
 	if c.nodeID == "" {
 		h, err := hostname()
 		if err != nil {
@@ -123,6 +126,32 @@ func (c *clusterFlags) finish(given map[string]bool, dataDir string, hostname fu
 		}
 		if c.initial != "" && !strings.Contains(","+c.initial, ","+c.embedName+"=") {
 			return fmt.Errorf("--cluster-initial does not list this member (%s=%s)", c.embedName, c.embedPeerURL)
+		}
+	}
+	return nil
+}
+
+// checkTLS refuses the TLS flags where they cannot take effect. The etcd
+// client dials an http:// endpoint in plain text whatever its TLS
+// configuration, so --cluster-etcd http://etcd:2379 with
+// --cluster-etcd-ca (which README says turns on TLS) joined the cluster
+// unencrypted, the CA and the client certificate unused, without a word.
+// The embedded member (no --cluster-etcd) serves plain HTTP, so TLS made
+// the node fail to reach it after a 10 s wait.
+func (c *clusterFlags) checkTLS() error {
+	flag := "--cluster-etcd-ca"
+	switch {
+	case c.etcdCert != "" && c.etcdCA == "":
+		flag = "--cluster-etcd-cert"
+	case c.etcdCA == "":
+		return nil
+	}
+	if len(c.etcd) == 0 {
+		return fmt.Errorf("%s turns on TLS to an etcd you run (--cluster-etcd); the embedded member serves plain HTTP: give --cluster-etcd too, or drop %s", flag, flag)
+	}
+	for _, e := range c.etcd {
+		if u, err := url.Parse(e); err == nil && u.Scheme == "http" {
+			return fmt.Errorf("%s turns on TLS but the --cluster-etcd endpoint %s says http://, which the etcd client dials in plain text: write https://%s or %s", flag, e, u.Host, u.Host)
 		}
 	}
 	return nil

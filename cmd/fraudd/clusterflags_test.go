@@ -97,3 +97,38 @@ func TestParseServeRefusesBadClusterValues(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterTLSNeedsATLSEndpoint: the etcd client dials an http://
+// endpoint in plain text whatever its TLS configuration, so --cluster-etcd
+// http://etcd:2379 with --cluster-etcd-ca (README: "turns on TLS") joined
+// the cluster unencrypted, the CA and client certificate unused, without a
+// word; with the embedded member alone (plain HTTP) TLS only made the node
+// fail to reach it. Both are refused naming the flags; https:// and
+// host:port endpoints take TLS.
+func TestClusterTLSNeedsATLSEndpoint(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster-etcd", "https://e1:2379,http://e2:2379", "--cluster-etcd-ca", "/ca.pem"},
+			"--cluster-etcd-ca turns on TLS but the --cluster-etcd endpoint http://e2:2379 says http://, which the etcd client dials in plain text: write https://e2:2379 or e2:2379"},
+		{[]string{"--cluster-etcd", "HTTP://e1:2379", "--cluster-etcd-cert", "/c.pem", "--cluster-etcd-key", "/k.pem"},
+			"--cluster-etcd-cert turns on TLS but the --cluster-etcd endpoint HTTP://e1:2379 says http://"},
+		{[]string{"--cluster-embedded-etcd", "--cluster-etcd-ca", "/ca.pem"},
+			"--cluster-etcd-ca turns on TLS to an etcd you run (--cluster-etcd); the embedded member serves plain HTTP"},
+	} {
+		_, err := parseServe(append(c.args, "--cluster-node-id", "n1"), envVars{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.args, err, c.want)
+		}
+	}
+	for _, ok := range [][]string{
+		{"--cluster-etcd", "https://e1:2379,e2:2379", "--cluster-etcd-ca", "/ca.pem", "--cluster-etcd-cert", "/c.pem", "--cluster-etcd-key", "/k.pem"},
+		{"--cluster-etcd", "http://e1:2379"},
+		{"--cluster-embedded-etcd", "--cluster-etcd", "https://e1:2379", "--cluster-etcd-ca", "/ca.pem"},
+	} {
+		if _, err := parseServe(append(ok, "--cluster-node-id", "n1"), envVars{}); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+}
