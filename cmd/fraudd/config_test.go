@@ -69,6 +69,9 @@ func TestParseServeRefusesBadValues(t *testing.T) {
 		{args: []string{"--feeds-refresh", "6"}, want: []string{"-feeds-refresh", "accepted: a Go duration"}},
 		{args: []string{"--edge-block=off"}, want: []string{"-edge-block", "accepted: true or false"}},
 		{args: []string{"extra"}, want: []string{`unexpected argument "extra"`}},
+		// A boolean flag takes no separate value: the line says so.
+		{args: []string{"--edge-block", "false"}, want: []string{`unexpected argument "false" after --edge-block, which takes no separate value: write --edge-block=false`}},
+		{args: []string{"-test-clock", "1", "--addr", ":1"}, want: []string{`write -test-clock=1`}},
 		// CLARIFICATIONS "Auth": curl, browsers and Go's net/http are never
 		// blocked, so no entry may match their User-Agents.
 		{args: []string{"--edge-block-agents", "Python-urllib/,curl/"}, want: []string{"-edge-block-agents", `"curl/" would block curl/`}},

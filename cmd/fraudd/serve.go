@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -129,7 +130,7 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return nil, unexpectedArg(fs, args)
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -141,6 +142,23 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	}
 	c.unknownEnv = unknownEnv(fs, env, "FRAUDD_URL")
 	return c, nil
+}
+
+// unexpectedArg reports the first argument the flags left over. A boolean
+// flag takes no separate value, so `--edge-block false` turned the block on
+// and left "false" over: reported bare ("unexpected argument \"false\"")
+// it did not say that the flag before it had been read as true.
+func unexpectedArg(fs *flag.FlagSet, args []string) error {
+	extra := fs.Arg(0)
+	if i := len(args) - fs.NArg() - 1; i >= 0 {
+		name := strings.TrimLeft(args[i], "-")
+		if f := fs.Lookup(name); f != nil && strings.HasPrefix(args[i], "-") && kindOf(f) == "bool" {
+			if _, err := strconv.ParseBool(extra); err == nil {
+				return fmt.Errorf("unexpected argument %q after %s, which takes no separate value: write %s=%s", extra, args[i], args[i], extra)
+			}
+		}
+	}
+	return fmt.Errorf("unexpected argument %q", extra)
 }
 
 // listener is one address serve listens on, with the flag that gives it.
