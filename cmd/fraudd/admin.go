@@ -241,6 +241,11 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 		pos = append(pos[:cmd.npos:cmd.npos], cfs.Args()...)
 	}
 	if len(pos) > cmd.npos {
+		if cmd.npos == 0 {
+			// "(want 0 argument(s): )" said it in a broken sentence.
+			fmt.Fprintf(stderr, "fraudd admin %s: unexpected argument %q (it takes none)\n", cmd.name, pos[cmd.npos])
+			return 2
+		}
 		fmt.Fprintf(stderr, "fraudd admin %s: unexpected argument %q (want %d argument(s): %s)\n", cmd.name, pos[cmd.npos], cmd.npos, cmd.args)
 		return 2
 	}

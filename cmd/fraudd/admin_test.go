@@ -211,3 +211,16 @@ func TestAdminSetWebhookNeedsURL(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminExtraArgumentToACommandWithout: an argument to a command that
+// takes none (mail, clock) was refused as "(want 0 argument(s): )".
+func TestAdminExtraArgumentToACommandWithout(t *testing.T) {
+	for _, cmd := range []string{"mail", "clock", "create-account"} {
+		var out, errb bytes.Buffer
+		code := runAdmin([]string{"--url", "http://127.0.0.1:1", "--admin-token", "tok", cmd, "acc_x"}, &out, &errb)
+		want := "fraudd admin " + cmd + ": unexpected argument \"acc_x\" (it takes none)\n"
+		if code != 2 || errb.String() != want {
+			t.Errorf("%s acc_x: exit %d, stderr %q; want 2 and %q", cmd, code, errb.String(), want)
+		}
+	}
+}
