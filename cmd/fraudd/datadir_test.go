@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -110,5 +114,27 @@ func TestEtcdDirWithNewlineIsRefused(t *testing.T) {
 		if err != nil || c.cluster.embedDir != want {
 			t.Errorf("FRAUDD_CLUSTER_ETCD_DIR=%q: err %v; want %s", v, err, want)
 		}
+	}
+}
+
+// TestDanglingDataDirLinkNamed: a data dir that is a link whose target is
+// gone (the shipped unit's /var/lib/fraudd after its target was moved
+// aside) stopped on "create data dir: mkdir DIR: file exists", naming
+// neither the link nor its target; the line now names both, and nothing
+// is created.
+func TestDanglingDataDirLinkNamed(t *testing.T) {
+	base := t.TempDir()
+	target := filepath.Join(base, "private", "fraudd")
+	link := filepath.Join(base, "fraudd")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	err := secureDataDir(link, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	want := "data dir " + link + " is a symbolic link to " + target + ", which does not exist"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	if _, err := os.Stat(filepath.Dir(target)); !os.IsNotExist(err) {
+		t.Errorf("created %s: %v", filepath.Dir(target), err)
 	}
 }

@@ -26,6 +26,13 @@ func secureDataDir(dir string, log *slog.Logger) error {
 	st, err := os.Stat(dir)
 	switch {
 	case os.IsNotExist(err):
+		// A link whose target is gone (under the shipped unit
+		// /var/lib/fraudd is systemd's link to /var/lib/private/fraudd,
+		// README Backups and restore) failed on "mkdir DIR: file exists",
+		// which named neither the link nor its target.
+		if target, lerr := os.Readlink(dir); lerr == nil {
+			return fmt.Errorf("data dir %s is a symbolic link to %s, which does not exist: restore the directory it names (README: Backups and restore) or remove the link", dir, target)
+		}
 		if err := os.MkdirAll(dir, dataDirMode); err != nil {
 			return fmt.Errorf("create data dir: %w", err)
 		}
