@@ -64,8 +64,17 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	}
 	restrictUmask()
 	rep, err := backupOffline(dataDir, dir)
-	if errors.Is(err, errServerRunning) {
+	switch {
+	case errors.Is(err, errServerRunning):
 		rep, err = backupOnline(*base, token, dataDir, dir)
+	case errors.Is(err, errNoStore):
+		// No store here: the server may run elsewhere. If none answers
+		// either, the likelier cause is a --data-dir that names no data
+		// dir (a typo), which the online attempt's own error ("cannot
+		// read DIR/admin-token", "connection refused") did not say.
+		if rep, err = backupOnline(*base, token, dataDir, dir); err != nil {
+			err = fmt.Errorf("--data-dir %s holds no store (%s), and no server took the backup either: %w", dataDir, filepath.Join(dataDir, backup.StoreDir), err)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fraudd backup: %v\n", err)
@@ -78,15 +87,18 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-var errServerRunning = errors.New("a server runs on the data dir")
+var (
+	errServerRunning = errors.New("a server runs on the data dir")
+	errNoStore       = errors.New("no store in the data dir")
+)
 
 // backupOffline backs the data dir up from here, unless a server holds its
-// store (errServerRunning) or there is no store there (the server may run
-// elsewhere; errServerRunning too).
+// store (errServerRunning) or there is no store there (errNoStore: the
+// server may run elsewhere).
 func backupOffline(dataDir, dir string) (*backup.Report, error) {
 	store := filepath.Join(dataDir, backup.StoreDir)
 	if _, err := os.Stat(store); os.IsNotExist(err) {
-		return nil, errServerRunning
+		return nil, errNoStore
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// The store must be there already (a lost one is not made anew here,

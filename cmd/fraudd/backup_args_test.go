@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -31,5 +32,24 @@ func TestBackupArgsSaysWhatIsWrong(t *testing.T) {
 	if code := runBackup([]string{"-h"}, &out, &errb); code != 0 || errb.Len() != 0 ||
 		!strings.HasPrefix(out.String(), "usage: fraudd backup [flags] DIR") || !strings.Contains(out.String(), "env FRAUDD_DATA_DIR") {
 		t.Errorf("fraudd backup -h: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// TestBackupOfNoDataDirSaysSo: a --data-dir that holds no store (a typo)
+// was reported by the online attempt alone ("no --admin-token and cannot
+// read DIR/admin-token", "connection refused"), which did not say that
+// there was no store to back up; the line now says it first.
+func TestBackupOfNoDataDirSaysSo(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "dat")
+	for _, args := range [][]string{
+		{"--data-dir", missing, "--url", "http://127.0.0.1:1"},
+		{"--data-dir", missing, "--url", "http://127.0.0.1:1", "--admin-token", "adm_x"},
+	} {
+		var out, errb bytes.Buffer
+		code := runBackup(append(args, filepath.Join(t.TempDir(), "b")), &out, &errb)
+		want := "fraudd backup: --data-dir " + missing + " holds no store (" + filepath.Join(missing, "pebble") + "), and no server took the backup either: "
+		if code != 1 || !strings.HasPrefix(errb.String(), want) {
+			t.Errorf("%q: exit %d, stderr %q; want 1 and %q", args, code, errb.String(), want)
+		}
 	}
 }
