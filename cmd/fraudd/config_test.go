@@ -213,3 +213,31 @@ func TestParseServeRefusesOneAddressTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestServeHelpStatesWhatIsRefused: serve -h is where an operator reads
+// what a flag takes (README Configuration), and it left out the ranges the
+// flags refuse outside of (--feeds-refresh under 1m, --sync-interval
+// outside 1ms–10s, --cluster-lease-ttl outside whole 1s–60s,
+// --cluster-lease-after above 1000000); --durability said interval mode
+// answers "once committed", where README says a call is answered once
+// counted in memory and its commit waits for the group sync.
+func TestServeHelpStatesWhatIsRefused(t *testing.T) {
+	var h helpError
+	if _, err := parseServe([]string{"-h"}, envVars{}); !errors.As(err, &h) {
+		t.Fatalf("-h: %v", err)
+	}
+	for name, want := range map[string]string{
+		"feeds-refresh":       "1m or more",
+		"sync-interval":       "1ms to 10s",
+		"cluster-lease-ttl":   "whole seconds from 1s to 60s",
+		"cluster-lease-after": "at most 1000000",
+		"durability":          "answered once counted in memory",
+	} {
+		if u := h.fs.Lookup(name).Usage; !strings.Contains(u, want) {
+			t.Errorf("--%s help %q lacks %q", name, u, want)
+		}
+	}
+	if u := h.fs.Lookup("durability").Usage; strings.Contains(u, "answered once committed") {
+		t.Errorf("--durability help still says %q", u)
+	}
+}

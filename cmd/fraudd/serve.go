@@ -113,15 +113,15 @@ func parseServe(args []string, env envVars) (*serveConfig, error) {
 	fs.BoolVar(&c.edgeBlock, "edge-block", true, "answer 403 'error code: 1010' to requests with no User-Agent or a bare library default")
 	fs.Var(agentList{&c.edgeBlockAgents}, "edge-block-agents", "comma-separated User-Agent prefixes the edge block rejects")
 	fs.Var(originList{&c.mcpOrigins}, "mcp-origins", "comma-separated browser origins (https://agent.example) allowed to call /mcp; requests without Origin always may")
-	fs.Var(offDuration{&c.feedsRefresh}, "feeds-refresh", "download fresh feeds from upstream this often and swap them in without a pause; 0 = off")
+	fs.Var(offDuration{&c.feedsRefresh}, "feeds-refresh", "download fresh feeds from upstream this often (1m or more) and swap them in without a pause; 0 = off")
 	fs.Var(hostPort{s: &c.adminAddr, listen: true, optional: true}, "admin-addr", "serve the admin API and the console (/console) on this address only, e.g. 127.0.0.1:8081; empty: on --addr")
 	fs.Var(hostPort{s: &c.debugAddr, listen: true, optional: true}, "debug-addr", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	fs.Var(smtpValue{&c.smtpURL}, "smtp-url", "send mail through smtp://[user:pass@]host:port[?from=addr]; the outbox records either way")
 	fs.Var(hostPort{s: &c.metricsAddr, listen: true, optional: true}, "metrics-addr", "also serve the Prometheus /metrics on this address without auth, e.g. 127.0.0.1:9464 (keep it on loopback or a private network); empty: /metrics only with the admin token")
 	fs.BoolVar(&c.accessLog, "access-log", false, "log one structured line per request (method, path, status, bytes, µs, client, request id; never headers, bodies or query strings)")
 	fs.BoolVar(&c.allowPrivateWebhooks, "allow-private-webhooks", false, "also accept http:// and loopback/private webhook receivers; for development and tests")
-	fs.Var(durabilityValue{&c.durability}, "durability", "interval: a counted call is answered once committed, and one group sync every --sync-interval makes it durable (a crash loses at most the last interval); strict: fsync before each answer")
-	fs.Var(syncIntervalValue{&c.syncInterval}, "sync-interval", "period of the group sync: the most a crash can lose in interval mode, and the bound for device history in either mode")
+	fs.Var(durabilityValue{&c.durability}, "durability", "interval: a counted call is answered once counted in memory, and one group sync every --sync-interval commits and syncs it (a crash loses at most the last interval); strict: fsync before each answer")
+	fs.Var(syncIntervalValue{&c.syncInterval}, "sync-interval", "period of the group sync, 1ms to 10s: the most a crash can lose in interval mode, and the bound for device history in either mode")
 	addClusterFlags(fs, &c.cluster)
 	if err := parseFlagsEnv(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
