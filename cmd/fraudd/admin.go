@@ -278,6 +278,10 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fraudd admin: %v\n", err)
 		return 1
 	}
+	if noAdminAPI(status, out) {
+		fmt.Fprintf(stderr, "fraudd admin %s: %s\n", cmd.name, noAdminAPIHint(*base))
+		return 1
+	}
 	if cmd.name == "clock" && status == http.StatusNotFound {
 		fmt.Fprintf(stderr, "fraudd admin clock: the server at %s runs without --test-clock, so its clock cannot be moved (start it with 'fraudd serve --test-clock', for tests only)\n", *base)
 		return 1
@@ -291,6 +295,29 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	}
 	stdout.Write(out)
 	return 0
+}
+
+// noAdminAPI says whether an answer is the bare 404 of a listener that
+// serves no admin API: the public one of a server started with
+// --admin-addr (README Operator console: it answers 404 for the admin API)
+// or another service. The admin API's own 404s say what was not found
+// ("Account not found.") or why (the test clock's hint).
+func noAdminAPI(status int, body []byte) bool {
+	if status != http.StatusNotFound {
+		return false
+	}
+	var e struct {
+		Error string `json:"error"`
+		Hint  string `json:"hint"`
+	}
+	return json.Unmarshal(body, &e) == nil && e.Error == "Not found." && e.Hint == ""
+}
+
+// noAdminAPIHint is the refusal of a call noAdminAPI answered: "Not found.
+// (HTTP 404)" alone read as if the account or the command were missing,
+// where --url most likely names the public listener.
+func noAdminAPIHint(base string) string {
+	return fmt.Sprintf("%s serves no admin API (HTTP 404 Not found.): a server started with --admin-addr serves it on that address only; give it as --url", base)
 }
 
 // checkPathArg refuses a positional argument that is not one path segment.

@@ -224,3 +224,33 @@ func TestAdminExtraArgumentToACommandWithout(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminCallsToNoAdminAPI: with --admin-addr the public listener answers
+// the admin API a bare 404 (README Operator console), and the commands
+// pointed at it (their default --url) said only "Not found. (HTTP 404)",
+// read as a missing account or command; fraudd backup printed the JSON
+// body over several lines, and admin clock said the server ran without
+// --test-clock. Each now says --url serves no admin API and why it may
+// not; the API's own 404s are reported as before.
+func TestAdminCallsToNoAdminAPI(t *testing.T) {
+	public, _ := fakeAdmin(t, 404, `{"error":"Not found."}`)
+	want := public.URL + " serves no admin API (HTTP 404 Not found.): a server started with --admin-addr serves it on that address only; give it as --url\n"
+	for _, args := range [][]string{{"admin", "mail"}, {"admin", "get-account", "acc_x"}, {"admin", "clock", "--advance", "1h"}, {"backup", t.TempDir() + "/b"}} {
+		full := append([]string{args[0], "--url", public.URL, "--admin-token", "tok", "--data-dir", t.TempDir()}, args[1:]...)
+		if args[0] == "backup" {
+			// No store in the data dir: the server is asked.
+			full = []string{"backup", "--url", public.URL, "--admin-token", "tok", "--data-dir", t.TempDir(), args[1]}
+		}
+		var out, errb bytes.Buffer
+		code := run(full, &out, &errb)
+		if code != 1 || !strings.HasSuffix(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
+			t.Errorf("%q: exit %d, stderr %q; want 1 and one line ending %q", args, code, errb.String(), want)
+		}
+	}
+	admin, _ := fakeAdmin(t, 404, `{"error":"Account not found."}`)
+	var out, errb bytes.Buffer
+	if code := run([]string{"admin", "--url", admin.URL, "--admin-token", "tok", "get-account", "acc_x"}, &out, &errb); code != 1 ||
+		errb.String() != "fraudd admin get-account: Account not found. (HTTP 404)\n" {
+		t.Errorf("unknown account: exit %d, stderr %q", code, errb.String())
+	}
+}

@@ -131,8 +131,13 @@ func backupOnline(base, token, dataDir, dir string) (*backup.Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ask the server at %s: %w", base, err)
 	}
+	if noAdminAPI(status, out) {
+		return nil, errors.New(noAdminAPIHint(base))
+	}
 	if status != 200 {
-		return nil, fmt.Errorf("server at %s: HTTP %d\n%s", base, status, out)
+		// One line, as the admin commands report a refusal: the JSON
+		// body was printed indented over several.
+		return nil, fmt.Errorf("server at %s: %s", base, errorLine(status, out))
 	}
 	var r struct {
 		Dir   string   `json:"dir"`
