@@ -222,6 +222,14 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 			code = 0
 			return false
 		}
+		// A flag of fraudd admin itself after the command (`get-account ID
+		// --admin-token T`) is not the command's: say where it goes rather
+		// than only that it is not defined.
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok && fs.Lookup(name) != nil {
+			fmt.Fprintf(stderr, "fraudd admin %s: --%s is a flag of fraudd admin: give it before the command (fraudd admin --%s … %s)\n", cmd.name, name, name, cmd.name)
+			code = 2
+			return false
+		}
 		fmt.Fprintf(stderr, "fraudd admin %s: %v\nRun 'fraudd admin %s -h' for its flags.\n", cmd.name, err, cmd.name)
 		code = 2
 		return false

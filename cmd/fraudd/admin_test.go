@@ -254,3 +254,29 @@ func TestAdminCallsToNoAdminAPI(t *testing.T) {
 		t.Errorf("unknown account: exit %d, stderr %q", code, errb.String())
 	}
 }
+
+// TestAdminGlobalFlagAfterTheCommand: a flag of fraudd admin itself given
+// after the command (`get-account ID --admin-token T`) was refused as
+// "flag provided but not defined: -admin-token", as if there were no such
+// flag; the line now says it goes before the command. set-webhook's own
+// --url is still its own.
+func TestAdminGlobalFlagAfterTheCommand(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get-account", "acc_x", "--admin-token", "t"}, "fraudd admin get-account: --admin-token is a flag of fraudd admin: give it before the command (fraudd admin --admin-token … get-account)\n"},
+		{[]string{"mail", "--url", "http://127.0.0.1:1"}, "fraudd admin mail: --url is a flag of fraudd admin: give it before the command (fraudd admin --url … mail)\n"},
+		{[]string{"deliveries", "--data-dir", "d", "acc_x"}, "fraudd admin deliveries: --data-dir is a flag of fraudd admin: give it before the command (fraudd admin --data-dir … deliveries)\n"},
+	} {
+		var out, errb bytes.Buffer
+		if code := runAdmin(append([]string{"--admin-token", "tok", "--url", "http://127.0.0.1:1"}, c.args...), &out, &errb); code != 2 || errb.String() != c.want {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	srv, paths := fakeAdmin(t, 200, `{"url":"https://hooks.example/x"}`)
+	var out, errb bytes.Buffer
+	if code := runAdmin([]string{"--admin-token", "tok", "--url", srv.URL, "set-webhook", "acc_x", "--url", "https://hooks.example/x"}, &out, &errb); code != 0 || len(paths()) != 1 {
+		t.Errorf("set-webhook --url: exit %d, %s", code, errb.String())
+	}
+}
