@@ -57,6 +57,12 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Run 'fraudd backup -h' for the flags.")
 		return 2
 	}
+	// Checked as given: filepath.Abs would keep a trailing blank but
+	// bury a leading one inside the path.
+	if err := checkDirPath(fs.Arg(0)); err != nil {
+		fmt.Fprintf(stderr, "fraudd backup: DIR %q is not valid (%v): a blank or newline kept from a file names another directory\n", fs.Arg(0), err)
+		return 2
+	}
 	dir, err := filepath.Abs(fs.Arg(0))
 	if err != nil {
 		fmt.Fprintf(stderr, "fraudd backup: %v\n", err)

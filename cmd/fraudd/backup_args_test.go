@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,5 +52,22 @@ func TestBackupOfNoDataDirSaysSo(t *testing.T) {
 		if code != 1 || !strings.HasPrefix(errb.String(), want) {
 			t.Errorf("%q: exit %d, stderr %q; want 1 and %q", args, code, errb.String(), want)
 		}
+	}
+}
+
+// TestBackupDirWithABlankRefused: DIR with surrounding whitespace or a
+// control character is refused before anything is written, as --data-dir
+// is (internal/backup refuses it too, for the operator API).
+func TestBackupDirWithABlankRefused(t *testing.T) {
+	base := t.TempDir()
+	for _, dir := range []string{base + "/b ", base + "/b\n", " " + base + "/b"} {
+		var out, errb bytes.Buffer
+		code := runBackup([]string{"--data-dir", t.TempDir(), "--url", "http://127.0.0.1:1", dir}, &out, &errb)
+		if code != 2 || !strings.HasPrefix(errb.String(), "fraudd backup: DIR ") || !strings.Contains(errb.String(), "is not valid") {
+			t.Errorf("%q: exit %d, stderr %q", dir, code, errb.String())
+		}
+	}
+	if entries, _ := os.ReadDir(base); len(entries) != 0 {
+		t.Errorf("created %d entries", len(entries))
 	}
 }

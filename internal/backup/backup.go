@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unicode"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -84,6 +85,13 @@ func Write(src Source, dir string) (rep *Report, err error) {
 	defer writeMu.Unlock()
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("%w: %q is not an absolute path", ErrInvalid, dir)
+	}
+	// A blank or newline kept from a script or a file names another
+	// directory: the backup was written to "/srv/backups/x\n" beside the
+	// one the operator will look in at restore time. Refused, not trimmed,
+	// as --data-dir is.
+	if strings.TrimSpace(dir) != dir || strings.ContainsFunc(dir, unicode.IsControl) {
+		return nil, fmt.Errorf("%w: %q has surrounding whitespace or a control character", ErrInvalid, dir)
 	}
 	dir = filepath.Clean(dir)
 	data, err := filepath.Abs(src.DataDir)

@@ -252,3 +252,23 @@ func TestUnwritableTargetIsInvalid(t *testing.T) {
 		t.Fatalf("err = %v, want ErrInvalid with the permission error", err)
 	}
 }
+
+// TestWriteRefusesABlankOrNewlineInTheTarget: a target with surrounding
+// whitespace or a control character (a newline kept from a script or a
+// file) was written as named, a directory beside the one the operator
+// will look in at restore time; it is refused as --data-dir is, and
+// nothing is created.
+func TestWriteRefusesABlankOrNewlineInTheTarget(t *testing.T) {
+	data := dataDir(t)
+	base := t.TempDir()
+	for _, name := range []string{"b ", "b\n", "b\tc"} {
+		dir := base + "/" + name
+		_, err := Write(Source{DataDir: data, Store: fakeStore{}}, dir)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "surrounding whitespace or a control character") {
+			t.Errorf("%q: %v, want ErrInvalid naming it", dir, err)
+		}
+	}
+	if entries, _ := os.ReadDir(base); len(entries) != 0 {
+		t.Errorf("created %d entries", len(entries))
+	}
+}
