@@ -93,11 +93,21 @@ func New(root *actor.RootContext, cfg Config) (*Monitor, error) {
 		cfg.Logger = slog.Default()
 	}
 	st := &state{cfg: cfg}
-	st.load()
+	// A history the build cannot read (a record a newer build wrote, a
+	// corrupt one) stops the start, as the traffic counts' does: started
+	// empty, the status would hide the past days and the start probe would
+	// write today's record from zero over the stored one.
+	if err := st.load(); err != nil {
+		return nil, err
+	}
 	m := &Monitor{reports: actors.NewCalls[time.Time, Report](0), down: cfg.Checks.Actors}
 	// A restart after a panic reads the history from the store again.
 	m.shards = actors.SpawnShards(root, 1, func(int) actor.Actor { return owner{st} },
-		actors.Named("health"), actors.WithLogger(cfg.Logger), actors.OnRestart(func(int) { st.load() }))
+		actors.Named("health"), actors.WithLogger(cfg.Logger), actors.OnRestart(func(int) {
+			if err := st.load(); err != nil {
+				cfg.Logger.Warn("health: history not reloaded after a restart; starting empty", "err", err)
+			}
+		}))
 	done := make(chan struct{})
 	m.shards.Send(0, &probeNow{done: done})
 	select {
@@ -110,22 +120,23 @@ func New(root *actor.RootContext, cfg Config) (*Monitor, error) {
 	return m, nil
 }
 
-// load reads the stored history (memory only without a store).
-func (st *state) load() {
+// load reads the stored history (memory only without a store); on an error
+// the history is empty.
+func (st *state) load() error {
 	st.days = map[int64]*storage.HealthDay{}
 	st.last, st.lastOK = time.Time{}, [4]bool{}
 	if st.cfg.DB == nil {
-		return
+		return nil
 	}
 	hs, err := st.cfg.DB.Health(dayOf(st.cfg.Clock.Now()).AddDate(0, 0, -Days))
 	if err != nil {
-		st.cfg.Logger.Warn("health: history not loaded", "err", err)
-		return
+		return fmt.Errorf("load the status history: %w", err)
 	}
 	for i := range hs {
 		h := hs[i]
 		st.days[h.Day.Unix()/86400] = &h
 	}
+	return nil
 }
 
 // Down names the actor shard sets with a shard down right now. It asks no
