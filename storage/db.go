@@ -292,6 +292,16 @@ func Open(dir string, o Options) (*DB, error) {
 		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
 	}
 	d.h.Store(h)
+	// Before the journal's replay writes: a newer build's store is left as
+	// it is.
+	format, err := d.checkFormat()
+	if err != nil {
+		close(d.stopSync)
+		_ = d.closeHealthy(h)
+		d.cache.Unref()
+		_ = lock.Close()
+		return nil, err
+	}
 	if err := d.replayHistJournal(h); err != nil {
 		close(d.stopSync) // the writer goroutines the replay started end
 		_ = d.closeHealthy(h)
@@ -300,6 +310,12 @@ func Open(dir string, o Options) (*DB, error) {
 		return nil, fmt.Errorf("replay the device history journal in %s: %w", dir, err)
 	}
 	go d.syncLoop()
+	if format < StoreFormat {
+		if err := d.putFormat(); err != nil {
+			_ = d.Close()
+			return nil, err
+		}
+	}
 	if o.StampFile != "" {
 		d.stamp.path = o.StampFile
 		if err := d.checkStamp(fileStamp); err != nil {
