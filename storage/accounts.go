@@ -119,6 +119,7 @@ func UnmarshalAccount(b []byte) (*Account, error) {
 		r.key(a.PrevLive)
 	}
 	r.key(&a.Test)
+	r.end()
 	if r.err != nil {
 		return nil, fmt.Errorf("decode account: %w", r.err)
 	}
@@ -231,6 +232,7 @@ func UnmarshalRules(b []byte) ([]Rule, error) {
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		out = append(out, Rule{Signal: r.string(), Action: r.string()})
 	}
+	r.end()
 	if r.err != nil {
 		return nil, fmt.Errorf("decode rules: %w", r.err)
 	}
@@ -264,6 +266,7 @@ func UnmarshalPins(b []byte) ([]Pin, error) {
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		out = append(out, Pin{IP: r.string(), VisitorID: r.string(), Action: r.string(), Label: r.string()})
 	}
+	r.end()
 	if r.err != nil {
 		return nil, fmt.Errorf("decode pins: %w", r.err)
 	}

@@ -109,6 +109,16 @@ func (r *reader) bytes() []byte {
 
 func (r *reader) string() string { return string(r.bytes()) }
 
+// end marks bytes left after a record's last field as corrupt: a new field
+// only ever comes with a new version byte, so they are damage (or a field
+// of a build that broke that rule), which reading the record as far as its
+// version goes would silently drop, and lose when it is rewritten.
+func (r *reader) end() {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = errCorrupt
+	}
+}
+
 func (r *reader) bool() bool { return r.byte1() == 1 }
 
 func (r *reader) time() time.Time {

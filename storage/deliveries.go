@@ -54,6 +54,7 @@ func UnmarshalDelivery(b []byte) (*Delivery, error) {
 	d := &Delivery{Account: r.string(), EventID: r.string(), Event: r.string(), Attempt: int(r.uvarint()),
 		EventAt: r.time(), At: r.time(), Duration: time.Duration(r.uvarint()), URL: r.string(),
 		StatusCode: int(r.uvarint()), Error: r.string(), NextAt: r.time()}
+	r.end()
 	if r.err != nil {
 		return nil, fmt.Errorf("decode delivery: %w", r.err)
 	}

@@ -69,10 +69,11 @@ func UnmarshalHealth(b []byte) (HealthDay, error) {
 	if v == healthVersion {
 		d.AllOK = r.uvarint()
 		// No probe finds all three healthy more often than any one of them.
-		if r.err == nil && (len(r.b) != 0 || d.AllOK > d.minOK()) {
+		if r.err == nil && d.AllOK > d.minOK() {
 			r.err = errCorrupt
 		}
 	}
+	r.end()
 	if r.err != nil {
 		return HealthDay{}, fmt.Errorf("decode health: %w", r.err)
 	}

@@ -46,6 +46,7 @@ func UnmarshalMail(b []byte) (*Mail, error) {
 	}
 	m := &Mail{ID: r.string(), At: r.time(), Account: r.string(), To: r.string(), Kind: r.string(),
 		Subject: r.string(), Body: r.string(), Status: r.string(), Error: r.string()}
+	r.end()
 	if r.err != nil {
 		return nil, fmt.Errorf("decode mail: %w", r.err)
 	}

@@ -41,6 +41,7 @@ func UnmarshalTraffic(b []byte) (TrafficCounts, error) {
 		return TrafficCounts{}, fmt.Errorf("traffic version %d: %w", v, errCorrupt)
 	}
 	c := TrafficCounts{Total: r.uvarint(), Threats: r.uvarint(), VPN: r.uvarint(), Proxy: r.uvarint(), DCH: r.uvarint()}
+	r.end()
 	if r.err != nil {
 		return TrafficCounts{}, fmt.Errorf("decode traffic: %w", r.err)
 	}

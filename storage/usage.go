@@ -102,6 +102,7 @@ func UnmarshalMonthCounts(b []byte) (MonthCounts, error) {
 	}
 	c := MonthCounts{Used: int64(r.uvarint()), Lookups: int64(r.uvarint())}
 	w := r.uvarint()
+	r.end()
 	if r.err != nil || w > 0xff || c.Used < 0 || c.Lookups < 0 {
 		return MonthCounts{}, fmt.Errorf("decode month counts: %w", errCorrupt)
 	}
@@ -138,10 +139,8 @@ func UnmarshalTotals(b []byte) (Totals, error) {
 	if v == totalsVersion {
 		t.HourWarned[0] = int64(r.uvarintMax(math.MaxInt64))
 		t.HourWarned[1] = int64(r.uvarintMax(math.MaxInt64))
-		if r.err == nil && len(r.b) != 0 {
-			r.err = errCorrupt
-		}
 	}
+	r.end()
 	if r.err != nil || t.Evaluations < 0 || t.LimitHits < 0 {
 		return Totals{}, fmt.Errorf("decode totals: %w", errCorrupt)
 	}
