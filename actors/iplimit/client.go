@@ -85,12 +85,21 @@ type Config struct {
 	Timeout    time.Duration // one Take round trip; 0 = 5 s
 	// MaxEntries bounds the counters held over all shards (about 100 bytes
 	// each); when a shard is full it drops ended windows, then the least-used
-	// counters. 0 = 2,000,000; < 0 = no bound.
+	// counters. 0 = DefaultMaxEntries; < 0 = no bound.
 	MaxEntries int
 	// Shared keeps what each shard counts for Export (cluster mode): the
 	// address shards' owners sum every node's counts.
 	Shared bool
 }
+
+// DefaultMaxEntries is the counters held when Config.MaxEntries is 0: about
+// 50 MB at most. Anonymous callers fill the table (every address that calls
+// /api/lookup holds its day's window, four counters for IPv6), and the whole
+// process must stay within 300 MB of RSS with its feeds (about 180 MB)
+// loaded: 2,000,000 counters took it to 390 MB. The relief order (ended
+// windows, then one-off addresses) keeps heavy hitters' counts and every
+// lockout's count at this size too.
+const DefaultMaxEntries = 500_000
 
 // Client is the typed per-address limiter client; safe for concurrent use.
 type Client struct {
@@ -106,7 +115,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		cfg.SweepEvery = 30 * time.Second
 	}
 	if cfg.MaxEntries == 0 {
-		cfg.MaxEntries = 2_000_000
+		cfg.MaxEntries = DefaultMaxEntries
 	}
 	n := actors.ShardCount(cfg.Shards)
 	per := 0

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/fraudd/fraudd/actors"
 )
 
 var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -549,4 +551,48 @@ func TestLockoutsKeepCountersRoom(t *testing.T) {
 	if h := l.held(); h > 1000 {
 		t.Fatalf("%d counters and lockouts held; the bound is 1000", h)
 	}
+}
+
+// TestDefaultBoundFitsMemoryBudget: the default bound, filled by distinct
+// addresses (an IPv6 sweep of /api/lookup, each address holding its day's
+// window), holds a share of the 300 MB RSS budget the feeds leave room for,
+// not more than the whole budget (2,000,000 counters held about 200 MB).
+func TestDefaultBoundFitsMemoryBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills the default bound")
+	}
+	n := actors.ShardCount(0)
+	per := max(DefaultMaxEntries/n, 64)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	ls := make([]*limiter, n)
+	for i := range ls {
+		ls[i] = newLimiter(per, false)
+	}
+	// Fill to nine tenths of the bound: the most the table holds just
+	// before relief cuts it.
+	held := 0
+	for i := 0; held < DefaultMaxEntries*9/10; i++ {
+		var b [16]byte
+		b[0], b[1] = 0x2a, 0x01
+		b[4], b[5], b[6], b[7] = byte(i>>24), byte(i>>16), byte(i>>8), byte(i)
+		b[15] = 1
+		a := netip.AddrFrom16(b)
+		ls[shardHash(a)&uint64(n-1)].take(Of(LookupFree), a, t0.Add(time.Duration(i)*time.Microsecond))
+		if i%1024 == 0 {
+			held = 0
+			for _, l := range ls {
+				held += l.held()
+			}
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d counters held in %d shards: %.1f MiB", held, n, float64(grew)/(1<<20))
+	if grew > 64<<20 {
+		t.Fatalf("the full table holds %.0f MiB, more than 64 MiB of the 300 MB budget", float64(grew)/(1<<20))
+	}
+	runtime.KeepAlive(ls)
 }
