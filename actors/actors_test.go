@@ -130,6 +130,39 @@ func TestCallTimeout(t *testing.T) {
 	}
 }
 
+// TestTableTrim: a trim keeps the most recently touched entries and never
+// evicts one that may not go; the bound checks again only a quarter later.
+func TestTableTrim(t *testing.T) {
+	tb := NewTable[int, int64](0) // value: last touch; odd keys may not go
+	for i := range 100 {
+		tb.Put(i, int64(i))
+	}
+	touched := func(v int64) (int64, bool) { return v, v%2 == 0 }
+	if n := tb.Trim(75, touched); n != 25 || tb.Len() != 75 {
+		t.Fatalf("trimmed %d, left %d", n, tb.Len())
+	}
+	for i := range 100 {
+		_, ok := tb.Get(i)
+		if gone := i%2 == 0 && i < 50; ok == gone {
+			t.Fatalf("entry %d: held %v", i, ok)
+		}
+	}
+	if n := tb.Trim(10, touched); n != 25 || tb.Len() != 50 {
+		t.Fatalf("the entries that may not go were trimmed: %d, left %d", n, tb.Len())
+	}
+	b := Bound{Max: 40}
+	if !b.Over(50) {
+		t.Fatal("a table over its bound is not due a trim")
+	}
+	b.Reset(50) // nothing more could go
+	if b.Over(55) || !b.Over(60) {
+		t.Fatal("the next check is not a quarter of the bound later")
+	}
+	if (&Bound{}).Over(1 << 30) {
+		t.Fatal("no bound trims")
+	}
+}
+
 func TestTableSweepShrinks(t *testing.T) {
 	// The heap is the process's: measured from a base taken before the
 	// table, and again after another collection when what other tests'

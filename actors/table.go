@@ -1,5 +1,7 @@
 package actors
 
+import "slices"
+
 // Table is a shard's map of its entities. It is owned by one shard actor and
 // not safe for concurrent use. Sweep evicts entries and gives memory back:
 // a Go map never shrinks after deletes, so when a sweep leaves the table much
@@ -67,3 +69,50 @@ func (t *Table[K, V]) Sweep(evict func(K, V) bool) int {
 	}
 	return n
 }
+
+// Trim evicts the least recently touched evictable entries until the table
+// holds keep, or nothing evictable is left, and reports how many went.
+// touched reports an entry's last touch and whether it may go (an entry
+// that is the only copy of a change may not). It sorts the touches, so it
+// is for a table that has reached its bound, not for every insert.
+func (t *Table[K, V]) Trim(keep int, touched func(V) (int64, bool)) int {
+	over := len(t.m) - keep
+	if over <= 0 {
+		return 0
+	}
+	ts := make([]int64, 0, len(t.m))
+	for _, v := range t.m {
+		if at, ok := touched(v); ok {
+			ts = append(ts, at)
+		}
+	}
+	if len(ts) == 0 {
+		return 0
+	}
+	over = min(over, len(ts))
+	slices.Sort(ts)
+	cut := ts[over-1] // the latest touch that goes
+	n := 0
+	return t.Sweep(func(_ K, v V) bool {
+		if at, ok := touched(v); n < over && ok && at <= cut {
+			n++
+			return true
+		}
+		return false
+	})
+}
+
+// Bound is a table's entry bound (Max 0: none) and the size at which it is
+// next checked: a trim that could not get under Max (entries that may not
+// go yet) is not retried on every insert.
+type Bound struct{ Max, at int }
+
+// Over reports whether a table of n entries is due a trim.
+func (b *Bound) Over(n int) bool { return b.Max > 0 && n >= max(b.at, b.Max) }
+
+// Reset sets the next check after a trim or sweep left n entries.
+func (b *Bound) Reset(n int) { b.at = max(b.Max, n+b.Max/4) }
+
+// Keep is what a trim leaves: three quarters of Max, so that one trim's
+// cost is spread over the inserts that fill the last quarter.
+func (b *Bound) Keep() int { return b.Max * 3 / 4 }

@@ -19,7 +19,9 @@
 // bound as the usage counts, and nothing older. A lost use means one replay
 // goes unnoticed; a lost event resolves as "unavailable". Shards keep what
 // they touched in memory and evict entries idle for IdleAfter once their
-// writes are stored; a later touch reloads them from the store.
+// writes are stored, or sooner, least recently touched first, when a shard
+// holds its bound (Config.MaxEvents, MaxSightings); a later touch reloads
+// them from the store.
 //
 // # Retention
 //
@@ -72,6 +74,12 @@ type Config struct {
 	Timeout time.Duration
 	// IdleAfter is how long an untouched entry stays in memory; 0 = 30 min.
 	IdleAfter time.Duration
+	// MaxEvents and MaxSightings bound the events and sightings held in
+	// memory over all shards; past a bound the entries the store holds go,
+	// least recently touched first, before their IdleAfter (a later touch
+	// reloads them). 0 = DefaultMaxEvents, DefaultMaxSightings; < 0 = no
+	// bound.
+	MaxEvents, MaxSightings int
 	// SweepEvery is the eviction tick; 0 = 1 min.
 	SweepEvery time.Duration
 	Group      actors.GroupConfig
@@ -84,6 +92,21 @@ type Config struct {
 	// name (cluster mode: a lease holder's first watch); 0: none are kept.
 	KeepRecent int
 }
+
+// DefaultMaxEvents and DefaultMaxSightings are the entries held in memory
+// when Config leaves them 0: about 17 MB of events (a real report keeps
+// about 1 KiB of signals, some 2 KiB in memory) and 6 MB of sightings, which
+// the garbage collector's headroom doubles in RSS. IdleAfter alone bounds
+// memory by the collection rate only: the publishable key is public, and a
+// Scale account's daily budget (333,333 events) can be posted in minutes,
+// which held 200,000 events at 735 MB of RSS for half an hour, past the
+// 300 MB budget. An event is evaluated within seconds to minutes of its
+// collection, so the newest stay in memory and an older one is read back
+// from the store on its next touch.
+const (
+	DefaultMaxEvents    = 8192
+	DefaultMaxSightings = 32_768
+)
 
 // EventIDPrefix starts every event id string.
 const EventIDPrefix = "ev_"
@@ -295,13 +318,26 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	if cfg.Store != nil {
 		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
 	}
+	if cfg.MaxEvents == 0 {
+		cfg.MaxEvents = DefaultMaxEvents
+	}
+	if cfg.MaxSightings == 0 {
+		cfg.MaxSightings = DefaultMaxSightings
+	}
 	n := actors.ShardCount(cfg.Shards)
+	perShard := func(total int) int {
+		if total < 0 || cfg.Store == nil {
+			return 0 // memory only: an evicted entry would be lost
+		}
+		return max(total/n, 64)
+	}
 	c.states = make([]*shardState, n)
 	for i := range c.states {
 		c.states[i] = &shardState{
 			events:    actors.NewTable[EventID, *eventEntry](64),
 			sightings: actors.NewTable[string, *sightingsEntry](64),
 			store:     cfg.Store, commit: c.commit, idleAfter: cfg.IdleAfter, log: cfg.Logger,
+			maxEvents: actors.Bound{Max: perShard(cfg.MaxEvents)}, maxSights: actors.Bound{Max: perShard(cfg.MaxSightings)},
 		}
 	}
 	// Inline (actors.InlineRuns): a resolve is a map lookup (a store read

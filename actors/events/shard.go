@@ -61,6 +61,9 @@ type shardState struct {
 	commit    *actors.GroupCommitter[*write]
 	idleAfter time.Duration
 	log       *slog.Logger
+	// maxEvents and maxSights bound the entries held (Config.MaxEvents,
+	// MaxSightings), per shard.
+	maxEvents, maxSights actors.Bound
 
 	// Changed since the last flush (shard goroutine only).
 	dirtyEvents []*eventEntry
@@ -111,6 +114,8 @@ func (s shard) Receive(ctx actor.Context) {
 		s.sightings.Sweep(func(_ string, h *sightingsEntry) bool {
 			return in(h.dirty, h.wseq) && m.Now.Sub(h.touched) > s.idleAfter
 		})
+		s.maxEvents.Reset(s.events.Len())
+		s.maxSights.Reset(s.sightings.Len())
 	case lenProbe:
 		m <- [2]int{s.events.Len(), s.sightings.Len()}
 	}
@@ -128,6 +133,7 @@ func (s shard) record(e *storage.DeviceEvent) {
 	ent := &eventEntry{e: *e, touched: e.Created}
 	s.events.Put(e.ID, ent)
 	s.markEvent(ent)
+	s.trimEvents()
 	if e.VisitorID == "" {
 		return
 	}
@@ -159,6 +165,7 @@ func (s shard) entry(id EventID) (*eventEntry, error) {
 		case err != nil:
 			return nil, err
 		default:
+			s.trimEvents()
 			ent = &eventEntry{e: *e}
 			s.events.Put(id, ent)
 		}
@@ -255,8 +262,36 @@ func (s shard) sightingsOf(visitor string, now time.Time) (*sightingsEntry, erro
 			he.h = h
 		}
 	}
+	s.trimSightings()
 	s.sightings.Put(visitor, he)
 	return he, nil
+}
+
+// trimEvents and trimSightings make room when a table holds its bound: the
+// entries the store holds as they are go, least recently touched first,
+// down to three quarters of the bound, as they would once idle (a later
+// touch reloads them). A changed entry, or one whose write failed, is the
+// only copy and stays.
+func (s shard) trimEvents() {
+	if !s.maxEvents.Over(s.events.Len()) {
+		return
+	}
+	in := s.marks.InStore()
+	s.events.Trim(s.maxEvents.Keep(), func(e *eventEntry) (int64, bool) {
+		return e.touched.UnixNano(), in(e.dirty, e.wseq)
+	})
+	s.maxEvents.Reset(s.events.Len())
+}
+
+func (s shard) trimSightings() {
+	if !s.maxSights.Over(s.sightings.Len()) {
+		return
+	}
+	in := s.marks.InStore()
+	s.sightings.Trim(s.maxSights.Keep(), func(h *sightingsEntry) (int64, bool) {
+		return h.touched.UnixNano(), in(h.dirty, h.wseq)
+	})
+	s.maxSights.Reset(s.sightings.Len())
 }
 
 // markEvent and markSightings note a change for the next flush: however often
