@@ -79,12 +79,33 @@ type Config struct {
 	Timeout time.Duration
 	// IdleAfter is how long an untouched entry stays in memory; 0 = 30 min.
 	IdleAfter time.Duration
+	// MaxDevices, MaxAccounts and MaxAddresses bound the (customer, device),
+	// (customer, account) and (customer, address) records each shard holds
+	// in memory (per shard, not over all of them: a customer's records are
+	// all in one shard); past a bound the records the store holds go, least
+	// recently used first, before their IdleAfter (the next observation
+	// reloads them). 0 = DefaultMaxDevices, DefaultMaxAccounts,
+	// DefaultMaxAddresses; < 0 = no bound.
+	MaxDevices, MaxAccounts, MaxAddresses int
 	// SweepEvery is the eviction tick; 0 = 1 min.
 	SweepEvery time.Duration
 	// Group tunes the group committer.
 	Group  actors.GroupConfig
 	Logger *slog.Logger
 }
+
+// DefaultMaxDevices, DefaultMaxAccounts and DefaultMaxAddresses are the
+// records a shard holds in memory when Config leaves them 0: a few MB a
+// shard (an account record with its sealed copy is about 300 bytes, a busy
+// device's record a few KB), some 30 MB over the 4 shards of a 2-core
+// machine, which the garbage collector's headroom doubles in RSS, within
+// the 300 MB budget. A customer's records of the last minutes stay in
+// memory; an older one is read back from the store.
+const (
+	DefaultMaxDevices   = 4096
+	DefaultMaxAccounts  = 8192
+	DefaultMaxAddresses = 8192
+)
 
 // Observation is one evaluate's device and account evidence.
 type Observation struct {
@@ -209,9 +230,21 @@ func New(root *actor.RootContext, cfg Config) (*Client, error) {
 		c.commit = newCommitter(cfg.Store, cfg.Group, cfg.Logger)
 	}
 	n := actors.ShardCount(cfg.Shards)
+	perShard := func(bound, dflt int) actors.Bound {
+		if bound == 0 {
+			bound = dflt
+		}
+		if bound < 0 || cfg.Store == nil {
+			return actors.Bound{} // memory only: an evicted record would be lost
+		}
+		return actors.Bound{Max: max(bound, 64)}
+	}
 	c.states = make([]*shardState, n)
 	for i := range c.states {
 		c.states[i] = newShardState(cfg.Store, c.commit, sealer, int64(cfg.IdleAfter/time.Second), cfg.Logger, &c.sink)
+		c.states[i].maxDevices = perShard(cfg.MaxDevices, DefaultMaxDevices)
+		c.states[i].maxAccounts = perShard(cfg.MaxAccounts, DefaultMaxAccounts)
+		c.states[i].maxAddresses = perShard(cfg.MaxAddresses, DefaultMaxAddresses)
 		c.states[i].watchedSet = &c.watchedSet
 		c.states[i].builder = c.builder
 	}

@@ -59,7 +59,8 @@
 // interval (plus the time one flush and sync take), the same bound as the
 // usage counts, and nothing older. Shards load a record on first touch after
 // a restart and evict entries idle for IdleAfter once their changes are
-// stored. An entry whose write failed is the only copy of what it holds and
+// stored, or sooner, least recently used first, when a shard holds its
+// bound (Config.MaxDevices, MaxAccounts, MaxAddresses). An entry whose write failed is the only copy of what it holds and
 // stays in memory (it is never evicted as idle) until a later write of it
 // is stored.
 //

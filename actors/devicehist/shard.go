@@ -90,6 +90,9 @@ type shardState struct {
 	sealer    *secrets.Sealer
 	idleAfter int64
 	log       *slog.Logger
+	// bounds of the three tables (Config.MaxDevices, MaxAccounts,
+	// MaxAddresses); zero without a store.
+	maxDevices, maxAccounts, maxAddresses actors.Bound
 
 	// Changed since the last flush (shard goroutine only).
 	dirtyDevices   []*deviceEntry
@@ -200,6 +203,9 @@ func (s shard) Receive(ctx actor.Context) {
 func bytesView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 func (s shard) observe(q *obsReq) (Facts, error) {
+	// Before any entry is taken: an observation holds its entries until it
+	// marks them, and an entry evicted under it would be changed unseen.
+	s.trim()
 	customer := bytesView(q.cust[:q.nCust])
 	s.customer, s.now = customer, q.now
 	var (
@@ -662,6 +668,32 @@ func (s shard) sweep(now int64) {
 	s.addresses.Sweep(func(_ addressKey, e *addressEntry) bool {
 		return clean(e.dirty, e.wseq) && (!trimAddress(&e.rec, now) || idle(e.touched))
 	})
+	s.maxDevices.Reset(s.devices.Len())
+	s.maxAccounts.Reset(s.accounts.Len())
+	s.maxAddresses.Reset(s.addresses.Len())
+}
+
+// trim makes room when a table holds its bound: the entries the store
+// holds as they are go, least recently used first, down to three quarters
+// of the bound, as they would once idle (a later observation reloads them).
+// IdleAfter alone bounds memory by the evaluation rate: an uncapped account
+// checking distinct end-user accounts or devices would hold every one of
+// them for half an hour. A changed entry, or one whose write failed, is the
+// only copy and stays.
+func (s shard) trim() {
+	clean := s.marks.InStore()
+	if s.maxDevices.Over(s.devices.Len()) {
+		s.devices.Trim(s.maxDevices.Keep(), func(e *deviceEntry) (int64, bool) { return e.touched, clean(e.dirty, e.wseq) })
+		s.maxDevices.Reset(s.devices.Len())
+	}
+	if s.maxAccounts.Over(s.accounts.Len()) {
+		s.accounts.Trim(s.maxAccounts.Keep(), func(e *accountEntry) (int64, bool) { return e.touched, clean(e.dirty, e.wseq) })
+		s.maxAccounts.Reset(s.accounts.Len())
+	}
+	if s.maxAddresses.Over(s.addresses.Len()) {
+		s.addresses.Trim(s.maxAddresses.Keep(), func(e *addressEntry) (int64, bool) { return e.touched, clean(e.dirty, e.wseq) })
+		s.maxAddresses.Reset(s.addresses.Len())
+	}
 }
 
 // dropStored forgets every entry the store holds as it is (WriteMarks.InStore); the
