@@ -122,15 +122,37 @@ func pendingHookKey(account, eventID string) []byte {
 }
 
 // PutPendingHook stores (or replaces) p. Like the device history it is
-// written behind: durable within Options.WriteBehindSync, and a process crash
-// (the WAL is written) loses nothing.
+// written behind: it is in the WAL, in this process's memory, until the
+// next group sync, so a crash (kill -9 included) may lose the records of
+// the last Options.SyncInterval, as it may lose counts.
 func (d *DB) PutPendingHook(p *PendingHook) error {
+	b, err := d.pendingHookBatch(p)
+	if err != nil {
+		return err
+	}
+	return d.commitBehind(b)
+}
+
+// PutPendingHookSynced stores (or replaces) p and syncs it before it
+// returns: for an event whose storing is acknowledged (the operator's test
+// event, whose 202 promises that a restart, even after a crash, resumes
+// it). Rare, so the fsync is affordable.
+func (d *DB) PutPendingHookSynced(p *PendingHook) error {
+	b, err := d.pendingHookBatch(p)
+	if err != nil {
+		return err
+	}
+	return d.commit(b)
+}
+
+// pendingHookBatch is a batch that stores p, once p is checked.
+func (d *DB) pendingHookBatch(p *PendingHook) (batch, error) {
 	if p.Account == "" || p.EventID == "" || bytes.IndexByte([]byte(p.Account), 0) >= 0 || pendingHookTooBig(p) {
-		return fmt.Errorf("pending webhook record for %q/%q: invalid", p.Account, p.EventID)
+		return batch{}, fmt.Errorf("pending webhook record for %q/%q: invalid", p.Account, p.EventID)
 	}
 	b := d.newBatch()
 	_ = b.Set(pendingHookKey(p.Account, p.EventID), MarshalPendingHook(nil, p), nil)
-	return d.commitBehind(b)
+	return b, nil
 }
 
 // DeletePendingHook removes the record of account's event (none is fine).

@@ -499,7 +499,7 @@ func (sh *shard) enqueue(m *queued, now time.Time) error {
 		return nil
 	}
 	e := &event{kind: m.kind, id: m.id, ev: m.ev, body: Payload(m.kind, m.id, m.ev)}
-	if err := sh.keep(m.ev.Account, e); err != nil {
+	if err := sh.keep(m.ev.Account, e, m.stored); err != nil {
 		if m.stored {
 			sh.svc.cfg.Logger.Warn("webhook test event not queued: it could not be stored", "account", m.ev.Account, "event_id", e.id, "err", err)
 			return err
@@ -512,13 +512,19 @@ func (sh *shard) enqueue(m *queued, now time.Time) error {
 }
 
 // keep stores e as pending (with its attempts so far and next due time).
-func (sh *shard) keep(id string, e *event) error {
-	if db := sh.svc.cfg.DB; db != nil {
-		if err := db.PutPendingHook(pendingOf(id, e)); err != nil {
-			return err
-		}
+// synced waits for the disk: an event whose storing is acknowledged (the
+// operator's test, answered 202 once stored) must survive a kill -9 right
+// after the answer, not only the next group sync; the others are written
+// behind, within the counts' crash bound.
+func (sh *shard) keep(id string, e *event, synced bool) error {
+	db := sh.svc.cfg.DB
+	switch {
+	case db == nil:
+		return nil
+	case synced:
+		return db.PutPendingHookSynced(pendingOf(id, e))
 	}
-	return nil
+	return db.PutPendingHook(pendingOf(id, e))
 }
 
 // forget deletes e's pending record: its delivery ended.
@@ -619,7 +625,7 @@ func (sh *shard) finish(m *finished) {
 		sh.svc.outcomes[1].Add(1)
 		e.due = m.out.end.Add(Backoff[e.attempts-1])
 		rec.NextAt = e.due
-		if err := sh.keep(m.account, e); err != nil {
+		if err := sh.keep(m.account, e, false); err != nil {
 			sh.svc.cfg.Logger.Warn("webhook event not stored; a restart would drop it", "account", m.account, "event_id", e.id, "err", err)
 		}
 		a.waiting = append(a.waiting, e)

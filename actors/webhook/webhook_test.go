@@ -163,7 +163,14 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 // newFixtureOn is newFixture with the store on fs (a failing one, say).
 func newFixtureOn(t *testing.T, cfg Config, fs vfs.FS) *fixture {
 	t.Helper()
-	db, err := storage.Open("d", storage.Options{FS: fs})
+	return newFixtureWith(t, cfg, storage.Options{FS: fs})
+}
+
+// newFixtureWith is newFixture with the store opened with opts (a crashable
+// file system and a group sync that never ticks, say).
+func newFixtureWith(t *testing.T, cfg Config, opts storage.Options) *fixture {
+	t.Helper()
+	db, err := storage.Open("d", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
