@@ -106,6 +106,10 @@ func backupOffline(dataDir, dir string) (*backup.Report, error) {
 	if _, err := os.Stat(store); os.IsNotExist(err) {
 		return nil, errNoStore
 	}
+	// A backup of an unfinished backup would not carry its mark.
+	if err := backup.CheckFinished(dataDir); err != nil {
+		return nil, err
+	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// The store must be there already (a lost one is not made anew here,
 	// which would hide the loss from the next start), and is checked and

@@ -355,6 +355,9 @@ func serve(ctx context.Context, hurry <-chan struct{}, cfg *serveConfig, log *sl
 		return err
 	}
 	defer unlock()
+	if err := backup.CheckFinished(cfg.dataDir); err != nil {
+		return err
+	}
 	if err := nestedDataDir(cfg.dataDir); err != nil {
 		return err
 	}

@@ -66,6 +66,33 @@ type Report struct {
 // StoreDir is the store's directory inside a data directory.
 const StoreDir = "pebble"
 
+// UnfinishedFile marks a backup directory whose Write has not finished: it
+// is written (synced) before anything else and removed (the directory
+// synced) after everything else. A failed Write removes what it wrote, but
+// a kill -9, an OOM kill or a power loss midway leaves a directory that
+// looks like a backup, some of whose files are missing or cut short (a
+// checkpoint's WAL not yet copied: Pebble would open it as an empty or
+// older store, and a missing master-secret would be generated anew), so a
+// start on it, as a restore does, must refuse it (CheckFinished).
+const UnfinishedFile = "backup-unfinished"
+
+// CheckFinished refuses a data directory that holds UnfinishedFile: a
+// backup whose writer stopped midway, restored (or started on) as it is.
+func CheckFinished(dataDir string) error {
+	path := filepath.Join(dataDir, UnfinishedFile)
+	_, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("check for %s: %w", path, err)
+	}
+	return fmt.Errorf("%w: %s holds %s, so it is a backup that did not finish (its writer was stopped midway) and its store may miss records or be empty: restore a backup that finished, or take a new one (README: Backups and restore)", ErrUnfinished, dataDir, UnfinishedFile)
+}
+
+// ErrUnfinished is CheckFinished's error.
+var ErrUnfinished = errors.New("unfinished backup")
+
 // writeMu serialises Write (see there).
 var writeMu sync.Mutex
 
@@ -121,6 +148,9 @@ func Write(src Source, dir string) (rep *Report, err error) {
 			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}()
+	if err := markUnfinished(dir); err != nil {
+		return nil, err
+	}
 	rep = &Report{Dir: dir}
 	// The stamp file is read before the checkpoint: the store's own stamp
 	// moves first, so the checkpoint holds this stamp or a later one, and
@@ -164,10 +194,38 @@ func Write(src Source, dir string) (rep *Report, err error) {
 	} else if !contains(rep.Files, "master-secret") {
 		rep.Notes = append(rep.Notes, "no master-secret file in the data directory: a restore needs the secret the store was written with")
 	}
+	// Everything is synced before the mark goes, and its removal is synced
+	// too: a backup is finished only once every file of it is on disk.
+	if err := SyncDir(dir); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(filepath.Join(dir, UnfinishedFile)); err != nil {
+		return nil, fmt.Errorf("mark the backup finished: %w", err)
+	}
 	if err := SyncDir(dir); err != nil {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// markUnfinished writes dir's UnfinishedFile, synced with its name.
+func markUnfinished(dir string) error {
+	path := filepath.Join(dir, UnfinishedFile)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	_, werr := f.WriteString("fraudd backup in progress; a backup still holding this file did not finish: do not restore it\n")
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("write %s: %w", path, werr)
+	}
+	return SyncDir(dir)
 }
 
 // prepare makes dir an empty directory, refusing one with anything in it.

@@ -272,3 +272,42 @@ func TestWriteRefusesABlankOrNewlineInTheTarget(t *testing.T) {
 		t.Errorf("created %d entries", len(entries))
 	}
 }
+
+// killedStore is a store whose Checkpoint takes an image of the backup
+// directory as a kill -9 at that moment would leave it (the checkpoint's
+// own files not yet written).
+type killedStore struct{ dir, image string }
+
+func (k *killedStore) Checkpoint(dir string) error {
+	if err := os.CopyFS(k.image, os.DirFS(k.dir)); err != nil {
+		return err
+	}
+	return fakeStore{}.Checkpoint(dir)
+}
+
+// TestKilledBackupIsMarkedUnfinished: a backup killed midway (here: during
+// the checkpoint, the WAL or the secrets not yet copied) leaves a directory
+// that CheckFinished, and so a start on it (a restore), refuses; a backup
+// that finished carries no mark. Before, a backup killed after its
+// checkpoint's manifest but before its WAL started as an empty store, with
+// a new master secret, without a word.
+func TestKilledBackupIsMarkedUnfinished(t *testing.T) {
+	data := dataDir(t)
+	dir := filepath.Join(t.TempDir(), "b")
+	k := &killedStore{dir: dir, image: filepath.Join(t.TempDir(), "image")}
+	if _, err := Write(Source{DataDir: data, Store: k}, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckFinished(k.image); !errors.Is(err, ErrUnfinished) || !strings.Contains(err.Error(), k.image) || !strings.Contains(err.Error(), "did not finish") {
+		t.Fatalf("the directory a kill during the checkpoint leaves: %v, want ErrUnfinished naming it", err)
+	}
+	if err := CheckFinished(dir); err != nil {
+		t.Fatalf("the finished backup: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, UnfinishedFile)); !os.IsNotExist(err) {
+		t.Fatalf("the finished backup still holds %s: %v", UnfinishedFile, err)
+	}
+	if err := CheckFinished(data); err != nil {
+		t.Fatalf("a data dir: %v", err)
+	}
+}
