@@ -64,9 +64,13 @@ type Client struct {
 	collect   *actors.Calls[Collect, CollectResult]
 	refunds   *actors.Calls[Refund, ChargeResult]
 	discounts *actors.Calls[Discount, bool]
-	log       *slog.Logger
-	stopped   atomic.Bool
-	store     Store
+	totals    *actors.Calls[countTotal, ChargeResult]
+	// waitTotals: charges wait for their increment's commit (Strict
+	// mode), so CountTotal does too (see there).
+	waitTotals bool
+	log        *slog.Logger
+	stopped    atomic.Bool
+	store      Store
 	// unhook removes beforeSync from an AheadStore; syncMu keeps Stop from
 	// closing the committer under a barrier that is waiting on it. Barriers
 	// share it (read lock): each waits only for its own, within its bound.
@@ -94,6 +98,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 		collect:   actors.NewCalls[Collect, CollectResult](cfg.Timeout),
 		refunds:   actors.NewCalls[Refund, ChargeResult](cfg.Timeout),
 		discounts: actors.NewCalls[Discount, bool](cfg.Timeout),
+		totals:    actors.NewCalls[countTotal, ChargeResult](cfg.Timeout),
 		log:       cfg.Logger,
 		store:     cfg.Store,
 	}
@@ -103,6 +108,7 @@ func New(root *actor.RootContext, cfg Config) *Client {
 	if ahead != nil && ahead.Durability() != storage.Interval {
 		ahead = nil
 	}
+	c.waitTotals = cfg.Store != nil && ahead == nil
 	if cfg.Store != nil {
 		group := cfg.Group
 		if ahead != nil && group.Linger == 0 {
@@ -285,15 +291,29 @@ func (c *Client) Collect(m Collect) (CollectResult, error) {
 	return c.collect.Wait(call)
 }
 
-// CountTotal adds one to the account's total_evaluations, fire-and-forget,
-// without any check: for a degraded evaluation charged with Total=false that
-// turned out not to be the bare non-suspicious allow. It rides the next group
-// commit; nobody waits for it.
+// CountTotal adds one to the account's total_evaluations without any
+// check: for a degraded evaluation charged with Total=false that turned out
+// not to be the bare non-suspicious allow, before it is answered. In
+// Interval mode it is fire-and-forget and rides the next group commit, as
+// the charges answered ahead do. When charges wait for their commit
+// (Strict mode) it waits for its own too: Strict promises that a crash
+// loses no acknowledged count, total_evaluations included (README
+// Durability: billing from it), and fire-and-forget it could be lost to a
+// kill right after the answer. A failure is logged: the call was charged
+// already and is answered.
 func (c *Client) CountTotal(account string, now time.Time) {
 	if c.stopped.Load() {
 		return
 	}
-	c.shards.Send(actors.HashString(account), &countTotal{account: account, now: now})
+	if !c.waitTotals {
+		c.shards.Send(actors.HashString(account), &countTotal{account: account, now: now})
+		return
+	}
+	call := c.totals.Get(countTotal{account: account, now: now})
+	c.shards.Send(actors.HashString(account), call)
+	if _, err := c.totals.Wait(call); err != nil {
+		c.log.Warn("quota: total_evaluations not stored before the answer", "account", account, "err", err)
+	}
 }
 
 // Sweep asks every shard to evict idle accounts as of now (the periodic tick

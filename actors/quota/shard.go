@@ -81,6 +81,7 @@ type (
 	collectCall  = actors.Call[Collect, CollectResult]
 	leaseCall    = actors.Call[Lease, LeaseGrant]
 	discountCall = actors.Call[Discount, bool]
+	totalCall    = actors.Call[countTotal, ChargeResult]
 )
 
 // ChargeStep is a Charge that is one step of a chained call
@@ -232,13 +233,9 @@ func (s shard) Receive(ctx actor.Context) {
 		}
 		m.Reply(a.takeCollect(&m.Req), nil)
 	case *countTotal:
-		a, err := s.account(m.account, m.now)
-		if err != nil {
-			s.log.Warn("quota: total not counted", "account", m.account, "err", err)
-			return
-		}
-		a.totals.Evaluations++
-		s.persist(ctx, pending{ent: a, delta: storage.UsageDelta{Account: a.id, Month: a.month, Totals: storage.Totals{Evaluations: 1}}})
+		s.countTotal(ctx, m, nil)
+	case *totalCall:
+		s.countTotal(ctx, &m.Req, callReply[countTotal]{m})
 	case *rollback:
 		undo(&m.p)
 		m.p.ent.inflight.Add(-1)
@@ -292,6 +289,29 @@ func (s shard) charge(ctx actor.Context, c *Charge, call charged) {
 	}
 	p.hourly, p.wstart = c.Hourly, a.hour[c.Bucket&1].start
 	p.refundable = true
+	s.persistAnswering(ctx, p, call)
+}
+
+// countTotal adds one to m's account's total_evaluations. With call, call
+// hears when it is counted as a charge's caller would (persistAnswering:
+// once committed, and synced, when charges wait for their commit); without
+// one nobody waits.
+func (s shard) countTotal(ctx actor.Context, m *countTotal, call charged) {
+	a, err := s.account(m.account, m.now)
+	if err != nil {
+		s.log.Warn("quota: total not counted", "account", m.account, "err", err)
+		if call != nil {
+			call.Charged(ChargeResult{}, err)
+		}
+		return
+	}
+	a.totals.Evaluations++
+	p := pending{ent: a, delta: storage.UsageDelta{Account: a.id, Month: a.month, Totals: storage.Totals{Evaluations: 1}}}
+	if call == nil {
+		s.persist(ctx, p)
+		return
+	}
+	p.res.Allowed = true
 	s.persistAnswering(ctx, p, call)
 }
 
