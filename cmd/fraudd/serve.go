@@ -918,7 +918,14 @@ func loadMaster(cfg *serveConfig, log *slog.Logger, db *storage.DB) (secrets.Mas
 				return secrets.Master{}, fmt.Errorf("master secret %s is missing but the store in %s was written with one: restore the file from a backup or pass the original with --secret/FRAUDD_SECRET (a new secret would lock out every key and lose every sealed value)", path, cfg.dataDir)
 			}
 		}
-		b, created, err := readOrCreate(path, func() string { return secrets.RandomHex(32) })
+		// An empty file is a first start killed between creating the
+		// file and writing it: nothing was sealed under it unless the
+		// store says so.
+		emptyOK := func() (bool, error) {
+			written, err := storeWasWritten(db)
+			return !written, err
+		}
+		b, created, err := readOrCreate(path, func() string { return secrets.RandomHex(32) }, emptyOK, log)
 		if err != nil {
 			return secrets.Master{}, fmt.Errorf("master secret: %w", err)
 		}
@@ -1030,7 +1037,10 @@ func loadAdminToken(cfg *serveConfig, log *slog.Logger) (string, error) {
 		return cfg.adminToken, nil
 	}
 	path := filepath.Join(cfg.dataDir, "admin-token")
-	b, created, err := readOrCreate(path, func() string { return "adm_" + secrets.Random62(32) })
+	// An empty file was never a usable token (a first start killed
+	// between creating the file and writing it): a new one replaces it.
+	b, created, err := readOrCreate(path, func() string { return "adm_" + secrets.Random62(32) },
+		func() (bool, error) { return true, nil }, log)
 	if err != nil {
 		return "", fmt.Errorf("admin token: %w", err)
 	}
@@ -1042,19 +1052,36 @@ func loadAdminToken(cfg *serveConfig, log *slog.Logger) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-func readOrCreate(path string, gen func() string) ([]byte, bool, error) {
+// readOrCreate reads the secret file at path, or creates it with gen's
+// value. A file that is there but empty is what a start killed between
+// creating the file and writing it leaves (kill -9, an OOM kill): when
+// emptyOK says nothing depends on it, it is written anew (and the log says
+// so) instead of stopping every later start on "is empty"; otherwise it is
+// refused.
+func readOrCreate(path string, gen func() string, emptyOK func() (bool, error), log *slog.Logger) ([]byte, bool, error) {
 	b, err := os.ReadFile(path)
-	if err == nil {
-		if len(strings.TrimSpace(string(b))) == 0 {
+	flag := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	switch {
+	case err == nil && len(strings.TrimSpace(string(b))) > 0:
+		return []byte(strings.TrimSpace(string(b))), false, nil
+	case err == nil:
+		ok, oerr := false, error(nil)
+		if emptyOK != nil {
+			ok, oerr = emptyOK()
+		}
+		if oerr != nil {
+			return nil, false, fmt.Errorf("%s is empty: %w", path, oerr)
+		}
+		if !ok {
 			return nil, false, fmt.Errorf("%s is empty", path)
 		}
-		return []byte(strings.TrimSpace(string(b))), false, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
+		log.Warn("secret file is empty, as a start killed while writing it leaves it; writing a new one", "path", path)
+		flag = os.O_WRONLY | os.O_TRUNC
+	case !errors.Is(err, fs.ErrNotExist):
 		return nil, false, fmt.Errorf("read %s: %w", path, err)
 	}
 	v := gen()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(path, flag, 0o600)
 	if err != nil {
 		return nil, false, fmt.Errorf("create %s: %w", path, err)
 	}
