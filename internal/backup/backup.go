@@ -234,13 +234,17 @@ func prepare(dir string) (created bool, err error) {
 	switch {
 	case os.IsNotExist(err):
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
+			if unplaceable(err) {
 				// The operator named a place this server may not write.
 				return false, fmt.Errorf("%w: create %s: %w", ErrInvalid, dir, err)
 			}
 			return false, fmt.Errorf("create %s: %w", dir, err)
 		}
 		return true, SyncDir(filepath.Dir(dir))
+	case err != nil && unplaceable(err):
+		// A file where a parent directory should be, a name too long:
+		// the operator's to correct, as a path this server may not write.
+		return false, fmt.Errorf("%w: %s: %w", ErrInvalid, dir, err)
 	case err != nil:
 		return false, fmt.Errorf("backup directory: %w", err)
 	case !st.IsDir():
@@ -254,6 +258,19 @@ func prepare(dir string) (created bool, err error) {
 		return false, fmt.Errorf("%w: %s", ErrExists, dir)
 	}
 	return false, nil
+}
+
+// unplaceable reports whether creating or reading a target path failed
+// because of the path itself (a file among its parents, a parent that
+// cannot be made, as under /proc, a name too long, no permission, a
+// read-only file system) rather than a fault of this machine's disks.
+func unplaceable(err error) bool {
+	for _, e := range []error{fs.ErrPermission, fs.ErrNotExist, syscall.EROFS, syscall.ENOTDIR, syscall.ENAMETOOLONG, syscall.ELOOP} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // copySecret copies a secret file 0600 and syncs it; a missing source is

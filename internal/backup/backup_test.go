@@ -311,3 +311,20 @@ func TestKilledBackupIsMarkedUnfinished(t *testing.T) {
 		t.Fatalf("a data dir: %v", err)
 	}
 }
+
+// TestTargetUnderAFileIsInvalid: a path whose parent is a file (a typo, a
+// file where a directory was meant) can never hold a backup: the operator's
+// to correct (400), not a server failure (500), whether the stat or the
+// mkdir meets the file.
+func TestTargetUnderAFileIsInvalid(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(file, "b"), filepath.Join(file, "b", "c")} {
+		_, err := Write(Source{DataDir: dataDir(t), Store: fakeStore{}}, dir)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q: %v, want ErrInvalid", dir, err)
+		}
+	}
+}
