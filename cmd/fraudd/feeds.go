@@ -20,7 +20,8 @@ const feedsUsage = `usage: fraudd feeds <build|update|status> [flags]
           fraudd feeds build --from ../shared/data [--out intel/netlists/data]
   update  download the refreshable feeds from upstream into the data dir
           fraudd feeds update [--data-dir ./data] [--only tor,vpn] [--timeout 5m]
-  status  print each feed's date, entry count and origin (embedded or data dir)
+  status  print each feed's date, entry count and origin (embedded or data dir),
+          and the inputs it was built from (snapshots, curated files, rules)
           fraudd feeds status [--data-dir ./data]
 `
 

@@ -85,3 +85,32 @@ func TestFeedsBuild(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { os.Exit(testtools.Main(m)) }
+
+// TestFeedsStatusListsInputs: README "IP → country" says the geo feed's
+// header lists the AU-filler rule as its last input with the number of
+// ranges it moved, readable with fraudd feeds status; status printed only
+// the feed's own date, entries and origin.
+func TestFeedsStatusListsInputs(t *testing.T) {
+	code, out, errOut := runFeedsT("status", "--data-dir", t.TempDir())
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errOut)
+	}
+	var geo []string
+	in := false
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(l, "geo "):
+			in = true
+		case in && strings.HasPrefix(l, "  "):
+			geo = append(geo, l)
+		default:
+			in = false
+		}
+	}
+	if len(geo) == 0 || !strings.Contains(geo[len(geo)-1], "rule:au-filler") {
+		t.Fatalf("status lists no AU-filler rule as the geo feed's last input:\n%s", out)
+	}
+	if f := strings.Fields(geo[len(geo)-1]); f[len(f)-1] == "0" {
+		t.Errorf("the AU-filler input names no count of ranges moved: %q", geo[len(geo)-1])
+	}
+}

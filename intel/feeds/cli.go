@@ -103,7 +103,11 @@ func RunStatus(dataDir string, stdout io.Writer) error {
 	return nil
 }
 
-// PrintStatus writes a table of feeds.
+// PrintStatus writes a table of feeds, each followed by its inputs
+// (indented: the snapshots it was built from, the curated files and the
+// rules that corrected it, with the entries each gave), so that what a
+// feed's header records, e.g. the ranges the AU-filler rule moved, can be
+// read without decoding the file.
 func PrintStatus(w io.Writer, infos []netlists.FeedInfo) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "feed\tdate\tentries\tsource")
@@ -113,6 +117,9 @@ func PrintStatus(w io.Writer, infos []netlists.FeedInfo) {
 			src += " (" + f.Path + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", f.Name, orDash(f.Date), f.Entries, src)
+		for _, in := range f.Inputs {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t\n", in.Name, orDash(in.Date), in.Entries) // the empty source cell keeps the columns aligned
+		}
 	}
 	tw.Flush()
 }
