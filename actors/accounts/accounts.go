@@ -581,6 +581,18 @@ func (s *Service) Update(id string, p Patch) (*View, error) {
 		if p.DeviceEvidenceBeta != nil {
 			a.DeviceEvidenceBeta = *p.DeviceEvidenceBeta
 		}
+		// The caller checked the limits against the plan it read before
+		// this write; another patch may have changed the plan since. The
+		// limits are the custom plan's own, so they are settled here
+		// against the plan being written: a fixed plan set by this patch
+		// drops them, and a limit checked against a custom plan that is
+		// one no longer is refused rather than stored unenforced.
+		if p.Plan != nil && a.Plan != PlanCustom {
+			a.HourlyLimit, a.MonthlyLimit = nil, nil
+		}
+		if a.Plan != PlanCustom && (setsLimit(p.HourlyLimit) || setsLimit(p.MonthlyLimit)) {
+			return nil, fmt.Errorf("account %s: plan changed to %s meanwhile, which takes no limits: %w", id, a.Plan, ErrConflict)
+		}
 		return nil, nil
 	})
 	if err != nil {
@@ -588,6 +600,14 @@ func (s *Service) Update(id string, p Patch) (*View, error) {
 	}
 	return s.written(id)
 }
+
+// PlanCustom is the plan whose hourly and monthly limits are the account's
+// own (Patch.HourlyLimit, Patch.MonthlyLimit).
+const PlanCustom = "custom"
+
+// setsLimit: a patch field that sets a limit (not one that leaves it
+// alone or clears it).
+func setsLimit(l **int64) bool { return l != nil && *l != nil }
 
 // Rotated is the answer of a live-key rotation.
 type Rotated struct {
