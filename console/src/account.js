@@ -303,16 +303,23 @@ function accessCard(st, put) {
     onsubmit: async (ev) => {
       ev.preventDefault();
       err.textContent = '';
-      const body = { allowlist: lines(allow.value), origins: lines(origins.value) };
+      const next = { allowlist: lines(allow.value), origins: lines(origins.value) };
+      // Only a list the operator edited is sent: the other one, sent as
+      // the page loaded it, would silently put back what the CLI or
+      // another tab changed since (origins removed by an allowlist save
+      // leave the publishable key usable on every website).
+      const body = {};
+      if (next.allowlist.join('\n') !== a.allowlist.join('\n')) body.allowlist = next.allowlist;
+      if (next.origins.join('\n') !== a.origins.join('\n')) body.origins = next.origins;
       // Removing entries refuses their calls; a first entry refuses every
       // other address or origin, which were all allowed until then. An
       // entry typed in another form of a stored one (203.0.113.7 for
       // 203.0.113.7/32) is kept, as the API reads it.
       const asks = [];
-      const removed = a.allowlist.length + a.origins.length - kept(a.allowlist, body.allowlist, prefixKey) - kept(a.origins, body.origins, originKey);
+      const removed = a.allowlist.length + a.origins.length - kept(a.allowlist, next.allowlist, prefixKey) - kept(a.origins, next.origins, originKey);
       if (removed > 0) asks.push('Remove ' + removed + ' allowlist or origin entr' + (removed === 1 ? 'y' : 'ies') + '? Calls from them may be refused at once.');
-      if (a.allowlist.length === 0 && body.allowlist.length > 0) asks.push('Only these addresses may use the live key: its calls from every other address are refused at once.');
-      if (a.origins.length === 0 && body.origins.length > 0) asks.push('Only these origins may use the publishable key: the collector on every other website is refused at once.');
+      if (a.allowlist.length === 0 && next.allowlist.length > 0) asks.push('Only these addresses may use the live key: its calls from every other address are refused at once.');
+      if (a.origins.length === 0 && next.origins.length > 0) asks.push('Only these origins may use the publishable key: the collector on every other website is refused at once.');
       if (asks.length > 0 && !(await confirmAction(asks.join(' '), 'Save'))) return;
       try {
         const saved = await busy(save.querySelector('button[type=submit]'), () => api('PATCH', acct(st.id), body));
