@@ -34,3 +34,23 @@ func TestConsoleAccessSaveKeepsAListChangedMeanwhile(t *testing.T) {
 		t.Fatalf("the origins box shows %q after the save", v)
 	}
 }
+
+// TestConsolePlanSaveKeepsALimitChangedMeanwhile: the plan card sent the
+// plan and both limits as the page had loaded them, so a limit saved in
+// the console put back the other limit the CLI had changed since. Only
+// what was edited is sent now.
+func TestConsolePlanSaveKeepsALimitChangedMeanwhile(t *testing.T) {
+	s := Start(t, bin)
+	a := s.CreateAccount(t, map[string]any{"email": "crossplan@example.com", "plan": "custom", "hourly_limit": 100, "monthly_limit": 1000})
+	c := openConsole(t, s)
+	c.openAccount(a.ID)
+	if r := s.Admin(t, "PATCH", "/admin/v1/accounts/"+a.ID, map[string]any{"monthly_limit": 500}); r.Status != 200 {
+		t.Fatalf("patch monthly_limit: %d %s", r.Status, r.Body)
+	}
+	c.do("a new hourly limit", chromedp.SetValue(css("#hourly-limit"), "50"), chromedp.Click(css("#save-plan")))
+	c.waitStatus("the plan saved", "Plan saved.")
+	got := s.Admin(t, "GET", "/admin/v1/accounts/"+a.ID, nil).JSON(t)
+	if fmt.Sprintf("%v %v %v", got["plan"], got["hourly_limit"], got["monthly_limit"]) != "custom 50 500" {
+		t.Fatalf("after the console's hourly limit save: %v %v %v (the CLI's monthly limit must stay)", got["plan"], got["hourly_limit"], got["monthly_limit"])
+	}
+}

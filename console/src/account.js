@@ -154,10 +154,17 @@ function planCard(st, put) {
     onsubmit: async (ev) => {
       ev.preventDefault();
       err.textContent = '';
-      const body = { plan: plan.value };
+      // Only what the operator changed is sent: a plan or limit sent as
+      // the page loaded it would silently put back what the CLI or
+      // another tab changed since. A switch to custom sends both limits
+      // (the boxes are what it starts from).
+      const body = {};
+      if (plan.value !== a.plan) body.plan = plan.value;
       if (plan.value === 'custom') {
-        body.hourly_limit = limitValue(hourly);
-        body.monthly_limit = limitValue(monthly);
+        const hv = limitValue(hourly);
+        const mv = limitValue(monthly);
+        if (body.plan || hv !== (a.hourly_limit ?? null)) body.hourly_limit = hv;
+        if (body.plan || mv !== (a.monthly_limit ?? null)) body.monthly_limit = mv;
       }
       try {
         const saved = await busy(form.querySelector('button'), () => api('PATCH', acct(st.id), body));

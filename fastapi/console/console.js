@@ -386,10 +386,13 @@ const form = h('form', {
 onsubmit: async (ev) => {
 ev.preventDefault();
 err.textContent = '';
-const body = { plan: plan.value };
+const body = {};
+if (plan.value !== a.plan) body.plan = plan.value;
 if (plan.value === 'custom') {
-body.hourly_limit = limitValue(hourly);
-body.monthly_limit = limitValue(monthly);
+const hv = limitValue(hourly);
+const mv = limitValue(monthly);
+if (body.plan || hv !== (a.hourly_limit ?? null)) body.hourly_limit = hv;
+if (body.plan || mv !== (a.monthly_limit ?? null)) body.monthly_limit = mv;
 }
 try {
 const saved = await busy(form.querySelector('button'), () => api('PATCH', acct(st.id), body));
