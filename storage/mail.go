@@ -113,3 +113,32 @@ func (d *DB) PruneMail(before time.Time) error {
 	_ = b.DeleteRange([]byte{prefixMail}, mailKey(before, ""), nil)
 	return d.commit(b)
 }
+
+// MailOfSince returns account's outbox records written at or after since,
+// newest first. It reads only the records since then (keys are ordered by
+// time), so a look back over a day or a month does not scan the 90 days.
+func (d *DB) MailOfSince(account string, since time.Time) ([]*Mail, error) {
+	it, err := d.newIter(mailKey(since, ""), []byte{prefixMail + 1})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []*Mail
+	for ok := it.Last(); ok; ok = it.Prev() {
+		v, err := it.Value()
+		if err != nil {
+			break
+		}
+		m, err := UnmarshalMail(v)
+		if err != nil {
+			return nil, fmt.Errorf("mail %x: %w", it.Key(), err)
+		}
+		if m.Account == account {
+			out = append(out, m)
+		}
+	}
+	if err := it.Err("iterate mail"); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -69,6 +69,10 @@ type Message struct {
 	Kind    string
 	Subject string
 	Body    string
+
+	// warning is the usage warning the message says, when it is one: see
+	// sentBefore.
+	warning *quota.Warning
 }
 
 // Mailer is the typed client of the mail actor.
@@ -191,7 +195,7 @@ func (m *Mailer) Send(msg Message) { m.actor.Send(0, &msg) }
 
 // Warn implements quota.Notifier: it turns a usage threshold into an email.
 func (m *Mailer) Warn(w quota.Warning) {
-	m.Send(Message{Account: w.Account, Kind: "usage_" + w.Kind.String(), Subject: warnSubject(w), Body: warnBody(w)})
+	m.Send(Message{Account: w.Account, Kind: "usage_" + w.Kind.String(), Subject: warnSubject(w), Body: warnBody(w), warning: &w})
 }
 
 // Recent lists the outbox, newest first.
@@ -340,6 +344,10 @@ func (m *Mailer) retry() {
 
 // queue records a new message in the outbox and hands it to the sender.
 func (m *Mailer) queue(msg *Message) {
+	if msg.warning != nil && m.sentBefore(msg) {
+		m.cfg.Logger.Debug("usage warning already in the outbox for this period; not sent again", "kind", msg.Kind, "account", msg.Account)
+		return
+	}
 	now := m.cfg.Clock.Now()
 	rec := &storage.Mail{ID: secrets.RandomHex(8), At: now, Account: msg.Account, Kind: msg.Kind,
 		Subject: msg.Subject, Body: msg.Body, Status: "recorded"}
@@ -363,6 +371,79 @@ func (m *Mailer) queue(msg *Message) {
 	if err := m.cfg.DB.PruneMail(now.Add(-retention)); err != nil {
 		m.cfg.Logger.Warn("mail outbox: records past retention not pruned", "err", err)
 	}
+}
+
+// sentBefore reports whether the outbox already holds the usage warning msg
+// says for the same period: the same threshold reached within the 24 hours
+// before it (hourly, as quota.warnHourly spaces them) or in the same UTC
+// month for the same allowance (monthly; one raised since re-arms it, as
+// quota.warnMonthly does). The quota actors mark a warning as sent in the
+// charge's delta, which interval durability writes behind (README
+// Durability), while the outbox record is synced at once: a crash before
+// the group sync kept the mail but lost the mark, and the same threshold
+// reached again after the restart mailed it twice. This look back runs
+// here, on the mail actor, only when a threshold is reached, so counted
+// calls pay no sync for it. The times compared are the warnings' own (the
+// body's "as of"), not the records', which the mail actor stamps a little
+// later. A store that cannot be read sends the mail: a duplicate is better
+// than a lost warning.
+func (m *Mailer) sentBefore(msg *Message) bool {
+	w := msg.warning
+	at := w.At.UTC()
+	hourly := w.Kind == quota.WarnHourly80 || w.Kind == quota.WarnHourlyCap
+	same := func(r *storage.Mail) bool {
+		if r.Account != msg.Account || r.Kind != msg.Kind {
+			return false
+		}
+		limit, prev, ok := warnFigures(r.Body)
+		switch {
+		case !ok || at.Before(prev): // a clock since set back
+			return false
+		case hourly:
+			return at.Sub(prev) < 24*time.Hour
+		default:
+			return limit == w.Limit && prev.Year() == at.Year() && prev.Month() == at.Month()
+		}
+	}
+	for _, r := range m.unstored {
+		if same(r) {
+			return true
+		}
+	}
+	// Records are stamped after their warning: a minute's margin before
+	// the earliest warning that could count.
+	since := time.Date(at.Year(), at.Month(), 1, 0, 0, 0, 0, time.UTC)
+	if hourly {
+		since = at.Add(-24 * time.Hour)
+	}
+	recs, err := m.cfg.DB.MailOfSince(msg.Account, since.Add(-time.Minute))
+	if err != nil {
+		m.cfg.Logger.Warn("mail outbox: not read to check for an earlier usage warning; sending it", "kind", msg.Kind, "account", msg.Account, "err", err)
+		return false
+	}
+	for _, r := range recs {
+		if same(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// warnFigures reads the limit and the time a usage warning's body
+// (warnBody) names.
+func warnFigures(body string) (limit int64, at time.Time, ok bool) {
+	var bucket string
+	var used int64
+	if _, err := fmt.Sscanf(body, "Your %s key has used %d of %d", &bucket, &used, &limit); err != nil {
+		return 0, time.Time{}, false
+	}
+	_, rest, found := strings.Cut(body, " as of ")
+	stamp, _, _ := strings.Cut(rest, ".\n")
+	at, err := time.Parse(time.RFC3339, stamp)
+	if !found || err != nil {
+		return 0, time.Time{}, false
+	}
+	return limit, at, true
 }
 
 // deliver speaks SMTP to the configured server.
