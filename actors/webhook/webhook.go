@@ -615,6 +615,7 @@ func (sh *shard) finish(m *finished) {
 	e := m.ev
 	rec := &storage.Delivery{Account: m.account, EventID: e.id, Event: e.kind, Attempt: e.attempts, EventAt: e.ev.At,
 		At: m.out.start, Duration: m.out.end.Sub(m.out.start), URL: m.url, StatusCode: m.out.status, Error: m.out.err}
+	notify := false
 	switch {
 	case m.out.ok():
 		sh.svc.outcomes[0].Add(1)
@@ -634,12 +635,18 @@ func (sh *shard) finish(m *finished) {
 		sh.forget(m.account, e)
 		a.streak++
 		// Not before the stored streak is read: it may have been mailed.
-		if a.streakRead && a.streak >= FailureStreak && !a.mailed {
-			a.mailed = true
-			sh.notifyOwner(m.account, m.url, rec)
-		}
+		notify = a.streakRead && a.streak >= FailureStreak && !a.mailed
+		a.mailed = a.mailed || notify
 	}
 	sh.log(m.account, a, rec)
+	if notify {
+		// After the log: the delivery log is written behind, the outbox
+		// record synced, and that sync makes this attempt durable too.
+		// Mailed first, a crash could keep the notice and lose the
+		// attempt, and the restart, reading a streak one short, mailed
+		// the same streak again.
+		sh.notifyOwner(m.account, m.url, rec)
+	}
 	sh.pump(m.account, a)
 }
 
