@@ -432,9 +432,9 @@ func (m *Mailer) sentBefore(msg *Message) bool {
 // warnFigures reads the limit and the time a usage warning's body
 // (warnBody) names.
 func warnFigures(body string) (limit int64, at time.Time, ok bool) {
-	var bucket string
 	var used int64
-	if _, err := fmt.Sscanf(body, "Your %s key has used %d of %d", &bucket, &used, &limit); err != nil {
+	_, figures, found := strings.Cut(body, " has used ")
+	if _, err := fmt.Sscanf(figures, "%d of %d", &used, &limit); !found || err != nil {
 		return 0, time.Time{}, false
 	}
 	_, rest, found := strings.Cut(body, " as of ")
@@ -527,10 +527,18 @@ func warnSubject(w quota.Warning) string {
 }
 
 func warnBody(w quota.Warning) string {
-	return fmt.Sprintf("Your %s key has used %d of %d (%s) as of %s.\n\n"+
+	// The hourly window is the key's own (live and test keys have separate
+	// buckets); the month is the account's, which both keys' calls count
+	// toward (SPEC §8), so "your test key has used 9,000" named a figure
+	// the test key may have added one call to.
+	who := fmt.Sprintf("%s key", w.Bucket)
+	if w.Kind != quota.WarnHourly80 && w.Kind != quota.WarnHourlyCap {
+		who = "account"
+	}
+	return fmt.Sprintf("Your %s has used %d of %d (%s) as of %s.\n\n"+
 		"Hourly windows start at the first request and last one hour; monthly allowances renew at 00:00 UTC on the 1st.\n"+
 		"Requests past a limit are answered 429 with Retry-After.\n",
-		w.Bucket, w.Used, w.Limit, w.Kind, w.At.UTC().Format(time.RFC3339))
+		who, w.Used, w.Limit, w.Kind, w.At.UTC().Format(time.RFC3339))
 }
 
 // withoutAddresses masks every email address in an SMTP error: a server's

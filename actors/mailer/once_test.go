@@ -1,6 +1,7 @@
 package mailer
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -42,4 +43,20 @@ func TestUsageWarningOncePerPeriod(t *testing.T) {
 	step(quota.Warning{Kind: quota.WarnHourly80, Limit: 10, Used: 8, At: base.Add(24 * time.Hour)}, true)
 	next := time.Date(base.Year(), base.Month()+1, 1, 0, 0, 0, 0, time.UTC)
 	step(quota.Warning{Kind: quota.WarnMonthly80, Limit: 1000, Used: 800, At: next}, true)
+}
+
+// TestMonthlyWarningNamesTheAccount: the month's allowance is the
+// account's, counted from both keys' calls (SPEC §8); a monthly warning
+// the test key's call tipped over said "Your test key has used 800 of
+// 1000", most of which the live key may have used. It names the account;
+// hourly ones still name the key, whose own window it is.
+func TestMonthlyWarningNamesTheAccount(t *testing.T) {
+	monthly := warnBody(quota.Warning{Kind: quota.WarnMonthly80, Bucket: quota.Test, Limit: 1000, Used: 800, At: time.Now()})
+	if !strings.HasPrefix(monthly, "Your account has used 800 of 1000 (monthly_80)") {
+		t.Fatalf("monthly warning body: %q", monthly)
+	}
+	hourly := warnBody(quota.Warning{Kind: quota.WarnHourlyCap, Bucket: quota.Live, Limit: 10, Used: 10, At: time.Now()})
+	if !strings.HasPrefix(hourly, "Your live key has used 10 of 10 (hourly_cap)") {
+		t.Fatalf("hourly warning body: %q", hourly)
+	}
 }
