@@ -118,7 +118,11 @@ func (c *ConfigSync) Start(ctx context.Context, accts *accounts.Service) error {
 		close(c.done)
 		return fmt.Errorf("cluster: read the account configuration: %w", err)
 	}
-	seeded, err := c.reconcile(ctx)
+	err := c.readable()
+	var seeded int64
+	if err == nil {
+		seeded, err = c.reconcile(ctx)
+	}
 	if err == nil && seeded > 0 {
 		// The full install below must see the seed, or it would take the
 		// seeded accounts for deleted ones.
@@ -140,6 +144,31 @@ func (c *ConfigSync) Start(ctx context.Context, accts *accounts.Service) error {
 	}
 	go c.run(runCtx)
 	return nil
+}
+
+// readable refuses a configuration this node cannot read whole: an
+// account whose records do not decode (written by a newer build during a
+// rolling upgrade, or damaged) would otherwise be left out, and a node
+// started without it would answer its keys 401 as if it never existed.
+func (c *ConfigSync) readable() error {
+	var bad []string
+	var first error
+	for _, k := range c.store.Keys() {
+		kind, id, ok := parseKey(k)
+		if !ok || kind != kindAccount {
+			continue
+		}
+		if _, _, err := c.records(id); err != nil {
+			bad = append(bad, id)
+			if first == nil {
+				first = fmt.Errorf("%s%s: %w", kindAccount, id, err)
+			}
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("cluster: this build cannot read %d accounts' configuration in etcd (first config/%v): written by a newer fraudd or damaged; start this node with the build that wrote it, or repair the record", len(bad), first)
 }
 
 // stop ends the watch and the installs (a ConfigSync never started has
