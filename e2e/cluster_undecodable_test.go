@@ -67,3 +67,56 @@ func TestClusterUndecodableRecordRefusesStart(t *testing.T) {
 	}
 	t.Logf("refused start:\n%s", out)
 }
+
+// TestClusterUndecodableRecordWhileRunning: a running node that receives an
+// account record it cannot decode (a newer build created the account
+// during a rolling upgrade) cannot bind that account's keys. It answered
+// them 401 "invalid key" as if the account never existed, counted them
+// toward the caller's lockout, and reported itself operational. While
+// such a record stands it now reports the API degraded and answers a key
+// it cannot resolve 503 storage_unavailable; the keys it knows still work,
+// and once the record is readable (here: gone) unknown keys are 401 again.
+func TestClusterUndecodableRecordWhileRunning(t *testing.T) {
+	c := StartCluster(t, bin, ClusterOptions{Nodes: 1})
+	n1 := c.Nodes[0]
+	a := n1.CreateAccount(t, map[string]any{"email": "running@example.com", "plan": "free"})
+	unknown := "sk_live_" + strings.Repeat("Q", 32)
+	if s := evalStatus(t, n1, unknown); s != http.StatusUnauthorized {
+		t.Fatalf("an unknown key before: %d", s)
+	}
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := "/fraudd/" + c.Name + "/config/account/acc_ofanewerbuild"
+	if _, err := cli.Put(ctx, key, "\xff\x7fa record of a newer build"); err != nil {
+		t.Fatal(err)
+	}
+	status := func() string {
+		var st struct {
+			Status string `json:"status"`
+		}
+		r := n1.Do(t, Req{Method: "GET", Path: "/api/status"})
+		_ = jsonUnmarshal(r.Body, &st)
+		return st.Status
+	}
+	Within(t, 10*time.Second, "node 1 reports the API degraded", func() bool { return status() == "degraded" })
+	if s := evalStatus(t, n1, unknown); s != http.StatusServiceUnavailable {
+		t.Fatalf("a key node 1 cannot resolve while a record is unreadable: %d, want 503", s)
+	}
+	if s := evalStatus(t, n1, a.LiveKey); s != http.StatusOK {
+		t.Fatalf("a known account while a record is unreadable: %d", s)
+	}
+
+	if _, err := cli.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	Within(t, 10*time.Second, "node 1 operational again", func() bool { return status() == "operational" })
+	if s := evalStatus(t, n1, unknown); s != http.StatusUnauthorized {
+		t.Fatalf("an unknown key after the record went: %d", s)
+	}
+}

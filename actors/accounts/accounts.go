@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -190,7 +191,21 @@ type Service struct {
 	byKey sync.Map // [32]byte → binding; written only by the actor
 	byID  sync.Map // account id → *View; written only by the actor
 	keys  keyMemo  // hashes of keys that resolved; emptied on every binding change
+
+	// unreadable counts the accounts of the shared configuration this
+	// node could not decode (SetUnreadable, cluster mode).
+	unreadable atomic.Int64
 }
+
+// SetUnreadable records how many accounts of the shared configuration this
+// node could not decode (records of a newer build, or damaged): their keys
+// are not bound here, so a key that resolves to nothing may be one of
+// theirs (Incomplete).
+func (s *Service) SetUnreadable(n int) { s.unreadable.Store(int64(n)) }
+
+// Incomplete reports whether some accounts could not be read here, so a key
+// that resolves to nothing cannot be called unknown.
+func (s *Service) Incomplete() bool { return s.unreadable.Load() > 0 }
 
 // call is the one message kind: the actor runs the change, so every change
 // happens in its single goroutine, in arrival order.

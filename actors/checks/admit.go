@@ -162,6 +162,12 @@ func (s *Service) Admit(c *Call, cred Credential, a Access) *Refusal {
 		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgMissingKey, Hint: cred.Hint}
 	case c.Sandbox && !a.Sandbox:
 		return &Refusal{Status: http.StatusUnauthorized, Msg: MsgInvalidKey, Hint: HintSandboxOnly}
+	case !valid && !expired && s.incomplete != nil && s.incomplete.Incomplete():
+		// The key may belong to an account whose configuration this node
+		// could not read (a record of a newer build): answering "invalid
+		// key" would tell its owner it does not exist, and counting it
+		// toward the lockout would lock them out.
+		return RefuseStorage
 	case !valid:
 		// An expired token of ours is the 401 SPEC §5.4 tells the caller
 		// to answer by minting a new one: not an invalid credential

@@ -30,6 +30,10 @@ type (
 		ResolveToken(account string, test bool, generation uint32, now time.Time) (accounts.Auth, bool)
 		ByPublishableKey(pk string) *accounts.View
 	}
+	// Incomplete, when the Accounts also offer it (*accounts.Service),
+	// reports that some accounts of the shared configuration could not be
+	// read here: a key that resolves to nothing may be one of theirs.
+	Incomplete interface{ Incomplete() bool }
 	// StoreHealth tells whether the account store can be read (*storage.DB).
 	StoreHealth interface{ Available() bool }
 	// TokenVerifier checks OAuth access tokens (*accesstoken.Issuer).
@@ -119,6 +123,7 @@ type Config struct {
 // Service runs the public operations over the parts in Config.
 type Service struct {
 	accounts   Accounts
+	incomplete Incomplete // nil: the accounts always know every key
 	limits     Limiter
 	quota      Quota
 	feeds      Feeds
@@ -154,6 +159,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if s.store == nil {
 		s.store = alwaysAvailable{}
+	}
+	if inc, ok := cfg.Accounts.(Incomplete); ok {
+		s.incomplete = inc
 	}
 	if s.tokens == nil {
 		s.tokens = noTokens{}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -75,6 +76,13 @@ type ConfigSync struct {
 	pendingRev int64
 	wake       chan struct{}
 
+	// unreadable holds the accounts whose records this build could not
+	// decode when last installed (applyPending's goroutine only); their
+	// count is published for Down and for the accounts service, which
+	// cannot tell their keys from unknown ones.
+	unreadable  map[string]bool
+	unreadableN atomic.Int64
+
 	amu       sync.Mutex
 	applied   int64
 	appliedCh chan struct{} // closed and replaced whenever applied moves
@@ -93,7 +101,7 @@ var _ accounts.Shared = (*ConfigSync)(nil)
 // given to Start installs what it delivers. Pass the ConfigSync to
 // accounts.Config.Shared before starting the service.
 func (n *Node) NewConfigSync() (*ConfigSync, error) {
-	c := &ConfigSync{cli: n.cli, prefix: cluster.ConfigPrefix(n.root), log: n.log, pending: map[string]bool{},
+	c := &ConfigSync{cli: n.cli, prefix: cluster.ConfigPrefix(n.root), log: n.log, pending: map[string]bool{}, unreadable: map[string]bool{},
 		wake: make(chan struct{}, 1), appliedCh: make(chan struct{}), done: make(chan struct{})}
 	st, err := cluster.NewStore(cluster.StoreConfig[[]byte]{Client: n.cli, Prefix: c.prefix, Codec: rawCodec, Logger: n.log, OnChange: c.changed})
 	if err != nil {
@@ -271,6 +279,9 @@ func (c *ConfigSync) applyPending() error {
 	c.pmu.Unlock()
 	ids := map[string]bool{}
 	if full {
+		// A full pass sees every account: one unreadable before and gone
+		// since (deleted during a broken watch) must not stay counted.
+		clear(c.unreadable)
 		for _, k := range c.store.Keys() {
 			if _, id, ok := parseKey(k); ok {
 				ids[id] = true
@@ -293,11 +304,18 @@ func (c *ConfigSync) applyPending() error {
 			// Left as it is here: a record this build cannot read is no
 			// reason to drop the account, nor to install half of it.
 			c.log.Error("cluster: an account's configuration cannot be decoded; this node keeps its previous copy", "account", id, "err", err)
+			c.unreadable[id] = true
 		case ok:
 			recs = append(recs, r)
+			delete(c.unreadable, id)
 		default:
 			gone = append(gone, id)
+			delete(c.unreadable, id)
 		}
+	}
+	if n := int64(len(c.unreadable)); n != c.unreadableN.Load() {
+		c.unreadableN.Store(n)
+		c.accts.SetUnreadable(int(n))
 	}
 	if len(recs) > 0 || len(gone) > 0 {
 		if err := c.accts.Install(recs, gone); err != nil {
@@ -316,6 +334,10 @@ func (c *ConfigSync) applyPending() error {
 	c.amu.Unlock()
 	return nil
 }
+
+// Unreadable counts the accounts whose configuration this node could not
+// decode (Node.OwnDown reports them).
+func (c *ConfigSync) Unreadable() int { return int(c.unreadableN.Load()) }
 
 // records decodes one account's records from the local copy; ok is false
 // when the account is not in it.

@@ -318,10 +318,17 @@ func (n *Node) Down() []string {
 
 // OwnDown is Down without the other members: what this node answers them.
 func (n *Node) OwnDown() []string {
-	if n.member.Held(time.Now()) {
-		return nil
+	var down []string
+	if !n.member.Held(time.Now()) {
+		down = append(down, "cluster membership")
 	}
-	return []string{"cluster membership"}
+	// An account configuration this build cannot decode: the node serves
+	// the copies it had and cannot vouch for the rest (ConfigSync.readable
+	// refuses a start on it).
+	if c := n.config; c != nil && c.Unreadable() > 0 {
+		down = append(down, fmt.Sprintf("cluster configuration (%d accounts this build cannot decode)", c.Unreadable()))
+	}
+	return down
 }
 
 // SetLocalDown sets what this node answers the others' health rounds: its
