@@ -806,7 +806,7 @@ func clusterConfig(cfg *serveConfig, log *slog.Logger) clusterserve.Config {
 	c := cfg.cluster
 	out := clusterserve.Config{Name: c.name, Endpoints: c.etcd, CA: c.etcdCA, Cert: c.etcdCert, Key: c.etcdKey,
 		NodeID: c.nodeID, Listen: c.listen, Advertise: c.advertise, LeaseTTL: c.leaseTTL, LeaseAfter: c.leaseAfter,
-		LeaseFile: filepath.Join(cfg.dataDir, "cluster-lease"), Logger: log}
+		LeaseFile: filepath.Join(cfg.dataDir, "cluster-lease"), StampFile: filepath.Join(cfg.dataDir, "cluster-node"), Logger: log}
 	if c.embedded {
 		out.Embedded = &embedetcd.Config{Dir: c.embedDir, Name: c.embedName, ClientURL: c.embedClientURL,
 			PeerURL: c.embedPeerURL, InitialCluster: c.initial, Join: c.join}

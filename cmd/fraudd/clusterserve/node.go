@@ -50,6 +50,9 @@ type Config struct {
 	// so that a restart takes over the registration its previous process
 	// left (cluster.MemberConfig.LeaseFile); empty: none.
 	LeaseFile string
+	// StampFile, in the node's data dir, names the cluster and node the
+	// data dir belongs to (checkDirStamp); empty: not checked.
+	StampFile string
 	// Embedded, when set, runs an etcd member in this process first.
 	Embedded *embedetcd.Config
 	// DialTimeout bounds the first contact with etcd; 10 s when zero.
@@ -191,6 +194,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("cluster: etcd at %s is unreachable after %v (%v): a cluster node does not start without it", strings.Join(endpoints, ","), cfg.DialTimeout, err)
 	}
 	if err = SecretCheck(reach, n.cli, root, cfg.Name, cfg.KeyCheck); err != nil {
+		return nil, err
+	}
+	if err = checkDirStamp(reach, n.cli, root, cfg); err != nil {
 		return nil, err
 	}
 	if n.member, err = cluster.Join(reach, cluster.MemberConfig{Client: n.cli, Root: root, ID: cfg.NodeID, Addr: cfg.Advertise, TTL: cfg.LeaseTTL, LeaseFile: cfg.LeaseFile, Logger: log}); err != nil {
