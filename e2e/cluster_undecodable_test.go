@@ -111,6 +111,13 @@ func TestClusterUndecodableRecordWhileRunning(t *testing.T) {
 	if s := evalStatus(t, n1, a.LiveKey); s != http.StatusOK {
 		t.Fatalf("a known account while a record is unreadable: %d", s)
 	}
+	collect := func() int {
+		return n1.Do(t, Req{Method: "POST", Path: "/v1/collect/device", Body: fixtureSignals(t, "chrome_desktop_windows", "pk_live_"+strings.Repeat("Q", 32)),
+			Header: map[string]string{"Content-Type": "text/plain", "Origin": "https://shop.example", "X-Forwarded-For": "198.51.100.77"}}).Status
+	}
+	if s := collect(); s != http.StatusServiceUnavailable {
+		t.Fatalf("a publishable key node 1 cannot resolve while a record is unreadable: %d, want 503", s)
+	}
 
 	if _, err := cli.Delete(ctx, key); err != nil {
 		t.Fatal(err)
@@ -118,5 +125,8 @@ func TestClusterUndecodableRecordWhileRunning(t *testing.T) {
 	Within(t, 10*time.Second, "node 1 operational again", func() bool { return status() == "operational" })
 	if s := evalStatus(t, n1, unknown); s != http.StatusUnauthorized {
 		t.Fatalf("an unknown key after the record went: %d", s)
+	}
+	if s := collect(); s != http.StatusUnauthorized {
+		t.Fatalf("an unknown publishable key after the record went: %d", s)
 	}
 }

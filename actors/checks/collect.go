@@ -33,6 +33,10 @@ func (s *Service) collectAccount(p Page) (*accounts.View, *Refusal) {
 		v = s.accounts.ByPublishableKey(p.Key)
 	}
 	switch {
+	case v == nil && p.Key != "" && s.incomplete != nil && s.incomplete.Incomplete():
+		// The key may be one of an account this node could not read (see
+		// Admit): not told it does not exist.
+		return nil, RefuseStorage
 	case v == nil:
 		return nil, &Refusal{Status: http.StatusUnauthorized, Msg: MsgPublishableKey, Hint: HintPublishableKey}
 	case v.Suspended:
