@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -685,7 +686,25 @@ func (sh *shard) notifyOwner(id, url string, last *storage.Delivery) {
 			"(about 1 and 8 minutes apart) without a 2xx answer.\n\nLast attempt: %s at %s (event %s).\n\n"+
 			"Check that the endpoint is reachable over HTTPS, answers 2xx within %s and does not redirect. "+
 			"You will not be emailed again until a delivery succeeds.\n",
-			FailureStreak, url, MaxAttempts, cause, last.At.UTC().Format(time.RFC3339), last.EventID, s.cfg.Timeout)})
+			FailureStreak, mailedURL(url), MaxAttempts, cause, last.At.UTC().Format(time.RFC3339), last.EventID, s.cfg.Timeout)})
+}
+
+// mailedURL is the receiver as the failure notice names it: its scheme and
+// host, with "/…" for a path. A chat receiver's URL is its own credential
+// (Slack's /services/T…/B…/secret, Discord's /api/webhooks/id/token): whoever
+// holds it can post to the channel, and the notice travels by SMTP and sits
+// in the outbox for 90 days. The host is enough to tell which endpoint
+// fails; the account shows the whole URL to its operator.
+func mailedURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "your webhook endpoint"
+	}
+	shown := u.Scheme + "://" + u.Host
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		shown += "/…"
+	}
+	return shown
 }
 
 // tick starts due retries, forgets idle accounts and, on shard 0, prunes

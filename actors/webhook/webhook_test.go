@@ -400,7 +400,9 @@ func TestNoReceiverDropsEvent(t *testing.T) {
 func TestFailureStreakEmailsOwnerOnce(t *testing.T) {
 	f := newFixture(t, Config{AllowPrivate: true})
 	rcv := newReceiver(t, 500)
-	f.dir.set("acc_f", rcv.URL, "whsec_x")
+	// A path that is the receiver's credential, as a chat webhook's is: the
+	// notice names the host, not the path.
+	f.dir.set("acc_f", rcv.URL+"/services/T0/B0/s3cr3tToken", "whsec_x")
 	round := 0
 	failEvents(t, f, &round, 4)
 	settle()
@@ -410,7 +412,7 @@ func TestFailureStreakEmailsOwnerOnce(t *testing.T) {
 	failEvents(t, f, &round, 1)
 	eventually(t, "failure notice", func() bool { return f.mail.count() == 1 })
 	m := f.mail.msgs[0]
-	if m.Account != "acc_f" || m.Kind != "webhook_failures" || !strings.Contains(m.Body, rcv.URL) || !strings.Contains(m.Body, "HTTP 500") {
+	if m.Account != "acc_f" || m.Kind != "webhook_failures" || !strings.Contains(m.Body, rcv.URL+"/…") || strings.Contains(m.Body, "s3cr3tToken") || !strings.Contains(m.Body, "HTTP 500") {
 		t.Fatalf("notice: %+v", m)
 	}
 	failEvents(t, f, &round, 3)
@@ -529,5 +531,23 @@ func TestRemovedReceiverEndsTheListedDelivery(t *testing.T) {
 	}
 	if p := f.pending(t); len(p) != 0 {
 		t.Fatalf("still pending: %+v", p)
+	}
+}
+
+// TestMailedURLHidesThePath: the failure notice names a receiver by its
+// scheme and host; a path or query (a chat webhook's token) is not mailed.
+func TestMailedURLHidesThePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://hooks.slack.com/services/T000/B000/XXXXXXXX": "https://hooks.slack.com/…",
+		"https://discord.com/api/webhooks/123/tok":            "https://discord.com/…",
+		"https://example.com":                                 "https://example.com",
+		"https://example.com/":                                "https://example.com",
+		"https://example.com:8443/?token=abc":                 "https://example.com:8443/…",
+		"https://user:pw@example.com/hook":                    "https://example.com/…",
+		"::not a url":                                         "your webhook endpoint",
+	} {
+		if got := mailedURL(in); got != want {
+			t.Errorf("mailedURL(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
