@@ -169,7 +169,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fraudd admin", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	base := new(string)
-	*base = "http://127.0.0.1:8080"
+	*base = localAdminURL(osEnv())
 	fs.Var(serverURL{base}, "url", "service base URL")
 	var token string
 	fs.Var(tokenValue{&token}, "admin-token", "operator token, surrounding whitespace trimmed")

@@ -27,7 +27,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	dataDir := "./data"
 	fs.Var(dirValue{&dataDir}, "data-dir", "data directory to back up")
 	base := new(string)
-	*base = "http://127.0.0.1:8080"
+	*base = localAdminURL(osEnv())
 	fs.Var(serverURL{base}, "url", "the server running on the data dir")
 	var token string
 	fs.Var(tokenValue{&token}, "admin-token", "operator token, surrounding whitespace trimmed; default <data-dir>/admin-token")

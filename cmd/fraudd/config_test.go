@@ -123,6 +123,26 @@ func TestHealthURLFollowsAddr(t *testing.T) {
 	}
 }
 
+// TestAdminURLFollowsAdminAddr: fraudd admin and backup default to the
+// admin API of the server their environment configures: FRAUDD_ADMIN_ADDR
+// when set, else FRAUDD_ADDR (before: always 127.0.0.1:8080).
+func TestAdminURLFollowsAdminAddr(t *testing.T) {
+	for _, c := range []struct {
+		env  envVars
+		want string
+	}{
+		{envVars{}, "http://127.0.0.1:8080"},
+		{envVars{"FRAUDD_ADDR": ":9000"}, "http://127.0.0.1:9000"},
+		{envVars{"FRAUDD_ADDR": ":9000", "FRAUDD_ADMIN_ADDR": "127.0.0.1:8081"}, "http://127.0.0.1:8081"},
+		{envVars{"FRAUDD_ADMIN_ADDR": "0.0.0.0:8082"}, "http://127.0.0.1:8082"},
+		{envVars{"FRAUDD_ADDR": ":9000", "FRAUDD_ADMIN_ADDR": ""}, "http://127.0.0.1:9000"},
+	} {
+		if got := localAdminURL(c.env); got != c.want {
+			t.Errorf("%v: %s, want %s", c.env, got, c.want)
+		}
+	}
+}
+
 // TestParseServeRefusesBadListenAddrs: a listen address that is not
 // host:port stops the start with one line naming the flag or variable,
 // instead of coming up without the listener (--debug-addr only logged an

@@ -64,8 +64,28 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 // localURL is the loopback URL of the server this environment configures
 // (FRAUDD_ADDR, default :8080), so a HEALTHCHECK follows a changed port.
 func localURL(env envVars) string {
-	addr, ok := env.lookup("FRAUDD_ADDR")
-	if !ok || addr == "" {
+	addr, _ := env.lookup("FRAUDD_ADDR")
+	return loopbackURL(addr)
+}
+
+// localAdminURL is the loopback URL of the admin API of the server this
+// environment configures: FRAUDD_ADMIN_ADDR when set (the admin API is
+// served there only), else FRAUDD_ADDR. The admin and backup commands
+// default to it, so `docker compose exec fraudd fraudd admin …` in a
+// container whose environment moved the port reaches its server, as its
+// HEALTHCHECK does, instead of a refused 127.0.0.1:8080.
+func localAdminURL(env envVars) string {
+	if addr, ok := env.lookup("FRAUDD_ADMIN_ADDR"); ok && addr != "" {
+		return loopbackURL(addr)
+	}
+	return localURL(env)
+}
+
+// loopbackURL is the URL a local client dials for a listen address: an
+// unspecified host is the loopback one; an unreadable or empty address is
+// the default :8080.
+func loopbackURL(addr string) string {
+	if addr == "" {
 		return "http://127.0.0.1:8080"
 	}
 	host, port, err := net.SplitHostPort(addr)
