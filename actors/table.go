@@ -102,6 +102,16 @@ func (t *Table[K, V]) Trim(keep int, touched func(V) (int64, bool)) int {
 	})
 }
 
+// TrimOver trims t when b says it holds its bound (Bound.Over): down to
+// b.Keep(), least recently touched first (Trim), then sets b's next check.
+func TrimOver[K comparable, V any](t *Table[K, V], b *Bound, touched func(V) (int64, bool)) {
+	if !b.Over(t.Len()) {
+		return
+	}
+	t.Trim(b.Keep(), touched)
+	b.Reset(t.Len())
+}
+
 // Bound is a table's entry bound (Max 0: none) and the size at which it is
 // next checked: a trim that could not get under Max (entries that may not
 // go yet) is not retried on every insert.

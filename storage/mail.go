@@ -3,6 +3,7 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -82,7 +83,13 @@ func (d *DB) RecentMailOf(account string, limit int) ([]*Mail, error) {
 
 // recentMail lists the newest records, of account only unless it is "".
 func (d *DB) recentMail(account string, limit int) ([]*Mail, error) {
-	it, err := d.newIter([]byte{prefixMail}, []byte{prefixMail + 1})
+	return d.mailFrom([]byte{prefixMail}, account, limit)
+}
+
+// mailFrom lists the records from key lower on, newest first, at most limit,
+// of account only unless it is "".
+func (d *DB) mailFrom(lower []byte, account string, limit int) ([]*Mail, error) {
+	it, err := d.newIter(lower, []byte{prefixMail + 1})
 	if err != nil {
 		return nil, err
 	}
@@ -118,27 +125,5 @@ func (d *DB) PruneMail(before time.Time) error {
 // newest first. It reads only the records since then (keys are ordered by
 // time), so a look back over a day or a month does not scan the 90 days.
 func (d *DB) MailOfSince(account string, since time.Time) ([]*Mail, error) {
-	it, err := d.newIter(mailKey(since, ""), []byte{prefixMail + 1})
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
-	var out []*Mail
-	for ok := it.Last(); ok; ok = it.Prev() {
-		v, err := it.Value()
-		if err != nil {
-			break
-		}
-		m, err := UnmarshalMail(v)
-		if err != nil {
-			return nil, fmt.Errorf("mail %x: %w", it.Key(), err)
-		}
-		if m.Account == account {
-			out = append(out, m)
-		}
-	}
-	if err := it.Err("iterate mail"); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return d.mailFrom(mailKey(since, ""), account, math.MaxInt)
 }

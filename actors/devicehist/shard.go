@@ -682,18 +682,9 @@ func (s shard) sweep(now int64) {
 // only copy and stays.
 func (s shard) trim() {
 	clean := s.marks.InStore()
-	if s.maxDevices.Over(s.devices.Len()) {
-		s.devices.Trim(s.maxDevices.Keep(), func(e *deviceEntry) (int64, bool) { return e.touched, clean(e.dirty, e.wseq) })
-		s.maxDevices.Reset(s.devices.Len())
-	}
-	if s.maxAccounts.Over(s.accounts.Len()) {
-		s.accounts.Trim(s.maxAccounts.Keep(), func(e *accountEntry) (int64, bool) { return e.touched, clean(e.dirty, e.wseq) })
-		s.maxAccounts.Reset(s.accounts.Len())
-	}
-	if s.maxAddresses.Over(s.addresses.Len()) {
-		s.addresses.Trim(s.maxAddresses.Keep(), func(e *addressEntry) (int64, bool) { return e.touched, clean(e.dirty, e.wseq) })
-		s.maxAddresses.Reset(s.addresses.Len())
-	}
+	actors.TrimOver(s.devices, &s.maxDevices, func(e *deviceEntry) (int64, bool) { return e.touched, clean(e.dirty, e.wseq) })
+	actors.TrimOver(s.accounts, &s.maxAccounts, func(e *accountEntry) (int64, bool) { return e.touched, clean(e.dirty, e.wseq) })
+	actors.TrimOver(s.addresses, &s.maxAddresses, func(e *addressEntry) (int64, bool) { return e.touched, clean(e.dirty, e.wseq) })
 }
 
 // dropStored forgets every entry the store holds as it is (WriteMarks.InStore); the

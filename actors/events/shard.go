@@ -273,25 +273,13 @@ func (s shard) sightingsOf(visitor string, now time.Time) (*sightingsEntry, erro
 // touch reloads them). A changed entry, or one whose write failed, is the
 // only copy and stays.
 func (s shard) trimEvents() {
-	if !s.maxEvents.Over(s.events.Len()) {
-		return
-	}
 	in := s.marks.InStore()
-	s.events.Trim(s.maxEvents.Keep(), func(e *eventEntry) (int64, bool) {
-		return e.touched.UnixNano(), in(e.dirty, e.wseq)
-	})
-	s.maxEvents.Reset(s.events.Len())
+	actors.TrimOver(s.events, &s.maxEvents, func(e *eventEntry) (int64, bool) { return e.touched.UnixNano(), in(e.dirty, e.wseq) })
 }
 
 func (s shard) trimSightings() {
-	if !s.maxSights.Over(s.sightings.Len()) {
-		return
-	}
 	in := s.marks.InStore()
-	s.sightings.Trim(s.maxSights.Keep(), func(h *sightingsEntry) (int64, bool) {
-		return h.touched.UnixNano(), in(h.dirty, h.wseq)
-	})
-	s.maxSights.Reset(s.sightings.Len())
+	actors.TrimOver(s.sightings, &s.maxSights, func(h *sightingsEntry) (int64, bool) { return h.touched.UnixNano(), in(h.dirty, h.wseq) })
 }
 
 // markEvent and markSightings note a change for the next flush: however often
