@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fraudd/fraudd/cluster/embedetcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Cluster is N fraudd nodes in cluster mode sharing one etcd member that
@@ -44,6 +46,19 @@ var clusterSeq atomic.Int64
 // StartCluster starts the etcd member and the nodes, one after the other
 // (each has joined the cluster once it reports its address). Cleanup stops
 // the nodes, then etcd.
+// Etcd is a client of the cluster's etcd, closed when the test ends: for
+// tests that read or write the shared state as an operator (or a newer
+// build) would.
+func (c *Cluster) Etcd(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
 func StartCluster(t testing.TB, bin string, o ClusterOptions) *Cluster {
 	t.Helper()
 	if o.Nodes == 0 {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fraudd/fraudd/cluster"
 )
@@ -25,11 +24,7 @@ type ownerView struct {
 
 func newOwnerView(t *testing.T, c *Cluster) *ownerView {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli := c.Etcd(t)
 	root, err := cluster.Root(c.Name)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fraudd/fraudd/cluster"
 )
@@ -28,11 +27,7 @@ func TestClusterCapsAcrossNodes(t *testing.T) {
 	// Settled: every account shard owned as the rendezvous assignment over
 	// the three says, so no shard moves (and no hourly window restarts)
 	// while the test charges.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := c.Etcd(t)
 	root, err := cluster.Root(c.Name)
 	if err != nil {
 		t.Fatal(err)

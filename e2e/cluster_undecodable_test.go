@@ -8,9 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // TestClusterUndecodableRecordRefusesStart: an account record in etcd this
@@ -28,11 +25,7 @@ func TestClusterUndecodableRecordRefusesStart(t *testing.T) {
 		t.Fatalf("the new account on node 1: %d", s)
 	}
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := c.Etcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key := "/fraudd/" + c.Name + "/config/account/" + a.ID
@@ -54,6 +47,7 @@ func TestClusterUndecodableRecordRefusesStart(t *testing.T) {
 	cmd.Env = append(os.Environ(), "FRAUDD_SECRET=e2e-master-secret")
 	done := make(chan struct{})
 	var out []byte
+	var err error
 	go func() { out, err = cmd.CombinedOutput(); close(done) }()
 	select {
 	case <-done:
@@ -85,11 +79,7 @@ func TestClusterUndecodableRecordWhileRunning(t *testing.T) {
 		t.Fatalf("an unknown key before: %d", s)
 	}
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := c.Etcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key := "/fraudd/" + c.Name + "/config/account/acc_ofanewerbuild"
