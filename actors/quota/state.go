@@ -382,13 +382,6 @@ func (a *account) charge(c *Charge, warn func(Warning)) (ChargeResult, storage.U
 			// call outright: its cap is reached, and mailed, here.
 			a.warnMonthly(c.Kind, c.Bucket, monthly, *used, c.Now, &d, warn)
 		}
-		if r.Refusal == RefusedHourly && c.Bucket == Live && warn != nil && w.n > 0 && w.n >= l.Hourly {
-			// The same for an hourly limit lowered below what the window
-			// used: the cap's mail, not an 80% one beside it (reached
-			// normally, the cap was mailed by the call that reached it,
-			// so the 24 hours hold this one back).
-			a.warnHourlyAt(1, w.n, l.Hourly, c.Now, &d, warn)
-		}
 		a.headers(&r, c, w, monthly, *used)
 		return r, d
 	}
@@ -454,24 +447,19 @@ func (a *account) warnMonthly(k Kind, b Bucket, monthly, used int64, now time.Ti
 // 24 hours, noting when in memory and in d (stored with the totals).
 func (a *account) warnHourly(n, limit int64, now time.Time, d *storage.UsageDelta, warn func(Warning)) {
 	for i, t := range [2]int64{threshold80(limit), limit} {
-		if n >= t {
-			a.warnHourlyAt(i, n, limit, now, d, warn)
+		if n < t {
+			continue
 		}
+		if last := a.hourWarned[i]; !last.IsZero() && now.Sub(last) < hourlyWarnEvery && !now.Before(last) {
+			continue
+		}
+		a.hourWarned[i] = now
+		if now.After(a.hourLatest[i]) {
+			a.hourLatest[i] = now
+		}
+		d.Totals.HourWarned[i] = max(now.UnixNano(), 1)
+		warn(Warning{Account: a.id, Kind: WarnHourly80 + WarnKind(i), Bucket: Live, Limit: limit, Used: n, At: now})
 	}
-}
-
-// warnHourlyAt sends hourly threshold i (0: 80%, 1: the cap) unless it was
-// sent in the last 24 hours, noting when in memory and in d.
-func (a *account) warnHourlyAt(i int, n, limit int64, now time.Time, d *storage.UsageDelta, warn func(Warning)) {
-	if last := a.hourWarned[i]; !last.IsZero() && now.Sub(last) < hourlyWarnEvery && !now.Before(last) {
-		return
-	}
-	a.hourWarned[i] = now
-	if now.After(a.hourLatest[i]) {
-		a.hourLatest[i] = now
-	}
-	d.Totals.HourWarned[i] = max(now.UnixNano(), 1)
-	warn(Warning{Account: a.id, Kind: WarnHourly80 + WarnKind(i), Bucket: Live, Limit: limit, Used: n, At: now})
 }
 
 func (a *account) headers(r *ChargeResult, c *Charge, w *window, monthly, used int64) {

@@ -99,36 +99,3 @@ func TestResetsAtIsWholeSecondsRoundedUp(t *testing.T) {
 		t.Fatalf("a call at resets_at (%v) refused: %+v", v.ResetsAt, r)
 	}
 }
-
-// SPEC §6: usage warnings "at the cap of the hourly window"; CLARIFICATIONS:
-// "at the cap" is when usage reaches the limit. A custom hourly_limit
-// lowered below what the running window used (50 of 100 used, lowered to
-// 20) refuses the next live call outright, and the cap was never mailed:
-// the owner's calls were answered 429 without a word. The first refusal
-// mails the cap, once, and no 80% mail beside it, as a lowered monthly
-// allowance does.
-func TestHourlyLimitLoweredPastTheWindowMailsTheCap(t *testing.T) {
-	a := newAcct(t0)
-	var ws warnLog
-	for i := 0; i < 50; i++ {
-		a.charge(&Charge{Account: "a", Limits: custom(100, 100_000), Hourly: true, Monthly: true, Now: t0}, ws.add)
-	}
-	for i := 0; i < 3; i++ {
-		if r, _ := a.charge(&Charge{Account: "a", Limits: custom(20, 100_000), Hourly: true, Monthly: true, Now: t0.Add(time.Minute)}, ws.add); r.Refusal != RefusedHourly {
-			t.Fatalf("after lowering the hourly limit: %+v", r)
-		}
-	}
-	if k := ws.kinds(); len(k) != 1 || k[0] != WarnHourlyCap || ws[0].Limit != 20 || ws[0].Used != 50 {
-		t.Fatalf("50 used this hour, hourly limit lowered to 20, three calls refused: warnings %+v, want one hourly cap mail for 20", ws)
-	}
-	// The test key's bucket sends no hourly warnings (SPEC §6).
-	b := newAcct(t0)
-	var tw warnLog
-	for i := 0; i < 50; i++ {
-		b.charge(&Charge{Account: "b", Bucket: Test, Limits: custom(100, 100_000), Hourly: true, Monthly: true, Now: t0}, tw.add)
-	}
-	b.charge(&Charge{Account: "b", Bucket: Test, Limits: custom(20, 100_000), Hourly: true, Monthly: true, Now: t0}, tw.add)
-	if len(tw) != 0 {
-		t.Fatalf("test key: warnings %+v, want none", tw)
-	}
-}
